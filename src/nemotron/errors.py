@@ -1,0 +1,88 @@
+"""Errors as values: every failure the user can cause or meet is one of these.
+
+The CLI has a single handler (:func:`nemotron.cli.main`) that prints ``error: <message>`` and,
+when present, ``hint: <hint>``, then exits with :attr:`NemotronError.exit_code`:
+
+* 2 — usage, config and validation problems (nothing was submitted or written);
+* 1 — runtime and submission failures;
+* 130 — interrupted with Ctrl-C (handled by the CLI, not a class here).
+
+A traceback is printed only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class NemotronError(Exception):
+    """Base class. ``message`` is one line; ``hint`` says what to do about it."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.message
+
+
+class UsageError(NemotronError):
+    """Bad command line: unknown option, conflicting flags, malformed override."""
+
+    exit_code = 2
+
+
+class ConfigError(NemotronError):
+    """A config file, override or env.toml profile is wrong (names the file, line or key)."""
+
+    exit_code = 2
+
+
+class RuntimeFailure(NemotronError):
+    """Something failed while running or submitting (exit 1)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding of validation, in the user's terms.
+
+    ``key`` is the dotted config key (or ``profile.<name>.<key>``), ``value`` its value, ``message``
+    why it is wrong, ``valid`` the valid values or range (free text), ``rule`` a short id of the rule
+    that found it, and ``severity`` either ``"error"`` (blocks submission, exit 2) or ``"warning"``.
+    """
+
+    key: str
+    value: Any
+    message: str
+    valid: str | None = None
+    rule: str = ""
+    severity: str = "error"
+
+    def render(self) -> str:
+        text = f"{self.key}={self.value!r}: {self.message}" if self.key else self.message
+        if self.valid:
+            text += f"; valid: {self.valid}"
+        return text
+
+
+@dataclass
+class ValidationError(NemotronError):
+    """Validation found one or more errors; all of them are listed, not just the first."""
+
+    problems: list[Problem] = field(default_factory=list)
+    exit_code: int = 2
+
+    def __post_init__(self) -> None:
+        errors = [p for p in self.problems if p.severity == "error"]
+        n = len(errors)
+        NemotronError.__init__(
+            self,
+            f"{n} problem{'s' if n != 1 else ''} found before anything was queued",
+            "fix the keys listed above (or override them: key=value) and run again with --dry-run",
+        )
