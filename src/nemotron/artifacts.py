@@ -1,0 +1,93 @@
+"""Artifact records: what a stage produced, so that later stages can consume it by name.
+
+A record is a small JSON file ``<store>/<name>/v<N>.json`` with at least ``name``, ``version``,
+``path`` and ``created`` (seconds since the epoch), plus whatever fields the producing stage adds
+(``blend_path``, ``tokenizer``, ``config_hash``, ``job_id`` ...). The store is
+``$NEMOTRON_HOME/artifacts`` (default ``~/.nemotron/artifacts``). Configs refer to records with
+``${art:NAME,FIELD}`` (latest version) or ``${art:NAME:VERSION,FIELD}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from nemotron.errors import ConfigError
+
+
+def home() -> Path:
+    """``$NEMOTRON_HOME`` or ``~/.nemotron``: job records, artifact records, caches."""
+    return Path(os.environ.get("NEMOTRON_HOME") or Path.home() / ".nemotron").expanduser()
+
+
+def store() -> Path:
+    """The artifact store folder (may not exist yet)."""
+    return home() / "artifacts"
+
+
+def _versions(name: str) -> list[int]:
+    folder = store() / name
+    if not folder.is_dir():
+        return []
+    out = []
+    for f in folder.glob("v*.json"):
+        stem = f.stem[1:]
+        if stem.isdigit():
+            out.append(int(stem))
+    return sorted(out)
+
+
+def lookup(name: str, version: int | None = None) -> dict[str, Any] | None:
+    """The record of artifact ``name`` (latest version when ``version`` is None), or None.
+
+    Raises:
+        ConfigError: when the record exists but is not valid JSON (names the file).
+    """
+    versions = _versions(name)
+    if not versions:
+        return None
+    v = versions[-1] if version is None else version
+    path = store() / name / f"v{v}.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}: artifact record is not valid JSON: {exc.msg}") from None
+
+
+def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """Write a new version of artifact ``name`` atomically and return the record.
+
+    ``fields`` must contain ``path``. The version is one more than the latest recorded.
+    """
+    if "path" not in fields:
+        raise ValueError("an artifact record needs a 'path'")
+    folder = store() / name
+    folder.mkdir(parents=True, exist_ok=True)
+    version = (_versions(name) or [0])[-1] + 1
+    rec = {"name": name, "version": version, "created": time.time(), **fields}
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(rec, fh, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, folder / f"v{version}.json")
+    return rec
+
+
+def parse_ref(ref: str) -> tuple[str, int | None]:
+    """``"pretrain-data"`` → (name, None); ``"pretrain-data:3"`` → (name, 3).
+
+    Raises:
+        ConfigError: for a version that is not a positive integer.
+    """
+    name, _, version = ref.partition(":")
+    if not version:
+        return name, None
+    v = version.lstrip("v")
+    if not v.isdigit() or int(v) < 1:
+        raise ConfigError(f"artifact reference {ref!r}: version must be a positive integer (e.g. {name}:2)")
+    return name, int(v)

@@ -1,0 +1,160 @@
+"""Running a planned job: directly on this machine, or (through :mod:`nemotron.submit`) on a cluster.
+
+A run here writes the job's folder ``$NEMOTRON_HOME/runs/<experiment id>/`` with ``train.yaml`` (the
+resolved config the entry script reads) and ``job.yaml`` (provenance: command line, config layers,
+git commit, profile, image; secrets redacted), then runs the stage's entry script as a child process
+with its output streamed, and exits with its exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nemotron import yamlio
+from nemotron.artifacts import home
+from nemotron.errors import RuntimeFailure
+from nemotron.paths import repo_root
+
+
+def run_dir(plan: Any) -> Path:
+    """Folder of a run on this machine: ``$NEMOTRON_HOME/runs/<experiment id>``."""
+    return home() / "runs" / plan.experiment_id
+
+
+def git_commit() -> str | None:
+    """The checkout's commit (with ``-dirty`` when it has changes), or None outside a checkout."""
+    root = repo_root()
+    if root is None or not (root / ".git").exists():
+        return None
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def provenance(req: Any, compiled: Any, profile: Any, plan: Any) -> dict[str, Any]:
+    """The content of ``job.yaml``: everything needed to know what ran and why (secrets redacted)."""
+    from nemotron.config import dotted  # noqa: F401  (kept light; config is already imported by now)
+
+    argv = list(req.argv) if req.argv else []
+    record = {
+        "experiment_id": plan.experiment_id,
+        "stage": plan.stage.name,
+        "recipe": plan.stage.recipe,
+        "command_line": shlex.join(["nemotron", *argv[1:]]) if argv else None,
+        "config": compiled.config_name,
+        "layers": compiled.layers,
+        "overrides": compiled.overrides,
+        "config_hash": compiled.config_hash(),
+        "git_commit": git_commit(),
+        "profile": plan.profile,
+        "profile_values": profile.redacted() if profile is not None else None,
+        "executor": plan.executor,
+        "image": plan.image,
+        "nodes": plan.nodes,
+        "gpus_per_node": plan.gpus_per_node,
+        "world_size": plan.world_size,
+        "launch": plan.launch,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if profile is not None:
+        from nemotron.profiles import redact_text
+
+        text = redact_text(yamlio.dumps(record), profile.secret_values().values())
+        return yamlio.loads(text)
+    return record
+
+
+def render(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
+    """The exact job that would run, as text: NeMo-Run's sbatch script for a Slurm profile, the
+    command line otherwise."""
+    if plan.executor == "slurm":
+        from nemotron import submit
+
+        return submit.render_sbatch(req, compiled, profile, plan)
+    config_path = run_dir(plan) / "train.yaml"
+    cmd = shlex.join(plan.command(config_path))
+    env = _job_env(profile, for_display=True)
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    if plan.executor == "ray":
+        address = getattr(profile, "address", "")
+        return f"ray job submit --address {address} --working-dir <job package> -- {cmd}"
+    return f"# in {run_dir(plan)} (train.yaml and job.yaml are written there)\n" + (f"{prefix} " if prefix else "") + cmd
+
+
+def _job_env(profile: Any, for_display: bool = False) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if profile is None:
+        return env
+    env.update({k: str(v) for k, v in (getattr(profile, "env_vars", None) or {}).items()})
+    secrets = profile.secret_values()
+    for k in secrets:
+        env[k] = "***" if for_display else secrets[k]
+    return env
+
+
+def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
+    """Run or submit the job; returns the exit code (the job's own for an attached run).
+
+    Raises:
+        RuntimeFailure: the job could not be started or submitted.
+    """
+    if plan.executor in ("direct", "local"):
+        return run_here(req, compiled, profile, plan)
+    from nemotron import submit
+
+    return submit.submit(req, compiled, profile, plan)
+
+
+def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
+    """Run the entry script as a child process on this machine, streaming its output.
+
+    Returns the child's exit code (128 + N when killed by signal N; 130 on Ctrl-C).
+
+    Raises:
+        RuntimeFailure: the entry script is missing or cannot be started.
+    """
+    from nemotron.config import write_yaml
+
+    if not plan.entry.is_file():
+        raise RuntimeFailure(f"entry script of {plan.stage.title} is missing: {plan.entry}", "reinstall the package")
+    folder = run_dir(plan)
+    folder.mkdir(parents=True, exist_ok=True)
+    config_path = write_yaml(compiled, folder / "train.yaml")
+    (folder / "job.yaml").write_text(yamlio.dumps(provenance(req, compiled, profile, plan)), encoding="utf-8")
+    env = dict(os.environ)
+    env.update(_job_env(profile))
+    env["NEMOTRON_EXPERIMENT_ID"] = plan.experiment_id
+    env["NEMOTRON_RUN_DIR"] = str(folder)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    cmd = plan.command(config_path)
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    if code < 0:
+        code = 128 - code
+    if code != 0:
+        print(f"{plan.stage.title} failed with exit code {code} (run folder: {folder})", file=sys.stderr)
+    return code

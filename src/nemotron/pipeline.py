@@ -1,0 +1,213 @@
+"""The one command path every stage goes through.
+
+::
+
+    parse argv → compile config (layers + provenance) → validate (all problems at once)
+              → plan job (pure) → --dry-run: render | else: run here or submit → track artifacts
+
+:func:`run_stage` is that flow, kept in one function. Heavy frameworks (NeMo-Run, Ray, torch) are
+imported only by :mod:`nemotron.submit` and the stages' runtime entry scripts.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from nemotron.errors import ConfigError, Problem, UsageError, ValidationError
+from nemotron.registry import STAGES, Stage, get_stage
+
+
+@dataclass(frozen=True)
+class StageRequest:
+    """One invocation of a stage command, as parsed from the command line.
+
+    ``mode`` is ``"here"`` (no profile: run on this machine), ``"run"`` (attached) or ``"batch"``
+    (detached); ``profile`` the env.toml profile for ``run``/``batch``.
+    """
+
+    stage: Stage
+    config: str | None
+    overrides: tuple[str, ...]
+    mode: str
+    profile: str | None
+    dry_run: bool
+    env_file: str | None
+    argv: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_cli(cls, stage: Stage, kw: dict[str, Any]) -> StageRequest:
+        """Build from click's keyword arguments.
+
+        Raises:
+            UsageError: ``--run`` and ``--batch`` together.
+        """
+        run, batch = kw.get("run_profile"), kw.get("batch_profile")
+        if run and batch:
+            raise UsageError("--run and --batch are mutually exclusive", "--run waits for the job; --batch submits and returns")
+        mode = "run" if run else "batch" if batch else "here"
+        return cls(stage=stage, config=kw.get("config"), overrides=tuple(kw.get("overrides") or ()), mode=mode,
+                   profile=run or batch, dry_run=bool(kw.get("dry_run")), env_file=kw.get("env_file"),
+                   argv=tuple(sys.argv))
+
+
+def load_profile(name: str | None, env_file: str | None, overrides: dict[str, Any]) -> Any | None:
+    """The env.toml profile ``name`` with ``profile.KEY=VALUE`` overrides applied (None without a name).
+
+    Raises:
+        ConfigError: no env.toml found, unknown profile, invalid profile, or profile overrides
+            given without a profile.
+    """
+    if name is None:
+        if overrides:
+            keys = ", ".join(f"profile.{k}" for k in overrides)
+            raise ConfigError(f"{keys} given, but no profile is used", "add --run PROFILE or --batch PROFILE")
+        return None
+    from nemotron import profiles
+
+    path = profiles.find_env_file(env_file)
+    if path is None:
+        raise ConfigError(f"profile {name!r} requested but no env.toml was found",
+                          "copy env.toml.example to ./env.toml, or pass --env-file PATH (or set NEMOTRON_ENV_FILE)")
+    profile = profiles.load_profiles(path).get(name)
+    return profile.with_overrides(overrides) if overrides else profile
+
+
+def run_stage(req: StageRequest, *, upstream: set[str] | None = None, experiment_id: str | None = None) -> int:
+    """Compile, validate, plan, then render (``--dry-run``), run here, or submit. Returns the exit code.
+
+    ``upstream``: artifact names that earlier stages of a ``pipe`` will produce; references to
+    them may stay unresolved at submission.
+
+    Raises:
+        ConfigError / UsageError: config or command-line mistakes (exit 2).
+        ValidationError: every validation error at once (exit 2), after printing them.
+        RuntimeFailure: the job could not be started or submitted (exit 1).
+    """
+    from nemotron import report, validation
+    from nemotron.config import compile_config
+    from nemotron.plan import plan_job
+
+    # 1. compile: layers, overrides, interpolation, provenance
+    compiled = compile_config(req.stage, req.config, list(req.overrides))
+    profile = load_profile(req.profile, req.env_file, compiled.profile_overrides)
+    # 2. validate: the stage's own preparation (e.g. an <N>layer slice picks a one-node layout), then all rules
+    notes = validation.prepare(req.stage, compiled.config, compiled.user_keys, profile)
+    problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
+    # 3. plan: pure
+    plan = plan_job(compiled, profile, experiment_id)
+    errors = [p for p in problems if p.severity == "error"]
+    # 4a. dry run: show everything, submit nothing
+    if req.dry_run:
+        report.dry_run(req, compiled, profile, plan, problems, notes)
+        if errors:
+            raise ValidationError(problems=problems)
+        return 0
+    report.problems(problems)
+    if errors:
+        raise ValidationError(problems=problems)
+    blocking = {k: why for k, why in compiled.unresolved.items() if not _produced_upstream(compiled.config, k, upstream)}
+    if blocking:
+        key, why = next(iter(blocking.items()))
+        raise ConfigError(f"refusing to start with {len(blocking)} unresolved value(s): {key}: {why}",
+                          "run the upstream stage first, set the key explicitly, or use `pipe` to chain the stages")
+    # 4b. run here, or submit
+    from nemotron import execute
+
+    return execute.start(req, compiled, profile, plan)
+
+
+def _produced_upstream(config: dict, key: str, upstream: set[str] | None) -> bool:
+    if not upstream:
+        return False
+    from nemotron.config import _resolve_path, _split_key
+
+    value = _resolve_path(config, _split_key(key))
+    return isinstance(value, str) and any(f"${{art:{name}" in value for name in upstream)
+
+
+def list_stages(recipe: str) -> int:
+    """Print the stages of ``recipe`` with their configs, inputs and outputs."""
+    from nemotron import report
+    from nemotron.config import config_names
+
+    rows = [[s.title.removeprefix(recipe + " "), ", ".join(config_names(s)), ", ".join(s.consumes) or "-",
+             ", ".join(s.produces), s.launch, "yes" if s.gpu else "no"] for s in STAGES if s.recipe == recipe]
+    report.table(f"nemotron {recipe} stages", ["stage", "configs", "consumes", "produces", "launch", "GPU"], rows)
+    return 0
+
+
+def show_profiles(name: str | None, env_file: str | None) -> int:
+    """``nemotron profiles [NAME]``: the table of profiles, or one resolved profile (secrets redacted).
+
+    Raises:
+        ConfigError: no env.toml, an invalid file or an unknown profile.
+    """
+    from nemotron import profiles, report
+
+    path = profiles.find_env_file(env_file)
+    if path is None:
+        raise ConfigError("no env.toml found", "copy env.toml.example to ./env.toml, or pass --env-file PATH")
+    loaded = profiles.load_profiles(path)
+    if name is None:
+        report.out(profiles.profiles_table(loaded))
+    else:
+        report.out(profiles.profile_yaml(loaded.get(name)), plain=True)
+    return 0
+
+
+def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
+    """``nemotron RECIPE pipe [STAGES...]``: each stage in order, each consuming the one before.
+
+    Raises:
+        UsageError: unknown stage names, overrides for a stage not in the chain.
+    """
+    from nemotron import report
+
+    names: list[str] = []
+    per_stage: dict[str, list[str]] = {}
+    for arg in kw.get("stages") or ():
+        head, sep, rest = arg.partition(":")
+        if sep and ("=" in rest or rest.startswith("~") or rest.startswith("+")):
+            try:
+                per_stage.setdefault(get_stage(head).name, []).append(rest)
+            except KeyError as exc:
+                raise UsageError(f"{arg!r}: {exc.args[0]}") from None
+            continue
+        try:
+            names.append(get_stage(arg).name)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0]), "per-stage overrides are written STAGE:key=value") from None
+    chain = [s for s in STAGES if s.recipe == recipe and (not names or s.name in names)]
+    unknown = set(per_stage) - {s.name for s in chain}
+    if unknown:
+        raise UsageError(f"overrides for stages not in the chain: {', '.join(sorted(unknown))}")
+    run, batch = kw.get("run_profile"), kw.get("batch_profile")
+    if run and batch:
+        raise UsageError("--run and --batch are mutually exclusive")
+    if not kw.get("dry_run") and not (run or batch):
+        raise UsageError("pipe needs --run PROFILE or --batch PROFILE (or --dry-run)",
+                         "a chain of stages is submitted to a cluster; run single stages here without a profile")
+    if not kw.get("dry_run"):
+        raise UsageError("pipe submission is not available yet: this version validates and shows the chain (--dry-run)",
+                         "submit the stages one by one with --run PROFILE")
+    upstream: set[str] = set()
+    failures = 0
+    for i, stage in enumerate(chain, 1):
+        report.heading(f"[{i}/{len(chain)}] {stage.title}")
+        req = StageRequest(stage=stage, config=kw.get("config"), overrides=tuple(per_stage.get(stage.name, ())),
+                           mode="run" if run else "batch" if batch else "here", profile=run or batch,
+                           dry_run=True, env_file=kw.get("env_file"), argv=tuple(sys.argv))
+        try:
+            run_stage(req, upstream=upstream)
+        except ValidationError as exc:
+            failures += 1
+            report.err(f"{stage.title}: {exc.message}")
+        upstream.update(stage.produces)
+    if failures:
+        raise ValidationError(problems=[Problem(key="", value=None, message=f"{failures} stage(s) of the chain are invalid")])
+    return 0
+
+
+__all__ = ["StageRequest", "run_stage", "run_pipe", "list_stages", "show_profiles", "load_profile"]

@@ -1,0 +1,130 @@
+"""Job planning: from a compiled config and a profile to what would run. Pure — no I/O, no imports
+of heavy frameworks — so ``--dry-run`` and submission share it."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from nemotron.config import Compiled
+from nemotron.errors import ConfigError
+from nemotron.paths import stages_dir
+from nemotron.registry import Stage
+
+#: GPUs per node assumed for a GPU stage when no profile says otherwise (an 8-GPU HGX/DGX node).
+DEFAULT_GPUS_PER_NODE = 8
+
+
+@lru_cache(maxsize=1)
+def image_table() -> dict[str, dict[str, Any]]:
+    """``stages/images.toml``: image key → {image, frameworks, used_by}.
+
+    Raises:
+        ConfigError: when the file is not valid TOML (names file and line).
+    """
+    path = stages_dir() / "images.toml"
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def safe_name(text: str) -> str:
+    """A job or path name safe for Slurm and file systems: ``[A-Za-z0-9._-]`` only, no leading dot."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "job"
+
+
+def new_experiment_id(stage: Stage, config_name: str) -> str:
+    """``ultra3-pretrain-tiny-20261130-051230-3f9a1c`` — unique even for two submissions of the same
+    stage in the same second (48 random bits)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return safe_name(f"{stage.recipe}-{stage.name}-{Path(config_name).stem}-{stamp}-{secrets.token_hex(3)}")
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What would run.
+
+    Attributes:
+        stage: the stage.
+        config_name: the ``-c`` value.
+        profile: profile name, or None to run directly on this machine.
+        executor: ``"direct"`` (no profile), ``"local"``, ``"slurm"`` or ``"ray"``.
+        nodes: nodes requested (``run.env.nodes``).
+        gpus_per_node: GPUs per node (config, else profile, else 8 for a GPU stage; 0 for CPU stages).
+        world_size: processes of the job: nodes × GPUs per node for ``torchrun`` stages (one process
+            per GPU, after NeMo-Run's torchrun rewrite of the task counts), else ``nodes``.
+        launch: ``torchrun``, ``ray`` or ``python``.
+        image: container image URI, or the squashfs file the profile maps it to; None without containers.
+        image_key: key in ``stages/images.toml``.
+        entry: absolute path of the stage's runtime entry script on this machine.
+        experiment_id: unique id of this submission.
+        job_name: Slurm job name (sanitised).
+    """
+
+    stage: Stage
+    config_name: str
+    profile: str | None
+    executor: str
+    nodes: int
+    gpus_per_node: int
+    world_size: int
+    launch: str
+    image: str | None
+    image_key: str
+    entry: Path
+    experiment_id: str
+    job_name: str
+
+    def command(self, config_path: str | Path, python: str | None = None) -> list[str]:
+        """The command line that runs the stage on one node with ``config_path`` as its train.yaml."""
+        py = python or sys.executable
+        entry = str(self.entry)
+        if self.launch == "torchrun" and self.gpus_per_node > 1:
+            return [py, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(self.gpus_per_node),
+                    entry, "--config", str(config_path)]
+        return [py, entry, "--config", str(config_path)]
+
+
+def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None = None) -> JobPlan:
+    """Plan the job for ``compiled`` on ``profile`` (None = directly on this machine).
+
+    Raises:
+        ConfigError: when the stage's image key is not in ``stages/images.toml``.
+    """
+    stage = compiled.stage
+    env = compiled.config.get("run", {}).get("env", {})
+    nodes = int(env.get("nodes") or 1)
+    gpn = env.get("gpus_per_node")
+    if gpn is None and profile is not None:
+        gpn = getattr(profile, "gpus_per_node", None)
+    if gpn is None:
+        gpn = DEFAULT_GPUS_PER_NODE if stage.gpu else 0
+    gpn = int(gpn)
+    table = image_table()
+    if stage.image not in table:
+        raise ConfigError(f"stage {stage.name}: image {stage.image!r} is not in stages/images.toml",
+                          f"images: {', '.join(table)}")
+    image: str | None = table[stage.image]["image"]
+    if profile is not None:
+        if getattr(profile, "container", True) is False or getattr(profile, "executor", None) in ("local", "ray"):
+            image = None
+        else:
+            image = (getattr(profile, "images", None) or {}).get(stage.image, image)
+    else:
+        image = None
+    world = nodes * gpn if stage.launch == "torchrun" and gpn else nodes
+    eid = experiment_id or new_experiment_id(stage, compiled.config_name)
+    return JobPlan(
+        stage=stage, config_name=compiled.config_name, profile=getattr(profile, "name", None),
+        executor=getattr(profile, "executor", None) or "direct", nodes=nodes, gpus_per_node=gpn, world_size=world,
+        launch=stage.launch, image=image, image_key=stage.image, entry=(stages_dir() / stage.entry).resolve(),
+        experiment_id=eid, job_name=safe_name(f"{stage.recipe}-{stage.name}-{Path(compiled.config_name).stem}"),
+    )

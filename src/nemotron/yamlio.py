@@ -1,0 +1,112 @@
+"""YAML with YAML 1.2 scalars, and a renderer that annotates each value with its source.
+
+PyYAML resolves scalars by YAML 1.1 rules, where ``04:00:00`` is the integer 14400 (base 60) and
+``on``/``no`` are booleans. A Slurm time or a country code must stay a string, so this loader
+resolves only the YAML 1.2 core schema: ``true``/``false``, ``null``/``~``, decimal integers,
+floats (``1e-5`` included), everything else a string.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nemotron.errors import ConfigError
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 core-schema scalar resolution."""
+
+
+_Loader.yaml_implicit_resolvers = {}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."),
+)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    return int(loader.construct_scalar(node))
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    return float(loader.construct_scalar(node).replace(".inf", "inf").replace(".Inf", "inf").replace(".nan", "nan"))
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+
+
+def loads(text: str, source: str = "<string>") -> Any:
+    """Parse YAML text (YAML 1.2 scalars).
+
+    Raises:
+        ConfigError: naming ``source`` and the line and column of the syntax error.
+    """
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML: {problem}", "check the indentation and quoting at that line") from None
+
+
+def load_file(path: Path) -> Any:
+    """Read and parse a YAML file (see :func:`loads`).
+
+    Raises:
+        ConfigError: when the file cannot be read or parsed.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return loads(text, str(path))
+
+
+def parse_scalar(text: str) -> Any:
+    """Parse one command-line value as a YAML 1.2 flow value: ``8``, ``1e-4``, ``true``, ``null``,
+    ``[1, 2]``, ``{a: 1}``, ``04:00:00`` (a string). An empty value is the empty string.
+
+    Raises:
+        ConfigError: when a flow list or mapping is malformed.
+    """
+    if text == "":
+        return ""
+    return loads(text, f"value {text!r}")
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    # quote strings that a YAML 1.1 reader would turn into something else (04:00:00, on, no)
+    style = None
+    if re.fullmatch(r"[-+]?[0-9][0-9_:.]*|on|off|yes|no|On|Off|Yes|No|ON|OFF|YES|NO|y|n", data):
+        style = '"'
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def dumps(data: Any) -> str:
+    """Serialise to block-style YAML, keys in insertion order, strings quoted where YAML 1.1 readers
+    would misread them."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=120)
+
+
+def flow(value: Any) -> str:
+    """One value as a single-line YAML flow scalar/collection (for annotated listings)."""
+    text = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, width=10_000, allow_unicode=True).strip()
+    return text.removesuffix("...").strip()

@@ -1,0 +1,308 @@
+"""The command line: options, overrides, config layering, errors and exit codes.
+
+These run the real CLI (``nemotron.cli.main``) on the configs shipped in ``stages/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nemotron import artifacts
+from nemotron.cli import main
+from nemotron.config import compile_config, parse_override
+from nemotron.errors import ConfigError, UsageError
+from nemotron.registry import STAGES, get_stage
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("NEMOTRON_ENV_FILE", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+# ---------------------------------------------------------------------------------------------- #
+def test_help_lists_every_stage(capsys):
+    code, out, _ = run_cli(capsys, "ultra3", "--help")
+    assert code == 0
+    for word in ("data", "pretrain", "sft", "convert", "rlvr", "mopd", "quantize", "pipe", "list"):
+        assert re.search(rf"^\s+{word}\s", out, re.M), word
+    code, out, _ = run_cli(capsys, "ultra3", "data", "prep", "--help")
+    assert code == 0 and all(w in out for w in ("pretrain", "sft", "rl"))
+
+
+def test_unknown_option_suggests(capsys):
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dryrun")
+    assert code == 2
+    assert "no such option --dryrun" in err and "did you mean --dry-run" in err
+    assert "Traceback" not in err
+
+
+def test_run_and_batch_exclusive(capsys):
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "--run", "a", "--batch", "b", "--dry-run")
+    assert code == 2 and "mutually exclusive" in err
+
+
+def test_override_typo_is_rejected_with_suggestion():
+    stage = get_stage("pretrain")
+    with pytest.raises(ConfigError) as exc:
+        compile_config(stage, "tiny", ["run.env.node=2"])
+    assert "unknown key 'run.env.node'" in exc.value.message
+    assert "did you mean 'run.env.nodes'" in (exc.value.hint or "")
+
+
+def test_override_typo_exit_code(capsys):
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", "run.env.nodez=2")
+    assert code == 2
+    assert "unknown key 'run.env.nodez'" in err and "run.env.nodes" in err
+
+
+def test_add_delete_and_list_element_overrides():
+    stage = get_stage("pretrain")
+    c = compile_config(stage, "tiny", ["+extra.values=[1, 2, 3]", "extra.values[1]=5", "~run.env.cpus", "run.env.nodes=3"])
+    assert c.config["extra"]["values"] == [1, 5, 3]
+    assert "cpus" not in c.config["run"]["env"]
+    assert c.config["run"]["env"]["nodes"] == 3
+    assert c.provenance["run.env.nodes"] == "override"
+    assert c.provenance["extra.values"] == "override"
+    # dotted index spelling works too
+    c2 = compile_config(stage, "tiny", ["+extra.values=[1, 2]", "extra.values.0=9"])
+    assert c2.config["extra"]["values"] == [9, 2]
+
+
+def test_add_existing_key_and_delete_missing_key_fail():
+    stage = get_stage("pretrain")
+    with pytest.raises(ConfigError, match="already exists"):
+        compile_config(stage, "tiny", ["+run.env.nodes=2"])
+    with pytest.raises(ConfigError, match="unknown key 'run.env.nope'"):
+        compile_config(stage, "tiny", ["~run.env.nope"])
+    with pytest.raises(ConfigError, match="no index 7"):
+        compile_config(stage, "tiny", ["+extra=[1]", "extra[7]=2"])
+
+
+def test_override_type_mismatch():
+    with pytest.raises(ConfigError, match="expects int"):
+        compile_config(get_stage("pretrain"), "tiny", ["run.env.nodes=many"])
+
+
+def test_malformed_override():
+    with pytest.raises(UsageError):
+        parse_override("just-a-word")
+    with pytest.raises(UsageError):
+        parse_override("a..b=1")
+    assert parse_override("run.time=04:00:00").value == "04:00:00"  # a Slurm time stays a string
+    assert parse_override("x=1e-4").value == pytest.approx(1e-4)
+
+
+@pytest.mark.parametrize("spelling", [["-c", "tiny"], ["--config", "tiny"], ["--config=tiny"], ["-ctiny"]])
+def test_config_option_spellings(capsys, spelling):
+    code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", *spelling, "--dry-run")
+    assert code == 0, err
+    assert "config tiny" in out
+
+
+def test_overrides_before_and_after_options(capsys):
+    code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "run.env.cpus=3", "-c", "tiny", "--dry-run")
+    assert code == 0, err
+    assert re.search(r"cpus: 3\s+# override", out)
+    code, out2, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--dry-run", "run.env.cpus=3")
+    assert code == 0, err
+    assert re.search(r"cpus: 3\s+# override", out2)
+
+
+def test_unknown_config_name_suggests(capsys):
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiyn", "--dry-run")
+    assert code == 2 and "no config 'tiyn'" in err and "did you mean 'tiny'" in err
+
+
+# ---------------------------------------------------------------------------------------------- #
+# config files: inheritance, cycles, unknown keys
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_config_file_inherits_shipped_config(tmp_path):
+    a = _write(tmp_path / "mine.yaml", "defaults: tiny\nrun:\n  env:\n    cpus: 2\n")
+    c = compile_config(get_stage("pretrain"), str(a), [])
+    tiny = compile_config(get_stage("pretrain"), "tiny", [])
+    assert c.config["run"]["env"]["cpus"] == 2
+    assert c.layers == ["schema", "default.yaml", "tiny.yaml", str(a.resolve())]
+    assert c.config["run"]["env"]["nodes"] == tiny.config["run"]["env"]["nodes"]
+
+
+def test_config_cycle_is_reported(tmp_path):
+    _write(tmp_path / "a.yaml", "defaults: b.yaml\n")
+    _write(tmp_path / "b.yaml", "defaults: a.yaml\n")
+    with pytest.raises(ConfigError) as exc:
+        compile_config(get_stage("pretrain"), str(tmp_path / "a.yaml"), [])
+    assert "cycle" in exc.value.message and "a.yaml -> " in exc.value.message
+
+
+def test_config_missing_parent(tmp_path):
+    a = _write(tmp_path / "a.yaml", "defaults: nothere\n")
+    with pytest.raises(ConfigError, match="no config 'nothere'"):
+        compile_config(get_stage("pretrain"), str(a), [])
+
+
+def test_config_file_unknown_keys_all_listed(tmp_path):
+    a = _write(tmp_path / "a.yaml", "run:\n  env:\n    nodez: 2\n    cpu: 4\n")
+    with pytest.raises(ConfigError) as exc:
+        compile_config(get_stage("pretrain"), str(a), [])
+    assert "run.env.nodez" in exc.value.message and "run.env.cpu" in exc.value.message
+    assert "did you mean 'run.env.nodes'" in exc.value.message
+
+
+def test_invalid_yaml_names_file_and_line(tmp_path):
+    a = _write(tmp_path / "bad.yaml", "run:\n  env:\n    nodes: [1\n")
+    with pytest.raises(ConfigError) as exc:
+        compile_config(get_stage("pretrain"), str(a), [])
+    assert str(a) in exc.value.message and re.search(r"bad\.yaml:\d+:\d+", exc.value.message)
+
+
+def test_missing_explicit_input_path(tmp_path):
+    with pytest.raises(ConfigError, match="input path does not exist"):
+        compile_config(get_stage("pretrain"), "tiny", [f"+data_path={tmp_path / 'nope.json'}"])
+
+
+# ---------------------------------------------------------------------------------------------- #
+# interpolation: env vars and artifacts
+def test_unresolved_artifact_warns_and_dry_run_exits_zero(capsys):
+    stage = get_stage("pretrain")
+    c = compile_config(stage, "tiny", ["+inputs.blend=${art:never-made,blend_path}"])
+    assert "inputs.blend" in c.unresolved
+    assert [w.rule for w in c.warnings()] == ["unresolved"] * len(c.unresolved)
+    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", "+inputs.blend=${art:never-made,blend_path}")
+    assert code == 0, err
+    assert "unresolved" in out and "never-made" in out
+
+
+def test_unresolved_value_blocks_a_real_run(capsys):
+    code, _, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "+inputs.x=${oc.env:NEMOTRON_TEST_UNSET_VAR}")
+    assert code == 2
+    assert "refusing to start" in err and "NEMOTRON_TEST_UNSET_VAR" in err
+
+
+def test_artifact_reference_resolves(tmp_path):
+    artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "blend.json")})
+    artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "v2.json")})
+    c = compile_config(get_stage("pretrain"), "tiny", ["+a=${art:my-data,blend_path}", "+b=${art:my-data:1,blend_path}"])
+    assert c.config["a"].endswith("v2.json") and c.config["b"].endswith("blend.json")
+    with pytest.raises(ConfigError, match="no field 'nope'"):
+        compile_config(get_stage("pretrain"), "tiny", ["+a=${art:my-data,nope}"])
+
+
+def test_env_interpolation(monkeypatch):
+    monkeypatch.setenv("NEMOTRON_TEST_DIR", "/data/x")
+    c = compile_config(get_stage("pretrain"), "tiny", ["+a=${oc.env:NEMOTRON_TEST_DIR}/y", "+b=${oc.env:NEMOTRON_NOPE_X,fallback}"])
+    assert c.config["a"] == "/data/x/y" and c.config["b"] == "fallback"
+
+
+def test_profile_override_without_profile_is_an_error(capsys):
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", "profile.time=01:00:00")
+    assert code == 2 and "no profile is used" in err
+
+
+# ---------------------------------------------------------------------------------------------- #
+def test_every_stage_ships_default_and_tiny():
+    from nemotron.config import config_names
+
+    for stage in STAGES:
+        names = config_names(stage)
+        assert "default" in names and "tiny" in names, (stage.name, names)
+
+
+def test_list_shows_configs_and_artifacts(capsys):
+    code, out, _ = run_cli(capsys, "ultra3", "list")
+    assert code == 0
+    assert "pretrain-data" in out and "tiny" in out and "quantized-checkpoint" in out
+
+
+def test_pipe_dry_run_shows_the_chain(capsys):
+    code, out, err = run_cli(capsys, "ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "tiny", "--dry-run")
+    assert code == 0, err
+    assert "[1/2] ultra3 data prep pretrain" in out and "[2/2] ultra3 pretrain" in out
+
+
+def test_pipe_rejects_unknown_stage(capsys):
+    code, _, err = run_cli(capsys, "ultra3", "pipe", "pretrian", "--dry-run")
+    assert code == 2 and "no stage 'pretrian'" in err
+
+
+# ---------------------------------------------------------------------------------------------- #
+HEAVY = ("nemo_run", "ray", "torch", "transformers", "megatron", "nemo_rl", "pyarrow", "tokenizers", "numpy")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["ultra3", "pretrain", "-c", "tiny", "--dry-run"],
+                                  ["ultra3", "data", "prep", "pretrain", "-c", "tiny", "--dry-run"]])
+def test_import_boundary(argv, tmp_path):
+    code = (
+        "import sys\n"
+        "from nemotron.cli import main\n"
+        f"rc = main({argv!r})\n"
+        f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))\n"
+        "print('HEAVY=' + ','.join(heavy))\n"
+        "sys.exit(rc)\n"
+    )
+    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "HEAVY=", proc.stdout[-500:]
+
+
+def test_readme_commands_resolve():
+    """Every `nemotron ...` line of the README names a real command with valid options."""
+    import click
+
+    from nemotron.cli import build_cli
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = [m.group(1) for m in re.finditer(r"^\s*(?:\$ )?(nemotron(?: [^\n#`]*)?)", text, re.M)]
+    assert lines, "the README shows no nemotron command"
+    cli = build_cli()
+    for line in lines:
+        import shlex
+
+        words = shlex.split(line)[1:]
+        cmd: click.Command = cli
+        ctx = click.Context(cli, info_name="nemotron")
+        while isinstance(cmd, click.Group) and words and not words[0].startswith("-"):
+            sub = cmd.get_command(ctx, words[0])
+            assert sub is not None, f"README: {line!r}: no command {words[0]!r}"
+            cmd, words = sub, words[1:]
+        try:
+            cmd.make_context(cmd.name, list(words), resilient_parsing=False).close()
+        except click.exceptions.Exit:
+            pass
+        except click.UsageError as exc:  # pragma: no cover - the assertion message is the point
+            raise AssertionError(f"README: {line!r}: {exc.format_message()}") from None
+
+
+def test_debug_shows_traceback_only_when_asked(capsys):
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiyn", "--dry-run")
+    assert code == 2 and "Traceback" not in err
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiyn", "--dry-run", "--debug")
+    assert code == 2 and "Traceback" in err
+
+
+def test_artifact_versions():
+    # the artifact store writes valid JSON records with increasing versions
+    rec = artifacts.record("x", {"path": "/tmp"})
+    rec2 = artifacts.record("x", {"path": "/tmp"})
+    assert rec2["version"] == rec["version"] + 1
+    assert json.loads((artifacts.store() / "x" / "v2.json").read_text())["version"] == 2
