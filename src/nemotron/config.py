@@ -555,9 +555,9 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     parsed = [parse_override(o) for o in overrides]
     for ov in parsed:
         if ov.path[0] == "profile":
-            if ov.op != "set" or len(ov.path) != 2:
+            if ov.op != "set" or len(ov.path) < 2 or any(isinstance(p, int) for p in ov.path):
                 raise UsageError(f"override {ov.text!r}: profile keys are set as profile.KEY=VALUE")
-            profile_overrides[str(ov.path[1])] = ov.value
+            profile_overrides[".".join(str(p) for p in ov.path[1:])] = ov.value
             continue
         _apply_override(tree, ov, prov)
     if parsed:

@@ -98,7 +98,7 @@ def _job_env(profile: Any, for_display: bool = False) -> dict[str, str]:
     env: dict[str, str] = {}
     if profile is None:
         return env
-    env.update({k: str(v) for k, v in (getattr(profile, "env_vars", None) or {}).items()})
+    env.update(profile.public_env_vars())
     secrets = profile.secret_values()
     for k in secrets:
         env[k] = "***" if for_display else secrets[k]

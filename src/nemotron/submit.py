@@ -61,11 +61,9 @@ def slurm_executor(plan: Any, profile: Any, mode: str, job_dir: str) -> Any:
     node with torchrun spawning one process per GPU.
     """
     run = _import_nemo_run()
-    partition = (getattr(profile, f"{mode}_partition", None) if mode in ("run", "batch") else None) or profile.partition
-    env_vars = {k: str(v) for k, v in (getattr(profile, "env_vars", None) or {}).items()}
+    partition = profile.partition_for(mode) if mode in ("run", "batch") else profile.partition
+    env_vars = dict(profile.public_env_vars())
     secret_names = sorted(profile.secret_values())
-    for name in secret_names:
-        env_vars.pop(name, None)
     setup = list(getattr(profile, "setup", None) or [])
     if secret_names:
         path = secrets_file(plan, profile)

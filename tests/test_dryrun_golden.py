@@ -1,0 +1,84 @@
+"""Golden `--dry-run` output of every stage with `-c tiny` against a sample Slurm profile.
+
+The sbatch script in it is rendered by NeMo-Run itself. Regenerate after an intended change with
+
+    NEMOTRON_REGEN_GOLDEN=1 python -m pytest tests/test_dryrun_golden.py
+
+and review the diff like code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from nemotron.cli import main
+from nemotron.registry import STAGES
+
+pytest.importorskip("nemo_run", reason="the golden dry-runs are rendered by NeMo-Run (pip install 'nemotron-cli[run]')")
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+GOLDEN = HERE / "golden"
+ENV_FILE = HERE / "fixtures" / "env.toml"
+SECRETS = ("golden-secret-value-4242", "golden-token-value-9999")
+
+
+def normalise(text: str, home: Path) -> str:
+    """Replace what changes between runs and machines: experiment ids, paths, random ports/ids."""
+    text = re.sub(r"ultra3-[a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{6}", "<EXPERIMENT_ID>", text)
+    text = text.replace(str(home), "<NEMOTRON_HOME>").replace(str(ROOT), "<ROOT>").replace(sys.executable, "<PYTHON>")
+    text = re.sub(r"--rdzv-id \d+", "--rdzv-id <N>", text)
+    text = re.sub(r"/tmp/nemotron-dryrun-[^/\s]+", "<TMP>", text)
+    return text
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
+def test_golden_dry_run(stage, tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    monkeypatch.setenv("NEMOTRON_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    code = main(["ultra3", *stage.command, "-c", "tiny", "--dry-run", "--batch", "sample", "--env-file", str(ENV_FILE)])
+    cap = capsys.readouterr()
+    assert code == 0, cap.err
+    for secret in SECRETS:
+        assert secret not in cap.out and secret not in cap.err, "a secret leaked into the dry-run output"
+    if stage.launch == "torchrun" or stage.kind != "data":
+        assert "#SBATCH --account=ultra-acct" in cap.out
+    assert not list(tmp_path.glob("home/jobs/*")), "a dry run must not write job folders"
+    text = normalise(cap.out, home)
+    path = GOLDEN / f"{stage.name}.txt"
+    if os.environ.get("NEMOTRON_REGEN_GOLDEN") == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.is_file(), f"no golden file {path.name}; run with NEMOTRON_REGEN_GOLDEN=1 to create it"
+    expected = path.read_text(encoding="utf-8")
+    assert text == expected, f"dry-run output of {stage.name} changed; diff it against {path} (regenerate if intended)"
+
+
+def test_secrets_absent_from_sbatch_script(tmp_path, monkeypatch):
+    """The sbatch script NeMo-Run renders carries no secret value, only the path of the 0600 file
+    the job sources."""
+    from nemotron import execute
+    from nemotron.config import compile_config
+    from nemotron.pipeline import StageRequest, load_profile
+    from nemotron.plan import plan_job
+    from nemotron.registry import get_stage
+
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path))
+    stage = get_stage("pretrain")
+    compiled = compile_config(stage, "tiny", [])
+    profile = load_profile("sample", str(ENV_FILE), {})
+    plan = plan_job(compiled, profile)
+    req = StageRequest(stage=stage, config="tiny", overrides=(), mode="batch", profile="sample", dry_run=True,
+                       env_file=str(ENV_FILE))
+    script = execute.render(req, compiled, profile, plan)
+    assert "#SBATCH" in script
+    for secret in SECRETS:
+        assert secret not in script
+    assert "secrets.env" in script and "WANDB_API_KEY" in script and "HF_TOKEN" in script
+    assert "export NCCL_DEBUG=WARN" in script
