@@ -250,12 +250,12 @@ def _known_keys(tree: dict) -> list[str]:
 
 
 def _merge(base: dict, over: dict, label: str, prov: dict[str, str], errors: list[str], *, strict: bool,
-           where: str, root: dict, prefix: tuple = ()) -> None:
+           where: str, root: dict, prefix: tuple = (), open_paths: frozenset = frozenset()) -> None:
     for key, value in over.items():
         path = (*prefix, key)
         name = dotted(path)
         if key not in base:
-            if strict:
+            if strict and tuple(prefix) not in open_paths:
                 hint = _suggest(name, _known_keys(root))
                 errors.append(f"{where}: unknown key '{name}'" + (f" ({hint})" if hint else ""))
                 continue
@@ -265,7 +265,8 @@ def _merge(base: dict, over: dict, label: str, prov: dict[str, str], errors: lis
             continue
         old = base[key]
         if isinstance(old, dict) and isinstance(value, dict):
-            _merge(old, value, label, prov, errors, strict=strict, where=where, root=root, prefix=path)
+            _merge(old, value, label, prov, errors, strict=strict, where=where, root=root, prefix=path,
+                   open_paths=open_paths)
             continue
         if not _compatible(old, value) or (isinstance(old, dict) and old and value is not None):
             errors.append(f"{where}: '{name}' expects {_type_name(old)}, got {_type_name(value)} {yamlio.flow(value)}")
@@ -277,7 +278,22 @@ def _merge(base: dict, over: dict, label: str, prov: dict[str, str], errors: lis
             prov[dotted(lp)] = label
 
 
-def _apply_override(tree: dict, ov: Override, prov: dict[str, str]) -> None:
+def _open_mappings(tree: Any, prefix: tuple = ()) -> frozenset:
+    """Paths of the empty mappings of default.yaml: free-form maps (``path_vars: {}``) whose keys are
+    the user's to choose."""
+    out: set[tuple] = set()
+    if isinstance(tree, dict):
+        if not tree and prefix:
+            out.add(prefix)
+        for k, v in tree.items():
+            out |= _open_mappings(v, (*prefix, k))
+    return frozenset(out)
+
+
+def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: frozenset = frozenset()) -> None:
+    if ov.op == "set" and tuple(ov.path[:-1]) in open_paths:
+        ov = Override(op="add" if _child(_resolve_path(tree, ov.path[:-1]), ov.path[-1]) is _MISSING else "set",
+                      path=ov.path, value=ov.value, text=ov.text)
     node: Any = tree
     for i, seg in enumerate(ov.path[:-1]):
         nxt = _child(node, seg)
@@ -540,10 +556,11 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     if run_section is not None:
         _merge(tree, {"run": run_section}, "default.yaml", prov, errors, strict=True, where=str(default_path), root=tree)
     layers.append("default.yaml")
+    open_paths = _open_mappings(default_data)
 
     name = config or "default"
     for f in _chain(stage, name):
-        _merge(tree, f.data, f.label, prov, errors, strict=True, where=str(f.path), root=tree)
+        _merge(tree, f.data, f.label, prov, errors, strict=True, where=str(f.path), root=tree, open_paths=open_paths)
         layers.append(f.label)
     if errors:
         raise ConfigError(
@@ -559,7 +576,7 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
                 raise UsageError(f"override {ov.text!r}: profile keys are set as profile.KEY=VALUE")
             profile_overrides[".".join(str(p) for p in ov.path[1:])] = ov.value
             continue
-        _apply_override(tree, ov, prov)
+        _apply_override(tree, ov, prov, open_paths)
     if parsed:
         layers.append(OVERRIDE)
 
