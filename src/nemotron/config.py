@@ -141,6 +141,8 @@ def _resolve_config_ref(stage: Stage, ref: str, relative_to: Path | None) -> Pat
     candidate = folder / f"{ref}.yaml"
     if candidate.is_file():
         return candidate
+    if ref == "local" and stage.kind == "data" and (folder / "tiny.yaml").is_file():
+        return folder / "tiny.yaml"  # data prep's tiny sample runs anywhere: it is also its local
     if relative_to is not None and (relative_to / f"{ref}.yaml").is_file():
         return (relative_to / f"{ref}.yaml").resolve()
     names = config_names(stage)

@@ -6,15 +6,14 @@ columns, so it can be diffed and kept as golden files.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from nemotron.errors import Problem
 
 
-@lru_cache(maxsize=2)
 def console(stderr: bool = False) -> Any:
-    """The shared rich console (stdout, or stderr)."""
+    """A rich console on the current stdout (or stderr); made per call so that redirected streams
+    are honoured."""
     import sys
 
     from rich.console import Console
@@ -47,7 +46,8 @@ def table(title: str | None, header: list[str], rows: list[list[Any]]) -> None:
     from rich import box
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+              show_header=any(str(h).strip() for h in header))
     for h in header:
         t.add_column(h, overflow="fold")
     for r in rows:

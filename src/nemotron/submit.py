@@ -11,6 +11,7 @@ import contextlib
 import io
 import os
 import shlex
+import sys
 import tempfile
 from typing import Any
 
@@ -91,14 +92,34 @@ def slurm_executor(plan: Any, profile: Any, mode: str, job_dir: str) -> Any:
     )
     if isinstance(kwargs["mem"], int):
         kwargs["mem"] = f"{kwargs['mem']}M"
+    # NeMo-Run names the job <prefix><task name>; its default prefix derives from the account
+    kwargs["job_name_prefix"] = f"{plan.stage.recipe}-"
     executor = run.SlurmExecutor(**{k: v for k, v in kwargs.items() if v is not None})
     if plan.launch == "torchrun":
         executor.launcher = "torchrun"
     return executor
 
 
+def task_name(plan: Any) -> str:
+    """The NeMo-Run task name; the Slurm job is named ``<recipe>-<task name>``."""
+    return plan.job_name.removeprefix(f"{plan.stage.recipe}-")
+
+
 def _task(run: Any, plan: Any, config_path: str) -> Any:
     return run.Script(path=str(plan.entry), args=["--config", config_path], entrypoint="python")
+
+
+@contextlib.contextmanager
+def _quiet_stdio(sink: io.StringIO) -> Any:
+    """NeMo-Run prints progress and runs local shell commands through invoke, which reads standard
+    input; give it an empty stdin and collect its chatter instead of showing it."""
+    saved = sys.stdin
+    sys.stdin = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
+    finally:
+        sys.stdin = saved
 
 
 def render_sbatch(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
@@ -112,19 +133,18 @@ def render_sbatch(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
     job_dir = job_root(profile)
     config_path = f"{job_dir}/{plan.experiment_id}/train.yaml"
     sink = io.StringIO()
-    with tempfile.TemporaryDirectory(prefix="nemotron-dryrun-") as tmp, \
-            contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+    with tempfile.TemporaryDirectory(prefix="nemotron-dryrun-") as tmp, _quiet_stdio(sink):
         try:
             executor = slurm_executor(plan, profile, req.mode, job_dir)
-            exp = run.Experiment(plan.job_name, id=plan.experiment_id, executor=executor, log_level="ERROR",
-                                 base_dir=tmp)
-            exp.add(_task(run, plan, config_path), name=plan.stage.name)
-            exp.dryrun(log=False, delete_exp_dir=True)
-            info = exp.jobs[0]._dryrun_info
+            with run.Experiment(plan.job_name, id=plan.experiment_id, executor=executor, log_level="ERROR",
+                                base_dir=tmp) as exp:
+                exp.add(_task(run, plan, config_path), name=task_name(plan))
+                exp.dryrun(log=False, delete_exp_dir=True)
+                info = exp.jobs[0]._dryrun_info
         except RuntimeFailure:
             raise
         except Exception as exc:  # NeMo-Run raises plain exceptions; keep the message
-            raise RuntimeFailure(f"NeMo-Run could not render the Slurm job: {type(exc).__name__}: {exc}") from None
+            raise RuntimeFailure(f"NeMo-Run could not render the Slurm job: {type(exc).__name__}: {exc}") from exc
     return str(info)
 
 
