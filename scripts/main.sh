@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up the environment, then run the main job: data prep for pretraining with the `tiny` config
+# (local Ray, offline data and tokenizer). Extra arguments go to the command, e.g. key=value overrides
+# or --dry-run.
+#
+#   bash scripts/main.sh [ARGS...]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup.sh
+exec .venv/bin/nemotron ultra3 data prep pretrain -c tiny "$@"

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Set up the project's virtual environment in <repo>/.venv and install nemotron with all extras.
+#
+#   bash scripts/setup.sh            # idempotent: a second run only checks and returns
+#
+# Environment:
+#   NEMOTRON_PYTHON       interpreter used to create the venv (default: python3)
+#   NEMOTRON_TORCH_SPEC   what to install for torch before the project (default: torch==2.13.0).
+#                         Set it empty to skip; a torch already in the venv that satisfies the
+#                         project's range (torch>=2.6,<3) is always kept.
+#   NEMOTRON_SETUP_FORCE  set to 1 to reinstall even if nothing changed.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+PYTHON="${NEMOTRON_PYTHON:-python3}"
+TORCH_SPEC="${NEMOTRON_TORCH_SPEC-torch==2.13.0}"
+STAMP="$VENV/.nemotron-setup"
+
+step() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found; install Python >= 3.11"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || die "$PYTHON is $("$PYTHON" -V 2>&1); nemotron needs Python >= 3.11"
+
+# 1. the venv (recreated if a previous attempt left it without a working interpreter)
+if [[ -d "$VENV" ]] && ! "$PY" -c 'import pip' >/dev/null 2>&1; then
+  step "removing broken $VENV"
+  rm -rf "$VENV"
+fi
+if [[ ! -d "$VENV" ]]; then
+  step "creating $VENV"
+  if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+    rm -rf "$VENV"
+    # Debian/Ubuntu ship venv's ensurepip separately
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+      step "installing python3-venv (apt)"
+      [[ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null)" ]] \
+        || apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+      "$PYTHON" -m venv "$VENV"
+    else
+      die "'$PYTHON -m venv' failed; install your distribution's venv package (e.g. python3-venv)"
+    fi
+  fi
+fi
+
+# Skip the pip work when nothing that decides it has changed since the last good run.
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) torch=${TORCH_SPEC}"
+if [[ "${NEMOTRON_SETUP_FORCE:-0}" != 1 && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] \
+   && "$PY" -c 'import nemotron' >/dev/null 2>&1 && [[ -x "$VENV/bin/nemotron" ]]; then
+  step "up to date ($VENV)"
+  exit 0
+fi
+rm -f "$STAMP"
+
+# pip, quiet, without the one warning per package that a find-links/extra-index folder lacking it prints
+pip_q() {
+  local rc=0
+  "$PY" -m pip --quiet --disable-pip-version-check "$@" 2>&1 \
+    | { grep -v -E "^WARNING: Location '.*' is ignored: it is neither a file nor a directory" || true; } || rc=$?
+  return "$rc"
+}
+
+step "upgrading pip"
+pip_q install --upgrade pip
+
+# 2. torch first: an exact pin lets a local CPU wheel win over a multi-GB CUDA download
+if have=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) \
+   && "$PY" - "$have" <<'PYEOF'
+import sys
+v = tuple(int(p) for p in sys.argv[1].split("+")[0].split(".")[:2])
+sys.exit(0 if (2, 6) <= v < (3, 0) else 1)
+PYEOF
+then
+  step "torch $have already installed"
+elif [[ -n "$TORCH_SPEC" ]]; then
+  step "installing $TORCH_SPEC"
+  pip_q install "$TORCH_SPEC"
+else
+  step "NEMOTRON_TORCH_SPEC is empty: torch comes from the project's requirements"
+fi
+
+# 3. the project, editable, with every extra
+step "installing nemotron-cli[all] (editable)"
+pip_q install -e ".[all]"
+
+"$PY" -c 'import nemotron' || die "nemotron does not import after install"
+printf '%s\n' "$want" > "$STAMP"
+step "done: $("$PY" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null || echo 'torch missing'); activate with: source .venv/bin/activate"

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The project's test command: set up .venv, start the local Slurm test cluster where possible, run pytest.
+#
+#   bash scripts/test.sh [PYTEST ARGS...]      # default: everything under tests/
+#
+# As root (or with CI=true) the one-node Slurm cluster of scripts/local_slurm.sh is started for the
+# run; at exit the last test run still using it stops it (unless someone started it by hand before).
+# Its tests then run against it; otherwise they skip with the reason, except under CI=true where a
+# missing cluster fails them.
+# Exits with pytest's code; "no tests collected" (5) is a failure too.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/setup.sh
+
+SLURM_SCRIPT=scripts/local_slurm.sh
+# shellcheck disable=SC2329  # called from the EXIT trap
+stop_cluster_if_last() {
+  # The last test run out stops the cluster, and only if a test run started it (not a person).
+  # Trying for the exclusive lock drops our shared one first, so of two runs ending together one wins.
+  if flock -x -n 9 && [[ -e "$marker" ]]; then bash "$SLURM_SCRIPT" stop 9>&- || true; fi
+}
+
+if [[ $(id -u) == 0 || "${CI:-}" == true ]]; then
+  home=$(eval "$(bash "$SLURM_SCRIPT" env)"; echo "$NEMOTRON_SLURM_HOME")
+  marker="$home/run/test-session.marker"
+  # every test run holds a shared lock while it uses the cluster (fd 9, closed for the daemons)
+  mkdir -p "$(dirname "$home")"
+  exec 9>>"$home.users"
+  flock -s 9
+  trap stop_cluster_if_last EXIT
+  was_up=0
+  bash "$SLURM_SCRIPT" status >/dev/null 2>&1 9>&- && was_up=1
+  if bash "$SLURM_SCRIPT" start 9>&-; then
+    ((was_up)) || touch "$marker"
+    eval "$(bash "$SLURM_SCRIPT" env)"
+    export NEMOTRON_TEST_SLURM=1
+  else
+    echo "[test] the local Slurm cluster did not start: its tests will $([[ "${CI:-}" == true ]] && echo fail || echo skip)" >&2
+    ((was_up)) || touch "$marker" 2>/dev/null || true   # stop whatever part of it did start
+    export NEMOTRON_TEST_SLURM_REASON="scripts/local_slurm.sh start failed (see its message above the test session)"
+  fi
+else
+  export NEMOTRON_TEST_SLURM_REASON="the local Slurm cluster needs root: run scripts/test.sh as root (e.g. in a container) to include the Slurm tests"
+fi
+
+rc=0
+.venv/bin/python -m pytest "$@" 9>&- || rc=$?
+if ((rc == 5)); then echo "[test] pytest collected no tests: treated as a failure" >&2; fi
+exit "$rc"

@@ -1,0 +1,114 @@
+"""Fixtures shared by every test: the local Slurm cluster and the shared real data.
+
+Both skip with a reason when their resource is absent, except under ``CI=true``, where an absent
+resource fails the test: CI must exercise them. ``scripts/test.sh`` starts the cluster (as root) and
+exports ``SLURM_CONF``, ``NEMOTRON_TEST_SLURM=1`` and ``NEMOTRON_SLURM_{PARTITION,ACCOUNT,...}``.
+Tests that use the ``slurm`` fixture get the ``slurm`` marker automatically (``-m "not slurm"``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() == "true"
+TERMINAL_STATES = {
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
+    "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+}
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason} (required under CI=true)", pytrace=False)
+    pytest.skip(reason)
+
+
+@dataclass(frozen=True)
+class LocalSlurm:
+    """The running test cluster, plus small helpers to submit and follow jobs with the CLI tools."""
+
+    conf: Path
+    partition: str
+    account: str
+    cluster: str
+    gpus_per_node: int
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment for a subprocess (NeMo-Run's local tunnel, sbatch ...) that talks to it."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def run(self, *cmd: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(cmd, env=self.env, capture_output=True, text=True, check=check, timeout=timeout)
+
+    def sbatch(self, *args: str) -> str:
+        """Submit with the cluster's partition and account; return the job id."""
+        out = self.run("sbatch", "--parsable", "-p", self.partition, "-A", self.account, *args)
+        return out.stdout.strip().split(";")[0]
+
+    def state(self, job_id: str) -> str:
+        """The job's state as sacct reports it ('' while accounting has no record yet)."""
+        out = self.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State", check=False)
+        line = out.stdout.strip().splitlines()[:1]
+        return line[0].split()[0] if line else ""  # "CANCELLED by 0" -> "CANCELLED"
+
+    def wait(self, job_id: str, timeout: float = 60) -> str:
+        """Poll sacct until the job reaches a terminal state; fail the test after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.state(job_id)
+            if state in TERMINAL_STATES:
+                return state
+            time.sleep(0.5)
+        queue = self.run("squeue", "-j", job_id, "-o", "%i %T %r", check=False).stdout
+        pytest.fail(f"job {job_id} not finished after {timeout}s (sacct: {state or 'no record'}; squeue: {queue})")
+
+
+@pytest.fixture(scope="session")
+def slurm() -> LocalSlurm:
+    if os.environ.get("NEMOTRON_TEST_SLURM") != "1":
+        _unavailable(
+            os.environ.get("NEMOTRON_TEST_SLURM_REASON")
+            or "no local Slurm cluster: run the tests with `bash scripts/test.sh` as root (NEMOTRON_TEST_SLURM=1 unset)"
+        )
+    conf = Path(os.environ.get("SLURM_CONF", ""))
+    if not conf.is_file():
+        _unavailable(f"NEMOTRON_TEST_SLURM=1 but SLURM_CONF={str(conf)!r} is not a file")
+    if shutil.which("sbatch") is None:
+        _unavailable("NEMOTRON_TEST_SLURM=1 but sbatch is not on PATH")
+    info = LocalSlurm(
+        conf=conf,
+        partition=os.environ.get("NEMOTRON_SLURM_PARTITION", "batch"),
+        account=os.environ.get("NEMOTRON_SLURM_ACCOUNT", "nemotron"),
+        cluster=os.environ.get("NEMOTRON_SLURM_CLUSTER", "nemotron"),
+        gpus_per_node=int(os.environ.get("NEMOTRON_SLURM_GPUS_PER_NODE", "8")),
+    )
+    # a dry submission checks config, munge, controller, partition and account in one go
+    probe = info.run("sbatch", "--test-only", "-p", info.partition, "-A", info.account, "--wrap", "true", check=False)
+    if probe.returncode != 0:
+        _unavailable(f"sbatch --test-only failed on the local Slurm cluster: {probe.stderr.strip()}")
+    return info
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """`../shared/data` beside the repository: the real public data sets (see its README)."""
+    path = REPO_ROOT.parent / "shared" / "data"
+    if not path.is_dir():
+        _unavailable(f"shared data folder {path} is absent (expected ../shared/data beside the repository)")
+    return path
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "slurm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm)
