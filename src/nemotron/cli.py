@@ -86,6 +86,34 @@ def _recipe_group(recipe: str) -> click.Group:
 
         return show(recipe)
 
+    @group.command("status", context_settings=_CONTEXT)
+    @click.argument("ident", required=False, metavar="[ID]")
+    @click.option("--debug", is_flag=True, help="Show tracebacks.")
+    def status(ident: str | None, debug: bool) -> int:
+        """State of a submitted job (experiment id or Slurm job id; default: the most recent)."""
+        from nemotron.pipeline import job_status
+
+        return job_status(ident)
+
+    @group.command("logs", context_settings=_CONTEXT)
+    @click.argument("ident", required=False, metavar="[ID]")
+    @click.option("-f", "--follow", is_flag=True, help="Keep streaming until the job ends.")
+    @click.option("--debug", is_flag=True, help="Show tracebacks.")
+    def logs(ident: str | None, follow: bool, debug: bool) -> int:
+        """Logs of a submitted job (default: the most recent)."""
+        from nemotron.pipeline import job_logs
+
+        return job_logs(ident, follow)
+
+    @group.command("cancel", context_settings=_CONTEXT)
+    @click.argument("ident", metavar="ID")
+    @click.option("--debug", is_flag=True, help="Show tracebacks.")
+    def cancel(ident: str, debug: bool) -> int:
+        """Cancel a submitted job (experiment id or Slurm job id)."""
+        from nemotron.pipeline import job_cancel
+
+        return job_cancel(ident)
+
     @group.command("pipe", context_settings=_CONTEXT)
     @click.argument("stages", nargs=-1, metavar="[STAGE...] [STAGE:key=value...]")
     @click.option("-c", "--config", metavar="NAME", help="Config name used for every stage (default: default).")

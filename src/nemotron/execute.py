@@ -113,9 +113,40 @@ def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     """
     if plan.executor in ("direct", "local"):
         return run_here(req, compiled, profile, plan)
-    from nemotron import submit
+    if plan.executor != "slurm":
+        raise RuntimeFailure(f"submitting to a {plan.executor} profile is not available in this version",
+                             "use a slurm or local profile, or run here without a profile")
+    from nemotron import jobs, submit
 
-    return submit.submit(req, compiled, profile, plan)
+    job_id = submit.submit(req, compiled, profile, plan)
+    rec = jobs.load(plan.experiment_id)
+    recipe = plan.stage.recipe
+    print(f"submitted {plan.stage.title}: Slurm job {job_id}, experiment {plan.experiment_id}", file=sys.stderr)
+    if req.mode == "batch":
+        print(job_id)
+        print(f"  follow:  nemotron {recipe} logs {job_id} -f\n  status:  nemotron {recipe} status {job_id}\n"
+              f"  cancel:  nemotron {recipe} cancel {job_id}", file=sys.stderr)
+        return 0
+    return attach(rec)
+
+
+def attach(rec: Any) -> int:
+    """Stream an attached job's log until it ends; 0 only when Slurm says COMPLETED, else 1 with the
+    final state and the last log lines. Ctrl-C detaches (the job keeps running) and returns 130."""
+    from nemotron import jobs
+
+    try:
+        st, code = jobs.follow(rec)
+    except KeyboardInterrupt:
+        print(f"\ndetached: job {rec.job_id} keeps running; stop it with: nemotron ultra3 cancel {rec.job_id}",
+              file=sys.stderr)
+        return 130
+    if st == "COMPLETED":
+        return 0
+    print(f"[nemotron] job {rec.job_id} ended {st} (exit code {code or '?'}); last log lines:", file=sys.stderr)
+    for line in jobs.tail_lines(rec):
+        print(f"  {line}", file=sys.stderr)
+    return 1
 
 
 def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:

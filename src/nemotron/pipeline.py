@@ -157,6 +157,47 @@ def show_profiles(name: str | None, env_file: str | None) -> int:
     return 0
 
 
+def job_status(ident: str | None) -> int:
+    """``status [ID]``: the job's Slurm state and where its files are."""
+    from nemotron import jobs, report
+
+    rec = jobs.load(ident)
+    st, code = jobs.state(rec)
+    report.table(None, ["job", "experiment", "stage", "profile", "state", "exit code"],
+                 [[rec.job_id, rec.experiment_id, rec.title, rec.profile, st, code or "-"]])
+    report.out(f"run folder: {rec.run_dir}\nlogs: {rec.log_dir}", plain=True)
+    return 0
+
+
+def job_logs(ident: str | None, follow: bool) -> int:
+    """``logs [ID] [-f]``: print the job's log; with ``-f`` stream it until the job ends (exit code as
+    for an attached run)."""
+    from nemotron import execute, jobs
+
+    rec = jobs.load(ident)
+    if follow:
+        return execute.attach(rec)
+    files = jobs.log_files(rec)
+    if not files:
+        st, _ = jobs.state(rec)
+        print(f"job {rec.job_id} ({st}) has written no log yet", file=sys.stderr)
+        return 0
+    redact = jobs.redactor(rec)
+    for path in files:
+        sys.stdout.write(redact(jobs.read_log(rec, path)))
+    return 0
+
+
+def job_cancel(ident: str) -> int:
+    """``cancel ID``."""
+    from nemotron import jobs
+
+    rec = jobs.load(ident)
+    jobs.cancel(rec)
+    print(f"cancelled job {rec.job_id} ({rec.experiment_id})", file=sys.stderr)
+    return 0
+
+
 def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     """``nemotron RECIPE pipe [STAGES...]``: each stage in order, each consuming the one before.
 

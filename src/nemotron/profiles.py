@@ -195,6 +195,7 @@ class SlurmSettings(_Common):
     """``executor = "slurm"``: sbatch/srun through NeMo-Run, from this machine or over SSH."""
 
     executor: Literal["slurm"]
+    python: str | None = None  # the job's Python: default "python" in a container, this Python without one
     account: str | None = None
     partition: str | None = None
     run_partition: str | None = None
@@ -502,7 +503,12 @@ def _build(name: str, chain: list[str], source: Path, merged: dict, prov: dict[s
         if settings.identity and settings.identity.startswith("~"):
             updates["identity"] = os.path.expanduser(settings.identity)
     if not ssh:  # a local path: expand ~ against this machine's $HOME
-        updates["job_dir"] = os.path.expanduser(settings.job_dir or DEFAULT_JOB_DIR)
+        if settings.job_dir:
+            updates["job_dir"] = os.path.expanduser(settings.job_dir)
+        else:
+            from nemotron.artifacts import home
+
+            updates["job_dir"] = str(home() / "jobs")
         prov.setdefault("job_dir", _DEFAULT)
     if problems:
         raise _error(source, name, problems, prov, merged, text)

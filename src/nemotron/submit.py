@@ -1,8 +1,15 @@
-"""NeMo-Run executors built from env.toml profiles. This module is the only one that imports
-``nemo_run`` (2-4 s); the CLI imports it only to render a Slurm job script or to submit.
+"""Slurm submission through NeMo-Run. This module is the only one that imports ``nemo_run`` (2-4 s);
+the CLI imports it only to render a Slurm job script or to submit.
 
-The sbatch script shown by ``--dry-run`` is rendered by NeMo-Run itself (its experiment dry run),
-not by a renderer of ours that could drift from what is submitted.
+Layout on the cluster, under the profile's ``job_dir`` (``ROOT``)::
+
+    ROOT/runs/<experiment id>/            ours: train.yaml, job.yaml, secrets.env (0600), code/
+    ROOT/experiments/<job name>/<id>/     NeMo-Run's: the sbatch script, its logs, its metadata
+
+``code/`` is a snapshot of the ``nemotron`` package with its stage definitions, put on ``PYTHONPATH``
+of the job, so the job runs exactly the code that was submitted. The sbatch script shown by
+``--dry-run`` is rendered by NeMo-Run itself (its experiment dry run) from the same executor and task
+that submission uses.
 """
 
 from __future__ import annotations
@@ -12,7 +19,9 @@ import io
 import os
 import shlex
 import sys
+import tarfile
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from nemotron.errors import RuntimeFailure
@@ -28,76 +37,13 @@ def _import_nemo_run() -> Any:
 
 
 def job_root(profile: Any) -> str:
-    """Where job folders live for ``profile`` (visible from login and compute nodes).
-
-    Default ``$NEMOTRON_HOME/jobs`` for local tunnels; an SSH profile must set ``job_dir``.
-    """
-    job_dir = getattr(profile, "job_dir", None)
-    if job_dir:
-        return str(job_dir)
-    from nemotron.artifacts import home
-
-    return str(home() / "jobs")
+    """The profile's ``job_dir``: where job folders live, visible from login and compute nodes."""
+    return str(profile.job_dir)
 
 
-def _tunnel(run: Any, profile: Any, job_dir: str) -> Any:
-    kind = getattr(profile, "tunnel", None) or "local"
-    if kind == "ssh":
-        return run.SSHTunnel(host=profile.host, user=getattr(profile, "user", None) or os.environ.get("USER", ""),
-                             job_dir=job_dir, identity=getattr(profile, "identity", None))
-    return run.LocalTunnel(job_dir=job_dir)
-
-
-def secrets_file(plan: Any, profile: Any) -> str:
-    """Path (on the cluster) of the 0600 file holding the job's secrets; sourced inside the job so
-    their values never appear in the sbatch script, job files or logs."""
-    return f"{job_root(profile)}/{plan.experiment_id}.secrets.env"
-
-
-def slurm_executor(plan: Any, profile: Any, mode: str, job_dir: str) -> Any:
-    """A ``nemo_run.SlurmExecutor`` for ``plan`` on ``profile``.
-
-    ``mode``: ``"run"`` (uses ``run_partition`` when set) or ``"batch"`` (``batch_partition``).
-    Torchrun stages use NeMo-Run's torchrun launcher, which rewrites the task counts to one task per
-    node with torchrun spawning one process per GPU.
-    """
-    run = _import_nemo_run()
-    partition = profile.partition_for(mode) if mode in ("run", "batch") else profile.partition
-    env_vars = dict(profile.public_env_vars())
-    secret_names = sorted(profile.secret_values())
-    setup = list(getattr(profile, "setup", None) or [])
-    if secret_names:
-        path = secrets_file(plan, profile)
-        setup.append(f"set -a; . {shlex.quote(path)}; set +a  # secrets: {', '.join(secret_names)}")
-    additional: dict[str, Any] = {}
-    if getattr(profile, "reservation", None):
-        additional["reservation"] = profile.reservation
-    kwargs: dict[str, Any] = dict(
-        account=getattr(profile, "account", None),
-        partition=partition,
-        qos=getattr(profile, "qos", None),
-        time=getattr(profile, "time", None) or "01:00:00",
-        nodes=plan.nodes,
-        ntasks_per_node=plan.gpus_per_node if plan.launch == "torchrun" and plan.gpus_per_node else 1,
-        gpus_per_node=plan.gpus_per_node or None,
-        exclusive=getattr(profile, "exclusive", None),
-        mem=getattr(profile, "mem", None),
-        container_image=plan.image,
-        container_mounts=list(getattr(profile, "mounts", None) or []),
-        env_vars=env_vars,
-        setup_lines="\n".join(setup) or None,
-        additional_parameters=additional or None,
-        tunnel=_tunnel(run, profile, job_dir),
-        packager=run.Packager(),
-    )
-    if isinstance(kwargs["mem"], int):
-        kwargs["mem"] = f"{kwargs['mem']}M"
-    # NeMo-Run names the job <prefix><task name>; its default prefix derives from the account
-    kwargs["job_name_prefix"] = f"{plan.stage.recipe}-"
-    executor = run.SlurmExecutor(**{k: v for k, v in kwargs.items() if v is not None})
-    if plan.launch == "torchrun":
-        executor.launcher = "torchrun"
-    return executor
+def remote_run_dir(profile: Any, plan: Any) -> str:
+    """``ROOT/runs/<experiment id>``: train.yaml, job.yaml, secrets.env and the code snapshot."""
+    return f"{job_root(profile)}/runs/{plan.experiment_id}"
 
 
 def task_name(plan: Any) -> str:
@@ -105,8 +51,85 @@ def task_name(plan: Any) -> str:
     return plan.job_name.removeprefix(f"{plan.stage.recipe}-")
 
 
-def _task(run: Any, plan: Any, config_path: str) -> Any:
-    return run.Script(path=str(plan.entry), args=["--config", config_path], entrypoint="python")
+def _uses_container(plan: Any) -> bool:
+    return plan.image is not None
+
+
+def _python(profile: Any, plan: Any) -> str:
+    configured = getattr(profile, "python", None)
+    if configured:
+        return configured
+    if _uses_container(plan) or getattr(profile, "tunnel", "local") == "ssh":
+        return "python"
+    return sys.executable  # host Python on a cluster that shares this machine's file system
+
+
+def _tunnel(run: Any, profile: Any, job_dir: str) -> Any:
+    if (getattr(profile, "tunnel", None) or "local") == "ssh":
+        return run.SSHTunnel(host=profile.host, user=profile.user, job_dir=job_dir,
+                             identity=getattr(profile, "identity", None))
+    return run.LocalTunnel(job_dir=job_dir)
+
+
+def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
+    """A ``nemo_run.SlurmExecutor`` for ``plan`` on ``profile``, its experiment folders under ``root``.
+
+    ``mode``: ``"run"`` (uses ``run_partition`` when set) or ``"batch"`` (``batch_partition``).
+    Torchrun stages use NeMo-Run's torchrun launcher, which rewrites the task counts to one task per
+    node with torchrun spawning one process per GPU.
+    """
+    rdir = remote_run_dir(profile, plan)
+    env_vars = dict(profile.public_env_vars())
+    env_vars.update({"PYTHONPATH": f"{rdir}/code", "NEMOTRON_EXPERIMENT_ID": plan.experiment_id,
+                     "NEMOTRON_RUN_DIR": rdir})
+    python = _python(profile, plan)
+    if os.path.isabs(python):  # host Python: its console scripts (torchrun, ray) come first on PATH
+        env_vars["PATH"] = f"{os.path.dirname(python)}:$PATH"
+    setup = []
+    secret_names = sorted(profile.secret_values())
+    if secret_names:  # first, so that the profile's own setup lines can use them too
+        setup.append(f"set -a; . {shlex.quote(rdir + '/secrets.env')}; set +a  # secrets: {', '.join(secret_names)}")
+    setup.extend(getattr(profile, "setup", None) or [])
+    additional: dict[str, Any] = {}
+    if getattr(profile, "reservation", None):
+        additional["reservation"] = profile.reservation
+    mounts = list(getattr(profile, "mounts", None) or []) if _uses_container(plan) else []
+    if _uses_container(plan):
+        mounts.append(f"{job_root(profile)}:{job_root(profile)}")
+    mem = getattr(profile, "mem", None)
+    kwargs: dict[str, Any] = dict(
+        account=getattr(profile, "account", None),
+        partition=profile.partition_for(mode) if mode in ("run", "batch") else profile.partition,
+        qos=getattr(profile, "qos", None),
+        time=getattr(profile, "time", None) or "01:00:00",
+        nodes=plan.nodes,
+        ntasks_per_node=plan.gpus_per_node if plan.launch == "torchrun" and plan.gpus_per_node else 1,
+        gpus_per_node=plan.gpus_per_node or None,
+        exclusive=getattr(profile, "exclusive", None),
+        mem=f"{mem}M" if isinstance(mem, int) else mem,
+        container_image=plan.image,
+        container_mounts=mounts,
+        env_vars=env_vars,
+        setup_lines="\n".join(setup) or None,
+        additional_parameters=additional or None,
+        tunnel=_tunnel(run, profile, f"{root}/experiments/{plan.job_name}"),
+        packager=run.Packager(),
+        # NeMo-Run names the job <prefix><task name>; its default prefix derives from the account
+        job_name_prefix=f"{plan.stage.recipe}-",
+    )
+    executor = run.SlurmExecutor(**{k: v for k, v in kwargs.items() if v is not None})
+    if plan.launch == "torchrun":
+        executor.launcher = "torchrun"
+    return executor
+
+
+def _task(run: Any, plan: Any, profile: Any) -> Any:
+    rdir = remote_run_dir(profile, plan)
+    entry = f"{rdir}/code/nemotron/_stages/{plan.stage.entry}"
+    # under torchrun the entrypoint must be plain "python": torchrun then starts the script with its own
+    # interpreter (any other entrypoint makes NeMo-Run pass --no-python and exec the script itself)
+    python = "python" if plan.launch == "torchrun" else _python(profile, plan)
+    return run.Script(path=entry, args=["--config", f"{rdir}/train.yaml"], entrypoint=python)
 
 
 @contextlib.contextmanager
@@ -122,43 +145,139 @@ def _quiet_stdio(sink: io.StringIO) -> Any:
         sys.stdin = saved
 
 
+def _check_layout(plan: Any) -> None:
+    if plan.launch == "ray" and plan.nodes > 1:
+        raise RuntimeFailure(
+            f"{plan.stage.title}: a Ray stage on {plan.nodes} Slurm nodes needs a multi-node Ray cluster in the "
+            "allocation, which this version does not start yet",
+            "run it on one node (run.env.nodes=1): the job starts a one-node Ray inside its allocation",
+        )
+
+
 def render_sbatch(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
-    """The sbatch command and script NeMo-Run would submit for this job. Writes nothing outside a
-    temporary directory (NeMo-Run's experiment folder goes there and is deleted).
+    """The sbatch command and script NeMo-Run would submit for this job.
+
+    NeMo-Run's experiment folder goes to a temporary directory, deleted afterwards; the paths in the
+    text are then those of the real submission (the temporary root replaced by the profile's
+    ``job_dir``), so the script shown is the script submitted.
 
     Raises:
         RuntimeFailure: NeMo-Run is missing or fails to render.
     """
     run = _import_nemo_run()
-    job_dir = job_root(profile)
-    config_path = f"{job_dir}/{plan.experiment_id}/train.yaml"
+    _check_layout(plan)
     sink = io.StringIO()
     with tempfile.TemporaryDirectory(prefix="nemotron-dryrun-") as tmp, _quiet_stdio(sink):
         try:
-            executor = slurm_executor(plan, profile, req.mode, job_dir)
+            executor = _executor(run, plan, profile, req.mode, tmp)
             with run.Experiment(plan.job_name, id=plan.experiment_id, executor=executor, log_level="ERROR",
                                 base_dir=tmp) as exp:
-                exp.add(_task(run, plan, config_path), name=task_name(plan))
+                exp.add(_task(run, plan, profile), name=task_name(plan))
                 exp.dryrun(log=False, delete_exp_dir=True)
                 info = exp.jobs[0]._dryrun_info
         except RuntimeFailure:
             raise
         except Exception as exc:  # NeMo-Run raises plain exceptions; keep the message
             raise RuntimeFailure(f"NeMo-Run could not render the Slurm job: {type(exc).__name__}: {exc}") from exc
-    return str(info)
+        text = str(info)
+    return text.replace(tmp, job_root(profile))
 
 
-def submit(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
-    """Submit to a cluster. Submission (``--run``/``--batch`` on Slurm and Ray profiles) is built in
-    the execution issue; until then this says so plainly.
+def code_snapshot(dest: Path) -> Path:
+    """Write ``dest`` (a .tar.gz) holding the ``nemotron`` package with its stage definitions as
+    ``nemotron/_stages`` — what the job puts on its ``PYTHONPATH``."""
+    from nemotron.paths import stages_dir
+
+    pkg = Path(__file__).resolve().parent
+
+    def skip(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        name = info.name.rsplit("/", 1)[-1]
+        return None if name == "__pycache__" or name.endswith((".pyc", ".pyo")) else info
+
+    with tarfile.open(dest, "w:gz") as tar:
+        tar.add(pkg, arcname="nemotron", filter=lambda i: None if i.name.startswith("nemotron/_stages") else skip(i))
+        tar.add(stages_dir(), arcname="nemotron/_stages", filter=skip)
+    return dest
+
+
+def _stage_files(executor: Any, req: Any, compiled: Any, profile: Any, plan: Any) -> None:
+    """Put train.yaml, job.yaml, secrets.env (0600) and the code snapshot into the run folder on the
+    cluster, through the executor's tunnel (a copy for a local tunnel, SFTP for SSH)."""
+    from nemotron import execute, yamlio
+
+    rdir = remote_run_dir(profile, plan)
+    tunnel = executor.tunnel
+    tunnel.connect()
+    tunnel.run(f"mkdir -p {shlex.quote(rdir)}/code && chmod 700 {shlex.quote(rdir)}", hide=True)
+    with tempfile.TemporaryDirectory(prefix="nemotron-submit-") as tmp:
+        files = {
+            "train.yaml": yamlio.dumps(compiled.config),
+            "job.yaml": yamlio.dumps(execute.provenance(req, compiled, profile, plan)),
+        }
+        secrets = profile.secret_values()
+        if secrets:
+            files["secrets.env"] = "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items()))
+        for name, text in files.items():
+            local = Path(tmp) / name
+            local.write_text(text, encoding="utf-8")
+            os.chmod(local, 0o600)
+            tunnel.put(str(local), f"{rdir}/{name}")
+        if secrets:
+            tunnel.run(f"chmod 600 {shlex.quote(rdir + '/secrets.env')}", hide=True)
+        code_snapshot(Path(tmp) / "code.tar.gz")
+        tunnel.put(str(Path(tmp) / "code.tar.gz"), f"{rdir}/code.tar.gz")
+    tunnel.run(f"tar -xzf {shlex.quote(rdir + '/code.tar.gz')} -C {shlex.quote(rdir + '/code')} "
+               f"&& rm -f {shlex.quote(rdir + '/code.tar.gz')}", hide=True)
+
+
+def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[str] | None = None) -> str:
+    """Submit the job to Slurm; returns the Slurm job id. Records the job (see :mod:`nemotron.jobs`).
+
+    ``dependencies``: Slurm job ids this job must wait for (``afterok``; a failed dependency cancels
+    this job: ``--kill-on-invalid-dep=yes``).
 
     Raises:
-        RuntimeFailure: always, for now.
+        RuntimeFailure: missing secrets, NeMo-Run errors, or sbatch refusing the job (its message kept).
     """
-    raise RuntimeFailure(
-        f"submitting to a {plan.executor} profile is not available in this version",
-        f"use --dry-run to see the job NeMo-Run would submit, or run here without a profile: nemotron {req.stage.title} -c {plan.config_name}",
-    )
+    from nemotron import jobs
 
-
-__all__ = ["render_sbatch", "slurm_executor", "submit", "job_root", "secrets_file"]
+    missing = profile.missing_secrets()
+    if missing:
+        raise RuntimeFailure(f"profile {profile.name}: secret(s) {', '.join(missing)} not set in this shell",
+                             f"export {missing[0]}=... before submitting (secrets are read from the environment)")
+    _check_layout(plan)
+    run = _import_nemo_run()
+    root = job_root(profile)
+    sink = io.StringIO()
+    try:
+        with _quiet_stdio(sink):
+            executor = _executor(run, plan, profile, req.mode, root)
+            if dependencies:
+                extra = dict(executor.additional_parameters or {})
+                extra["dependency"] = "afterok:" + ":".join(dependencies)
+                extra["kill_on_invalid_dep"] = "yes"
+                executor.additional_parameters = extra
+            _stage_files(executor, req, compiled, profile, plan)
+            with run.Experiment(plan.job_name, id=plan.experiment_id, executor=executor, log_level="ERROR",
+                                base_dir=root) as exp:
+                exp.add(_task(run, plan, profile), name=task_name(plan))
+                exp.run(detach=True)
+                handle = exp.jobs[0].handle
+    except RuntimeFailure:
+        raise
+    except Exception as exc:
+        detail = str(exc).strip().splitlines()
+        reason = next((ln for ln in reversed(detail) if "error" in ln.lower()), detail[-1] if detail else "")
+        raise RuntimeFailure(f"submission of {plan.stage.title} failed: {type(exc).__name__}: {reason}",
+                             "run again with --debug for NeMo-Run's full message") from exc
+    job_id = str(handle).rstrip("/").rsplit("/", 1)[-1]
+    if not job_id.isdigit():
+        raise RuntimeFailure(f"NeMo-Run returned no Slurm job id for {plan.stage.title} (handle {handle!r})")
+    exp_dir = f"{root}/experiments/{plan.job_name}/{plan.experiment_id}/{task_name(plan)}"
+    jobs.save(jobs.JobRecord(
+        experiment_id=plan.experiment_id, job_id=job_id, stage=plan.stage.name, title=plan.stage.title,
+        profile=profile.name, env_file=str(profile.source), run_dir=remote_run_dir(profile, plan), log_dir=exp_dir,
+        job_name=f"{plan.stage.recipe}-{task_name(plan)}", tunnel=getattr(profile, "tunnel", "local") or "local",
+        host=getattr(profile, "host", None), user=getattr(profile, "user", None),
+    ))
+    return job_id

@@ -1,0 +1,219 @@
+"""Blends: the input list of datasets with weights, and the Megatron ``blend.json`` we write.
+
+Input blend (JSON; the file ``blend_path`` names)::
+
+    {
+      "name": "ultra3-phase1",                    # optional
+      "description": "...", "source": "...",      # optional, free text
+      "datasets": [
+        {"name": "wikitext",                       # unique; [A-Za-z0-9._-]
+         "path": "data/*.jsonl",                  # file, folder, glob, or hf://org/name
+         "weight": 1.0,                            # > 0; relative (Megatron normalises)
+         "category": "wiki",                       # optional, default = name
+         "text_field": "text",                     # optional, default "text" (dotted path allowed)
+         "format": null,                           # optional: jsonl, jsonl.gz, json, parquet, text
+         "subset": null, "split": "train",         # optional, for hf:// datasets
+         "exclude": ["tests/*"],                   # optional glob patterns
+         "optional": false,                        # optional: a path that matches nothing is skipped
+         "note": "..."}                            # optional, free text
+      ],
+      "missing": [{"category": "code", "weight": 14.0, "reason": "..."}]   # optional
+    }
+
+``{name}`` placeholders in ``path`` are replaced from the stage config's ``path_vars``. Relative
+paths are taken from the directory the stage runs in, like command-line paths.
+
+The output ``blend.json`` is the Megatron-Bridge ``per_split_data_args_path`` file:
+``{"train": [w1, "prefix1", ...], "valid": [...], "test": [...]}`` — weights, then path prefixes
+without suffix. Weights live only there: Megatron normalises them and samples by them, so data prep
+writes every document once and never down-samples by weight.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nemotron.data.files import LineDict, atomic_write_json, load_json_lines_known
+from nemotron.errors import ConfigError, RuntimeFailure
+
+_DATASET_KEYS = ("name", "path", "weight", "category", "text_field", "format", "subset", "split", "exclude",
+                 "optional", "note")
+_TOP_KEYS = ("name", "description", "source", "datasets", "missing")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_VAR_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One dataset of a blend (see the module docstring for the fields)."""
+
+    name: str
+    path: str
+    weight: float
+    category: str
+    text_field: str = "text"
+    format: str | None = None
+    subset: str | None = None
+    split: str | None = None
+    exclude: tuple[str, ...] = ()
+    optional: bool = False
+    line: int = 0
+
+
+@dataclass
+class Blend:
+    """A parsed input blend. ``dropped`` lists datasets removed by the ``bad_weight: skip`` policy
+    as ``(name, message)``; ``missing`` the categories without open data."""
+
+    path: str
+    name: str
+    datasets: list[DatasetSpec]
+    missing: list[dict[str, Any]] = field(default_factory=list)
+    dropped: list[tuple[str, str]] = field(default_factory=list)
+    description: str = ""
+
+
+def _unknown(key: str, valid: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1)
+    return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(valid)}"
+
+
+def _weight_problem(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"weight={value!r} is not a number"
+    if math.isnan(value) or math.isinf(value):
+        return f"weight={value!r} is not a finite number"
+    if value <= 0:
+        return f"weight={value!r} must be greater than 0"
+    return None
+
+
+def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None = None,
+               bad_weight: str = "fail") -> Blend:
+    """Parse and check an input blend.
+
+    Args:
+        path: the blend JSON file.
+        path_vars: values for ``{name}`` placeholders in dataset paths.
+        bad_weight: ``"fail"`` (raise) or ``"skip"`` (drop the dataset, recorded in ``Blend.dropped``)
+            for a weight that is zero, negative or not a number.
+
+    Raises:
+        ConfigError: unreadable or invalid JSON, unknown or missing keys, duplicate names, unknown
+            placeholders, a bad weight under ``"fail"``, or no dataset left. Messages read
+            ``<file>:<line>: datasets[i] (<name>): <problem>``.
+    """
+    p = Path(path)
+    data = load_json_lines_known(p)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}:1: a blend must be a JSON object with a 'datasets' list")
+    for key in data:
+        if key not in _TOP_KEYS and not key.startswith("_"):
+            raise ConfigError(f"{p}:{getattr(data, 'line', 1)}: unknown key {key!r}{_unknown(key, _TOP_KEYS)}")
+    items = data.get("datasets")
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{p}: 'datasets' must be a non-empty list")
+    variables = {k: str(v) for k, v in (path_vars or {}).items() if v is not None}
+    out: list[DatasetSpec] = []
+    dropped: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for i, d in enumerate(items):
+        line = getattr(d, "line", 0)
+        where = f"{p}:{line}: datasets[{i}]"
+        if not isinstance(d, LineDict):
+            raise ConfigError(f"{where}: must be an object")
+        for key in d:
+            if key not in _DATASET_KEYS and not key.startswith("_"):
+                raise ConfigError(f"{where}: unknown key {key!r}{_unknown(key, _DATASET_KEYS)}")
+        name = d.get("name")
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ConfigError(f"{where}: name={name!r} must be letters, digits, '.', '_' or '-'")
+        where = f"{where} ({name})"
+        if name in seen:
+            raise ConfigError(f"{where}: duplicate dataset name")
+        seen.add(name)
+        raw_path = d.get("path")
+        if not isinstance(raw_path, str) or not raw_path:
+            raise ConfigError(f"{where}: 'path' is required (file, folder, glob or hf://org/name)")
+
+        def sub(m: re.Match[str], _where: str = where) -> str:
+            if m.group(1) not in variables:
+                known = ", ".join(sorted(variables)) or "none"
+                raise ConfigError(f"{_where}: path placeholder {{{m.group(1)}}} is not in path_vars (known: {known})")
+            return variables[m.group(1)]
+
+        resolved = _VAR_RE.sub(sub, raw_path)
+        problem = _weight_problem(d.get("weight"))
+        if problem:
+            if bad_weight == "skip":
+                dropped.append((name, f"{where}: {problem}; dataset skipped (on_bad.bad_weight=skip)"))
+                continue
+            raise ConfigError(f"{where}: {problem}", "fix the weight, or set on_bad.bad_weight=skip to leave it out")
+        exclude = d.get("exclude") or []
+        if not isinstance(exclude, list) or not all(isinstance(x, str) for x in exclude):
+            raise ConfigError(f"{where}: 'exclude' must be a list of glob patterns")
+        text_field = d.get("text_field", "text")
+        if not isinstance(text_field, str) or not text_field:
+            raise ConfigError(f"{where}: text_field={text_field!r} must be a field name")
+        out.append(DatasetSpec(
+            name=name, path=resolved, weight=float(d["weight"]), category=str(d.get("category") or name),
+            text_field=text_field, format=d.get("format"), subset=d.get("subset"), split=d.get("split"),
+            exclude=tuple(exclude), optional=bool(d.get("optional", False)), line=line,
+        ))
+    if not out:
+        raise ConfigError(f"{p}: no dataset left after dropping those with bad weights")
+    missing = data.get("missing") or []
+    if not isinstance(missing, list):
+        raise ConfigError(f"{p}: 'missing' must be a list of {{category, weight, reason}}")
+    for j, m in enumerate(missing):
+        if not isinstance(m, dict) or "category" not in m or _weight_problem(m.get("weight")):
+            raise ConfigError(f"{p}:{getattr(m, 'line', 0)}: missing[{j}] needs a category and a weight > 0")
+    return Blend(path=str(p), name=str(data.get("name") or p.stem), datasets=out,
+                 missing=[dict(m) for m in missing], dropped=dropped, description=str(data.get("description") or ""))
+
+
+def prefix_weights(dataset_weight: float, shard_tokens: list[int]) -> list[float]:
+    """Per-prefix weights that give a dataset its share: ``weight × tokens_i / Σ tokens``.
+
+    Megatron samples each prefix with probability proportional to its weight, so splitting a
+    dataset's weight in proportion to its shards' tokens keeps the dataset's share exactly
+    ``weight / Σ weights`` and samples its shards uniformly per token.
+    """
+    total = sum(shard_tokens)
+    return [dataset_weight * t / total for t in shard_tokens] if total else [0.0 for _ in shard_tokens]
+
+
+def write_megatron_blend(path: str | os.PathLike[str], splits: dict[str, list[tuple[float, str]]]) -> dict[str, list[Any]]:
+    """Check and write the Megatron ``blend.json``; returns what was written.
+
+    Args:
+        splits: ``{"train"|"valid"|"test": [(weight, prefix), ...]}``.
+
+    Raises:
+        RuntimeFailure: a split is missing or empty, a weight is not > 0, or a prefix's ``.bin``/``.idx``
+            is missing or empty.
+    """
+    out: dict[str, list[Any]] = {}
+    for split in ("train", "valid", "test"):
+        entries = splits.get(split) or []
+        if not entries:
+            raise RuntimeFailure(f"blend.json: the {split!r} split would be empty (no documents reached it)",
+                                 "raise split.valid_docs/test_docs or check the skipped-record counts above")
+        flat: list[Any] = []
+        for weight, prefix in entries:
+            if not (weight > 0):
+                raise RuntimeFailure(f"blend.json: {split} prefix {prefix} has weight {weight}")
+            for suffix in (".bin", ".idx"):
+                f = Path(prefix + suffix)
+                if not f.is_file() or f.stat().st_size == 0:
+                    raise RuntimeFailure(f"blend.json: {split} prefix {prefix}: {f.name} is missing or empty")
+            flat.extend([weight, prefix])
+        out[split] = flat
+    atomic_write_json(path, out)
+    return out

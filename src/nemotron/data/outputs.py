@@ -1,0 +1,152 @@
+"""Output folders of the data stages: versions, receipts, manifests and ``consumed_by`` records.
+
+Layout of one prepared output (a *version folder*)::
+
+    <version>/plan.json          the work plan (shards and their input pieces), written before any work
+    <version>/data/...           the stage's files, each shard with a ``<shard>.receipt.json``
+    <version>/tokenizer/         the tokenizer the data was made with
+    <version>/blend.json         (pretraining) the Megatron-Bridge per-split blend
+    <version>/manifest.json      written last: ``"complete": true`` means the folder is finished
+    <version>/consumed_by/*.json one record per training run that used this folder
+
+Versions: the first version is ``output_dir`` itself; ``force=true`` rebuilds the latest version in
+place unless a training run has consumed it, in which case the rebuild goes to a new folder
+``output_dir/v<N+1>`` and the consumed data stays untouched (the checkpoint's lineage keeps pointing
+at the exact files it was trained on).
+
+``consumed_by`` record: a training stage that reads a version folder calls :func:`record_consumer`
+before it starts. That writes ``<version>/consumed_by/<run_id>.json`` (atomically, one file per run,
+so concurrent runs never race on a shared file) holding at least
+``{"stage": ..., "run_id": ..., "artifact": ..., "time": ISO-8601 UTC}``. A version with any such
+record is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from nemotron.data.files import atomic_write_json
+from nemotron.errors import ConfigError
+
+MANIFEST = "manifest.json"
+PLAN = "plan.json"
+CONSUMED_DIR = "consumed_by"
+RECEIPT_SUFFIX = ".receipt.json"
+#: Names inside a version folder that a rebuild may delete (nothing else is ever removed).
+OWNED_NAMES = (MANIFEST, PLAN, "blend.json", "data", "tokenizer")
+
+
+def consumers(version_dir: str | Path) -> list[dict[str, Any]]:
+    """The ``consumed_by`` records of a version folder (sorted by file name); empty when unused."""
+    out = []
+    folder = Path(version_dir) / CONSUMED_DIR
+    if folder.is_dir():
+        for f in sorted(folder.glob("*.json")):
+            try:
+                out.append(json.loads(f.read_text(encoding="utf-8")))
+            except (OSError, ValueError):
+                out.append({"run_id": f.stem, "unreadable": True})
+    return out
+
+
+def record_consumer(version_dir: str | Path, *, stage: str, run_id: str, artifact: str | None = None,
+                    **extra: Any) -> Path:
+    """Record that a training run consumed ``version_dir`` (see the module docstring); returns the record path."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", run_id) or "run"
+    record = {"stage": stage, "run_id": run_id, "artifact": artifact,
+              "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
+    path = Path(version_dir) / CONSUMED_DIR / f"{safe}.json"
+    atomic_write_json(path, record)
+    return path
+
+
+def versions(output_dir: str | Path) -> list[tuple[int, Path]]:
+    """Existing versions of ``output_dir``: ``[(1, output_dir), (2, output_dir/v2), ...]``.
+
+    ``output_dir`` counts as version 1 when it holds a plan or a manifest.
+    """
+    root = Path(output_dir)
+    found: list[tuple[int, Path]] = []
+    if (root / PLAN).exists() or (root / MANIFEST).exists():
+        found.append((1, root))
+    if root.is_dir():
+        for child in root.iterdir():
+            m = re.fullmatch(r"v(\d+)", child.name)
+            if m and child.is_dir() and int(m.group(1)) >= 2:
+                found.append((int(m.group(1)), child))
+    return sorted(found)
+
+
+def select_version(output_dir: str | Path, force: bool) -> tuple[int, Path, str]:
+    """Choose the version folder a run writes: ``(version, folder, why)``.
+
+    * no previous output: version 1 = ``output_dir``;
+    * without ``force``: the latest version (resumed, or reported up to date by the caller);
+    * with ``force``: the latest version, emptied of our files, unless it was consumed — then a new
+      ``v<N+1>`` folder.
+    """
+    root = Path(output_dir)
+    found = versions(root)
+    if not found:
+        return 1, root, "new"
+    n, latest = found[-1]
+    if not force:
+        return n, latest, "existing"
+    used = consumers(latest)
+    if used:
+        who = ", ".join(str(u.get("run_id")) for u in used[:3])
+        return n + 1, root / f"v{n + 1}", f"v{n} was consumed by {who}; writing a new version"
+    return n, latest, "rebuild"
+
+
+def clear_version(folder: str | Path) -> None:
+    """Delete the files a data stage owns in ``folder`` (:data:`OWNED_NAMES`), never anything else.
+
+    Raises:
+        ConfigError: the folder has ``consumed_by`` records (consumed output is never deleted).
+    """
+    folder = Path(folder)
+    if consumers(folder):
+        raise ConfigError(f"{folder} was consumed by a training run; refusing to delete it")
+    for name in OWNED_NAMES:
+        p = folder / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+
+
+def receipt_path(prefix: str | Path) -> Path:
+    """Where the receipt of the shard at ``prefix`` lives."""
+    prefix = Path(prefix)
+    return prefix.with_name(prefix.name + RECEIPT_SUFFIX)
+
+
+def read_receipt(prefix: str | Path, key: str) -> dict[str, Any] | None:
+    """The receipt of a finished shard, or ``None`` when the shard must be (re)built.
+
+    A receipt counts only when its ``key`` equals ``key`` (the shard's inputs and settings are the
+    same) and every file it lists exists with the recorded size.
+    """
+    path = receipt_path(prefix)
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if rec.get("key") != key:
+        return None
+    for name, size in (rec.get("files") or {}).items():
+        f = Path(prefix).parent / name
+        if not f.is_file() or f.stat().st_size != size:
+            return None
+    return rec
+
+
+def write_receipt(prefix: str | Path, receipt: dict[str, Any]) -> None:
+    """Write a shard's receipt atomically (after its data files are in place)."""
+    atomic_write_json(receipt_path(prefix), receipt)

@@ -1,0 +1,859 @@
+"""Pretraining data prep: a blend of raw-text datasets → Megatron ``.bin/.idx`` shards + ``blend.json``.
+
+Flow (:func:`prepare`)::
+
+    load blend ─► choose output version ─► resolve tokenizer ─► plan shards (pure, from the inputs)
+       ─► resume check (plan key, receipts) ─► Ray: one task per unfinished shard (streamed progress)
+       ─► blend.json (weights split over shards by tokens) ─► manifest.json (last) ─► summary tables
+
+Guarantees:
+
+* **Deterministic.** The plan — which records go to which shard — is computed from the input files
+  and the config alone. A shard's bytes depend only on its records and the tokenizer, so 1 or N
+  workers, any timing, and resumed runs all give byte-identical ``.bin``/``.idx`` files.
+* **Resumable.** Each shard is written to temporary files renamed into place, then a receipt is
+  written. A rerun skips shards whose receipt matches; at most the shards that were in flight (one
+  per worker) are redone.
+* **Never down-sampled by weight.** Every record of every dataset is written once (``sample=N`` caps
+  rows for smoke runs); the weights go only into ``blend.json``.
+
+Held-out rule (``split``): in each dataset's record order (files sorted by path, records in file
+order), the first ``split.valid_docs`` records form the validation split, the next
+``split.test_docs`` the test split, and the rest the training split.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import math
+import os
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+from nemotron.data import outputs
+from nemotron.data.blend import Blend, DatasetSpec, load_blend, prefix_weights, write_megatron_blend
+from nemotron.data.files import atomic_write_json, remove_tmp_files, sha256_file, stable_hash
+from nemotron.data.indexed import IndexedWriter, choose_dtype
+from nemotron.data.sources import (Piece, check_parquet_field, detect_format, expand, fetch_remote,
+                                   file_size_estimate, is_remote, iter_records, resolve_remote, scan_rows, split_file)
+from nemotron.errors import ConfigError, RuntimeFailure
+
+STAGE = "data-prep-pretrain"
+#: Record problems and what each policy may say about them.
+POLICIES: dict[str, tuple[str, ...]] = {
+    "empty_document": ("skip", "fail"),
+    "missing_field": ("skip", "fail"),
+    "invalid_utf8": ("skip", "fail"),
+    "malformed_json": ("skip", "fail"),
+    "too_long": ("truncate", "skip", "fail"),
+    "empty_glob": ("fail", "skip"),
+    "bad_weight": ("fail", "skip"),
+}
+_REASON_POLICY = {"empty": "empty_document", "missing_field": "missing_field", "invalid_utf8": "invalid_utf8",
+                  "malformed_json": "malformed_json", "too_long": "too_long"}
+SPLITS = ("train", "valid", "test")
+_CALIBRATION_BYTES = 1 << 18  # text tokenized per dataset to estimate bytes per token (256 KiB)
+
+
+# --------------------------------------------------------------------------------------------------
+# settings
+
+
+@dataclass
+class Settings:
+    """The stage config, checked. Field names follow the YAML keys (``tokenizer_name`` = ``tokenizer.name``)."""
+
+    blend_path: str
+    output_dir: str
+    path_vars: dict[str, Any] = field(default_factory=dict)
+    sample: int | None = None
+    force: bool = False
+    add_bos: bool = False
+    add_eos: bool = True
+    min_doc_chars: int | None = None
+    max_doc_tokens: int | None = None
+    tokenizer_name: str = ""
+    tokenizer_revision: str | None = None
+    tokenizer_bos_token: str | None = None
+    tokenizer_eos_token: str | None = None
+    tokenizer_split_special_tokens: bool = True
+    tokenizer_cache_dir: str = "~/.cache/nemotron/tokenizers"
+    dtype: str = "auto"
+    target_tokens: int = 2_000_000_000
+    max_per_dataset: int = 256
+    batch_bytes: int = 1 << 20
+    valid_docs: int = 1000
+    test_docs: int = 1000
+    on_bad: dict[str, str] = field(default_factory=lambda: {k: v[0] for k, v in POLICIES.items()})
+    max_examples: int = 5
+    workers: int | None = None
+    cpus_per_task: int = 1
+    ray_cpus: int | None = None
+    remote_cache_dir: str = "~/.cache/nemotron/hf-data"
+    planned_tokens: float | None = None
+    progress_interval_s: float = 10.0
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> Settings:
+        """Build from the compiled stage config (the dict ``run.py`` loads).
+
+        Raises:
+            ConfigError: a key is unknown (with a did-you-mean), has the wrong type, or is out of range.
+        """
+        c = _Reader(cfg)
+        # absolute: blend.json must name prefixes that resolve from any working directory
+        s = cls(blend_path=os.path.abspath(c.str("blend_path")), output_dir=os.path.abspath(c.str("output_dir")))
+        s.path_vars = c.dict("path_vars", {})
+        s.sample = c.int("sample", None, minimum=1)
+        s.force = c.bool("force", False)
+        s.add_bos = c.bool("add_bos", False)
+        s.add_eos = c.bool("add_eos", True)
+        s.min_doc_chars = c.int("min_doc_chars", None, minimum=0)
+        s.max_doc_tokens = c.int("max_doc_tokens", None, minimum=2)
+        s.tokenizer_name = c.str("tokenizer.name")
+        s.tokenizer_revision = c.str("tokenizer.revision", None)
+        s.tokenizer_bos_token = c.str("tokenizer.bos_token", None)
+        s.tokenizer_eos_token = c.str("tokenizer.eos_token", None)
+        s.tokenizer_split_special_tokens = c.bool("tokenizer.split_special_tokens", True)
+        s.tokenizer_cache_dir = c.str("tokenizer.cache_dir", s.tokenizer_cache_dir)
+        s.dtype = c.choice("output.dtype", ("auto", "uint16", "int32"), "auto")
+        s.target_tokens = c.int("shards.target_tokens", s.target_tokens, minimum=1)
+        s.max_per_dataset = c.int("shards.max_per_dataset", s.max_per_dataset, minimum=1)
+        s.batch_bytes = c.int("shards.batch_bytes", s.batch_bytes, minimum=1)
+        s.valid_docs = c.int("split.valid_docs", s.valid_docs, minimum=1)
+        s.test_docs = c.int("split.test_docs", s.test_docs, minimum=1)
+        s.on_bad = {k: c.choice(f"on_bad.{k}", v, v[0]) for k, v in POLICIES.items()}
+        s.max_examples = c.int("on_bad.max_examples", s.max_examples, minimum=0)
+        s.workers = c.int("workers.count", None, minimum=1)
+        s.cpus_per_task = c.int("workers.cpus_per_task", 1, minimum=1)
+        s.ray_cpus = c.int("run.env.cpus", None, minimum=1)
+        s.remote_cache_dir = c.str("remote.cache_dir", s.remote_cache_dir)
+        s.planned_tokens = c.float("summary.planned_tokens", None, minimum=0)
+        s.progress_interval_s = c.float("summary.progress_interval_s", 10.0, minimum=0) or 10.0
+        c.check_unknown()
+        return s
+
+
+_KNOWN_SECTIONS = {
+    "tokenizer": ("name", "revision", "bos_token", "eos_token", "split_special_tokens", "cache_dir"),
+    "output": ("dtype",),
+    "shards": ("target_tokens", "max_per_dataset", "batch_bytes"),
+    "split": ("valid_docs", "test_docs"),
+    "on_bad": (*POLICIES, "max_examples"),
+    "workers": ("count", "cpus_per_task"),
+    "remote": ("cache_dir",),
+    "summary": ("planned_tokens", "progress_interval_s"),
+}
+_KNOWN_TOP = ("blend_path", "output_dir", "path_vars", "sample", "force", "add_bos", "add_eos", "min_doc_chars",
+              "max_doc_tokens", "run", "defaults", *_KNOWN_SECTIONS)
+
+
+class _Reader:
+    """Typed access to a nested config dict with errors that name the key."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        if not isinstance(cfg, dict):
+            raise ConfigError("the stage config must be a mapping of keys to values")
+        self.cfg = cfg
+
+    def get(self, key: str, default: Any) -> Any:
+        cur: Any = self.cfg
+        for part in key.split("."):
+            if not isinstance(cur, dict) or part not in cur:
+                return default
+            cur = cur[part]
+        return cur
+
+    def str(self, key: str, default: Any = ...) -> Any:
+        v = self.get(key, default)
+        if v is ...:
+            raise ConfigError(f"{key} is required")
+        if v is None and default is None:
+            return None
+        if not isinstance(v, str) or not v:
+            raise ConfigError(f"{key}={v!r} must be a non-empty string")
+        return os.path.expanduser(v) if key.endswith(("_dir", "_path")) else v
+
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.get(key, default)
+        if isinstance(v, str) and v.lower() in ("true", "false"):
+            return v.lower() == "true"
+        if not isinstance(v, bool):
+            raise ConfigError(f"{key}={v!r} must be true or false")
+        return v
+
+    def int(self, key: str, default: int | None, minimum: int | None = None) -> Any:
+        v = self.get(key, default)
+        if v is None:
+            return None
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{key}={v!r} must be a whole number" + (" or null" if default is None else ""))
+        if minimum is not None and v < minimum:
+            raise ConfigError(f"{key}={v} must be at least {minimum}")
+        return v
+
+    def float(self, key: str, default: float | None, minimum: float | None = None) -> Any:
+        v = self.get(key, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+            raise ConfigError(f"{key}={v!r} must be a number")
+        if minimum is not None and v < minimum:
+            raise ConfigError(f"{key}={v} must be at least {minimum}")
+        return float(v)
+
+    def choice(self, key: str, valid: tuple[str, ...], default: str) -> str:
+        v = self.get(key, default)
+        if v not in valid:
+            raise ConfigError(f"{key}={v!r} is not allowed; valid: {', '.join(valid)}")
+        return v
+
+    def dict(self, key: str, default: dict[str, Any]) -> dict[str, Any]:
+        v = self.get(key, default)
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise ConfigError(f"{key} must be a mapping of names to values")
+        return dict(v)
+
+    def check_unknown(self) -> None:
+        for key, value in self.cfg.items():
+            if key not in _KNOWN_TOP:
+                close = difflib.get_close_matches(key, _KNOWN_TOP, n=1)
+                raise ConfigError(f"unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+            if key in _KNOWN_SECTIONS:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{key} must be a section (a mapping), not {value!r}")
+                for sub in value:
+                    if sub not in _KNOWN_SECTIONS[key]:
+                        close = difflib.get_close_matches(sub, _KNOWN_SECTIONS[key], n=1)
+                        raise ConfigError(f"unknown key {key}.{sub}" + (f"; did you mean {key}.{close[0]}?" if close
+                                          else f"; valid: {', '.join(_KNOWN_SECTIONS[key])}"))
+
+
+# --------------------------------------------------------------------------------------------------
+# planning (pure: reads the inputs, writes nothing)
+
+
+@dataclass
+class DatasetPlan:
+    spec: DatasetSpec
+    files: list[str]
+    input_bytes: int
+    bytes_per_token: float
+    shards: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _piece_from_scan(path: str, fmt: str, scan, i: int, j: int, est_total: int, rows_total: int) -> Piece:
+    k = len(scan.starts)
+    if fmt == "jsonl":
+        start = scan.starts[i]
+        stop = scan.starts[j] if j < k else scan.end
+        return Piece(path, fmt, start, stop, scan.lines[i], stop - start)
+    if fmt == "text":
+        return Piece(path, fmt, 0, None, 1, est_total)
+    est = int(est_total * (j - i) / max(rows_total, 1))
+    return Piece(path, fmt, i, j, scan.lines[i] if fmt == "jsonl.gz" else 1, est)
+
+
+def _local(file: str, s: Settings) -> str:
+    return fetch_remote(file, os.path.expanduser(s.remote_cache_dir)) if file.startswith("hf://") else file
+
+
+def _dataset_files(spec: DatasetSpec, s: Settings, blend_path: str) -> tuple[list[tuple[str, int]], str]:
+    """``[(file, size)]`` of a dataset and its format."""
+    if is_remote(spec.path):
+        files = resolve_remote(spec.path, spec.subset, spec.split)
+        fmt = detect_format(files[0][0], spec.format)
+        return files, fmt
+    paths = expand(spec.path, exclude=list(spec.exclude), fmt=spec.format)
+    fmt = detect_format(paths[0] if paths else spec.path, spec.format)
+    return [(p, os.path.getsize(p)) for p in paths], fmt
+
+
+def plan_dataset(spec: DatasetSpec, files: list[tuple[str, int]], fmt: str, s: Settings, tok, data_dir: Path) -> DatasetPlan:
+    """Cut one dataset into shards: ``valid`` and ``test`` (the head records), then ``train`` shards of
+    about ``shards.target_tokens`` tokens (at most ``shards.max_per_dataset``)."""
+    v_end = s.valid_docs
+    t_end = s.valid_docs + s.test_docs
+    cap = s.sample
+    segments = [(0, v_end, "valid"), (v_end, t_end, "test"), (t_end, cap if cap is not None else math.inf, "train")]
+    held: dict[str, list[Piece]] = {"valid": [], "test": [], "train": []}
+    rest: list[tuple[str, int, int]] = []  # (file, start, line) whose tail still needs size-splitting
+    row0 = 0
+    for file, size in files:
+        if cap is not None and row0 >= cap:
+            break
+        if fmt == "parquet":
+            check_parquet_field(_local(file, s), spec.text_field)
+        if row0 < t_end or cap is not None:
+            local = _local(file, s)
+            limit = (cap if cap is not None else t_end) - row0
+            scan = scan_rows(local, fmt, limit)
+            k = len(scan.starts)
+            est_total = file_size_estimate(local, fmt, spec.text_field) if fmt != "jsonl" else size
+            rows_total = k if scan.complete else max(k, 1)
+            if fmt == "parquet":
+                import pyarrow.parquet as pq
+
+                rows_total = pq.ParquetFile(local).metadata.num_rows
+            for a, b, split in segments:
+                lo, hi = max(a, row0), min(b, row0 + k)
+                if lo < hi:
+                    held[split].append(_piece_from_scan(file, fmt, scan, lo - row0, hi - row0, est_total, rows_total))
+            if not scan.complete and cap is None and fmt != "text":
+                rest.append((file, scan.end, scan.end_line))
+            row0 += k
+        else:
+            rest.append((file, 0, 1))
+
+    bpt = _bytes_per_token(held["valid"] + held["test"] + held["train"], spec.text_field, tok, s)
+    target_bytes = max(int(s.target_tokens * bpt), 1)
+    train = list(held["train"])
+    for file, start, line in rest:
+        if is_remote(file):
+            train.append(Piece(file, fmt, start, None, line, dict(files)[file] * 3))
+        else:
+            train.extend(split_file(file, fmt, target_bytes, start=start, line=line, text_field=spec.text_field))
+
+    groups = _pack(train, target_bytes)
+    while len(groups) > s.max_per_dataset:
+        target_bytes *= 2
+        groups = _pack(train, target_bytes)
+    plan = DatasetPlan(spec, [f for f, _ in files], sum(sz for _, sz in files), bpt)
+    for split, pieces_groups in (("valid", [held["valid"]]), ("test", [held["test"]]), ("train", groups)):
+        for idx, pieces in enumerate(pg for pg in pieces_groups if pg):
+            prefix = data_dir / spec.name / f"{split}_{idx:05d}"
+            plan.shards.append({
+                "id": f"{spec.name}/{split}_{idx:05d}", "dataset": spec.name, "split": split,
+                "prefix": str(prefix), "text_field": spec.text_field,
+                "pieces": [p.to_dict() for p in pieces], "est_bytes": sum(p.est_bytes for p in pieces),
+            })
+    return plan
+
+
+def _pack(pieces: list[Piece], target_bytes: int) -> list[list[Piece]]:
+    groups: list[list[Piece]] = []
+    cur: list[Piece] = []
+    cur_bytes = 0
+    for p in pieces:
+        if cur and cur_bytes + p.est_bytes > target_bytes:
+            groups.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(p)
+        cur_bytes += p.est_bytes
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def _bytes_per_token(pieces: list[Piece], field_name: str, tok, s: Settings) -> float:
+    """Input bytes per token, measured on up to 256 KiB of the dataset's first records (default 4.0)."""
+    texts: list[str] = []
+    size = 0
+    for piece in pieces:
+        local = Piece(_local(piece.file, s), piece.fmt, piece.start, piece.stop, piece.line, piece.est_bytes)
+        for _pos, text, problem, _detail in iter_records(local, field_name):
+            if problem is None and text and text.strip():
+                texts.append(text)
+                size += len(text.encode("utf-8", "replace"))
+                if size >= _CALIBRATION_BYTES:
+                    break
+        if size >= _CALIBRATION_BYTES:
+            break
+    if not texts:
+        return 4.0
+    tokens = sum(len(e.ids) for e in tok.encode_batch_fast(texts, add_special_tokens=False))
+    return min(max(size / max(tokens, 1), 1.0), 16.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# the shard task (runs in a Ray worker)
+
+
+def build_shard(shard: dict[str, Any], opts: dict[str, Any]):
+    """Tokenize one shard's records into ``<prefix>.bin/.idx`` and write its receipt.
+
+    A generator (a Ray streaming task): yields ``("progress", {"chars", "tokens", "docs"})`` about every
+    ``opts["report_s"]`` seconds, then ``("done", receipt)``.
+
+    Raises:
+        RuntimeFailure: a record problem whose policy is ``fail`` (message ``<file>:<line>: ...``), or
+            an unreadable input file.
+    """
+    import numpy as np
+
+    from nemotron.data import tokenizer as tk
+
+    # The tokenizer's Rust thread pool gets exactly this task's CPUs (read when the pool first starts in
+    # this worker process). Parallelism stays on even for one thread: measured with tokenizers 0.23,
+    # encode_batch_fast on a one-thread pool is ~1.6x faster than with parallelism switched off.
+    os.environ["RAYON_NUM_THREADS"] = str(opts["cpus_per_task"])
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    t0 = time.monotonic()
+    tok = tk.load(opts["tokenizer_json"], opts["split_special_tokens"])
+    bos, eos = opts["bos_id"], opts["eos_id"]
+    n_extra = (bos is not None) + (eos is not None)
+    max_tokens = opts["max_doc_tokens"]
+    min_chars = opts["min_doc_chars"] or 0
+    policies = opts["on_bad"]
+    max_examples = opts["max_examples"]
+    field_name = shard["text_field"]
+    prefix = Path(shard["prefix"])
+    writer = IndexedWriter(prefix, opts["dtype"])
+    skipped: Counter[str] = Counter()
+    examples: list[str] = []
+    truncated = 0
+    chars_done = 0
+    batch: list[str] = []
+    where: list[str] = []
+    batch_chars = 0
+    reported = t0
+
+    def problem(reason: str, at: str, detail: str) -> None:
+        policy = policies[_REASON_POLICY[reason]] if reason in _REASON_POLICY else "skip"
+        message = f"{at}: {reason}: {detail}"
+        if policy == "fail":
+            raise RuntimeFailure(message, f"set on_bad.{_REASON_POLICY[reason]}=skip to skip and count such records")
+        skipped[reason] += 1
+        if len(examples) < max_examples:
+            examples.append(message)
+
+    def flush() -> None:
+        nonlocal truncated
+        if not batch:
+            return
+        encs = tok.encode_batch_fast(batch, add_special_tokens=False)
+        lists = [e.ids for e in encs]
+        keep = []
+        for i, ids in enumerate(lists):
+            if not ids and n_extra == 0:
+                problem("empty", where[i], "no tokens")
+                continue
+            if max_tokens is not None and len(ids) + n_extra > max_tokens:
+                policy = policies["too_long"]
+                if policy == "truncate":
+                    ids = ids[: max_tokens - n_extra]
+                    truncated += 1
+                else:
+                    problem("too_long", where[i], f"{len(ids) + n_extra} tokens > max_doc_tokens={max_tokens}")
+                    continue
+            keep.append(ids)
+        if keep:
+            lens = np.fromiter((len(x) for x in keep), dtype=np.int64, count=len(keep))
+            flat = np.fromiter(chain.from_iterable(keep), dtype=np.int64, count=int(lens.sum()))
+            if bos is not None:
+                flat = np.insert(flat, np.cumsum(lens) - lens, bos)
+                lens = lens + 1
+            if eos is not None:
+                flat = np.insert(flat, np.cumsum(lens), eos)
+                lens = lens + 1
+            writer.add_flat(flat, lens)
+        batch.clear()
+        where.clear()
+
+    try:
+        for pd in shard["pieces"]:
+            piece = Piece.from_dict(pd)
+            label = piece.file
+            if is_remote(piece.file):
+                piece = Piece(fetch_remote(piece.file, opts["remote_cache_dir"]), piece.fmt, piece.start, piece.stop,
+                              piece.line, piece.est_bytes)
+            row_style = piece.fmt == "parquet"
+            for pos, text, reason, detail in iter_records(piece, field_name):
+                at = f"{label}: row {pos}" if row_style else f"{label}:{pos}"
+                if reason is not None:
+                    problem(reason, at, detail or "")
+                    continue
+                chars_done += len(text)
+                if not text.strip():
+                    problem("empty", at, "empty or whitespace-only document")
+                    continue
+                if len(text) < min_chars:
+                    skipped["short"] += 1
+                    continue
+                batch.append(text)
+                where.append(at)
+                batch_chars += len(text)
+                if batch_chars >= opts["batch_bytes"]:
+                    flush()
+                    batch_chars = 0
+                    now = time.monotonic()
+                    if now - reported >= opts["report_s"]:
+                        reported = now
+                        yield "progress", {"chars": chars_done, "tokens": writer.tokens, "docs": writer.documents}
+        flush()
+        bin_path, idx_path = writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    receipt = {
+        "key": shard["key"], "id": shard["id"], "dataset": shard["dataset"], "split": shard["split"],
+        "documents": writer.documents, "tokens": writer.tokens, "skipped": dict(sorted(skipped.items())),
+        "truncated": truncated, "chars": chars_done, "examples": examples,
+        "files": {bin_path.name: bin_path.stat().st_size, idx_path.name: idx_path.stat().st_size},
+        "bin_sha256": writer.sha256, "idx_sha256": sha256_file(idx_path),
+        "seconds": round(time.monotonic() - t0, 3), "worker_pid": os.getpid(),
+    }
+    outputs.write_receipt(prefix, receipt)
+    yield "done", receipt
+
+
+# --------------------------------------------------------------------------------------------------
+# the pipeline
+
+
+def main(cfg: dict[str, Any]) -> int:
+    """Entry point of ``run.py``: prepare the data the compiled config describes; returns the exit code (0).
+
+    Raises:
+        ConfigError: a config, blend or input problem found before any work (exit 2).
+        RuntimeFailure: a failure while working (exit 1); finished shards keep their receipts, so a
+            rerun resumes.
+    """
+    prepare(Settings.from_config(cfg))
+    return 0
+
+
+def prepare(s: Settings, *, live_progress: bool | None = None, quiet: bool = False) -> dict[str, Any]:
+    """Run the pipeline; returns the manifest (also written to ``<version>/manifest.json``).
+
+    Args:
+        s: checked settings (:meth:`Settings.from_config`).
+        live_progress: force the live progress bar on/off (default: on when stdout is a terminal).
+        quiet: print nothing (tests, benchmarks).
+
+    Raises:
+        ConfigError: see :func:`main`.
+        RuntimeFailure: see :func:`main`.
+    """
+    from nemotron.data.progress import console
+
+    say = (lambda *a: None) if quiet else console().print
+    t_start = time.monotonic()
+    blend = load_blend(s.blend_path, path_vars=s.path_vars, bad_weight=s.on_bad["bad_weight"])
+    for _name, message in blend.dropped:
+        say(f"warning: {message}")
+
+    version, vdir, why = outputs.select_version(s.output_dir, s.force)
+    old_manifest = _read_json(vdir / outputs.MANIFEST)
+    # Start Ray while the driver resolves the tokenizer and plans (both only read inputs): Ray's start-up
+    # (seconds) overlaps the planning instead of adding to it. Skipped when the output looks finished.
+    with contextlib.ExitStack() as stack:
+        session = None
+        if s.force or not (old_manifest and old_manifest.get("complete")):
+            from concurrent.futures import ThreadPoolExecutor
+
+            from nemotron.data.raypool import ray_session
+
+            pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+            future = pool.submit(_plan_all, s, blend, vdir, say)
+            try:
+                session = stack.enter_context(ray_session(s.ray_cpus))
+            finally:
+                planned = future.result()
+        else:
+            planned = _plan_all(s, blend, vdir, say)
+        return _execute(s, blend, version, vdir, why, planned, session, live_progress, quiet, say, t_start)
+
+
+def _plan_all(s: Settings, blend: Blend, vdir: Path, say) -> tuple[Any, ...]:
+    from nemotron.data import tokenizer as tk
+
+    info = tk.resolve(s.tokenizer_name, cache_dir=os.path.expanduser(s.tokenizer_cache_dir),
+                      revision=s.tokenizer_revision, bos_token=s.tokenizer_bos_token, eos_token=s.tokenizer_eos_token,
+                      split_special_tokens=s.tokenizer_split_special_tokens)
+    if s.add_bos and info.bos_id is None:
+        raise ConfigError(f"add_bos=true but tokenizer {s.tokenizer_name} declares no BOS token; set tokenizer.bos_token")
+    if s.add_eos and info.eos_id is None:
+        raise ConfigError(f"add_eos=true but tokenizer {s.tokenizer_name} declares no EOS token; set tokenizer.eos_token")
+    dtype = choose_dtype(info.vocab_size, s.dtype)
+    tok = tk.load(info)
+
+    # plan
+    data_dir = vdir / "data"
+    plans: list[DatasetPlan] = []
+    not_found: list[str] = []
+    for spec in blend.datasets:
+        files, fmt = _dataset_files(spec, s, blend.path)
+        if not files:
+            message = f"{blend.path}:{spec.line}: datasets ({spec.name}): path {spec.path!r} matches no file"
+            if spec.optional:
+                not_found.append(f"{spec.name}: optional, nothing at {spec.path}")
+                continue
+            if s.on_bad["empty_glob"] == "skip":
+                not_found.append(f"{message}; dataset skipped (on_bad.empty_glob=skip)")
+                continue
+            raise ConfigError(message, "fix the path, mark the dataset optional, or set on_bad.empty_glob=skip")
+        plans.append(plan_dataset(spec, files, fmt, s, tok, data_dir))
+    if not plans:
+        raise ConfigError(f"{blend.path}: no dataset has any input file")
+
+    opts = {
+        "tokenizer_json": str(vdir / "tokenizer" / "tokenizer.json"), "split_special_tokens": info.split_special_tokens,
+        "bos_id": info.bos_id if s.add_bos else None, "eos_id": info.eos_id if s.add_eos else None,
+        "dtype": dtype, "max_doc_tokens": s.max_doc_tokens, "min_doc_chars": s.min_doc_chars,
+        "on_bad": dict(s.on_bad), "max_examples": s.max_examples, "batch_bytes": s.batch_bytes,
+        "cpus_per_task": s.cpus_per_task, "remote_cache_dir": os.path.expanduser(s.remote_cache_dir),
+        "report_s": 1.0,
+    }
+    output_settings = {k: opts[k] for k in ("split_special_tokens", "bos_id", "eos_id", "dtype", "max_doc_tokens",
+                                            "min_doc_chars", "on_bad")}
+    output_settings["tokenizer"] = info.file_sha256
+    shards: list[dict[str, Any]] = []
+    for dp in plans:
+        for sh in dp.shards:
+            sh["key"] = stable_hash({"pieces": sh["pieces"], "text_field": sh["text_field"], **output_settings})
+            shards.append(sh)
+    inputs = []
+    for dp in plans:
+        for f in dp.files:
+            st = os.stat(_local(f, s)) if not is_remote(f) else None
+            inputs.append([f, st.st_size if st else None, st.st_mtime_ns if st else None])
+    plan_key = stable_hash({"shards": [sh["key"] for sh in shards], "ids": [sh["id"] for sh in shards],
+                            "inputs": inputs, "settings": output_settings, "root": str(vdir)})
+    plan_doc = {"stage": STAGE, "plan_key": plan_key, "shards": shards}
+    return info, dtype, plans, not_found, opts, shards, plan_key, plan_doc
+
+
+def _execute(s: Settings, blend: Blend, version: int, vdir: Path, why: str, planned: tuple[Any, ...], session,
+             live_progress: bool | None, quiet: bool, say, t_start: float) -> dict[str, Any]:
+    info, dtype, plans, not_found, opts, shards, plan_key, plan_doc = planned
+    for line in not_found:
+        say(f"note: {line}")
+
+    # resume / up-to-date / mismatch
+    old_plan = _read_json(vdir / outputs.PLAN)
+    manifest_old = _read_json(vdir / outputs.MANIFEST)
+    if old_plan is not None and old_plan.get("plan_key") != plan_key:
+        if not s.force:
+            raise ConfigError(
+                f"output_dir={vdir} holds data prepared from other inputs or settings "
+                f"(plan {old_plan.get('plan_key')}, now {plan_key})",
+                "rerun with force=true to rebuild (a consumed version is kept; a new one is written), "
+                "or choose another output_dir")
+    if s.force and why != "rebuild" and version > 1:
+        say(f"note: {why}: {vdir}")
+    if why == "rebuild":
+        outputs.clear_version(vdir)
+        manifest_old = None
+    elif manifest_old and manifest_old.get("complete") and manifest_old.get("plan_key") == plan_key:
+        say(f"up to date: {vdir} (plan {plan_key}); nothing to do. Rerun with force=true to rebuild.")
+        _print_summary(manifest_old, quiet)
+        return manifest_old
+
+    vdir.mkdir(parents=True, exist_ok=True)
+    tok_dir = vdir / "tokenizer"
+    if not (tok_dir / "tokenizer.json").is_file() or sha256_file(tok_dir / "tokenizer.json") != info.file_sha256:
+        tok_dir.mkdir(parents=True, exist_ok=True)
+        tmp = tok_dir / f"tokenizer.json.tmp-{os.getpid()}"
+        shutil.copyfile(info.json_path, tmp)
+        os.replace(tmp, tok_dir / "tokenizer.json")
+    atomic_write_json(vdir / outputs.PLAN, plan_doc)
+
+    receipts: dict[str, dict[str, Any]] = {}
+    todo = []
+    for sh in shards:
+        rec = outputs.read_receipt(sh["prefix"], sh["key"])
+        if rec is not None:
+            receipts[sh["id"]] = rec
+        else:
+            todo.append(sh)
+    if receipts:
+        say(f"resuming {vdir}: {len(receipts)} of {len(shards)} shards already done")
+
+    run_info: dict[str, Any] = {"shards_built": len(todo), "shards_reused": len(receipts)}
+    t_work = time.monotonic()
+    if todo:
+        run_info.update(_run_shards(todo, opts, s, receipts, live_progress, quiet, session))
+    run_info["work_seconds"] = round(time.monotonic() - t_work, 3)
+    remove_tmp_files(vdir / "data")
+
+    manifest = _finish(s, blend, plans, shards, receipts, info, dtype, vdir, version, plan_key, not_found, run_info,
+                       t_start)
+    _print_summary(manifest, quiet)
+    return manifest
+
+
+def _run_shards(todo: list[dict[str, Any]], opts: dict[str, Any], s: Settings, receipts: dict[str, dict[str, Any]],
+                live_progress: bool | None, quiet: bool, session: dict[str, Any] | None) -> dict[str, Any]:
+    import ray
+
+    from nemotron.data.progress import Progress
+    from nemotron.data.raypool import ray_session, run_streaming
+
+    order = sorted(todo, key=lambda sh: (-sh["est_bytes"], sh["id"]))
+    total = sum(max(sh["est_bytes"], 1) for sh in todo)
+    with contextlib.ExitStack() as stack:
+        if session is None:
+            session = stack.enter_context(ray_session(s.ray_cpus))
+        workers = s.workers or max(session["cpus"] // s.cpus_per_task, 1)
+        if not quiet:
+            print(f"tokenizing {len(todo)} shards on {workers} workers (Ray: {session['address']}, "
+                  f"{session['cpus']} CPUs)", flush=True)
+        task = ray.remote(build_shard)
+        seen: dict[str, dict[str, Any]] = {}
+        done_units = 0.0
+        with Progress(total, "pretrain data", interval_s=s.progress_interval_s,
+                      live=False if quiet and live_progress is None else live_progress) as bar:
+            if quiet:
+                bar.interval_s = math.inf
+
+            def on_progress(sh: dict[str, Any], p: dict[str, Any]) -> None:
+                last = seen.get(sh["id"], {"chars": 0, "tokens": 0, "docs": 0})
+                seen[sh["id"]] = p
+                bar.advance(min(p["chars"], sh["est_bytes"]) - min(last["chars"], sh["est_bytes"]),
+                            tokens=p["tokens"] - last["tokens"], docs=p["docs"] - last["docs"])
+
+            def on_done(sh: dict[str, Any], rec: dict[str, Any]) -> None:
+                nonlocal done_units
+                last = seen.pop(sh["id"], {"chars": 0, "tokens": 0, "docs": 0})
+                receipts[sh["id"]] = rec
+                bar.advance(max(sh["est_bytes"], 1) - min(last["chars"], sh["est_bytes"]),
+                            tokens=rec["tokens"] - last["tokens"], docs=rec["documents"] - last["docs"])
+
+            run_streaming(task, order, args=(opts,), max_in_flight=workers, num_cpus=s.cpus_per_task,
+                          on_progress=on_progress, on_done=on_done)
+    return {"workers": workers, "ray": session["address"], "ray_cpus": session["cpus"]}
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _finish(s: Settings, blend: Blend, plans: list[DatasetPlan], shards: list[dict[str, Any]],
+            receipts: dict[str, dict[str, Any]], info, dtype: str, vdir: Path, version: int, plan_key: str,
+            not_found: list[str], run_info: dict[str, Any], t_start: float) -> dict[str, Any]:
+    by_ds: dict[str, list[dict[str, Any]]] = {}
+    for sh in shards:
+        by_ds.setdefault(sh["dataset"], []).append(sh)
+    weights_total = sum(dp.spec.weight for dp in plans)
+    missing_total = sum(float(m["weight"]) for m in blend.missing)
+    splits: dict[str, list[tuple[float, str]]] = {k: [] for k in SPLITS}
+    datasets = []
+    for dp in plans:
+        name = dp.spec.name
+        recs = [(sh, receipts[sh["id"]]) for sh in by_ds.get(name, [])]
+        tokens = {k: sum(r["tokens"] for sh, r in recs if sh["split"] == k) for k in SPLITS}
+        docs = {k: sum(r["documents"] for sh, r in recs if sh["split"] == k) for k in SPLITS}
+        skipped: Counter[str] = Counter()
+        for _sh, r in recs:
+            skipped.update(r["skipped"])
+        if tokens["train"] == 0:
+            raise RuntimeFailure(
+                f"dataset {name} produced no training tokens ({sum(skipped.values())} records skipped: "
+                f"{_fmt_counts(skipped) or 'no records'})",
+                "check its path, text_field and the skip reasons; or lower split.valid_docs/test_docs")
+        for split in SPLITS:
+            good = [(sh, r) for sh, r in recs if sh["split"] == split and r["tokens"] > 0]
+            for w, (sh, _r) in zip(prefix_weights(dp.spec.weight, [r["tokens"] for _sh, r in good]), good):
+                splits[split].append((w, sh["prefix"]))
+        share = dp.spec.weight / weights_total
+        datasets.append({
+            "name": name, "category": dp.spec.category, "weight": dp.spec.weight, "share": share,
+            "nominal_share": dp.spec.weight / (weights_total + missing_total),
+            "epochs": (s.planned_tokens * share / tokens["train"]) if s.planned_tokens else None,
+            "files": len(dp.files), "input_bytes": dp.input_bytes, "bytes_per_token_estimate": round(dp.bytes_per_token, 4),
+            "documents": docs, "tokens": tokens, "skipped": dict(sorted(skipped.items())),
+            "truncated": sum(r["truncated"] for _sh, r in recs),
+            "shards": {k: sum(1 for sh, _r in recs if sh["split"] == k) for k in SPLITS},
+            "seconds": round(sum(r["seconds"] for _sh, r in recs), 3),
+            "examples": [e for _sh, r in recs for e in r.get("examples", [])][: s.max_examples],
+        })
+    blend_out = write_megatron_blend(vdir / "blend.json", splits)
+    total_tokens = {k: sum(d["tokens"][k] for d in datasets) for k in SPLITS}
+    tok_info = info.to_dict()
+    tok_info["json_path"] = "tokenizer/tokenizer.json"
+    manifest = {
+        "stage": STAGE, "kind": "pretrain-data", "format": "megatron-indexed-dataset", "complete": True,
+        "version": version, "path": str(vdir), "plan_key": plan_key,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "blend": {"path": blend.path, "name": blend.name, "sha256": sha256_file(blend.path),
+                  "missing_categories": blend.missing, "dropped": [m for _n, m in blend.dropped],
+                  "not_found": not_found},
+        "blend_json": str(vdir / "blend.json"),
+        "tokenizer": tok_info, "dtype": dtype,
+        "settings": {"add_bos": s.add_bos, "add_eos": s.add_eos, "min_doc_chars": s.min_doc_chars,
+                     "max_doc_tokens": s.max_doc_tokens, "sample": s.sample, "valid_docs": s.valid_docs,
+                     "test_docs": s.test_docs, "target_tokens": s.target_tokens,
+                     "max_per_dataset": s.max_per_dataset, "on_bad": s.on_bad, "planned_tokens": s.planned_tokens},
+        "datasets": datasets,
+        "totals": {"tokens": total_tokens, "shards": len(shards),
+                   "prefixes": {k: len(v) // 2 for k, v in blend_out.items()}},
+        "shards": [{"id": sh["id"], "dataset": sh["dataset"], "split": sh["split"], "prefix": sh["prefix"],
+                    "documents": receipts[sh["id"]]["documents"], "tokens": receipts[sh["id"]]["tokens"],
+                    "bin_sha256": receipts[sh["id"]]["bin_sha256"]} for sh in shards],
+        "run": {**run_info, "seconds": round(time.monotonic() - t_start, 3)},
+        "consumed_by": f"records are files under {outputs.CONSUMED_DIR}/ (nemotron.data.outputs.record_consumer)",
+    }
+    atomic_write_json(vdir / outputs.MANIFEST, manifest)
+    return manifest
+
+
+def _fmt_counts(c: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v:,}" for k, v in sorted(c.items()) if v)
+
+
+def _print_summary(m: dict[str, Any], quiet: bool) -> None:
+    if quiet:
+        return
+    from nemotron.data.progress import console, human, print_table
+
+    rows = []
+    for d in m["datasets"]:
+        tok_all = sum(d["tokens"].values())
+        rows.append([
+            d["name"], f"{sum(d['documents'].values()):,}", _fmt_counts(d["skipped"]) or "-",
+            f"{d['truncated']:,}" if d["truncated"] else "-", human(tok_all),
+            f"{d['shards']['train']}+{d['shards']['valid']}+{d['shards']['test']}", f"{d['seconds']:.1f}",
+            human(tok_all / d["seconds"]) if d["seconds"] else "-", f"{100 * d['share']:.2f}%",
+            f"{d['epochs']:.3g}" if d.get("epochs") is not None else "-",
+        ])
+    wall = m["run"].get("work_seconds") or 0
+    tt = sum(m["totals"]["tokens"].values())
+    footer = ["total", f"{sum(sum(d['documents'].values()) for d in m['datasets']):,}",
+              f"{sum(sum(d['skipped'].values()) for d in m['datasets']):,}",
+              f"{sum(d['truncated'] for d in m['datasets']):,}", human(tt), str(m["totals"]["shards"]),
+              f"{wall:.1f} wall", human(tt / wall) if wall else "-", "100%", ""]
+    print_table(f"pretrain data: {m['path']}",
+                ["dataset", "documents", "skipped (reason)", "truncated", "tokens", "shards t+v+t", "seconds",
+                 "tokens/s", "share", "epochs"], rows, footer=footer)
+    cats: dict[str, dict[str, float]] = {}
+    for d in m["datasets"]:
+        c = cats.setdefault(d["category"], {"tokens": 0, "share": 0.0, "nominal": 0.0})
+        c["tokens"] += d["tokens"]["train"]
+        c["share"] += d["share"]
+        c["nominal"] += d["nominal_share"]
+    planned = m["settings"].get("planned_tokens")
+    crow = []
+    for name, c in sorted(cats.items(), key=lambda kv: -kv[1]["share"]):
+        epochs = planned * c["share"] / c["tokens"] if planned and c["tokens"] else None
+        crow.append([name, human(c["tokens"]), f"{100 * c['nominal']:.2f}%", f"{100 * c['share']:.2f}%",
+                     human(planned * c["share"]) if planned else "-", f"{epochs:.3g}" if epochs else "-"])
+    miss_total = sum(float(x["weight"]) for x in m["blend"]["missing_categories"])
+    all_w = sum(d["weight"] for d in m["datasets"]) + miss_total
+    for x in m["blend"]["missing_categories"]:
+        crow.append([f"{x['category']} (no open data)", "0", f"{100 * float(x['weight']) / all_w:.2f}%", "0%", "-", "-"])
+    print_table("by category (nominal = blend weights incl. missing; effective = what Megatron samples)",
+                ["category", "train tokens", "nominal", "effective", "planned tokens", "epochs"], crow)
+    con = console()
+    for d in m["datasets"]:
+        for e in d.get("examples", []):
+            con.print(f"skipped: {e}")
+    con.print(f"blend.json: {m['blend_json']}  ({m['totals']['prefixes']['train']} train, "
+              f"{m['totals']['prefixes']['valid']} valid, {m['totals']['prefixes']['test']} test prefixes; "
+              f"dtype {m['dtype']}; tokenizer {m['tokenizer']['name']} vocab {m['tokenizer']['vocab_size']:,} "
+              f"sha256 {m['tokenizer']['vocab_sha256'][:12]})")

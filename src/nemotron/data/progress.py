@@ -1,0 +1,119 @@
+"""Progress reporting and summary tables for the data stages.
+
+On a terminal the progress is a live ``rich`` bar. When the output is a pipe or a log file (the CLI
+streaming a job, a Slurm log) a live bar would fill the log with carriage returns, so instead one plain
+line is printed at most every ``interval_s`` seconds (and at the end).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+
+def human(n: float, unit: str = "") -> str:
+    """``1234567`` → ``"1.23M"`` (k/M/G/T, three significant digits)."""
+    for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{suffix}{unit}"
+    return f"{n:.3g}{unit}" if isinstance(n, float) and not float(n).is_integer() else f"{int(n)}{unit}"
+
+
+def console(stderr: bool = False):
+    """A rich console (soft-wrapped, no colour when not a terminal)."""
+    import os
+
+    from rich.console import Console
+
+    con = Console(stderr=stderr, soft_wrap=True, highlight=False)
+    if not con.is_terminal and "COLUMNS" not in os.environ:
+        con = Console(stderr=stderr, soft_wrap=True, highlight=False, width=160)
+    return con
+
+
+class Progress:
+    """Counts work done against a total and shows it.
+
+    Args:
+        total: expected units of work (for data prep: estimated input bytes).
+        description: label.
+        interval_s: seconds between plain progress lines when not on a terminal.
+        live: force the live bar on (True) or off (False); default: on when stdout is a terminal.
+    """
+
+    def __init__(self, total: float, description: str, interval_s: float = 10.0, live: bool | None = None) -> None:
+        self.total = max(float(total), 1.0)
+        self.done = 0.0
+        self.tokens = 0
+        self.docs = 0
+        self.description = description
+        self.interval_s = interval_s
+        self.live = sys.stdout.isatty() if live is None else live
+        self._t0 = time.monotonic()
+        self._last = 0.0
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.live:
+            from rich.progress import (BarColumn, Progress as RichProgress, TaskProgressColumn, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+
+            self._bar = RichProgress(
+                TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                transient=False,
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.description, total=self.total, stats="")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._refresh(force=True)
+            self._bar.__exit__(*exc)
+        elif exc[0] is None:
+            self._refresh(force=True)
+
+    def advance(self, units: float = 0.0, tokens: int = 0, docs: int = 0) -> None:
+        """Add finished work (units towards the total, tokens and documents written)."""
+        self.done = min(self.done + units, self.total)
+        self.tokens += tokens
+        self.docs += docs
+        self._refresh()
+
+    def set_done(self, units: float) -> None:
+        """Set the finished units directly (never backwards)."""
+        self.done = max(self.done, min(units, self.total))
+        self._refresh()
+
+    def _stats(self) -> str:
+        dt = max(time.monotonic() - self._t0, 1e-9)
+        return f"{human(self.docs)} docs  {human(self.tokens)} tokens  {human(self.tokens / dt)} tok/s"
+
+    def _refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, stats=self._stats())
+            return
+        if force or now - self._last >= self.interval_s:
+            self._last = now
+            pct = 100.0 * self.done / self.total
+            print(f"[{self.description}] {pct:5.1f}%  {self._stats()}  {now - self._t0:.0f}s", flush=True)
+
+
+def print_table(title: str, columns: list[str], rows: list[list[Any]], *, footer: list[Any] | None = None,
+                justify_right_from: int = 1) -> None:
+    """Print a table with rich (plain box characters when not on a terminal)."""
+    from rich import box
+    from rich.table import Table
+
+    con = console()
+    table = Table(title=title, box=box.SIMPLE_HEAD if con.is_terminal else box.ASCII2, show_footer=footer is not None)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="right" if i >= justify_right_from else "left",
+                         footer=str(footer[i]) if footer is not None else "")
+    for row in rows:
+        table.add_row(*[str(c) for c in row])
+    con.print(table)

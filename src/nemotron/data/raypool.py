@@ -1,0 +1,131 @@
+"""Ray for the data stages: start or join a cluster, run tasks with bounded concurrency.
+
+* :func:`ray_session` — use the Ray instance that is already initialised in this process; else join
+  the cluster ``RAY_ADDRESS`` names (a Ray cluster that a Slurm job started); else start a local one
+  with ``num_cpus`` CPUs, no dashboard and quiet logs. Only what it started or joined is shut down.
+* :func:`run_streaming` — run one streaming-generator task per work item, at most ``max_in_flight``
+  at a time, handing each yielded progress message and each final result to callbacks as they come.
+  A task's exception is re-raised in the driver as the original exception (a ``NemotronError``
+  keeps its message and exit code); remaining tasks are cancelled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from nemotron.errors import NemotronError, RuntimeFailure
+
+
+@contextlib.contextmanager
+def ray_session(num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
+    """Yield ``{"started": bool, "address": str, "cpus": int}`` with Ray initialised.
+
+    Args:
+        num_cpus: CPUs for a locally started Ray (``None``: all of this machine's). Ignored when
+            joining an existing cluster, whose size is its own.
+
+    Raises:
+        RuntimeFailure: Ray is not installed, or cannot start / connect.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeFailure("data prep needs Ray, which is not installed",
+                             "pip install 'nemotron-cli[data]'") from None
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    started = False
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        kwargs: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=True, configure_logging=True)
+        try:
+            if address:
+                ray.init(address=address, **kwargs)
+            else:
+                ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - report any start failure the same way
+            where = f"the Ray cluster at RAY_ADDRESS={address}" if address else "a local Ray instance"
+            raise RuntimeFailure(f"cannot start or join {where}: {type(exc).__name__}: {exc}") from None
+        started = True
+    try:
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        yield {"started": started, "address": os.environ.get("RAY_ADDRESS") or "local", "cpus": cpus}
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_streaming(
+    remote_fn: Any,
+    items: list[Any],
+    *,
+    args: tuple[Any, ...] = (),
+    max_in_flight: int,
+    num_cpus: float = 1,
+    on_progress: Callable[[Any, Any], None] | None = None,
+    on_done: Callable[[Any, Any], None] | None = None,
+) -> None:
+    """Run ``remote_fn(item, *args)`` for every item as a Ray streaming-generator task.
+
+    The task yields ``("progress", payload)`` any number of times and ``("done", result)`` once, last.
+    Items start in the order given, at most ``max_in_flight`` at a time (the order and concurrency
+    affect only timing, never what a task computes).
+
+    Raises:
+        NemotronError: re-raised from a task that raised one.
+        RuntimeFailure: a task failed otherwise (worker crash, unexpected exception).
+    """
+    import ray
+
+    todo = list(items)
+    todo.reverse()
+    running: dict[Any, Any] = {}
+
+    def submit() -> None:
+        while todo and len(running) < max_in_flight:
+            item = todo.pop()
+            gen = remote_fn.options(num_returns="streaming", num_cpus=num_cpus).remote(item, *args)
+            running[gen] = item
+
+    try:
+        submit()
+        while running:
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+            for gen in ready:
+                item = running[gen]
+                try:
+                    ref = next(gen)
+                except StopIteration:
+                    del running[gen]
+                    continue
+                try:
+                    kind, payload = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:
+                    cause = getattr(exc, "cause", None)
+                    if isinstance(cause, NemotronError):
+                        raise cause from None
+                    raise RuntimeFailure(f"task for {_label(item)} failed: {type(cause or exc).__name__}: "
+                                         f"{str(cause or exc).splitlines()[-1] if str(cause or exc) else ''}") from None
+                except ray.exceptions.RayError as exc:
+                    raise RuntimeFailure(f"task for {_label(item)} failed: {type(exc).__name__}: "
+                                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+                if kind == "progress":
+                    if on_progress:
+                        on_progress(item, payload)
+                else:
+                    if on_done:
+                        on_done(item, payload)
+            submit()
+    finally:
+        for gen in running:
+            with contextlib.suppress(Exception):
+                ray.cancel(gen, force=True)
+
+
+def _label(item: Any) -> str:
+    if isinstance(item, dict) and "id" in item:
+        return str(item["id"])
+    return str(item)[:80]

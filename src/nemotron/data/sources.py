@@ -1,0 +1,562 @@
+"""Input sources: find files, cut them into work pieces, read records with their file and line.
+
+Formats (detected from the name, or set with ``format``):
+
+========== =================================== ===========================================
+format     files                                a record is / its position is
+========== =================================== ===========================================
+``jsonl``  ``*.jsonl``, ``*.ndjson``            a non-blank line / its 1-based line number
+``jsonl.gz`` ``*.jsonl.gz``, ``*.json.gz``      a non-blank line / its line number
+``json``   ``*.json`` (one array of objects)   an element / the line where it starts
+``parquet`` ``*.parquet``                       a row / its 0-based row number
+``text``   anything else (``*.txt``, ``*.py``)  the whole file / line 1
+========== =================================== ===========================================
+
+A **piece** is a contiguous range of records of one file: a byte range of a JSONL file (cut at line
+starts, so no record is split or repeated), a row range of a Parquet file (cut at row-group
+boundaries), or a record range of a gzip/JSON-array file (never split: their records cannot be
+addressed without reading everything before them). Pieces are computed from the files alone, so
+the plan — and therefore the output — never depends on how many workers run it.
+
+Hugging Face dataset ids (``hf://org/name`` with ``subset`` and ``split``) are resolved to their data
+files with the ``datasets`` package when it is installed and the hub is reachable; each file is
+downloaded once by the worker that reads it and then read like a local file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import gzip
+import json
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nemotron.errors import ConfigError, RuntimeFailure
+
+FORMATS = ("jsonl", "jsonl.gz", "json", "parquet", "text")
+#: Record problems a reader reports (the pipeline adds ``empty``, ``short`` and ``too_long``).
+READ_PROBLEMS = ("malformed_json", "missing_field", "invalid_utf8")
+_SCAN_BLOCK = 1 << 24  # 16 MiB reads when scanning for line starts
+
+
+def detect_format(path: str, explicit: str | None = None) -> str:
+    """The format of ``path``: ``explicit`` when given, else from the file name (see module table).
+
+    Raises:
+        ConfigError: ``explicit`` is not one of :data:`FORMATS`.
+    """
+    if explicit:
+        if explicit not in FORMATS:
+            raise ConfigError(f"format={explicit!r} is not supported; valid: {', '.join(FORMATS)}")
+        return explicit
+    name = path.lower()
+    if name.endswith((".jsonl.gz", ".json.gz", ".ndjson.gz")):
+        return "jsonl.gz"
+    if name.endswith((".jsonl", ".ndjson")):
+        return "jsonl"
+    if name.endswith(".json"):
+        return "json"
+    if name.endswith(".parquet"):
+        return "parquet"
+    return "text"
+
+
+def is_remote(path: str) -> bool:
+    """Whether ``path`` names a Hugging Face dataset (``hf://org/name``)."""
+    return path.startswith("hf://")
+
+
+def expand(pattern: str, *, exclude: list[str] | tuple[str, ...] = (), fmt: str | None = None) -> list[str]:
+    """The files ``pattern`` names, sorted: a file, a folder (searched recursively) or a glob (``**`` recurses).
+
+    A folder contributes the files of a known data format (``fmt`` when given, else JSONL, JSONL.gz,
+    JSON and Parquet). ``exclude`` holds glob patterns matched against each file's path relative to the
+    folder or the glob's fixed prefix (and against its full path). Returns an empty list when nothing
+    matches; the caller decides whether that is an error.
+    """
+    pattern = os.path.expanduser(pattern)
+    if os.path.isfile(pattern):
+        return [pattern]
+    if os.path.isdir(pattern):
+        base = pattern
+        found = []
+        for dirpath, dirs, names in os.walk(pattern):
+            dirs.sort()
+            for n in names:
+                full = os.path.join(dirpath, n)
+                f = detect_format(full)
+                if (fmt and (fmt == f or fmt == "text")) or (not fmt and f != "text"):
+                    found.append(full)
+    else:
+        base = _glob_base(pattern)
+        found = [p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)]
+    out = []
+    for p in found:
+        rel = os.path.relpath(p, base)
+        if any(fnmatch.fnmatch(rel, x) or fnmatch.fnmatch(p, x) for x in exclude):
+            continue
+        out.append(p)
+    return sorted(out)
+
+
+def _glob_base(pattern: str) -> str:
+    parts = Path(pattern).parts
+    fixed = []
+    for part in parts:
+        if glob.has_magic(part):
+            break
+        fixed.append(part)
+    return str(Path(*fixed)) if fixed else "."
+
+
+# --------------------------------------------------------------------------------------------------
+# pieces
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A contiguous range of records of one file.
+
+    Attributes:
+        file: local path, or an ``hf://`` file URL.
+        fmt: one of :data:`FORMATS`.
+        start / stop: JSONL — byte offsets (``stop`` None = end of file); Parquet, JSONL.gz, JSON —
+            record indices (``stop`` None = to the end); text — 0 / None.
+        line: 1-based line number of the first record (JSONL/JSONL.gz; 1 otherwise).
+        est_bytes: estimated text bytes in the piece (sizes shards; not exact).
+    """
+
+    file: str
+    fmt: str
+    start: int = 0
+    stop: int | None = None
+    line: int = 1
+    est_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "fmt": self.fmt, "start": self.start, "stop": self.stop, "line": self.line,
+                "est_bytes": self.est_bytes}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Piece:
+        return cls(**d)
+
+    def label(self) -> str:
+        rng = "" if (self.start == 0 and self.stop is None) else f"[{self.start}:{'' if self.stop is None else self.stop}]"
+        return f"{self.file}{rng}"
+
+
+def file_size_estimate(path: str, fmt: str, text_field: str = "text") -> int:
+    """Estimated text bytes of a whole file: its size, the gzip trailer's uncompressed size, or the
+    Parquet text column's uncompressed size."""
+    if fmt == "jsonl.gz":
+        with open(path, "rb") as fh:
+            fh.seek(-4, os.SEEK_END)
+            (isize,) = struct.unpack("<I", fh.read(4))
+        size = os.path.getsize(path)
+        # ISIZE is the size modulo 2**32; never estimate below the compressed size
+        return max(isize, size)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        md = pq.ParquetFile(path).metadata
+        return sum(_rg_text_bytes(md.row_group(i), text_field) for i in range(md.num_row_groups))
+    return os.path.getsize(path)
+
+
+def _rg_text_bytes(rg, text_field: str) -> int:
+    top = text_field.split(".")[0]
+    total = 0
+    for j in range(rg.num_columns):
+        col = rg.column(j)
+        if col.path_in_schema.split(".")[0] == top:
+            total += col.total_uncompressed_size
+    return total or rg.total_byte_size
+
+
+def check_parquet_field(path: str, text_field: str) -> None:
+    """Raise ConfigError when a Parquet file has no column ``text_field`` (names the columns it has)."""
+    import pyarrow.parquet as pq
+
+    names = pq.ParquetFile(path).schema_arrow.names
+    if text_field.split(".")[0] not in names:
+        raise ConfigError(f"{path}: no column {text_field!r} (columns: {', '.join(names)}); set the dataset's text_field")
+
+
+def split_file(path: str, fmt: str, target_bytes: int, *, start: int = 0, line: int = 1,
+               text_field: str = "text") -> list[Piece]:
+    """Cut the records of ``path`` from ``start`` to its end into pieces of about ``target_bytes``.
+
+    JSONL is cut at line starts (one pass over the bytes to find them and count lines); Parquet at
+    row-group boundaries; other formats give one piece.
+    """
+    if fmt == "jsonl":
+        size = os.path.getsize(path)
+        if size - start <= target_bytes * 1.5:
+            return [Piece(path, fmt, start, None, line, size - start)]
+        return _split_jsonl(path, size, start, line, target_bytes)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        md = pq.ParquetFile(path).metadata
+        pieces: list[Piece] = []
+        row = 0
+        cur_start, cur_bytes = start, 0
+        for i in range(md.num_row_groups):
+            rg = md.row_group(i)
+            lo, hi = row, row + rg.num_rows
+            row = hi
+            if hi <= start:
+                continue
+            frac = (hi - max(lo, start)) / max(rg.num_rows, 1)
+            cur_bytes += int(_rg_text_bytes(rg, text_field) * frac)
+            if cur_bytes >= target_bytes and hi < md.num_rows:
+                pieces.append(Piece(path, fmt, cur_start, hi, 1, cur_bytes))
+                cur_start, cur_bytes = hi, 0
+        if cur_start < md.num_rows or not pieces:
+            pieces.append(Piece(path, fmt, cur_start, None, 1, cur_bytes))
+        return pieces
+    est = file_size_estimate(path, fmt, text_field)
+    return [Piece(path, fmt, start, None, line if fmt == "jsonl.gz" else 1, est)]
+
+
+def _split_jsonl(path: str, size: int, start: int, line: int, target: int) -> list[Piece]:
+    pieces = []
+    cur_start, cur_line = start, line
+    pos, lineno = start, line
+    next_cut = start + target
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        while True:
+            block = fh.read(_SCAN_BLOCK)
+            if not block:
+                break
+            base = pos
+            # cut at the first line start at or after each target boundary inside this block
+            while next_cut < base + len(block):
+                nl = block.find(b"\n", max(next_cut - base - 1, 0))
+                if nl < 0:
+                    break
+                cut = base + nl + 1
+                cut_line = lineno + block.count(b"\n", 0, nl + 1)
+                if cut >= size:
+                    next_cut = size + 1
+                    break
+                pieces.append(Piece(path, "jsonl", cur_start, cut, cur_line, cut - cur_start))
+                cur_start, cur_line = cut, cut_line
+                next_cut = cut + target
+            lineno += block.count(b"\n")
+            pos += len(block)
+    pieces.append(Piece(path, "jsonl", cur_start, None, cur_line, size - cur_start))
+    return pieces
+
+
+@dataclass
+class RowScan:
+    """Positions of the first rows of a file (from :func:`scan_rows`).
+
+    ``starts[i]`` is where row ``i`` starts (byte offset for JSONL, record index otherwise) and
+    ``lines[i]`` its line; ``end``/``end_line`` the position after the last scanned row. ``complete``
+    says whether the file ended before ``limit`` rows were found.
+    """
+
+    starts: list[int]
+    lines: list[int]
+    end: int
+    end_line: int
+    complete: bool
+
+
+def scan_rows(path: str, fmt: str, limit: int) -> RowScan:
+    """Find where each of the first ``limit`` records of ``path`` starts (reads only as far as needed,
+    except for JSON arrays, which are parsed whole)."""
+    if fmt == "jsonl":
+        starts, lines = [], []
+        pos, lineno = 0, 1
+        with open(path, "rb") as fh:
+            for raw in fh:
+                if len(starts) >= limit:
+                    return RowScan(starts, lines, pos, lineno, False)
+                if raw.strip():
+                    starts.append(pos)
+                    lines.append(lineno)
+                pos += len(raw)
+                lineno += 1
+        return RowScan(starts, lines, pos, lineno, True)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        n = pq.ParquetFile(path).metadata.num_rows
+        k = min(n, limit)
+        return RowScan(list(range(k)), [1] * k, k, 1, n <= limit)
+    if fmt == "text":
+        return RowScan([0], [1], 1, 1, True) if limit >= 1 else RowScan([], [], 0, 1, False)
+    # jsonl.gz / json: count records by reading them
+    starts, lines = [], []
+    k = 0
+    for pos, _text, _reason, _detail in iter_records(Piece(path, fmt), "\x00no-field\x00"):
+        if k >= limit:
+            return RowScan(starts, lines, k, pos, False)
+        starts.append(k)
+        lines.append(pos)
+        k += 1
+    return RowScan(starts, lines, k, 0, True)
+
+
+# --------------------------------------------------------------------------------------------------
+# reading
+
+
+def _get_field(obj: Any, field: str) -> Any:
+    if not isinstance(obj, dict):
+        return None
+    if field in obj:
+        return obj[field]
+    cur: Any = obj
+    for part in field.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def _from_obj(obj: Any, field: str, pos: int) -> tuple[int, str | None, str | None, str | None]:
+    value = _get_field(obj, field)
+    if value is None:
+        what = "record is not an object" if not isinstance(obj, dict) else f"no field {field!r}"
+        return pos, None, "missing_field", what
+    if not isinstance(value, str):
+        return pos, None, "missing_field", f"field {field!r} is {type(value).__name__}, not text"
+    return pos, value, None, None
+
+
+def iter_records(piece: Piece, text_field: str) -> Iterator[tuple[int, str | None, str | None, str | None]]:
+    """Yield ``(position, text, problem, detail)`` for each record of ``piece``, in file order.
+
+    ``position`` is the line number (JSONL, JSONL.gz, JSON array) or the row number (Parquet); for a
+    good record ``problem`` is None and ``text`` the document; otherwise ``text`` is None, ``problem``
+    one of :data:`READ_PROBLEMS` and ``detail`` a short explanation. A malformed JSON array ends the
+    file after one ``malformed_json`` record (nothing after the error can be located).
+
+    Raises:
+        RuntimeFailure: the file cannot be opened or read (I/O error, truncated gzip).
+    """
+    path = piece.file
+    try:
+        if piece.fmt == "jsonl":
+            yield from _iter_jsonl(piece, text_field)
+        elif piece.fmt == "jsonl.gz":
+            yield from _iter_jsonl_gz(piece, text_field)
+        elif piece.fmt == "json":
+            yield from _iter_json_array(piece, text_field)
+        elif piece.fmt == "parquet":
+            yield from _iter_parquet(piece, text_field)
+        else:
+            raw = Path(path).read_bytes()
+            try:
+                yield 1, raw.decode("utf-8"), None, None
+            except UnicodeDecodeError as exc:
+                yield _bad_utf8(raw, exc)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise RuntimeFailure(f"{path}: cannot read ({type(exc).__name__}: {exc})") from None
+
+
+def _bad_utf8(raw: bytes, exc: UnicodeDecodeError, first_line: int = 1) -> tuple[int, None, str, str]:
+    line = first_line + raw.count(b"\n", 0, exc.start)
+    return line, None, "invalid_utf8", f"byte 0x{raw[exc.start]:02x} is not UTF-8"
+
+
+def _parse_line(raw: bytes, lineno: int, field: str):
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return lineno, None, "invalid_utf8", f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1} is not UTF-8"
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return lineno, None, "malformed_json", f"{exc.msg} (column {exc.colno})"
+    return _from_obj(obj, field, lineno)
+
+
+def _iter_jsonl(piece: Piece, field: str):
+    lineno = piece.line
+    with open(piece.file, "rb") as fh:
+        fh.seek(piece.start)
+        remaining = None if piece.stop is None else piece.stop - piece.start
+        carry = b""
+        while remaining is None or remaining > 0:
+            want = _SCAN_BLOCK if remaining is None else min(_SCAN_BLOCK, remaining)
+            block = fh.read(want)
+            if not block:
+                break
+            if remaining is not None:
+                remaining -= len(block)
+            block = carry + block
+            lines = block.split(b"\n")
+            carry = lines.pop()
+            for raw in lines:
+                if raw.strip():
+                    yield _parse_line(raw, lineno, field)
+                lineno += 1
+        if carry.strip():
+            yield _parse_line(carry, lineno, field)
+
+
+def _iter_jsonl_gz(piece: Piece, field: str):
+    k = 0
+    with gzip.open(piece.file, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            if piece.stop is not None and k >= piece.stop:
+                return
+            if k >= piece.start:
+                yield _parse_line(raw.rstrip(b"\n"), lineno, field)
+            k += 1
+
+
+def _iter_json_array(piece: Piece, field: str):
+    raw = Path(piece.file).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        yield _bad_utf8(raw, exc)
+        return
+    dec = json.JSONDecoder()
+    i = _skip_ws(text, 0)
+    if i >= len(text) or text[i] != "[":
+        yield text.count("\n", 0, i) + 1, None, "malformed_json", "a .json file must hold one array of records"
+        return
+    i = _skip_ws(text, i + 1)
+    line, last = 1, 0
+    k = 0
+    if i < len(text) and text[i] == "]":
+        return
+    while True:
+        line += text.count("\n", last, i)
+        last = i
+        try:
+            obj, end = dec.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            yield exc.lineno, None, "malformed_json", f"{exc.msg} (column {exc.colno}); rest of the file skipped"
+            return
+        if piece.stop is not None and k >= piece.stop:
+            return
+        if k >= piece.start:
+            yield _from_obj(obj, field, line)
+        k += 1
+        i = _skip_ws(text, end)
+        if i < len(text) and text[i] == ",":
+            i = _skip_ws(text, i + 1)
+            continue
+        if i < len(text) and text[i] == "]":
+            return
+        line += text.count("\n", last, i)
+        yield line, None, "malformed_json", "expected ',' or ']' between records; rest of the file skipped"
+        return
+
+
+def _skip_ws(text: str, i: int) -> int:
+    n = len(text)
+    while i < n and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _iter_parquet(piece: Piece, field: str):
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(piece.file)
+    top = field.split(".")[0]
+    if top not in pf.schema_arrow.names:
+        n = pf.metadata.num_rows
+        stop = n if piece.stop is None else min(piece.stop, n)
+        for row in range(piece.start, stop):
+            yield row, None, "missing_field", f"no column {field!r}"
+        return
+    md = pf.metadata
+    row = 0
+    stop = md.num_rows if piece.stop is None else piece.stop
+    for i in range(md.num_row_groups):
+        n = md.row_group(i).num_rows
+        lo, hi = row, row + n
+        row = hi
+        if hi <= piece.start or lo >= stop:
+            continue
+        table = pf.read_row_group(i, columns=[top])
+        values = table.column(0).to_pylist()
+        for j in range(max(piece.start, lo) - lo, min(stop, hi) - lo):
+            v = values[j]
+            if top != field:
+                v = _get_field({top: v}, field)
+            if v is None:
+                yield lo + j, None, "missing_field", f"{field!r} is null"
+            elif isinstance(v, bytes):
+                try:
+                    yield lo + j, v.decode("utf-8"), None, None
+                except UnicodeDecodeError as exc:
+                    yield lo + j, None, "invalid_utf8", f"byte 0x{v[exc.start]:02x} is not UTF-8"
+            elif not isinstance(v, str):
+                yield lo + j, None, "missing_field", f"{field!r} is {type(v).__name__}, not text"
+            else:
+                yield lo + j, v, None, None
+
+
+# --------------------------------------------------------------------------------------------------
+# Hugging Face datasets (only where the `datasets` package and a hub are available)
+
+
+def resolve_remote(path: str, subset: str | None, split: str | None) -> list[tuple[str, int]]:
+    """Data files of a Hugging Face dataset ``hf://org/name``: ``[(url, size_bytes), ...]``, sorted.
+
+    Raises:
+        RuntimeFailure: ``datasets``/``huggingface_hub`` missing, or the hub cannot be reached.
+    """
+    repo = path[len("hf://"):].strip("/")
+    try:
+        import datasets  # noqa: F401
+        from huggingface_hub import HfFileSystem
+    except ImportError:
+        raise RuntimeFailure(f"{path}: reading Hugging Face datasets needs the 'datasets' package",
+                             "pip install datasets, or download the files and point the blend at them") from None
+    try:
+        import datasets as ds
+
+        builder = ds.load_dataset_builder(repo, subset)
+        files = builder.config.data_files or {}
+        urls = list(files.get(split or "train", []))
+        fs = HfFileSystem()
+        out = [(u, int(fs.info(u).get("size") or 0)) for u in sorted(urls)]
+    except Exception as exc:  # noqa: BLE001 - every hub failure reads the same to the user
+        raise RuntimeFailure(f"{path} (subset {subset!r}, split {split!r}): cannot list its files on the hub "
+                             f"({type(exc).__name__}: {exc})",
+                             "check network access and HF_TOKEN, or download the data and use local paths") from None
+    if not out:
+        raise RuntimeFailure(f"{path}: subset {subset!r} has no files for split {split!r}")
+    return out
+
+
+def fetch_remote(url: str, cache_dir: str) -> str:
+    """Download one ``hf://`` file into ``cache_dir`` (once; atomic) and return its local path."""
+    from huggingface_hub import HfFileSystem
+
+    from nemotron.data.files import tmp_name
+
+    rel = url.split("://", 1)[1].replace("@", "_")
+    local = Path(cache_dir) / rel
+    if local.is_file():
+        return str(local)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_name(local)
+    try:
+        HfFileSystem().get_file(url, str(tmp))
+        os.replace(tmp, local)
+    except Exception as exc:  # noqa: BLE001
+        Path(tmp).unlink(missing_ok=True)
+        raise RuntimeFailure(f"{url}: download failed ({type(exc).__name__}: {exc})") from None
+    return str(local)

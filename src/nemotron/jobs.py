@@ -1,0 +1,178 @@
+"""Submitted jobs: records, status, logs, cancel, and following an attached run.
+
+Every submission writes ``$NEMOTRON_HOME/submissions/<experiment id>.json``. ``status``, ``logs`` and
+``cancel`` accept an experiment id, a Slurm job id, or nothing (the most recent submission). Slurm is
+asked through its own commands (``sacct``, ``squeue``, ``scancel``), run here for a local tunnel and
+over ``ssh`` for an SSH profile. The final state comes from ``sacct``: an attached run exits 0 only
+when Slurm says COMPLETED.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from nemotron.artifacts import home
+from nemotron.errors import ConfigError, RuntimeFailure
+
+#: Slurm states after which a job never runs again (sacct's names; ``CANCELLED by N`` is cut to CANCELLED).
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+            "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+
+
+@dataclass
+class JobRecord:
+    """What we know about one submission (all strings; paths are on the cluster)."""
+
+    experiment_id: str
+    job_id: str
+    stage: str
+    title: str
+    profile: str
+    env_file: str
+    run_dir: str
+    log_dir: str
+    job_name: str
+    tunnel: str = "local"
+    host: str | None = None
+    user: str | None = None
+    submitted: float = 0.0
+
+
+def _folder() -> Path:
+    return home() / "submissions"
+
+
+def save(rec: JobRecord) -> Path:
+    """Write the record atomically; returns its path."""
+    rec.submitted = rec.submitted or time.time()
+    folder = _folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{rec.experiment_id}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(rec), indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def load(ident: str | None) -> JobRecord:
+    """The record for an experiment id or Slurm job id, or the most recent one.
+
+    Raises:
+        ConfigError: nothing submitted yet, or no submission with that id.
+    """
+    folder = _folder()
+    records = []
+    for f in folder.glob("*.json") if folder.is_dir() else []:
+        try:
+            records.append(JobRecord(**json.loads(f.read_text(encoding="utf-8"))))
+        except (json.JSONDecodeError, TypeError):
+            continue
+    if not records:
+        raise ConfigError("no job has been submitted from this machine yet", "submit one with --batch PROFILE or --run PROFILE")
+    records.sort(key=lambda r: r.submitted)
+    if ident is None:
+        return records[-1]
+    for rec in reversed(records):
+        if ident in (rec.experiment_id, rec.job_id):
+            return rec
+    recent = ", ".join(f"{r.job_id} ({r.experiment_id})" for r in records[-3:])
+    raise ConfigError(f"no submitted job {ident!r}", f"recent: {recent}")
+
+
+def _remote(rec: JobRecord, command: str) -> subprocess.CompletedProcess:
+    if rec.tunnel == "ssh":
+        target = f"{rec.user}@{rec.host}" if rec.user else str(rec.host)
+        argv = ["ssh", "-o", "BatchMode=yes", target, command]
+    else:
+        argv = ["bash", "-c", command]
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeFailure(f"cannot ask Slurm about job {rec.job_id}: {exc}") from None
+
+
+def state(rec: JobRecord) -> tuple[str, str]:
+    """``(state, exit code)`` of the job's allocation from sacct (``PENDING``/``RUNNING`` from squeue
+    while sacct has no record yet, which happens for a second or so after sbatch returns)."""
+    out = _remote(rec, f"sacct -n -X -P -j {shlex.quote(rec.job_id)} -o State,ExitCode")
+    line = next((ln for ln in out.stdout.splitlines() if ln.strip()), "")
+    if line:
+        st, _, code = line.partition("|")
+        return st.split()[0], code
+    q = _remote(rec, f"squeue -h -j {shlex.quote(rec.job_id)} -o %T")
+    st = q.stdout.strip().splitlines()[0] if q.stdout.strip() else "UNKNOWN"
+    return st, ""
+
+
+def log_files(rec: JobRecord) -> list[str]:
+    """The job's log files on the cluster: the task's output (``log-*``) then the batch script's (``sbatch_*``)."""
+    d = shlex.quote(rec.log_dir)
+    out = _remote(rec, f"ls -1 {d}/log-*_{rec.job_id}_*.out {d}/sbatch_*_{rec.job_id}.out 2>/dev/null")
+    return [ln for ln in out.stdout.splitlines() if ln.strip()]
+
+
+def read_log(rec: JobRecord, path: str, offset: int = 0) -> str:
+    """Text of ``path`` from byte ``offset`` on (empty when absent)."""
+    out = _remote(rec, f"tail -c +{offset + 1} {shlex.quote(path)} 2>/dev/null")
+    return out.stdout
+
+
+def redactor(rec: JobRecord):
+    try:
+        from nemotron.profiles import load_profiles, redact_text
+
+        secrets = list(load_profiles(Path(rec.env_file)).get(rec.profile).secret_values().values())
+    except Exception:  # the profile may have changed since; redact nothing we cannot know
+        secrets = []
+    return (lambda text: redact_text(text, secrets)) if secrets else (lambda text: text)
+
+
+def follow(rec: JobRecord, *, poll_s: float = 1.0, stream=None) -> tuple[str, str]:
+    """Stream the job's task log until Slurm reports a terminal state; returns ``(state, exit code)``."""
+    stream = stream or sys.stdout
+    redact = redactor(rec)
+    offsets: dict[str, int] = {}
+    st, code = "PENDING", ""
+    last_state = None
+    while True:
+        st, code = state(rec)
+        if st != last_state:
+            print(f"[nemotron] job {rec.job_id}: {st}", file=sys.stderr, flush=True)
+            last_state = st
+        for path in [p for p in log_files(rec) if "/log-" in p]:
+            chunk = read_log(rec, path, offsets.get(path, 0))
+            if chunk:
+                offsets[path] = offsets.get(path, 0) + len(chunk.encode())
+                stream.write(redact(chunk))
+                stream.flush()
+        if st in TERMINAL:
+            return st, code
+        time.sleep(poll_s)
+
+
+def tail_lines(rec: JobRecord, n: int = 20) -> list[str]:
+    """The last ``n`` lines of the job's logs (task log first, then the batch script's), redacted."""
+    redact = redactor(rec)
+    for path in log_files(rec):  # the task's own output first; the batch script's trace when it has none
+        lines = redact(read_log(rec, path)).splitlines()
+        if any(ln.strip() for ln in lines):
+            return lines[-n:]
+    return []
+
+
+def cancel(rec: JobRecord) -> None:
+    """``scancel`` the job.
+
+    Raises:
+        RuntimeFailure: scancel refused (its message kept).
+    """
+    out = _remote(rec, f"scancel {shlex.quote(rec.job_id)}")
+    if out.returncode != 0:
+        raise RuntimeFailure(f"scancel {rec.job_id} failed: {out.stderr.strip() or out.stdout.strip()}")

@@ -1,0 +1,163 @@
+"""Launch validation: every layout rule and a per-GPU memory estimate, before anything is queued.
+
+The CLI calls exactly three functions, in this order, on the compiled config (plain dicts):
+
+* :func:`prepare` — the stage's own adjustments, with a note for each (an ``<N>layer`` slice picks a
+  one-node layout; unset MOPD teacher slots fall back to the general teacher);
+* :func:`validate` — every problem at once, each in the user's terms (key, value, why, valid values);
+* :func:`describe` — the tables ``--dry-run`` shows (pipeline stages, parallel layout, memory,
+  RL node arithmetic).
+
+Stdlib only (plus :mod:`nemotron.catalogue` and :mod:`nemotron.errors`): importing this package costs
+nothing at start-up. The rules live in :mod:`nemotron.validation.rules` (one pure function each, with
+its source and the Megatron-Core versions it holds for), the estimate in
+:mod:`nemotron.validation.memory`. ``profile`` is None (no profile: an 8-GPU H200 node, 141 GB,
+Hopper, assumed) or an object with ``name``, ``executor``, ``gpus_per_node``, ``gpu_arch`` and
+``gpu_memory`` (GB) attributes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nemotron import catalogue
+from nemotron.errors import Problem
+from nemotron.validation import checks, rules
+from nemotron.validation.views import as_int, get, node_shape, put
+
+Table = tuple[str, list[str], list[list[str]]]
+
+#: Keys an ``<N>layer`` slice sets (value: ``"ep"`` means all GPUs of the node).
+_MB_SLICE = {
+    "model.tensor_model_parallel_size": 1, "model.pipeline_model_parallel_size": 1,
+    "model.context_parallel_size": 1, "model.expert_tensor_parallel_size": 1,
+    "model.expert_model_parallel_size": "ep", "model.sequence_parallel": False,
+    "model.num_layers_in_first_pipeline_stage": None, "model.num_layers_in_last_pipeline_stage": None,
+}
+_QUANT_SLICE = {
+    "export.tensor_model_parallel_size": 1, "export.pipeline_model_parallel_size": 1,
+    "export.expert_model_parallel_size": "ep", "export.expert_tensor_parallel_size": 1,
+}
+_RL_SLICE = {k.replace("model.", "policy.megatron_cfg."): v for k, v in _MB_SLICE.items()}
+
+
+def _slice_layout(stage: Any) -> dict[str, Any]:
+    kind = getattr(stage, "kind", "")
+    if kind == "rl":
+        return dict(_RL_SLICE)
+    out = dict(_MB_SLICE)
+    if kind == "quantize":
+        out.update(_QUANT_SLICE)
+    return out
+
+
+def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[str]:
+    """Adjust ``cfg`` in place before validation; return one note per change for ``--dry-run``.
+
+    * ``model.name`` ending in ``<N>layer``: the slice fits one node, so the layout becomes TP=1,
+      PP=1, CP=1, ETP=1, EP = all GPUs of the node (the largest divisor of the expert count that fits),
+      sequence parallel off, ``run.env.nodes`` = 1 — except keys in ``user_keys`` (set by ``-c`` or an
+      override), which are kept and named in the note.
+    * MOPD: unset teacher slots (``_teachers.<slot>`` null) are filled with the general teacher.
+    * NeMo RL stages: a null ``cluster.gpus_per_node`` takes the node shape.
+    """
+    notes: list[str] = []
+    if getattr(stage, "kind", "") == "data":
+        return notes
+    shape = node_shape(cfg, profile)
+    name = get(cfg, "model.name")
+    n = catalogue.slice_size(name) if isinstance(name, str) else None
+    if n and checks.backend(cfg) != checks.LOCAL and shape.gpus_per_node:
+        try:
+            spec = catalogue.get(name)
+        except catalogue.CatalogueError:
+            spec = None
+        if spec is not None:
+            gpn = shape.gpus_per_node
+            ep = max(d for d in rules.divisors(spec.num_experts) if d <= gpn) if spec.num_experts else 1
+            changed, kept = [], []
+            layout = _slice_layout(stage)
+            if getattr(stage, "kind", "") != "rl":
+                layout["run.env.nodes"] = 1
+            for key, value in layout.items():
+                value = ep if value == "ep" else value
+                if key in user_keys:
+                    if get(cfg, key) != value:
+                        kept.append(f"{key}={get(cfg, key)!r}")
+                    continue
+                if get(cfg, key, object()) != value:
+                    put(cfg, key, value)
+                    short = key.removeprefix("model.").removeprefix("policy.megatron_cfg.")
+                    changed.append(f"{short}={value}")
+            if changed:
+                why = "" if ep == gpn else f" (largest divisor of {spec.num_experts} experts <= {gpn})"
+                msg = (f"model.name={name}: a {n}-layer slice fits one node of {gpn} GPUs; layout set to "
+                       f"{', '.join(changed)}{why}")
+                if kept:
+                    msg += f"; kept your {', '.join(kept)}"
+                notes.append(msg)
+    if getattr(stage, "kind", "") == "rl":
+        if get(cfg, "cluster.gpus_per_node") is None and shape.gpus_per_node and "cluster" in cfg:
+            put(cfg, "cluster.gpus_per_node", shape.gpus_per_node)
+            notes.append(f"cluster.gpus_per_node=null: set to the node shape, {shape.gpus_per_node}")
+        teachers = get(cfg, "_teachers")
+        if get(cfg, "on_policy_distillation.enabled", False) and isinstance(teachers, dict):
+            general = teachers.get("general")
+            if general not in (None, ""):
+                panel, fell = rules.resolve_teachers(teachers)
+                for slot in fell:
+                    teachers[slot] = general
+                if fell:
+                    notes.append(f"teacher slots {', '.join(fell)} are not set: they fall back to the general teacher "
+                                 f"({general})")
+            default_slot = get(cfg, "teacher_routing.default_slot") or "general"
+            routed = get(cfg, "teacher_routing.by_agent") or {}
+            listed = ", ".join(f"{a}->{s}" for a, s in routed.items()) if isinstance(routed, dict) else ""
+            notes.append(f"teacher routing: {listed + '; ' if listed else ''}any other task goes to the "
+                         f"'{default_slot}' teacher")
+    return notes
+
+
+def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    """Every problem of ``cfg`` for ``stage`` on ``profile`` (errors and warnings), all at once.
+
+    Data stages run on CPUs through Ray and have no layout: nothing to check here (their configs
+    are checked by their own runtime's input validation).
+    """
+    kind = getattr(stage, "kind", "")
+    if kind == "data":
+        return []
+    if kind == "rl":
+        problems = checks.validate_rl(stage, cfg, profile)
+    else:
+        problems = checks.validate_megatron(stage, cfg, profile)
+    return _dedupe(problems)
+
+
+def describe(stage: Any, cfg: dict, profile: Any) -> list[Table]:
+    """Tables for ``--dry-run``: ``(title, header, rows)`` — per-pipeline-stage Mamba/MoE/attention
+    counts and MTP placement, the parallel layout (world, DP, EDP, minimum GPUs), the per-GPU memory
+    estimate against the GPU memory, and for NeMo RL stages the node arithmetic, the generation
+    engines and the teacher panel."""
+    kind = getattr(stage, "kind", "")
+    if kind == "data":
+        return []
+    try:
+        if kind == "rl":
+            return checks.describe_rl(stage, cfg, profile)
+        return checks.describe_megatron(stage, cfg, profile)
+    except (ArithmeticError, TypeError, ValueError):  # an invalid layout: validate() has said why
+        return []
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen, out = set(), []
+    for p in problems:
+        sig = (p.key, p.message, p.severity)
+        if sig not in seen:
+            seen.add(sig)
+            out.append(p)
+    return out
+
+
+__all__ = ["prepare", "validate", "describe", "Problem", "rules", "as_int"]

@@ -1,0 +1,592 @@
+"""Which rules apply to which stage, and the dry-run tables.
+
+:func:`validate_stage` and :func:`describe_stage` dispatch on the stage kind (``megatron``,
+``convert``, ``quantize``, ``rl``, ``data``) and the config's ``backend`` (the cluster framework, or
+``local``). Everything is pure except :func:`nemotron.validation.views.read_manifest`, which reads
+a data artifact's small JSON manifest when it exists on this machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nemotron import catalogue
+from nemotron.catalogue import ModelSpec
+from nemotron.errors import Problem
+from nemotron.validation import memory, rules
+from nemotron.validation.views import (
+    NodeShape,
+    TrainView,
+    as_int,
+    framework_version,
+    get,
+    manifest_field,
+    megatron_view,
+    node_shape,
+    read_manifest,
+    rl_view,
+    unresolved,
+)
+
+LOCAL = "local"
+
+
+def backend(cfg: dict) -> str:
+    return str(get(cfg, "backend", "") or "").lower()
+
+
+def model_of(cfg: dict) -> tuple[ModelSpec | None, list[Problem]]:
+    name = get(cfg, "model.name")
+    if name is None:
+        return None, []
+    try:
+        return catalogue.get(name), []
+    except catalogue.CatalogueError as exc:
+        return None, [Problem(key="model.name", value=name, message=str(exc).split("; valid:")[0],
+                              valid=", ".join(catalogue.names()), rule="model-name")]
+
+
+def mcore_version(stage: Any) -> str | None:
+    return framework_version(getattr(stage, "image", ""), "megatron_core")
+
+
+# ------------------------------------------------------------------------------------ shared rules
+def training_rules(model: ModelSpec, v: TrainView, mcore: str | None, *, world_check: bool = True,
+                   batch_check: bool = True, nodes: int = 1, gpn: int = 8, training: bool = True,
+                   extra_nodes: int = 0, world_what: str | None = None) -> list[Problem]:
+    """Rules 1-7 on one Megatron layout.
+
+    ``training=False``: a forward-only job (conversion, calibration), where Megatron-Core's
+    training-only MoE/sequence-parallel check does not apply. Rules that depend on a dimension that is
+    itself invalid (world size with a TP that does not divide the model, ...) are skipped, so every
+    message is a cause, not a consequence. ``extra_nodes``: nodes of the job that are not this
+    layout's (NeMo RL generation and teachers), for the valid node counts.
+    """
+    out = rules.positive_ints(v.ints())
+    if not v.ok:
+        return out
+    k = v.keys
+    dims = rules.tp_divides_model(model, v.tp, k["tp"])
+    if not dims:
+        dims += rules.tp_vs_kv_groups(model, v.tp, mcore, k["tp"])
+    if training:
+        out += rules.moe_tp_needs_sp(model, v.tp, v.sp, k["sp"])
+    out += rules.sp_with_tp1(v.tp, v.sp, k["sp"])
+    experts = rules.ep_divides_experts(model, v.ep, k["ep"]) + rules.etp_divides_ffn(model, v.etp, k["etp"])
+    pipeline = rules.pp_splits_layers(model, v.pp, v.first, v.last, k["pp"], k.get("first", ""), k.get("last", ""))
+    out += dims + experts + pipeline
+    if dims or experts or pipeline:
+        return out  # world, batch and sequence rules would only restate these
+    world_problems: list[Problem] = []
+    if world_check:
+        world_problems += rules.world_divides(v.world, v.tp, v.pp, v.cp, v.ep, v.etp, v.world_key, nodes, gpn,
+                                              world_what or v.world_what, extra_nodes=extra_nodes)
+        if not world_problems:
+            world_problems += rules.expert_fills_world(model, v.world, v.pp, v.ep, v.etp, k["ep"])
+    out += world_problems
+    if batch_check and not world_problems:
+        out += rules.batch_divisible(v.gbs, v.mbs, v.world // (v.tp * v.pp * v.cp), k["gbs"])
+    out += rules.cp_seq_divisible(v.seq, v.tp, v.cp, v.sp, k["seq"])
+    return out
+
+
+def setup_of(v: TrainView, inference: bool = False) -> memory.TrainSetup:
+    return memory.TrainSetup(
+        tp=v.tp, pp=v.pp, cp=v.cp, ep=v.ep, etp=v.etp, sp=v.sp, world=v.world, seq_length=v.seq or 4096,
+        micro_batch=v.mbs, global_batch=v.gbs, first_stage_layers=v.first, last_stage_layers=v.last,
+        recompute_granularity=v.recompute_granularity, recompute_method=v.recompute_method,
+        recompute_num_layers=v.recompute_num_layers, recompute_modules=v.recompute_modules,
+        distributed_optimizer=v.distributed_optimizer, grad_fp32=v.grad_fp32,
+        optimizer_offload_fraction=v.offload_fraction, precision=v.precision, mtp_depths=v.mtp_depths,
+        inference=inference,
+    )
+
+
+def memory_problem(est: memory.Estimate, key: str, value: Any, what: str = "") -> list[Problem]:
+    if est.fits is False:
+        return [Problem(key=key, value=value, message=f"memory estimate{what}: {est.verdict()} — see the memory "
+                                                      "table in --dry-run", valid="more PP/EP/TP, recompute, optimizer "
+                                                      "CPU offload, or GPUs with more memory",
+                        rule="memory", severity="warning")]
+    return []
+
+
+def resource_rules(stage: Any, cfg: dict, shape: NodeShape, world_needed: int | None) -> list[Problem]:
+    """Rule 12: node shape owned by the profile; GPU stages need GPUs."""
+    out: list[Problem] = []
+    nodes = as_int(get(cfg, "run.env.nodes")) or 1
+    out += rules.node_shape(shape.config_gpus_per_node, shape.profile_gpus_per_node, shape.profile_name, nodes,
+                            world_needed)
+    if getattr(stage, "gpu", False) and shape.has_profile and not shape.profile_gpus_per_node:
+        out += rules.gpu_stage_needs_gpus(getattr(stage, "title", getattr(stage, "name", "stage")),
+                                          shape.profile_gpus_per_node, shape.profile_name)
+    return out
+
+
+# ------------------------------------------------------------------------------------ Megatron stages
+def megatron_layout(cfg: dict, shape: NodeShape) -> TrainView:
+    v = megatron_view(cfg)
+    v.nodes = as_int(get(cfg, "run.env.nodes")) or 1
+    v.world = v.nodes * shape.gpus_per_node
+    return v
+
+
+def validate_megatron(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    shape = node_shape(cfg, profile)
+    out: list[Problem] = []
+    model, probs = model_of(cfg)
+    out += probs
+    if backend(cfg) == LOCAL:
+        return out + validate_local(stage, cfg, model)
+    v = megatron_layout(cfg, shape)
+    planned_world = v.nodes * (shape.config_gpus_per_node or shape.gpus_per_node)
+    out += resource_rules(stage, cfg, shape, planned_world)
+    if model is None or (shape.has_profile and not shape.gpus_per_node):
+        return out
+    kind = getattr(stage, "kind", "")
+    if kind == "convert" and str(get(cfg, "convert.device", "gpu")).lower() == "cpu":
+        nodes = as_int(get(cfg, "run.env.nodes")) or 1
+        if nodes != 1:
+            out.append(Problem("run.env.nodes", nodes, "a CPU conversion runs on one node", "1", "convert-cpu"))
+        return out
+    inference = kind in ("convert", "quantize")
+    out += training_rules(model, v, mcore_version(stage), batch_check=kind != "convert", nodes=v.nodes,
+                          gpn=shape.gpus_per_node, training=not inference)
+    # rule 11: NVFP4 precision
+    if kind == "megatron":
+        out += rules.nvfp4_needs_blackwell(v.precision == "nvfp4", shape.gpu_arch, shape.declared_arch,
+                                           "mixed_precision", get(cfg, "mixed_precision"), "NVFP4 training precision")
+    if kind == "quantize":
+        out += quantize_rules(model, cfg, v, shape)
+    if getattr(stage, "name", "") == "sft":
+        out += sft_data_rules(cfg, v)
+    if getattr(stage, "name", "") in ("pretrain", "sft"):
+        out += data_tokenizer_rules(stage, cfg, model)
+    if v.ok and not any(p.severity == "error" for p in out):
+        est = memory.estimate(model, setup_of(v, inference=inference), shape.gpu_memory_gb,
+                              label="inference" if inference else "training")
+        out += memory_problem(est, v.keys["pp"], v.pp)
+    return out
+
+
+def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Problem]:
+    """``backend: local`` runs one process on this machine (HF transformers / Model Optimizer)."""
+    out: list[Problem] = []
+    keys = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+            "model.expert_model_parallel_size", "model.context_parallel_size", "model.expert_tensor_parallel_size",
+            "policy.megatron_cfg.tensor_model_parallel_size", "policy.megatron_cfg.pipeline_model_parallel_size",
+            "policy.megatron_cfg.expert_model_parallel_size", "policy.megatron_cfg.context_parallel_size")
+    for key in keys:
+        val = get(cfg, key)
+        if val is not None and as_int(val) != 1:
+            out.append(Problem(key=key, value=val, message="the local backend runs one process without Megatron: "
+                                                           "parallel sizes must be 1", valid="1", rule="local-layout"))
+    nodes = as_int(get(cfg, "run.env.nodes")) or 1
+    if nodes != 1:
+        out.append(Problem("run.env.nodes", nodes, "the local backend runs on one machine", "1", rule="local-layout"))
+    if model is not None and model.name == "ultra":
+        out.append(Problem("model.name", model.name, "the full Ultra model (1.1 TB in BF16) cannot run on one machine",
+                           "small (or ultra<N>layer with a cluster backend)", rule="local-layout"))
+    return out
+
+
+def sft_data_rules(cfg: dict, v: TrainView) -> list[Problem]:
+    """Rules 7 (packing vs layout) and 13 (pack size vs sequence length) for SFT."""
+    out: list[Problem] = []
+    if not v.ok:
+        return out
+    required = rules.pack_pad_multiple(v.tp, v.cp, v.sp)
+    spec_mult = as_int(get(cfg, "dataset.packed_sequence_specs.pad_seq_to_mult"))
+    if spec_mult is not None and required > 1:
+        out += rules.sft_pad_matches(spec_mult, required, "dataset.packed_sequence_specs.pad_seq_to_mult", spec_mult,
+                                     "the config")
+    manifest, where = read_manifest(get(cfg, "dataset.dataset_root"))
+    data_mult = as_int(manifest_field(manifest, "pad_to_multiple", "packing.pad_to_multiple", "pad_seq_to_mult"))
+    if manifest is not None:
+        out += rules.sft_pad_matches(data_mult, required, "dataset.dataset_root", get(cfg, "dataset.dataset_root"), where)
+    data_pack = as_int(manifest_field(manifest, "pack_size", "packing.pack_size", "packed_sequence_size"))
+    out += rules.sft_pack_size(v.seq, as_int(get(cfg, "dataset.packed_sequence_specs.packed_sequence_size")),
+                               data_pack, v.keys["seq"], "dataset.packed_sequence_specs.packed_sequence_size",
+                               where or "the data artifact")
+    return out
+
+
+def data_tokenizer_rules(stage: Any, cfg: dict, model: ModelSpec) -> list[Problem]:
+    """Rule 13: the data artifact's tokenizer is the model's."""
+    path_key = "data.per_split_data_args_path" if getattr(stage, "name", "") == "pretrain" else "dataset.dataset_root"
+    manifest, where = read_manifest(get(cfg, path_key))
+    tok = manifest_field(manifest, "tokenizer")
+    if not isinstance(tok, dict):
+        return []
+    return rules.data_tokenizer_matches(tok, get(cfg, "tokenizer.tokenizer_model"), model.vocab_size,
+                                        get(cfg, "tokenizer.vocab_sha256"), "tokenizer.tokenizer_model", where)
+
+
+def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) -> list[Problem]:
+    """Export layout (a second layout inside the same allocation) and NVFP4 GEMMs vs hardware."""
+    out: list[Problem] = []
+    ek = {"tp": "export.tensor_model_parallel_size", "pp": "export.pipeline_model_parallel_size",
+          "ep": "export.expert_model_parallel_size", "etp": "export.expert_tensor_parallel_size"}
+    ev = {k: as_int(get(cfg, key, 1)) for k, key in ek.items()}
+    bad = rules.positive_ints({ek[k]: (val if val is not None else get(cfg, ek[k])) for k, val in ev.items()})
+    out += bad
+    if not bad:
+        out += rules.tp_divides_model(model, ev["tp"], ek["tp"])
+        out += rules.pp_splits_layers(model, ev["pp"], None, None, ek["pp"])
+        out += rules.ep_divides_experts(model, ev["ep"], ek["ep"])
+        need = ev["pp"] * max(ev["tp"], ev["ep"] * ev["etp"])
+        if need > v.world:
+            out.append(Problem(ek["pp"], ev["pp"], f"the export layout needs PP x max(TP, EP x ETP) = {need} GPUs, more "
+                                                   f"than the job's {v.world}", f"a layout within {v.world} GPUs",
+                               rule="world-layout"))
+        elif shape.gpu_memory_gb and not any(p.severity == "error" for p in out):
+            w = memory.inference_weights_gb(model, ev["tp"], ev["ep"] * ev["etp"], ev["pp"]) + memory.OVERHEAD_GB
+            if w > shape.gpu_memory_gb:
+                out.append(Problem(ek["pp"], ev["pp"], f"memory estimate: the export layout holds {w:.0f} GB of BF16 "
+                                                       f"weights per GPU (with the {memory.OVERHEAD_GB:.0f} GB allowance), "
+                                                       f"more than the {shape.gpu_memory_gb:.0f} GB GPUs",
+                                   "more export PP or EP", rule="memory", severity="warning"))
+    kernels = str(get(cfg, "generate.kernels", "") or "").lower()
+    enabled = bool(get(cfg, "generate.enabled", False))
+    recipe_fp4 = "fp4" in str(get(cfg, "quantization.recipe", "")).lower() or str(get(cfg, "quantization.recipe", "")) in (
+        "ultra", "super-max-calib")
+    out += rules.nvfp4_needs_blackwell(enabled and recipe_fp4 and kernels == "nvfp4", shape.gpu_arch,
+                                       shape.declared_arch, "generate.kernels", get(cfg, "generate.kernels"),
+                                       "a generation with real NVFP4 GEMMs")
+    return out
+
+
+# ------------------------------------------------------------------------------------ NeMo RL stages
+class RLPlan:
+    """Node arithmetic of a NeMo RL stage (rule 10) and its generation layout (rule 8)."""
+
+    def __init__(self, cfg: dict, shape: NodeShape) -> None:
+        self.cfg = cfg
+        self.gpn = as_int(get(cfg, "cluster.gpus_per_node")) or shape.gpus_per_node
+        self.run_nodes = as_int(get(cfg, "run.env.nodes")) or 1
+        self.cluster_nodes = as_int(get(cfg, "cluster.num_nodes")) or self.run_nodes
+        self.colocated = bool(get(cfg, "policy.generation.colocated.enabled", True))
+        self.gen_nodes = 0 if self.colocated else (as_int(get(cfg, "policy.generation.colocated.resources.num_nodes")) or 0)
+        self.gen_gpn = as_int(get(cfg, "policy.generation.colocated.resources.gpus_per_node")) or self.gpn
+        self.gym_nodes = as_int(get(cfg, "env.nemo_gym.num_gpu_nodes")) or 0
+        self.opd = bool(get(cfg, "on_policy_distillation.enabled", False))
+        self.non_colocated_teachers = self.opd and bool(get(cfg, "on_policy_distillation.non_colocated_teachers.enabled", False))
+        teachers = get(cfg, "_teachers") or {}
+        self.panel, self.fallback = rules.resolve_teachers(teachers if isinstance(teachers, dict) else {})
+        tc = "on_policy_distillation.non_colocated_teachers.default_teacher_cfg"
+        self.tkey = tc
+        self.t_nodes = as_int(get(cfg, f"{tc}.num_nodes")) or 1
+        self.t_gpn = as_int(get(cfg, f"{tc}.gpus_per_node")) or self.gpn
+        self.unique_teachers = self._unique() if self.opd else 0
+        self.teacher_nodes = self.unique_teachers * self.t_nodes if self.non_colocated_teachers else 0
+        self.train_nodes = self.cluster_nodes - self.teacher_nodes - (0 if self.colocated else self.gen_nodes)
+        self.total = self.cluster_nodes + self.gym_nodes
+
+    def used_slots(self) -> list[str]:
+        routing = get(self.cfg, "teacher_routing.by_agent") or {}
+        default = get(self.cfg, "teacher_routing.default_slot") or "general"
+        slots = {default, *(v for v in routing.values() if isinstance(v, str))} if isinstance(routing, dict) else {default}
+        return sorted(s for s in slots if s in self.panel)
+
+    def _unique(self) -> int:
+        slots = self.used_slots() or ["general"]
+        values = [self.panel.get(s) for s in slots]
+        if get(self.cfg, "on_policy_distillation.deduplicate_shared_teacher_checkpoints", True):
+            return len({str(v) for v in values if v not in (None, "")}) or 1
+        return len(slots)
+
+    @property
+    def gen_gpus(self) -> int:
+        return (self.cluster_nodes - self.teacher_nodes) * self.gpn if self.colocated else self.gen_nodes * self.gen_gpn
+
+    def engine(self) -> dict[str, Any]:
+        """GPUs per engine, DP-attention size and attention TP, with the keys that set them."""
+        gen = "policy.generation"
+        if str(get(self.cfg, f"{gen}.backend", "vllm")).lower() == "sglang":
+            sg = f"{gen}.sglang_cfg"
+            per = as_int(get(self.cfg, f"{sg}.sglang_server_config.num_gpus_per_engine")) or as_int(get(self.cfg, f"{sg}.tp_size")) or 1
+            dp_on = bool(get(self.cfg, f"{sg}.enable_dp_attention", False))
+            dp = (as_int(get(self.cfg, f"{sg}.dp_size")) or 1) if dp_on else 1
+            return {"backend": "sglang", "per": per, "dp": dp, "attn_tp": per // dp if dp and per % dp == 0 else 0,
+                    "ep": as_int(get(self.cfg, f"{sg}.ep_size")) or 1,
+                    "keys": {"engine": f"{sg}.sglang_server_config.num_gpus_per_engine", "dp": f"{sg}.dp_size",
+                             "total": f"{sg}.sglang_server_config.num_gpus"},
+                    "values": {"engine": get(self.cfg, f"{sg}.sglang_server_config.num_gpus_per_engine"),
+                               "dp": get(self.cfg, f"{sg}.dp_size")},
+                    "mem": get(self.cfg, f"{sg}.mem_fraction_static")}
+        vc = f"{gen}.vllm_cfg"
+        tp = as_int(get(self.cfg, f"{vc}.tensor_parallel_size")) or 1
+        pp = as_int(get(self.cfg, f"{vc}.pipeline_parallel_size")) or 1
+        ep = as_int(get(self.cfg, f"{vc}.expert_parallel_size")) or 1
+        dp = ep // tp if ep > tp and ep % tp == 0 else 1
+        return {"backend": "vllm", "per": tp * pp * dp, "dp": dp, "attn_tp": tp, "ep": ep, "tp": tp, "pp": pp,
+                "keys": {"engine": f"{vc}.tensor_parallel_size", "dp": f"{vc}.expert_parallel_size", "total": ""},
+                "values": {"engine": get(self.cfg, f"{vc}.tensor_parallel_size"), "dp": get(self.cfg, f"{vc}.expert_parallel_size")},
+                "mem": get(self.cfg, f"{vc}.gpu_memory_utilization")}
+
+
+def rl_layout(cfg: dict, shape: NodeShape) -> tuple[TrainView, RLPlan]:
+    plan = RLPlan(cfg, shape)
+    v = rl_view(cfg)
+    v.nodes = plan.cluster_nodes
+    v.world = max(plan.train_nodes, 0) * plan.gpn
+    return v, plan
+
+
+def validate_rl(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    shape = node_shape(cfg, profile)
+    out: list[Problem] = []
+    model, probs = model_of(cfg)
+    out += probs
+    if backend(cfg) == LOCAL:
+        return out + validate_local(stage, cfg, model)
+    v, plan = rl_layout(cfg, shape)
+    out += resource_rules(stage, cfg, shape, plan.total * (shape.config_gpus_per_node or shape.gpus_per_node))
+    cgpn = as_int(get(cfg, "cluster.gpus_per_node"))
+    if cgpn is not None and shape.gpus_per_node and cgpn != shape.gpus_per_node:
+        out.append(Problem("cluster.gpus_per_node", cgpn, f"NeMo RL's cluster.gpus_per_node must match the node shape "
+                                                         f"({shape.gpus_per_node})", "${run.env.gpus_per_node}",
+                           rule="node-shape"))
+    if model is None or (shape.has_profile and not shape.gpus_per_node):
+        return out
+    # rule 10: MOPD panel and node arithmetic
+    if plan.opd:
+        teachers = get(cfg, "_teachers") or {}
+        out += rules.mopd_general_teacher(teachers if isinstance(teachers, dict) else {})
+        if plan.non_colocated_teachers:
+            tc = plan.tkey
+            tv = {k: as_int(get(cfg, f"{tc}.{k}", 1)) or 1 for k in (
+                "tensor_model_parallel_size", "context_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size")}
+            out += rules.tp_divides_model(model, tv["tensor_model_parallel_size"], f"{tc}.tensor_model_parallel_size")
+            out += rules.tp_vs_kv_groups(model, tv["tensor_model_parallel_size"], mcore_version(stage), f"{tc}.tensor_model_parallel_size")
+            out += rules.ep_divides_experts(model, tv["expert_model_parallel_size"], f"{tc}.expert_model_parallel_size")
+            out += rules.teacher_layout(model, tv["tensor_model_parallel_size"], tv["context_parallel_size"],
+                                        tv["pipeline_model_parallel_size"], tv["expert_model_parallel_size"], plan.t_nodes,
+                                        plan.t_gpn, plan.gpn, tc)
+        routing = get(cfg, "teacher_routing.by_agent") or {}
+        if isinstance(routing, dict):
+            for agent, slot in routing.items():
+                if slot not in plan.panel:
+                    out.append(Problem(f"teacher_routing.by_agent.{agent}", slot, "not a teacher slot",
+                                       ", ".join(plan.panel), rule="mopd-general-teacher"))
+    out += rules.rl_node_total(plan.run_nodes, plan.cluster_nodes, plan.gen_nodes, plan.gym_nodes, plan.teacher_nodes,
+                               plan.colocated)
+    segment = as_int(get(cfg, "cluster.segment_size")) or (16 if plan.gpn == 4 else 0)
+    out += rules.segment_multiple(plan.total, segment, "run.env.nodes")
+    # rules 1-7 on the training layout
+    if plan.train_nodes >= 1:
+        others = plan.teacher_nodes + (0 if plan.colocated else plan.gen_nodes)
+        what = (f"training gets cluster.num_nodes - generation - teachers = {plan.cluster_nodes} - "
+                f"{0 if plan.colocated else plan.gen_nodes} - {plan.teacher_nodes} = {plan.train_nodes} nodes x "
+                f"{plan.gpn} GPUs") if others else "cluster.num_nodes x GPUs per node"
+        out += training_rules(model, v, mcore_version(stage), nodes=plan.cluster_nodes, gpn=plan.gpn,
+                              extra_nodes=others, world_what=what)
+    # rule 8: generation engines, checked apart from training
+    eng = plan.engine()
+    if eng["backend"] == "vllm":
+        if eng["ep"] > 1 and eng["ep"] % eng["tp"]:
+            out.append(Problem(eng["keys"]["dp"], eng["ep"], f"vLLM's EP = DP x TP: expert_parallel_size must be a "
+                                                             f"multiple of tensor_parallel_size ({eng['tp']})",
+                               f"multiples of {eng['tp']}", rule="engine-layout"))
+        elif eng["ep"] > eng["tp"] and get(cfg, "policy.generation.vllm_cfg.async_engine", False):
+            out.append(Problem("policy.generation.vllm_cfg.async_engine", True, "EP > TP runs DP inside vLLM, which "
+                                                                               "NeMo RL does not support with the async "
+                                                                               "engine (NVIDIA-NeMo/RL issue 1101)",
+                               f"false, or expert_parallel_size = tensor_parallel_size = {eng['tp']}", rule="engine-layout"))
+        out += rules.tp_divides_model(model, eng["tp"], "policy.generation.vllm_cfg.tensor_parallel_size")
+    else:
+        tp_size = as_int(get(cfg, "policy.generation.sglang_cfg.tp_size")) or eng["per"]
+        pp_size = as_int(get(cfg, "policy.generation.sglang_cfg.pp_size")) or 1
+        if tp_size * pp_size != eng["per"]:
+            out.append(Problem("policy.generation.sglang_cfg.tp_size", tp_size, f"SGLang needs tp_size = "
+                                                                               f"num_gpus_per_engine / pp_size = {eng['per']} / {pp_size}",
+                               str(eng["per"] // max(pp_size, 1)), rule="engine-layout"))
+        if eng["ep"] > 1:
+            out += rules.ep_divides_experts(model, eng["ep"], "policy.generation.sglang_cfg.ep_size")
+        declared = as_int(get(cfg, "policy.generation.sglang_cfg.sglang_server_config.num_gpus"))
+        if declared is not None and declared != plan.gen_gpus:
+            out.append(Problem("policy.generation.sglang_cfg.sglang_server_config.num_gpus", declared,
+                               f"the generation side has {plan.gen_gpus} GPUs", str(plan.gen_gpus), rule="engine-layout"))
+    out += rules.engine_layout(model, plan.gen_gpus, eng["per"], eng["dp"], eng["attn_tp"], eng["keys"], eng["values"])
+    out += engine_memory(model, eng, shape)
+    # rule 9: GRPO batch
+    prompts, gens = as_int(get(cfg, "grpo.num_prompts_per_step")), as_int(get(cfg, "grpo.num_generations_per_prompt"))
+    if prompts and gens and isinstance(v.gbs, int) and v.gbs > 0:
+        step = v.mbs * max(1, v.world // (v.tp * v.pp * v.cp)) if v.ok and v.world else 1
+        out += rules.grpo_batch(prompts, gens, v.gbs, v.keys["gbs"], step)
+    div = as_int(get(cfg, "policy.make_sequence_length_divisible_by"))
+    if div is not None and v.ok:
+        need = rules.cp_multiple(v.tp, v.cp, v.sp)
+        if need > 1 and div % need:
+            out.append(Problem("policy.make_sequence_length_divisible_by", div, f"sequences are padded to this multiple; "
+                                                                                f"the layout needs a multiple of {need} "
+                                                                                "(2 x CP x TP)", str(need), rule="cp-seq"))
+    if v.ok and plan.train_nodes >= 1 and not any(p.severity == "error" for p in out):
+        est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb)
+        out += memory_problem(est, v.keys["pp"], v.pp, " (policy training)")
+    return out
+
+
+def engine_memory(model: ModelSpec, eng: dict[str, Any], shape: NodeShape) -> list[Problem]:
+    """Warning when an engine's BF16 weights per GPU exceed its memory budget (utilization x GPU memory)."""
+    if not eng["per"] or not shape.gpu_memory_gb or eng["attn_tp"] < 1:
+        return []
+    try:
+        frac = float(eng["mem"]) if eng["mem"] is not None else 0.9
+    except (TypeError, ValueError):
+        return []
+    w = memory.inference_weights_gb(model, eng["attn_tp"], max(eng["ep"], 1), eng.get("pp", 1))
+    budget = frac * shape.gpu_memory_gb
+    if w <= budget:
+        return []
+    key = "policy.generation.vllm_cfg.pipeline_parallel_size" if eng["backend"] == "vllm" else \
+        "policy.generation.sglang_cfg.sglang_server_config.num_gpus_per_engine"
+    return [Problem(key, eng.get("pp", eng["per"]), f"memory estimate: a generation engine holds {w:.0f} GB of BF16 "
+                                                    f"weights per GPU, more than its budget {frac:g} x "
+                                                    f"{shape.gpu_memory_gb:.0f} GB = {budget:.0f} GB (no room for the "
+                                                    "KV and Mamba state cache)",
+                    "larger engines (more PP, or more EP/GPUs per engine), or GPUs with more memory",
+                    rule="memory", severity="warning")]
+
+
+# ------------------------------------------------------------------------------------ describe
+def pipeline_table(model: ModelSpec, pp: int, first: int | None, last: int | None, mtp_depths: int | None,
+                   title: str) -> tuple[str, list[str], list[list[str]]]:
+    rows = []
+    depths = model.mtp_depths if mtp_depths is None else mtp_depths
+    ranges = rules.stage_layers(model.num_layers, pp, first, last)
+    for i, (a, b) in enumerate(ranges):
+        c = model.counts(model.pattern[a:b])
+        mtp = f"{model.mtp_pattern} x{depths}" if (i == len(ranges) - 1 and depths) else ""
+        extra = []
+        if i == 0:
+            extra.append("embedding")
+        if i == len(ranges) - 1:
+            extra.append("output")
+        rows.append([str(i), f"{a}-{b - 1}", str(b - a), str(c["M"]), str(c["E"]), str(c["*"]), mtp or "-",
+                     ", ".join(extra) or "-"])
+    return (title, ["PP stage", "layers", "count", "Mamba-2", "MoE", "attention", "MTP", "also"], rows)
+
+
+def layout_rows(model: ModelSpec, v: TrainView, mcore: str | None, gpn: int, training: bool = True) -> list[list[str]]:
+    need = v.tp * v.pp * v.cp
+    dp = v.world // need if need and v.world % need == 0 else None
+    ex = v.pp * v.ep * v.etp
+    edp = v.world // ex if ex and v.world % ex == 0 else None
+    rows = [
+        ["world", f"{v.world} GPUs ({v.world // gpn if gpn else '?'} nodes x {gpn})" if gpn else str(v.world)],
+        ["TP / PP / CP", f"{v.tp} / {v.pp} / {v.cp}" + (" (sequence parallel)" if v.sp and v.tp > 1 else "")],
+        ["EP / ETP", f"{v.ep} / {v.etp}" + (f" ({model.num_experts // v.ep} experts per rank)" if model.is_moe and model.num_experts % v.ep == 0 else "")],
+        ["DP = world / (TP x PP x CP)", str(dp) if dp else "not an integer"],
+        ["EDP = world / (PP x EP x ETP)", str(edp) if edp else "not an integer"],
+        ["minimum GPUs = PP x max(TP x CP, EP x ETP)", str(v.pp * max(v.tp * v.cp, v.ep * v.etp))],
+        ["KV groups at this TP", rules.kv_note(model, v.tp, mcore)],
+    ]
+    if training and dp and isinstance(v.gbs, int) and isinstance(v.mbs, int) and v.mbs:
+        rows.append(["micro-batches per step = GBS / (MBS x DP)",
+                     f"{v.gbs} / ({v.mbs} x {dp}) = {v.gbs / (v.mbs * dp):g}"])
+    if training and isinstance(v.seq, int):
+        rows.append(["tokens per step", f"{v.gbs * v.seq:,}" if isinstance(v.gbs, int) else "-"])
+    return rows
+
+
+def memory_table(est: memory.Estimate, title: str) -> tuple[str, list[str], list[list[str]]]:
+    return (title, ["term", "per GPU"], est.rows())
+
+
+def describe_megatron(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
+    model, _ = model_of(cfg)
+    if model is None:
+        return []
+    tables = []
+    if backend(cfg) == LOCAL:
+        pc = catalogue.param_count(model)
+        rows = [["model", model.describe()], ["parameters", f"{pc['total'] / 1e6:.1f} M ({pc['embedding'] / 1e6:.1f} M embedding)"],
+                ["runs", "one process on this machine (CPU, or one GPU when visible)"]]
+        return [("local run", ["", ""], rows)]
+    shape = node_shape(cfg, profile)
+    v = megatron_layout(cfg, shape)
+    if not v.ok or not shape.gpus_per_node:
+        return []
+    kind = getattr(stage, "kind", "")
+    if kind == "convert" and str(get(cfg, "convert.device", "gpu")).lower() == "cpu":
+        return [("conversion", ["", ""], [["device", "CPU (one node; the host RAM holds the model)"],
+                                          ["model", model.describe()]])]
+    if model.num_layers % v.pp == 0 or v.first is not None or v.last is not None:
+        tables.append(pipeline_table(model, v.pp, v.first, v.last, v.mtp_depths, f"pipeline stages of {model.name}"))
+    tables.append(("parallel layout", ["", ""], layout_rows(model, v, mcore_version(stage), shape.gpus_per_node,
+                                                          training=kind != "convert")))
+    if kind == "quantize":
+        ek = {k: as_int(get(cfg, f"export.{k}", 1)) or 1 for k in (
+            "tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size")}
+        tables.append(("export layout", ["", ""], [
+            ["TP / PP / EP", f"{ek['tensor_model_parallel_size']} / {ek['pipeline_model_parallel_size']} / {ek['expert_model_parallel_size']}"],
+            ["weights per GPU (BF16)", f"{memory.inference_weights_gb(model, ek['tensor_model_parallel_size'], ek['expert_model_parallel_size'], ek['pipeline_model_parallel_size']):.0f} GB"]]))
+    if model.num_layers % v.pp == 0 or v.first is not None or v.last is not None:
+        inference = kind in ("convert", "quantize")
+        est = memory.estimate(model, setup_of(v, inference=inference), shape.gpu_memory_gb,
+                              label="inference" if inference else "training")
+        suffix = {"convert": " — weights only (conversion)", "quantize": " — weights and calibration forward"}.get(kind, "")
+        tables.append(memory_table(est, "memory per GPU (estimate)" + suffix))
+    return tables
+
+
+def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
+    model, _ = model_of(cfg)
+    if model is None:
+        return []
+    if backend(cfg) == LOCAL:
+        return [("local run", ["", ""], [["model", model.describe()], ["runs", "one process on this machine"]])]
+    shape = node_shape(cfg, profile)
+    v, plan = rl_layout(cfg, shape)
+    tables = []
+    rows = [["training", f"{plan.train_nodes} nodes ({plan.train_nodes * plan.gpn} GPUs)" +
+             (" (generation colocated)" if plan.colocated else "")],
+            ["generation", "colocated with training" if plan.colocated else f"{plan.gen_nodes} nodes ({plan.gen_gpus} GPUs)"],
+            ["NeMo Gym", f"{plan.gym_nodes} nodes"]]
+    if plan.opd:
+        rows.append(["teachers", f"{plan.unique_teachers} unique x {plan.t_nodes} nodes = {plan.teacher_nodes} nodes"
+                     + ("" if plan.non_colocated_teachers else " (colocated)")])
+    rows.append(["cluster.num_nodes (NeMo RL)", str(plan.cluster_nodes)])
+    rows.append(["total = run.env.nodes", f"{plan.total} (asked: {plan.run_nodes})"])
+    tables.append(("node arithmetic", ["role", "nodes"], rows))
+    eng = plan.engine()
+    erow = [["backend", eng["backend"]], ["GPUs per engine", str(eng["per"])], ["DP-attention", str(eng["dp"])],
+            ["attention TP", str(eng["attn_tp"])], ["engines", f"{plan.gen_gpus // eng['per'] if eng['per'] else '?'}"]]
+    if eng["per"]:
+        w = memory.inference_weights_gb(model, eng["attn_tp"] or 1, max(eng["ep"], 1), eng.get("pp", 1))
+        budget = f" of {float(eng['mem']) * shape.gpu_memory_gb:.0f} GB budget" if eng["mem"] and shape.gpu_memory_gb else ""
+        erow.append(["weights per GPU (BF16)", f"{w:.0f} GB{budget}"])
+    tables.append(("generation engines", ["", ""], erow))
+    if plan.opd:
+        general = plan.panel.get("general")
+        used = set(plan.used_slots())
+        trows = []
+        for slot, path in plan.panel.items():
+            note = "falls back to general" if slot != "general" and (slot in plan.fallback or path == general) else ""
+            routed = "yes" if slot in used else "-"
+            trows.append([slot, str(path), note or "-", routed])
+        tables.append(("teacher panel", ["slot", "checkpoint", "fallback", "receives tasks"], trows))
+        if plan.non_colocated_teachers:
+            tc = plan.tkey
+            tv = {k: as_int(get(cfg, f"{tc}.{k}", 1)) or 1 for k in (
+                "tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
+                "context_parallel_size")}
+            w = memory.inference_weights_gb(model, tv["tensor_model_parallel_size"], tv["expert_model_parallel_size"],
+                                            tv["pipeline_model_parallel_size"])
+            tables.append(("teacher layout", ["", ""], [
+                ["TP / CP / PP / EP", " / ".join(str(tv[k]) for k in ("tensor_model_parallel_size", "context_parallel_size",
+                                                                     "pipeline_model_parallel_size", "expert_model_parallel_size"))],
+                ["GPUs per teacher", f"{plan.t_nodes} nodes x {plan.t_gpn} = {plan.t_nodes * plan.t_gpn}"],
+                ["weights per GPU (BF16, inference)", f"{w:.0f} GB" + (f" of {shape.gpu_memory_gb:.0f} GB" if shape.gpu_memory_gb else "")],
+            ]))
+    if v.ok and plan.train_nodes >= 1:
+        if model.num_layers % v.pp == 0 or v.first is not None:
+            tables.append(pipeline_table(model, v.pp, v.first, v.last, v.mtp_depths, f"policy pipeline stages of {model.name}"))
+            tables.append(("policy training layout", ["", ""], layout_rows(model, v, mcore_version(stage), plan.gpn)))
+            est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb)
+            tables.append(memory_table(est, "policy training memory per GPU (estimate)"))
+    return tables
+
+
+__all__ = ["validate_megatron", "validate_rl", "describe_megatron", "describe_rl", "RLPlan", "model_of", "backend"]
