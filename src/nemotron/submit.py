@@ -15,8 +15,10 @@ that submission uses.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
+import re
 import shlex
 import sys
 import tarfile
@@ -41,9 +43,26 @@ def job_root(profile: Any) -> str:
     return str(profile.job_dir)
 
 
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9._/+@%=,-]+")
+
+
+def safe_root(profile: Any) -> str:
+    """The job root as NeMo-Run gets it. NeMo-Run puts paths into shell commands unquoted, so a
+    ``job_dir`` with spaces or other shell characters is reached through a symlink without them, made
+    beside its nearest safe ancestor on the same file system: ``<ancestor>/.nemotron-jobs-<hash>``."""
+    root = job_root(profile).rstrip("/") or "/"
+    if _SHELL_SAFE.fullmatch(root):
+        return root
+    parent = root
+    while parent not in ("", "/") and not _SHELL_SAFE.fullmatch(parent):
+        parent = parent.rsplit("/", 1)[0]
+    digest = hashlib.sha1(root.encode()).hexdigest()[:10]
+    return f"{parent.rstrip('/')}/.nemotron-jobs-{digest}"
+
+
 def remote_run_dir(profile: Any, plan: Any) -> str:
     """``ROOT/runs/<experiment id>``: train.yaml, job.yaml, secrets.env and the code snapshot."""
-    return f"{job_root(profile)}/runs/{plan.experiment_id}"
+    return f"{safe_root(profile)}/runs/{plan.experiment_id}"
 
 
 def task_name(plan: Any) -> str:
@@ -88,7 +107,9 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
     setup = []
     secret_names = sorted(profile.secret_values())
     if secret_names:  # first, so that the profile's own setup lines can use them too
-        setup.append(f"set -a; . {shlex.quote(rdir + '/secrets.env')}; set +a  # secrets: {', '.join(secret_names)}")
+        # the batch script runs under `set -evx`: tracing off while sourcing, or the values reach the log
+        setup.append(f"{{ set +vx; }} 2>/dev/null; set -a; . {shlex.quote(rdir + '/secrets.env')}; set +a; set -vx"
+                     f"  # secrets: {', '.join(secret_names)}")
     setup.extend(getattr(profile, "setup", None) or [])
     additional: dict[str, Any] = {}
     if getattr(profile, "reservation", None):
@@ -96,6 +117,8 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
     mounts = list(getattr(profile, "mounts", None) or []) if _uses_container(plan) else []
     if _uses_container(plan):
         mounts.append(f"{job_root(profile)}:{job_root(profile)}")
+        if safe_root(profile) != job_root(profile):
+            mounts.append(f"{safe_root(profile)}:{safe_root(profile)}")
     mem = getattr(profile, "mem", None)
     kwargs: dict[str, Any] = dict(
         account=getattr(profile, "account", None),
@@ -180,7 +203,7 @@ def render_sbatch(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
         except Exception as exc:  # NeMo-Run raises plain exceptions; keep the message
             raise RuntimeFailure(f"NeMo-Run could not render the Slurm job: {type(exc).__name__}: {exc}") from exc
         text = str(info)
-    return text.replace(tmp, job_root(profile))
+    return text.replace(tmp, safe_root(profile))
 
 
 def code_snapshot(dest: Path) -> Path:
@@ -208,6 +231,9 @@ def _stage_files(executor: Any, req: Any, compiled: Any, profile: Any, plan: Any
     rdir = remote_run_dir(profile, plan)
     tunnel = executor.tunnel
     tunnel.connect()
+    root, link = job_root(profile), safe_root(profile)
+    if link != root:
+        tunnel.run(f"mkdir -p {shlex.quote(root)} && ln -sfn {shlex.quote(root)} {shlex.quote(link)}", hide=True)
     tunnel.run(f"mkdir -p {shlex.quote(rdir)}/code && chmod 700 {shlex.quote(rdir)}", hide=True)
     with tempfile.TemporaryDirectory(prefix="nemotron-submit-") as tmp:
         files = {
@@ -247,7 +273,7 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
                              f"export {missing[0]}=... before submitting (secrets are read from the environment)")
     _check_layout(plan)
     run = _import_nemo_run()
-    root = job_root(profile)
+    root = safe_root(profile)
     sink = io.StringIO()
     try:
         with _quiet_stdio(sink):
