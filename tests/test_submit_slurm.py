@@ -148,5 +148,10 @@ def test_job_name_is_sanitised(cli, env_file, tmp_path, slurm):
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().splitlines()[-1]
     assert slurm.wait(job_id) == "COMPLETED"
-    name = slurm.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobName").stdout.strip()
-    assert name == "ultra3-data-prep-rl-my-cfg-v1", name
+    deadline, name = time.time() + 20, ""
+    while time.time() < deadline:  # sacct may briefly show a placeholder name ("allocation") for a new record
+        name = slurm.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobName").stdout.strip()
+        if name != "allocation":
+            break
+        time.sleep(1)
+    assert name == "ultra3-data-prep-rl-my-cfg-v1", (job_id, name)
