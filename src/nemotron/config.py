@@ -214,6 +214,11 @@ def _leaves(tree: Any, prefix: tuple = ()) -> list[tuple[tuple, Any]]:
     return [(prefix, tree)]
 
 
+def leaves(tree: Any) -> list[tuple[str, Any]]:
+    """``[(dotted key, value), ...]`` for every leaf of ``tree`` (lists are leaves)."""
+    return [(dotted(p), v) for p, v in _leaves(tree) if p]
+
+
 def _type_name(v: Any) -> str:
     return {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "mapping"}.get(type(v), type(v).__name__)
 

@@ -86,14 +86,18 @@ def run_stage(req: StageRequest, *, upstream: set[str] | None = None, experiment
         RuntimeFailure: the job could not be started or submitted (exit 1).
     """
     from nemotron import report, validation
-    from nemotron.config import compile_config
+    from nemotron.config import compile_config, leaves
     from nemotron.plan import plan_job
 
     # 1. compile: layers, overrides, interpolation, provenance
     compiled = compile_config(req.stage, req.config, list(req.overrides))
     profile = load_profile(req.profile, req.env_file, compiled.profile_overrides)
     # 2. validate: the stage's own preparation (e.g. an <N>layer slice picks a one-node layout), then all rules
+    before = dict(leaves(compiled.config))
     notes = validation.prepare(req.stage, compiled.config, compiled.user_keys, profile)
+    for key, value in leaves(compiled.config):
+        if key not in before or before[key] != value:
+            compiled.provenance[key] = "prepared by validation (see notes)"
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
     # 3. plan: pure
     plan = plan_job(compiled, profile, experiment_id)

@@ -67,7 +67,7 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
     shape = node_shape(cfg, profile)
     name = get(cfg, "model.name")
     n = catalogue.slice_size(name) if isinstance(name, str) else None
-    if n and checks.backend(cfg) != checks.LOCAL and shape.gpus_per_node:
+    if n and checks.backend(cfg) != checks.LOCAL and shape.gpus_per_node >= 1:
         try:
             spec = catalogue.get(name)
         except catalogue.CatalogueError:

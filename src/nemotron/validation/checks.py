@@ -39,6 +39,9 @@ def model_of(cfg: dict) -> tuple[ModelSpec | None, list[Problem]]:
     name = get(cfg, "model.name")
     if name is None:
         return None, []
+    if not isinstance(name, str):
+        return None, [Problem(key="model.name", value=name, message="must be a model name",
+                              valid=", ".join(catalogue.names()), rule="model-name")]
     try:
         return catalogue.get(name), []
     except catalogue.CatalogueError as exc:
@@ -114,6 +117,13 @@ def memory_problem(est: memory.Estimate, key: str, value: Any, what: str = "") -
 def resource_rules(stage: Any, cfg: dict, shape: NodeShape, world_needed: int | None) -> list[Problem]:
     """Rule 12: node shape owned by the profile; GPU stages need GPUs."""
     out: list[Problem] = []
+    raw_nodes, raw_gpn = get(cfg, "run.env.nodes"), get(cfg, "run.env.gpus_per_node")
+    if raw_nodes is not None and not unresolved(raw_nodes) and (as_int(raw_nodes) or 0) < 1:
+        out.append(Problem("run.env.nodes", raw_nodes, "must be a positive number of nodes", "1, 2, 3, ...",
+                           rule="positive-int"))
+    if raw_gpn is not None and not unresolved(raw_gpn) and (as_int(raw_gpn) is None or as_int(raw_gpn) < 0):
+        out.append(Problem("run.env.gpus_per_node", raw_gpn, "must be a number of GPUs, or null for the profile's",
+                           "null, 1, 2, 4, 8, ...", rule="positive-int"))
     nodes = as_int(get(cfg, "run.env.nodes")) or 1
     out += rules.node_shape(shape.config_gpus_per_node, shape.profile_gpus_per_node, shape.profile_name, nodes,
                             world_needed)
@@ -366,7 +376,7 @@ def validate_rl(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
         routing = get(cfg, "teacher_routing.by_agent") or {}
         if isinstance(routing, dict):
             for agent, slot in routing.items():
-                if slot not in plan.panel:
+                if not isinstance(slot, str) or slot not in plan.panel:
                     out.append(Problem(f"teacher_routing.by_agent.{agent}", slot, "not a teacher slot",
                                        ", ".join(plan.panel), rule="mopd-general-teacher"))
     out += rules.rl_node_total(plan.run_nodes, plan.cluster_nodes, plan.gen_nodes, plan.gym_nodes, plan.teacher_nodes,
@@ -503,23 +513,23 @@ def describe_megatron(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, li
         pc = catalogue.param_count(model)
         rows = [["model", model.describe()], ["parameters", f"{pc['total'] / 1e6:.1f} M ({pc['embedding'] / 1e6:.1f} M embedding)"],
                 ["runs", "one process on this machine (CPU, or one GPU when visible)"]]
-        return [("local run", ["", ""], rows)]
+        return [("local run", ["", "value"], rows)]
     shape = node_shape(cfg, profile)
     v = megatron_layout(cfg, shape)
     if not v.ok or not shape.gpus_per_node:
         return []
     kind = getattr(stage, "kind", "")
     if kind == "convert" and str(get(cfg, "convert.device", "gpu")).lower() == "cpu":
-        return [("conversion", ["", ""], [["device", "CPU (one node; the host RAM holds the model)"],
+        return [("conversion", ["", "value"], [["device", "CPU (one node; the host RAM holds the model)"],
                                           ["model", model.describe()]])]
     if model.num_layers % v.pp == 0 or v.first is not None or v.last is not None:
         tables.append(pipeline_table(model, v.pp, v.first, v.last, v.mtp_depths, f"pipeline stages of {model.name}"))
-    tables.append(("parallel layout", ["", ""], layout_rows(model, v, mcore_version(stage), shape.gpus_per_node,
+    tables.append(("parallel layout", ["", "value"], layout_rows(model, v, mcore_version(stage), shape.gpus_per_node,
                                                           training=kind != "convert")))
     if kind == "quantize":
         ek = {k: as_int(get(cfg, f"export.{k}", 1)) or 1 for k in (
             "tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size")}
-        tables.append(("export layout", ["", ""], [
+        tables.append(("export layout", ["", "value"], [
             ["TP / PP / EP", f"{ek['tensor_model_parallel_size']} / {ek['pipeline_model_parallel_size']} / {ek['expert_model_parallel_size']}"],
             ["weights per GPU (BF16)", f"{memory.inference_weights_gb(model, ek['tensor_model_parallel_size'], ek['expert_model_parallel_size'], ek['pipeline_model_parallel_size']):.0f} GB"]]))
     if model.num_layers % v.pp == 0 or v.first is not None or v.last is not None:
@@ -536,7 +546,7 @@ def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str
     if model is None:
         return []
     if backend(cfg) == LOCAL:
-        return [("local run", ["", ""], [["model", model.describe()], ["runs", "one process on this machine"]])]
+        return [("local run", ["", "value"], [["model", model.describe()], ["runs", "one process on this machine"]])]
     shape = node_shape(cfg, profile)
     v, plan = rl_layout(cfg, shape)
     tables = []
@@ -557,7 +567,7 @@ def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str
         w = memory.inference_weights_gb(model, eng["attn_tp"] or 1, max(eng["ep"], 1), eng.get("pp", 1))
         budget = f" of {float(eng['mem']) * shape.gpu_memory_gb:.0f} GB budget" if eng["mem"] and shape.gpu_memory_gb else ""
         erow.append(["weights per GPU (BF16)", f"{w:.0f} GB{budget}"])
-    tables.append(("generation engines", ["", ""], erow))
+    tables.append(("generation engines", ["", "value"], erow))
     if plan.opd:
         general = plan.panel.get("general")
         used = set(plan.used_slots())
@@ -574,7 +584,7 @@ def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str
                 "context_parallel_size")}
             w = memory.inference_weights_gb(model, tv["tensor_model_parallel_size"], tv["expert_model_parallel_size"],
                                             tv["pipeline_model_parallel_size"])
-            tables.append(("teacher layout", ["", ""], [
+            tables.append(("teacher layout", ["", "value"], [
                 ["TP / CP / PP / EP", " / ".join(str(tv[k]) for k in ("tensor_model_parallel_size", "context_parallel_size",
                                                                      "pipeline_model_parallel_size", "expert_model_parallel_size"))],
                 ["GPUs per teacher", f"{plan.t_nodes} nodes x {plan.t_gpn} = {plan.t_nodes * plan.t_gpn}"],
@@ -583,7 +593,7 @@ def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str
     if v.ok and plan.train_nodes >= 1:
         if model.num_layers % v.pp == 0 or v.first is not None:
             tables.append(pipeline_table(model, v.pp, v.first, v.last, v.mtp_depths, f"policy pipeline stages of {model.name}"))
-            tables.append(("policy training layout", ["", ""], layout_rows(model, v, mcore_version(stage), plan.gpn)))
+            tables.append(("policy training layout", ["", "value"], layout_rows(model, v, mcore_version(stage), plan.gpn)))
             est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb)
             tables.append(memory_table(est, "policy training memory per GPU (estimate)"))
     return tables

@@ -273,29 +273,37 @@ def layer_activation_bytes(spec: ModelSpec, sym: str, s: TrainSetup, dropped: fr
 def stage_activation_bytes(spec: ModelSpec, s: TrainSetup, pattern: str, mtp: bool, stage: int) -> tuple[float, float, int]:
     """(activation bytes, logits bytes, micro-batches in flight) on one rank of ``stage``."""
     tokens = s.seq_length * s.micro_batch / max(1, s.cp)
-    depths = spec.mtp_depths if s.mtp_depths is None else s.mtp_depths
-    layers = list(pattern) + (list(spec.mtp_pattern) * depths if mtp else [])
+    depths = max(0, spec.mtp_depths if s.mtp_depths is None else s.mtp_depths)
+    # layer symbol -> how many of that layer the stage runs (MTP layers once per depth)
+    counts: dict[str, int] = {}
+    for sym in pattern:
+        counts[sym] = counts.get(sym, 0) + 1
+    if mtp:
+        for sym in spec.mtp_pattern:
+            counts[sym] = counts.get(sym, 0) + depths
+    n_layers = sum(counts.values())
+    full = {sym: layer_activation_bytes(spec, sym, s) for sym in counts}
     if s.inference:
-        worst = max((layer_activation_bytes(spec, sym, s) for sym in layers), default=0.0)
-        return worst * tokens, 0.0, 1
+        return max(full.values(), default=0.0) * tokens, 0.0, 1
     inflight = min(s.pp - stage, s.microbatches) if s.pp > 1 else 1
     h = spec.hidden_size
     t = s.tp if (s.sp and s.tp > 1) else 1
-    full = [layer_activation_bytes(spec, sym, s) for sym in layers]
+    full_sum = sum(full[sym] * c for sym, c in counts.items())
     if s.recompute_granularity == "full":
-        n = max(1, s.recompute_num_layers or 1)
-        if s.recompute_method == "block":
-            kept = sum(full[n:]) + (2 * h / t) * min(n, len(full))
+        n = max(1, min(s.recompute_num_layers or 1, max(n_layers, 1)))
+        if s.recompute_method == "block":  # the first n layers keep only their input, the rest keep everything
+            head = [sym for sym in pattern][:n]
+            kept = full_sum - sum(full[sym] for sym in head) + (2 * h / t) * len(head)
         else:  # uniform: every group of n layers keeps only its input
-            kept = (2 * h / t) * -(-len(full) // n)
+            kept = (2 * h / t) * -(-n_layers // n)
         per_mb = kept * tokens
-        working = max(full, default=0.0) * tokens * n
+        working = max(full.values(), default=0.0) * tokens * n
     elif s.recompute_granularity == "selective":
         dropped = frozenset(s.recompute_modules)
-        per_mb = sum(layer_activation_bytes(spec, sym, s, dropped) for sym in layers) * tokens
+        per_mb = sum(layer_activation_bytes(spec, sym, s, dropped) * c for sym, c in counts.items()) * tokens
         working = 0.0
     else:
-        per_mb = sum(full) * tokens
+        per_mb = full_sum * tokens
         working = 0.0
     acts = per_mb * inflight + working
     logits = 0.0

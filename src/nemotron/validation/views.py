@@ -86,6 +86,8 @@ def node_shape(cfg: dict, profile: Any) -> NodeShape:
     name = getattr(profile, "name", None) if profile is not None else None
     arch = getattr(profile, "gpu_arch", None) if profile is not None else None
     mem = getattr(profile, "gpu_memory", None) if profile is not None else None
+    if cfg_gpn is not None and cfg_gpn < 0:
+        cfg_gpn = None  # reported by the resource rules
     if profile is None:
         gpn = cfg_gpn or DEFAULT_GPUS_PER_NODE
         return NodeShape(gpn, cfg_gpn, None, None, DEFAULT_GPU_ARCH, DEFAULT_GPU_MEMORY_GB, False, False)
