@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,11 @@ SECRETS = ("golden-secret-value-4242", "golden-token-value-9999")
 def normalise(text: str, home: Path) -> str:
     """Replace what changes between runs and machines: experiment ids, paths, random ports/ids."""
     text = re.sub(r"ultra3-[a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{6}", "<EXPERIMENT_ID>", text)
-    text = text.replace(str(home), "<NEMOTRON_HOME>").replace(str(ROOT), "<ROOT>").replace(sys.executable, "<PYTHON>")
+    text = text.replace(str(home), "<NEMOTRON_HOME>").replace(str(home.parent), "<CWD>")
+    text = text.replace(str(home.parent.parent), "<CWD>/..")
+    text = text.replace(str(ROOT), "<ROOT>").replace(sys.executable, "<PYTHON>")
+    text = re.sub(r"\S*/site-packages/", "<SITE_PACKAGES>/", text)
+    text = text.replace(sysconfig.get_paths()["stdlib"], "<STDLIB>")
     text = re.sub(r"--rdzv-id \d+", "--rdzv-id <N>", text)
     text = re.sub(r"/tmp/nemotron-dryrun-[^/\s]+", "<TMP>", text)
     return text

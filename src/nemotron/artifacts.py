@@ -41,12 +41,20 @@ def _versions(name: str) -> list[int]:
     return sorted(out)
 
 
+#: Artifacts that earlier stages of a ``pipe`` will produce: name → fields (planned paths). Looked up
+#: before the store, so a chain is wired to where its upstream stage will write, not to an older run.
+PLANNED: dict[str, dict[str, Any]] = {}
+
+
 def lookup(name: str, version: int | None = None) -> dict[str, Any] | None:
-    """The record of artifact ``name`` (latest version when ``version`` is None), or None.
+    """The record of artifact ``name`` (latest version when ``version`` is None), or None. A planned
+    artifact (see :data:`PLANNED`) wins over the store when no version is asked for.
 
     Raises:
         ConfigError: when the record exists but is not valid JSON (names the file).
     """
+    if version is None and name in PLANNED:
+        return PLANNED[name]
     versions = _versions(name)
     if not versions:
         return None

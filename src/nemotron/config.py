@@ -517,6 +517,7 @@ class Compiled:
     user_keys: set[str] = field(default_factory=set)
     profile_overrides: dict[str, Any] = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)
+    planned_keys: set[str] = field(default_factory=set)
 
     def warnings(self) -> list[Problem]:
         """One warning per unresolved value."""
@@ -593,9 +594,24 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     compiled = Compiled(stage=stage, config=resolved, provenance=prov, layers=layers, config_name=name,
                         unresolved=unresolved, user_keys=user_keys, profile_overrides=profile_overrides,
                         overrides=list(overrides))
+    compiled.config = _absolute_paths(compiled.config)
+    compiled.planned_keys = {k for k, v in leaves(tree) if isinstance(v, str)
+                             and any(f"${{art:{n}," in v or f"${{art:{n}}}" in v for n in artifacts.PLANNED)}
     if check_paths:
         _check_input_paths(compiled)
     return compiled
+
+
+def _absolute_paths(tree: Any) -> Any:
+    """Values starting with ``./`` or ``../`` are paths relative to where the command runs; make them
+    absolute so that a job started elsewhere (a Slurm node, another working directory) finds them."""
+    if isinstance(tree, dict):
+        return {k: _absolute_paths(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_absolute_paths(v) for v in tree]
+    if isinstance(tree, str) and (tree.startswith("./") or tree.startswith("../") or tree in (".", "..")):
+        return os.path.normpath(os.path.join(os.getcwd(), tree))
+    return tree
 
 
 def _check_input_paths(compiled: Compiled) -> None:
@@ -604,7 +620,7 @@ def _check_input_paths(compiled: Compiled) -> None:
         if not path or not isinstance(path[-1], str) or not path[-1].endswith("_path"):
             continue
         key = dotted(path)
-        if key in compiled.unresolved or not isinstance(value, str) or not value:
+        if key in compiled.unresolved or key in compiled.planned_keys or not isinstance(value, str) or not value:
             continue
         if not Path(value).expanduser().exists():
             missing.append(f"{key}={value} (set by {compiled.provenance.get(key, '?')})")
@@ -642,6 +658,8 @@ def annotated_yaml(compiled: Compiled) -> str:
             tag = f"  # {note}" if note else ""
             if key in compiled.unresolved:
                 tag += "  (unresolved)"
+            elif key in compiled.planned_keys:
+                tag += "  (planned: an earlier stage of the pipe writes it)"
             lines.append(f"{pad}{k}: {yamlio.flow(v)}{tag}")
 
     emit(compiled.config, (), 0)

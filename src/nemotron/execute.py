@@ -142,6 +142,8 @@ def attach(rec: Any) -> int:
               file=sys.stderr)
         return 130
     if st == "COMPLETED":
+        for art in jobs.record_outputs(rec):
+            print(f"[nemotron] artifact {art['name']} v{art['version']}: {art['path']}", file=sys.stderr)
         return 0
     print(f"[nemotron] job {rec.job_id} ended {st} (exit code {code or '?'}); last log lines:", file=sys.stderr)
     for line in jobs.tail_lines(rec):
@@ -188,4 +190,12 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
         code = 128 - code
     if code != 0:
         print(f"{plan.stage.title} failed with exit code {code} (run folder: {folder})", file=sys.stderr)
+        return code
+    from nemotron import artifacts
+    from nemotron.plan import planned_outputs
+
+    for name, fields in planned_outputs(compiled).items():
+        art = artifacts.record(name, {**fields, "stage": plan.stage.name, "experiment_id": plan.experiment_id,
+                                      "job_id": "local", "config_hash": compiled.config_hash()})
+        print(f"[nemotron] artifact {name} v{art['version']}: {art['path']}", file=sys.stderr)
     return code

@@ -43,6 +43,9 @@ class JobRecord:
     host: str | None = None
     user: str | None = None
     submitted: float = 0.0
+    outputs: dict | None = None  # artifact name -> fields, recorded in the store once the job COMPLETED
+    config_hash: str | None = None
+    recorded: bool = False
 
 
 def _folder() -> Path:
@@ -176,3 +179,17 @@ def cancel(rec: JobRecord) -> None:
     out = _remote(rec, f"scancel {shlex.quote(rec.job_id)}")
     if out.returncode != 0:
         raise RuntimeFailure(f"scancel {rec.job_id} failed: {out.stderr.strip() or out.stdout.strip()}")
+
+
+def record_outputs(rec: JobRecord) -> list[dict]:
+    """Record the job's artifacts in the store (once), after Slurm reported COMPLETED."""
+    if rec.recorded or not rec.outputs:
+        return []
+    from nemotron import artifacts
+
+    out = [artifacts.record(name, {**fields, "stage": rec.stage, "experiment_id": rec.experiment_id,
+                                   "job_id": rec.job_id, "config_hash": rec.config_hash})
+           for name, fields in rec.outputs.items()]
+    rec.recorded = True
+    save(rec)
+    return out

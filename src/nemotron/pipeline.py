@@ -74,18 +74,29 @@ def load_profile(name: str | None, env_file: str | None, overrides: dict[str, An
     return profile.with_overrides(overrides) if overrides else profile
 
 
-def run_stage(req: StageRequest, *, upstream: set[str] | None = None, experiment_id: str | None = None) -> int:
-    """Compile, validate, plan, then render (``--dry-run``), run here, or submit. Returns the exit code.
+@dataclass
+class Prepared:
+    """A stage compiled, validated and planned: everything but running it."""
 
-    ``upstream``: artifact names that earlier stages of a ``pipe`` will produce; references to
-    them may stay unresolved at submission.
+    req: StageRequest
+    compiled: Any
+    profile: Any
+    plan: Any
+    problems: list[Problem]
+    notes: list[str]
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+
+def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepared:
+    """Steps 1-3 of the flow: compile (layers + provenance), validate (all problems), plan (pure).
 
     Raises:
         ConfigError / UsageError: config or command-line mistakes (exit 2).
-        ValidationError: every validation error at once (exit 2), after printing them.
-        RuntimeFailure: the job could not be started or submitted (exit 1).
     """
-    from nemotron import report, validation
+    from nemotron import validation
     from nemotron.config import compile_config, leaves
     from nemotron.plan import plan_job
 
@@ -101,34 +112,43 @@ def run_stage(req: StageRequest, *, upstream: set[str] | None = None, experiment
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
     # 3. plan: pure
     plan = plan_job(compiled, profile, experiment_id)
-    errors = [p for p in problems if p.severity == "error"]
+    return Prepared(req, compiled, profile, plan, problems, notes)
+
+
+def run_stage(req: StageRequest) -> int:
+    """The whole flow for one stage: prepare, then render (``--dry-run``), run here, or submit.
+    Returns the exit code.
+
+    Raises:
+        ConfigError / UsageError: config or command-line mistakes (exit 2).
+        ValidationError: every validation error at once (exit 2), after printing them.
+        RuntimeFailure: the job could not be started or submitted (exit 1).
+    """
+    from nemotron import execute, report
+
+    p = prepare_stage(req)
     # 4a. dry run: show everything, submit nothing
     if req.dry_run:
-        report.dry_run(req, compiled, profile, plan, problems, notes)
-        if errors:
-            raise ValidationError(problems=problems)
+        report.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
+        if p.errors:
+            raise ValidationError(problems=p.problems)
         return 0
-    report.problems(problems)
-    if errors:
-        raise ValidationError(problems=problems)
-    blocking = {k: why for k, why in compiled.unresolved.items() if not _produced_upstream(compiled.config, k, upstream)}
-    if blocking:
-        key, why = next(iter(blocking.items()))
-        raise ConfigError(f"refusing to start with {len(blocking)} unresolved value(s): {key}: {why}",
-                          "run the upstream stage first, set the key explicitly, or use `pipe` to chain the stages")
+    _check_startable(p)
     # 4b. run here, or submit
-    from nemotron import execute
-
-    return execute.start(req, compiled, profile, plan)
+    return execute.start(req, p.compiled, p.profile, p.plan)
 
 
-def _produced_upstream(config: dict, key: str, upstream: set[str] | None) -> bool:
-    if not upstream:
-        return False
-    from nemotron.config import _resolve_path, _split_key
+def _check_startable(p: Prepared) -> None:
+    from nemotron import report
 
-    value = _resolve_path(config, _split_key(key))
-    return isinstance(value, str) and any(f"${{art:{name}" in value for name in upstream)
+    report.problems(p.problems)
+    if p.errors:
+        raise ValidationError(problems=p.problems)
+    if p.compiled.unresolved:
+        key, why = next(iter(p.compiled.unresolved.items()))
+        raise ConfigError(f"refusing to start {p.req.stage.title} with {len(p.compiled.unresolved)} unresolved "
+                          f"value(s): {key}: {why}",
+                          "run the upstream stage first, set the key explicitly, or use `pipe` to chain the stages")
 
 
 def list_stages(recipe: str) -> int:
@@ -167,6 +187,8 @@ def job_status(ident: str | None) -> int:
 
     rec = jobs.load(ident)
     st, code = jobs.state(rec)
+    if st == "COMPLETED":
+        jobs.record_outputs(rec)
     report.table(None, ["job", "experiment", "stage", "profile", "state", "exit code"],
                  [[rec.job_id, rec.experiment_id, rec.title, rec.profile, st, code or "-"]])
     report.out(f"run folder: {rec.run_dir}\nlogs: {rec.log_dir}", plain=True)
@@ -231,27 +253,59 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     run, batch = kw.get("run_profile"), kw.get("batch_profile")
     if run and batch:
         raise UsageError("--run and --batch are mutually exclusive")
-    if not kw.get("dry_run") and not (run or batch):
-        raise UsageError("pipe needs --run PROFILE or --batch PROFILE (or --dry-run)",
-                         "a chain of stages is submitted to a cluster; run single stages here without a profile")
-    if not kw.get("dry_run"):
-        raise UsageError("pipe submission is not available yet: this version validates and shows the chain (--dry-run)",
-                         "submit the stages one by one with --run PROFILE")
-    upstream: set[str] = set()
-    failures = 0
-    for i, stage in enumerate(chain, 1):
-        report.heading(f"[{i}/{len(chain)}] {stage.title}")
-        req = StageRequest(stage=stage, config=kw.get("config"), overrides=tuple(per_stage.get(stage.name, ())),
-                           mode="run" if run else "batch" if batch else "here", profile=run or batch,
-                           dry_run=True, env_file=kw.get("env_file"), argv=tuple(sys.argv))
-        try:
-            run_stage(req, upstream=upstream)
-        except ValidationError as exc:
-            failures += 1
-            report.err(f"{stage.title}: {exc.message}")
-        upstream.update(stage.produces)
-    if failures:
-        raise ValidationError(problems=[Problem(key="", value=None, message=f"{failures} stage(s) of the chain are invalid")])
+    mode = "run" if run else "batch" if batch else "here"
+    from nemotron import artifacts, execute, report
+    from nemotron.plan import planned_outputs
+
+    # prepare every stage first, each wired to the planned outputs of the ones before it
+    prepared: list[Prepared] = []
+    invalid = 0
+    saved = dict(artifacts.PLANNED)
+    try:
+        for i, stage in enumerate(chain, 1):
+            req = StageRequest(stage=stage, config=kw.get("config"), overrides=tuple(per_stage.get(stage.name, ())),
+                               mode=mode, profile=run or batch, dry_run=bool(kw.get("dry_run")),
+                               env_file=kw.get("env_file"), argv=tuple(sys.argv))
+            p = prepare_stage(req)
+            if kw.get("dry_run"):
+                report.heading(f"[{i}/{len(chain)}] {stage.title}")
+                report.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
+            invalid += bool(p.errors)
+            prepared.append(p)
+            artifacts.PLANNED.update(planned_outputs(p.compiled))
+    finally:
+        artifacts.PLANNED.clear()
+        artifacts.PLANNED.update(saved)
+    if invalid:
+        raise ValidationError(problems=[q for p in prepared for q in p.problems])
+    if kw.get("dry_run"):
+        return 0
+    for p in prepared:
+        _check_startable(p)
+    if mode == "here":  # one after the other on this machine; stop at the first failure
+        for p in prepared:
+            code = execute.start(p.req, p.compiled, p.profile, p.plan)
+            if code != 0:
+                report.err(f"pipe stopped: {p.req.stage.title} exited {code}")
+                return code
+        return 0
+    if prepared[0].plan.executor != "slurm":
+        raise UsageError(f"pipe --{mode} needs a slurm profile (got {prepared[0].plan.executor})",
+                         "run the chain here without a profile, or use a slurm profile")
+    from nemotron import jobs, submit
+
+    ids: list[str] = []
+    for p in prepared:  # afterok chain: a failed stage cancels the rest (--kill-on-invalid-dep=yes)
+        ids.append(submit.submit(p.req, p.compiled, p.profile, p.plan, dependencies=ids[-1:]))
+        print(f"submitted {p.req.stage.title}: Slurm job {ids[-1]}" + (f" (after {ids[-2]})" if len(ids) > 1 else ""),
+              file=sys.stderr)
+    if mode == "batch":
+        print("\n".join(ids))
+        return 0
+    for p, job_id in zip(prepared, ids):
+        code = execute.attach(jobs.load(job_id))
+        if code != 0:
+            return code
     return 0
 
 

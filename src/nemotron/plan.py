@@ -128,3 +128,23 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
         launch=stage.launch, image=image, image_key=stage.image, entry=(stages_dir() / stage.entry).resolve(),
         experiment_id=eid, job_name=safe_name(f"{stage.recipe}-{stage.name}-{Path(compiled.config_name).stem}"),
     )
+
+
+def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
+    """The artifact(s) the stage will produce, with the fields its registry entry declares, filled
+    from its compiled config: ``{"pretrain-data": {"path": "/abs/out", "blend_path": "/abs/out/blend.json"}}``.
+
+    Raises:
+        ConfigError: when a template names a key the config does not have.
+    """
+    fields: dict[str, Any] = {}
+    for name, template in compiled.stage.outputs:
+        def value(m: re.Match) -> str:
+            v = compiled.get(m.group(1))
+            if v is None:
+                raise ConfigError(f"stage {compiled.stage.name}: its output field {name!r} needs '{m.group(1)}', "
+                                  "which the config does not set")
+            return str(v)
+
+        fields[name] = re.sub(r"\{([^{}]+)\}", value, template)
+    return {artifact: dict(fields) for artifact in compiled.stage.produces}

@@ -29,6 +29,9 @@ class Stage:
         consumes / produces: artifact kinds, for ``list`` and for ``pipe`` wiring.
         gpu: whether the stage needs GPUs (a GPU stage on a profile without GPUs is an error).
         summary: one line for ``--help``.
+        outputs: the fields of the artifact the stage produces, as templates over its config keys
+            (``(("path", "{output_dir}"), ("blend_path", "{output_dir}/blend.json"))``): where the output
+            will be, known before the job runs, so ``pipe`` can wire the next stage to it.
     """
 
     name: str
@@ -43,6 +46,7 @@ class Stage:
     produces: tuple[str, ...]
     gpu: bool
     summary: str
+    outputs: tuple[tuple[str, str], ...] = ()
 
     @property
     def title(self) -> str:
@@ -51,34 +55,44 @@ class Stage:
 
 
 def _stage(name: str, command: str, kind: str, launch: str, image: str, consumes: str, produces: str,
-           gpu: bool, summary: str, recipe: str = "ultra3") -> Stage:
+           gpu: bool, summary: str, outputs: dict[str, str], recipe: str = "ultra3") -> Stage:
     folder = name.replace("-", "_")
     return Stage(
         name=name, command=tuple(command.split()), recipe=recipe, kind=kind,
         config_dir=f"{recipe}/{folder}", entry=f"{recipe}/{folder}/run.py", launch=launch, image=image,
         consumes=tuple(consumes.split()), produces=tuple(produces.split()), gpu=gpu, summary=summary,
+        outputs=tuple(outputs.items()),
     )
 
 
 STAGES: tuple[Stage, ...] = (
     _stage("data-prep-pretrain", "data prep pretrain", "data", "ray", "data", "", "pretrain-data", False,
-           "Tokenize a blend of raw text into Megatron .bin/.idx shards and blend.json (Ray)."),
+           "Tokenize a blend of raw text into Megatron .bin/.idx shards and blend.json (Ray).",
+           {"path": "{output_dir}", "blend_path": "{output_dir}/blend.json"}),
     _stage("data-prep-sft", "data prep sft", "data", "ray", "data", "", "sft-data", False,
-           "Render chat data with the Nemotron 3 template, mask the loss and pack it into Parquet (Ray)."),
+           "Render chat data with the Nemotron 3 template, mask the loss and pack it into Parquet (Ray).",
+           {"path": "{output_dir}"}),
     _stage("data-prep-rl", "data prep rl", "data", "ray", "data", "", "rl-data", False,
-           "Turn prompts with verifiable answers into the RL JSONL files (train and validation)."),
+           "Turn prompts with verifiable answers into the RL JSONL files (train and validation).",
+           {"path": "{output_dir}"}),
     _stage("pretrain", "pretrain", "megatron", "torchrun", "nemo", "pretrain-data", "pretrain-checkpoint", True,
-           "Pretrain Nemotron 3 Ultra with Megatron-Bridge on a blend.json."),
+           "Pretrain Nemotron 3 Ultra with Megatron-Bridge on a blend.json.",
+           {"path": "{checkpoint.save}"}),
     _stage("sft", "sft", "megatron", "torchrun", "nemo", "pretrain-checkpoint sft-data", "sft-checkpoint", True,
-           "Supervised fine-tuning with Megatron-Bridge on packed Parquet (answer-only loss)."),
+           "Supervised fine-tuning with Megatron-Bridge on packed Parquet (answer-only loss).",
+           {"path": "{checkpoint.save}"}),
     _stage("convert", "convert", "convert", "torchrun", "nemo", "sft-checkpoint", "hf-checkpoint", True,
-           "Convert checkpoints between the Hugging Face and Megatron forms (AutoBridge)."),
+           "Convert checkpoints between the Hugging Face and Megatron forms (AutoBridge).",
+           {"path": "{convert.output_dir}"}),
     _stage("rlvr", "rlvr", "rl", "ray", "nemo-rl", "hf-checkpoint rl-data", "rl-checkpoint", True,
-           "Reinforcement learning with verifiable rewards (GRPO) on NeMo RL."),
+           "Reinforcement learning with verifiable rewards (GRPO) on NeMo RL.",
+           {"path": "{checkpointing.checkpoint_dir}"}),
     _stage("mopd", "mopd", "rl", "ray", "nemo-rl", "rl-checkpoint rl-data", "mopd-checkpoint", True,
-           "Multi-teacher on-policy distillation on NeMo RL."),
+           "Multi-teacher on-policy distillation on NeMo RL.",
+           {"path": "{checkpointing.checkpoint_dir}"}),
     _stage("quantize", "quantize", "quantize", "torchrun", "nemo", "mopd-checkpoint", "quantized-checkpoint", True,
-           "NVFP4 + FP8 post-training quantization with NVIDIA Model Optimizer."),
+           "NVFP4 + FP8 post-training quantization with NVIDIA Model Optimizer.",
+           {"path": "{export.output_dir}"}),
 )
 
 #: The order ``pipe`` runs stages in when none are named.

@@ -288,6 +288,7 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
         RuntimeFailure: missing secrets, NeMo-Run errors, or sbatch refusing the job (its message kept).
     """
     from nemotron import jobs
+    from nemotron.plan import planned_outputs
 
     missing = profile.missing_secrets()
     if missing:
@@ -327,5 +328,6 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
         profile=profile.name, env_file=str(profile.source), run_dir=remote_run_dir(profile, plan), log_dir=exp_dir,
         job_name=f"{plan.stage.recipe}-{task_name(plan)}", tunnel=getattr(profile, "tunnel", "local") or "local",
         host=getattr(profile, "host", None), user=getattr(profile, "user", None),
+        outputs=planned_outputs(compiled), config_hash=compiled.config_hash(),
     ))
     return job_id
