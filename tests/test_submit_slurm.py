@@ -155,3 +155,33 @@ def test_job_name_is_sanitised(cli, env_file, tmp_path, slurm):
             break
         time.sleep(1)
     assert name == "ultra3-data-prep-rl-my-cfg-v1", (job_id, name)
+
+
+def _times(slurm, job_id: str) -> tuple[str, str]:
+    out = slurm.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "Start,End").stdout.strip().splitlines()[0]
+    start, end = out.split("|")
+    return start, end
+
+
+def test_pipe_second_stage_waits_and_reads_first_artifact(cli, env_file, tmp_path, slurm):
+    out_dir = tmp_path / "chain data"
+    proc = cli("ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "tiny", "--batch", "ci",
+               "--env-file", str(env_file), "data-prep-pretrain:sample=30", f"data-prep-pretrain:output_dir={out_dir}")
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.split()[-2:]
+    assert slurm.wait(first, timeout=180) == "COMPLETED"
+    assert slurm.wait(second, timeout=180) == "FAILED"  # the GPU stage fails fast here: no Megatron-Bridge
+    assert _times(slurm, second)[0] >= _times(slurm, first)[1]  # it started only after the first ended
+    runs = sorted((tmp_path / "job root with spaces" / "runs").glob("ultra3-pretrain-*"))
+    train = runs[0].joinpath("train.yaml").read_text()
+    assert f"per_split_data_args_path: {out_dir}/blend.json" in train
+    assert (out_dir / "blend.json").is_file()
+
+
+def test_pipe_failure_cancels_the_rest(cli, env_file, slurm):
+    proc = cli("ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "tiny", "--batch", "ci",
+               "--env-file", str(env_file), 'data-prep-pretrain:profile.setup=["exit 3"]')
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.split()[-2:]
+    assert slurm.wait(first, timeout=120) == "FAILED"
+    assert slurm.wait(second, timeout=120) == "CANCELLED"
