@@ -89,8 +89,10 @@ def render(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
     env = _job_env(profile, for_display=True)
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     if plan.executor == "ray":
-        address = getattr(profile, "address", "")
-        return f"ray job submit --address {address} --working-dir <job package> -- {cmd}"
+        entry = f"nemotron/_stages/{plan.stage.entry}"
+        return (f"# submitted with Ray's job submission API to {profile.address}; working directory: the nemotron\n"
+                f"# package snapshot with train.yaml and job.yaml; the cluster is neither started nor stopped\n"
+                f"python {entry} --config train.yaml")
     return f"# in {run_dir(plan)} (train.yaml and job.yaml are written there)\n" + (f"{prefix} " if prefix else "") + cmd
 
 
@@ -113,15 +115,17 @@ def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     """
     if plan.executor in ("direct", "local"):
         return run_here(req, compiled, profile, plan)
-    if plan.executor != "slurm":
-        raise RuntimeFailure(f"submitting to a {plan.executor} profile is not available in this version",
-                             "use a slurm or local profile, or run here without a profile")
     from nemotron import jobs, submit
 
-    job_id = submit.submit(req, compiled, profile, plan)
+    if plan.executor == "ray":
+        job_id = submit.submit_ray(req, compiled, profile, plan)
+        where = f"Ray job {job_id} on {profile.address}"
+    else:
+        job_id = submit.submit(req, compiled, profile, plan)
+        where = f"Slurm job {job_id}"
     rec = jobs.load(plan.experiment_id)
     recipe = plan.stage.recipe
-    print(f"submitted {plan.stage.title}: Slurm job {job_id}, experiment {plan.experiment_id}", file=sys.stderr)
+    print(f"submitted {plan.stage.title}: {where}, experiment {plan.experiment_id}", file=sys.stderr)
     if req.mode == "batch":
         print(job_id)
         print(f"  follow:  nemotron {recipe} logs {job_id} -f\n  status:  nemotron {recipe} status {job_id}\n"

@@ -101,9 +101,56 @@ def _remote(rec: JobRecord, command: str) -> subprocess.CompletedProcess:
         raise RuntimeFailure(f"cannot ask Slurm about job {rec.job_id}: {exc}") from None
 
 
+#: Ray job states in Slurm's words, so that every caller speaks one vocabulary.
+_RAY_STATES = {"PENDING": "PENDING", "RUNNING": "RUNNING", "SUCCEEDED": "COMPLETED", "FAILED": "FAILED",
+               "STOPPED": "CANCELLED"}
+
+
+def ray_client(address: str, secrets: dict[str, str] | None = None):
+    """A Ray ``JobSubmissionClient`` for ``address``. Ray (2.5x+) clusters started with ``ray start``
+    use token authentication: the token comes from the profile's secret ``RAY_AUTH_TOKEN``, else from
+    ``$RAY_AUTH_TOKEN`` / ``$RAY_AUTH_TOKEN_PATH`` / ``~/.ray/auth_token``, as Ray's own CLI finds it.
+
+    Raises:
+        RuntimeFailure: Ray missing or the cluster unreachable.
+    """
+    token = (secrets or {}).get("RAY_AUTH_TOKEN")  # set before Ray is imported: it reads them at import
+    if token:
+        os.environ["RAY_AUTH_TOKEN"] = token
+    token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    if token or os.environ.get("RAY_AUTH_TOKEN") or token_file.is_file():
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    try:
+        from ray.job_submission import JobSubmissionClient
+    except ImportError as exc:
+        raise RuntimeFailure(f"Ray is not importable ({exc})", "pip install 'nemotron-cli[data]'") from None
+    try:
+        return JobSubmissionClient(address)
+    except Exception as exc:  # connection refused, wrong address, authentication
+        raise RuntimeFailure(f"cannot reach the Ray cluster at {address}: {type(exc).__name__}: "
+                             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+
+
+def _profile_secrets(rec: JobRecord) -> dict[str, str]:
+    try:
+        from nemotron.profiles import load_profiles
+
+        return load_profiles(Path(rec.env_file)).get(rec.profile).secret_values()
+    except Exception:  # the profile may have changed or gone since the submission
+        return {}
+
+
+def _ray_client(rec: JobRecord):
+    return ray_client(str(rec.host), _profile_secrets(rec))
+
+
 def state(rec: JobRecord) -> tuple[str, str]:
     """``(state, exit code)`` of the job's allocation from sacct (``PENDING``/``RUNNING`` from squeue
-    while sacct has no record yet, which happens for a second or so after sbatch returns)."""
+    while sacct has no record yet, which happens for a second or so after sbatch returns). For a job
+    on a Ray cluster, the Ray job status in the same words (SUCCEEDED is COMPLETED, STOPPED CANCELLED)."""
+    if rec.tunnel == "ray":
+        status = str(_ray_client(rec).get_job_status(rec.job_id)).rsplit(".", 1)[-1]
+        return _RAY_STATES.get(status, status), ""
     out = _remote(rec, f"sacct -n -X -P -j {shlex.quote(rec.job_id)} -o State,ExitCode")
     line = next((ln for ln in out.stdout.splitlines() if ln.strip()), "")
     if line:
@@ -115,7 +162,10 @@ def state(rec: JobRecord) -> tuple[str, str]:
 
 
 def log_files(rec: JobRecord) -> list[str]:
-    """The job's log files on the cluster: the task's output (``log-*``) then the batch script's (``sbatch_*``)."""
+    """The job's log files on the cluster: the task's output (``log-*``) then the batch script's
+    (``sbatch_*``). A Ray job has one log, kept by the Ray cluster (named ``log-ray``)."""
+    if rec.tunnel == "ray":
+        return ["log-ray"]
     d = shlex.quote(rec.log_dir)
     out = _remote(rec, f"ls -1 {d}/log-*_{rec.job_id}_*.out {d}/sbatch_*_{rec.job_id}.out 2>/dev/null")
     return [ln for ln in out.stdout.splitlines() if ln.strip()]
@@ -123,17 +173,17 @@ def log_files(rec: JobRecord) -> list[str]:
 
 def read_log(rec: JobRecord, path: str, offset: int = 0) -> str:
     """Text of ``path`` from byte ``offset`` on (empty when absent)."""
+    if rec.tunnel == "ray":
+        return _ray_client(rec).get_job_logs(rec.job_id).encode()[offset:].decode(errors="replace")
     out = _remote(rec, f"tail -c +{offset + 1} {shlex.quote(path)} 2>/dev/null")
     return out.stdout
 
 
 def redactor(rec: JobRecord):
-    try:
-        from nemotron.profiles import load_profiles, redact_text
+    """A function that blanks the profile's secret values out of text (identity when there are none)."""
+    from nemotron.profiles import redact_text
 
-        secrets = list(load_profiles(Path(rec.env_file)).get(rec.profile).secret_values().values())
-    except Exception:  # the profile may have changed since; redact nothing we cannot know
-        secrets = []
+    secrets = list(_profile_secrets(rec).values())
     return (lambda text: redact_text(text, secrets)) if secrets else (lambda text: text)
 
 
@@ -149,7 +199,7 @@ def follow(rec: JobRecord, *, poll_s: float = 1.0, stream=None) -> tuple[str, st
         if st != last_state:
             print(f"[nemotron] job {rec.job_id}: {st}", file=sys.stderr, flush=True)
             last_state = st
-        for path in [p for p in log_files(rec) if "/log-" in p]:
+        for path in [p for p in log_files(rec) if p.rsplit("/", 1)[-1].startswith("log-")]:
             chunk = read_log(rec, path, offsets.get(path, 0))
             if chunk:
                 offsets[path] = offsets.get(path, 0) + len(chunk.encode())
@@ -171,11 +221,14 @@ def tail_lines(rec: JobRecord, n: int = 20) -> list[str]:
 
 
 def cancel(rec: JobRecord) -> None:
-    """``scancel`` the job.
+    """``scancel`` the job (``stop_job`` on a Ray cluster; the cluster itself is never touched).
 
     Raises:
         RuntimeFailure: scancel refused (its message kept).
     """
+    if rec.tunnel == "ray":
+        _ray_client(rec).stop_job(rec.job_id)
+        return
     out = _remote(rec, f"scancel {shlex.quote(rec.job_id)}")
     if out.returncode != 0:
         raise RuntimeFailure(f"scancel {rec.job_id} failed: {out.stderr.strip() or out.stdout.strip()}")

@@ -182,6 +182,7 @@ class RaySettings(_Common):
 
     executor: Literal["ray"]
     address: str
+    python: str = "python"  # the Python the job runs with on the cluster's nodes
 
     @field_validator("address")
     @classmethod

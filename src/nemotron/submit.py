@@ -331,3 +331,54 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
         outputs=planned_outputs(compiled), config_hash=compiled.config_hash(),
     ))
     return job_id
+
+
+def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
+    """Submit the stage as a job to an existing Ray cluster (a ``ray`` profile's ``address``) with
+    Ray's job submission API; returns the submission id (our experiment id).
+
+    The job's working directory is the code snapshot plus train.yaml and job.yaml. Secrets travel in
+    it as ``secrets.env``, sourced by the entrypoint and deleted from the job's copy before the stage
+    starts (Ray keeps the uploaded package in its object store: anyone who can read the cluster's
+    storage can read it). Nothing here starts, stops or restarts the Ray cluster.
+
+    Raises:
+        RuntimeFailure: Ray missing, cluster unreachable, or submission refused.
+    """
+    from nemotron import execute, jobs, yamlio
+    from nemotron.plan import planned_outputs
+
+    missing = profile.missing_secrets()
+    if missing:
+        raise RuntimeFailure(f"profile {profile.name}: secret(s) {', '.join(missing)} not set in this shell",
+                             f"export {missing[0]}=... before submitting")
+    client = jobs.ray_client(profile.address, profile.secret_values())
+    entry = f"nemotron/_stages/{plan.stage.entry}"
+    with tempfile.TemporaryDirectory(prefix="nemotron-ray-") as tmp:
+        work = Path(tmp) / "job"
+        work.mkdir()
+        code_snapshot(Path(tmp) / "code.tar.gz")
+        with tarfile.open(Path(tmp) / "code.tar.gz") as tar:
+            tar.extractall(work, filter="data")
+        (work / "train.yaml").write_text(yamlio.dumps(compiled.config), encoding="utf-8")
+        (work / "job.yaml").write_text(yamlio.dumps(execute.provenance(req, compiled, profile, plan)), encoding="utf-8")
+        command = f"{shlex.quote(profile.python)} {shlex.quote(entry)} --config train.yaml"
+        secrets = profile.secret_values()
+        if secrets:
+            (work / "secrets.env").write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items())))
+            command = f"set -a; . ./secrets.env; set +a; rm -f secrets.env; {command}"
+        env_vars = {**profile.public_env_vars(), "PYTHONPATH": ".", "NEMOTRON_EXPERIMENT_ID": plan.experiment_id}
+        try:
+            job_id = client.submit_job(entrypoint=f"bash -c {shlex.quote(command)}", submission_id=plan.experiment_id,
+                                       runtime_env={"working_dir": str(work), "env_vars": env_vars},
+                                       metadata={"nemotron_stage": plan.stage.name})
+        except Exception as exc:
+            raise RuntimeFailure(f"submission to the Ray cluster at {profile.address} failed: {type(exc).__name__}: "
+                                 f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}") from exc
+    jobs.save(jobs.JobRecord(
+        experiment_id=plan.experiment_id, job_id=job_id, stage=plan.stage.name, title=plan.stage.title,
+        profile=profile.name, env_file=str(profile.source), run_dir="(the Ray job's working directory)",
+        log_dir="(kept by the Ray cluster)", job_name=plan.job_name, tunnel="ray", host=profile.address,
+        outputs=planned_outputs(compiled), config_hash=compiled.config_hash(),
+    ))
+    return job_id

@@ -1,0 +1,24 @@
+"""Runtimes that execute a stage's job (imported only by the stages' entry scripts, never by the CLI).
+
+The ``local`` backend of ``pretrain`` and ``sft`` trains the catalogue's ``small`` NemotronH with
+Hugging Face transformers' ``Trainer`` on one machine (the CPU, or one GPU when visible), from the
+files our data prep writes:
+
+* :mod:`~nemotron.runtime.settings` — the compiled ``train.yaml`` read into one record, and
+  Megatron-Core's learning-rate schedule as a pure function (stdlib only);
+* :mod:`~nemotron.runtime.pretrain_data` — Megatron ``.bin/.idx`` shards through ``blend.json``,
+  sampled as Megatron-Core's GPT and blended datasets do (numpy);
+* :mod:`~nemotron.runtime.sft_data` — Megatron-Bridge packed Parquet, unpacked into one row per
+  sub-sequence (or kept packed with real boundaries when the CUDA Mamba kernels are present);
+* :mod:`~nemotron.runtime.model` — build or load the NemotronH (transformers);
+* :mod:`~nemotron.runtime.trainer` — the training loop (``transformers.Trainer``), checkpoints in
+  Hugging Face form under ``checkpoint.save``, resume, signals;
+* :mod:`~nemotron.runtime.entry` — what ``stages/ultra3/{pretrain,sft}/run.py`` call: checks first,
+  heavy imports after;
+* :mod:`~nemotron.runtime.convert` — the transformers-v5 → v4 NemotronH config rewrite (pure);
+* :mod:`~nemotron.runtime.routing` — the MoE-routing check the Megatron-Bridge entry runs on its
+  model provider (pure).
+
+Only :mod:`settings`, :mod:`convert` and :mod:`routing` are light; the rest import numpy, pyarrow,
+torch or transformers at module level and must stay out of the CLI's import path.
+"""
