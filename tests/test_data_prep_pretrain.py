@@ -34,7 +34,7 @@ def ray_instance():
     """One local Ray for the whole module; the pipeline joins it instead of starting its own."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     yield
     ray.shutdown()
 

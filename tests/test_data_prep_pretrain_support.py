@@ -1,72 +1,37 @@
-"""Support for the data-prep-pretrain tests and benchmark (no tests here): resolve a stage config by hand, the way the config compiler does.
-
-Layers: default.yaml, then the named config (through its `defaults:`), then overrides; dicts merge,
-lists replace. Resolvers: ${stages:REL}, ${pkgdata:PACKAGE,REL}, ${stdlib:} and OmegaConf's ${oc.env:...}.
+"""Support for the data-prep-pretrain tests and benchmark (no tests here): configs compiled by the
+project's own config compiler, exactly as `nemotron ultra3 data prep pretrain -c NAME key=value` does,
+plus process-tree and reading helpers.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sysconfig
+import json
 from pathlib import Path
 from typing import Any
-
-import yaml
-from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_DIR = ROOT / "stages" / "ultra3" / "data_prep_pretrain"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
-def _reg(name: str, fn: Any) -> None:
-    register = getattr(OmegaConf, "register_resolver", None) or OmegaConf.register_new_resolver
-    register(name, fn)
-
-
-def _register() -> None:
-    if OmegaConf.has_resolver("stages"):
-        return
-    _reg("stages", lambda rel: str(ROOT / "stages" / rel))
-
-    def pkgdata(package: str, rel: str) -> str:
-        spec = importlib.util.find_spec(package)
-        assert spec and spec.submodule_search_locations, package
-        return str(Path(list(spec.submodule_search_locations)[0]) / rel)
-
-    _reg("pkgdata", pkgdata)
-    _reg("stdlib", lambda: sysconfig.get_paths()["stdlib"])
-
-
-def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def _layer(name: str) -> dict[str, Any]:
-    data = yaml.safe_load((STAGE_DIR / f"{name}.yaml").read_text()) or {}
-    parents = data.pop("defaults", None)
-    base: dict[str, Any] = {}
-    for parent in [parents] if isinstance(parents, str) else (parents or []):
-        base = _merge(base, _layer(parent))
-    return _merge(base, data)
-
-
 def load_config(name: str = "tiny", **overrides: Any) -> dict[str, Any]:
-    """The resolved config dict `run.py` would receive for `-c NAME key=value ...`."""
-    _register()
-    cfg = _merge({"run": {"env": {"nodes": 1, "gpus_per_node": None, "cpus": None}}}, _layer("default"))
-    if name != "default":
-        cfg = _merge(cfg, _layer(name))
+    """The resolved config `run.py` receives for `-c NAME key=value ...`; a nested key is written with
+    double underscores (``tokenizer__cache_dir=...``), a mapping value sets each of its keys."""
+    from nemotron.config import compile_config
+    from nemotron.registry import get_stage
+
+    args: list[str] = []
+
+    def add(key: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                add(f"{key}.{k}", v)
+        else:
+            args.append(f"{key}={json.dumps(value)}")  # JSON is a YAML flow value
+
     for key, value in overrides.items():
-        cur = cfg
-        parts = key.split("__")
-        for p in parts[:-1]:
-            cur = cur.setdefault(p, {})
-        cur[parts[-1]] = value
-    return OmegaConf.to_container(OmegaConf.create(cfg), resolve=True)
+        add(key.replace("__", "."), value)
+    return compile_config(get_stage("data-prep-pretrain"), name, args).config
 
 
 # --------------------------------------------------------------------------------------------------
