@@ -78,7 +78,7 @@ def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     folder = store() / name
     folder.mkdir(parents=True, exist_ok=True)
     version = (_versions(name) or [0])[-1] + 1
-    rec = {"name": name, "version": version, "created": time.time(), **fields}
+    rec = {**fields, "name": name, "version": version, "created": time.time()}
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(rec, fh, indent=2, sort_keys=True, default=str)
@@ -99,3 +99,35 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
     if not v.isdigit() or int(v) < 1:
         raise ConfigError(f"artifact reference {ref!r}: version must be a positive integer (e.g. {name}:2)")
     return name, int(v)
+
+
+#: File in the run folder (``$NEMOTRON_RUN_DIR``) where a stage's runtime says what it actually wrote.
+OUTPUTS_FILE = "outputs.json"
+
+
+def write_outputs(outputs: dict[str, dict[str, Any]]) -> Path | None:
+    """Called by a stage's runtime when it finished: ``{artifact name: fields}`` of what it wrote
+    (e.g. a new data version folder), into ``$NEMOTRON_RUN_DIR/outputs.json``. These fields win over
+    the planned ones when the artifact is recorded. Returns the file, or None outside a run folder."""
+    folder = os.environ.get("NEMOTRON_RUN_DIR")
+    if not folder:
+        return None
+    path = Path(folder) / OUTPUTS_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(outputs, indent=2, sort_keys=True, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def merge_outputs(planned: dict[str, dict[str, Any]], actual_json: str | None) -> dict[str, dict[str, Any]]:
+    """Planned artifact fields updated with those the runtime reported (``outputs.json`` text)."""
+    merged = {name: dict(fields) for name, fields in planned.items()}
+    if actual_json:
+        try:
+            actual = json.loads(actual_json)
+        except json.JSONDecodeError:
+            actual = {}
+        for name, fields in (actual.items() if isinstance(actual, dict) else ()):
+            if isinstance(fields, dict):
+                merged.setdefault(name, {}).update(fields)
+    return merged

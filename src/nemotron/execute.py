@@ -198,7 +198,9 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     from nemotron import artifacts
     from nemotron.plan import planned_outputs
 
-    for name, fields in planned_outputs(compiled).items():
+    report = folder / artifacts.OUTPUTS_FILE
+    outputs = artifacts.merge_outputs(planned_outputs(compiled), report.read_text() if report.is_file() else None)
+    for name, fields in outputs.items():
         art = artifacts.record(name, {**fields, "stage": plan.stage.name, "experiment_id": plan.experiment_id,
                                       "job_id": "local", "config_hash": compiled.config_hash()})
         print(f"[nemotron] artifact {name} v{art['version']}: {art['path']}", file=sys.stderr)

@@ -240,9 +240,12 @@ def record_outputs(rec: JobRecord) -> list[dict]:
         return []
     from nemotron import artifacts
 
+    actual = None if rec.tunnel == "ray" else _remote(rec, f"cat {shlex.quote(rec.run_dir + '/' + artifacts.OUTPUTS_FILE)} "
+                                                           "2>/dev/null").stdout
+    outputs = artifacts.merge_outputs(rec.outputs, actual)
     out = [artifacts.record(name, {**fields, "stage": rec.stage, "experiment_id": rec.experiment_id,
                                    "job_id": rec.job_id, "config_hash": rec.config_hash})
-           for name, fields in rec.outputs.items()]
+           for name, fields in outputs.items()]
     rec.recorded = True
     save(rec)
     return out

@@ -519,7 +519,12 @@ def main(cfg: dict[str, Any]) -> int:
         RuntimeFailure: a failure while working (exit 1); finished shards keep their receipts, so a
             rerun resumes.
     """
-    prepare(Settings.from_config(cfg))
+    manifest = prepare(Settings.from_config(cfg))
+    from nemotron.artifacts import write_outputs
+
+    write_outputs({"pretrain-data": {"path": manifest["path"], "blend_path": manifest["blend_json"],
+                                     "data_version": manifest["version"],
+                                     "tokenizer_sha256": manifest["tokenizer"].get("vocab_sha256")}})
     return 0
 
 

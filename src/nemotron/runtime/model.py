@@ -17,7 +17,7 @@ from typing import Any
 from nemotron.catalogue import ModelSpec, hf_config
 
 #: HF config fields that must agree between the catalogue entry and a checkpoint we load.
-ARCH_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+ARCH_FIELDS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
                "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "n_routed_experts",
                "num_experts_per_tok", "moe_intermediate_size", "moe_shared_expert_intermediate_size",
                "moe_latent_size", "vocab_size")

@@ -1,0 +1,499 @@
+"""Chat data for SFT: one conversation form, the Nemotron 3 chat template, assistant-only loss masks.
+
+Three steps, each usable alone (the tests pin every one of them):
+
+1. :func:`normalise` turns a record in any supported form into one list of messages::
+
+       [{"role": "system", "content": str},                       # always first ("" when none)
+        {"role": "user" | "tool" | "system", "content": str},
+        {"role": "assistant", "content": str,                      # stripped, like the template does
+         "reasoning_content": str (optional), "tool_calls": [{"type": "function",
+         "function": {"name": str, "arguments": dict}}] (optional)}, ...]
+
+   plus the conversation's ``tools`` (function schemas) or ``None``. Forms: OpenAI ``messages``
+   (``reasoning_content``/``reasoning``, ``tool_calls`` with JSON-string or object arguments, a
+   ``tools`` list), ShareGPT ``conversations`` (``from``/``value``), Alpaca ``instruction`` /
+   ``input`` / ``output`` (or ``response``). Reasoning written inline as ``<think>...</think>`` at
+   the start of an assistant answer is moved to ``reasoning_content``. Problems raise
+   :class:`RecordProblem` with a summary reason (see :data:`REASONS`) unless a policy repairs them.
+
+2. :func:`training_samples` decides which assistant turns each training sample learns. The released
+   template drops the reasoning of assistant turns before the last user turn
+   (``truncate_history_thinking``), so a conversation with reasoning is split into one sample per
+   user turn, each learning only the turns after its last user turn (``history_reasoning: split``,
+   as NVIDIA's own SFT data prep does), or rendered once with every turn's reasoning kept
+   (``keep``). A conversation without reasoning is one sample that learns every assistant turn.
+
+3. :func:`segment` renders a sample with our template and cuts the text into context and learned
+   pieces. A learned piece is what the model must produce after the generation prompt the template
+   itself writes at inference time (``<|im_start|>assistant\\n<think>\\n`` with reasoning,
+   ``<|im_start|>assistant\\n<think></think>`` without): the reasoning, ``</think>``, the answer, the
+   tool calls and the closing ``<|im_end|>``. It is found by rendering the conversation up to each
+   learned turn (with the matching generation prompt) and up to its end, and both renderings must
+   be prefixes of the full one — otherwise :class:`TemplateMismatch` (never a silent drop).
+   :func:`tokenize_samples` encodes the pieces (special tokens recognised) into ids and a per-token
+   learned flag, with the token positions where each learned turn ends (after its ``\\n``) for
+   truncation at a turn boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from nemotron.errors import ConfigError
+
+CHAT_SCHEMAS = ("messages", "sharegpt", "alpaca")
+#: Summary reasons of records that become no training sample (each counted, each message names file:line).
+REASONS = ("bad_record", "unknown_role", "empty_content", "consecutive_same_role", "no_assistant_turn",
+           "template_mismatch", "too_long")
+#: Tokens the Nemotron 3 chat format needs as single tokens of the vocabulary.
+CHAT_TOKENS = ("<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+               "<tool_response>", "</tool_response>")
+REQUIRED_TOKENS = ("<|im_start|>", "<|im_end|>", "<think>", "</think>")
+_END = "<|im_end|>"
+
+_ROLE_ALIASES = {
+    "system": "system", "developer": "system",
+    "user": "user", "human": "user",
+    "assistant": "assistant", "gpt": "assistant", "model": "assistant", "chatgpt": "assistant",
+    "tool": "tool", "function": "tool", "observation": "tool", "function_response": "tool", "ipython": "tool",
+}
+
+
+class RecordProblem(Exception):
+    """A record that yields no sample: ``reason`` (one of :data:`REASONS`) and a short ``detail``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class TemplateMismatch(RecordProblem):
+    """Rendering a conversation prefix does not reproduce the start of the full rendering."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("template_mismatch", detail)
+
+
+@dataclass(frozen=True)
+class ChatPolicy:
+    """How :func:`normalise` treats repairable problems (the stage's ``policies`` and ``chat`` keys)."""
+
+    consecutive_same_role: str = "merge"      # merge | skip
+    reasoning: str = "auto"                   # auto (as each record says) | off (reasoning removed)
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. normalise
+
+
+def detect_schema(obj: dict[str, Any]) -> str | None:
+    """The chat form of a record: ``messages``, ``sharegpt``, ``alpaca`` or ``None``."""
+    if isinstance(obj.get("messages"), list):
+        return "messages"
+    if isinstance(obj.get("conversations"), list) or isinstance(obj.get("conversation"), list):
+        return "sharegpt"
+    if "instruction" in obj:
+        return "alpaca"
+    return None
+
+
+def normalise(obj: dict[str, Any], schema: str | None, policy: ChatPolicy = ChatPolicy()) -> tuple[list[dict[str, Any]], list[Any] | None]:
+    """One record as ``(messages, tools)`` (see the module docstring).
+
+    Args:
+        obj: the parsed record.
+        schema: one of :data:`CHAT_SCHEMAS`, or ``None`` to detect it from the record's fields.
+        policy: repairs to apply.
+
+    Raises:
+        RecordProblem: the record yields no conversation (reason and detail say why).
+    """
+    form = schema or detect_schema(obj)
+    if form == "messages":
+        raw = obj.get("messages")
+    elif form == "sharegpt":
+        raw = obj.get("conversations") if isinstance(obj.get("conversations"), list) else obj.get("conversation")
+    elif form == "alpaca":
+        raw = _alpaca(obj)
+    else:
+        raise RecordProblem("bad_record", "no 'messages', 'conversations' or 'instruction' field")
+    if not isinstance(raw, list) or not raw:
+        raise RecordProblem("bad_record", f"the {form} field is empty or not a list")
+    tools = _tools(obj.get("tools"))
+    msgs = [_message(m, i) for i, m in enumerate(raw)]
+    if form == "sharegpt" and isinstance(obj.get("system"), str) and obj["system"].strip() and msgs[0]["role"] != "system":
+        msgs.insert(0, {"role": "system", "content": obj["system"]})
+    if policy.reasoning == "off":
+        for m in msgs:
+            m.pop("reasoning_content", None)
+    # empty turns: an empty system prompt renders exactly like none; anything else empty is a problem
+    kept = []
+    for i, m in enumerate(msgs):
+        empty = not m["content"].strip()
+        if m["role"] == "assistant":
+            empty = empty and not m.get("reasoning_content") and not m.get("tool_calls")
+        if empty and m["role"] == "system":
+            continue
+        if empty:
+            raise RecordProblem("empty_content", f"message {i} ({m['role']}) is empty")
+        kept.append(m)
+    msgs = _merge_same_roles(kept, policy)
+    while msgs and msgs[-1]["role"] != "assistant":
+        msgs.pop()
+    if not any(m["role"] == "assistant" for m in msgs):
+        raise RecordProblem("no_assistant_turn", "the conversation has no assistant turn to learn")
+    if msgs[0]["role"] != "system":
+        msgs.insert(0, {"role": "system", "content": ""})
+    return msgs, tools
+
+
+def _alpaca(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    instruction = obj.get("instruction")
+    extra = obj.get("input")
+    answer = obj.get("output", obj.get("response"))
+    if not isinstance(instruction, str):
+        raise RecordProblem("bad_record", "'instruction' is missing or not text")
+    if extra is not None and not isinstance(extra, str):
+        raise RecordProblem("bad_record", "'input' is not text")
+    if not isinstance(answer, str):
+        raise RecordProblem("bad_record", "no 'output' (or 'response') text")
+    prompt = instruction if not (extra and extra.strip()) else f"{instruction}\n\n{extra}"
+    out = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+    if isinstance(obj.get("system"), str) and obj["system"].strip():
+        out.insert(0, {"role": "system", "content": obj["system"]})
+    return out
+
+
+def _text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise RecordProblem("bad_record", f"{where}: content part of type {kind!r} is not text")
+        return "".join(parts)
+    raise RecordProblem("bad_record", f"{where}: content is {type(content).__name__}, not text")
+
+
+_INLINE_THINK = re.compile(r"\A\s*<think>\n?(.*?)</think>(.*)\Z", re.S)
+
+
+def _message(m: Any, i: int) -> dict[str, Any]:
+    if not isinstance(m, dict):
+        raise RecordProblem("bad_record", f"message {i} is not an object")
+    role_raw = m.get("role", m.get("from"))
+    content_raw = m["content"] if "content" in m else m.get("value")
+    if not isinstance(role_raw, str):
+        raise RecordProblem("bad_record", f"message {i} has no role")
+    role = _ROLE_ALIASES.get(role_raw.strip().lower())
+    if role is None:
+        raise RecordProblem("unknown_role", f"message {i} has role {role_raw!r}")
+    out: dict[str, Any] = {"role": role, "content": _text(content_raw, f"message {i}")}
+    if role != "assistant":
+        return out
+    reasoning = m.get("reasoning_content", m.get("reasoning"))
+    if reasoning is not None and not isinstance(reasoning, str):
+        raise RecordProblem("bad_record", f"message {i}: reasoning_content is not text")
+    inline = _INLINE_THINK.match(out["content"])
+    if inline and not (reasoning and reasoning.strip()):
+        reasoning, out["content"] = inline.group(1), inline.group(2)
+    out["content"] = out["content"].strip()
+    if reasoning and reasoning.strip():
+        out["reasoning_content"] = reasoning
+    calls = m.get("tool_calls")
+    if calls:
+        if not isinstance(calls, list):
+            raise RecordProblem("bad_record", f"message {i}: tool_calls is not a list")
+        out["tool_calls"] = [_tool_call(c, i, j) for j, c in enumerate(calls)]
+    return out
+
+
+def _tool_call(c: Any, i: int, j: int) -> dict[str, Any]:
+    fn = c.get("function", c) if isinstance(c, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        raise RecordProblem("bad_record", f"message {i}: tool_calls[{j}] has no function name")
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise RecordProblem("bad_record", f"message {i}: tool_calls[{j}] arguments are not JSON ({exc.msg})") from None
+    if not isinstance(args, dict):
+        raise RecordProblem("bad_record", f"message {i}: tool_calls[{j}] arguments are not an object")
+    return {"type": "function", "function": {"name": fn["name"], "arguments": args}}
+
+
+def _tools(value: Any) -> list[Any] | None:
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise RecordProblem("bad_record", f"'tools' is not JSON ({exc.msg})") from None
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise RecordProblem("bad_record", "'tools' must be a list of function schemas")
+    for k, t in enumerate(value):
+        fn = t.get("function", t)
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise RecordProblem("bad_record", f"tools[{k}] has no function name")
+    return value or None
+
+
+def _merge_same_roles(msgs: list[dict[str, Any]], policy: ChatPolicy) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(msgs):
+        prev = out[-1] if out else None
+        if prev is None or prev["role"] != m["role"] or m["role"] == "tool":  # consecutive tool results are normal
+            out.append(m)
+            continue
+        if policy.consecutive_same_role != "merge":
+            raise RecordProblem("consecutive_same_role", f"messages {i - 1} and {i} are both {m['role']}")
+        merged = dict(prev)
+        merged["content"] = "\n\n".join(x for x in (prev["content"], m["content"]) if x)
+        if m["role"] == "assistant":
+            thoughts = [x for x in (prev.get("reasoning_content"), m.get("reasoning_content")) if x]
+            if thoughts:
+                merged["reasoning_content"] = "\n\n".join(thoughts)
+            calls = (prev.get("tool_calls") or []) + (m.get("tool_calls") or [])
+            if calls:
+                merged["tool_calls"] = calls
+        out[-1] = merged
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. which turns a sample learns
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training sequence: the messages rendered, the first message index it learns, template switches."""
+
+    messages: list[dict[str, Any]]
+    first_learned: int
+    keep_history_reasoning: bool = False
+
+
+def training_samples(msgs: list[dict[str, Any]], history_reasoning: str = "split") -> list[Sample]:
+    """The training samples of one normalised conversation (see the module docstring)."""
+    reasoning = any(m["role"] == "assistant" and m.get("reasoning_content") for m in msgs)
+    if not reasoning:
+        return [Sample(msgs, 0)]
+    if history_reasoning == "keep":
+        return [Sample(msgs, 0, keep_history_reasoning=True)]
+    users = [i for i, m in enumerate(msgs) if m["role"] == "user"]
+    out = []
+    for k, u in enumerate(users):
+        end = users[k + 1] if k + 1 < len(users) else len(msgs)
+        sub = msgs[:end]
+        while sub and sub[-1]["role"] != "assistant":
+            sub = sub[:-1]
+        if any(m["role"] == "assistant" for m in sub[u + 1:]):
+            out.append(Sample(sub, u + 1))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. render and segment
+
+
+class ChatTemplate:
+    """A chat template compiled the way Hugging Face tokenizers compile theirs (sandboxed Jinja with
+    ``trim_blocks``/``lstrip_blocks``, the loop-control extension, a ``tojson`` that keeps non-ASCII
+    text, ``raise_exception``), so a template renders here exactly as ``apply_chat_template`` would."""
+
+    def __init__(self, text: str, name: str = "<template>") -> None:
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+                   sort_keys: bool = False) -> str:
+            return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+        def raise_exception(message: str) -> None:
+            raise jinja2.exceptions.TemplateError(message)
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+        env.filters["tojson"] = tojson
+        env.globals["raise_exception"] = raise_exception
+        try:
+            self._template = env.from_string(text)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ConfigError(f"{name}:{exc.lineno}: chat template syntax error: {exc.message}") from None
+        self.name = name
+        self.text = text
+
+    def render(self, messages: list[dict[str, Any]], tools: list[Any] | None = None,
+               add_generation_prompt: bool = False, **switches: Any) -> str:
+        return self._template.render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                     **switches)
+
+
+@lru_cache(maxsize=4)
+def load_template(path: str) -> ChatTemplate:
+    """The chat template file at ``path`` (compiled once per process).
+
+    Raises:
+        ConfigError: the file is missing or is not a valid template.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"chat.template={path}: cannot read ({exc.strerror or exc})") from None
+    return ChatTemplate(text, path)
+
+
+@dataclass
+class Segmented:
+    """A rendered sample cut into pieces: ``pieces[i]`` is learned when ``learned[i]``; a learned
+    turn is followed by a one-character ``"\\n"`` piece, after which the turn ends."""
+
+    text: str
+    pieces: list[str] = field(default_factory=list)
+    learned: list[bool] = field(default_factory=list)
+
+
+def segment(template: ChatTemplate, sample: Sample, tools: list[Any] | None) -> Segmented:
+    """Render ``sample`` and cut it into context and learned pieces (see the module docstring).
+
+    Raises:
+        TemplateMismatch: a prefix rendering is not a prefix of the full rendering, or a learned
+            turn does not end with ``<|im_end|>\\n``.
+        RecordProblem: ``bad_record`` when the template itself fails on the record.
+    """
+    import jinja2
+
+    switches = {"truncate_history_thinking": not sample.keep_history_reasoning}
+    msgs = sample.messages
+    try:
+        full = template.render(msgs, tools, **switches)
+    except (jinja2.TemplateError, TypeError, ValueError) as exc:
+        raise RecordProblem("bad_record", f"the chat template cannot render it ({type(exc).__name__}: {exc})") from None
+    out = Segmented(full)
+    pos = 0
+    for i in range(max(sample.first_learned, 1), len(msgs)):
+        m = msgs[i]
+        if m["role"] != "assistant":
+            continue
+        think = bool(m.get("reasoning_content"))
+        prompt = template.render(msgs[:i], tools, add_generation_prompt=True, enable_thinking=think, **switches)
+        upto = template.render(msgs[: i + 1], tools, **switches)
+        if not full.startswith(prompt):
+            raise TemplateMismatch(f"rendering up to message {i} with the generation prompt is not a prefix of the "
+                                   f"whole conversation (differs at character {_first_difference(prompt, full)})")
+        if not full.startswith(upto) or len(upto) <= len(prompt) or not upto.endswith(_END + "\n"):
+            raise TemplateMismatch(f"rendering up to the end of message {i} is not a prefix of the whole conversation "
+                                   f"ending with {_END!r}")
+        start, end = len(prompt), len(upto) - 1
+        if start < pos:
+            raise TemplateMismatch(f"message {i} starts inside the previous learned turn")
+        out.pieces += [full[pos:start], full[start:end], "\n"]
+        out.learned += [False, True, False]
+        pos = end + 1
+    if pos < len(full):
+        out.pieces.append(full[pos:])
+        out.learned.append(False)
+    return out
+
+
+def _first_difference(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    for k in range(n):
+        if a[k] != b[k]:
+            return k
+    return n
+
+
+@dataclass
+class Tokenized:
+    """A tokenized sample: ``ids``, ``learned`` (1 = a token the model learns to produce, not yet
+    label-aligned) and ``turn_ends`` (token counts at which a learned turn, with its ``\\n``, ends)."""
+
+    ids: list[int]
+    learned: list[int]
+    turn_ends: list[int]
+
+
+def tokenize_samples(tok, segmented: list[Segmented]) -> list[Tokenized]:
+    """Encode the pieces of many samples in one batch (special tokens recognised, no BOS/EOS added)."""
+    flat = [p for s in segmented for p in s.pieces]
+    encs = tok.encode_batch_fast(flat, add_special_tokens=False) if flat else []
+    out: list[Tokenized] = []
+    k = 0
+    for s in segmented:
+        ids: list[int] = []
+        mask: list[int] = []
+        ends: list[int] = []
+        after_learned = False
+        for piece_learned in s.learned:
+            piece_ids = encs[k].ids
+            k += 1
+            ids.extend(piece_ids)
+            mask.extend([1 if piece_learned else 0] * len(piece_ids))
+            if after_learned and not piece_learned:
+                ends.append(len(ids))
+            after_learned = piece_learned
+        out.append(Tokenized(ids, mask, ends))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the tokenizer's chat tokens
+
+
+def add_chat_tokens(json_path: str, tokens: list[str] | tuple[str, ...], out_dir: Path) -> tuple[Path | None, dict[str, int]]:
+    """Give a ``tokenizer.json`` the chat tokens it lacks, as special tokens.
+
+    Unused placeholder control tokens (``<SPECIAL_n>``, as Tekken vocabularies carry) are renamed
+    first, lowest id first, so the vocabulary size does not change; only when none is left is a new
+    id appended. The result is written to ``out_dir/tokenizer.json``.
+
+    Returns:
+        ``(path, {token: id})`` of what was added; ``(None, {})`` when nothing was missing.
+    """
+    from nemotron.data.files import atomic_write_bytes
+
+    doc = json.loads(Path(json_path).read_text(encoding="utf-8"))
+    vocab: dict[str, int] = doc["model"]["vocab"]
+    added = doc.get("added_tokens") or []
+    present = set(vocab) | {t["content"] for t in added}
+    missing = [t for t in dict.fromkeys(tokens) if t not in present]
+    if not missing:
+        return None, {}
+    placeholder = re.compile(r"<SPECIAL_\d+>")
+    free = sorted((t for t in added if placeholder.fullmatch(t["content"])), key=lambda t: t["id"])
+    next_id = max([*vocab.values(), *(t["id"] for t in added)]) + 1
+    assigned: dict[str, int] = {}
+    for token in missing:
+        if free:
+            entry = free.pop(0)
+            if vocab.get(entry["content"]) == entry["id"]:
+                del vocab[entry["content"]]
+                vocab[token] = entry["id"]
+            entry.update(content=token, special=True, normalized=False)
+            assigned[token] = entry["id"]
+        else:
+            added.append({"id": next_id, "content": token, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True})
+            assigned[token] = next_id
+            next_id += 1
+    doc["added_tokens"] = sorted(added, key=lambda t: t["id"])
+    out = out_dir / "tokenizer.json"
+    atomic_write_bytes(out, json.dumps(doc, ensure_ascii=False).encode())
+    return out, assigned

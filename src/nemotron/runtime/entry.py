@@ -1,0 +1,101 @@
+"""Entry of the ``local`` backend, called by ``stages/ultra3/{pretrain,sft}/run.py``.
+
+Checks what it can before importing torch/transformers — the config is readable and usable, the data
+and the starting checkpoint exist and are of the right kind — and says each failure in one line
+(``ultra3 pretrain: ...``) with exit code 1. Threads are set from ``run.env.cpus`` before torch loads.
+Exit codes: 0 done; 1 unusable inputs or a failure; 75 saved and stopped on a signal (run again to
+resume); 130 interrupted before training started.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from nemotron.runtime.settings import LocalSettings, SettingsError, read, thread_count
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """The compiled ``train.yaml``.
+
+    Raises:
+        SettingsError: unreadable or not a mapping.
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SettingsError(f"cannot read the config {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a mapping of config keys")
+    return data
+
+
+def precheck(s: LocalSettings) -> None:
+    """Inputs exist and are of the right kind (no heavy import).
+
+    Raises:
+        SettingsError: with the key and the path.
+    """
+    if s.stage == "pretrain":
+        assert s.blend_path is not None
+        if not s.blend_path.is_file():
+            raise SettingsError(f"data.per_split_data_args_path={s.blend_path}: no such file (the blend.json of "
+                                "`data prep pretrain`)")
+    else:
+        if s.dataset_root is None and s.train_data_path is None:
+            raise SettingsError("dataset.dataset_root is not set: point it at the output of `data prep sft`")
+        if s.dataset_root is not None and not s.dataset_root.exists():
+            raise SettingsError(f"dataset.dataset_root={s.dataset_root}: no such folder (the output of "
+                                "`data prep sft`)")
+    if s.pretrained_checkpoint is not None and not s.pretrained_checkpoint.exists():
+        raise SettingsError(f"checkpoint.pretrained_checkpoint={s.pretrained_checkpoint}: no such folder")
+    if s.save_dir.exists() and not s.save_dir.is_dir():
+        raise SettingsError(f"checkpoint.save={s.save_dir}: exists and is not a folder")
+
+
+def _limit_threads(cpus: int | None) -> None:
+    n = str(thread_count(cpus))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = n
+    # one process uses one GPU: a visible second one would make the Trainer wrap the model in DataParallel
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or "," in visible:
+        os.environ["CUDA_VISIBLE_DEVICES"] = (visible or "0").split(",")[0]
+
+
+def main(stage: str, config_path: Path, title: str | None = None) -> int:
+    """Run the local ``stage`` (``"pretrain"`` / ``"sft"``) from the compiled ``config_path``; returns the
+    exit code (see the module docstring)."""
+    title = title or f"ultra3 {stage}"
+    try:
+        settings = read(load_config(config_path), stage)
+        precheck(settings)
+    except SettingsError as exc:
+        print(f"{title}: {exc}", file=sys.stderr)
+        return 1
+    _limit_threads(settings.cpus)
+    try:
+        from nemotron.runtime.model import ModelError
+        from nemotron.runtime.pretrain_data import DataError
+        from nemotron.runtime.trainer import run
+    except ImportError as exc:
+        print(f"{title}: the local backend needs torch and transformers>=5.2 (pip install 'nemotron-cli[local]'): "
+              f"{exc}", file=sys.stderr)
+        return 1
+    try:
+        return run(settings)
+    except (DataError, ModelError, SettingsError) as exc:
+        print(f"{title}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{title}: interrupted", file=sys.stderr)
+        return 130
+
+
+__all__ = ["main", "load_config", "precheck"]

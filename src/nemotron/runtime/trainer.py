@@ -1,0 +1,454 @@
+"""The ``local`` training loop: transformers' ``Trainer`` on the catalogue's NemotronH, one process.
+
+What it does, in order:
+
+1. threads (``run.env.cpus``), device (one CUDA GPU when visible, else the CPU), precision;
+2. data: pretrain → :class:`~nemotron.runtime.pretrain_data.BlendedSamples` over ``blend.json``
+   (``train_iters × global_batch_size`` samples, Megatron's count; the ``valid`` split for the held-out
+   loss); SFT → packed Parquet (:mod:`~nemotron.runtime.sft_data`), one row per sub-sequence unless the
+   CUDA Mamba kernels can keep packs apart; token ids are checked against the model's vocabulary, and
+   the data folder gets a ``consumed_by`` record (it becomes immutable to data prep);
+3. the model: resumed from the newest ``checkpoint-<step>`` in ``checkpoint.load`` (= ``checkpoint.save``,
+   a stable folder per run name) when there is one; else ``checkpoint.pretrained_checkpoint`` (SFT starts
+   from pretrain's output); else freshly initialised;
+4. ``Trainer`` with AdamW (β, ε, weight decay from the config; fused on CPU and GPU), gradient clipping,
+   Megatron-Core's LR schedule (:class:`~nemotron.runtime.settings.Schedule`, exactly), gradient
+   accumulation ``global / micro`` batches, token-weighted loss across micro-batches, sequential
+   sampling of our already shuffled samples; evaluation every ``eval_interval`` steps on
+   ``eval_iters × global_batch_size`` held-out samples (and once at the start of a fresh run);
+   a checkpoint every ``save_interval`` steps and at the last step, the newest ``most_recent_k`` kept;
+5. SIGTERM / SIGUSR1 / SIGINT: finish the current step, save a checkpoint, exit 75 (``EXIT_REQUEUE``) —
+   not 0, so no artifact is recorded for an unfinished run; running again resumes from that step;
+6. at the end: the final model in Hugging Face form at the top of ``checkpoint.save`` (what
+   ``from_pretrained(checkpoint.save)`` and the next stage load), ``summary.json`` (losses, tokens, tokens/s,
+   peak GPU memory), ``metrics.jsonl`` (every logged step; appended across resumes).
+
+Checkpoint folder layout (``checkpoint.save``)::
+
+    checkpoint-<step>/   model.safetensors, config.json, optimizer.pt, scheduler.pt, rng_state.pth,
+                         trainer_state.json  (transformers' resumable checkpoint)
+    config.json, model.safetensors, generation_config.json   the final model (after a complete run)
+    latest_checkpointed_iteration.txt   the newest saved step (as Megatron writes it)
+    metrics.jsonl, summary.json, lineage.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from nemotron.runtime.settings import EXIT_REQUEUE, LocalSettings, thread_count
+
+STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
+
+
+def _say(msg: str) -> None:
+    print(f"[local] {msg}", flush=True)
+
+
+def device_and_precision(settings: LocalSettings) -> tuple[str, str]:
+    """``(device type, precision)``: CUDA when visible, else CPU; ``None`` precision → BF16 on a GPU that
+    supports it, FP32 on the CPU."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    precision = settings.precision
+    if precision is None:
+        precision = "bf16" if device == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    if precision == "fp16" and device == "cpu":
+        precision = "fp32"
+    return device, precision
+
+
+def record_consumption(data_path: Path, settings: LocalSettings, artifact: str) -> Path | None:
+    """Mark the data version folder holding ``data_path`` (the nearest folder up with a ``manifest.json``) as
+    consumed by this run, so data prep never rewrites it in place. Returns the record, or None when the data
+    has no manifest (hand-made data)."""
+    from nemotron.data.outputs import MANIFEST, record_consumer
+
+    folder = data_path if data_path.is_dir() else data_path.parent
+    for cand in (folder, *folder.parents[:3]):
+        if (cand / MANIFEST).is_file():
+            run_id = os.environ.get("NEMOTRON_EXPERIMENT_ID") or f"local-{settings.save_dir.name}"
+            return record_consumer(cand, stage=settings.stage, run_id=run_id, artifact=artifact,
+                                   checkpoint=str(settings.save_dir))
+    return None
+
+
+class _Data:
+    def __init__(self, train: Any, eval: Any, collator: Any, tokens_per_sample: int | None, describe: list[str],
+                 source: Path) -> None:
+        self.train, self.eval, self.collator = train, eval, collator
+        self.tokens_per_sample, self.describe, self.source = tokens_per_sample, describe, source
+
+
+def pretrain_data(s: LocalSettings, vocab_size: int) -> _Data:
+    from nemotron.runtime.pretrain_data import BlendedSamples, DataError, max_token_id, read_blend
+
+    assert s.blend_path is not None
+    blend = read_blend(s.blend_path)
+    top = max_token_id(blend["train"] + blend.get("valid", []))
+    if top >= vocab_size:
+        raise DataError(f"{s.blend_path}: token id {top} does not fit the model's vocabulary of {vocab_size:,} "
+                        f"(model {s.model_name}); prepare the data with the model's tokenizer")
+    train = BlendedSamples(blend["train"], s.seq_length, s.train_iters * s.global_batch_size, s.seed)
+    evals = None
+    if s.eval_iters and s.eval_interval and "valid" in blend:
+        evals = BlendedSamples(blend["valid"], s.seq_length, s.eval_iters * s.global_batch_size, s.seed + 1,
+                               shuffle=False)
+    lines = [f"blend {s.blend_path}: {len(blend['train'])} train prefix(es)"
+             + (f", {len(blend['valid'])} valid" if "valid" in blend else ", no valid split (no held-out loss)")]
+    for row in train.summary():
+        lines.append(f"  {row['weight']:6.1%}  {row['samples']:>7} samples  {row['tokens']:>11,} tokens  "
+                     f"{row['epochs']} epoch(s)  {row['prefix']}")
+    return _Data(train, evals, None, s.seq_length, lines, s.blend_path)
+
+
+def sft_data(s: LocalSettings, vocab_size: int, device: str) -> _Data:
+    from nemotron.runtime.pretrain_data import DataError
+    from nemotron.runtime.settings import get
+    from nemotron.runtime.sft_data import PackCollator, PackDataset, choose_layout, find_packed_file, read_packed
+
+    assert s.pack_size is not None
+    train_path = find_packed_file(s.dataset_root, s.train_data_path, "training", s.pack_size)
+    if train_path is None:
+        raise DataError(f"{s.dataset_root}: no packed training file (training_{s.pack_size}.idx.parquet); is "
+                        f"model.seq_length={s.seq_length} the pack size the data was packed at?")
+    valid_path = find_packed_file(s.dataset_root, s.valid_data_path, "validation", s.pack_size)
+    layout = choose_layout(device, get(s.raw, "dataset.local_layout"))
+    train_rows = read_packed(train_path, s.pack_size)
+    valid_rows = read_packed(valid_path, s.pack_size) if valid_path is not None else None
+    for rows in (train_rows, valid_rows):
+        if rows is not None and len(rows.ids) and int(rows.ids.max()) >= vocab_size:
+            raise DataError(f"{rows.path}: token id {int(rows.ids.max())} does not fit the model's vocabulary "
+                            f"of {vocab_size:,}")
+    train = PackDataset(train_rows, s.train_iters * s.global_batch_size, s.seed)
+    evals = None
+    if valid_rows is not None and s.eval_iters and s.eval_interval:
+        evals = PackDataset(valid_rows, s.eval_iters * s.global_batch_size, s.seed + 1, shuffle=False)
+    collate = PackCollator(train_rows, layout, s.answer_only_loss)
+    eval_collate = PackCollator(valid_rows, layout, s.answer_only_loss) if valid_rows is not None else None
+    lines = [f"packed SFT data {train_path}: {len(train_rows)} packs, {train_rows.tokens:,} tokens, "
+             f"{train_rows.loss_tokens():,} in the loss; {train.epochs} epoch(s) for "
+             f"{s.train_iters * s.global_batch_size} packs",
+             f"layout: {layout} ({'one row per sub-sequence, padding masked' if layout == 'rows' else 'real boundaries via seq_idx'})",
+             f"validation: {valid_path} ({len(valid_rows)} packs)" if valid_rows is not None
+             else "validation: none found (no held-out loss)"]
+    data = _Data(train, evals, collate, None, lines, train_path)
+    data.eval_collator = eval_collate  # type: ignore[attr-defined]
+    return data
+
+
+def run(settings: LocalSettings, spec: Any = None, *, layout_check: Callable[[Any], None] | None = None) -> int:
+    """Train as ``settings`` says; returns the exit code (0 done, ``EXIT_REQUEUE`` saved and stopped on a
+    signal). ``spec`` overrides the catalogue entry named by ``model.name`` (tests use a smaller
+    vocabulary).
+
+    Raises:
+        DataError, ModelError, SettingsError: unusable inputs (the entry prints them as one line).
+    """
+    import torch
+
+    torch.set_num_threads(thread_count(settings.cpus))
+    import transformers
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from nemotron import catalogue
+    from nemotron.runtime import model as modelmod
+
+    s = settings
+    spec = spec or catalogue.get(s.model_name)
+    device, precision = device_and_precision(s)
+    transformers.set_seed(s.seed)
+    transformers.logging.set_verbosity_error()
+    data = pretrain_data(s, spec.vocab_size) if s.stage == "pretrain" else sft_data(s, spec.vocab_size, device)
+
+    s.save_dir.mkdir(parents=True, exist_ok=True)
+    found = modelmod.checkpoints(s.load_dir) if s.load_dir else []
+    resume = found[-1][1] if found else None
+    if resume is not None:
+        model = modelmod.build(spec, s.seed)
+        start = f"resuming from {resume} (step {found[-1][0]})"
+        if s.pretrained_checkpoint:
+            start += f"; checkpoint.pretrained_checkpoint={s.pretrained_checkpoint} is not used when resuming"
+    elif s.pretrained_checkpoint is not None:
+        model = modelmod.load(spec, s.pretrained_checkpoint)
+        start = f"starting from the weights in {modelmod.resolve_weights(s.pretrained_checkpoint)}"
+    else:
+        model = modelmod.build(spec, s.seed)
+        start = "starting from freshly initialised weights"
+    params = sum(p.numel() for p in model.parameters())
+    _say(f"{s.stage}: model {spec.name} ({params / 1e6:.1f} M parameters in transformers' NemotronH, MTP not "
+         f"built) on {device} ({precision}, {torch.get_num_threads()} thread(s)); {start}")
+    for line in data.describe:
+        _say(line)
+    for art, path in (("pretrain-data" if s.stage == "pretrain" else "sft-data", data.source),):
+        rec = record_consumption(path, s, art)
+        if rec is not None:
+            _say(f"recorded this run as a consumer of {rec.parent.parent}")
+    _write_json(s.save_dir / "lineage.json", {
+        "stage": s.stage, "model": spec.name, "data": str(data.source),
+        "pretrained_checkpoint": str(s.pretrained_checkpoint) if s.pretrained_checkpoint else None,
+        "experiment_id": os.environ.get("NEMOTRON_EXPERIMENT_ID"), "transformers": transformers.__version__,
+        "torch": torch.__version__})
+
+    report_to = _reporting(s)
+    has_eval = data.eval is not None
+    args = TrainingArguments(
+        output_dir=str(s.save_dir),
+        max_steps=s.train_iters,
+        per_device_train_batch_size=s.micro_batch_size,
+        per_device_eval_batch_size=s.micro_batch_size,
+        gradient_accumulation_steps=s.grad_accum,
+        learning_rate=s.schedule.max_lr,
+        weight_decay=s.weight_decay,
+        adam_beta1=s.adam_beta1,
+        adam_beta2=s.adam_beta2,
+        adam_epsilon=s.adam_eps,
+        max_grad_norm=s.clip_grad,
+        optim="adamw_torch_fused",
+        logging_steps=s.log_interval,
+        logging_first_step=True,
+        eval_strategy="steps" if has_eval else "no",
+        eval_steps=s.eval_interval if has_eval else None,
+        eval_on_start=has_eval and resume is None,
+        prediction_loss_only=True,
+        save_strategy="steps",
+        save_steps=s.save_interval,
+        save_total_limit=s.keep_checkpoints,
+        seed=s.seed,
+        data_seed=s.seed,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        use_cpu=device == "cpu",
+        report_to=report_to,
+        run_name=s.wandb_exp_name,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=device == "cuda",
+        remove_unused_columns=False,
+        train_sampling_strategy="sequential",
+        disable_tqdm=True,
+    )
+
+    class _Trainer(Trainer):
+        def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+            if self.lr_scheduler is None:
+                opt = optimizer or self.optimizer
+                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+                    opt, lambda step: s.schedule.lr(step) / s.schedule.max_lr if s.schedule.max_lr else 0.0)
+                self._created_lr_scheduler = True
+            return self.lr_scheduler
+
+        def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
+            collator = getattr(data, "eval_collator", None)
+            if collator is None:
+                return super().get_eval_dataloader(eval_dataset)
+            saved = self.data_collator
+            self.data_collator = collator
+            try:
+                return super().get_eval_dataloader(eval_dataset)
+            finally:
+                self.data_collator = saved
+
+    stopper = _SignalStop()
+    metrics = _Metrics(s, data, stopper, TrainerCallback)
+    trainer = _Trainer(model=model, args=args, train_dataset=data.train, eval_dataset=data.eval,
+                       data_collator=data.collator, callbacks=[stopper.callback(TrainerCallback), metrics.callback])
+    for cb in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(cb)
+    if layout_check is not None:
+        layout_check(trainer)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    stopper.install()
+    t0 = time.perf_counter()
+    try:
+        result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    finally:
+        stopper.uninstall()
+    seconds = time.perf_counter() - t0
+    step = trainer.state.global_step
+    _write_latest(s.save_dir, model)
+    if stopper.signal is not None and step < s.train_iters:
+        _say(f"stopped by {stopper.signal} at step {step}/{s.train_iters}; checkpoint saved in {s.save_dir}. "
+             f"Run the same command again to resume (exit {EXIT_REQUEUE}).")
+        return EXIT_REQUEUE
+    trainer.save_model(str(s.save_dir))
+    summary = metrics.summary(step, seconds, result)
+    if device == "cuda":
+        summary["peak_gpu_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    _write_json(s.save_dir / "summary.json", summary)
+    _say(f"done: {step} steps; final model in {s.save_dir} (Hugging Face form); "
+         + (f"held-out loss {summary['eval_loss_first']:.3f} -> {summary['eval_loss_last']:.3f}; "
+            if summary.get("eval_loss_last") is not None and summary.get("eval_loss_first") is not None else "")
+         + f"{summary['tokens_per_s']:.0f} tokens/s")
+    return 0
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _write_latest(folder: Path, _model: Any) -> None:
+    from nemotron.runtime.model import checkpoints
+
+    found = checkpoints(folder)
+    if found:
+        tmp = folder / ".latest_checkpointed_iteration.txt.tmp"
+        tmp.write_text(f"{found[-1][0]}\n", encoding="utf-8")
+        os.replace(tmp, folder / "latest_checkpointed_iteration.txt")
+
+
+def _reporting(s: LocalSettings) -> list[str]:
+    """Trackers for ``report_to``: TensorBoard when installed (``logger.tensorboard_dir``), W&B when
+    ``logger.wandb_project`` is set and wandb is installed (run id stable per checkpoint folder, so a
+    resumed run continues the same W&B run). The key comes from the environment (``WANDB_API_KEY``)."""
+    import importlib.util
+
+    out = []
+    if importlib.util.find_spec("tensorboard") is not None or importlib.util.find_spec("tensorboardX") is not None:
+        out.append("tensorboard")
+        if s.tensorboard_dir:
+            os.environ["TENSORBOARD_LOGGING_DIR"] = str(s.tensorboard_dir)
+    else:
+        _say("TensorBoard is not installed: metrics go to metrics.jsonl only")
+    if s.wandb_project:
+        if importlib.util.find_spec("wandb") is None:
+            _say(f"logger.wandb_project={s.wandb_project!r} but wandb is not installed: W&B is off")
+        else:
+            out.append("wandb")
+            os.environ["WANDB_PROJECT"] = str(s.wandb_project)
+            if s.wandb_entity:
+                os.environ["WANDB_ENTITY"] = str(s.wandb_entity)
+            os.environ.setdefault("WANDB_RUN_ID", hashlib.sha1(str(s.save_dir).encode()).hexdigest()[:16])
+            os.environ.setdefault("WANDB_RESUME", "allow")
+    return out
+
+
+class _SignalStop:
+    """Turns SIGTERM/SIGUSR1/SIGINT into "save at the end of this step, then stop"."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.signal is None:
+            _say(f"{name} received: saving a checkpoint at the end of this step, then stopping")
+        self.signal = name
+
+    def install(self) -> None:
+        for name in STOP_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                self._old[sig] = signal.signal(sig, self._handle)
+
+    def uninstall(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+    def callback(self, base: type) -> Any:
+        stopper = self
+
+        class StopAndSave(base):  # type: ignore[misc, valid-type]
+            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+                if state.global_step >= state.max_steps:
+                    control.should_save = True  # always a checkpoint at the last step (Megatron does too)
+                if stopper.signal is not None:
+                    control.should_save = True
+                    control.should_training_stop = True
+                return control
+
+            def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+                _write_latest(Path(args.output_dir), None)
+                _say(f"saved checkpoint-{state.global_step}")
+                return control
+
+        return StopAndSave()
+
+
+class _Metrics:
+    """One line per logged step on stdout, and ``metrics.jsonl`` in the checkpoint folder."""
+
+    def __init__(self, s: LocalSettings, data: _Data, stopper: _SignalStop, base: type) -> None:
+        self.s, self.data = s, data
+        self.path = s.save_dir / "metrics.jsonl"
+        self.t0 = time.perf_counter()
+        self.step0: int | None = None
+        self.eval_losses: list[tuple[int, float]] = []
+        self.train_losses: list[tuple[int, float]] = []
+        this = self
+
+        class Log(base):  # type: ignore[misc, valid-type]
+            def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+                this.t0 = time.perf_counter()
+                this.step0 = state.global_step
+                return control
+
+            def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kw: Any) -> Any:
+                this.log(state, logs or {})
+                return control
+
+        self.callback = Log()
+
+    def tokens(self, steps: int) -> int:
+        per = self.data.tokens_per_sample
+        if per is None:  # SFT: the real (unpadded) tokens of the packs
+            rows = self.data.train.rows
+            per = rows.tokens / max(1, len(rows))
+        return int(steps * self.s.global_batch_size * per)
+
+    def log(self, state: Any, logs: dict) -> None:
+        step = state.global_step
+        rec = {"step": step, "time": time.time(), **{k: v for k, v in logs.items() if isinstance(v, (int, float))}}
+        done = step - (self.step0 or 0)
+        elapsed = time.perf_counter() - self.t0
+        if "loss" in logs and done > 0:
+            rec["tokens_per_s"] = self.tokens(done) / elapsed if elapsed > 0 else None
+        if "loss" in logs:
+            self.train_losses.append((step, float(logs["loss"])))
+        if "eval_loss" in logs:
+            self.eval_losses.append((step, float(logs["eval_loss"])))
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec, sort_keys=True) + "\n")
+        parts = [f"step {step}/{self.s.train_iters}"]
+        if "loss" in logs:
+            parts.append(f"loss {logs['loss']:.4f}")
+        if "eval_loss" in logs:
+            parts.append(f"held-out loss {logs['eval_loss']:.4f}")
+        if "learning_rate" in logs:
+            parts.append(f"lr {logs['learning_rate']:.3g}")
+        if "grad_norm" in logs:
+            parts.append(f"grad norm {float(logs['grad_norm']):.3g}")
+        if rec.get("tokens_per_s"):
+            parts.append(f"{rec['tokens_per_s']:.0f} tokens/s")
+        if len(parts) > 1:
+            _say(" | ".join(parts))
+
+    def summary(self, step: int, seconds: float, result: Any) -> dict[str, Any]:
+        done = step - (self.step0 or 0)
+        tokens = self.tokens(done)
+        return {
+            "stage": self.s.stage, "steps": step, "steps_this_run": done, "seconds_this_run": seconds,
+            "tokens_this_run": tokens, "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+            "train_loss_first": self.train_losses[0][1] if self.train_losses else None,
+            "train_loss_last": self.train_losses[-1][1] if self.train_losses else None,
+            "eval_loss_first": self.eval_losses[0][1] if self.eval_losses else None,
+            "eval_loss_last": self.eval_losses[-1][1] if self.eval_losses else None,
+            "eval_losses": self.eval_losses,
+        }
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use stages/ultra3/{pretrain,sft}/run.py --config train.yaml")
