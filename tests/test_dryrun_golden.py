@@ -87,3 +87,17 @@ def test_secrets_absent_from_sbatch_script(tmp_path, monkeypatch):
         assert secret not in script
     assert "secrets.env" in script and "WANDB_API_KEY" in script and "HF_TOKEN" in script
     assert "export NCCL_DEBUG=WARN" in script
+
+
+def test_profile_storage_roots_reach_config_and_job(tmp_path, monkeypatch, capsys):
+    """The profile owns shared storage: its checkpoint root becomes the stage's checkpoint path at
+    compile time, and its cache and offline settings are exported in the job."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NEMOTRON_CKPT_ROOT", "/elsewhere")  # the profile, which owns storage, wins
+    monkeypatch.chdir(tmp_path)
+    code = main(["ultra3", "pretrain", "-c", "tiny", "--dry-run", "--batch", "sample-storage", "--env-file", str(ENV_FILE)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "save: /shared/checkpoints/ultra3-pretrain-tiny" in out
+    for line in ("export NEMOTRON_CKPT_ROOT=/shared/checkpoints", "export HF_HOME=/shared/hf", "export HF_HUB_OFFLINE=1"):
+        assert line in out

@@ -394,6 +394,10 @@ class Unresolved(Exception):
 
 _RESOLVERS_READY = False
 
+#: Environment seen by ``${oc.env:...}`` before ``os.environ``: the active profile's storage variables
+#: (data root, checkpoint root, caches), which the profile owns. Set only while a config compiles.
+ENV_OVERLAY: dict[str, str] = {}
+
 
 def _register_resolvers() -> None:
     global _RESOLVERS_READY
@@ -402,6 +406,8 @@ def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
     def env(name: str, default: Any = _MISSING) -> Any:
+        if name in ENV_OVERLAY:
+            return ENV_OVERLAY[name]
         if name in os.environ:
             return os.environ[name]
         if default is _MISSING:
@@ -535,7 +541,23 @@ class Compiled:
         return default if node is None else node
 
 
-def compile_config(stage: Stage, config: str | None, overrides: list[str], *, check_paths: bool = True) -> Compiled:
+def profile_overrides(overrides: list[str]) -> dict[str, Any]:
+    """The ``profile.KEY=VALUE`` overrides among the command-line overrides, KEY → value.
+
+    Raises:
+        UsageError: a malformed override.
+    """
+    out: dict[str, Any] = {}
+    for ov in (parse_override(o) for o in overrides):
+        if ov.path[0] == "profile":
+            if ov.op != "set" or len(ov.path) < 2 or any(isinstance(p, int) for p in ov.path):
+                raise UsageError(f"override {ov.text!r}: profile keys are set as profile.KEY=VALUE")
+            out[".".join(str(p) for p in ov.path[1:])] = ov.value
+    return out
+
+
+def compile_config(stage: Stage, config: str | None, overrides: list[str], *, check_paths: bool = True,
+                   env: dict[str, str] | None = None) -> Compiled:
     """Compile a stage's config from its layers and the command-line overrides.
 
     Args:
@@ -576,23 +598,23 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
             "a config may only set keys its stage defines in default.yaml; use +key=value on the command line to add one",
         )
 
-    profile_overrides: dict[str, Any] = {}
     parsed = [parse_override(o) for o in overrides]
     for ov in parsed:
-        if ov.path[0] == "profile":
-            if ov.op != "set" or len(ov.path) < 2 or any(isinstance(p, int) for p in ov.path):
-                raise UsageError(f"override {ov.text!r}: profile keys are set as profile.KEY=VALUE")
-            profile_overrides[".".join(str(p) for p in ov.path[1:])] = ov.value
-            continue
-        _apply_override(tree, ov, prov, open_paths)
+        if ov.path[0] != "profile":
+            _apply_override(tree, ov, prov, open_paths)
     if parsed:
         layers.append(OVERRIDE)
 
-    resolved, unresolved = _resolve(tree, prov)
+    ENV_OVERLAY.clear()
+    ENV_OVERLAY.update(env or {})
+    try:
+        resolved, unresolved = _resolve(tree, prov)
+    finally:
+        ENV_OVERLAY.clear()
     default_labels = {SCHEMA, "default.yaml"}
     user_keys = {k for k, label in prov.items() if label not in default_labels}
     compiled = Compiled(stage=stage, config=resolved, provenance=prov, layers=layers, config_name=name,
-                        unresolved=unresolved, user_keys=user_keys, profile_overrides=profile_overrides,
+                        unresolved=unresolved, user_keys=user_keys, profile_overrides=profile_overrides(overrides),
                         overrides=list(overrides))
     compiled.config = _absolute_paths(compiled.config)
     compiled.planned_keys = {k for k, v in leaves(tree) if isinstance(v, str)

@@ -97,12 +97,13 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         ConfigError / UsageError: config or command-line mistakes (exit 2).
     """
     from nemotron import validation
-    from nemotron.config import compile_config, leaves
+    from nemotron.config import compile_config, leaves, profile_overrides
     from nemotron.plan import plan_job
 
-    # 1. compile: layers, overrides, interpolation, provenance
-    compiled = compile_config(req.stage, req.config, list(req.overrides))
-    profile = load_profile(req.profile, req.env_file, compiled.profile_overrides)
+    # 1. compile: layers, overrides, interpolation (with the profile's storage roots), provenance
+    profile = load_profile(req.profile, req.env_file, profile_overrides(list(req.overrides)))
+    compiled = compile_config(req.stage, req.config, list(req.overrides),
+                              env=profile.storage_env() if profile is not None else None)
     # 2. validate: the stage's own preparation (e.g. an <N>layer slice picks a one-node layout), then all rules
     before = dict(leaves(compiled.config))
     notes = validation.prepare(req.stage, compiled.config, compiled.user_keys, profile)

@@ -35,7 +35,11 @@ GPU_MODELS: dict[str, tuple[str, float]] = {
     "B200": ("blackwell", 180.0), "GB200": ("blackwell", 186.0),
     "B300": ("blackwell", 288.0), "GB300": ("blackwell", 288.0),
 }
-DEFAULT_JOB_DIR = "~/.nemotron/jobs"
+DEFAULT_JOB_DIR = "$NEMOTRON_HOME/jobs (default ~/.nemotron/jobs)"
+#: Profile storage keys and the environment variables they become, in the job and while a config is
+#: compiled for the profile (stage configs read them as ``${oc.env:NEMOTRON_CKPT_ROOT,...}``).
+STORAGE_ENV = {"data_root": "NEMOTRON_DATA_DIR", "checkpoint_root": "NEMOTRON_CKPT_ROOT",
+               "index_cache_dir": "NEMOTRON_INDEX_CACHE", "hf_home": "HF_HOME"}
 REDACTED = "***"
 SLURM_TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 04:00:00, 1-00:00:00)"
 DOCS = "docs/profiles.md"
@@ -130,6 +134,12 @@ class _Common(_Strict):
     gpu: str | None = None
     gpu_arch: Literal["ampere", "hopper", "blackwell"] | None = None
     gpu_memory: float | None = Field(None, gt=0)
+    # shared storage and caches (visible from login and compute nodes); see STORAGE_ENV
+    data_root: str | None = None
+    checkpoint_root: str | None = None
+    index_cache_dir: str | None = None
+    hf_home: str | None = None
+    hf_offline: bool = False
 
     def hidden_values(self) -> dict[str, str]:
         """Secret values, name -> value: secret-named ``env_vars``, inline secrets, and those read from
@@ -260,7 +270,7 @@ _ALL_FIELDS = {k for m in _MODELS.values() for k in m.model_fields}
 _ORDER = ("executor", "account", "partition", "run_partition", "batch_partition", "qos", "reservation", "time",
           "exclusive", "address", "tunnel", "host", "user", "identity", "port", "job_dir", "gpus_per_node", "gpu",
           "gpu_arch", "gpu_memory", "cpus_per_node", "mem", "container", "images", "mounts", "setup", "env_vars")
-_PARSED = {"gpus_per_node", "gpu_memory", "cpus_per_node", "exclusive", "container", "port", "mem",
+_PARSED = {"gpus_per_node", "gpu_memory", "cpus_per_node", "exclusive", "container", "port", "mem", "hf_offline",
            "mounts", "setup", "images", "env_vars"}
 
 
@@ -675,9 +685,19 @@ class Profile:
         """Environment variables that declared secrets read from but that are not set now."""
         return [s.env for s in self.settings.secrets.values() if s.env is not None and s.env not in os.environ]
 
+    def storage_env(self) -> dict[str, str]:
+        """The profile's shared-storage keys as the environment variables stage configs and runtimes
+        read (:data:`STORAGE_ENV`); ``hf_offline = true`` also sets the Hugging Face offline switches."""
+        out = {var: str(getattr(self.settings, key)) for key, var in STORAGE_ENV.items()
+               if getattr(self.settings, key, None)}
+        if self.settings.hf_offline:
+            out.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+        return out
+
     def public_env_vars(self) -> dict[str, str]:
-        """``env_vars`` minus the secret-named ones: safe to write into a job script."""
-        return {k: v for k, v in self.settings.env_vars.items() if not is_secret_name(k)}
+        """The job's environment that is safe to write into a job script: the storage variables
+        (:meth:`storage_env`), then ``env_vars`` minus the secret-named ones."""
+        return {**self.storage_env(), **{k: v for k, v in self.settings.env_vars.items() if not is_secret_name(k)}}
 
     def redacted(self) -> dict[str, Any]:
         """The full resolved profile as plain data (unset keys left out), every secret shown as ``"***"``.
