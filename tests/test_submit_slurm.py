@@ -34,6 +34,7 @@ time = "00:10:00"
 gpus_per_node = {slurm.gpus_per_node}
 container = false
 job_dir = "{jobs}"
+image_cache = "{tmp_path / 'images'}"
 secrets = {{ NEMOTRON_TEST_SECRET = "{SECRET}" }}
 """,
         encoding="utf-8",
@@ -185,3 +186,14 @@ def test_pipe_failure_cancels_the_rest(cli, env_file, slurm):
     first, second = proc.stdout.split()[-2:]
     assert slurm.wait(first, timeout=120) == "FAILED"
     assert slurm.wait(second, timeout=120) == "CANCELLED"
+
+
+def test_image_build_job_reaches_the_node_and_says_what_is_missing(cli, env_file, tmp_path):
+    dry = cli("kit", "slurm", "build", "ci", "--stage", "data-prep-pretrain", "--env-file", str(env_file), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "podman build" in dry.stdout and "enroot import" in dry.stdout and str(tmp_path / "images") in dry.stdout
+    proc = cli("kit", "slurm", "build", "ci", "--stage", "data-prep-pretrain", "--env-file", str(env_file))
+    assert proc.returncode == 1
+    assert "is not installed" in proc.stderr and "podman and enroot" in proc.stderr
+    assert "ended FAILED" in proc.stderr
+    assert not list((tmp_path / "images").glob("*.sqsh"))  # nothing half-built is left as an image

@@ -151,6 +151,24 @@ def build_cli() -> click.Group:
     for recipe in recipes():
         root.add_command(_recipe_group(recipe))
 
+    kit = _group("kit", "Tools around the pipeline.")
+    slurm = _group("slurm", "Slurm tools.")
+    kit.add_command(slurm)
+    root.add_command(kit)
+
+    @slurm.command("build", context_settings=_CONTEXT)
+    @click.argument("profile")
+    @click.option("--recipe", default="ultra3", show_default=True, help="Recipe of the stage.")
+    @click.option("--stage", "stage_name", required=True, help="Stage whose image to build (e.g. pretrain, data-prep-sft).")
+    @click.option("--dry-run", is_flag=True, help="Show the build job; submit nothing.")
+    @click.option("--env-file", metavar="PATH", help="env.toml to read profiles from.")
+    @click.option("--debug", is_flag=True, help="Show tracebacks.")
+    def build(profile: str, recipe: str, stage_name: str, dry_run: bool, env_file: str | None, debug: bool) -> int:
+        """Build a stage's container image on a compute node (podman + enroot) into the profile's image_cache."""
+        from nemotron.kit import slurm_build
+
+        return slurm_build(profile, recipe, stage_name, env_file, dry_run)
+
     @root.command("profiles", context_settings=_CONTEXT)
     @click.argument("name", required=False)
     @click.option("--env-file", metavar="PATH", help="env.toml to read (default: discovery order).")

@@ -218,6 +218,7 @@ class SlurmSettings(_Common):
     cpus_per_node: int | None = Field(None, ge=1)
     mem: Any = None
     images: dict[str, str] = {}
+    image_cache: str | None = None  # folder for images built by `nemotron kit slurm build`
     container: bool = True
     mounts: list[str] = []
     setup: list[str] = []

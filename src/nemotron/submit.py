@@ -245,37 +245,81 @@ def code_snapshot(dest: Path) -> Path:
     return dest
 
 
-def _stage_files(executor: Any, req: Any, compiled: Any, profile: Any, plan: Any) -> None:
-    """Put train.yaml, job.yaml, secrets.env (0600) and the code snapshot into the run folder on the
-    cluster, through the executor's tunnel (a copy for a local tunnel, SFTP for SSH)."""
-    from nemotron import execute, yamlio
-
-    rdir = remote_run_dir(profile, plan)
-    tunnel = executor.tunnel
+def upload(tunnel: Any, profile: Any, rdir: str, files: dict[str, str], code_dir: str = "code") -> None:
+    """Create the run folder ``rdir`` on the cluster and put ``files`` (name → text, mode 0600) and the
+    code snapshot (extracted into ``rdir/code_dir``) there, through the tunnel (a copy for a local
+    tunnel, SFTP for SSH). A job root with shell characters gets its safe symlink first."""
     tunnel.connect()
     root, link = job_root(profile), safe_root(profile)
     if link != root:
         tunnel.run(f"mkdir -p {shlex.quote(root)} && ln -sfn {shlex.quote(root)} {shlex.quote(link)}", hide=True)
-    tunnel.run(f"mkdir -p {shlex.quote(rdir)}/code && chmod 700 {shlex.quote(rdir)}", hide=True)
+    code = f"{rdir}/{code_dir}"
+    tunnel.run(f"mkdir -p {shlex.quote(code)} && chmod 700 {shlex.quote(rdir)}", hide=True)
+    for sub in {str(Path(name).parent) for name in files} - {"."}:
+        tunnel.run(f"mkdir -p {shlex.quote(rdir + '/' + sub)}", hide=True)
     with tempfile.TemporaryDirectory(prefix="nemotron-submit-") as tmp:
-        files = {
-            "train.yaml": yamlio.dumps(compiled.config),
-            "job.yaml": yamlio.dumps(execute.provenance(req, compiled, profile, plan)),
-        }
-        secrets = profile.secret_values()
-        if secrets:
-            files["secrets.env"] = "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items()))
         for name, text in files.items():
-            local = Path(tmp) / name
+            local = Path(tmp) / name.replace("/", "__")
             local.write_text(text, encoding="utf-8")
             os.chmod(local, 0o600)
             tunnel.put(str(local), f"{rdir}/{name}")
-        if secrets:
-            tunnel.run(f"chmod 600 {shlex.quote(rdir + '/secrets.env')}", hide=True)
+            tunnel.run(f"chmod 600 {shlex.quote(rdir + '/' + name)}", hide=True)
         code_snapshot(Path(tmp) / "code.tar.gz")
         tunnel.put(str(Path(tmp) / "code.tar.gz"), f"{rdir}/code.tar.gz")
-    tunnel.run(f"tar -xzf {shlex.quote(rdir + '/code.tar.gz')} -C {shlex.quote(rdir + '/code')} "
+    tunnel.run(f"tar -xzf {shlex.quote(rdir + '/code.tar.gz')} -C {shlex.quote(code)} "
                f"&& rm -f {shlex.quote(rdir + '/code.tar.gz')}", hide=True)
+
+
+def _stage_files(executor: Any, req: Any, compiled: Any, profile: Any, plan: Any) -> None:
+    """train.yaml, job.yaml, secrets.env and the code snapshot into the job's run folder."""
+    from nemotron import execute, yamlio
+
+    files = {"train.yaml": yamlio.dumps(compiled.config),
+             "job.yaml": yamlio.dumps(execute.provenance(req, compiled, profile, plan))}
+    secrets = profile.secret_values()
+    if secrets:
+        files["secrets.env"] = "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items()))
+    upload(executor.tunnel, profile, remote_run_dir(profile, plan), files)
+
+
+def sbatch(plan: Any, profile: Any, mode: str, stage_files: Any, make_task: Any,
+           dependencies: list[str] | None = None) -> str:
+    """Submit one NeMo-Run task to Slurm; returns the Slurm job id.
+
+    ``stage_files(executor)`` puts the job's files in place first; ``make_task()`` returns the NeMo-Run
+    task. ``dependencies``: job ids to wait for (``afterok``, cancelled if one fails).
+
+    Raises:
+        RuntimeFailure: NeMo-Run errors or sbatch refusing the job (its message kept).
+    """
+    run = _import_nemo_run()
+    root = safe_root(profile)
+    sink = io.StringIO()
+    try:
+        with _quiet_stdio(sink):
+            executor = _executor(run, plan, profile, mode, root)
+            if dependencies:
+                extra = dict(executor.additional_parameters or {})
+                extra["dependency"] = "afterok:" + ":".join(dependencies)
+                extra["kill_on_invalid_dep"] = "yes"
+                executor.additional_parameters = extra
+            stage_files(executor)
+            with run.Experiment(plan.job_name, id=plan.experiment_id, executor=executor, log_level="ERROR",
+                                base_dir=root) as exp:
+                exp.add(make_task(), name=task_name(plan))
+                exp.run(detach=True)
+                handle = exp.jobs[0].handle
+    except RuntimeFailure:
+        raise
+    except Exception as exc:
+        detail = str(exc).strip().splitlines()
+        reason = next((ln for ln in reversed(detail) if "error" in ln.lower()), detail[-1] if detail else "")
+        raise RuntimeFailure(f"submission of {plan.stage.title} failed: {type(exc).__name__}: {reason}",
+                             "run again with --debug for NeMo-Run's full message") from exc
+    job_id = str(handle).rstrip("/").rsplit("/", 1)[-1]
+    if not job_id.isdigit():
+        raise RuntimeFailure(f"NeMo-Run returned no Slurm job id for {plan.stage.title} (handle {handle!r})")
+    return job_id
 
 
 def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[str] | None = None) -> str:
@@ -297,31 +341,8 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
     _check_layout(plan)
     run = _import_nemo_run()
     root = safe_root(profile)
-    sink = io.StringIO()
-    try:
-        with _quiet_stdio(sink):
-            executor = _executor(run, plan, profile, req.mode, root)
-            if dependencies:
-                extra = dict(executor.additional_parameters or {})
-                extra["dependency"] = "afterok:" + ":".join(dependencies)
-                extra["kill_on_invalid_dep"] = "yes"
-                executor.additional_parameters = extra
-            _stage_files(executor, req, compiled, profile, plan)
-            with run.Experiment(plan.job_name, id=plan.experiment_id, executor=executor, log_level="ERROR",
-                                base_dir=root) as exp:
-                exp.add(_task(run, plan, profile), name=task_name(plan))
-                exp.run(detach=True)
-                handle = exp.jobs[0].handle
-    except RuntimeFailure:
-        raise
-    except Exception as exc:
-        detail = str(exc).strip().splitlines()
-        reason = next((ln for ln in reversed(detail) if "error" in ln.lower()), detail[-1] if detail else "")
-        raise RuntimeFailure(f"submission of {plan.stage.title} failed: {type(exc).__name__}: {reason}",
-                             "run again with --debug for NeMo-Run's full message") from exc
-    job_id = str(handle).rstrip("/").rsplit("/", 1)[-1]
-    if not job_id.isdigit():
-        raise RuntimeFailure(f"NeMo-Run returned no Slurm job id for {plan.stage.title} (handle {handle!r})")
+    job_id = sbatch(plan, profile, req.mode, lambda ex: _stage_files(ex, req, compiled, profile, plan),
+                    lambda: _task(run, plan, profile), dependencies)
     exp_dir = f"{root}/experiments/{plan.job_name}/{plan.experiment_id}/{task_name(plan)}"
     jobs.save(jobs.JobRecord(
         experiment_id=plan.experiment_id, job_id=job_id, stage=plan.stage.name, title=plan.stage.title,
