@@ -8,13 +8,16 @@ model must learn"; inside each sub-sequence it is the learned-token flag shifted
 at the sub-sequence's last position (:func:`label_aligned`). The loader's own packing path does the
 same shift (``loss_mask[1:] + [False]``).
 
-**Sizes.** A sub-sequence of ``n`` tokens feeds ``n - 1`` tokens. Megatron-Bridge sizes bins by that
-fed length, so a pack holds sub-sequences whose fed lengths sum to at most ``pack_size`` (the model's
-sequence length); the stored row is longer by one token per sub-sequence. With context parallelism
-every fed length must be a multiple of ``2 x CP`` (``x TP`` with sequence parallelism): the sequence
-is padded (pad token = the tokenizer's EOS, which the loader recognises as padding; mask 0) to
-:func:`padded_length` = the smallest ``L >= n`` with ``(L - 1) % multiple == 0``. :func:`fed_length`
-(``L - 1``) is the size a sequence takes in a bin.
+**Sizes.** A sub-sequence of ``n`` tokens is fed as ``n - 1`` tokens. With context parallelism every
+fed length must be a multiple of ``2 x CP`` (``x TP`` with sequence parallelism): the sequence is padded
+(pad token = the tokenizer's EOS, which the loader recognises as padding; mask 0) to
+:func:`padded_length` = the smallest ``L >= n`` with ``(L - 1) % multiple == 0``. A pack holds
+sub-sequences whose *stored* lengths sum to at most ``pack_size``. Megatron-Bridge's own packer sizes
+bins by the fed length instead (rows may then exceed ``pack_size`` by one token per sub-sequence); we
+keep rows within ``pack_size`` so that a consumer feeding whole rows (our local runtime) fits too,
+at a cost of one token per sub-sequence of capacity. What Megatron-Bridge feeds (``L - 1`` per
+sub-sequence, :func:`fed_length`) then always fits, and its packing metadata is computed from fed
+lengths as Megatron-Bridge does.
 
 **Algorithm.** :func:`best_fit_decreasing`: sort a window of sequences by size (largest first, ties in
 input order), put each into the open bin with the least room that still fits it, else open a bin.
@@ -22,9 +25,9 @@ input order), put each into the open bin with the least room that still fits it,
 bitset over free-space values (a summary of non-empty 2,048-value blocks, then the block), so each
 placement costs O(capacity / 2,048 / 64 + 1) word operations — O(n log n) overall with the sort,
 against first-fit's O(n x bins) scan (:func:`first_fit`, the reference). Windows are packed
-independently (:func:`pack_stream`): memory is bounded by the window, and the cost is that bins left
-part-full at the end of a window are closed instead of topped up by the next window (the benchmark
-measures the fill difference). Deterministic: no randomness in packing; the seeded part is only the
+one after another (:func:`pack_stream`): memory is bounded by the window; the sequences of bins left
+below :data:`CARRY_BELOW` full at the end of a window are carried into the next one, so the window
+costs almost no fill (the benchmark measures it against packing everything at once). Deterministic: no randomness in packing; the seeded part is only the
 order packs are written in (:func:`shuffled`).
 """
 
@@ -168,25 +171,30 @@ class PackStats:
     capacity: int
     packs: int = 0
     sequences: int = 0
-    fed_tokens: int = 0              # sum of bin contents (fed lengths, padding included)
+    stored_tokens: int = 0           # sum of row lengths (padding included)
+    fed_tokens: int = 0              # tokens the loader feeds (one less per sequence)
     max_sequence: int = 0            # largest fed length of one sequence ("dataset_max_seqlen")
     max_per_pack: int = 0            # most sequences in one pack ("max_samples_per_bin")
     min_pack: int | None = None      # smallest pack content ("min_packed_seqlen")
     histogram: dict[int, int] = field(default_factory=dict)
 
-    def add_bin(self, item_sizes: list[int]) -> None:
-        total = sum(item_sizes)
+    def add_bin(self, item_sizes: list[int], fed_sizes: list[int] | None = None) -> None:
+        """Count one pack: its items' stored sizes (fill) and fed sizes (Megatron-Bridge's metadata;
+        default: the stored sizes)."""
+        fed = item_sizes if fed_sizes is None else fed_sizes
         self.packs += 1
         self.sequences += len(item_sizes)
-        self.fed_tokens += total
-        self.max_sequence = max(self.max_sequence, max(item_sizes))
+        self.stored_tokens += sum(item_sizes)
+        self.fed_tokens += sum(fed)
+        self.max_sequence = max(self.max_sequence, max(fed))
         self.max_per_pack = max(self.max_per_pack, len(item_sizes))
-        self.min_pack = total if self.min_pack is None else min(self.min_pack, total)
+        self.min_pack = sum(fed) if self.min_pack is None else min(self.min_pack, sum(fed))
 
     def merge(self, other: dict[str, Any]) -> None:
         self.packs += other["packs"]
         self.sequences += other["sequences"]
         self.fed_tokens += other["fed_tokens"]
+        self.stored_tokens += other["stored_tokens"]
         self.max_sequence = max(self.max_sequence, other["max_sequence"])
         self.max_per_pack = max(self.max_per_pack, other["max_per_pack"])
         if other.get("min_pack") is not None:
@@ -194,11 +202,12 @@ class PackStats:
 
     @property
     def fill(self) -> float:
-        """Share of the packs' capacity holding fed tokens (padding for the pad multiple counts as filled)."""
-        return self.fed_tokens / (self.packs * self.capacity) if self.packs else 0.0
+        """Share of the packs' capacity holding tokens (padding for the pad multiple counts as filled)."""
+        return self.stored_tokens / (self.packs * self.capacity) if self.packs else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"packs": self.packs, "sequences": self.sequences, "fed_tokens": self.fed_tokens,
+        return {"packs": self.packs, "sequences": self.sequences, "stored_tokens": self.stored_tokens,
+                "fed_tokens": self.fed_tokens,
                 "max_sequence": self.max_sequence, "max_per_pack": self.max_per_pack, "min_pack": self.min_pack,
                 "fill": round(self.fill, 6)}
 
@@ -208,25 +217,58 @@ class PackStats:
             "dataset_max_seqlen": self.max_sequence,
             "max_samples_per_bin": self.max_per_pack,
             "packing_factor": round(self.sequences / self.packs, 2) if self.packs else 0.0,
-            "packing_efficiency": round(100 * self.fill, 2),
+            "packing_efficiency": round(100 * self.fed_tokens / (self.packs * self.capacity), 2) if self.packs else 0.0,
             "pack_size": self.capacity,
             "min_packed_seqlen": self.min_pack or 0,
         }
 
 
-def pack_stream(sizes: Iterable[int], capacity: int, window: int,
-                algorithm: str = "best_fit_decreasing") -> Iterator[list[list[int]]]:
-    """Pack a stream of sizes window by window; yields each window's bins (indices into the whole stream)."""
+#: A bin filled below this share at the end of a window is not written: its sequences are carried into
+#: the next window (or, in the data prep pipeline, into a final window of carried sequences), so only the
+#: stream's very last bins can be part-full. Ours: 0.99.
+CARRY_BELOW = 0.99
+
+
+def split_full(bins: list[list[int]], sizes: Any, capacity: int,
+               carry_below: float = CARRY_BELOW) -> tuple[list[list[int]], list[int]]:
+    """Bins filled to at least ``carry_below`` of ``capacity``, and the items of the other bins (in bin order)."""
+    full, carried = [], []
+    for b in bins:
+        if sum(sizes[i] for i in b) >= carry_below * capacity:
+            full.append(b)
+        else:
+            carried.extend(b)
+    return full, carried
+
+
+def pack_stream(sizes: Iterable[int], capacity: int, window: int, algorithm: str = "best_fit_decreasing",
+                carry_below: float = CARRY_BELOW) -> Iterator[list[list[int]]]:
+    """Pack a stream of sizes window by window, carrying the items of under-filled bins into the next
+    window; yields each window's bins (indices into the whole stream). Memory: one window plus the carry."""
     import numpy as np
 
     fn = ALGORITHMS[algorithm]
-    buf: list[int] = []
-    base = 0
-    for s in sizes:
-        buf.append(s)
-        if len(buf) == window:
-            yield [[base + i for i in b] for b in fn(np.asarray(buf), capacity)]
-            base += len(buf)
-            buf = []
-    if buf:
-        yield [[base + i for i in b] for b in fn(np.asarray(buf), capacity)]
+    carry_ids: list[int] = []
+    carry_sizes: list[int] = []
+    buf_ids: list[int] = []
+    buf_sizes: list[int] = []
+
+    def run(final: bool) -> list[list[int]]:
+        nonlocal carry_ids, carry_sizes
+        ids, sz = carry_ids + buf_ids, carry_sizes + buf_sizes
+        bins = fn(np.asarray(sz, dtype=np.int64), capacity)
+        if final:
+            full, rest = bins, []
+        else:
+            full, rest = split_full(bins, sz, capacity, carry_below)
+        carry_ids, carry_sizes = [ids[i] for i in rest], [sz[i] for i in rest]
+        return [[ids[i] for i in b] for b in full]
+
+    for pos, s in enumerate(sizes):
+        buf_ids.append(pos)
+        buf_sizes.append(int(s))
+        if len(buf_ids) == window:
+            yield run(final=False)
+            buf_ids, buf_sizes = [], []
+    if buf_ids or carry_ids:
+        yield run(final=True)

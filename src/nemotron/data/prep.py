@@ -1,0 +1,187 @@
+"""Pieces shared by the record-based data stages (SFT chat data, RL prompts).
+
+Both read a blend of datasets the way pretraining does (:mod:`nemotron.data.blend`,
+:mod:`nemotron.data.sources`), but handle whole records instead of one text field. Here:
+
+* :class:`Reader` — typed access to the compiled stage config, with the stage's own known keys;
+* :func:`record_format` / :func:`plan_dataset` — a dataset's files cut into work shards (a file is
+  never split in a way that repeats or loses a record; ``sample`` caps records per dataset);
+* :class:`Problems` — per-reason counts, kept ``file:line`` examples and the skip/fail policies;
+* :func:`unit_hash` — seeded per-record numbers in [0, 1) that do not depend on worker count or order;
+* :func:`passes_from_weights` — how many passes over each dataset realise the blend weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from nemotron.data.blend import DatasetSpec
+from nemotron.data.pretrain import _dataset_files, _local, _pack, _Reader
+from nemotron.data.sources import FORMATS, Piece, is_remote, scan_rows, split_file
+from nemotron.errors import ConfigError, RuntimeFailure
+
+
+class Reader(_Reader):
+    """The pretraining stage's typed config reader, checking this stage's keys instead of its own."""
+
+    def __init__(self, cfg: dict[str, Any], top: tuple[str, ...], sections: dict[str, tuple[str, ...]]) -> None:
+        super().__init__(cfg)
+        self.top = (*top, "run", "defaults", *sections)
+        self.sections = sections
+
+    def check_unknown(self) -> None:
+        for key, value in self.cfg.items():
+            if key not in self.top:
+                close = difflib.get_close_matches(key, self.top, n=1)
+                raise ConfigError(f"unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+            if key in self.sections:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{key} must be a section (a mapping), not {value!r}")
+                for sub in value:
+                    if sub not in self.sections[key]:
+                        close = difflib.get_close_matches(sub, self.sections[key], n=1)
+                        raise ConfigError(f"unknown key {key}.{sub}" + (f"; did you mean {key}.{close[0]}?" if close
+                                          else f"; valid: {', '.join(self.sections[key])}"))
+
+
+def record_format(spec: DatasetSpec, schemas: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """Split a dataset's ``format`` into ``(file_format, record_schema)``.
+
+    A record stage accepts either a file format (:data:`~nemotron.data.sources.FORMATS`) or one of its
+    record ``schemas`` there; the other part is then detected (file format from the name, schema per record).
+
+    Raises:
+        ConfigError: ``format`` is neither (the message names the blend line).
+    """
+    f = spec.format
+    if f is None or f in FORMATS:
+        return f, None
+    if f in schemas:
+        return None, f
+    raise ConfigError(f"dataset {spec.name} (blend line {spec.line}): format={f!r} is neither a file format "
+                      f"({', '.join(FORMATS)}) nor a record form ({', '.join(schemas)})")
+
+
+@dataclass
+class DatasetShards:
+    """A dataset's inputs cut into work shards (lists of pieces), with its files in sorted order."""
+
+    spec: DatasetSpec
+    schema: str | None
+    fmt: str
+    files: list[str]
+    input_bytes: int
+    shards: list[list[Piece]] = field(default_factory=list)
+
+
+def plan_dataset(spec: DatasetSpec, s: Any, schemas: tuple[str, ...], target_bytes: int,
+                 sample: int | None) -> DatasetShards | None:
+    """Cut one dataset into shards of about ``target_bytes`` input bytes; ``None`` when it has no file.
+
+    ``s`` is the stage's settings (``remote_cache_dir`` is read for ``hf://`` files). With ``sample``,
+    only the first ``sample`` records of the dataset (files in sorted order) are planned.
+
+    Raises:
+        ConfigError: a bad ``format``, or a plain-text file (records are needed).
+    """
+    file_fmt, schema = record_format(spec, schemas)
+    files, fmt = _dataset_files(dataclasses.replace(spec, format=file_fmt), s, "")
+    if not files:
+        return None
+    if fmt == "text":
+        raise ConfigError(f"dataset {spec.name} (blend line {spec.line}): {files[0][0]} is not JSONL, JSON or "
+                          "Parquet; set the dataset's format")
+    pieces: list[Piece] = []
+    left = sample
+    for file, size in files:
+        if left is not None and left <= 0:
+            break
+        if left is not None:
+            local = _local(file, s)
+            scan = scan_rows(local, fmt, left)
+            k = len(scan.starts)
+            if k == 0:
+                continue
+            if fmt == "jsonl":
+                stop = None if scan.complete else scan.end
+                pieces.append(Piece(file, fmt, 0, stop, 1, (stop if stop is not None else size)))
+            else:
+                pieces.append(Piece(file, fmt, 0, None if scan.complete else k, 1, size))
+            left -= k
+        elif is_remote(file) or fmt not in ("jsonl", "parquet"):
+            pieces.append(Piece(file, fmt, 0, None, 1, size))
+        else:
+            pieces.extend(split_file(file, fmt, target_bytes))
+    out = DatasetShards(spec, schema, fmt, [f for f, _ in files], sum(sz for _, sz in files))
+    out.shards = _pack(pieces, target_bytes) if pieces else []
+    return out
+
+
+class Problems:
+    """Counts of record problems by reason, up to ``max_examples`` messages, and the fail policies.
+
+    Args:
+        policies: ``{reason: "skip" | "fail" | ...}``; a reason without an entry is skipped.
+        max_examples: messages kept for the summary.
+        hint_key: config section named in a failure's hint (``policies``).
+    """
+
+    def __init__(self, policies: dict[str, str], max_examples: int, hint_key: str = "policies") -> None:
+        self.policies = policies
+        self.max_examples = max_examples
+        self.hint_key = hint_key
+        self.counts: Counter[str] = Counter()
+        self.examples: list[str] = []
+
+    def report(self, reason: str, at: str, detail: str, policy_key: str | None = None) -> None:
+        """Count one problem at ``at`` (``file:line``), or raise when its policy is ``fail``.
+
+        Raises:
+            RuntimeFailure: the policy for ``policy_key`` (default ``reason``) is ``fail``.
+        """
+        key = policy_key or reason
+        message = f"{at}: {reason}: {detail}"
+        if self.policies.get(key) == "fail":
+            raise RuntimeFailure(message, f"set {self.hint_key}.{key}=skip to skip and count such records")
+        self.counts[reason] += 1
+        if len(self.examples) < self.max_examples:
+            self.examples.append(message)
+
+
+def unit_hash(seed: int, key: str, ordinals: Any) -> Any:
+    """Numbers in [0, 1), one per ordinal, fixed by ``(seed, key, ordinal)`` (numpy array in and out)."""
+    import numpy as np
+
+    salt = int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "little")
+    x = np.asarray(ordinals, dtype=np.uint64) ^ np.uint64(salt)
+    with np.errstate(over="ignore"):  # splitmix64 finaliser: wrapping arithmetic is intended
+        x = (x + np.uint64(0x9E3779B97F4A7C15))
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def passes_from_weights(weights: list[float], sizes: list[float]) -> list[float]:
+    """Passes over each dataset so that their shares of the output follow ``weights``, dropping nothing.
+
+    Dataset ``i`` gets ``(w_i / w_b) x (size_b / size_i)`` passes, where ``b`` is the dataset with the
+    most size per weight: that one is used exactly once and every other dataset at least once (a
+    share above its natural size repeats it). Datasets of size 0 get 0 passes.
+    """
+    ratios = [(sz / w if w > 0 else 0.0) for w, sz in zip(weights, sizes)]
+    if not ratios or max(ratios) <= 0:
+        return [0.0 for _ in weights]
+    b = max(range(len(ratios)), key=lambda i: (ratios[i], -i))
+    return [(w / weights[b]) * (sizes[b] / sz) if sz > 0 else 0.0 for w, sz in zip(weights, sizes)]
+
+
+def cpu_count() -> int:
+    """CPUs of this machine (the default size of a local Ray)."""
+    return os.cpu_count() or 1

@@ -1,0 +1,1000 @@
+"""SFT data prep: chat datasets → Nemotron 3 chat format → assistant-only loss masks → packed Parquet.
+
+Flow (:func:`prepare`)::
+
+    load blend ─► choose output version ─► tokenizer (+ chat tokens) ─► plan shards (pure, from the inputs)
+      ─► Ray: tokenize each shard (normalise, render, mask, truncate; receipts)      [stage 1]
+      ─► passes per dataset from the blend weights ─► windows of the sequence stream
+      ─► Ray: pack each window into one Parquet part (receipts)                      [stage 2]
+      ─► parts joined, row group by row group, into one file per split (receipt)
+      ─► Megatron-Bridge packing metadata ─► manifest.json (last) ─► summary tables
+
+Guarantees (as for pretraining data prep):
+
+* **Deterministic.** Shards and windows are defined by the inputs and the config alone; a shard's
+  sequences depend only on its records, a window's packs only on its sequences; the held-out split
+  and fractional passes are seeded hashes of (dataset, file, record position). 1 or N workers,
+  resumed or not: byte-identical Parquet.
+* **Resumable.** Every shard and part is written to temporary files renamed into place, then a receipt
+  records its key and sizes; a rerun redoes only what has no matching receipt.
+* **Nothing silently lost.** Every record that yields no sample is counted under a reason with
+  ``file:line`` examples, or fails the run, by policy; truncated and dropped tokens are counted.
+
+Output (``OUTPUT_DIR``, a version folder)::
+
+    manifest.json                       written last; pack_size, pad_to_multiple, tokenizer, counts, fill ...
+    plan.json                           shards and windows
+    tokenizer/tokenizer.json            the tokenizer used (chat tokens included) + tokenizer_config.json
+    data/training_<P>.idx.parquet       Megatron-Bridge packed Parquet (the loader's default file name)
+    data/validation_<P>.idx.parquet     the held-out packs, same form
+    data/<P>_metadata.jsonl             Megatron-Bridge packing metadata (JSON list: training, validation)
+    data/sequences/<dataset>/NNNNN.*    tokenized sequences (tokens .bin/.idx, learned-token flags .mask, split .meta.npy)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nemotron.data import outputs
+from nemotron.data.blend import Blend, load_blend
+from nemotron.data.chat import CHAT_SCHEMAS, CHAT_TOKENS, REQUIRED_TOKENS
+from nemotron.data.files import atomic_open, atomic_write_json, remove_tmp_files, sha256_file, stable_hash
+from nemotron.data.prep import Problems, Reader, passes_from_weights, plan_dataset, unit_hash
+from nemotron.errors import ConfigError, RuntimeFailure
+
+STAGE = "data-prep-sft"
+SPLITS = ("train", "valid")
+SPLIT_FILES = {"train": "training", "valid": "validation"}
+#: Policies and the values each accepts (first = default).
+POLICIES: dict[str, tuple[str, ...]] = {
+    "bad_record": ("skip", "fail"),
+    "unknown_role": ("skip", "fail"),
+    "empty_content": ("skip", "fail"),
+    "consecutive_same_role": ("merge", "skip", "fail"),
+    "no_assistant_turn": ("skip", "fail"),
+    "too_long": ("truncate_turns", "drop", "fail"),
+    "template_mismatch": ("fail", "skip"),
+    "empty_glob": ("fail", "skip"),
+}
+_RECORD_PROBLEMS = {"malformed_json": "bad_record", "invalid_utf8": "bad_record", "not_an_object": "bad_record"}
+
+_SECTIONS = {
+    "tokenizer": ("name", "revision", "add_special_tokens", "cache_dir"),
+    "chat": ("template", "reasoning", "history_reasoning"),
+    "policies": (*POLICIES, "max_examples"),
+    "pack": ("pack_size", "pad_to_multiple", "algorithm", "window", "seed", "row_group_size", "compression"),
+    "shards": ("target_bytes",),
+    "split": ("validation_fraction", "seed"),
+    "workers": ("count", "cpus_per_task"),
+    "remote": ("cache_dir",),
+    "summary": ("progress_interval_s",),
+}
+_TOP = ("blend_path", "output_dir", "path_vars", "sample", "force", "mixing")
+
+
+@dataclass
+class Settings:
+    """The stage config, checked (field names follow the YAML keys; ``pack_size`` = ``pack.pack_size``)."""
+
+    blend_path: str
+    output_dir: str
+    path_vars: dict[str, Any] = field(default_factory=dict)
+    sample: int | None = None
+    force: bool = False
+    mixing: str = "weighted"
+    tokenizer_name: str = ""
+    tokenizer_revision: str | None = None
+    add_special_tokens: list[str] = field(default_factory=list)
+    tokenizer_cache_dir: str = "~/.cache/nemotron/tokenizers"
+    template: str = ""
+    reasoning: str = "auto"
+    history_reasoning: str = "split"
+    policies: dict[str, str] = field(default_factory=lambda: {k: v[0] for k, v in POLICIES.items()})
+    max_examples: int = 5
+    pack_size: int = 4096
+    pad_to_multiple: int = 1
+    algorithm: str = "best_fit_decreasing"
+    window: int = 100_000
+    seed: int = 1234
+    row_group_size: int = 64
+    compression: str = "zstd"
+    target_bytes: int = 256 << 20
+    validation_fraction: float = 0.01
+    split_seed: int = 1234
+    workers: int | None = None
+    cpus_per_task: int = 1
+    ray_cpus: int | None = None
+    remote_cache_dir: str = "~/.cache/nemotron/hf-datasets"
+    progress_interval_s: float = 10.0
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> Settings:
+        """Build from the compiled stage config.
+
+        Raises:
+            ConfigError: a key is unknown (with a did-you-mean), has the wrong type, or is out of range.
+        """
+        c = Reader(cfg, _TOP, _SECTIONS)
+        s = cls(blend_path=os.path.abspath(c.str("blend_path")), output_dir=os.path.abspath(c.str("output_dir")))
+        s.path_vars = c.dict("path_vars", {})
+        s.sample = c.int("sample", None, minimum=1)
+        s.force = c.bool("force", False)
+        s.mixing = c.choice("mixing", ("weighted", "natural"), "weighted")
+        s.tokenizer_name = c.str("tokenizer.name")
+        s.tokenizer_revision = c.str("tokenizer.revision", None)
+        extra = c.get("tokenizer.add_special_tokens", []) or []
+        if not isinstance(extra, list) or not all(isinstance(t, str) and t for t in extra):
+            raise ConfigError(f"tokenizer.add_special_tokens={extra!r} must be a list of token strings")
+        s.add_special_tokens = list(extra)
+        s.tokenizer_cache_dir = c.str("tokenizer.cache_dir", s.tokenizer_cache_dir)
+        s.template = c.str("chat.template")
+        s.reasoning = c.choice("chat.reasoning", ("auto", "off"), "auto")
+        s.history_reasoning = c.choice("chat.history_reasoning", ("split", "keep"), "split")
+        s.policies = {k: c.choice(f"policies.{k}", v, v[0]) for k, v in POLICIES.items()}
+        s.max_examples = c.int("policies.max_examples", 5, minimum=0)
+        s.pack_size = c.int("pack.pack_size", s.pack_size, minimum=16)
+        s.pad_to_multiple = c.int("pack.pad_to_multiple", 1, minimum=1)
+        if s.pack_size % s.pad_to_multiple:
+            raise ConfigError(f"pack.pack_size={s.pack_size} is not a multiple of pack.pad_to_multiple={s.pad_to_multiple}")
+        s.algorithm = c.choice("pack.algorithm", ("best_fit_decreasing", "first_fit"), "best_fit_decreasing")
+        s.window = c.int("pack.window", s.window, minimum=1)
+        s.seed = c.int("pack.seed", s.seed)
+        s.row_group_size = c.int("pack.row_group_size", s.row_group_size, minimum=1)
+        s.compression = c.choice("pack.compression", ("zstd", "snappy", "gzip", "none"), "zstd")
+        s.target_bytes = c.int("shards.target_bytes", s.target_bytes, minimum=1)
+        s.validation_fraction = c.float("split.validation_fraction", s.validation_fraction, minimum=0)
+        if s.validation_fraction >= 1:
+            raise ConfigError(f"split.validation_fraction={s.validation_fraction} must be below 1")
+        s.split_seed = c.int("split.seed", s.split_seed)
+        s.workers = c.int("workers.count", None, minimum=1)
+        s.cpus_per_task = c.int("workers.cpus_per_task", 1, minimum=1)
+        s.ray_cpus = c.int("run.env.cpus", None, minimum=1)
+        s.remote_cache_dir = c.str("remote.cache_dir", s.remote_cache_dir)
+        s.progress_interval_s = c.float("summary.progress_interval_s", 10.0, minimum=0) or 10.0
+        c.check_unknown()
+        return s
+
+
+def main(cfg: dict[str, Any]) -> int:
+    """Entry point of ``run.py``: prepare the data the compiled config describes; returns 0.
+
+    Raises:
+        ConfigError: a config, blend or input problem found before any work (exit 2).
+        RuntimeFailure: a failure while working (exit 1); finished shards keep their receipts.
+    """
+    manifest = prepare(Settings.from_config(cfg))
+    from nemotron.artifacts import write_outputs
+
+    write_outputs({"sft-data": {"path": manifest["path"], "data_version": manifest["version"],
+                                "pack_size": manifest["pack_size"], "pad_to_multiple": manifest["pad_to_multiple"],
+                                "train_path": manifest["loader"]["packed_train_data_path"],
+                                "valid_path": manifest["loader"]["packed_val_data_path"],
+                                "metadata_path": manifest["loader"]["packed_metadata_path"],
+                                "tokenizer_sha256": manifest["tokenizer"].get("vocab_sha256")}})
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# tokenizer
+
+
+@dataclass
+class ChatTokenizer:
+    info: Any                      # TokenizerInfo of the tokenizer.json the workers load
+    added: dict[str, int]          # chat tokens added to the source vocabulary (token -> id)
+    source: dict[str, Any]         # the source tokenizer (name, vocab hash) before tokens were added
+
+
+def resolve_tokenizer(s: Settings) -> ChatTokenizer:
+    """The configured tokenizer with the chat tokens the template needs (added when listed and missing).
+
+    Raises:
+        ConfigError: the tokenizer lacks a chat token that ``tokenizer.add_special_tokens`` does not list.
+    """
+    from nemotron.data import tokenizer as tk
+    from nemotron.data.chat import add_chat_tokens
+
+    cache = Path(os.path.expanduser(s.tokenizer_cache_dir))
+    base = tk.resolve(s.tokenizer_name, cache_dir=cache, revision=s.tokenizer_revision, split_special_tokens=False)
+    vocab = tk.load(base).get_vocab(with_added_tokens=True)
+    missing = [t for t in REQUIRED_TOKENS if t not in vocab and t not in s.add_special_tokens]
+    if missing:
+        raise ConfigError(
+            f"tokenizer.name={s.tokenizer_name}: the vocabulary has no {', '.join(missing)} token "
+            "(the Nemotron 3 chat format needs them as single tokens)",
+            f"list them under tokenizer.add_special_tokens (for example {list(CHAT_TOKENS)})")
+    key = stable_hash({"source": base.file_sha256, "tokens": s.add_special_tokens})
+    path, added = add_chat_tokens(base.json_path, s.add_special_tokens, cache / f"chat-{key}")
+    source = {"name": base.name, "vocab_size": base.vocab_size, "vocab_sha256": base.vocab_sha256}
+    if path is None:
+        return ChatTokenizer(base, {}, source)
+    info = tk.resolve(str(path), cache_dir=cache, bos_token=base.bos_token, eos_token=base.eos_token,
+                      split_special_tokens=False)
+    return ChatTokenizer(info, added, source)
+
+
+# --------------------------------------------------------------------------------------------------
+# stage 1: tokenize a shard (runs in a Ray worker)
+
+
+def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
+    """Normalise, render, mask and tokenize one shard's records into ``<prefix>.bin/.idx/.mask/.meta.npy``.
+
+    A generator (a Ray streaming task): yields ``("progress", {"units", "tokens", "docs"})`` now and
+    then, and ``("done", receipt)`` last.
+
+    Raises:
+        RuntimeFailure: a record problem whose policy is ``fail`` (message ``<file>:<line>: ...``).
+    """
+    import numpy as np
+
+    from nemotron.data import chat
+    from nemotron.data import tokenizer as tk
+    from nemotron.data.files import tmp_name
+    from nemotron.data.indexed import IndexedWriter
+    from nemotron.data.records import iter_objects, where
+    from nemotron.data.sources import Piece, fetch_remote, is_remote
+
+    os.environ["RAYON_NUM_THREADS"] = str(opts["cpus_per_task"])
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    t0 = time.monotonic()
+    tok = tk.load(opts["tokenizer_json"], False)
+    template = chat.load_template(opts["template"])
+    policy = chat.ChatPolicy(consecutive_same_role=opts["policies"]["consecutive_same_role"],
+                             reasoning=opts["reasoning"])
+    problems = Problems(opts["policies"], opts["max_examples"])
+    pack_size = opts["pack_size"]
+    # a sequence of n tokens is stored padded to ceil((n - 1) / mult) * mult + 1 tokens; pack_size is a
+    # multiple of mult, so that fits a pack exactly when n <= pack_size - mult + 1
+    max_tokens = pack_size - opts["pad_to_multiple"] + 1
+    prefix = Path(shard["prefix"])
+    writer = IndexedWriter(prefix, "int32")
+    mask_path = prefix.with_name(prefix.name + ".mask")
+    mask_tmp = tmp_name(mask_path)
+    mask_fh = open(mask_tmp, "wb")  # noqa: SIM115 - closed below
+    splits: list[int] = []
+    counts: Counter[str] = Counter()
+    tokens = {k: 0 for k in SPLITS}
+    learned = {k: 0 for k in SPLITS}
+    pending: list[tuple[list[Any], int, str]] = []
+    units = 0.0
+    reported = t0
+
+    def flush() -> None:
+        segs = [g for group, _split, _at in pending for g in group]
+        toks = chat.tokenize_samples(tok, segs)
+        k = 0
+        for group, split, at in pending:
+            for _ in group:
+                t = toks[k]
+                k += 1
+                n = len(t.ids)
+                if n > max_tokens:
+                    if opts["policies"]["too_long"] == "fail":
+                        raise RuntimeFailure(f"{at}: too_long: {n} tokens do not fit pack_size={pack_size}",
+                                             "set policies.too_long=truncate_turns or drop")
+                    first = t.learned.index(1) if 1 in t.learned else n
+                    cut = max((e for e in t.turn_ends if first < e <= max_tokens), default=0)
+                    if opts["policies"]["too_long"] == "drop" or cut == 0:
+                        problems.report("too_long", at, f"{n} tokens do not fit pack_size={pack_size}; sample dropped",
+                                        policy_key="too_long")
+                        counts["dropped_tokens"] += n
+                        continue
+                    counts["truncated"] += 1
+                    counts["truncated_tokens"] += n - cut
+                    t.ids, t.learned = t.ids[:cut], t.learned[:cut]
+                    n = cut
+                writer.add_flat(np.asarray(t.ids, dtype=np.int64), np.asarray([n]))
+                mask_fh.write(np.asarray(t.learned, dtype=np.uint8).tobytes())
+                splits.append(split)
+                name = SPLITS[split]
+                tokens[name] += n
+                learned[name] += int(sum(t.learned))
+                counts["samples"] += 1
+        pending.clear()
+
+    try:
+        for pd in shard["pieces"]:
+            piece = Piece.from_dict(pd)
+            label = piece.file
+            if is_remote(piece.file):
+                piece = Piece(fetch_remote(piece.file, opts["remote_cache_dir"]), piece.fmt, piece.start, piece.stop,
+                              piece.line, piece.est_bytes)
+            file_index = shard["file_index"][label]
+            done_here = 0.0
+            for pos, ordinal, obj, problem, detail in iter_objects(piece):
+                at = where(label, piece.fmt, pos)
+                counts["records"] += 1
+                if problem is not None:
+                    problems.report(problem, at, detail or "", policy_key=_RECORD_PROBLEMS.get(problem, "bad_record"))
+                    continue
+                try:
+                    msgs, tools = chat.normalise(obj, shard["schema"], policy)
+                    samples = chat.training_samples(msgs, opts["history_reasoning"])
+                    segs = [chat.segment(template, smp, tools) for smp in samples]
+                except chat.RecordProblem as exc:
+                    problems.report(exc.reason, at, exc.detail)
+                    continue
+                counts["conversations"] += 1
+                key = f"{shard['dataset']}/{file_index}"
+                split = 1 if float(unit_hash(opts["split_seed"], key, [ordinal])[0]) < opts["validation_fraction"] else 0
+                pending.append((segs, split, at))
+                done_here += sum(len(g.text) for g in segs)
+                if len(pending) >= 256:
+                    flush()
+                    now = time.monotonic()
+                    if now - reported >= opts["report_s"]:
+                        reported = now
+                        yield "progress", {"units": units + min(done_here, piece.est_bytes),
+                                           "tokens": writer.tokens, "docs": counts["conversations"]}
+            units += max(piece.est_bytes, 1)
+        flush()
+        mask_fh.flush()
+        os.fsync(mask_fh.fileno())
+        mask_fh.close()
+        bin_path, idx_path = writer.finish()
+        meta_path = prefix.with_name(prefix.name + ".meta.npy")
+        with atomic_open(meta_path, "wb") as fh:
+            np.save(fh, np.asarray(splits, dtype=np.uint8))
+        os.replace(mask_tmp, mask_path)
+    except BaseException:
+        writer.abort()
+        mask_fh.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(mask_tmp)
+        raise
+    receipt = {
+        "key": shard["key"], "id": shard["id"], "dataset": shard["dataset"],
+        "records": counts["records"], "conversations": counts["conversations"], "samples": counts["samples"],
+        "sequences": {"train": splits.count(0), "valid": splits.count(1)}, "tokens": tokens, "learned": learned,
+        "skipped": dict(sorted(problems.counts.items())), "examples": problems.examples,
+        "truncated": counts["truncated"], "truncated_tokens": counts["truncated_tokens"],
+        "dropped_tokens": counts["dropped_tokens"],
+        "files": {p.name: p.stat().st_size for p in (bin_path, idx_path, mask_path, meta_path)},
+        "bin_sha256": writer.sha256, "seconds": round(time.monotonic() - t0, 3), "worker_pid": os.getpid(),
+    }
+    outputs.write_receipt(prefix, receipt)
+    yield "done", receipt
+
+
+# --------------------------------------------------------------------------------------------------
+# stage 2: pack a window of the sequence stream into one Parquet part (runs in a Ray worker)
+
+
+def _selected(meta: Any, split: int, fraction: float, seed: int, key: str) -> Any:
+    """Indices of a shard's sequences of ``split`` taken by one pass (all, or a seeded ``fraction``)."""
+    import numpy as np
+
+    idx = np.flatnonzero(meta == split)
+    if fraction < 1.0:
+        idx = idx[unit_hash(seed, key, idx) < fraction]
+    return idx
+
+
+def pack_window(window: dict[str, Any], opts: dict[str, Any]):
+    """Pack one window's sequences and write them as one Parquet part; yields ``("done", receipt)``.
+
+    Each row: ``input_ids`` list<int32>, ``loss_mask`` list<uint8> (label-aligned per sub-sequence,
+    0 on padding), ``seq_start_id`` list<int32> (start of each sub-sequence).
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from nemotron.data.files import tmp_name
+    from nemotron.data.indexed import read_index
+    from nemotron.data.packing import (ALGORITHMS, PackStats, label_aligned, padded_length, shuffled,
+                                       split_full)
+
+    t0 = time.monotonic()
+    mult, cap, pad_id = opts["pad_to_multiple"], opts["pack_size"], opts["pad_id"]
+    split = SPLITS.index(window["split"])
+    sources: dict[str, dict[str, Any]] = {}
+
+    def source(prefix: str) -> dict[str, Any]:
+        if prefix not in sources:
+            index = read_index(prefix)
+            sources[prefix] = {"lengths": index["lengths"], "tokens": np.memmap(prefix + ".bin", dtype="<i4", mode="r"),
+                               "mask": np.memmap(prefix + ".mask", dtype=np.uint8, mode="r"),
+                               "offsets": np.concatenate([[0], np.cumsum(index["lengths"], dtype=np.int64)])}
+        return sources[prefix]
+
+    refs: list[tuple[str, int]] = []          # (shard prefix, sequence index)
+    if "refs" in window:                      # a final window of sequences carried from other windows
+        refs = [(prefix, int(i)) for prefix, i in window["refs"]]
+    for seg in window.get("segments", []):
+        meta = np.load(seg["prefix"] + ".meta.npy")
+        chosen = _selected(meta, split, seg["fraction"], opts["seed"], f"{seg['shard']}/pass{seg['pass']}")
+        refs.extend((seg["prefix"], int(i)) for i in chosen[seg["start"]:seg["stop"]])
+    lengths = [int(source(p)["lengths"][i]) for p, i in refs]
+    costs = [padded_length(x, mult) for x in lengths]
+    bins = ALGORITHMS[opts["algorithm"]](np.asarray(costs, dtype=np.int64), cap) if refs else []
+    carry: list[list[Any]] = []
+    if not window["final"]:
+        bins, rest = split_full(bins, costs, cap)
+        carry = [[refs[i][0], refs[i][1]] for i in rest]
+        keep = sorted({i for b in bins for i in b})
+        lengths_kept = sum(lengths[i] for i in keep)
+    else:
+        lengths_kept = sum(lengths)
+    order = shuffled(len(bins), opts["seed"], window["number"])
+    stats = PackStats(cap)
+    out = Path(window["path"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_name(out)
+    schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.uint8())),
+                        ("seq_start_id", pa.list_(pa.int32()))])
+    compression = None if opts["compression"] == "none" else opts["compression"]
+    learned_tokens = 0
+    try:
+        with pq.ParquetWriter(tmp, schema, compression=compression) as pw:
+            rows: dict[str, list[Any]] = {"ids": [], "mask": [], "starts": []}
+
+            def write_group() -> None:
+                if not rows["ids"]:
+                    return
+                offs = np.concatenate([[0], np.cumsum([len(x) for x in rows["ids"]])]).astype(np.int32)
+                soffs = np.concatenate([[0], np.cumsum([len(x) for x in rows["starts"]])]).astype(np.int32)
+                table = pa.Table.from_arrays([
+                    pa.ListArray.from_arrays(pa.array(offs), pa.array(np.concatenate(rows["ids"]), pa.int32())),
+                    pa.ListArray.from_arrays(pa.array(offs), pa.array(np.concatenate(rows["mask"]), pa.uint8())),
+                    pa.ListArray.from_arrays(pa.array(soffs), pa.array(np.concatenate(rows["starts"]), pa.int32())),
+                ], schema=schema)
+                pw.write_table(table, row_group_size=len(rows["ids"]))
+                for v in rows.values():
+                    v.clear()
+
+            for b in order:
+                items = bins[b]
+                stats.add_bin([costs[i] for i in items], [costs[i] - 1 for i in items])
+                parts_ids, parts_mask, starts, pos = [], [], [], 0
+                for i in items:
+                    prefix, j = refs[i]
+                    src = source(prefix)
+                    lo, hi = int(src["offsets"][j]), int(src["offsets"][j + 1])
+                    ids = np.asarray(src["tokens"][lo:hi], dtype=np.int32)
+                    learned = np.asarray(src["mask"][lo:hi], dtype=np.uint8)
+                    learned_tokens += int(learned.sum())
+                    full = padded_length(hi - lo, mult)
+                    if full > len(ids):
+                        ids = np.concatenate([ids, np.full(full - len(ids), pad_id, dtype=np.int32)])
+                        learned = np.concatenate([learned, np.zeros(full - len(learned), dtype=np.uint8)])
+                    parts_ids.append(ids)
+                    parts_mask.append(label_aligned(learned))
+                    starts.append(pos)
+                    pos += full
+                rows["ids"].append(np.concatenate(parts_ids))
+                rows["mask"].append(np.concatenate(parts_mask))
+                rows["starts"].append(np.asarray(starts, dtype=np.int32))
+                if len(rows["ids"]) >= opts["row_group_size"]:
+                    write_group()
+            write_group()
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    receipt = {"key": window["key"], "id": window["id"], "split": window["split"], "stats": stats.to_dict(),
+               "tokens": int(lengths_kept), "learned_tokens": learned_tokens, "rows": stats.packs, "carry": carry,
+               "files": {out.name: out.stat().st_size}, "sha256": sha256_file(out),
+               "seconds": round(time.monotonic() - t0, 3)}
+    outputs.write_receipt(window["receipt_prefix"], receipt)
+    yield "done", receipt
+
+
+# --------------------------------------------------------------------------------------------------
+# the pipeline
+
+
+def prepare(s: Settings, *, live_progress: bool | None = None, quiet: bool = False) -> dict[str, Any]:
+    """Run the pipeline; returns the manifest (also written to ``<version>/manifest.json``).
+
+    Raises:
+        ConfigError: a config, blend or input problem found before any work.
+        RuntimeFailure: a failure while working (rerun to resume).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nemotron.data.progress import console
+    from nemotron.data.raypool import ray_session
+
+    say = (lambda *a: None) if quiet else console().print
+    t_start = time.monotonic()
+    blend = load_blend(s.blend_path, path_vars=s.path_vars)
+    version, vdir, why = outputs.select_version(s.output_dir, s.force)
+    old = _read_json(vdir / outputs.MANIFEST)
+    with contextlib.ExitStack() as stack:
+        session = None
+        if s.force or not (old and old.get("complete")):
+            pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+            future = pool.submit(_plan, s, blend, vdir)
+            try:
+                session = stack.enter_context(ray_session(s.ray_cpus))
+            finally:
+                plan = future.result()
+        else:
+            plan = _plan(s, blend, vdir)
+        return _execute(s, blend, version, vdir, why, plan, session, live_progress, quiet, say, t_start)
+
+
+@dataclass
+class _Plan:
+    tok: ChatTokenizer
+    datasets: list[Any]
+    shards: list[dict[str, Any]]
+    not_found: list[str]
+    opts: dict[str, Any]
+    key: str
+    template_sha256: str
+
+
+def _plan(s: Settings, blend: Blend, vdir: Path) -> _Plan:
+    from nemotron.data.chat import load_template
+
+    load_template(s.template)  # a syntax error is a config error, found before any work
+    tok = resolve_tokenizer(s)
+    if s.pad_to_multiple > 1 and tok.info.eos_id is None:
+        raise ConfigError(f"pack.pad_to_multiple={s.pad_to_multiple} pads with the EOS token, but tokenizer "
+                          f"{s.tokenizer_name} declares none")
+    datasets, not_found, shards = [], [], []
+    for spec in blend.datasets:
+        ds = plan_dataset(spec, s, CHAT_SCHEMAS, s.target_bytes, s.sample)
+        if ds is None or not ds.shards:
+            message = f"{blend.path}:{spec.line}: datasets ({spec.name}): path {spec.path!r} matches no file"
+            if spec.optional:
+                not_found.append(f"{spec.name}: optional, nothing at {spec.path}")
+                continue
+            if s.policies["empty_glob"] == "skip":
+                not_found.append(f"{message}; dataset skipped (policies.empty_glob=skip)")
+                continue
+            raise ConfigError(message, "fix the path, mark the dataset optional, or set policies.empty_glob=skip")
+        datasets.append(ds)
+        file_index = {f: i for i, f in enumerate(ds.files)}
+        for k, pieces in enumerate(ds.shards):
+            shards.append({
+                "id": f"{spec.name}/{k:05d}", "dataset": spec.name, "schema": ds.schema,
+                "prefix": str(vdir / "data" / "sequences" / spec.name / f"{k:05d}"),
+                "pieces": [p.to_dict() for p in pieces], "est_bytes": sum(p.est_bytes for p in pieces),
+                "file_index": {p.file: file_index[p.file] for p in pieces},
+            })
+    if not datasets:
+        raise ConfigError(f"{blend.path}: no dataset has any input file")
+    template_sha = sha256_file(s.template)
+    opts = {
+        "tokenizer_json": str(vdir / "tokenizer" / "tokenizer.json"), "template": s.template,
+        "reasoning": s.reasoning, "history_reasoning": s.history_reasoning, "policies": dict(s.policies),
+        "max_examples": s.max_examples, "pack_size": s.pack_size, "pad_to_multiple": s.pad_to_multiple,
+        "split_seed": s.split_seed, "validation_fraction": s.validation_fraction,
+        "cpus_per_task": s.cpus_per_task, "remote_cache_dir": os.path.expanduser(s.remote_cache_dir), "report_s": 1.0,
+        "algorithm": s.algorithm, "seed": s.seed, "row_group_size": s.row_group_size, "compression": s.compression,
+        "pad_id": tok.info.eos_id if tok.info.eos_id is not None else 0,
+    }
+    shaping = {k: opts[k] for k in ("reasoning", "history_reasoning", "policies", "pack_size", "pad_to_multiple",
+                                    "split_seed", "validation_fraction")}
+    shaping.update(tokenizer=tok.info.file_sha256, template=template_sha)
+    for sh in shards:
+        sh["key"] = stable_hash({"pieces": sh["pieces"], "schema": sh["schema"], **shaping})
+    inputs = []
+    for ds in datasets:
+        for f in ds.files:
+            st = os.stat(f) if not f.startswith("hf://") else None
+            inputs.append([f, st.st_size if st else None, st.st_mtime_ns if st else None])
+    packing = {k: opts[k] for k in ("algorithm", "seed", "row_group_size", "compression", "pad_id")} | {"window": s.window}
+    key = stable_hash({"shards": [sh["key"] for sh in shards], "inputs": inputs, "packing": packing,
+                       "weights": [ds.spec.weight for ds in datasets], "mixing": s.mixing, "root": str(vdir)})
+    return _Plan(tok, datasets, shards, not_found, opts, key, template_sha)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _execute(s: Settings, blend: Blend, version: int, vdir: Path, why: str, plan: _Plan, session: Any,
+             live_progress: bool | None, quiet: bool, say: Any, t_start: float) -> dict[str, Any]:
+    for line in plan.not_found:
+        say(f"note: {line}")
+    old_plan = _read_json(vdir / outputs.PLAN)
+    old_manifest = _read_json(vdir / outputs.MANIFEST)
+    if old_plan is not None and old_plan.get("plan_key") != plan.key and not s.force:
+        raise ConfigError(
+            f"output_dir={vdir} holds data prepared from other inputs or settings "
+            f"(plan {old_plan.get('plan_key')}, now {plan.key})",
+            "rerun with force=true to rebuild (a consumed version is kept; a new one is written), or choose another output_dir")
+    if s.force and why != "rebuild" and version > 1:
+        say(f"note: {why}: {vdir}")
+    if why == "rebuild":
+        outputs.clear_version(vdir)
+    elif old_manifest and old_manifest.get("complete") and old_manifest.get("plan_key") == plan.key:
+        say(f"up to date: {vdir} (plan {plan.key}); nothing to do. Rerun with force=true to rebuild.")
+        _print_summary(old_manifest, quiet)
+        return old_manifest
+    vdir.mkdir(parents=True, exist_ok=True)
+    _write_tokenizer(vdir / "tokenizer", plan.tok, s.template)
+    atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": plan.key, "shards": plan.shards})
+
+    run_info: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        if session is None:
+            from nemotron.data.raypool import ray_session
+
+            session = stack.enter_context(ray_session(s.ray_cpus))
+        workers = s.workers or max(session["cpus"] // s.cpus_per_task, 1)
+        run_info.update(workers=workers, ray=session["address"], ray_cpus=session["cpus"])
+        t1 = time.monotonic()
+        receipts = _run_stage(
+            "sft sequences", tokenize_shard, plan.shards, plan.opts, s, workers, live_progress, quiet, say,
+            units=lambda sh: max(sh["est_bytes"], 1), verb="tokenizing", noun="shards")
+        run_info["tokenize_seconds"] = round(time.monotonic() - t1, 3)
+        passes = _passes(plan, receipts, s.mixing)
+        windows = _windows(s, vdir, plan, receipts, passes)
+        atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": plan.key, "shards": plan.shards,
+                                                "windows": windows})
+        t2 = time.monotonic()
+        parts: dict[str, dict[str, Any]] = {}
+        for split in SPLITS:  # a split already joined keeps its windows' receipts in the joined file's receipt
+            joined = outputs.read_receipt(split_path(vdir, s, split), _join_key(windows, split))
+            if joined is not None:
+                parts.update(joined["windows"])
+        parts.update(_run_stage(
+            "sft packs", pack_window, [w for w in windows if w["id"] not in parts], plan.opts, s, workers,
+            live_progress, quiet, say, units=lambda w: max(w["sequences"], 1), verb="packing", noun="windows"))
+        tails = _tail_windows(s, vdir, plan, windows, parts)
+        parts.update(_run_stage(
+            "sft packs (carried)", pack_window, [w for w in tails if w["id"] not in parts], plan.opts, s, workers,
+            live_progress, quiet, say, units=lambda w: max(w["sequences"], 1), verb="packing", noun="final windows"))
+        for split in SPLITS:
+            _join_parts(vdir, s, split, windows, tails, parts, say, quiet)
+        windows = windows + tails
+        run_info["pack_seconds"] = round(time.monotonic() - t2, 3)
+    remove_tmp_files(vdir / "data")
+    manifest = _finish(s, blend, plan, receipts, passes, windows, parts, vdir, version, run_info, t_start)
+    _print_summary(manifest, quiet)
+    return manifest
+
+
+def _run_stage(title: str, fn: Any, items: list[dict[str, Any]], opts: dict[str, Any], s: Settings, workers: int,
+               live_progress: bool | None, quiet: bool, say: Any, *, units: Any, verb: str, noun: str) -> dict[str, dict[str, Any]]:
+    """Run ``fn`` as Ray streaming tasks for the items without a matching receipt; returns every receipt."""
+    import ray
+
+    from nemotron.data.progress import Progress
+    from nemotron.data.raypool import run_streaming
+
+    receipts: dict[str, dict[str, Any]] = {}
+    todo = []
+    for it in items:
+        rec = outputs.read_receipt(it.get("receipt_prefix", it.get("prefix")), it["key"])
+        if rec is not None:
+            receipts[it["id"]] = rec
+        else:
+            todo.append(it)
+    if receipts and todo:
+        say(f"resuming: {len(receipts)} of {len(items)} {noun} already done")
+    if not todo:
+        return receipts
+    if not quiet:
+        print(f"{verb} {len(todo)} {noun} on {workers} workers", flush=True)
+    order = sorted(todo, key=lambda it: (-units(it), it["id"]))
+    seen: dict[str, dict[str, Any]] = {}
+    with Progress(sum(units(it) for it in todo), title, interval_s=s.progress_interval_s,
+                  live=False if quiet and live_progress is None else live_progress) as bar:
+        if quiet:
+            bar.interval_s = math.inf
+
+        def on_progress(it: dict[str, Any], p: dict[str, Any]) -> None:
+            last = seen.get(it["id"], {"units": 0, "tokens": 0, "docs": 0})
+            seen[it["id"]] = p
+            bar.advance(min(p["units"], units(it)) - min(last["units"], units(it)), tokens=p["tokens"] - last["tokens"],
+                        docs=p["docs"] - last["docs"])
+
+        def on_done(it: dict[str, Any], rec: dict[str, Any]) -> None:
+            last = seen.pop(it["id"], {"units": 0, "tokens": 0, "docs": 0})
+            receipts[it["id"]] = rec
+            tokens = sum(rec["tokens"].values()) if isinstance(rec["tokens"], dict) else rec["tokens"]
+            docs = rec.get("conversations", rec.get("rows", 0))
+            bar.advance(units(it) - min(last["units"], units(it)), tokens=tokens - last["tokens"], docs=docs - last["docs"])
+
+        run_streaming(ray.remote(fn), order, args=(opts,), max_in_flight=workers, num_cpus=s.cpus_per_task,
+                      on_progress=on_progress, on_done=on_done)
+    return receipts
+
+
+def _passes(plan: _Plan, receipts: dict[str, dict[str, Any]], mixing: str) -> dict[str, float]:
+    """Passes over each dataset's training sequences: 1 each (``natural``), or what realises the blend
+    weights as shares of the training tokens (``weighted``, see prep.passes_from_weights)."""
+    if mixing == "natural":
+        return {ds.spec.name: 1.0 for ds in plan.datasets}
+    sizes = []
+    for ds in plan.datasets:
+        sizes.append(sum(r["tokens"]["train"] for r in receipts.values() if r["dataset"] == ds.spec.name))
+    passes = passes_from_weights([ds.spec.weight for ds in plan.datasets], sizes)
+    return {ds.spec.name: p for ds, p in zip(plan.datasets, passes)}
+
+
+def _windows(s: Settings, vdir: Path, plan: _Plan, receipts: dict[str, dict[str, Any]],
+             passes: dict[str, float]) -> list[dict[str, Any]]:
+    """Cut each split's sequence stream into windows of ``pack.window`` sequences.
+
+    Training stream: pass 0 over every dataset (blend order, shards in order, sequences in order),
+    then pass 1 over the datasets with more than one pass, and so on; a fractional last pass takes a
+    seeded share of the sequences. The validation stream is one pass over every dataset.
+    """
+    import numpy as np
+
+    windows: list[dict[str, Any]] = []
+    for split in SPLITS:
+        segs = []
+        rounds = max((math.ceil(passes[ds.spec.name] - 1e-9) for ds in plan.datasets), default=0) if split == "train" else 1
+        for p in range(rounds):
+            for ds in plan.datasets:
+                frac = 1.0 if split == "valid" else min(1.0, passes[ds.spec.name] - p)
+                if frac <= 1e-9:
+                    continue
+                for sh in plan.shards:
+                    if sh["dataset"] != ds.spec.name:
+                        continue
+                    meta = np.load(sh["prefix"] + ".meta.npy")
+                    n = len(_selected(meta, SPLITS.index(split), frac, s.seed, f"{sh['id']}/pass{p}"))
+                    if n:
+                        segs.append({"shard": sh["id"], "prefix": sh["prefix"], "pass": p, "fraction": frac, "count": n,
+                                     "key": receipts[sh["id"]]["key"]})
+        total = sum(g["count"] for g in segs)
+        folder = vdir / "data" / "packs" / split
+        for w, lo in enumerate(range(0, total, s.window)):
+            hi = min(lo + s.window, total)
+            parts, pos = [], 0
+            for g in segs:
+                a, b = max(lo, pos), min(hi, pos + g["count"])
+                if a < b:
+                    parts.append({"shard": g["shard"], "prefix": g["prefix"], "pass": g["pass"], "fraction": g["fraction"],
+                                  "start": a - pos, "stop": b - pos, "key": g["key"]})
+                pos += g["count"]
+            name = f"part-{w:05d}"
+            win = {"id": f"{split}/{name}", "split": split, "number": w, "segments": parts, "sequences": hi - lo,
+                   "final": False,
+                   "path": str(folder / f"{name}.parquet"), "receipt_prefix": str(folder / name)}
+            win["key"] = stable_hash({"segments": parts, "split": split, "number": w,
+                                      **{k: plan.opts[k] for k in ("algorithm", "seed", "row_group_size", "compression",
+                                                                   "pad_id", "pack_size", "pad_to_multiple")}})
+            windows.append(win)
+    return windows
+
+
+def split_path(vdir: Path, s: Settings, split: str) -> Path:
+    """The packed Parquet file of ``split`` (Megatron-Bridge's default name)."""
+    return vdir / "data" / f"{SPLIT_FILES[split]}_{s.pack_size}.idx.parquet"
+
+
+def _join_key(windows: list[dict[str, Any]], split: str) -> str:
+    return stable_hash([w["key"] for w in windows if w["split"] == split])
+
+
+def _join_parts(vdir: Path, s: Settings, split: str, windows: list[dict[str, Any]], tails: list[dict[str, Any]],
+                parts: dict[str, dict[str, Any]], say: Any, quiet: bool) -> None:
+    """Join a split's Parquet parts, in window order, into its one file (row groups copied as they are).
+
+    The joined file gets a receipt keyed by the parts' keys; the parts are removed once it is in place.
+    """
+    import pyarrow.parquet as pq
+
+    from nemotron.data.files import tmp_name
+
+    target = split_path(vdir, s, split)
+    key = _join_key(windows, split)
+    windows = [w for w in windows + tails if w["split"] == split]
+    if not windows or outputs.read_receipt(target, key) is not None:
+        return
+    tmp = tmp_name(target)
+    t0 = time.monotonic()
+    try:
+        writer = None
+        for w in windows:
+            pf = pq.ParquetFile(w["path"])
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, pf.schema_arrow,
+                                          compression=None if s.compression == "none" else s.compression)
+            for g in range(pf.metadata.num_row_groups):
+                table = pf.read_row_group(g)
+                writer.write_table(table, row_group_size=table.num_rows)
+        if writer is not None:
+            writer.close()
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    outputs.write_receipt(target, {"key": key, "files": {target.name: target.stat().st_size},
+                                   "sha256": sha256_file(target), "windows": {w["id"]: parts[w["id"]] for w in windows},
+                                   "seconds": round(time.monotonic() - t0, 3)})
+    shutil.rmtree(Path(windows[0]["path"]).parent, ignore_errors=True)
+    if not quiet:
+        say(f"{target.name}: {len(windows)} parts joined in {time.monotonic() - t0:.1f}s")
+
+
+def _tail_windows(s: Settings, vdir: Path, plan: _Plan, windows: list[dict[str, Any]],
+                  parts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Final windows of the sequences each split's windows carried (from under-filled bins), in window order."""
+    tails = []
+    for split in SPLITS:
+        refs = [r for w in windows if w["split"] == split for r in parts[w["id"]]["carry"]]
+        folder = vdir / "data" / "packs" / split
+        for k, lo in enumerate(range(0, len(refs), s.window)):
+            chunk = refs[lo:lo + s.window]
+            name = f"tail-{k:05d}"
+            win = {"id": f"{split}/{name}", "split": split, "number": 1_000_000 + k, "refs": chunk, "final": True,
+                   "sequences": len(chunk), "path": str(folder / f"{name}.parquet"), "receipt_prefix": str(folder / name)}
+            win["key"] = stable_hash({"refs": chunk, "split": split, "number": win["number"],
+                                      **{x: plan.opts[x] for x in ("algorithm", "seed", "row_group_size", "compression",
+                                                                   "pad_id", "pack_size", "pad_to_multiple")}})
+            tails.append(win)
+    return tails
+
+
+def _write_tokenizer(folder: Path, tok: ChatTokenizer, template: str) -> None:
+    """The tokenizer the data was made with, plus a tokenizer_config.json carrying the chat template."""
+    from nemotron.data.files import sha256_file as sha
+
+    target = folder / "tokenizer.json"
+    if not target.is_file() or sha(target) != tok.info.file_sha256:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"tokenizer.json.tmp-{os.getpid()}"
+        shutil.copyfile(tok.info.json_path, tmp)
+        os.replace(tmp, target)
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": tok.info.bos_token,
+              "eos_token": tok.info.eos_token, "chat_template": Path(template).read_text(encoding="utf-8")}
+    atomic_write_json(folder / "tokenizer_config.json", config)
+
+
+def _finish(s: Settings, blend: Blend, plan: _Plan, receipts: dict[str, dict[str, Any]], passes: dict[str, float],
+            windows: list[dict[str, Any]], parts: dict[str, dict[str, Any]], vdir: Path, version: int,
+            run_info: dict[str, Any], t_start: float) -> dict[str, Any]:
+    from nemotron.data.packing import PackStats
+
+    stats = {k: PackStats(s.pack_size) for k in SPLITS}
+    split_tokens = {k: {"tokens": 0, "learned": 0, "files": 0} for k in SPLITS}
+    for w in windows:
+        rec = parts[w["id"]]
+        stats[w["split"]].merge(rec["stats"])
+        st = split_tokens[w["split"]]
+        st["tokens"] += rec["tokens"]
+        st["learned"] += rec["learned_tokens"]
+        st["files"] += 1
+    if stats["train"].packs == 0:
+        raise RuntimeFailure("no training sequence was produced (every record was skipped or held out)",
+                             "check the skip reasons above, the dataset paths and split.validation_fraction")
+    datasets = []
+    train_total = sum(r["tokens"]["train"] for r in receipts.values()) or 1
+    effective = {ds.spec.name: passes[ds.spec.name] * sum(r["tokens"]["train"] for r in receipts.values()
+                                                          if r["dataset"] == ds.spec.name) for ds in plan.datasets}
+    eff_total = sum(effective.values()) or 1
+    for ds in plan.datasets:
+        recs = [r for r in receipts.values() if r["dataset"] == ds.spec.name]
+        skipped: Counter[str] = Counter()
+        for r in recs:
+            skipped.update(r["skipped"])
+        datasets.append({
+            "name": ds.spec.name, "weight": ds.spec.weight, "schema": ds.schema or "auto", "files": len(ds.files),
+            "input_bytes": ds.input_bytes, "records": sum(r["records"] for r in recs),
+            "conversations": sum(r["conversations"] for r in recs), "samples": sum(r["samples"] for r in recs),
+            "sequences": {k: sum(r["sequences"][k] for r in recs) for k in SPLITS},
+            "tokens": {k: sum(r["tokens"][k] for r in recs) for k in SPLITS},
+            "learned_tokens": {k: sum(r["learned"][k] for r in recs) for k in SPLITS},
+            "skipped": dict(sorted(skipped.items())), "truncated": sum(r["truncated"] for r in recs),
+            "truncated_tokens": sum(r["truncated_tokens"] for r in recs),
+            "dropped_tokens": sum(r["dropped_tokens"] for r in recs),
+            "passes": round(passes[ds.spec.name], 6), "natural_share": sum(r["tokens"]["train"] for r in recs) / train_total,
+            "effective_share": effective[ds.spec.name] / eff_total,
+            "seconds": round(sum(r["seconds"] for r in recs), 3),
+            "examples": [e for r in recs for e in r["examples"]][: s.max_examples],
+        })
+    kept = sum(sum(d["tokens"].values()) for d in datasets)
+    lost = sum(d["truncated_tokens"] + d["dropped_tokens"] for d in datasets)
+    data = vdir / "data"
+    meta_path = data / f"{s.pack_size}_metadata.jsonl"
+    bridge_meta = [stats["train"].bridge_metadata()] + ([stats["valid"].bridge_metadata()] if stats["valid"].packs else [])
+    atomic_write_json(meta_path, bridge_meta)
+    paths = {k: str(split_path(vdir, s, k)) if stats[k].packs else None for k in SPLITS}
+    tok_info = plan.tok.info.to_dict()
+    tok_info["json_path"] = "tokenizer/tokenizer.json"
+    tok_info["name"] = s.tokenizer_name
+    tok_info["added_special_tokens"] = plan.tok.added
+    tok_info["source"] = plan.tok.source
+    seconds = round(time.monotonic() - t_start, 3)
+    packing = {}
+    for k in SPLITS:
+        st = stats[k].to_dict()
+        cap = stats[k].packs * s.pack_size
+        st.update(tokens=split_tokens[k]["tokens"], learned_tokens=split_tokens[k]["learned"],
+                  trained_fraction=round(split_tokens[k]["learned"] / cap, 6) if cap else 0.0,
+                  learned_fraction_of_tokens=round(split_tokens[k]["learned"] / split_tokens[k]["tokens"], 6)
+                  if split_tokens[k]["tokens"] else 0.0,
+                  windows=split_tokens[k]["files"], path=paths[k],
+                  bytes=split_path(vdir, s, k).stat().st_size if paths[k] else 0)
+        packing[k] = st
+    manifest = {
+        "stage": STAGE, "kind": "sft-data", "format": "megatron-bridge-packed-parquet", "complete": True,
+        "version": version, "path": str(vdir), "plan_key": plan.key, "config_hash": plan.key,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        # read by validation (rules sft-pack-size, sft-pad, data-tokenizer): keep these names
+        "pack_size": s.pack_size, "pad_to_multiple": s.pad_to_multiple, "tokenizer": tok_info,
+        "pad_id": plan.opts["pad_id"],
+        "loader": {  # Megatron-Bridge: dataset.packed_sequence_specs.* and dataset_kwargs
+            "packed_sequence_size": s.pack_size, "pad_seq_to_mult": s.pad_to_multiple,
+            "packed_train_data_path": paths["train"], "packed_val_data_path": paths["valid"],
+            "packed_metadata_path": str(meta_path), "answer_only_loss": True,
+            "loss_mask": "label-aligned: loss_mask[t] weights the prediction of input_ids[t + 1]",
+        },
+        "chat": {"template": s.template, "template_sha256": plan.template_sha256, "reasoning": s.reasoning,
+                 "history_reasoning": s.history_reasoning},
+        "blend": {"path": blend.path, "name": blend.name, "sha256": sha256_file(blend.path), "not_found": plan.not_found},
+        "settings": {"sample": s.sample, "mixing": s.mixing, "policies": s.policies, "algorithm": s.algorithm, "window": s.window,
+                     "seed": s.seed, "validation_fraction": s.validation_fraction, "split_seed": s.split_seed,
+                     "row_group_size": s.row_group_size, "compression": s.compression, "target_bytes": s.target_bytes},
+        "datasets": datasets,
+        "packing": packing,
+        "totals": {"records": sum(d["records"] for d in datasets), "samples": sum(d["samples"] for d in datasets),
+                   "tokens": kept, "lost_tokens": lost, "lost_fraction": round(lost / (kept + lost), 6) if kept + lost else 0.0,
+                   "truncated": sum(d["truncated"] for d in datasets),
+                   "skipped": sum(sum(d["skipped"].values()) for d in datasets)},
+        "run": {**run_info, "seconds": seconds, "tokens_per_second": round(kept / seconds, 1) if seconds else None},
+        "bridge_metadata": bridge_meta,
+        "consumed_by": f"records are files under {outputs.CONSUMED_DIR}/ (nemotron.data.outputs.record_consumer)",
+    }
+    atomic_write_json(vdir / outputs.MANIFEST, manifest)
+    return manifest
+
+
+def _fmt_counts(c: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v:,}" for k, v in sorted(c.items()) if v)
+
+
+def _print_summary(m: dict[str, Any], quiet: bool) -> None:
+    if quiet:
+        return
+    from nemotron.data.progress import console, human, print_table
+
+    rows = []
+    for d in m["datasets"]:
+        tok = sum(d["tokens"].values())
+        rows.append([d["name"], f"{d['records']:,}", f"{d['samples']:,}", _fmt_counts(d["skipped"]) or "-",
+                     f"{d['truncated']:,}" if d["truncated"] else "-", human(d["truncated_tokens"] + d["dropped_tokens"]),
+                     human(tok), f"{100 * sum(d['learned_tokens'].values()) / tok:.1f}%" if tok else "-",
+                     f"{d['passes']:.3g}", f"{100 * d['effective_share']:.1f}%"])
+    t = m["totals"]
+    run = m["run"]
+    footer = ["total", f"{t['records']:,}", f"{t['samples']:,}", f"{t['skipped']:,}", f"{t['truncated']:,}",
+              human(t["lost_tokens"]), human(t["tokens"]), "", f"{run['seconds']:.1f}s",
+              f"{human(run['tokens_per_second'] or 0)} tok/s"]
+    print_table(f"sft data: {m['path']}", ["dataset", "records", "samples", "skipped (reason)", "truncated",
+                                           "tokens lost", "tokens", "learned", "passes", "share"], rows, footer=footer)
+    prow = []
+    for k in SPLITS:
+        p = m["packing"][k]
+        if not p["packs"]:
+            continue
+        prow.append([SPLIT_FILES[k], f"{p['packs']:,}", f"{p['sequences']:,}", human(p["tokens"]),
+                     f"{100 * p['fill']:.2f}%", f"{100 * p['trained_fraction']:.1f}%", str(p["max_per_pack"]),
+                     human(p["bytes"], "B")])
+    print_table(f"packs of {m['pack_size']:,} tokens (pad multiple {m['pad_to_multiple']}; "
+                f"lost to truncation/drops: {100 * t['lost_fraction']:.2f}% of tokens)",
+                ["split", "packs", "sequences", "tokens", "fill", "trained tokens", "max seq/pack", "file size"], prow)
+    con = console()
+    for d in m["datasets"]:
+        for e in d.get("examples", []):
+            con.print(f"skipped: {e}")
+    added = m["tokenizer"].get("added_special_tokens") or {}
+    con.print(f"train: {m['loader']['packed_train_data_path']}  tokenizer {m['tokenizer']['name']} "
+              f"(vocab {m['tokenizer']['vocab_size']:,}, sha256 {m['tokenizer']['vocab_sha256'][:12]}"
+              + (f"; added {', '.join(f'{k}={v}' for k, v in added.items())}" if added else "") + ")")

@@ -1,0 +1,250 @@
+"""End-to-end tests of `nemotron ultra3 data prep sft` on real chat data and a real 131,072-entry BPE.
+
+Data: our chat sample shipped with the stage (always present) and, where the shared data folder
+exists, FastChat's ShareGPT conversations and GPTeacher's Alpaca records (../shared/data/sft). The
+packed Parquet is read back the way Megatron-Bridge's packed loader reads it, and what the loss mask
+selects is compared with the assistant text computed independently from the input records.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from test_data_prep_sft_support import (SFT_DIR, SHARED_DATA, TEMPLATE, compile_stage, loader_view, read_packs)
+
+from nemotron.data import chat
+from nemotron.errors import ConfigError, RuntimeFailure
+
+pytestmark = pytest.mark.timeout(300)
+SHARED_SFT = SHARED_DATA / "sft" / "gpteacher-codegen-instruct.json"
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """One local Ray for the module; the pipeline joins it instead of starting its own."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tok_cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("tokenizers"))
+
+
+def config(out: Path, tok_cache: str, **overrides):
+    base = {"output_dir": str(out), "tokenizer__cache_dir": tok_cache, "path_vars__shared_data": str(SHARED_DATA),
+            "sample": 150, "pack__window": 120, "split__validation_fraction": 0.1}
+    base.update(overrides)
+    return compile_stage("data-prep-sft", "tiny", **base)
+
+
+def run(cfg):
+    from nemotron.data.sft import Settings, prepare
+
+    return prepare(Settings.from_config(cfg), quiet=True)
+
+
+def outputs_of(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((root / "data").glob("*.idx.parquet"))}
+
+
+@pytest.fixture(scope="module")
+def reference(ray_instance, tok_cache, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft") / "ref"
+    manifest = run(config(out, tok_cache, workers__count=1))
+    return out, manifest
+
+
+def test_parquet_is_what_the_packed_loader_reads(reference):
+    out, m = reference
+    path = Path(m["loader"]["packed_train_data_path"])
+    assert path.name == "training_4096.idx.parquet" and path.parent == out / "data"
+    schema = pq.read_schema(path)
+    assert str(schema.field("input_ids").type) == "list<element: int32>"
+    assert str(schema.field("loss_mask").type) == "list<element: uint8>"
+    assert str(schema.field("seq_start_id").type) == "list<element: int32>"
+    rows = read_packs(path)
+    assert len(rows) == m["packing"]["train"]["packs"] > 1
+    for row in rows:
+        ids, mask, starts = row["input_ids"], row["loss_mask"], row["seq_start_id"]
+        assert len(mask) == len(ids) and set(mask) <= {0, 1}
+        assert starts[0] == 0 and all(a < b for a, b in zip(starts, starts[1:])) and starts[-1] < len(ids)
+        assert len(ids) <= 4096  # a row never exceeds the pack size, so what the loader feeds fits too
+    meta = json.loads((out / "data" / "4096_metadata.jsonl").read_text())
+    assert [set(e) for e in meta] == [{"dataset_max_seqlen", "max_samples_per_bin", "packing_factor",
+                                       "packing_efficiency", "pack_size", "min_packed_seqlen"}] * 2
+    assert meta[0]["max_samples_per_bin"] == max(len(r["seq_start_id"]) for r in rows)
+
+
+def test_loss_mask_is_label_aligned_and_selects_exactly_the_assistant_output(reference, tok_cache):
+    """The loader trains the prediction of ``input_ids[t + 1]`` where ``loss_mask[t]`` is 1 (labels are
+    inputs shifted by one). So the labels the mask selects, decoded, must be exactly the assistant
+    output (reasoning, ``</think>``, answer, tool calls, ``<|im_end|>``), and nothing of the prompt."""
+    from nemotron.data import tokenizer as tk
+
+    out, m = reference
+    tok = tk.load(str(out / "tokenizer" / "tokenizer.json"), False)
+    end = tok.token_to_id("<|im_end|>")
+    got = []
+    for split in ("train", "valid"):
+        for row in read_packs(m["loader"][f"packed_{'train' if split == 'train' else 'val'}_data_path"]):
+            for inputs, labels, weights in loader_view(row):
+                runs, cur = [], []
+                for label, w in zip(labels, weights):
+                    if w:
+                        cur.append(label)
+                        if label == end:
+                            runs.append(tok.decode(cur, skip_special_tokens=False))
+                            cur = []
+                assert not cur, "a learned run that does not end with <|im_end|>"
+                got.append(tuple(runs))
+    # the same, computed from the input records without the pipeline
+    template = chat.load_template(str(TEMPLATE))
+    want = []
+    for line in (SFT_DIR / "samples" / "chat_sample.jsonl").read_text().splitlines():
+        msgs, tools = chat.normalise(json.loads(line), None)
+        for sample in chat.training_samples(msgs):
+            seg = chat.segment(template, sample, tools)
+            want.append(tuple(p for p, learned in zip(seg.pieces, seg.learned) if learned))
+    for w in want:
+        assert w in got, f"the learned text of a sample is not in the packs: {w}"
+    assert all(r[-1].endswith("<|im_end|>") for r in got if r)
+
+
+def test_manifest_names_what_validation_reads(reference):
+    from nemotron.validation.views import manifest_field, read_manifest
+
+    out, m = reference
+    found, where = read_manifest(str(out))
+    assert where.endswith("manifest.json") and found["complete"]
+    assert manifest_field(found, "pack_size") == 4096 and manifest_field(found, "pad_to_multiple") == 1
+    tok = manifest_field(found, "tokenizer")
+    assert tok["vocab_size"] == 131_072 and len(tok["vocab_sha256"]) == 64 and tok["name"].endswith("tekken_240911.json")
+    assert set(tok["added_special_tokens"]) >= {"<|im_start|>", "<|im_end|>", "<think>", "</think>"}
+    p = m["packing"]["train"]
+    assert 0.5 < p["fill"] <= 1 and 0 < p["trained_fraction"] < 1
+    assert m["totals"]["lost_tokens"] == 0 and m["datasets"][0]["name"] == "chat-sample"
+    assert (out / "tokenizer" / "tokenizer_config.json").is_file()
+
+
+def test_deterministic_whatever_the_worker_count_and_resumable(reference, ray_instance, tok_cache, tmp_path):
+    ref_out, ref = reference
+    other = tmp_path / "two"
+    m2 = run(config(other, tok_cache, workers__count=2))
+    assert outputs_of(other) == outputs_of(ref_out)
+    strip = {k: {x: y for x, y in v.items() if x != "path"} for k, v in ref["packing"].items()}
+    assert {k: {x: y for x, y in v.items() if x != "path"} for k, v in m2["packing"].items()} == strip
+    # a run killed half way: one tokenized shard and the joined outputs lost, the manifest not written
+    (other / "manifest.json").unlink()
+    seq = sorted((other / "data" / "sequences").rglob("*.receipt.json"))
+    seq[0].unlink()
+    for f in (other / "data").glob("*.idx.parquet*"):
+        f.unlink()
+    m3 = run(config(other, tok_cache, workers__count=2))
+    assert outputs_of(other) == outputs_of(ref_out)
+    assert m3["plan_key"] == m2["plan_key"]
+    # finished output: a rerun does nothing
+    assert run(config(other, tok_cache, workers__count=2))["created"] == m3["created"]
+    with pytest.raises(ConfigError, match="other inputs or settings"):
+        run(config(other, tok_cache, pack__seed=99))
+
+
+def test_pad_multiple_for_context_parallel(ray_instance, tok_cache, tmp_path):
+    m = run(config(tmp_path / "cp", tok_cache, pack__pad_to_multiple=8, sample=60))
+    assert m["pad_to_multiple"] == 8 and m["loader"]["pad_seq_to_mult"] == 8
+    pad = m["pad_id"]
+    for row in read_packs(m["loader"]["packed_train_data_path"]):
+        for inputs, _labels, weights in loader_view(row):
+            assert len(inputs) % 8 == 0  # every fed sub-sequence is a multiple of 2 x CP (x TP)
+        bounds = row["seq_start_id"] + [len(row["input_ids"])]
+        for s, e in zip(bounds[:-1], bounds[1:]):
+            seq, mask = row["input_ids"][s:e], row["loss_mask"][s:e]
+            k = len(seq)
+            while k > 0 and seq[k - 1] == pad:
+                k -= 1
+            assert k < len(seq) or (len(seq) - 1) % 8 == 0
+            assert not any(mask[k - 1:]), "padding (and the last real token, whose label is padding) carries no loss"
+
+
+def test_too_long_conversations_are_truncated_at_a_turn_or_dropped(ray_instance, tok_cache, tmp_path):
+    m = run(config(tmp_path / "short", tok_cache, pack__pack_size=128, sample=40))
+    d = {x["name"]: x for x in m["datasets"]}
+    lost = sum(x["truncated_tokens"] + x["dropped_tokens"] for x in d.values())
+    assert lost == m["totals"]["lost_tokens"] > 0
+    assert any(x["truncated"] for x in d.values()) or any(x["skipped"].get("too_long") for x in d.values())
+    for row in read_packs(m["loader"]["packed_train_data_path"]):
+        for inputs, labels, weights in loader_view(row):
+            assert len(inputs) <= 128
+    with pytest.raises(RuntimeFailure, match=r"\.jsonl?:\d+: too_long: \d+ tokens do not fit pack_size=128"):
+        run(config(tmp_path / "fail", tok_cache, pack__pack_size=128, sample=40, policies__too_long="fail"))
+
+
+def test_bad_records_are_counted_with_file_and_line(ray_instance, tok_cache, tmp_path):
+    data = tmp_path / "bad.jsonl"
+    good = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    lines = [json.dumps(good), "{not json", json.dumps({"messages": [{"role": "user", "content": "only a question"}]}),
+             json.dumps({"messages": [{"role": "wizard", "content": "x"}, {"role": "assistant", "content": "y"}]}),
+             json.dumps({"conversations": [{"from": "human", "value": "a"}, {"from": "human", "value": "b"},
+                                           {"from": "gpt", "value": "c"}]}),
+             json.dumps(good)]
+    data.write_text("\n".join(lines) + "\n")
+    blend = tmp_path / "blend.json"
+    blend.write_text(json.dumps({"datasets": [{"name": "bad", "path": str(data), "weight": 1.0}]}))
+    cfg = config(tmp_path / "out", tok_cache, blend_path=str(blend), split__validation_fraction=0.0)
+    m = run(cfg)
+    d = m["datasets"][0]
+    assert d["records"] == 6 and d["conversations"] == 3  # two good ones and the merged user turns
+    assert d["skipped"] == {"malformed_json": 1, "no_assistant_turn": 1, "unknown_role": 1}
+    assert any(f"{data}:2: malformed_json" in e for e in d["examples"])
+    assert any(f"{data}:4: unknown_role" in e for e in d["examples"])
+    cfg_fail = config(tmp_path / "out2", tok_cache, blend_path=str(blend), policies__unknown_role="fail")
+    with pytest.raises(RuntimeFailure, match=rf"{data}:4: unknown_role: message 0 has role 'wizard'"):
+        run(cfg_fail)
+
+
+def test_weighted_mixing_repeats_datasets_never_drops(ray_instance, tok_cache, tmp_path):
+    if not SHARED_SFT.is_file():
+        pytest.skip(f"shared data folder absent ({SHARED_SFT.parent})")
+    blend = json.loads((SFT_DIR / "blends" / "tiny.json").read_text())
+    blend["datasets"][0]["weight"] = 1.0   # chat-sample: tiny, so a weight equal to the others repeats it
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(blend))
+    m = run(config(tmp_path / "w", tok_cache, blend_path=str(path), mixing="weighted", sample=100,
+                   path_vars__stage_dir=str(SFT_DIR)))
+    d = {x["name"]: x for x in m["datasets"]}
+    assert min(x["passes"] for x in d.values()) == pytest.approx(1.0)
+    assert d["chat-sample"]["passes"] > 2
+    shares = [x["effective_share"] for x in d.values()]
+    assert all(s == pytest.approx(1 / 3, rel=1e-6) for s in shares)  # equal weights, equal token shares
+    n_train = m["packing"]["train"]["sequences"]
+    assert n_train >= sum(x["sequences"]["train"] for x in d.values())
+
+
+def test_cli_entry_reports_config_errors(tmp_path):
+    cfg = compile_stage("data-prep-sft", "tiny", output_dir=str(tmp_path / "o"))
+    cfg["pack"]["pack_sise"] = 10
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, str(SFT_DIR / "run.py"), "--config", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "unknown key pack.pack_sise; did you mean pack.pack_size?" in proc.stderr
+
+
+def test_cli_dry_run(tmp_path, monkeypatch, capsys):
+    from nemotron.cli import main
+
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", "--dry-run", "pack.pad_to_multiple=8"])
+    out = capsys.readouterr().out
+    assert code == 0 and "pad_to_multiple: 8" in out and "data_prep_sft/run.py" in out
