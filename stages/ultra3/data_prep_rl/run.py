@@ -1,14 +1,12 @@
-"""Runtime entry of `nemotron ultra3 data prep rl`: python run.py --config train.yaml
+"""Runtime entry of `nemotron ultra3 data prep rl`: ``python run.py --config train.yaml``.
 
-All logic lives in nemotron.data.rl; nemotron.data.entry loads the compiled config and maps errors to exit codes
-(0 done, 2 config/input problem, 1 runtime failure, 130 interrupted).
+All logic lives in :mod:`nemotron.data.rl`; :mod:`nemotron.entry` reads the config and maps errors
+to exit codes.
 """
-
-from __future__ import annotations
 
 import sys
 
-from nemotron.data.entry import run
+from nemotron.entry import Backend, run
 
 if __name__ == "__main__":
-    sys.exit(run("nemotron.data.rl", "Turn prompts with verifiable answers into NeMo RL JSONL (train + validation)."))
+    sys.exit(run("ultra3 data prep rl", {"ray": Backend("nemotron.data.rl:main")}, default="ray"))
