@@ -193,16 +193,23 @@ def test_unresolved_artifact_warns_and_dry_run_exits_zero(capsys):
 
 
 def test_unresolved_value_blocks_a_real_run(capsys):
-    code, _, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "+inputs.x=${oc.env:NEMOTRON_TEST_UNSET_VAR}")
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "+inputs.x=${oc.env:NEMOTRON_TEST_UNSET_VAR}")
     assert code == 2
     assert "refusing to start" in err and "NEMOTRON_TEST_UNSET_VAR" in err
 
 
 def test_artifact_reference_resolves(tmp_path):
-    artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "blend.json")})
-    artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "v2.json")})
+    artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "blend.json"), "config": "tiny"})
+    artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "v2.json"), "config": "tiny"})
+    artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "big.json"), "config": "default"})
     c = compile_config(get_stage("pretrain"), "tiny", ["+a=${art:my-data,blend_path}", "+b=${art:my-data:1,blend_path}"])
+    # the latest made by the same config name, not the latest of all; an explicit version wins
     assert c.config["a"].endswith("v2.json") and c.config["b"].endswith("blend.json")
+    assert c.artifact_keys["a"] == "my-data v2"
+    d = compile_config(get_stage("pretrain"), "default", ["+a=${art:my-data,blend_path}"])
+    assert d.config["a"].endswith("big.json")
+    local = compile_config(get_stage("pretrain"), "local", ["+a=${art:my-data,blend_path}"])
+    assert local.config["a"].endswith("v2.json")  # data prep's tiny sample is also its local
     with pytest.raises(ConfigError, match="no field 'nope'"):
         compile_config(get_stage("pretrain"), "tiny", ["+a=${art:my-data,nope}"])
 
@@ -301,11 +308,42 @@ def test_debug_shows_traceback_only_when_asked(capsys):
 
 
 def test_artifact_versions():
-    # the artifact store writes valid JSON records with increasing versions
-    rec = artifacts.record("x", {"path": "/tmp"})
-    rec2 = artifacts.record("x", {"path": "/tmp"})
-    assert rec2["version"] == rec["version"] + 1
-    assert json.loads((artifacts.store() / "x" / "v2.json").read_text())["version"] == 2
+    # the artifact store writes valid JSON records with increasing versions; an identical rerun adds none
+    rec = artifacts.record("x", {"path": "/tmp", "experiment_id": "a"})
+    again = artifacts.record("x", {"path": "/tmp", "experiment_id": "b"})
+    assert again["version"] == rec["version"] == 1
+    rec2 = artifacts.record("x", {"path": "/tmp/other"})
+    assert rec2["version"] == 2
+    assert json.loads((artifacts.store() / "x" / "v2.json").read_text())["path"] == "/tmp/other"
+
+
+def test_bare_group_prints_its_help(capsys):
+    code, out, _ = run_cli(capsys, "ultra3")
+    assert code == 0 and "Commands:" in out and "pretrain" in out
+
+
+def test_list_element_override_is_labelled_override(capsys):
+    c = compile_config(get_stage("pretrain"), "tiny", ["+extra=[1, 2]", "extra[0]=5"])
+    assert c.provenance["extra"] == "override"
+    from nemotron.config import annotated_yaml
+
+    assert re.search(r"extra: \[5, 2\]\s+# override", annotated_yaml(c))
+
+
+def test_gpu_stage_refuses_to_start_without_gpus(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", f"data.per_split_data_args_path={tmp_path}")
+    assert code == 2 and "needs 8 GPUs per node; this machine has 0 visible" in err and "--run PROFILE" in err
+
+
+def test_data_prep_dry_run_checks_what_the_runtime_checks(capsys, tmp_path):
+    blend = tmp_path / "blend.json"
+    blend.write_text('{"datasets": [{"name": "x", "path": "/nope/*.jsonl", "weight": 1, "category": "web"}]}')
+    code, out, _ = run_cli(capsys, "ultra3", "data", "prep", "pretrain", "-c", "tiny", "--dry-run",
+                           f"blend_path={blend}", "sample=-5")
+    assert code == 2 and "sample=-5 must be at least 1" in out
+    code, out, _ = run_cli(capsys, "ultra3", "data", "prep", "pretrain", "-c", "tiny", "--dry-run", f"blend_path={blend}")
+    assert code == 2 and "matches no file" in out and "/nope/*.jsonl" in out
 
 
 @pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])

@@ -47,6 +47,7 @@ def clean_env(monkeypatch, tmp_path):
     """No env.toml from the real user or environment leaks into a test."""
     monkeypatch.delenv("NEMOTRON_ENV_FILE", raising=False)
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("NEMOTRON_HOME", raising=False)
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))

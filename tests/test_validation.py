@@ -53,25 +53,16 @@ def _resolve(tree: dict, node=None):
 
 
 def load(folder: str, config: str = "default", overrides: dict | None = None) -> tuple[dict, set[str]]:
-    """The shipped config ``folder/config.yaml`` over ``folder/default.yaml``, plus dotted ``overrides``.
-    Returns (config, user keys) where user keys are the leaves set by the config file or an override."""
-    d = STAGES / folder
-    cfg = yaml.safe_load((d / "default.yaml").read_text())
-    cfg.setdefault("run", {}).setdefault("env", {}).setdefault("gpus_per_node", None)
-    user: set[str] = set()
-    chain, name = [], config
-    while name and name != "default":
-        data = yaml.safe_load((d / f"{name}.yaml").read_text()) or {}
-        parent = data.pop("defaults", None)
-        chain.insert(0, data)
-        name = parent[0] if isinstance(parent, list) else parent
-    for data in chain:
-        _merge(cfg, data)
-        user |= _leaves(data)
-    for key, value in (overrides or {}).items():
-        views.put(cfg, key, value)
-        user.add(key)
-    return _resolve(cfg), user
+    """The shipped config ``-c config`` of the stage in ``folder`` plus dotted ``overrides``, compiled by
+    the project's config compiler (as the CLI does). Returns (config, user keys): the leaves set by
+    the config file or an override. Upstream artifacts that do not exist stay ``${art:...}`` text."""
+    import json
+
+    from nemotron.config import compile_config
+
+    args = [f"{k}={json.dumps(v)}" for k, v in (overrides or {}).items()]
+    compiled = compile_config(get_stage(folder.replace("_", "-")), config, args, check_paths=False)
+    return compiled.config, compiled.user_keys
 
 
 def _leaves(tree: dict, prefix: str = "") -> set[str]:
@@ -529,11 +520,14 @@ def test_mopd_fallback_is_filled_and_said():
     assert any("any other task goes to the 'general' teacher" in n for n in notes)
 
 
-def test_data_stages_have_nothing_to_check():
+def test_data_stages_are_checked_by_their_runtimes_parsers():
     stage = get_stage("data-prep-sft")
     cfg, user = load("data_prep_sft", "tiny")
     assert validation.prepare(stage, cfg, user, None) == []
     assert validation.validate(stage, cfg, None) == [] and validation.describe(stage, cfg, None) == []
+    bad, _ = load("data_prep_sft", "tiny", {"pack.pack_size": -4})
+    found = validation.validate(stage, bad, None)
+    assert found and all(p.severity == "error" for p in found) and "pack_size" in found[0].render()
 
 
 # ------------------------------------------------------------------------------------------ describe

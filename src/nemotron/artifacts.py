@@ -46,19 +46,7 @@ def _versions(name: str) -> list[int]:
 PLANNED: dict[str, dict[str, Any]] = {}
 
 
-def lookup(name: str, version: int | None = None) -> dict[str, Any] | None:
-    """The record of artifact ``name`` (latest version when ``version`` is None), or None. A planned
-    artifact (see :data:`PLANNED`) wins over the store when no version is asked for.
-
-    Raises:
-        ConfigError: when the record exists but is not valid JSON (names the file).
-    """
-    if version is None and name in PLANNED:
-        return PLANNED[name]
-    versions = _versions(name)
-    if not versions:
-        return None
-    v = versions[-1] if version is None else version
+def _read(name: str, v: int) -> dict[str, Any] | None:
     path = store() / name / f"v{v}.json"
     if not path.is_file():
         return None
@@ -66,6 +54,34 @@ def lookup(name: str, version: int | None = None) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{exc.lineno}: artifact record is not valid JSON: {exc.msg}") from None
+
+
+def accepted_configs(config: str) -> set[str]:
+    """Producer configs a consumer running ``-c config`` takes artifacts from: the same name; for
+    ``local`` also ``tiny`` (the data prep stages' tiny sample is their local config)."""
+    return {config, "tiny"} if config == "local" else {config}
+
+
+def lookup(name: str, version: int | None = None, config: str | None = None) -> dict[str, Any] | None:
+    """The record of artifact ``name``, or None.
+
+    ``version`` picks one version. Otherwise the latest version produced by a config that ``config``
+    accepts (:func:`accepted_configs`) — so ``pretrain -c default`` never trains on the ``tiny``
+    sample that happened to run last —, or the latest of all when ``config`` is None (a config file
+    given by path). A planned artifact (:data:`PLANNED`) wins when no version is asked for.
+
+    Raises:
+        ConfigError: when a record exists but is not valid JSON (names the file).
+    """
+    if version is None and name in PLANNED:
+        return PLANNED[name]
+    if version is not None:
+        return _read(name, version)
+    for v in reversed(_versions(name)):
+        rec = _read(name, v)
+        if rec is not None and (config is None or rec.get("config") in accepted_configs(config)):
+            return rec
+    return None
 
 
 def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +93,13 @@ def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("an artifact record needs a 'path'")
     folder = store() / name
     folder.mkdir(parents=True, exist_ok=True)
-    version = (_versions(name) or [0])[-1] + 1
+    versions = _versions(name)
+    if versions:  # a run that changed nothing (an "up to date" data prep) adds no version
+        last = _read(name, versions[-1]) or {}
+        volatile = {"name", "version", "created", "experiment_id", "job_id"}
+        if {k: v for k, v in last.items() if k not in volatile} == {k: v for k, v in fields.items() if k not in volatile}:
+            return last
+    version = (versions or [0])[-1] + 1
     rec = {**fields, "name": name, "version": version, "created": time.time()}
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -198,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         cli = build_cli()
         rv = cli.main(args=args, prog_name="nemotron", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
+    except click.exceptions.NoArgsIsHelpError as exc:  # a bare group: its help, not an error
+        click.echo(exc.ctx.get_help() if exc.ctx else "")
+        return 0
     except click.exceptions.NoSuchOption as exc:
         hint = f"did you mean {exc.possibilities[0]}?" if exc.possibilities else None
         cmd = exc.ctx.command_path if exc.ctx else "nemotron"

@@ -337,13 +337,11 @@ def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: 
                 f"give a value of type {_type_name(old)}"
                 + (" (quote it for a string: key='\"...\"')" if isinstance(old, str) else ""),
             )
-        if isinstance(old, dict) and isinstance(ov.value, dict):
-            errors: list[str] = []
-            _merge(old, ov.value, OVERRIDE, prov, errors, strict=True, where=f"override {ov.text!r}", root=tree, prefix=tuple(ov.path))
-            if errors:
-                raise ConfigError(errors[0], "use +key=value to add a key that the stage does not define")
-            return
-        node[last] = ov.value
+        node[last] = ov.value  # a mapping value replaces the mapping: its keys are the user's explicit choice
+    if any(isinstance(seg, int) for seg in ov.path):  # lists are leaves: the whole list is now an override
+        first = next(i for i, seg in enumerate(ov.path) if isinstance(seg, int))
+        prov[dotted(ov.path[:first])] = OVERRIDE
+        return
     for stale in [k for k in prov if k == name or k.startswith(name + ".") or k.startswith(name + "[")]:
         del prov[stale]
     if ov.op != "delete":
@@ -397,6 +395,10 @@ _RESOLVERS_READY = False
 #: Environment seen by ``${oc.env:...}`` before ``os.environ``: the active profile's storage variables
 #: (data root, checkpoint root, caches), which the profile owns. Set only while a config compiles.
 ENV_OVERLAY: dict[str, str] = {}
+#: ``{"config": NAME}`` while a shipped config compiles: ``${art:...}`` takes artifacts made by the same config.
+ARTIFACT_CONFIG: dict[str, str] = {}
+#: Artifact references resolved during the current compile: ref → "name vN".
+ARTIFACTS_USED: dict[str, str] = {}
 
 
 def _register_resolvers() -> None:
@@ -416,9 +418,13 @@ def _register_resolvers() -> None:
 
     def art(ref: str, fieldname: str = "path") -> Any:
         name, version = artifacts.parse_ref(str(ref))
-        rec = artifacts.lookup(name, version)
+        config = ARTIFACT_CONFIG.get("config")
+        rec = artifacts.lookup(name, version, config)
         if rec is None:
-            raise Unresolved(f"artifact {ref} does not exist yet")
+            made_by = f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config and version is None else ""
+            raise Unresolved(f"artifact {ref} does not exist yet{made_by}")
+        ARTIFACTS_USED[str(ref)] = (f"{name} (planned)" if rec.get("version") is None
+                                    else f"{name} v{rec['version']}")
         if fieldname not in rec:
             raise ConfigError(f"artifact {ref} has no field {fieldname!r}", f"fields: {', '.join(sorted(rec))}")
         return rec[fieldname]
@@ -524,6 +530,7 @@ class Compiled:
     profile_overrides: dict[str, Any] = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)
     planned_keys: set[str] = field(default_factory=set)
+    artifact_keys: dict[str, str] = field(default_factory=dict)
 
     def warnings(self) -> list[Problem]:
         """One warning per unresolved value."""
@@ -607,14 +614,24 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
 
     ENV_OVERLAY.clear()
     ENV_OVERLAY.update(env or {})
+    ARTIFACTS_USED.clear()
+    ARTIFACT_CONFIG.clear()
+    if name in config_names(stage) or (name == "local" and stage.kind == "data"):
+        ARTIFACT_CONFIG["config"] = name
     try:
         resolved, unresolved = _resolve(tree, prov)
+        used = dict(ARTIFACTS_USED)
     finally:
         ENV_OVERLAY.clear()
+        ARTIFACT_CONFIG.clear()
+        ARTIFACTS_USED.clear()
+    artifact_keys = {k: used[ref] for k, v in leaves(tree) if isinstance(v, str)
+                     for ref in used if f"${{art:{ref}," in v or f"${{art:{ref}}}" in v}
     default_labels = {SCHEMA, "default.yaml"}
     user_keys = {k for k, label in prov.items() if label not in default_labels}
     compiled = Compiled(stage=stage, config=resolved, provenance=prov, layers=layers, config_name=name,
                         unresolved=unresolved, user_keys=user_keys, profile_overrides=profile_overrides(overrides),
+                        artifact_keys=artifact_keys,
                         overrides=list(overrides))
     compiled.config = _absolute_paths(compiled.config)
     compiled.planned_keys = {k for k, v in leaves(tree) if isinstance(v, str)
@@ -682,6 +699,8 @@ def annotated_yaml(compiled: Compiled) -> str:
                 tag += "  (unresolved)"
             elif key in compiled.planned_keys:
                 tag += "  (planned: an earlier stage of the pipe writes it)"
+            elif key in compiled.artifact_keys:
+                tag += f"  (from artifact {compiled.artifact_keys[key]})"
             lines.append(f"{pad}{k}: {yamlio.flow(v)}{tag}")
 
     emit(compiled.config, (), 0)

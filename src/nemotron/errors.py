@@ -65,7 +65,11 @@ class Problem:
     severity: str = "error"
 
     def render(self) -> str:
-        text = f"{self.key}={self.value!r}: {self.message}" if self.key else self.message
+        if self.key:
+            shown = "null" if self.value is None else repr(self.value)
+            text = f"{self.key}={shown}: {self.message}"
+        else:
+            text = self.message
         if self.valid:
             text += f"; valid: {self.valid}"
         return text

@@ -19,8 +19,20 @@ from typing import Any
 
 from nemotron import yamlio
 from nemotron.artifacts import home
-from nemotron.errors import RuntimeFailure
+from nemotron.errors import ConfigError, RuntimeFailure
 from nemotron.paths import repo_root
+
+
+def visible_gpus() -> int:
+    """GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi -L``, else 0."""
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        return len([d for d in cvd.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0
 
 
 def run_dir(plan: Any) -> Path:
@@ -167,8 +179,19 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
 
     if not plan.entry.is_file():
         raise RuntimeFailure(f"entry script of {plan.stage.title} is missing: {plan.entry}", "reinstall the package")
+    if plan.launch == "torchrun" and plan.gpus_per_node > 1:
+        visible = visible_gpus()
+        if visible < plan.gpus_per_node:
+            raise ConfigError(
+                f"{plan.stage.title} -c {plan.config_name} needs {plan.gpus_per_node} GPUs per node; this machine has "
+                f"{visible} visible",
+                f"submit it to a cluster: --run PROFILE (see --dry-run), or run it here with -c local")
     folder = run_dir(plan)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot create the run folder {folder}: {exc.strerror or exc}",
+                             "check $NEMOTRON_HOME (default ~/.nemotron): it must be a writable folder") from None
     config_path = write_yaml(compiled, folder / "train.yaml")
     (folder / "job.yaml").write_text(yamlio.dumps(provenance(req, compiled, profile, plan)), encoding="utf-8")
     env = dict(os.environ)
@@ -181,19 +204,26 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
         proc = subprocess.Popen(cmd, env=env)
     except OSError as exc:
         raise RuntimeFailure(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+
+    def forward(signum: int, _frame: Any) -> None:  # `kill`/`timeout` on the CLI stop the stage too
+        proc.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
     try:
         code = proc.wait()
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
+    except KeyboardInterrupt:  # the child, in the same process group, got the Ctrl-C too
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if code < 0:
         code = 128 - code
     if code != 0:
-        print(f"{plan.stage.title} failed with exit code {code} (run folder: {folder})", file=sys.stderr)
+        if code != 2:  # 2: the stage already said what is wrong with its config or input
+            print(f"{plan.stage.title} failed with exit code {code} (run folder: {folder})", file=sys.stderr)
         return code
     from nemotron import artifacts
     from nemotron.plan import planned_outputs
@@ -201,7 +231,8 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     report = folder / artifacts.OUTPUTS_FILE
     outputs = artifacts.merge_outputs(planned_outputs(compiled), report.read_text() if report.is_file() else None)
     for name, fields in outputs.items():
-        art = artifacts.record(name, {**fields, "stage": plan.stage.name, "experiment_id": plan.experiment_id,
-                                      "job_id": "local", "config_hash": compiled.config_hash()})
+        art = artifacts.record(name, {**fields, "stage": plan.stage.name, "config": Path(plan.config_name).stem,
+                                      "experiment_id": plan.experiment_id, "job_id": "local",
+                                      "config_hash": compiled.config_hash()})
         print(f"[nemotron] artifact {name} v{art['version']}: {art['path']}", file=sys.stderr)
     return code

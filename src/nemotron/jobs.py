@@ -46,6 +46,7 @@ class JobRecord:
     outputs: dict | None = None  # artifact name -> fields, recorded in the store once the job COMPLETED
     config_hash: str | None = None
     recorded: bool = False
+    config: str | None = None  # the -c name the job ran with (artifacts are matched by it)
 
 
 def _folder() -> Path:
@@ -243,8 +244,9 @@ def record_outputs(rec: JobRecord) -> list[dict]:
     actual = None if rec.tunnel == "ray" else _remote(rec, f"cat {shlex.quote(rec.run_dir + '/' + artifacts.OUTPUTS_FILE)} "
                                                            "2>/dev/null").stdout
     outputs = artifacts.merge_outputs(rec.outputs, actual)
-    out = [artifacts.record(name, {**fields, "stage": rec.stage, "experiment_id": rec.experiment_id,
-                                   "job_id": rec.job_id, "config_hash": rec.config_hash})
+    out = [artifacts.record(name, {**fields, "stage": rec.stage, "config": rec.config,
+                                   "experiment_id": rec.experiment_id, "job_id": rec.job_id,
+                                   "config_hash": rec.config_hash})
            for name, fields in outputs.items()]
     rec.recorded = True
     save(rec)

@@ -111,6 +111,10 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         if key not in before or before[key] != value:
             compiled.provenance[key] = "prepared by validation (see notes)"
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
+    for name in (profile.missing_secrets() if profile is not None else []):
+        problems.append(Problem(key=f"profile.{profile.name}.secrets", value=name, rule="secret", severity="warning",
+                                message="declared secret is not set in this shell; submission will refuse",
+                                valid=f"export {name}=..."))
     # 3. plan: pure
     plan = plan_job(compiled, profile, experiment_id)
     return Prepared(req, compiled, profile, plan, problems, notes)
@@ -219,7 +223,12 @@ def job_cancel(ident: str) -> int:
     """``cancel ID``."""
     from nemotron import jobs
 
+    from nemotron.errors import RuntimeFailure
+
     rec = jobs.load(ident)
+    st, _ = jobs.state(rec)
+    if st in jobs.TERMINAL:
+        raise RuntimeFailure(f"job {rec.job_id} already ended ({st}); nothing to cancel")
     jobs.cancel(rec)
     print(f"cancelled job {rec.job_id} ({rec.experiment_id})", file=sys.stderr)
     return 0

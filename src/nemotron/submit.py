@@ -349,7 +349,7 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
         profile=profile.name, env_file=str(profile.source), run_dir=remote_run_dir(profile, plan), log_dir=exp_dir,
         job_name=f"{plan.stage.recipe}-{task_name(plan)}", tunnel=getattr(profile, "tunnel", "local") or "local",
         host=getattr(profile, "host", None), user=getattr(profile, "user", None),
-        outputs=planned_outputs(compiled), config_hash=compiled.config_hash(),
+        outputs=planned_outputs(compiled), config_hash=compiled.config_hash(), config=Path(plan.config_name).stem,
     ))
     return job_id
 
@@ -400,6 +400,6 @@ def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
         experiment_id=plan.experiment_id, job_id=job_id, stage=plan.stage.name, title=plan.stage.title,
         profile=profile.name, env_file=str(profile.source), run_dir="(the Ray job's working directory)",
         log_dir="(kept by the Ray cluster)", job_name=plan.job_name, tunnel="ray", host=profile.address,
-        outputs=planned_outputs(compiled), config_hash=compiled.config_hash(),
+        outputs=planned_outputs(compiled), config_hash=compiled.config_hash(), config=Path(plan.config_name).stem,
     ))
     return job_id

@@ -20,13 +20,22 @@ def human(n: float, unit: str = "") -> str:
     return f"{n:.3g}{unit}" if isinstance(n, float) and not float(n).is_integer() else f"{int(n)}{unit}"
 
 
+def in_batch_job() -> bool:
+    """True inside a Slurm batch job: its output goes to a log file even when srun hands the task a
+    pseudo-terminal (NeMo-Run's unbuffered srun does), so live bars and colours stay off."""
+    import os
+
+    return "SLURM_JOB_ID" in os.environ and "SLURM_PTY_PORT" not in os.environ
+
+
 def console(stderr: bool = False):
-    """A rich console (soft-wrapped, no colour when not a terminal)."""
+    """A rich console (soft-wrapped, no colour when not a terminal or inside a Slurm batch job)."""
     import os
 
     from rich.console import Console
 
-    con = Console(stderr=stderr, soft_wrap=True, highlight=False)
+    con = Console(stderr=stderr, soft_wrap=True, highlight=False,
+                  force_terminal=False if in_batch_job() else None, no_color=in_batch_job() or None)
     if not con.is_terminal and "COLUMNS" not in os.environ:
         con = Console(stderr=stderr, soft_wrap=True, highlight=False, width=160)
     return con
@@ -49,7 +58,7 @@ class Progress:
         self.docs = 0
         self.description = description
         self.interval_s = interval_s
-        self.live = sys.stdout.isatty() if live is None else live
+        self.live = (sys.stdout.isatty() and not in_batch_job()) if live is None else live
         self._t0 = time.monotonic()
         self._last = 0.0
         self._bar: Any = None

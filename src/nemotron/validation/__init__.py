@@ -121,12 +121,14 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
 def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     """Every problem of ``cfg`` for ``stage`` on ``profile`` (errors and warnings), all at once.
 
-    Data stages run on CPUs through Ray and have no layout: nothing to check here (their configs
-    are checked by their own runtime's input validation).
+    Data stages run on CPUs through Ray and have no layout: their configs and inputs are checked by
+    their runtimes' own parsers, called here (:mod:`nemotron.validation.data`).
     """
     kind = getattr(stage, "kind", "")
     if kind == "data":
-        return []
+        from nemotron.validation.data import validate_data
+
+        return validate_data(stage, cfg)
     if kind == "rl":
         problems = checks.validate_rl(stage, cfg, profile)
     else:

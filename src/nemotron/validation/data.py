@@ -1,0 +1,70 @@
+"""Launch checks of the data prep stages: what their runtimes would reject, found before anything runs.
+
+Each data stage's runtime parses its config into ``Settings`` and its blend file before any work;
+here the same parsers run at ``--dry-run`` (they import nothing heavy), plus the checks of the inputs
+on this machine: every non-optional local dataset path matches files, a local tokenizer file exists,
+``output_dir`` is not a file. One piece of logic each: the runtimes' own parsers, called again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+from nemotron.errors import ConfigError, Problem
+
+_RUNTIMES = {"data-prep-pretrain": "nemotron.data.pretrain", "data-prep-sft": "nemotron.data.sft",
+             "data-prep-rl": "nemotron.data.rl"}
+
+
+def _problem(exc: ConfigError, rule: str) -> Problem:
+    return Problem(key="", value=None, message=exc.message, valid=exc.hint, rule=rule)
+
+
+def validate_data(stage: Any, cfg: dict) -> list[Problem]:
+    """Problems of a data prep config (errors), each the runtime's own message."""
+    module = _RUNTIMES.get(getattr(stage, "name", ""))
+    if module is None:
+        return []
+    settings_cls = getattr(importlib.import_module(module), "Settings", None)
+    if settings_cls is None:
+        return []
+    try:
+        s = settings_cls.from_config(cfg)
+    except ConfigError as exc:
+        return [_problem(exc, "data-settings")]
+    problems: list[Problem] = []
+    out = getattr(s, "output_dir", None)
+    if out and Path(out).exists() and not Path(out).is_dir():
+        problems.append(Problem("output_dir", out, "is a file, not a folder", "a folder path (it is created)",
+                                rule="data-output"))
+    tokenizer = getattr(s, "tokenizer_name", None) or ""
+    if tokenizer.startswith(("/", "./", "../", "~")) and not Path(os.path.expanduser(tokenizer)).exists():
+        problems.append(Problem("tokenizer.name", tokenizer, "no such file or folder",
+                                "a tokenizer.json, a folder with one, or a Hugging Face model id", rule="data-tokenizer"))
+    blend_path = getattr(s, "blend_path", None)
+    if not blend_path:
+        return problems
+    from nemotron.data.blend import load_blend
+    from nemotron.data.sources import expand, is_remote
+
+    on_bad = getattr(s, "on_bad", None) or {}
+    try:
+        blend = load_blend(blend_path, path_vars=getattr(s, "path_vars", None) or {},
+                           bad_weight=on_bad.get("bad_weight", "fail"))
+    except ConfigError as exc:
+        return [*problems, _problem(exc, "data-blend")]
+    for ds in blend.datasets:
+        if ds.optional or is_remote(ds.path):
+            continue
+        try:
+            found = expand(ds.path, exclude=list(ds.exclude), fmt=ds.format)
+        except ConfigError as exc:
+            problems.append(_problem(exc, "data-inputs"))
+            continue
+        if not found:
+            problems.append(Problem(f"{blend_path}:{ds.line} datasets ({ds.name})", ds.path, "matches no file",
+                                    "an existing file, folder or glob; or mark the dataset optional", rule="data-inputs"))
+    return problems
