@@ -286,6 +286,12 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     finally:
         artifacts.PLANNED.clear()
         artifacts.PLANNED.update(saved)
+    if kw.get("dry_run"):
+        how = "afterok; a failure cancels the rest" if mode != "here" else "when it succeeded"
+        report.table("the chain", ["#", "stage", "config", "executor", "nodes x GPUs", "starts", "problems"],
+                     [[i, p.req.stage.title, p.compiled.config_name, p.plan.executor,
+                       f"{p.plan.nodes} x {p.plan.gpus_per_node}", "first" if i == 1 else f"after #{i - 1} ({how})",
+                       len(p.errors) or "-"] for i, p in enumerate(prepared, 1)])
     if invalid:
         raise ValidationError(problems=[q for p in prepared for q in p.problems])
     if kw.get("dry_run"):
