@@ -105,7 +105,7 @@ def test_batch_status_logs_cancel(cli, env_file, slurm):
 def test_secret_reaches_job_but_no_file_or_log(cli, env_file, tmp_path, slurm):
     proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--run", "ci", "--env-file", str(env_file),
                'profile.setup=["echo secret-length=${#NEMOTRON_TEST_SECRET}"]')
-    assert proc.returncode == 1  # the RL data prep runtime is not built yet: it exits 1 after the setup line
+    assert proc.returncode == 0, proc.stderr[-1500:]
     assert f"secret-length={len(SECRET)}" in proc.stdout + proc.stderr + _all_text(tmp_path)
     assert SECRET not in proc.stdout + proc.stderr
     leaks = [p for p in (tmp_path / "job root with spaces").rglob("*")
