@@ -184,16 +184,18 @@ def test_missing_explicit_input_path(tmp_path):
 # interpolation: env vars and artifacts
 def test_unresolved_artifact_warns_and_dry_run_exits_zero(capsys):
     stage = get_stage("pretrain")
-    c = compile_config(stage, "tiny", ["+inputs.blend=${art:never-made,blend_path}"])
-    assert "inputs.blend" in c.unresolved
+    c = compile_config(stage, "tiny", ["data.per_split_data_args_path=${art:never-made,blend_path}"])
+    assert "data.per_split_data_args_path" in c.unresolved
     assert [w.rule for w in c.warnings()] == ["unresolved"] * len(c.unresolved)
-    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", "+inputs.blend=${art:never-made,blend_path}")
+    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run",
+                             "data.per_split_data_args_path=${art:never-made,blend_path}")
     assert code == 0, err
     assert "unresolved" in out and "never-made" in out
 
 
 def test_unresolved_value_blocks_a_real_run(capsys):
-    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "+inputs.x=${oc.env:NEMOTRON_TEST_UNSET_VAR}")
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny",
+                           "data.per_split_data_args_path=${oc.env:NEMOTRON_TEST_UNSET_VAR}")
     assert code == 2
     assert "refusing to start" in err and "NEMOTRON_TEST_UNSET_VAR" in err
 
@@ -359,3 +361,9 @@ def test_every_shipped_config_compiles_and_validates(stage):
         errors = [p.render() for p in validation.validate(stage, compiled.config, None) if p.severity == "error"]
         assert not errors, f"{stage.name} -c {name}: {errors}"
         assert all(w.severity == "warning" for w in compiled.warnings())
+
+
+def test_passthrough_key_typo_rejected_at_dry_run(capsys):
+    code, out, _ = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", "+train.train_itres=5")
+    assert code == 2
+    assert "train.train_itres=5" in out and "did you mean 'train.train_iters'" in out

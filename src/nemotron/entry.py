@@ -35,6 +35,9 @@ class Backend:
     image: str | None = None
 
 
+_CONTAINERS = {"nemo": "NeMo", "nemo-rl": "NeMo RL", "data": "data prep"}
+
+
 def _importable(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -76,7 +79,8 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
             print(f"error: {stage}: backend {name!r} is not one of {', '.join(backends)}", file=sys.stderr)
             return 2
         if backend.requires and not _importable(backend.requires):
-            where = f"the {backend.image} container (image {_image_uri(backend.image)})" if backend.image else "an environment"
+            container = _CONTAINERS.get(backend.image or "", backend.image)
+            where = f"the {container} container (image {_image_uri(backend.image)})" if backend.image else "an environment"
             print(f"{stage}: this stage runs inside {where}; {backend.requires} is not importable here", file=sys.stderr)
             return 1
         if backend.runtime is None:

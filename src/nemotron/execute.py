@@ -23,6 +23,11 @@ from nemotron.errors import ConfigError, RuntimeFailure
 from nemotron.paths import repo_root
 
 
+#: Exit code of a stage that saved a checkpoint and stopped on a signal (SIGTERM, SIGUSR1 before the
+#: Slurm time limit): not a failure, the next run resumes (the BSD EX_TEMPFAIL value).
+RESUMABLE = 75
+
+
 def visible_gpus() -> int:
     """GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi -L``, else 0."""
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -221,6 +226,10 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
         signal.signal(signal.SIGTERM, previous)
     if code < 0:
         code = 128 - code
+    if code == RESUMABLE:
+        print(f"{plan.stage.title} saved its state and stopped on a signal: run the same command again to resume "
+              f"(run folder: {folder})", file=sys.stderr)
+        return code
     if code != 0:
         if code != 2:  # 2: the stage already said what is wrong with its config or input
             print(f"{plan.stage.title} failed with exit code {code} (run folder: {folder})", file=sys.stderr)

@@ -129,8 +129,9 @@ def v4_to_v5(config: dict[str, Any]) -> dict[str, Any]:
 def convert_checkpoint_config(source: str | os.PathLike[str], output_dir: str | os.PathLike[str],
                               form: str = "v4") -> Path:
     """Write ``output_dir`` = the HF checkpoint ``source`` with its ``config.json`` in ``form``; every other
-    file is hard-linked (copied where links are impossible), so weights are not duplicated on disk.
-    The new ``config.json`` is written atomically. Returns the output folder.
+    file is copied (not linked: a later run of the source stage rewrites its files in place, and a hard
+    link would carry that change into this output). The new ``config.json`` is written atomically.
+    Returns the output folder.
 
     Raises:
         ConfigFormError: ``source`` has no readable ``config.json``, or an unknown ``form``.
@@ -150,12 +151,9 @@ def convert_checkpoint_config(source: str | os.PathLike[str], output_dir: str | 
         if f.name == "config.json" or not f.is_file():
             continue
         target = dst / f.name
-        if target.exists():
-            target.unlink()
-        try:
-            os.link(f, target)
-        except OSError:
-            shutil.copy2(f, target)
+        tmp = dst / f".{f.name}.tmp"
+        shutil.copy2(f, tmp)
+        os.replace(tmp, target)
     tmp = dst / ".config.json.tmp"
     tmp.write_text(json.dumps(new, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, dst / "config.json")
@@ -164,3 +162,32 @@ def convert_checkpoint_config(source: str | os.PathLike[str], output_dir: str | 
 
 __all__ = ["v5_to_v4", "v4_to_v5", "config_form", "pattern_from_block_types", "block_types_from_pattern",
            "convert_checkpoint_config", "ConfigFormError", "BLOCK_TO_SYMBOL", "SYMBOL_TO_BLOCK"]
+
+
+def local_main(cfg: dict) -> int:
+    """``backend: local`` of ``ultra3 convert``: ``convert.direction: hf_v5_to_v4`` on a Hugging Face
+    checkpoint folder (config.json rewritten to the v4 form, weights copied). Returns the exit code."""
+    import sys
+    from pathlib import Path
+
+    from nemotron.runtime.model import ModelError, resolve_weights
+
+    stage = "ultra3 convert"
+    conv = cfg.get("convert") or {}
+    direction = conv.get("direction")
+    if direction != "hf_v5_to_v4":
+        print(f"{stage}: convert.direction={direction!r}: the local backend only rewrites HF configs "
+              "(hf_v5_to_v4); Megatron <-> HF conversion runs in the NeMo container", file=sys.stderr)
+        return 1
+    source, output = conv.get("source"), conv.get("output_dir")
+    if not source or not output or "${" in str(source):
+        print(f"{stage}: convert.source={source!r} / convert.output_dir={output!r}: both must be set", file=sys.stderr)
+        return 1
+    try:
+        folder = resolve_weights(Path(source).expanduser().absolute())
+        out = convert_checkpoint_config(folder, Path(output).expanduser().absolute(), "v4")
+    except (ConfigFormError, ModelError, OSError) as exc:
+        print(f"{stage}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{stage}: {folder} -> {out} (config.json in the v4 form; weights copied)")
+    return 0

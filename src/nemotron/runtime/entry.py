@@ -72,9 +72,29 @@ def _limit_threads(cpus: int | None) -> None:
 def main(stage: str, config_path: Path, title: str | None = None) -> int:
     """Run the local ``stage`` (``"pretrain"`` / ``"sft"``) from the compiled ``config_path``; returns the
     exit code (see the module docstring)."""
+    try:
+        cfg = load_config(config_path)
+    except SettingsError as exc:
+        print(f"{title or f'ultra3 {stage}'}: {exc}", file=sys.stderr)
+        return 1
+    return run_config(stage, cfg, title)
+
+
+def pretrain(cfg: dict[str, Any]) -> int:
+    """``backend: local`` of ``ultra3 pretrain`` (called by :func:`nemotron.entry.run`)."""
+    return run_config("pretrain", cfg)
+
+
+def sft(cfg: dict[str, Any]) -> int:
+    """``backend: local`` of ``ultra3 sft`` (called by :func:`nemotron.entry.run`)."""
+    return run_config("sft", cfg)
+
+
+def run_config(stage: str, cfg: dict[str, Any], title: str | None = None) -> int:
+    """Run the local ``stage`` on the compiled config ``cfg``; returns the exit code."""
     title = title or f"ultra3 {stage}"
     try:
-        settings = read(load_config(config_path), stage)
+        settings = read(cfg, stage)
         precheck(settings)
     except SettingsError as exc:
         print(f"{title}: {exc}", file=sys.stderr)
@@ -98,4 +118,4 @@ def main(stage: str, config_path: Path, title: str | None = None) -> int:
         return 130
 
 
-__all__ = ["main", "load_config", "precheck"]
+__all__ = ["main", "pretrain", "sft", "run_config", "load_config", "precheck"]

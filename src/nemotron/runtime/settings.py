@@ -9,7 +9,7 @@ Keys read (Megatron-Bridge ``ConfigContainer`` names, as in ``stages/ultra3/{pre
 adam_eps, clip_grad}``, ``scheduler.{lr_decay_style, lr_warmup_iters, lr_decay_iters, lr_wsd_decay_style,
 lr_wsd_decay_iters}``, ``checkpoint.{save, load, save_interval, pretrained_checkpoint, most_recent_k}``,
 ``logger.{log_interval, tensorboard_dir, wandb_project, wandb_entity, wandb_exp_name}``, ``rng.seed``,
-``mixed_precision``, ``run.env.cpus``; pretrain: ``data.per_split_data_args_path``; SFT:
+``mixed_precision``, ``run.env.cpus``, ``model.moe_router_bias_update_rate`` (optional, ``+key``); pretrain: ``data.per_split_data_args_path``; SFT:
 ``dataset.{dataset_root, packed_sequence_specs.*, dataset_kwargs.answer_only_loss}``.
 """
 
@@ -149,6 +149,7 @@ class LocalSettings:
     seed: int
     cpus: int | None
     precision: str | None  # None (FP32 on CPU, BF16 on GPU) | "fp32" | "bf16" | "fp16"
+    expert_bias_rate: float = 1e-3  # model.moe_router_bias_update_rate (Megatron-Core default 1e-3)
     # pretrain
     blend_path: Path | None = None
     # sft
@@ -243,6 +244,7 @@ def read(cfg: dict, stage: str) -> LocalSettings:
         seed=_int(cfg, "rng.seed", 1234),
         cpus=None if cpus is None else _int(cfg, "run.env.cpus", minimum=1),
         precision=LOCAL_PRECISIONS[key],
+        expert_bias_rate=_float(cfg, "model.moe_router_bias_update_rate", 1e-3),
         raw=cfg,
     )
     if get(cfg, "model.mtp_num_layers", 0):

@@ -45,8 +45,9 @@ def find_packed_file(root: Path | None, explicit: Path | None, split: str, pack_
     """The packed Parquet file of ``split`` (``"training"`` / ``"validation"``).
 
     Order: ``explicit`` (``dataset.packed_sequence_specs.packed_{train,val}_data_path``); then Megatron-Bridge's
-    default name ``<split>_<pack_size>.idx.parquet`` in ``root`` or below it (one match); then a single
-    ``<split>*.parquet`` below ``root``. None when nothing matches.
+    default name ``<split>_<pack_size>.idx.parquet`` in ``root`` or below it (``data prep sft`` writes
+    ``<root>/data/``); then ``<split>*.parquet``. The shallowest match wins; two at the same depth are an
+    error. None when nothing matches.
 
     Raises:
         DataError: ``explicit`` missing, or several candidates (named).
@@ -60,13 +61,16 @@ def find_packed_file(root: Path | None, explicit: Path | None, split: str, pack_
     if root.is_file():
         return root if split == "training" else None
     name = f"{split}_{pack_size}.idx.parquet"
-    for pattern in (name, f"**/{name}", f"{split}*.parquet", f"**/{split}*.parquet"):
-        found = sorted(p for p in root.glob(pattern) if p.is_file())
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            raise DataError(f"{root}: several packed {split} files ({', '.join(str(p) for p in found[:4])}); set "
-                            f"dataset.packed_sequence_specs.packed_{'train' if split == 'training' else 'val'}_data_path")
+    for pattern in (f"**/{name}", f"**/{split}*.parquet"):
+        found = sorted((p for p in root.glob(pattern) if p.is_file()), key=lambda p: (len(p.relative_to(root).parts), p))
+        if not found:
+            continue
+        # the shallowest match wins (a newer data version nested in the folder, or part files, sit deeper)
+        top = [p for p in found if len(p.relative_to(root).parts) == len(found[0].relative_to(root).parts)]
+        if len(top) == 1:
+            return top[0]
+        raise DataError(f"{root}: several packed {split} files ({', '.join(str(p) for p in top[:4])}); set "
+                        f"dataset.packed_sequence_specs.packed_{'train' if split == 'training' else 'val'}_data_path")
     return None
 
 
@@ -146,7 +150,7 @@ def read_packed(path: str | os.PathLike[str], pack_size: int | None = None) -> P
         if pack_size is not None and n > pack_size:
             raise DataError(f"{path}: row {r} holds {n} tokens, more than the pack size {pack_size} (model.seq_length)")
         starts.append(s)
-    if len(mask) and int(mask.max()) > 1:
+    if len(mask) and (int(mask.max()) > 1 or int(mask.min()) < 0):
         raise DataError(f"{path}: loss_mask values must be 0 or 1")
     return PackedRows(path, ids.astype(np.int64), mask.astype(np.uint8), offsets, starts)
 
@@ -243,14 +247,21 @@ class PackDataset:
 class PackCollator:
     """Turn a list of pack indices into the model's batch (torch tensors), in layout ``rows`` or ``packed``.
 
-    ``rows``: ``input_ids`` int64 [R, T], ``attention_mask`` int64 [R, T], ``shift_labels``/``labels`` int64
-    [R, T] (R = sub-sequences of the micro-batch, T = the longest; right padding with ``pad_id``).
-    ``packed``: ``input_ids``, ``position_ids``, ``shift_labels``/``labels`` int64 [P, N] and ``seq_idx`` int32
-    [P, N] (P packs right-padded to the longest, N; padding gets its own sub-sequence number).
+    Returns ``{"groups": [g, ...], "shift_labels": flat, "labels": flat}``: each group ``g`` is one forward
+    pass; ``flat`` (int64, 1-D) holds every group's targets, for counting the tokens in the loss.
+
+    ``rows``: the micro-batch's sub-sequences, longest first, in groups of at most ``budget`` padded tokens
+    (rows × the group's longest row; default: the pack size × packs in the micro-batch); ``g`` holds
+    ``input_ids``, ``attention_mask`` and ``shift_labels``, int64 [R, T], right-padded with ``pad_id``.
+    Grouping by length keeps padding near zero without ever sharing a row between documents.
+    ``packed``: one group; ``input_ids``, ``position_ids``, ``shift_labels`` int64 [P, N] and ``seq_idx``
+    int32 [P, N] (P packs right-padded to the longest, N; padding gets its own sub-sequence number).
     """
 
-    def __init__(self, rows: PackedRows, layout: str = "rows", answer_only_loss: bool = True, pad_id: int = 0) -> None:
+    def __init__(self, rows: PackedRows, layout: str = "rows", answer_only_loss: bool = True, pad_id: int = 0,
+                 budget: int | None = None) -> None:
         self.rows, self.layout, self.answer_only_loss, self.pad_id = rows, layout, answer_only_loss, pad_id
+        self.budget = budget
 
     def __call__(self, batch: list[int]) -> dict[str, Any]:
         import torch
@@ -267,19 +278,30 @@ class PackCollator:
                 if n < width:  # padding: its own sub-sequence, positions from 0, no loss
                     out["seq_idx"][i, n:] = it["seq_idx"][-1] + 1
                     out["position_ids"][i, n:] = np.arange(width - n)
-            t = {k: torch.from_numpy(v) for k, v in out.items()}
-            t["labels"] = t["shift_labels"]
-            return t
+            group = {k: torch.from_numpy(v) for k, v in out.items()}
+            flat = group["shift_labels"].reshape(-1)
+            return {"groups": [group], "shift_labels": flat, "labels": flat}
         segs = [s for r in batch for s in unpack(*self.rows.row(r), self.answer_only_loss)]
-        width = max(len(ids) for ids, _ in segs)
-        ids = np.full((len(segs), width), self.pad_id, dtype=np.int64)
-        labels = np.full((len(segs), width), IGNORE, dtype=np.int64)
-        att = np.zeros((len(segs), width), dtype=np.int64)
-        for i, (x, y) in enumerate(segs):
-            ids[i, :len(x)], labels[i, :len(y)], att[i, :len(x)] = x, y, 1
-        lab = torch.from_numpy(labels)
-        return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(att), "shift_labels": lab,
-                "labels": lab}
+        segs.sort(key=lambda s: -len(s[0]))  # stable: equal lengths keep the pack order
+        budget = self.budget or max(int(self.rows.offsets[r + 1] - self.rows.offsets[r]) for r in batch) * len(batch)
+        chunks: list[list[tuple[np.ndarray, np.ndarray]]] = []
+        for seg in segs:
+            if chunks and (len(chunks[-1]) + 1) * len(chunks[-1][0][0]) <= budget:
+                chunks[-1].append(seg)
+            else:
+                chunks.append([seg])
+        groups = []
+        for chunk in chunks:
+            width = len(chunk[0][0])
+            ids = np.full((len(chunk), width), self.pad_id, dtype=np.int64)
+            labels = np.full((len(chunk), width), IGNORE, dtype=np.int64)
+            att = np.zeros((len(chunk), width), dtype=np.int64)
+            for i, (x, y) in enumerate(chunk):
+                ids[i, :len(x)], labels[i, :len(y)], att[i, :len(x)] = x, y, 1
+            groups.append({"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(att),
+                           "shift_labels": torch.from_numpy(labels)})
+        flat = torch.cat([g["shift_labels"].reshape(-1) for g in groups]) if groups else torch.zeros(0, dtype=torch.long)
+        return {"groups": groups, "shift_labels": flat, "labels": flat}
 
 
 __all__ = ["find_packed_file", "read_packed", "PackedRows", "unpack", "packed_layout", "choose_layout",

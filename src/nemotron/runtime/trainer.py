@@ -11,12 +11,14 @@ What it does, in order:
 3. the model: resumed from the newest ``checkpoint-<step>`` in ``checkpoint.load`` (= ``checkpoint.save``,
    a stable folder per run name) when there is one; else ``checkpoint.pretrained_checkpoint`` (SFT starts
    from pretrain's output); else freshly initialised;
-4. ``Trainer`` with AdamW (β, ε, weight decay from the config; fused on CPU and GPU), gradient clipping,
+4. ``Trainer`` with the token-level loss of :mod:`~nemotron.runtime.loss`, AdamW (β, ε, weight decay from the config; fused on CPU and GPU), gradient clipping,
    Megatron-Core's LR schedule (:class:`~nemotron.runtime.settings.Schedule`, exactly), gradient
    accumulation ``global / micro`` batches, token-weighted loss across micro-batches, sequential
    sampling of our already shuffled samples; evaluation every ``eval_interval`` steps on
    ``eval_iters × global_batch_size`` held-out samples (and once at the start of a fresh run);
    a checkpoint every ``save_interval`` steps and at the last step, the newest ``most_recent_k`` kept;
+   with sigmoid routing and expert bias, Megatron-Core's bias update after every step
+   (:mod:`~nemotron.runtime.moe`);
 5. SIGTERM / SIGUSR1 / SIGINT: finish the current step, save a checkpoint, exit 75 (``EXIT_REQUEUE``) —
    not 0, so no artifact is recorded for an unfinished run; running again resumes from that step;
 6. at the end: the final model in Hugging Face form at the top of ``checkpoint.save`` (what
@@ -41,7 +43,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from nemotron.runtime.settings import EXIT_REQUEUE, LocalSettings, thread_count
 
@@ -145,7 +147,7 @@ def sft_data(s: LocalSettings, vocab_size: int, device: str) -> _Data:
     return data
 
 
-def run(settings: LocalSettings, spec: Any = None, *, layout_check: Callable[[Any], None] | None = None) -> int:
+def run(settings: LocalSettings, spec: Any = None) -> int:
     """Train as ``settings`` says; returns the exit code (0 done, ``EXIT_REQUEUE`` saved and stopped on a
     signal). ``spec`` overrides the catalogue entry named by ``model.name`` (tests use a smaller
     vocabulary).
@@ -162,12 +164,14 @@ def run(settings: LocalSettings, spec: Any = None, *, layout_check: Callable[[An
 
     from nemotron import catalogue
     from nemotron.runtime import model as modelmod
+    from nemotron.runtime.loss import selected_token_loss
 
     s = settings
     spec = spec or catalogue.get(s.model_name)
     device, precision = device_and_precision(s)
     transformers.set_seed(s.seed)
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
     data = pretrain_data(s, spec.vocab_size) if s.stage == "pretrain" else sft_data(s, spec.vocab_size, device)
 
     s.save_dir.mkdir(parents=True, exist_ok=True)
@@ -189,15 +193,16 @@ def run(settings: LocalSettings, spec: Any = None, *, layout_check: Callable[[An
          f"built) on {device} ({precision}, {torch.get_num_threads()} thread(s)); {start}")
     for line in data.describe:
         _say(line)
-    for art, path in (("pretrain-data" if s.stage == "pretrain" else "sft-data", data.source),):
-        rec = record_consumption(path, s, art)
-        if rec is not None:
-            _say(f"recorded this run as a consumer of {rec.parent.parent}")
-    _write_json(s.save_dir / "lineage.json", {
-        "stage": s.stage, "model": spec.name, "data": str(data.source),
-        "pretrained_checkpoint": str(s.pretrained_checkpoint) if s.pretrained_checkpoint else None,
-        "experiment_id": os.environ.get("NEMOTRON_EXPERIMENT_ID"), "transformers": transformers.__version__,
-        "torch": torch.__version__})
+    rec = record_consumption(data.source, s, "pretrain-data" if s.stage == "pretrain" else "sft-data")
+    if rec is not None:
+        _say(f"recorded this run as a consumer of {rec.parent.parent}")
+    if resume is None or not (s.save_dir / "lineage.json").exists():  # what the run started from, kept on resume
+        _write_json(s.save_dir / "lineage.json", {
+            "stage": s.stage, "model": spec.name, "data": str(data.source),
+            "pretrained_checkpoint": str(s.pretrained_checkpoint) if s.pretrained_checkpoint and resume is None
+            else None,
+            "experiment_id": os.environ.get("NEMOTRON_EXPERIMENT_ID"), "transformers": transformers.__version__,
+            "torch": torch.__version__})
 
     report_to = _reporting(s)
     has_eval = data.eval is not None
@@ -237,7 +242,16 @@ def run(settings: LocalSettings, spec: Any = None, *, layout_check: Callable[[An
         disable_tqdm=True,
     )
 
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
     class _Trainer(Trainer):
+        loss_is_scaled_for_ga = True  # the loss is normalised by the tokens of the whole accumulated batch
+
+        def compute_loss(self, model: Any, inputs: dict, return_outputs: bool = False,
+                         num_items_in_batch: Any = None) -> Any:
+            loss = selected_token_loss(self.accelerator.unwrap_model(model), inputs, num_items_in_batch, autocast)
+            return (loss, {"loss": loss}) if return_outputs else loss
+
         def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
             if self.lr_scheduler is None:
                 opt = optimizer or self.optimizer
@@ -259,12 +273,24 @@ def run(settings: LocalSettings, spec: Any = None, *, layout_check: Callable[[An
 
     stopper = _SignalStop()
     metrics = _Metrics(s, data, stopper, TrainerCallback)
+    callbacks = [stopper.callback(TrainerCallback), metrics.callback]
+    if spec.is_moe and spec.moe_router_enable_expert_bias and s.expert_bias_rate > 0:
+        from nemotron.runtime.moe import ExpertBiasUpdater
+
+        updater = ExpertBiasUpdater(model, s.expert_bias_rate)
+
+        class ExpertBias(TrainerCallback):
+            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+                updater.step()
+                return control
+
+        callbacks.insert(0, ExpertBias())
+        _say(f"expert bias: updated after every step at rate {s.expert_bias_rate:g} in {len(updater.routers)} "
+             "router(s) (Megatron-Core's aux-loss-free balancing)")
     trainer = _Trainer(model=model, args=args, train_dataset=data.train, eval_dataset=data.eval,
-                       data_collator=data.collator, callbacks=[stopper.callback(TrainerCallback), metrics.callback])
+                       data_collator=data.collator, callbacks=callbacks)
     for cb in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(cb)
-    if layout_check is not None:
-        layout_check(trainer)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     stopper.install()
@@ -275,7 +301,7 @@ def run(settings: LocalSettings, spec: Any = None, *, layout_check: Callable[[An
         stopper.uninstall()
     seconds = time.perf_counter() - t0
     step = trainer.state.global_step
-    _write_latest(s.save_dir, model)
+    _write_latest(s.save_dir)
     if stopper.signal is not None and step < s.train_iters:
         _say(f"stopped by {stopper.signal} at step {step}/{s.train_iters}; checkpoint saved in {s.save_dir}. "
              f"Run the same command again to resume (exit {EXIT_REQUEUE}).")
@@ -298,7 +324,7 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _write_latest(folder: Path, _model: Any) -> None:
+def _write_latest(folder: Path) -> None:
     from nemotron.runtime.model import checkpoints
 
     found = checkpoints(folder)
@@ -362,6 +388,11 @@ class _SignalStop:
         stopper = self
 
         class StopAndSave(base):  # type: ignore[misc, valid-type]
+            def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+                # a resumed state carries the intervals of the run that saved it: use this run's config
+                state.compute_steps(args, state.max_steps)
+                return control
+
             def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
                 if state.global_step >= state.max_steps:
                     control.should_save = True  # always a checkpoint at the last step (Megatron does too)
@@ -371,7 +402,7 @@ class _SignalStop:
                 return control
 
             def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
-                _write_latest(Path(args.output_dir), None)
+                _write_latest(Path(args.output_dir))
                 _say(f"saved checkpoint-{state.global_step}")
                 return control
 
