@@ -5,9 +5,10 @@ plus process-tree and reading helpers.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from config_support import compile_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_DIR = ROOT / "stages" / "ultra3" / "data_prep_pretrain"
@@ -15,23 +16,9 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 def load_config(name: str = "tiny", **overrides: Any) -> dict[str, Any]:
-    """The resolved config `run.py` receives for `-c NAME key=value ...`; a nested key is written with
-    double underscores (``tokenizer__cache_dir=...``), a mapping value sets each of its keys."""
-    from nemotron.config import compile_config
-    from nemotron.registry import get_stage
-
-    args: list[str] = []
-
-    def add(key: str, value: Any) -> None:
-        if isinstance(value, dict) and value:
-            for k, v in value.items():
-                add(f"{key}.{k}", v)
-        else:
-            args.append(f"{key}={json.dumps(value)}")  # JSON is a YAML flow value
-
-    for key, value in overrides.items():
-        add(key.replace("__", "."), value)
-    return compile_config(get_stage("data-prep-pretrain"), name, args).config
+    """The resolved config `run.py` receives for `data prep pretrain -c NAME key=value ...`
+    (see :func:`config_support.compile_stage`)."""
+    return compile_stage("data-prep-pretrain", name, **overrides)
 
 
 # --------------------------------------------------------------------------------------------------

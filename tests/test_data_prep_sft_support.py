@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from config_support import compile_stage
+
 ROOT = Path(__file__).resolve().parent.parent
 SFT_DIR = ROOT / "stages" / "ultra3" / "data_prep_sft"
 RL_DIR = ROOT / "stages" / "ultra3" / "data_prep_rl"
@@ -17,26 +19,6 @@ TEMPLATE = SFT_DIR / "nemotron3_chat.jinja"
 FIXTURES = ROOT / "tests" / "fixtures" / "chat"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 TEKKEN = "mistral_common/data/tekken_240911.json"
-
-
-def compile_stage(stage: str, name: str = "tiny", **overrides: Any) -> dict[str, Any]:
-    """The resolved config `run.py` receives for `-c NAME key=value ...`; a nested key is written with
-    double underscores (``pack__pack_size=...``), a mapping value sets each of its keys."""
-    from nemotron.config import compile_config
-    from nemotron.registry import get_stage
-
-    args: list[str] = []
-
-    def add(key: str, value: Any) -> None:
-        if isinstance(value, dict) and value:
-            for k, v in value.items():
-                add(f"{key}.{k}", v)
-        else:
-            args.append(f"{key}={json.dumps(value)}")  # JSON is a YAML flow value
-
-    for key, value in overrides.items():
-        add(key.replace("__", "."), value)
-    return compile_config(get_stage(stage), name, args).config
 
 
 def chat_tokenizer(cache_dir: str):

@@ -1,0 +1,26 @@
+"""Compile a stage's config in tests exactly as the CLI does (no stand-in compiler)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def compile_stage(stage: str, name: str = "tiny", **overrides: Any) -> dict[str, Any]:
+    """The resolved config `run.py` receives for `nemotron ... -c NAME key=value ...`. A nested key is
+    written with double underscores (``pack__pack_size=...``); a mapping value sets each of its keys."""
+    from nemotron.config import compile_config
+    from nemotron.registry import get_stage
+
+    args: list[str] = []
+
+    def add(key: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                add(f"{key}.{k}", v)
+        else:
+            args.append(f"{key}={json.dumps(value)}")  # JSON is a YAML flow value
+
+    for key, value in overrides.items():
+        add(key.replace("__", "."), value)
+    return compile_config(get_stage(stage), name, args).config
