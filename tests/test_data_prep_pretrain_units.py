@@ -252,7 +252,7 @@ def test_parquet_reader_and_missing_column(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from nemotron.data.sources import Piece, check_parquet_field, iter_records, split_file
+    from nemotron.data.sources import check_parquet_field, iter_records, split_file
     from nemotron.errors import ConfigError
 
     path = tmp_path / "a.parquet"

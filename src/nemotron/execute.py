@@ -63,8 +63,6 @@ def git_commit() -> str | None:
 
 def provenance(req: Any, compiled: Any, profile: Any, plan: Any) -> dict[str, Any]:
     """The content of ``job.yaml``: everything needed to know what ran and why (secrets redacted)."""
-    from nemotron.config import dotted  # noqa: F401  (kept light; config is already imported by now)
-
     argv = list(req.argv) if req.argv else []
     record = {
         "experiment_id": plan.experiment_id,

@@ -264,7 +264,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     if run and batch:
         raise UsageError("--run and --batch are mutually exclusive")
     mode = "run" if run else "batch" if batch else "here"
-    from nemotron import artifacts, execute, report
+    from nemotron import artifacts, execute
     from nemotron.plan import planned_outputs
 
     # prepare every stage first, each wired to the planned outputs of the ones before it
