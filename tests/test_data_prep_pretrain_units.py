@@ -160,7 +160,7 @@ def test_bad_weight_names_file_line_and_policy(tmp_path, weight):
 
     blend = write(tmp_path / "b.json", '{\n  "datasets": [\n    {"name": "ok", "path": "a", "weight": 1},\n'
                   f'    {{"name": "bad", "path": "b",\n     "weight": {weight}}}\n  ]\n}}\n')
-    with pytest.raises(ConfigError, match=rf"b\.json:4: datasets\[1\] \(bad\): weight=.* (not|must be)"):
+    with pytest.raises(ConfigError, match=r"b\.json:4: datasets\[1\] \(bad\): weight=.* (not|must be)"):
         load_blend(blend)
     b = load_blend(blend, bad_weight="skip")
     assert [d.name for d in b.datasets] == ["ok"] and "b.json:4" in b.dropped[0][1]

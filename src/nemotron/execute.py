@@ -188,7 +188,7 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
             raise ConfigError(
                 f"{plan.stage.title} -c {plan.config_name} needs {plan.gpus_per_node} GPUs per node; this machine has "
                 f"{visible} visible",
-                f"submit it to a cluster: --run PROFILE (see --dry-run), or run it here with -c local")
+                "submit it to a cluster: --run PROFILE (see --dry-run), or run it here with -c local")
     folder = run_dir(plan)
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,7 @@ from nemotron.data import outputs
 from nemotron.data.blend import Blend, DatasetSpec, load_blend, prefix_weights, write_megatron_blend
 from nemotron.data.files import atomic_write_json, remove_tmp_files, sha256_file, stable_hash
 from nemotron.data.indexed import IndexedWriter, choose_dtype
+from nemotron.data.progress import fmt_counts
 from nemotron.data.sources import (Piece, check_parquet_field, detect_format, expand, fetch_remote,
                                    file_size_estimate, is_remote, iter_records, resolve_remote, scan_rows, split_file)
 from nemotron.errors import ConfigError, RuntimeFailure
@@ -760,7 +761,7 @@ def _finish(s: Settings, blend: Blend, plans: list[DatasetPlan], shards: list[di
         if tokens["train"] == 0:
             raise RuntimeFailure(
                 f"dataset {name} produced no training tokens ({sum(skipped.values())} records skipped: "
-                f"{_fmt_counts(skipped) or 'no records'})",
+                f"{fmt_counts(skipped) or 'no records'})",
                 "check its path, text_field and the skip reasons; or lower split.valid_docs/test_docs")
         for split in SPLITS:
             good = [(sh, r) for sh, r in recs if sh["split"] == split and r["tokens"] > 0]
@@ -808,10 +809,6 @@ def _finish(s: Settings, blend: Blend, plans: list[DatasetPlan], shards: list[di
     return manifest
 
 
-def _fmt_counts(c: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v:,}" for k, v in sorted(c.items()) if v)
-
-
 def _print_summary(m: dict[str, Any], quiet: bool) -> None:
     if quiet:
         return
@@ -821,7 +818,7 @@ def _print_summary(m: dict[str, Any], quiet: bool) -> None:
     for d in m["datasets"]:
         tok_all = sum(d["tokens"].values())
         rows.append([
-            d["name"], f"{sum(d['documents'].values()):,}", _fmt_counts(d["skipped"]) or "-",
+            d["name"], f"{sum(d['documents'].values()):,}", fmt_counts(d["skipped"]) or "-",
             f"{d['truncated']:,}" if d["truncated"] else "-", human(tok_all),
             f"{d['shards']['train']}+{d['shards']['valid']}+{d['shards']['test']}", f"{d['seconds']:.1f}",
             human(tok_all / d["seconds"]) if d["seconds"] else "-", f"{100 * d['share']:.2f}%",

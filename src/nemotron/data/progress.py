@@ -20,6 +20,11 @@ def human(n: float, unit: str = "") -> str:
     return f"{n:.3g}{unit}" if isinstance(n, float) and not float(n).is_integer() else f"{int(n)}{unit}"
 
 
+def fmt_counts(c: dict[str, int]) -> str:
+    """``{"empty": 2, "too_long": 0, "bad_json": 1}`` → ``"bad_json 1, empty 2"`` (zeros left out)."""
+    return ", ".join(f"{k} {v:,}" for k, v in sorted(c.items()) if v)
+
+
 def in_batch_job() -> bool:
     """True inside a Slurm batch job: its output goes to a log file even when srun hands the task a
     pseudo-terminal (NeMo-Run's unbuffered srun does), so live bars and colours stay off."""

@@ -956,19 +956,15 @@ def _finish(s: Settings, blend: Blend, plan: _Plan, receipts: dict[str, dict[str
     return manifest
 
 
-def _fmt_counts(c: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v:,}" for k, v in sorted(c.items()) if v)
-
-
 def _print_summary(m: dict[str, Any], quiet: bool) -> None:
     if quiet:
         return
-    from nemotron.data.progress import console, human, print_table
+    from nemotron.data.progress import console, fmt_counts, human, print_table
 
     rows = []
     for d in m["datasets"]:
         tok = sum(d["tokens"].values())
-        rows.append([d["name"], f"{d['records']:,}", f"{d['samples']:,}", _fmt_counts(d["skipped"]) or "-",
+        rows.append([d["name"], f"{d['records']:,}", f"{d['samples']:,}", fmt_counts(d["skipped"]) or "-",
                      f"{d['truncated']:,}" if d["truncated"] else "-", human(d["truncated_tokens"] + d["dropped_tokens"]),
                      human(tok), f"{100 * sum(d['learned_tokens'].values()) / tok:.1f}%" if tok else "-",
                      f"{d['passes']:.3g}", f"{100 * d['effective_share']:.1f}%"])
