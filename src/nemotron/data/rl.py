@@ -524,11 +524,11 @@ def _write(s: Settings, blend: Blend, datasets: list[Any], shards: list[dict[str
 def _print_summary(m: dict[str, Any], quiet: bool) -> None:
     if quiet:
         return
-    from nemotron.data.progress import console, print_table
+    from nemotron.data.progress import console, fmt_counts, print_table
 
     rows = []
     for d in m["datasets"]:
-        skipped = ", ".join(f"{k} {v:,}" for k, v in d["skipped"].items() if v) or "-"
+        skipped = fmt_counts(d["skipped"]) or "-"
         rows.append([d["name"], d["schema"], f"{d['records']:,}", skipped, f"{d['duplicates']:,}",
                      f"{d['passes']:.3g}", f"{d['train_rows']:,}", f"{d['validation_rows']:,}"])
     f = m["files"]
