@@ -36,18 +36,18 @@ CONTAINER = ("megatron.bridge.training.config", "ConfigContainer")
 class Sources:
     """Python sources by module name, from wheels or folders; classes and imports parsed on demand."""
 
-    def __init__(self, inputs: list[Path]) -> None:
+    def __init__(self, inputs: list[Path], packages: tuple[str, ...] = ("megatron/",)) -> None:
         self.files: dict[str, str] = {}
         for src in inputs:
             if src.is_dir():
                 for path in src.rglob("*.py"):
                     rel = path.relative_to(src).as_posix()
-                    if rel.startswith("megatron/"):
+                    if rel.startswith(packages):
                         self.files[self._module(rel)] = path.read_text(encoding="utf-8", errors="replace")
             else:
                 with zipfile.ZipFile(src) as z:
                     for name in z.namelist():
-                        if name.endswith(".py") and name.startswith("megatron/"):
+                        if name.endswith(".py") and name.startswith(packages):
                             self.files[self._module(name)] = z.read(name).decode("utf-8", errors="replace")
         self._parsed: dict[str, ast.Module] = {}
 
@@ -132,9 +132,14 @@ def _is_mapping(ann: ast.expr) -> bool:
 
 
 class Collector:
-    def __init__(self, src: Sources) -> None:
+    """Fields of config classes (dataclasses by default; ``is_config`` decides which annotated classes to
+    expand), recursing ``max_depth`` levels into fields whose type is itself a config class."""
+
+    def __init__(self, src: Sources, is_config=None, max_depth: int = 3) -> None:
         self.src = src
         self.cache: dict[tuple[str, str], dict] = {}
+        self.is_config = is_config or _looks_like_config
+        self.max_depth = max_depth
 
     def fields(self, module: str, cls: ast.ClassDef, depth: int = 0) -> dict:
         key = (module, cls.name)
@@ -155,11 +160,11 @@ class Collector:
                 entry: dict = {"type": ann}
                 if _is_mapping(st.annotation):
                     entry["mapping"] = True
-                elif depth < 3:
+                elif depth < self.max_depth:
                     nested: dict = {}
                     for name in _annotation_names(st.annotation):
                         found = self.src.resolve(module, name)
-                        if found is not None and _looks_like_config(found[1]):
+                        if found is not None and self.is_config(found[1]):
                             nested.update(self.fields(*found, depth=depth + 1))
                     if nested:
                         entry["fields"] = nested

@@ -58,8 +58,13 @@ def _read(name: str, v: int) -> dict[str, Any] | None:
 
 def accepted_configs(config: str) -> set[str]:
     """Producer configs a consumer running ``-c config`` takes artifacts from: the same name; for
-    ``local`` also ``tiny`` (the data prep stages' tiny sample is their local config)."""
-    return {config, "tiny"} if config == "local" else {config}
+    ``local`` also ``tiny`` (the data prep stages' tiny sample is their local config); for the
+    paper-scale variants of a stage (``phase2``, ``teacher-<slot>``) also ``default``."""
+    if config == "local":
+        return {config, "tiny"}
+    if config == "phase2" or config.startswith("teacher-"):
+        return {config, "default"}
+    return {config}
 
 
 def lookup(name: str, version: int | None = None, config: str | None = None) -> dict[str, Any] | None:
@@ -68,7 +73,8 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
     ``version`` picks one version. Otherwise the latest version produced by a config that ``config``
     accepts (:func:`accepted_configs`) — so ``pretrain -c default`` never trains on the ``tiny``
     sample that happened to run last —, or the latest of all when ``config`` is None (a config file
-    given by path). A planned artifact (:data:`PLANNED`) wins when no version is asked for.
+    given by path), or one named after the config that made it. A planned artifact (:data:`PLANNED`)
+    wins when no version is asked for.
 
     Raises:
         ConfigError: when a record exists but is not valid JSON (names the file).
@@ -79,7 +85,10 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
         return _read(name, version)
     for v in reversed(_versions(name)):
         rec = _read(name, v)
-        if rec is not None and (config is None or rec.get("config") in accepted_configs(config)):
+        # An artifact named after the config that made it (``teacher-reasoning`` by ``-c teacher-reasoning``)
+        # is that config's only product: every consumer takes it.
+        if rec is not None and (config is None or rec.get("config") in accepted_configs(config)
+                                or rec.get("config") == name):
             return rec
     return None
 

@@ -1,4 +1,4 @@
-"""Unknown pass-through keys of Megatron-Bridge stages, rejected before a job is queued.
+"""Unknown pass-through keys of Megatron-Bridge and NeMo RL stages, rejected before a job is queued.
 
 A Megatron-Bridge stage passes most of its config straight to the framework's ``ConfigContainer``
 (``train.*``, ``model.*``, ``optimizer.*``, ...). A key added with ``+key=value``, or a typo in a
@@ -6,7 +6,11 @@ stage YAML, would otherwise reach the job and fail there (or be ignored). The ke
 Megatron-Bridge version pinned to the stage's image (``stages/images.toml`` ``[nemo].frameworks``) is
 stored as data in ``src/nemotron/keylists/megatron-bridge-<version>.json``, generated from the
 released wheels by ``scripts/megatron_bridge_keys.py`` (ConfigContainer sections and their dataclass
-fields, read with ``ast``). :func:`unknown_keys` walks a compiled config against it.
+fields, read with ``ast``). NeMo RL stages (rlvr, mopd) are checked the same way against
+``keylists/nemo-rl-<version>.json`` (``[nemo-rl].frameworks.nemo_rl``), generated from a source
+checkout at the pinned commit by ``scripts/nemo_rl_keys.py`` (``MasterConfig`` and its config
+classes, plus the keys of NeMo RL's example configs). :func:`unknown_keys` walks a compiled config
+against either list.
 
 Stdlib only (the CLI's validation path imports it).
 """
@@ -15,10 +19,11 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 KEYLIST_DIR = Path(__file__).resolve().parent / "keylists"
 
@@ -34,6 +39,19 @@ OWN_KEYS: tuple[str, ...] = (
     "dataset.local_layout",
 )
 
+#: Keys of our NeMo RL stage configs that are ours (the runtime, nemotron.runtime.nemo_rl, drops or
+#: translates them before NeMo RL sees the config): ``model.name`` the catalogue entry, ``backend``,
+#: ``run`` the launcher, ``_teachers`` the MOPD panel, ``teacher_routing`` (becomes
+#: ``on_policy_distillation.teacher_model_by_agent_name``), ``environments`` (becomes ``env.*``) and
+#: ``output_artifact`` (the artifact a teacher run records).
+NEMO_RL_OWN_KEYS: tuple[str, ...] = (
+    "backend", "model", "run", "_teachers", "teacher_routing", "environments", "output_artifact",
+)
+
+#: Key list file prefix and label of each framework.
+FRAMEWORKS = {"megatron-bridge": ("Megatron-Bridge", "scripts/megatron_bridge_keys.py from that version's wheels"),
+              "nemo-rl": ("NeMo RL", "scripts/nemo_rl_keys.py from a source checkout at that commit")}
+
 
 @dataclass(frozen=True)
 class KeyProblem:
@@ -46,23 +64,24 @@ class KeyProblem:
     valid: tuple[str, ...]
 
 
-def available_versions() -> list[str]:
-    """Megatron-Bridge versions that have a stored key list."""
-    return sorted(p.name[len("megatron-bridge-"):-len(".json")] for p in KEYLIST_DIR.glob("megatron-bridge-*.json"))
+def available_versions(framework: str = "megatron-bridge") -> list[str]:
+    """Versions of ``framework`` (``megatron-bridge``, ``nemo-rl``) that have a stored key list."""
+    return sorted(p.name[len(framework) + 1:-len(".json")] for p in KEYLIST_DIR.glob(f"{framework}-*.json"))
 
 
 @lru_cache(maxsize=8)
-def load_keylist(version: str) -> dict[str, Any]:
-    """The stored key list of Megatron-Bridge ``version``.
+def load_keylist(version: str, framework: str = "megatron-bridge") -> dict[str, Any]:
+    """The stored key list of ``framework`` (``megatron-bridge`` or ``nemo-rl``) at ``version``
+    (``0.5.0``; for NeMo RL ``main-<commit>``, as ``stages/images.toml`` pins it).
 
     Raises:
         KeyError: no key list for that version (the message lists the stored ones and how to add one).
     """
-    path = KEYLIST_DIR / f"megatron-bridge-{version}.json"
+    label, how = FRAMEWORKS.get(framework, (framework, "its generator script"))
+    path = KEYLIST_DIR / f"{framework}-{version}.json"
     if not path.is_file():
-        raise KeyError(f"no Megatron-Bridge key list for version {version!r} (stored: "
-                       f"{', '.join(available_versions()) or 'none'}); generate it with "
-                       "scripts/megatron_bridge_keys.py from that version's wheels")
+        raise KeyError(f"no {label} key list for version {version!r} (stored: "
+                       f"{', '.join(available_versions(framework)) or 'none'}); generate it with {how}")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -88,13 +107,17 @@ def _suggest(word: str, names: Iterable[str]) -> str | None:
 
 
 def unknown_keys(config: dict[str, Any], keylist: dict[str, Any], own: Iterable[str] = OWN_KEYS) -> list[KeyProblem]:
-    """Every leaf key of ``config`` that is neither ours (``own``) nor a field of the Megatron-Bridge
-    ``ConfigContainer`` in ``keylist`` (one problem per key, in config order).
+    """Every leaf key of ``config`` that is neither ours (``own``) nor a field of the framework's root
+    config in ``keylist`` (Megatron-Bridge's ``ConfigContainer``, NeMo RL's ``MasterConfig``; one
+    problem per key, in config order).
 
-    A key under a field whose type is a mapping (``dataset.dataset_kwargs.*``) is accepted as is.
+    A key under a field whose type is a mapping (``dataset.dataset_kwargs.*``, NeMo RL's ``env.*``) is
+    accepted as is.
     """
     sections = keylist["sections"]
     version = keylist.get("version", "?")
+    label = keylist.get("label", "Megatron-Bridge")
+    root = keylist.get("root", "ConfigContainer")
     own = tuple(own)
     problems: list[KeyProblem] = []
     seen: set[str] = set()
@@ -108,8 +131,10 @@ def unknown_keys(config: dict[str, Any], keylist: dict[str, Any], own: Iterable[
                 continue
             seen.add(head)
             sug = _suggest(head, sections)
-            problems.append(KeyProblem(head, f"{head}: not a section of Megatron-Bridge {version}'s ConfigContainer",
+            problems.append(KeyProblem(head, f"{head}: not a section of {label} {version}'s {root}",
                                        sug, tuple(sorted(sections))))
+            continue
+        if sections[head].get("mapping"):
             continue
         fields = sections[head]["fields"]
         where = head
@@ -121,7 +146,7 @@ def unknown_keys(config: dict[str, Any], keylist: dict[str, Any], own: Iterable[
                 types = where if i > 1 else (", ".join(names) if len(names) <= 2 else
                                              f"any of {', '.join(names[:3])}, ... ({len(names)} classes)")
                 problems.append(KeyProblem(
-                    dotted, f"{dotted}: {part!r} is not a field of {types} (Megatron-Bridge {version})",
+                    dotted, f"{dotted}: {part!r} is not a field of {types or where} ({label} {version})",
                     f"{where}.{sug}" if sug else None, tuple(sorted(fields))[:12]))
                 break
             where = f"{where}.{part}"
@@ -140,4 +165,5 @@ def describe(problem: KeyProblem) -> str:
     return problem.message + hint
 
 
-__all__ = ["unknown_keys", "load_keylist", "available_versions", "describe", "KeyProblem", "OWN_KEYS"]
+__all__ = ["FRAMEWORKS", "NEMO_RL_OWN_KEYS", "OWN_KEYS", "KeyProblem", "available_versions", "describe", "load_keylist",
+           "unknown_keys"]

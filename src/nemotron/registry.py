@@ -89,7 +89,7 @@ STAGES: tuple[Stage, ...] = (
            "Convert checkpoints between the Hugging Face and Megatron forms (AutoBridge).",
            {"path": "{convert.output_dir}"}),
     _stage("rlvr", "rlvr", "rl", "ray", "nemo-rl", "hf-checkpoint rl-data", "rl-checkpoint", True,
-           "Reinforcement learning with verifiable rewards (GRPO) on NeMo RL.",
+           "Reinforcement learning with verifiable rewards (GRPO) on NeMo RL; -c teacher-<slot> trains MOPD teachers.",
            {"path": "{checkpointing.checkpoint_dir}"}),
     _stage("mopd", "mopd", "rl", "ray", "nemo-rl", "rl-checkpoint rl-data", "mopd-checkpoint", True,
            "Multi-teacher on-policy distillation on NeMo RL.",

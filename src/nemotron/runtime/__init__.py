@@ -18,7 +18,10 @@ files our data prep writes:
 * :mod:`~nemotron.runtime.convert` — the transformers-v5 → v4 NemotronH config rewrite (pure);
 * :mod:`~nemotron.runtime.routing` — the MoE-routing check the Megatron-Bridge entry runs on its
   model provider (pure).
+* :mod:`~nemotron.runtime.nemo_rl` — the cluster runtime of ``rlvr`` and ``mopd``: checks, the v4
+  checkpoint views, the translation to NeMo RL's config (pure) and the call of NeMo RL's GRPO entry
+  (stdlib at import time).
 
-Only :mod:`settings`, :mod:`convert` and :mod:`routing` are light; the rest import numpy, pyarrow,
+Only :mod:`settings`, :mod:`convert`, :mod:`routing` and :mod:`nemo_rl` are light; the rest import numpy, pyarrow,
 torch or transformers at module level and must stay out of the CLI's import path.
 """

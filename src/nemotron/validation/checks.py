@@ -329,7 +329,10 @@ class RLPlan:
         pp = as_int(get(self.cfg, f"{vc}.pipeline_parallel_size")) or 1
         ep = as_int(get(self.cfg, f"{vc}.expert_parallel_size")) or 1
         dp = ep // tp if ep > tp and ep % tp == 0 else 1
+        # Expert weights split over EP ranks with expert parallel on; with it off (EP=1) vLLM shards each
+        # expert's FFN over TP instead (vLLM FusedMoE), so an engine holds experts / max(EP, TP) per GPU.
         return {"backend": "vllm", "per": tp * pp * dp, "dp": dp, "attn_tp": tp, "ep": ep, "tp": tp, "pp": pp,
+                "expert_shard": max(ep, tp),
                 "keys": {"engine": f"{vc}.tensor_parallel_size", "dp": f"{vc}.expert_parallel_size", "total": ""},
                 "values": {"engine": get(self.cfg, f"{vc}.tensor_parallel_size"), "dp": get(self.cfg, f"{vc}.expert_parallel_size")},
                 "mem": get(self.cfg, f"{vc}.gpu_memory_utilization")}
@@ -379,6 +382,11 @@ def validate_rl(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
                 if not isinstance(slot, str) or slot not in plan.panel:
                     out.append(Problem(f"teacher_routing.by_agent.{agent}", slot, "not a teacher slot",
                                        ", ".join(plan.panel), rule="mopd-general-teacher"))
+    envs = get(cfg, "environments")
+    if isinstance(envs, dict):
+        names = {k: get(cfg, k) for k in ("data.default.env_name", "data.train.env_name", "data.validation.env_name")
+                 if get(cfg, k) is not None}
+        out += rules.rl_environments(envs, names, bool(get(cfg, "env.should_use_nemo_gym", False)), plan.gym_nodes)
     out += rules.rl_node_total(plan.run_nodes, plan.cluster_nodes, plan.gen_nodes, plan.gym_nodes, plan.teacher_nodes,
                                plan.colocated)
     segment = as_int(get(cfg, "cluster.segment_size")) or (16 if plan.gpn == 4 else 0)
@@ -445,7 +453,7 @@ def engine_memory(model: ModelSpec, eng: dict[str, Any], shape: NodeShape) -> li
         frac = float(eng["mem"]) if eng["mem"] is not None else 0.9
     except (TypeError, ValueError):
         return []
-    w = memory.inference_weights_gb(model, eng["attn_tp"], max(eng["ep"], 1), eng.get("pp", 1))
+    w = memory.inference_weights_gb(model, eng["attn_tp"], eng.get("expert_shard", max(eng["ep"], 1)), eng.get("pp", 1))
     budget = frac * shape.gpu_memory_gb
     if w <= budget:
         return []
@@ -564,10 +572,25 @@ def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str
     erow = [["backend", eng["backend"]], ["GPUs per engine", str(eng["per"])], ["DP-attention", str(eng["dp"])],
             ["attention TP", str(eng["attn_tp"])], ["engines", f"{plan.gen_gpus // eng['per'] if eng['per'] else '?'}"]]
     if eng["per"]:
-        w = memory.inference_weights_gb(model, eng["attn_tp"] or 1, max(eng["ep"], 1), eng.get("pp", 1))
+        w = memory.inference_weights_gb(model, eng["attn_tp"] or 1, eng.get("expert_shard", max(eng["ep"], 1)),
+                                        eng.get("pp", 1))
         budget = f" of {float(eng['mem']) * shape.gpu_memory_gb:.0f} GB budget" if eng["mem"] and shape.gpu_memory_gb else ""
         erow.append(["weights per GPU (BF16)", f"{w:.0f} GB{budget}"])
     tables.append(("generation engines", ["", "value"], erow))
+    envs = get(cfg, "environments")
+    if isinstance(envs, dict) and envs:
+        env_rows = []
+        for name, e in envs.items():
+            if not isinstance(e, dict):
+                continue
+            on = bool(e.get("enabled", False))
+            kind = str(e.get("kind"))
+            where = ("NeMo RL built-in (CPU)" if kind == "builtin" else
+                     f"endpoint {e.get('endpoint')}" if e.get("endpoint") else
+                     f"served in Gym: {e.get('model')}" if e.get("model") else
+                     f"images {e.get('image')}" if e.get("image") else "NeMo Gym (CPU)" if kind != "judge" else "-")
+            env_rows.append([name, kind, "on" if on else "off", where if on else "-"])
+        tables.append(("environments", ["name", "kind", "state", "runs on"], env_rows))
     if plan.opd:
         general = plan.panel.get("general")
         used = set(plan.used_slots())

@@ -513,6 +513,94 @@ def rl_node_total(run_nodes: int, cluster_nodes: int, gen_nodes: int, gym_nodes:
     return out
 
 
+#: Environment kinds of our ``environments`` table: ``builtin`` = NeMo RL's own environment (math answer
+#: verification, ``env.math``: nemo_rl/environments/math_environment.py); the rest are NeMo Gym resources
+#: servers (``env.nemo_gym``): an LLM ``judge``, ``instruction_following`` verifiers, a code ``sandbox``.
+ENV_KINDS = ("builtin", "judge", "instruction_following", "sandbox")
+#: NeMo RL's built-in environments our stages use (the ``env.<name>`` section NeMo RL reads).
+BUILTIN_ENVS = ("math",)
+
+
+def _given(value: Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+@rule("rl-environments", "every environment the data needs is on and has what it needs; NeMo Gym ones need Gym on",
+      "NVIDIA-NeMo/RL examples/nemo_gym/nemotron-3-ultra/*.yaml and ultra_launch.sh (judge base_url or model, "
+      "sif_dir for SWE, env.should_use_nemo_gym, data.default.env_name nemo_gym) and nemo_rl/environments "
+      "(math_environment.py: the built-in math verifier)", "NeMo RL main 7ea279a")
+def rl_environments(envs: dict[str, Any], env_names: dict[str, Any], use_gym: bool, gym_nodes: int) -> list[Problem]:
+    """``envs``: our ``environments`` table; ``env_names``: data keys → the environment each data split
+    names (``data.default.env_name``); ``use_gym``: ``env.should_use_nemo_gym``; ``gym_nodes``:
+    ``env.nemo_gym.num_gpu_nodes``. A value still holding ``${...}`` (an unset variable, an artifact not
+    made yet) counts as given: the compiler warns about it and submission refuses it."""
+    out: list[Problem] = []
+    rid = "rl-environments"
+    enabled_gym = []
+    for name, e in envs.items():
+        key = f"environments.{name}"
+        if not isinstance(e, dict):
+            out.append(_err(key, e, "must be a mapping with kind and enabled", "see stages/ultra3/rlvr/default.yaml", rid))
+            continue
+        kind = e.get("kind")
+        if kind not in ENV_KINDS:
+            out.append(_err(f"{key}.kind", kind, "not an environment kind", ", ".join(ENV_KINDS), rid))
+            continue
+        if not e.get("enabled", False):
+            continue
+        if kind == "builtin":
+            if name not in BUILTIN_ENVS:
+                out.append(_err(f"{key}.kind", kind, f"NeMo RL has no built-in environment {name!r}",
+                                f"builtin only for {', '.join(BUILTIN_ENVS)}; other environments run in NeMo Gym", rid))
+            continue
+        enabled_gym.append(name)
+        if not _given(e.get("gym_config")):
+            out.append(_err(f"{key}.gym_config", e.get("gym_config"), "a NeMo Gym environment needs its resources "
+                                                                    "server config (a path in the NeMo Gym tree)",
+                            "e.g. resources_servers/genrm_compare/configs/genrm_compare.yaml", rid))
+        if kind == "judge":
+            endpoint, model = e.get("endpoint"), e.get("model")
+            if not _given(endpoint) and not _given(model):
+                out.append(_err(f"{key}.endpoint", endpoint, f"the {name} judge is on but has neither an endpoint nor "
+                                                            "a model to serve", f"{key}.endpoint=http://HOST:PORT/v1 "
+                                                                                f"or {key}.model=CHECKPOINT", rid))
+            elif _given(endpoint) and "${" not in endpoint and not endpoint.startswith(("http://", "https://")):
+                out.append(_err(f"{key}.endpoint", endpoint, "a judge endpoint is a base URL", "http://HOST:PORT/v1", rid))
+            elif not _given(endpoint) and gym_nodes < 1:
+                out.append(_err("env.nemo_gym.num_gpu_nodes", gym_nodes, f"the {name} judge is served inside NeMo Gym "
+                                                                        f"({key}.model) but Gym has no GPU nodes",
+                                f"1 or more (and add them to run.env.nodes), or {key}.endpoint=URL", rid))
+            if not _given(e.get("server")):
+                out.append(_err(f"{key}.server", e.get("server"), "the key under env.nemo_gym where the judge's "
+                                                                  "base_url/model go", "e.g. genrm_model.responses_api_models.genrm_model", rid))
+        if kind == "sandbox" and not _given(e.get("image")):
+            out.append(_err(f"{key}.image", e.get("image"), f"the {name} sandbox is on but names no container images",
+                            "a folder of .sif images or an image URI", rid))
+    if enabled_gym and not use_gym:
+        out.append(_err("env.should_use_nemo_gym", use_gym, f"NeMo Gym environments are on ({', '.join(enabled_gym)}) "
+                                                           "but NeMo Gym is off: they would be silently unused",
+                        f"true, or environments.<name>.enabled=false for {', '.join(enabled_gym)}", rid))
+    if use_gym and not enabled_gym:
+        out.append(_err("env.should_use_nemo_gym", use_gym, "NeMo Gym is on but no NeMo Gym environment is enabled",
+                        "enable one in environments (judge, instruction_following, sandbox), or false", rid))
+    for key, name in env_names.items():
+        if not _given(name) or "${" in name:
+            continue
+        if name == "nemo_gym":
+            if not use_gym:
+                out.append(_err(key, name, "the data is routed to NeMo Gym, which is off", "env.should_use_nemo_gym=true",
+                                rid))
+            continue
+        e = envs.get(name)
+        if not isinstance(e, dict) or not e.get("enabled", False):
+            on = [n for n, v in envs.items() if isinstance(v, dict) and v.get("enabled") and v.get("kind") == "builtin"]
+            out.append(_err(key, name, "the data's environment is " + ("off" if isinstance(e, dict) else "not defined")
+                            + " (its rewards would be missing)",
+                            ", ".join([*on, "nemo_gym"]) + (f", or environments.{name}.enabled=true" if isinstance(e, dict) else ""),
+                            rid))
+    return out
+
+
 @rule("segment-multiple", "on 4-GPU GB200 nodes the Ray nodes are a multiple of the NVLink segment (16)",
       "NVIDIA-NeMo/RL examples/nemo_gym/nemotron-3-ultra/ultra_launch.sh (NUM_RAY_NODES % SEGMENT_SIZE, default "
       "16, 'one NVLink domain group')",
@@ -616,4 +704,5 @@ def sft_pack_size(seq: int, spec_pack: int | None, data_pack: int | None, seq_ke
 
 __all__ = ["RULES", "RuleInfo", "divisors", "common_divisors", "fmt", "version_tuple", "stage_layers", "cp_multiple",
            "pack_pad_multiple",
-           "kv_note", "resolve_teachers", "TEACHER_SLOTS"] + [r.func.__name__ for r in RULES.values()]
+           "kv_note", "resolve_teachers", "TEACHER_SLOTS", "ENV_KINDS", "BUILTIN_ENVS"] + [
+    r.func.__name__ for r in RULES.values()]

@@ -1,8 +1,9 @@
 """Runtime entry of `nemotron ultra3 rlvr`: ``python run.py --config train.yaml``.
 
-The cluster backend (``backend: nemo-rl``) runs inside the nemo-rl container and checks that
-nemo_rl is importable before anything heavy; its runtime and the ``local`` backend arrive with
-the RL runtime issue: until then this entry says so in one line and exits 1.
+The cluster backend (``backend: nemo-rl``) runs inside the nemo-rl container on the Ray head of the job:
+nemotron.runtime.nemo_rl checks the container and inputs (NeMo RL and vLLM importable, checkpoint paths,
+GPUs on the node; one line each, exit 1), translates the config and runs NeMo RL's GRPO entry. The
+``local`` backend arrives with the RL local runtime: until then this entry says so in one line and exits 1.
 """
 
 import sys
@@ -10,5 +11,6 @@ import sys
 from nemotron.entry import Backend, run
 
 if __name__ == "__main__":
-    sys.exit(run("ultra3 rlvr", {"nemo-rl": Backend(requires="nemo_rl", image="nemo-rl"), "local": Backend()},
+    sys.exit(run("ultra3 rlvr", {"nemo-rl": Backend(runtime="nemotron.runtime.nemo_rl:rlvr_main", image="nemo-rl"),
+                                  "local": Backend()},
                  default="nemo-rl"))
