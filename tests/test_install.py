@@ -20,6 +20,7 @@ def test_wheel_carries_stages_and_runs(tmp_path):
     assert "nemotron/_stages/images.toml" in names
     assert "nemotron/_stages/ultra3/pretrain/default.yaml" in names
     assert "nemotron/_stages/ultra3/data_prep_pretrain/run.py" in names
+    assert "nemotron/templates/ray_slurm.sub.j2" in names  # the job script of Ray stages on Slurm
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
     env = {**os.environ, "PYTHONPATH": str(target), "NEMOTRON_HOME": str(tmp_path / "home")}

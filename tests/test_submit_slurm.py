@@ -6,6 +6,7 @@ one-node cluster (8 GPUs declared, no containers: the profile runs jobs on the h
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (pip install 'nemotron-cli[run]')")
@@ -55,18 +57,60 @@ def cli(slurm, tmp_path):
 
 
 def test_data_prep_run_attached_completes(cli, env_file, tmp_path):
+    """The data prep runs on a Ray cluster that its Slurm job starts (NeMo-Run's Ray-on-Slurm request,
+    our template, host Python): streamed, COMPLETED, outputs readable, no Ray process left behind."""
+    from nemotron.data.indexed import read_index
+
     out_dir = tmp_path / "prep out"
     proc = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", "--run", "ci", "--env-file", str(env_file),
                "sample=30", f"output_dir={out_dir}")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Slurm job" in proc.stderr and "COMPLETED" in proc.stderr
     assert "blend.json" in proc.stdout  # the job's own log lines were streamed
-    assert (out_dir / "blend.json").is_file()
+    job_id = re.search(r"Slurm job (\d+)", proc.stderr).group(1)
+    # the driver joined the cluster the job started (RAY_ADDRESS), not a Ray instance of its own
+    assert re.search(r"Ray: \d+\.\d+\.\d+\.\d+:\d+", proc.stdout), proc.stdout[-2000:]
+    logs = next((tmp_path / "job root with spaces" / "experiments").glob("*/*/data-prep-pretrain-tiny"))
+    assert "Ray cluster up: 1 node(s)" in next(logs.glob(f"sbatch_*_{job_id}.out")).read_text()
+    assert (logs / "ray-head.log").is_file() and "blend.json" in (logs / "ray-job.log").read_text()
+    blend = json.loads((out_dir / "blend.json").read_text())
+    for split in ("train", "valid", "test"):
+        prefix = blend[split][1]
+        index = read_index(prefix)
+        tokens = int(index["lengths"].sum())
+        assert tokens > 0 and Path(prefix + ".bin").stat().st_size == tokens * np.dtype(index["dtype"]).itemsize
     runs = list((tmp_path / "job root with spaces" / "runs").iterdir())
     assert len(runs) == 1
     job_yaml = (runs[0] / "job.yaml").read_text()
     assert "experiment_id:" in job_yaml and "config_hash:" in job_yaml and "git_commit:" in job_yaml
     assert (runs[0] / "train.yaml").is_file()
+    deadline = time.time() + 30  # the job stopped the Ray processes it started (their temp dir names the job)
+    while _processes_mentioning(f"/ray-{job_id}/") and time.time() < deadline:
+        time.sleep(1)
+    assert not _processes_mentioning(f"/ray-{job_id}/")
+
+
+def test_ray_cluster_that_cannot_start_fails_with_its_reason(cli, env_file):
+    """A Ray stage whose head cannot start (its temp dir made unwritable by a setup line): the job ends
+    FAILED, the command exits 1 and shows the reason from the job's log."""
+    proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--run", "ci", "--env-file", str(env_file),
+               'profile.setup=["RAY_TEMP_DIR=/proc/no-such-dir/ray"]')
+    assert proc.returncode == 1, proc.stderr[-1500:]
+    assert "ended FAILED" in proc.stderr
+    assert "a ray start step ended before the cluster was up" in proc.stderr
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Command lines of this machine's processes that contain ``text``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line:
+            found.append(line)
+    return found
 
 
 def test_gpu_stage_reaches_entry_and_fails_fast(cli, env_file, tmp_path):

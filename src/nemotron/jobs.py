@@ -21,6 +21,14 @@ from pathlib import Path
 from nemotron.artifacts import home
 from nemotron.errors import ConfigError, RuntimeFailure
 
+#: ``JobRecord.tunnel`` of a job of a ``local`` profile, run by NeMo-Run's local executor under a
+#: supervisor process on this machine (:mod:`nemotron.local_job`); its job id is NeMo-Run's app id.
+LOCAL_EXECUTOR = "local-executor"
+
+#: The task log of a Ray stage's Slurm job (its driver's output), in the job's log folder next to
+#: ``ray-head.log`` and the batch script's ``sbatch_*`` log (see ``submit.RAY_TEMPLATE``).
+RAY_DRIVER_LOG = "ray-job.log"
+
 #: Slurm states after which a job never runs again (sacct's names; ``CANCELLED by N`` is cut to CANCELLED).
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
             "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
@@ -47,6 +55,8 @@ class JobRecord:
     config_hash: str | None = None
     recorded: bool = False
     config: str | None = None  # the -c name the job ran with (artifacts are matched by it)
+    port: int | None = None  # SSH port of an ssh-tunnel profile
+    identity: str | None = None  # SSH private key of an ssh-tunnel profile
 
 
 def _folder() -> Path:
@@ -93,7 +103,8 @@ def load(ident: str | None) -> JobRecord:
 def _remote(rec: JobRecord, command: str) -> subprocess.CompletedProcess:
     if rec.tunnel == "ssh":
         target = f"{rec.user}@{rec.host}" if rec.user else str(rec.host)
-        argv = ["ssh", "-o", "BatchMode=yes", target, command]
+        argv = ["ssh", "-o", "BatchMode=yes", *(["-p", str(rec.port)] if rec.port else []),
+                *(["-i", rec.identity] if rec.identity else []), target, command]
     else:
         argv = ["bash", "-c", command]
     try:
@@ -152,6 +163,11 @@ def state(rec: JobRecord) -> tuple[str, str]:
     if rec.tunnel == "ray":
         status = str(_ray_client(rec).get_job_status(rec.job_id)).rsplit(".", 1)[-1]
         return _RAY_STATES.get(status, status), ""
+    if rec.tunnel == LOCAL_EXECUTOR:
+        from nemotron import local_job
+
+        st, code = local_job.status(rec.run_dir)
+        return st, "" if code is None else str(code)
     out = _remote(rec, f"sacct -n -X -P -j {shlex.quote(rec.job_id)} -o State,ExitCode")
     line = next((ln for ln in out.stdout.splitlines() if ln.strip()), "")
     if line:
@@ -163,12 +179,18 @@ def state(rec: JobRecord) -> tuple[str, str]:
 
 
 def log_files(rec: JobRecord) -> list[str]:
-    """The job's log files on the cluster: the task's output (``log-*``) then the batch script's
-    (``sbatch_*``). A Ray job has one log, kept by the Ray cluster (named ``log-ray``)."""
+    """The job's log files on the cluster: the task's output (``log-*``; a Ray stage's driver output
+    ``ray-job.log``) then the batch script's (``sbatch_*``). A job on an existing Ray cluster has one
+    log, kept by the Ray cluster (named ``log-ray``)."""
     if rec.tunnel == "ray":
         return ["log-ray"]
+    if rec.tunnel == LOCAL_EXECUTOR:  # NeMo-Run's (torchx's) files of the task: stdout, then stderr
+        from nemotron import local_job
+
+        state = local_job.read_state(rec.run_dir)
+        return [p for p in (state.get("stdout"), state.get("stderr")) if p and os.path.isfile(p)]
     d = shlex.quote(rec.log_dir)
-    out = _remote(rec, f"ls -1 {d}/log-*_{rec.job_id}_*.out {d}/sbatch_*_{rec.job_id}.out 2>/dev/null")
+    out = _remote(rec, f"ls -1 {d}/log-*_{rec.job_id}_*.out {d}/{RAY_DRIVER_LOG} {d}/sbatch_*_{rec.job_id}.out 2>/dev/null")
     return [ln for ln in out.stdout.splitlines() if ln.strip()]
 
 
@@ -176,6 +198,13 @@ def read_log(rec: JobRecord, path: str, offset: int = 0) -> str:
     """Text of ``path`` from byte ``offset`` on (empty when absent)."""
     if rec.tunnel == "ray":
         return _ray_client(rec).get_job_logs(rec.job_id).encode()[offset:].decode(errors="replace")
+    if rec.tunnel == LOCAL_EXECUTOR:  # a file on this machine
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
     out = _remote(rec, f"tail -c +{offset + 1} {shlex.quote(path)} 2>/dev/null")
     return out.stdout
 
@@ -200,12 +229,14 @@ def follow(rec: JobRecord, *, poll_s: float = 1.0, stream=None) -> tuple[str, st
         if st != last_state:
             print(f"[nemotron] job {rec.job_id}: {st}", file=sys.stderr, flush=True)
             last_state = st
-        for path in [p for p in log_files(rec) if p.rsplit("/", 1)[-1].startswith("log-")]:
+        for path in [p for p in log_files(rec) if p.rsplit("/", 1)[-1].startswith("log-")
+                     or p.rsplit("/", 1)[-1] == RAY_DRIVER_LOG or rec.tunnel == LOCAL_EXECUTOR]:
             chunk = read_log(rec, path, offsets.get(path, 0))
             if chunk:
                 offsets[path] = offsets.get(path, 0) + len(chunk.encode())
-                stream.write(redact(chunk))
-                stream.flush()
+                out = sys.stderr if path.endswith("/stderr.log") and rec.tunnel == LOCAL_EXECUTOR else stream
+                out.write(redact(chunk))
+                out.flush()
         if st in TERMINAL:
             return st, code
         time.sleep(poll_s)
@@ -229,6 +260,12 @@ def cancel(rec: JobRecord) -> None:
     """
     if rec.tunnel == "ray":
         _ray_client(rec).stop_job(rec.job_id)
+        return
+    if rec.tunnel == LOCAL_EXECUTOR:
+        from nemotron import local_job
+
+        if not local_job.cancel(rec.run_dir):
+            raise RuntimeFailure(f"local job {rec.job_id} has no supervisor process any more; nothing to cancel")
         return
     out = _remote(rec, f"scancel {shlex.quote(rec.job_id)}")
     if out.returncode != 0:

@@ -9,12 +9,14 @@ Layout on the cluster, under the profile's ``job_dir`` (``ROOT``)::
 ``code/`` is a snapshot of the ``nemotron`` package with its stage definitions, put on ``PYTHONPATH``
 of the job, so the job runs exactly the code that was submitted. The sbatch script shown by
 ``--dry-run`` is rendered by NeMo-Run itself (its experiment dry run) from the same executor and task
-that submission uses.
+that submission uses. Ray stages (launch ``ray``) go through NeMo-Run's Ray-on-Slurm request with our
+template :data:`RAY_TEMPLATE`: the job starts a Ray cluster over its nodes and runs the stage on it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import os
@@ -26,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nemotron.errors import RuntimeFailure
+from nemotron.errors import ConfigError, NemotronError, RuntimeFailure
 
 
 def _import_nemo_run() -> Any:
@@ -103,9 +105,30 @@ def _python(profile: Any, plan: Any) -> str:
 
 def _tunnel(run: Any, profile: Any, job_dir: str) -> Any:
     if (getattr(profile, "tunnel", None) or "local") == "ssh":
-        return run.SSHTunnel(host=profile.host, user=profile.user, job_dir=job_dir,
+        return run.SSHTunnel(host=profile.host, user=profile.user, job_dir=job_dir, port=getattr(profile, "port", None),
                              identity=getattr(profile, "identity", None))
     return run.LocalTunnel(job_dir=job_dir)
+
+
+def job_env_vars(profile: Any, plan: Any) -> dict[str, str]:
+    """The job's plain environment (written into the job script, so never a secret): the profile's
+    public variables, ``PYTHONPATH`` (the code snapshot), ``NEMOTRON_EXPERIMENT_ID``,
+    ``NEMOTRON_RUN_DIR``, and for a host Python its folder first on ``PATH``."""
+    rdir = remote_run_dir(profile, plan)
+    env_vars = dict(profile.public_env_vars())
+    env_vars.update({"PYTHONPATH": f"{rdir}/code", "NEMOTRON_EXPERIMENT_ID": plan.experiment_id,
+                     "NEMOTRON_RUN_DIR": rdir})
+    if getattr(plan, "requeue", False):  # the entry requeues a job that saved on the warning signal
+        env_vars["NEMOTRON_SLURM_REQUEUE"] = "1"
+    if getattr(plan, "signal_before_s", None) and plan.launch == "torchrun":
+        # torchrun forwards the warning's SIGTERM to its workers and kills them after this many seconds
+        # (default 30 s; the variable is read by torch 2.13's launcher, older ones ignore it): give them the
+        # whole warning period to save
+        env_vars["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(plan.signal_before_s)
+    python = _python(profile, plan)
+    if os.path.isabs(python):  # host Python: its console scripts (torchrun, ray) come first on PATH
+        env_vars["PATH"] = f"{os.path.dirname(python)}:$PATH"
+    return env_vars
 
 
 def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
@@ -116,12 +139,7 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
     node with torchrun spawning one process per GPU.
     """
     rdir = remote_run_dir(profile, plan)
-    env_vars = dict(profile.public_env_vars())
-    env_vars.update({"PYTHONPATH": f"{rdir}/code", "NEMOTRON_EXPERIMENT_ID": plan.experiment_id,
-                     "NEMOTRON_RUN_DIR": rdir})
-    python = _python(profile, plan)
-    if os.path.isabs(python):  # host Python: its console scripts (torchrun, ray) come first on PATH
-        env_vars["PATH"] = f"{os.path.dirname(python)}:$PATH"
+    env_vars = job_env_vars(profile, plan)
     setup = []
     secret_names = sorted(profile.secret_values())
     if secret_names:  # first, so that the profile's own setup lines can use them too
@@ -142,7 +160,8 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
         account=getattr(profile, "account", None),
         partition=profile.partition_for(mode) if mode in ("run", "batch") else profile.partition,
         qos=getattr(profile, "qos", None),
-        time=getattr(profile, "time", None) or "01:00:00",
+        time=getattr(profile, "time", None) or DEFAULT_TIME,
+        signal=_warning_signal(plan, profile),
         nodes=plan.nodes,
         ntasks_per_node=plan.gpus_per_node if plan.launch == "torchrun" and plan.gpus_per_node else 1,
         gpus_per_node=plan.gpus_per_node or None,
@@ -161,16 +180,64 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
     executor = run.SlurmExecutor(**{k: v for k, v in kwargs.items() if v is not None})
     if plan.launch == "torchrun":
         executor.launcher = "torchrun"
+    elif plan.launch == "ray":
+        # NeMo-Run joins the template's file name to its own template folder: an absolute path wins
+        executor.ray_template = str(RAY_TEMPLATE)
+        # logs in the task's folder, as for every other job (NeMo-Run's default, the Ray cluster folder's
+        # logs/, does not exist yet when Slurm opens the batch script's output file)
+        executor.job_details.folder = f"{root}/experiments/{plan.job_name}/{plan.experiment_id}/{task_name(plan)}"
     return executor
 
 
-def _task(run: Any, plan: Any, profile: Any) -> Any:
+def task_spec(plan: Any, profile: Any) -> dict[str, Any]:
+    """The keyword arguments of the job's ``nemo_run.Script``: the stage's entry script inside the
+    code snapshot, ``--config ROOT/runs/<id>/train.yaml``, and the Python that runs it."""
     rdir = remote_run_dir(profile, plan)
     entry = f"{rdir}/code/nemotron/_stages/{plan.stage.entry}"
     # under torchrun the entrypoint must be plain "python": torchrun then starts the script with its own
     # interpreter (any other entrypoint makes NeMo-Run pass --no-python and exec the script itself)
     python = "python" if plan.launch == "torchrun" else _python(profile, plan)
-    return run.Script(path=entry, args=["--config", f"{rdir}/train.yaml"], entrypoint=python)
+    return {"path": entry, "args": ["--config", f"{rdir}/train.yaml"], "entrypoint": python}
+
+
+#: Time limit NeMo-Run's job gets when the profile sets none.
+DEFAULT_TIME = "01:00:00"
+
+
+def _warning_signal(plan: Any, profile: Any) -> str | None:
+    """``TERM@N`` for ``sbatch --signal`` when the stage asks for a warning ``N = run.signal_before_s``
+    seconds before the time limit (SIGTERM: what Megatron-Bridge's exit-signal handler and our local
+    runtime save and stop on; Slurm signals every process of the job's steps, not the batch shell).
+
+    Raises:
+        ConfigError: the warning would come at or before the job's start (N >= the time limit).
+    """
+    seconds = getattr(plan, "signal_before_s", None)
+    if not seconds:
+        return None
+    from nemotron.profiles import parse_slurm_time
+
+    limit_text = getattr(profile, "time", None) or DEFAULT_TIME
+    limit = parse_slurm_time(limit_text)
+    if seconds >= limit:
+        raise ConfigError(f"run.signal_before_s={seconds}: the warning signal must come before the job's time limit "
+                          f"({limit_text} = {limit} s, profile {profile.name} key time)",
+                          f"set run.signal_before_s below {limit} or give the profile a longer time")
+    return f"TERM@{seconds}"
+
+
+#: The sbatch template of Ray stages (``launch: ray``), rendered by NeMo-Run's Ray-on-Slurm request: a
+#: Ray cluster over the allocation (head on the first node, one worker per other node), then the
+#: stage's entry script on the head with ``RAY_ADDRESS`` set. Host Python, or the stage's container
+#: through the pyxis flags NeMo-Run renders (docs/execution.md).
+RAY_TEMPLATE = Path(__file__).resolve().parent / "templates" / "ray_slurm.sub.j2"
+
+def _task(run: Any, plan: Any, profile: Any) -> Any:
+    if plan.launch == "ray":  # NeMo-Run renders the job with its Ray-on-Slurm request and RAY_TEMPLATE
+        from nemo_run.config import USE_WITH_RAY_CLUSTER_KEY
+
+        return run.Script(**task_spec(plan, profile), metadata={USE_WITH_RAY_CLUSTER_KEY: True})
+    return run.Script(**task_spec(plan, profile))
 
 
 @contextlib.contextmanager
@@ -184,15 +251,6 @@ def _quiet_stdio(sink: io.StringIO) -> Any:
             yield
     finally:
         sys.stdin = saved
-
-
-def _check_layout(plan: Any) -> None:
-    if plan.launch == "ray" and plan.nodes > 1:
-        raise RuntimeFailure(
-            f"{plan.stage.title}: a Ray stage on {plan.nodes} Slurm nodes needs a multi-node Ray cluster in the "
-            "allocation, which this version does not start yet",
-            "run it on one node (run.env.nodes=1): the job starts a one-node Ray inside its allocation",
-        )
 
 
 def render_sbatch(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
@@ -215,17 +273,12 @@ def render_sbatch(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
                 exp.add(_task(run, plan, profile), name=task_name(plan))
                 exp.dryrun(log=False, delete_exp_dir=True)
                 info = exp.jobs[0]._dryrun_info
-        except RuntimeFailure:
+        except NemotronError:
             raise
         except Exception as exc:  # NeMo-Run raises plain exceptions; keep the message
             raise RuntimeFailure(f"NeMo-Run could not render the Slurm job: {type(exc).__name__}: {exc}") from exc
         text = str(info)
-    text = text.replace(tmp, safe_root(profile))
-    try:
-        _check_layout(plan)
-    except RuntimeFailure as exc:
-        text = f"# NOT SUBMITTABLE YET: {exc.message}\n{text}"
-    return text
+    return text.replace(tmp, safe_root(profile))
 
 
 def code_snapshot(dest: Path) -> Path:
@@ -270,8 +323,9 @@ def upload(tunnel: Any, profile: Any, rdir: str, files: dict[str, str], code_dir
                f"&& rm -f {shlex.quote(rdir + '/code.tar.gz')}", hide=True)
 
 
-def _stage_files(executor: Any, req: Any, compiled: Any, profile: Any, plan: Any) -> None:
-    """train.yaml, job.yaml, secrets.env and the code snapshot into the job's run folder."""
+def stage_files(tunnel: Any, req: Any, compiled: Any, profile: Any, plan: Any) -> None:
+    """train.yaml, job.yaml, secrets.env and the code snapshot into the job's run folder, through
+    ``tunnel`` (a NeMo-Run tunnel: local copy or SSH)."""
     from nemotron import execute, yamlio
 
     files = {"train.yaml": yamlio.dumps(compiled.config),
@@ -279,15 +333,21 @@ def _stage_files(executor: Any, req: Any, compiled: Any, profile: Any, plan: Any
     secrets = profile.secret_values()
     if secrets:
         files["secrets.env"] = "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items()))
-    upload(executor.tunnel, profile, remote_run_dir(profile, plan), files)
+    upload(tunnel, profile, remote_run_dir(profile, plan), files)
+
+
+def _stage_files(executor: Any, req: Any, compiled: Any, profile: Any, plan: Any) -> None:
+    stage_files(executor.tunnel, req, compiled, profile, plan)
 
 
 def sbatch(plan: Any, profile: Any, mode: str, stage_files: Any, make_task: Any,
-           dependencies: list[str] | None = None) -> str:
+           dependencies: list[str] | None = None, singleton: bool = False) -> str:
     """Submit one NeMo-Run task to Slurm; returns the Slurm job id.
 
     ``stage_files(executor)`` puts the job's files in place first; ``make_task()`` returns the NeMo-Run
-    task. ``dependencies``: job ids to wait for (``afterok``, cancelled if one fails).
+    task. ``dependencies``: job ids to wait for (``afterok``, cancelled if one fails). ``singleton``:
+    start only after every earlier job of the same name and user has ended (``--dependency=singleton``;
+    a continuation job of ``run.chain``).
 
     Raises:
         RuntimeFailure: NeMo-Run errors or sbatch refusing the job (its message kept).
@@ -298,19 +358,31 @@ def sbatch(plan: Any, profile: Any, mode: str, stage_files: Any, make_task: Any,
     try:
         with _quiet_stdio(sink):
             executor = _executor(run, plan, profile, mode, root)
-            if dependencies:
+            if dependencies or singleton:
                 extra = dict(executor.additional_parameters or {})
-                extra["dependency"] = "afterok:" + ":".join(dependencies)
-                extra["kill_on_invalid_dep"] = "yes"
+                extra["dependency"] = ",".join(([f"afterok:{':'.join(dependencies)}"] if dependencies else [])
+                                               + (["singleton"] if singleton else []))
+                if dependencies:
+                    extra["kill_on_invalid_dep"] = "yes"
                 executor.additional_parameters = extra
             stage_files(executor)
+            # NeMo-Run writes the experiment folder here first; over SSH it then rsyncs it to the cluster's
+            # ROOT/experiments, so its local copy must live on this machine, not at the cluster's path
+            from nemotron.artifacts import home
+
+            base = str(home() / "ssh-staging") if getattr(profile, "tunnel", None) == "ssh" else root
             with run.Experiment(plan.job_name, id=plan.experiment_id, executor=executor, log_level="ERROR",
-                                base_dir=root) as exp:
+                                base_dir=base) as exp:
                 exp.add(make_task(), name=task_name(plan))
                 exp.run(detach=True)
                 handle = exp.jobs[0].handle
-    except RuntimeFailure:
+    except NemotronError:
         raise
+    except SystemExit:  # NeMo-Run's SSHTunnel exits the process when no login method works
+        raise RuntimeFailure(f"submission of {plan.stage.title} failed: cannot log in to {profile.user}@{profile.host} "
+                             f"(port {profile.port}) over SSH",
+                             "check the profile's host, user, port and identity: `ssh -p PORT -i KEY USER@HOST true` "
+                             "must work without a password prompt") from None
     except Exception as exc:
         detail = str(exc).strip().splitlines()
         reason = next((ln for ln in reversed(detail) if "error" in ln.lower()), detail[-1] if detail else "")
@@ -322,11 +394,16 @@ def sbatch(plan: Any, profile: Any, mode: str, stage_files: Any, make_task: Any,
     return job_id
 
 
-def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[str] | None = None) -> str:
+def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[str] | None = None,
+           chain_ids: list[str] | None = None) -> str:
     """Submit the job to Slurm; returns the Slurm job id. Records the job (see :mod:`nemotron.jobs`).
 
     ``dependencies``: Slurm job ids this job must wait for (``afterok``; a failed dependency cancels
-    this job: ``--kill-on-invalid-dep=yes``).
+    this job: ``--kill-on-invalid-dep=yes``). With ``run.chain = N`` (``plan.chain``), N continuation
+    jobs of the same name follow, each with ``--dependency=singleton`` (it starts once every earlier job
+    of that name has ended, whatever its state) and its own run folder ``<experiment id>-c<i>``; they
+    load from the same checkpoint folder, so each resumes where the one before stopped (a run already
+    complete ends at once). ``chain_ids``, when given, receives every job id, first to last.
 
     Raises:
         RuntimeFailure: missing secrets, NeMo-Run errors, or sbatch refusing the job (its message kept).
@@ -338,20 +415,29 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
     if missing:
         raise RuntimeFailure(f"profile {profile.name}: secret(s) {', '.join(missing)} not set in this shell",
                              f"export {missing[0]}=... before submitting (secrets are read from the environment)")
-    _check_layout(plan)
     run = _import_nemo_run()
     root = safe_root(profile)
-    job_id = sbatch(plan, profile, req.mode, lambda ex: _stage_files(ex, req, compiled, profile, plan),
-                    lambda: _task(run, plan, profile), dependencies)
-    exp_dir = f"{root}/experiments/{plan.job_name}/{plan.experiment_id}/{task_name(plan)}"
-    jobs.save(jobs.JobRecord(
-        experiment_id=plan.experiment_id, job_id=job_id, stage=plan.stage.name, title=plan.stage.title,
-        profile=profile.name, env_file=str(profile.source), run_dir=remote_run_dir(profile, plan), log_dir=exp_dir,
-        job_name=f"{plan.stage.recipe}-{task_name(plan)}", tunnel=getattr(profile, "tunnel", "local") or "local",
-        host=getattr(profile, "host", None), user=getattr(profile, "user", None),
-        outputs=planned_outputs(compiled), config_hash=compiled.config_hash(), config=Path(plan.config_name).stem,
-    ))
-    return job_id
+    ids: list[str] = []
+    for i in range(1 + plan.chain):
+        p = plan if i == 0 else dataclasses.replace(plan, experiment_id=f"{plan.experiment_id}-c{i}")
+        job_id = sbatch(p, profile, req.mode, lambda ex, p=p: _stage_files(ex, req, compiled, profile, p),
+                        lambda p=p: _task(run, p, profile), dependencies if i == 0 else None, singleton=i > 0)
+        exp_dir = f"{root}/experiments/{p.job_name}/{p.experiment_id}/{task_name(p)}"
+        jobs.save(jobs.JobRecord(
+            experiment_id=p.experiment_id, job_id=job_id, stage=p.stage.name, title=p.stage.title,
+            profile=profile.name, env_file=str(profile.source), run_dir=remote_run_dir(profile, p), log_dir=exp_dir,
+            job_name=f"{p.stage.recipe}-{task_name(p)}", tunnel=getattr(profile, "tunnel", "local") or "local",
+            host=getattr(profile, "host", None), user=getattr(profile, "user", None),
+            port=getattr(profile, "port", None), identity=getattr(profile, "identity", None),
+            outputs=planned_outputs(compiled), config_hash=compiled.config_hash(), config=Path(p.config_name).stem,
+        ))
+        ids.append(job_id)
+    if len(ids) > 1:
+        print(f"continuation jobs (run.chain={plan.chain}, --dependency=singleton): {', '.join(ids[1:])}",
+              file=sys.stderr)
+    if chain_ids is not None:
+        chain_ids.extend(ids)
+    return ids[0]
 
 
 def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
