@@ -45,7 +45,9 @@ MUNGE_SOCKET="$MUNGE/munged.sock"
 DB_SOCKET="$RUN/mariadbd.sock"
 # start order (stop goes the other way, in stages)
 DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd)
-PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server)
+# openssh-server and rsync: the SSH-tunnel tests start a private sshd of their own (tests/ssh_support.py);
+# the system's ssh service is never started (the policy-rc.d below) nor configured
+PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server openssh-server rsync)
 
 say() { printf '[local-slurm] %s\n' "$*"; }
 die() { printf '[local-slurm] error: %s\n' "$*" >&2; exit 1; }

@@ -108,6 +108,24 @@ def shared_data() -> Path:
     return path
 
 
+@pytest.fixture
+def sshd(slurm, tmp_path_factory):
+    """A private sshd on a free port of 127.0.0.1 (tests/ssh_support.py), logging in to this user with a
+    throwaway key, its sessions seeing the local Slurm cluster; stopped at the end of the test."""
+    from ssh_support import SSHD, start_sshd
+
+    if os.getuid() != 0:
+        _unavailable("the SSH tests start their own sshd, which needs root")
+    if not Path(SSHD).is_file() or shutil.which("rsync") is None:
+        _unavailable(f"{SSHD} or rsync is missing: install openssh-server and rsync (scripts/local_slurm.sh start does)")
+    try:
+        server = start_sshd(tmp_path_factory.mktemp("sshd"), {"SLURM_CONF": str(slurm.conf)})
+    except RuntimeError as exc:
+        _unavailable(str(exc))
+    yield server
+    server.stop()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "slurm" in getattr(item, "fixturenames", ()):

@@ -22,7 +22,6 @@ from nemotron.artifacts import home
 from nemotron.errors import ConfigError, RuntimeFailure
 from nemotron.paths import repo_root
 
-
 #: Exit code of a stage that saved a checkpoint and stopped on a signal (SIGTERM, SIGUSR1 before the
 #: Slurm time limit): not a failure, the next run resumes (the BSD EX_TEMPFAIL value).
 RESUMABLE = 75
@@ -108,6 +107,10 @@ def render(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
         return (f"# submitted with Ray's job submission API to {profile.address}; working directory: the nemotron\n"
                 f"# package snapshot with train.yaml and job.yaml; the cluster is neither started nor stopped\n"
                 f"python {entry} --config train.yaml")
+    if plan.executor == "local":
+        from nemotron import local_job
+
+        return local_job.render(profile, plan)
     return f"# in {run_dir(plan)} (train.yaml and job.yaml are written there)\n" + (f"{prefix} " if prefix else "") + cmd
 
 
@@ -128,11 +131,16 @@ def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     Raises:
         RuntimeFailure: the job could not be started or submitted.
     """
-    if plan.executor in ("direct", "local"):
+    if plan.executor == "direct":
         return run_here(req, compiled, profile, plan)
     from nemotron import jobs, submit
 
-    if plan.executor == "ray":
+    if plan.executor == "local":
+        from nemotron import local_job
+
+        job_id = local_job.submit_local(req, compiled, profile, plan)
+        where = f"local job {job_id} (NeMo-Run local executor)"
+    elif plan.executor == "ray":
         job_id = submit.submit_ray(req, compiled, profile, plan)
         where = f"Ray job {job_id} on {profile.address}"
     else:
@@ -146,14 +154,22 @@ def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
         print(f"  follow:  nemotron {recipe} logs {job_id} -f\n  status:  nemotron {recipe} status {job_id}\n"
               f"  cancel:  nemotron {recipe} cancel {job_id}", file=sys.stderr)
         return 0
-    return attach(rec)
+    return attach(rec, owner=True)
 
 
-def attach(rec: Any) -> int:
+def attach(rec: Any, owner: bool = False) -> int:
     """Stream an attached job's log until it ends; 0 only when Slurm says COMPLETED, else 1 with the
-    final state and the last log lines. Ctrl-C detaches (the job keeps running) and returns 130."""
+    final state and the last log lines. Ctrl-C detaches (the job keeps running) and returns 130.
+
+    A job of a ``local`` profile (:mod:`nemotron.local_job`) behaves like a run here instead: the
+    result is the stage's own exit code (75: stopped resumably); for the command that started it
+    (``owner``) Ctrl-C stops the job and returns 130, and SIGTERM (``kill``, ``timeout``) is passed
+    on to the job. ``logs -f`` (not the owner) only stops following on Ctrl-C.
+    """
     from nemotron import jobs
 
+    if rec.tunnel == jobs.LOCAL_EXECUTOR:
+        return _attach_local(rec, owner)
     try:
         st, code = jobs.follow(rec)
     except KeyboardInterrupt:
@@ -170,6 +186,67 @@ def attach(rec: Any) -> int:
     return 1
 
 
+def _attach_local(rec: Any, owner: bool) -> int:
+    from nemotron import jobs, local_job
+
+    def forward(_signum: int, _frame: Any) -> None:  # `kill`/`timeout` on the CLI stop the stage too
+        local_job.cancel(rec.run_dir)
+
+    previous = signal.signal(signal.SIGTERM, forward) if owner else None
+    try:
+        try:
+            st, code = jobs.follow(rec, poll_s=0.2)
+        except KeyboardInterrupt:
+            if not owner:
+                print(f"\nstopped following; local job {rec.job_id} keeps running", file=sys.stderr)
+                return 130
+            print(f"\nstopping local job {rec.job_id} (Ctrl-C again: stop it at once) ...", file=sys.stderr)
+            local_job.cancel(rec.run_dir)
+            deadline = time.monotonic() + local_job.GRACE_S + 30  # then NeMo-Run's SIGKILL, 10 s after its SIGTERM
+            while time.monotonic() < deadline:
+                try:
+                    if jobs.state(rec)[0] in jobs.TERMINAL:
+                        break
+                    time.sleep(0.2)
+                except KeyboardInterrupt:
+                    local_job.cancel(rec.run_dir)
+            return 130
+    finally:
+        if owner:
+            signal.signal(signal.SIGTERM, previous)
+    exit_code = int(code) if str(code).lstrip("-").isdigit() else 1
+    folder = f"run folder: {rec.run_dir}; logs: {rec.log_dir}"
+    if st == "COMPLETED":
+        for art in jobs.record_outputs(rec):
+            print(f"[nemotron] artifact {art['name']} v{art['version']}: {art['path']}", file=sys.stderr)
+        return 0
+    if exit_code == RESUMABLE:
+        print(f"{rec.title} saved its state and stopped on a signal: run the same command again to resume ({folder})",
+              file=sys.stderr)
+        return exit_code
+    if exit_code == 0:  # cancelled before it failed or finished, or its supervisor died
+        exit_code = 1
+    if exit_code != 2:  # 2: the stage already said what is wrong with its config or input
+        print(f"{rec.title} ended {st} with exit code {code if code not in (None, '') else '?'} ({folder})",
+              file=sys.stderr)
+    return exit_code
+
+
+def check_gpus(plan: Any) -> None:
+    """Refuse to start a multi-GPU torchrun stage on this machine when it shows fewer GPUs than the plan needs.
+
+    Raises:
+        ConfigError: fewer visible GPUs (:func:`visible_gpus`) than ``plan.gpus_per_node``.
+    """
+    if plan.launch == "torchrun" and plan.gpus_per_node > 1:
+        visible = visible_gpus()
+        if visible < plan.gpus_per_node:
+            raise ConfigError(
+                f"{plan.stage.title} -c {plan.config_name} needs {plan.gpus_per_node} GPUs per node; this machine has "
+                f"{visible} visible",
+                "submit it to a cluster: --run PROFILE (see --dry-run), or run it here with -c local")
+
+
 def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     """Run the entry script as a child process on this machine, streaming its output.
 
@@ -182,13 +259,7 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
 
     if not plan.entry.is_file():
         raise RuntimeFailure(f"entry script of {plan.stage.title} is missing: {plan.entry}", "reinstall the package")
-    if plan.launch == "torchrun" and plan.gpus_per_node > 1:
-        visible = visible_gpus()
-        if visible < plan.gpus_per_node:
-            raise ConfigError(
-                f"{plan.stage.title} -c {plan.config_name} needs {plan.gpus_per_node} GPUs per node; this machine has "
-                f"{visible} visible",
-                "submit it to a cluster: --run PROFILE (see --dry-run), or run it here with -c local")
+    check_gpus(plan)
     folder = run_dir(plan)
     try:
         folder.mkdir(parents=True, exist_ok=True)

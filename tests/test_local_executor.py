@@ -1,0 +1,227 @@
+"""`executor = "local"` profiles: the job package of a Slurm job, run by NeMo-Run's real LocalExecutor.
+
+No mocks: each test runs the `nemotron` command in a subprocess, as a user would; NeMo-Run (0.11.1)
+starts the stage's entry script from the job folder; the stages are the real data prep and the real
+`local` pretraining runtime (which saves a checkpoint and exits 75 on SIGTERM).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from local_runtime_support import write_pretrain_data
+
+pytest.importorskip("nemo_run", reason="the local executor is NeMo-Run's (pip install 'nemotron-cli[run]')")
+
+SECRET = "s3cret-local-value-5521"
+
+
+@pytest.fixture
+def env_file(tmp_path) -> Path:
+    path = tmp_path / "env.toml"
+    path.write_text(
+        f"""
+[here]
+executor = "local"
+gpus_per_node = 0
+job_dir = "{tmp_path / 'job root'}"
+secrets = {{ NEMOTRON_TEST_SECRET = "{SECRET}" }}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    out = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home"), "NEMOTRON_DATA_DIR": str(tmp_path / "data")}
+    out.pop("NEMOTRON_ENV_FILE", None)
+    return out
+
+
+@pytest.fixture
+def cli(env, tmp_path):
+    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "nemotron", *args], check=False, env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    return run
+
+
+def _pretrain_args(tmp_path: Path, env_file: Path, mode: str, iters: int = 5000) -> list[str]:
+    """The real `local` pretraining (small NemotronH on CPU), long enough to be stopped while it trains."""
+    blend = write_pretrain_data(tmp_path / "pdata", docs=60, valid_docs=10)
+    return ["ultra3", "pretrain", "-c", "local", mode, "here", "--env-file", str(env_file),
+            f"data.per_split_data_args_path={blend}", "model.seq_length=32", f"train.train_iters={iters}",
+            "train.global_batch_size=2", "train.micro_batch_size=2", "validation.eval_iters=0",
+            f"checkpoint.save_interval={iters}", "logger.log_interval=1", "scheduler.lr_warmup_iters=1",
+            f"scheduler.lr_decay_iters={iters}", "run.env.cpus=2", f"checkpoint.save={tmp_path / 'ckpt'}"]
+
+
+def _job_processes(experiment_id: str) -> list[int]:
+    """Pids of live processes whose environment names the experiment (the job and its children)."""
+    pids = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"NEMOTRON_EXPERIMENT_ID={experiment_id}".encode() in env.read_bytes().split(b"\0"):
+                stat = (env.parent / "stat").read_text()
+                if stat.rsplit(")", 1)[-1].split()[0] != "Z":
+                    pids.append(int(env.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}")
+
+
+def _run_folder(tmp_path: Path) -> Path:
+    runs = list((tmp_path / "job root" / "runs").iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_run_completes_with_the_slurm_package_and_records_the_artifact(cli, env_file, tmp_path):
+    out_dir = tmp_path / "rl out"
+    proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--run", "here", "--env-file", str(env_file),
+               f"output_dir={out_dir}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "NeMo-Run local executor" in proc.stderr and "COMPLETED" in proc.stderr
+    assert "train.jsonl" in proc.stdout  # the stage's own output lines were streamed
+    assert (out_dir / "train.jsonl").is_file() and (out_dir / "validation.jsonl").is_file()
+    assert "artifact rl-data v1" in proc.stderr
+    recorded = json.loads((tmp_path / "home" / "artifacts" / "rl-data" / "v1.json").read_text())
+    assert recorded["path"] == str(out_dir) and recorded["job_id"] != "local"
+    # the package of a Slurm job: train.yaml, job.yaml, secrets.env (0600), the code snapshot it ran from
+    run = _run_folder(tmp_path)
+    assert (run / "train.yaml").is_file() and "config_hash:" in (run / "job.yaml").read_text()
+    assert oct((run / "secrets.env").stat().st_mode & 0o777) == "0o600"
+    assert (run / "code" / "nemotron" / "_stages" / "ultra3" / "data_prep_rl" / "run.py").is_file()
+    state = json.loads((run / "local-job.json").read_text())
+    assert state["state"] == "COMPLETED" and state["exit_code"] == 0
+    assert state["task"]["path"] == f"{state['run_dir']}/code/nemotron/_stages/ultra3/data_prep_rl/run.py"
+    # ... run by NeMo-Run: its experiment folder with the LocalExecutor config and the task's logs
+    experiments = tmp_path / "job root" / "experiments"
+    executor_yaml = next(experiments.rglob("*_executor.yaml")).read_text()
+    assert "LocalExecutor" in executor_yaml
+    assert "train.jsonl" in Path(state["stdout"]).read_text()
+    status = cli("ultra3", "status")
+    assert status.returncode == 0 and "COMPLETED" in status.stdout and state["app_id"] in status.stdout
+
+
+def test_failure_returns_the_stage_exit_code(cli, env_file, tmp_path):
+    bad = tmp_path / "blend.json"
+    bad.write_text(json.dumps({"train": [1.0, str(tmp_path / "missing" / "shard")]}))
+    args = ["ultra3", "pretrain", "-c", "local", f"data.per_split_data_args_path={bad}"]
+    direct = cli(*args)
+    assert direct.returncode not in (0, 2), direct.stderr[-1500:]  # 2 would mean refused before starting
+    proc = cli(*args, "--run", "here", "--env-file", str(env_file))
+    assert proc.returncode == direct.returncode, proc.stderr[-2000:]
+    assert "missing/shard.bin does not exist" in proc.stderr  # the stage's own message, streamed
+    assert f"ended FAILED with exit code {direct.returncode}" in proc.stderr
+    assert "artifact" not in proc.stderr
+    status = cli("ultra3", "status")
+    assert "FAILED" in status.stdout
+
+
+def test_batch_status_logs_secret_and_cancel(cli, env_file, tmp_path, env):
+    """--batch returns at once; the job trains meanwhile (with the secret in its environment only);
+    cancel stops it through NeMo-Run: the stage saves and exits 75, which status and logs -f report."""
+    proc = cli(*_pretrain_args(tmp_path, env_file, "--batch"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    job_id = proc.stdout.strip().splitlines()[-1]
+    assert f"nemotron ultra3 logs {job_id} -f" in proc.stderr
+    experiment = json.loads((_run_folder(tmp_path) / "local-job.json").read_text())["experiment_id"]
+    try:
+        status = cli("ultra3", "status", job_id)
+        assert status.returncode == 0 and "RUNNING" in status.stdout, status.stdout + status.stderr
+        _wait(lambda: "step 3/" in cli("ultra3", "logs", job_id).stdout, 240, "training steps in the log")
+        pids = _job_processes(experiment)
+        assert pids, "no process of the job found"
+        environ = Path(f"/proc/{pids[0]}/environ").read_bytes().split(b"\0")
+        assert f"NEMOTRON_TEST_SECRET={SECRET}".encode() in environ
+        cancel = cli("ultra3", "cancel", job_id)
+        assert cancel.returncode == 0, cancel.stderr
+        follow = cli("ultra3", "logs", job_id, "-f", timeout=120)
+        assert follow.returncode == 75, follow.stderr[-2000:]  # saved and stopped: resumable
+        assert "CANCELLED" in follow.stderr and "run the same command again to resume" in follow.stderr
+    finally:
+        for pid in _job_processes(experiment):  # never leave the job behind a failed assertion
+            os.kill(pid, signal.SIGKILL)
+    status = cli("ultra3", "status", job_id)
+    assert "CANCELLED" in status.stdout and "75" in status.stdout
+    assert not _job_processes(experiment)
+    leaks = [p for p in (tmp_path / "job root").rglob("*")
+             if p.is_file() and p.name != "secrets.env" and SECRET in p.read_text(errors="replace")]
+    assert not leaks, f"secret written to {leaks}"
+    again = cli("ultra3", "cancel", job_id)
+    assert again.returncode == 1 and "already ended (CANCELLED)" in again.stderr
+
+
+@pytest.mark.parametrize("signum,expected", [(signal.SIGINT, 130), (signal.SIGTERM, 75)])
+def test_run_stops_the_job_on_ctrl_c_and_passes_sigterm_on(env, env_file, tmp_path, signum, expected):
+    """Ctrl-C (SIGINT to the command, as a terminal sends it) stops the job and exits 130; SIGTERM
+    (`kill`, `timeout`) is passed on: the stage saves its checkpoint and its exit code 75 comes back."""
+    cmd = [sys.executable, "-m", "nemotron", *_pretrain_args(tmp_path, env_file, "--run")]
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    experiment = None
+    try:
+        lines: list[str] = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "step 3/" in line:
+                break
+        else:
+            pytest.fail("the run ended before training:\n" + "".join(lines[-40:]))
+        experiment = json.loads((_run_folder(tmp_path) / "local-job.json").read_text())["experiment_id"]
+        proc.send_signal(signum)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == expected, rest[-2000:]
+    state = json.loads((_run_folder(tmp_path) / "local-job.json").read_text())
+    assert state["state"] == "CANCELLED" and state["exit_code"] == 75
+    assert "stopped by SIGTERM" in Path(state["stdout"]).read_text()
+    assert experiment and not _job_processes(experiment)
+
+
+def test_dry_run_shows_the_package_and_hides_the_secret(cli, env_file):
+    proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--dry-run", "--batch", "here", "--env-file", str(env_file))
+    assert proc.returncode == 0, proc.stderr
+    assert "NeMo-Run LocalExecutor" in proc.stdout and "/code/nemotron/_stages/ultra3/data_prep_rl/run.py" in proc.stdout
+    assert "NEMOTRON_TEST_SECRET='***'" in proc.stdout and SECRET not in proc.stdout
+
+
+def test_run_without_profile_stays_a_direct_child_process(cli, tmp_path):
+    proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", f"output_dir={tmp_path / 'o'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "NeMo-Run" not in proc.stderr and not (tmp_path / "job root").exists()
+    assert list((tmp_path / "home" / "runs").glob("*/train.yaml"))
+
+
+def test_gpu_stage_is_refused_before_anything_is_packaged(cli, env_file, env, tmp_path):
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    text = env_file.read_text().replace("gpus_per_node = 0", "gpus_per_node = 8")
+    env_file.write_text(text)
+    proc = cli("ultra3", "pretrain", "-c", "tiny", "--run", "here", "--env-file", str(env_file),
+               f"data.per_split_data_args_path={env_file}")
+    assert proc.returncode == 2, proc.stderr[-1500:]
+    assert "needs 8 GPUs per node; this machine has 0 visible" in proc.stderr
+    assert not (tmp_path / "job root").exists()

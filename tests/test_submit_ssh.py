@@ -1,0 +1,125 @@
+"""Submission over SSH: NeMo-Run's SSHTunnel to a private sshd on localhost, in front of the real local
+Slurm cluster (tests/ssh_support.py says how the sshd is set up without touching the system's).
+
+The submitting command runs without ``SLURM_CONF``: Slurm is reachable only through the SSH login
+(whose sessions get ``SLURM_CONF`` from the test sshd's ``SetEnv``, as a login node has its Slurm
+configured), so a job that completes went through the tunnel: files by SFTP, NeMo-Run's experiment
+folder by rsync over ssh, sbatch/sacct/scancel and the logs over ssh.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (pip install 'nemotron-cli[run]')")
+
+SECRET = "s3cret-over-ssh-9031"
+
+
+@pytest.fixture
+def env_file(slurm, sshd, tmp_path) -> Path:
+    path = tmp_path / "env.toml"
+    path.write_text(
+        f"""
+[login]
+executor = "slurm"
+tunnel = "ssh"
+host = "127.0.0.1"
+user = "{sshd.user}"
+port = {sshd.port}
+identity = "{sshd.identity}"
+job_dir = "{tmp_path / 'cluster jobs'}"
+account = "{slurm.account}"
+partition = "{slurm.partition}"
+time = "00:10:00"
+gpus_per_node = {slurm.gpus_per_node}
+container = false
+python = "{sys.executable}"
+secrets = {{ NEMOTRON_TEST_SECRET = "{SECRET}" }}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture
+def cli(sshd, tmp_path):
+    env = {**sshd.env, "NEMOTRON_HOME": str(tmp_path / "home")}
+    for name in ("SLURM_CONF", "NEMOTRON_ENV_FILE"):
+        env.pop(name, None)
+
+    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "nemotron", *args], check=False, env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    return run
+
+
+def test_run_over_ssh_completes(cli, env_file, tmp_path, sshd):
+    out_dir = tmp_path / "rl out"
+    proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--run", "login", "--env-file", str(env_file),
+               f"output_dir={out_dir}", 'profile.setup=["echo secret-length=${#NEMOTRON_TEST_SECRET}"]')
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:] + sshd.log()[-1500:]
+    assert "Slurm job" in proc.stderr and "COMPLETED" in proc.stderr
+    assert "train.jsonl" in proc.stdout  # the job's log, read over ssh while it ran
+    assert (out_dir / "train.jsonl").is_file()
+    assert "artifact rl-data v1" in proc.stderr
+    runs = list((tmp_path / "cluster jobs" / "runs").iterdir())
+    assert len(runs) == 1 and (runs[0] / "train.yaml").is_file() and (runs[0] / "code" / "nemotron").is_dir()
+    assert oct((runs[0] / "secrets.env").stat().st_mode & 0o777) == "0o600"
+    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "cluster jobs").rglob("*.out"))
+    assert f"secret-length={len(SECRET)}" in logs  # the secret reached the job ...
+    leaks = [p for p in (tmp_path / "cluster jobs").rglob("*")
+             if p.is_file() and p.name != "secrets.env" and SECRET in p.read_text(errors="replace")]
+    assert not leaks and SECRET not in proc.stdout + proc.stderr  # ... and nothing else
+    assert "Accepted publickey" in sshd.log()  # it came through our sshd
+    # NeMo-Run's experiment folder was written on this side first, then rsynced to the cluster's job root
+    assert list((tmp_path / "home" / "ssh-staging" / "experiments").rglob("*_sbatch.sh"))
+    assert list((tmp_path / "cluster jobs" / "experiments").rglob("*_sbatch.sh"))
+
+
+def test_batch_status_logs_cancel_over_ssh(cli, env_file, slurm):
+    proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "login", "--env-file", str(env_file),
+               'profile.setup=["echo sleeping-now", "sleep 120"]')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    job_id = proc.stdout.strip().splitlines()[-1]
+    assert job_id.isdigit()
+    try:
+        deadline = time.time() + 60
+        while slurm.state(job_id) != "RUNNING" and time.time() < deadline:
+            time.sleep(0.5)
+        status = cli("ultra3", "status", job_id)
+        assert status.returncode == 0 and "RUNNING" in status.stdout, status.stdout + status.stderr
+        deadline = time.time() + 30
+        logs = cli("ultra3", "logs", job_id)
+        while "sleeping-now" not in logs.stdout and time.time() < deadline:
+            time.sleep(1)
+            logs = cli("ultra3", "logs", job_id)
+        assert "sleeping-now" in logs.stdout, logs.stderr
+        cancel = cli("ultra3", "cancel", job_id)
+        assert cancel.returncode == 0, cancel.stderr
+        assert slurm.wait(job_id, timeout=60) == "CANCELLED"
+    finally:
+        slurm.run("scancel", job_id, check=False)
+    status = cli("ultra3", "status", job_id)
+    assert "CANCELLED" in status.stdout
+
+
+def test_refused_login_is_one_clear_line(sshd, env_file, tmp_path):
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    env = {**sshd.env, "NEMOTRON_HOME": str(tmp_path / "home")}
+    env.pop("SLURM_CONF", None)
+    proc = subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch",
+                           "login", "--env-file", str(env_file), f"profile.identity={other}"], check=False, env=env,
+                          cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          start_new_session=True)  # no terminal: Paramiko's password prompt cannot wait for one
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert f"cannot log in to {sshd.user}@127.0.0.1 (port {sshd.port}) over SSH" in proc.stderr
+    assert "Traceback" not in proc.stderr
