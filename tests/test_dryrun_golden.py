@@ -31,7 +31,7 @@ SECRETS = ("golden-secret-value-4242", "golden-token-value-9999")
 
 def normalise(text: str, home: Path) -> str:
     """Replace what changes between runs and machines: experiment ids, paths, random ports/ids."""
-    text = re.sub(r"ultra3-[a-z0-9-]+-\d{8}-\d{6}-[0-9a-f]{6}", "<EXPERIMENT_ID>", text)
+    text = re.sub(r"ultra3-[a-z0-9_-]+-\d{8}-\d{6}-[0-9a-f]{6}", "<EXPERIMENT_ID>", text)
     text = text.replace(str(home), "<NEMOTRON_HOME>").replace(str(home.parent), "<CWD>")
     text = text.replace(str(home.parent.parent), "<CWD>/..")
     text = text.replace(str(ROOT), "<ROOT>").replace(sys.executable, "<PYTHON>")

@@ -591,6 +591,12 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     run_section = default_data.pop("run", None)
     _merge(tree, default_data, "default.yaml", prov, errors, strict=False, where=str(default_path), root=tree)
     if run_section is not None:
+        # run.env is the schema's (strict: a misspelt resource key is an error); a stage may add its own
+        # run keys beside it (the training stages' run.requeue, run.signal_before_s, run.chain)
+        if isinstance(run_section, dict):
+            own = {k: v for k, v in run_section.items() if k != "env"}
+            _merge(tree, {"run": own}, "default.yaml", prov, errors, strict=False, where=str(default_path), root=tree)
+            run_section = {k: v for k, v in run_section.items() if k == "env"}
         _merge(tree, {"run": run_section}, "default.yaml", prov, errors, strict=True, where=str(default_path), root=tree)
     layers.append("default.yaml")
     open_paths = _open_mappings(default_data)

@@ -59,6 +59,38 @@ def _call(spec: str, cfg: dict[str, Any]) -> int:
     return int(getattr(importlib.import_module(module), function or "main")(cfg) or 0)
 
 
+def requeue_on_slurm(stage: str, env: dict[str, str] | None = None) -> bool:
+    """Requeue this Slurm job after its runtime saved and stopped on a signal (exit 75), so that it starts
+    again and resumes from the saved step. Only in a job submitted with ``run.requeue`` (the submission
+    sets ``NEMOTRON_SLURM_REQUEUE=1``), and only from global rank 0 (``RANK``, else ``SLURM_PROCID``).
+    Slurm ends the allocation on ``scontrol requeue`` and holds the job about two minutes before it may
+    start again; its restart count (``SLURM_RESTART_COUNT``) goes up by one and the job id stays.
+    Returns whether the requeue was asked for and accepted."""
+    import os
+    import subprocess
+
+    env = os.environ if env is None else env
+    job = env.get("SLURM_JOB_ID")
+    if env.get("NEMOTRON_SLURM_REQUEUE") != "1" or not job:
+        return False
+    if (env.get("RANK") or env.get("SLURM_PROCID") or "0") != "0":
+        return False
+    try:
+        out = subprocess.run(["scontrol", "requeue", job], check=False, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"{stage}: could not requeue Slurm job {job} ({exc}); submit the same command again to resume",
+              file=sys.stderr, flush=True)
+        return False
+    if out.returncode != 0:
+        print(f"{stage}: scontrol requeue {job} failed: {(out.stderr or out.stdout).strip()}; submit the same command "
+              "again to resume", file=sys.stderr, flush=True)
+        return False
+    restarts = int(env.get("SLURM_RESTART_COUNT") or 0)
+    print(f"{stage}: requeued Slurm job {job} (restart {restarts + 1}); it resumes from the saved checkpoint",
+          flush=True)
+    return True
+
+
 def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] | None = None) -> int:
     """Run ``stage`` (``"ultra3 pretrain"``) with the backend its config names; returns the exit code."""
     parser = argparse.ArgumentParser(description=f"nemotron {stage}: runtime entry")
@@ -86,7 +118,12 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
         if backend.runtime is None:
             print(f"{stage}: the {name} runtime of this stage is not available yet in this version", file=sys.stderr)
             return 1
-        return _call(backend.runtime, cfg)
+        code = _call(backend.runtime, cfg)
+        from nemotron.execute import RESUMABLE
+
+        if code == RESUMABLE:
+            requeue_on_slurm(stage)
+        return code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -70,8 +70,11 @@ def load_profile(name: str | None, env_file: str | None, overrides: dict[str, An
     if path is None:
         raise ConfigError(f"profile {name!r} requested but no env.toml was found",
                           "copy env.toml.example to ./env.toml, or pass --env-file PATH (or set NEMOTRON_ENV_FILE)")
-    profile = profiles.load_profiles(path).get(name)
-    return profile.with_overrides(overrides) if overrides else profile
+    loaded = profiles.load_profiles(path)
+    profile = loaded.get(name)
+    profile = profile.with_overrides(overrides) if overrides else profile
+    profile.tracking_env = profiles.tracking_env(loaded.sections, path)  # [wandb]: the configs' W&B fallback
+    return profile
 
 
 @dataclass
@@ -103,7 +106,8 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     # 1. compile: layers, overrides, interpolation (with the profile's storage roots), provenance
     profile = load_profile(req.profile, req.env_file, profile_overrides(list(req.overrides)))
     compiled = compile_config(req.stage, req.config, list(req.overrides),
-                              env=profile.storage_env() if profile is not None else None)
+                              env={**profile.storage_env(), **(getattr(profile, "tracking_env", None) or {})}
+                              if profile is not None else None)
     # 2. validate: the stage's own preparation (e.g. an <N>layer slice picks a one-node layout), then all rules
     before = dict(leaves(compiled.config))
     notes = validation.prepare(req.stage, compiled.config, compiled.user_keys, profile)
@@ -311,10 +315,13 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     from nemotron import jobs, submit
 
     ids: list[str] = []
+    last: list[str] = []  # the job that ends the stage before: its last continuation job with run.chain
     for p in prepared:  # afterok chain: a failed stage cancels the rest (--kill-on-invalid-dep=yes)
-        ids.append(submit.submit(p.req, p.compiled, p.profile, p.plan, dependencies=ids[-1:]))
-        print(f"submitted {p.req.stage.title}: Slurm job {ids[-1]}" + (f" (after {ids[-2]})" if len(ids) > 1 else ""),
+        chain: list[str] = []
+        ids.append(submit.submit(p.req, p.compiled, p.profile, p.plan, dependencies=last[-1:], chain_ids=chain))
+        print(f"submitted {p.req.stage.title}: Slurm job {ids[-1]}" + (f" (after {last[-1]})" if last else ""),
               file=sys.stderr)
+        last = chain
     if mode == "batch":
         print("\n".join(ids))
         return 0

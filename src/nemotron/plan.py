@@ -67,6 +67,11 @@ class JobPlan:
         entry: absolute path of the stage's runtime entry script on this machine.
         experiment_id: unique id of this submission.
         job_name: Slurm job name (sanitised).
+        requeue: ``run.requeue`` of a resumable (training) stage: a job that saved on the warning signal
+            requeues itself.
+        signal_before_s: ``run.signal_before_s``: seconds before the time limit at which Slurm sends SIGTERM
+            (``sbatch --signal=TERM@N``); None = no warning signal.
+        chain: ``run.chain``: continuation jobs submitted behind this one (``--dependency=singleton``).
     """
 
     stage: Stage
@@ -82,6 +87,9 @@ class JobPlan:
     entry: Path
     experiment_id: str
     job_name: str
+    requeue: bool = False
+    signal_before_s: int | None = None
+    chain: int = 0
 
     def command(self, config_path: str | Path, python: str | None = None) -> list[str]:
         """The command line that runs the stage on one node with ``config_path`` as its train.yaml."""
@@ -100,7 +108,8 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
         ConfigError: when the stage's image key is not in ``stages/images.toml``.
     """
     stage = compiled.stage
-    env = compiled.config.get("run", {}).get("env", {})
+    run = compiled.config.get("run", {})
+    env = run.get("env", {})
     nodes = int(env.get("nodes") or 1)
     gpn = env.get("gpus_per_node")
     if gpn is None and profile is not None:
@@ -127,12 +136,30 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
         executor=getattr(profile, "executor", None) or "direct", nodes=nodes, gpus_per_node=gpn, world_size=world,
         launch=stage.launch, image=image, image_key=stage.image, entry=(stages_dir() / stage.entry).resolve(),
         experiment_id=eid, job_name=safe_name(f"{stage.recipe}-{stage.name}-{Path(compiled.config_name).stem}"),
+        requeue=bool(run.get("requeue", False)), signal_before_s=_positive(run, "signal_before_s"),
+        chain=_positive(run, "chain") or 0,
     )
+
+
+def _positive(run: dict[str, Any], key: str) -> int | None:
+    """``run.<key>`` as a whole number >= 0 (None when unset or 0).
+
+    Raises:
+        ConfigError: a value that is not a whole number >= 0.
+    """
+    value = run.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"run.{key}={value!r}: expected a whole number >= 0")
+    return value or None
 
 
 def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
     """The artifact(s) the stage will produce, with the fields its registry entry declares, filled
     from its compiled config: ``{"pretrain-data": {"path": "/abs/out", "blend_path": "/abs/out/blend.json"}}``.
+    A config that sets ``output_artifact`` names its artifact itself (``rlvr -c teacher-reasoning``
+    records ``teacher-reasoning``, which the MOPD panel takes).
 
     Raises:
         ConfigError: when a template names a key the config does not have.
@@ -147,4 +174,6 @@ def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
             return str(v)
 
         fields[name] = re.sub(r"\{([^{}]+)\}", value, template)
-    return {artifact: dict(fields) for artifact in compiled.stage.produces}
+    named = compiled.get("output_artifact")
+    names = (str(named),) if isinstance(named, str) and named else compiled.stage.produces
+    return {artifact: dict(fields) for artifact in names}

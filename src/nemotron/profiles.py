@@ -315,6 +315,30 @@ def find_env_file(explicit: str | Path | None = None, cwd: Path | None = None) -
     return user_file if user_file.is_file() else None
 
 
+#: Keys of the ``[wandb]`` settings section and the environment variables the training stages' configs read
+#: them from while compiling (``logger.wandb_project: ${oc.env:NEMOTRON_WANDB_PROJECT,null}``).
+WANDB_ENV = {"project": "NEMOTRON_WANDB_PROJECT", "entity": "NEMOTRON_WANDB_ENTITY"}
+
+
+def tracking_env(sections: dict[str, Any], source: Path | str = "env.toml") -> dict[str, str]:
+    """The ``[wandb]`` section of an env.toml as the variables :data:`WANDB_ENV` names (empty without one).
+    A config's own ``logger.wandb_project=...`` still wins: the stage configs only fall back to these.
+
+    Raises:
+        ConfigError: an unknown key (with a did-you-mean) or a value that is not a string.
+    """
+    section = sections.get("wandb") or {}
+    out: dict[str, str] = {}
+    for key, value in section.items():
+        if key not in WANDB_ENV:
+            raise ConfigError(f"{source}: [wandb] {key}: unknown key{_suggest(key, WANDB_ENV)}",
+                              f"valid: {', '.join(WANDB_ENV)} (the API key is a profile secret: WANDB_API_KEY)")
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{source}: [wandb] {key} = {value!r}: expected a non-empty string")
+        out[WANDB_ENV[key]] = value
+    return out
+
+
 def load_profiles(path: Path) -> Profiles:
     """Parse an env.toml into :class:`Profiles` (profiles are validated lazily, on :meth:`Profiles.get`).
 

@@ -217,3 +217,86 @@ def write_megatron_blend(path: str | os.PathLike[str], splits: dict[str, list[tu
         out[split] = flat
     atomic_write_json(path, out)
     return out
+
+
+def parse_mix(mix_with: list[Any] | None, key: str = "data.mix_with") -> tuple[float, list[tuple[float, Path, str]]]:
+    """Check ``data.mix_with`` (see :func:`mix_blend_files`) without reading files: ``(share left for the main
+    blend, [(share, blend file, key), ...])``.
+
+    Raises:
+        ConfigError: a malformed entry, a share outside (0, 1), or shares summing to 1 or more.
+    """
+    entries = []
+    for i, item in enumerate(mix_with or []):
+        where = f"{key}[{i}]"
+        if not isinstance(item, dict) or set(item) - {"blend", "share"} or "blend" not in item or "share" not in item:
+            raise ConfigError(f"{where}={item!r}: expected {{blend: FILE, share: NUMBER}}")
+        share = item["share"]
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
+            raise ConfigError(f"{where}.share={share!r}: a share of the training tokens, between 0 and 1")
+        entries.append((float(share), Path(os.path.expanduser(str(item["blend"]))), f"{where}.blend"))
+    rest = 1.0 - sum(s for s, _, _ in entries)
+    if entries and rest <= 0:
+        raise ConfigError(f"{key}: the shares add up to {1 - rest:g}; they must leave a share for "
+                          "data.per_split_data_args_path (sum below 1)")
+    return rest, entries
+
+
+def mix_blend_files(primary: str | os.PathLike[str], mix_with: list[Any] | None,
+                    key: str = "data.mix_with") -> dict[str, list[Any]]:
+    """Mix Megatron ``blend.json`` files at fixed shares of the training tokens (``pretrain -c long_context``:
+    the user's long-context data 46 %, the phase-2 blend 54 %).
+
+    ``mix_with`` = ``[{"blend": FILE, "share": s}, ...]`` (0 < s, Σ s < 1); ``primary`` gets ``1 - Σ s``.
+    Inside each file the weights keep their proportions: each file's weights are divided by their sum and
+    multiplied by the file's share, per split, so Megatron (which normalises over the whole list) samples
+    each file at its share. A split missing from a file contributes nothing to that split (the others'
+    shares are then renormalised by Megatron). Relative prefixes are taken from their file's folder.
+    Returns the mixed blend in the same form (absolute prefixes).
+
+    Raises:
+        ConfigError: a malformed entry, a share outside (0, 1) or summing to 1 or more, an unreadable file.
+    """
+    import json
+
+    rest, entries = parse_mix(mix_with, key)
+    out: dict[str, list[Any]] = {}
+    for share, path, where in [(rest, Path(primary), "data.per_split_data_args_path"), *entries]:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{where}={path}: cannot read: {exc.strerror}") from None
+        except ValueError as exc:
+            raise ConfigError(f"{where}={path}: not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}={path}: not a blend.json ({{\"train\": [weight, prefix, ...], ...}})")
+        for split, items in data.items():
+            if not isinstance(items, list) or len(items) % 2 or not items:
+                continue
+            pairs = list(zip(items[0::2], items[1::2]))
+            total = sum(float(w) for w, _ in pairs)
+            if total <= 0:
+                raise ConfigError(f"{where}={path}: split {split!r} has no positive weight")
+            for w, prefix in pairs:
+                p = Path(str(prefix))
+                if not p.is_absolute():
+                    p = path.parent / p
+                out.setdefault(split, []).extend([share * float(w) / total, str(p)])
+    return out
+
+
+def training_blend(cfg: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path | None:
+    """The blend.json a pretrain run trains on: ``data.per_split_data_args_path`` itself, or — with
+    ``data.mix_with`` — the mix (:func:`mix_blend_files`) written to ``<out_dir>/mixed_blend.json``
+    (atomically; the checkpoint folder, so the run's lineage keeps it). None when the key is unset."""
+    data = cfg.get("data") or {}
+    primary = data.get("per_split_data_args_path")
+    if not primary:
+        return None
+    if not data.get("mix_with"):
+        return Path(os.path.expanduser(str(primary)))
+    mixed = mix_blend_files(os.path.expanduser(str(primary)), data["mix_with"])
+    path = Path(out_dir) / "mixed_blend.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, mixed)
+    return path

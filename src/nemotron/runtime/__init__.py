@@ -17,7 +17,16 @@ files our data prep writes:
   heavy imports after;
 * :mod:`~nemotron.runtime.convert` — the transformers-v5 → v4 NemotronH config rewrite (pure);
 * :mod:`~nemotron.runtime.routing` — the MoE-routing check the Megatron-Bridge entry runs on its
-  model provider (pure).
+  model provider (pure);
+* :mod:`~nemotron.runtime.quant_config` — quantize recipes, module kinds, the export-name repair, the
+  local settings and the cluster config translation (stdlib + yaml);
+* :mod:`~nemotron.runtime.quantize` — the ``local`` quantize backend (nvidia-modelopt);
+  :mod:`~nemotron.runtime.nvfp4_cpu` — its CPU NVFP4 route; :mod:`~nemotron.runtime.quantize_cluster` —
+  the Megatron-Bridge quantize entry (checks first).
+* :mod:`~nemotron.runtime.megatron_bridge` — the cluster runtime of ``pretrain``, ``sft`` and ``convert``:
+  checks, the translation to Megatron-Bridge's ConfigContainer (pure), AutoBridge and the training call
+  (stdlib at import time);
+* :mod:`~nemotron.runtime.tracking` — TensorBoard / W&B identity shared by both training runtimes (pure);
 * :mod:`~nemotron.runtime.nemo_rl` — the cluster runtime of ``rlvr`` and ``mopd``: checks, the v4
   checkpoint views, the translation to NeMo RL's config (pure) and the call of NeMo RL's GRPO entry
   (stdlib at import time).

@@ -9,6 +9,7 @@ resume); 130 interrupted before training started.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -57,6 +58,11 @@ def precheck(s: LocalSettings) -> None:
         raise SettingsError(f"checkpoint.pretrained_checkpoint={s.pretrained_checkpoint}: no such folder")
     if s.save_dir.exists() and not s.save_dir.is_dir():
         raise SettingsError(f"checkpoint.save={s.save_dir}: exists and is not a folder")
+    from nemotron.runtime.tracking import wandb_key_problem
+
+    problem = wandb_key_problem(s.wandb_project, dict(os.environ))
+    if problem and importlib.util.find_spec("wandb") is not None:  # without wandb the run says W&B is off
+        raise SettingsError(problem)
 
 
 def _limit_threads(cpus: int | None) -> None:
@@ -96,6 +102,16 @@ def run_config(stage: str, cfg: dict[str, Any], title: str | None = None) -> int
     try:
         settings = read(cfg, stage)
         precheck(settings)
+        if stage == "pretrain" and (cfg.get("data") or {}).get("mix_with"):  # a mix of blends (-c long_context)
+            from dataclasses import replace
+
+            from nemotron.data.blend import training_blend
+            from nemotron.errors import ConfigError
+
+            try:
+                settings = replace(settings, blend_path=training_blend(cfg, settings.save_dir))
+            except ConfigError as exc:
+                raise SettingsError(exc.message) from None
     except SettingsError as exc:
         print(f"{title}: {exc}", file=sys.stderr)
         return 1

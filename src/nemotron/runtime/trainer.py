@@ -36,7 +36,6 @@ Checkpoint folder layout (``checkpoint.save``)::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -68,19 +67,32 @@ def device_and_precision(settings: LocalSettings) -> tuple[str, str]:
     return device, precision
 
 
-def record_consumption(data_path: Path, settings: LocalSettings, artifact: str) -> Path | None:
+def record_consumption(data_path: Path, stage: str, checkpoint_dir: Path, artifact: str) -> Path | None:
     """Mark the data version folder holding ``data_path`` (the nearest folder up with a ``manifest.json``) as
-    consumed by this run, so data prep never rewrites it in place. Returns the record, or None when the data
-    has no manifest (hand-made data)."""
+    consumed by the run of ``stage`` that saves to ``checkpoint_dir``, so data prep never rewrites it in
+    place. Returns the record (``<version>/consumed_by/<run id>.json``), or None when the data has no
+    manifest (hand-made data). Used by the local and the Megatron-Bridge runtimes."""
     from nemotron.data.outputs import MANIFEST, record_consumer
 
+    data_path = Path(data_path)
     folder = data_path if data_path.is_dir() else data_path.parent
     for cand in (folder, *folder.parents[:3]):
         if (cand / MANIFEST).is_file():
-            run_id = os.environ.get("NEMOTRON_EXPERIMENT_ID") or f"local-{settings.save_dir.name}"
-            return record_consumer(cand, stage=settings.stage, run_id=run_id, artifact=artifact,
-                                   checkpoint=str(settings.save_dir))
+            run_id = os.environ.get("NEMOTRON_EXPERIMENT_ID") or f"local-{Path(checkpoint_dir).name}"
+            return record_consumer(cand, stage=stage, run_id=run_id, artifact=artifact, checkpoint=str(checkpoint_dir))
     return None
+
+
+def _data_sources(s: LocalSettings, source: Path) -> list[Path]:
+    """The data a run reads: ``source``, or for a pretrain run on a mix (``data.mix_with``) every blend.json
+    of the mix (each one's data folder becomes immutable to data prep)."""
+    from nemotron.runtime.settings import get
+
+    mix = get(s.raw, "data.mix_with") if s.stage == "pretrain" else None
+    if not mix:
+        return [source]
+    primary = get(s.raw, "data.per_split_data_args_path")
+    return [Path(str(p)).expanduser() for p in [primary, *(m.get("blend") for m in mix if isinstance(m, dict))] if p]
 
 
 class _Data:
@@ -177,6 +189,11 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     s.save_dir.mkdir(parents=True, exist_ok=True)
     found = modelmod.checkpoints(s.load_dir) if s.load_dir else []
     resume = found[-1][1] if found else None
+    if found and found[-1][0] >= s.train_iters and (s.save_dir / "model.safetensors").is_file():
+        # a continuation job (run.chain) or a rerun of a finished run: nothing left to do
+        _say(f"{s.stage}: already complete: {resume} is at train.train_iters={s.train_iters}; final model in "
+             f"{s.save_dir}")
+        return 0
     if resume is not None:
         model = modelmod.build(spec, s.seed)
         start = f"resuming from {resume} (step {found[-1][0]})"
@@ -193,9 +210,12 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
          f"built) on {device} ({precision}, {torch.get_num_threads()} thread(s)); {start}")
     for line in data.describe:
         _say(line)
-    rec = record_consumption(data.source, s, "pretrain-data" if s.stage == "pretrain" else "sft-data")
-    if rec is not None:
-        _say(f"recorded this run as a consumer of {rec.parent.parent}")
+    data_version = None
+    for source in _data_sources(s, data.source):
+        rec = record_consumption(source, s.stage, s.save_dir, "pretrain-data" if s.stage == "pretrain" else "sft-data")
+        if rec is not None:
+            _say(f"recorded this run as a consumer of {rec.parent.parent}")
+            data_version = data_version or rec.parent.parent
     if resume is None or not (s.save_dir / "lineage.json").exists():  # what the run started from, kept on resume
         _write_json(s.save_dir / "lineage.json", {
             "stage": s.stage, "model": spec.name, "data": str(data.source),
@@ -204,7 +224,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
             "experiment_id": os.environ.get("NEMOTRON_EXPERIMENT_ID"), "transformers": transformers.__version__,
             "torch": torch.__version__})
 
-    report_to = _reporting(s)
+    report_to, run_name = _reporting(s, data_version)
     has_eval = data.eval is not None
     args = TrainingArguments(
         output_dir=str(s.save_dir),
@@ -234,7 +254,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
         fp16=precision == "fp16",
         use_cpu=device == "cpu",
         report_to=report_to,
-        run_name=s.wandb_exp_name,
+        run_name=run_name,
         dataloader_num_workers=0,
         dataloader_pin_memory=device == "cuda",
         remove_unused_columns=False,
@@ -299,6 +319,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
         result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     finally:
         stopper.uninstall()
+        _finish_wandb(report_to)
     seconds = time.perf_counter() - t0
     step = trainer.state.global_step
     _write_latest(s.save_dir)
@@ -334,30 +355,44 @@ def _write_latest(folder: Path) -> None:
         os.replace(tmp, folder / "latest_checkpointed_iteration.txt")
 
 
-def _reporting(s: LocalSettings) -> list[str]:
-    """Trackers for ``report_to``: TensorBoard when installed (``logger.tensorboard_dir``), W&B when
-    ``logger.wandb_project`` is set and wandb is installed (run id stable per checkpoint folder, so a
-    resumed run continues the same W&B run). The key comes from the environment (``WANDB_API_KEY``)."""
+def _reporting(s: LocalSettings, data_version: Path | None) -> tuple[list[str], str | None]:
+    """Trackers for ``report_to`` and the run name: TensorBoard always (``logger.tensorboard_dir``, else
+    ``<checkpoint.save>/tb_logs``; needs the ``tensorboard`` package of the ``local`` extra); W&B when
+    ``logger.wandb_project`` is set (:mod:`nemotron.runtime.tracking`: run id stable per checkpoint folder,
+    so a resumed or requeued run continues the same W&B run; the API key only from the environment)."""
     import importlib.util
+
+    from nemotron.runtime.tracking import data_label, wandb_identity
 
     out = []
     if importlib.util.find_spec("tensorboard") is not None or importlib.util.find_spec("tensorboardX") is not None:
         out.append("tensorboard")
-        if s.tensorboard_dir:
-            os.environ["TENSORBOARD_LOGGING_DIR"] = str(s.tensorboard_dir)
+        os.environ["TENSORBOARD_LOGGING_DIR"] = str(s.tensorboard_dir or s.save_dir / "tb_logs")
     else:
-        _say("TensorBoard is not installed: metrics go to metrics.jsonl only")
-    if s.wandb_project:
-        if importlib.util.find_spec("wandb") is None:
-            _say(f"logger.wandb_project={s.wandb_project!r} but wandb is not installed: W&B is off")
-        else:
-            out.append("wandb")
-            os.environ["WANDB_PROJECT"] = str(s.wandb_project)
-            if s.wandb_entity:
-                os.environ["WANDB_ENTITY"] = str(s.wandb_entity)
-            os.environ.setdefault("WANDB_RUN_ID", hashlib.sha1(str(s.save_dir).encode()).hexdigest()[:16])
-            os.environ.setdefault("WANDB_RESUME", "allow")
-    return out
+        _say("TensorBoard is not installed (pip install 'nemotron-cli[local]'): metrics go to metrics.jsonl only")
+    artifact = "pretrain-data" if s.stage == "pretrain" else "sft-data"
+    ident = wandb_identity(checkpoint_dir=s.save_dir, project=s.wandb_project, entity=s.wandb_entity,
+                           exp_name=s.wandb_exp_name, stage=s.stage,
+                           data=data_label(data_version, artifact) if data_version else None)
+    if ident is None:
+        return out, s.wandb_exp_name
+    if importlib.util.find_spec("wandb") is None:
+        _say(f"logger.wandb_project={s.wandb_project!r} but wandb is not installed: W&B is off")
+        return out, ident.name
+    out.append("wandb")
+    ident.save_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.update(ident.env())
+    _say(f"W&B: project {ident.project}, run {ident.name!r} (id {ident.run_id}, resumed by every job of this run)")
+    return out, ident.name
+
+
+def _finish_wandb(report_to: list[str]) -> None:
+    """Close the W&B run (flushes it; the next job of the run resumes it by id)."""
+    if "wandb" in report_to:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
 
 
 class _SignalStop:

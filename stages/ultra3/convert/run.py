@@ -1,8 +1,9 @@
 """Runtime entry of `nemotron ultra3 convert`: ``python run.py --config train.yaml``.
 
 ``backend: local`` rewrites a Hugging Face NemotronH checkpoint's config to the v4 form NeMo RL reads
-(:func:`nemotron.runtime.convert.local_main`). ``backend: megatron-bridge`` (AutoBridge HF <-> Megatron)
-runs inside the NeMo container; this entry checks that megatron.bridge is importable first.
+(:func:`nemotron.runtime.convert.local_main`). ``backend: megatron-bridge`` (AutoBridge HF <-> Megatron,
+:mod:`nemotron.runtime.megatron_bridge`) runs inside the NeMo container; it checks the container, the GPUs
+and the source checkpoint first.
 """
 
 import sys
@@ -11,5 +12,5 @@ from nemotron.entry import Backend, run
 
 if __name__ == "__main__":
     sys.exit(run("ultra3 convert", {"local": Backend("nemotron.runtime.convert:local_main"),
-                            "megatron-bridge": Backend(requires="megatron.bridge", image="nemo")},
+                            "megatron-bridge": Backend("nemotron.runtime.megatron_bridge:convert_main")},
                  default="megatron-bridge"))

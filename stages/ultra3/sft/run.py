@@ -2,7 +2,9 @@
 
 ``backend: local`` trains the catalogue's small NemotronH here (:mod:`nemotron.runtime`; exit 75 =
 saved and stopped on a signal, run again to resume). ``backend: megatron-bridge`` runs inside the NeMo
-container; this entry checks that megatron.bridge is importable before anything heavy.
+container (:mod:`nemotron.runtime.megatron_bridge`): it checks the container, the GPUs and the inputs before
+anything heavy, then runs Megatron-Bridge's training (exit 75 = saved and stopped on SIGTERM; a job submitted
+with ``run.requeue`` then requeues itself).
 """
 
 import sys
@@ -11,5 +13,5 @@ from nemotron.entry import Backend, run
 
 if __name__ == "__main__":
     sys.exit(run("ultra3 sft", {"local": Backend("nemotron.runtime.entry:sft"),
-                             "megatron-bridge": Backend(requires="megatron.bridge", image="nemo")},
+                             "megatron-bridge": Backend("nemotron.runtime.megatron_bridge:sft_main")},
                  default="megatron-bridge"))

@@ -1,0 +1,627 @@
+"""The cluster runtime of ``ultra3 pretrain``, ``ultra3 sft`` and ``ultra3 convert``: our compiled config →
+Megatron-Bridge, inside the NeMo container (``stages/images.toml`` ``nemo``).
+
+What the entry scripts (``stages/ultra3/{pretrain,sft,convert}/run.py``, through :mod:`nemotron.entry`) call
+with ``backend: megatron-bridge``, on every rank that torchrun starts:
+
+1. :func:`precheck` — before any heavy import, one line per problem: Megatron-Bridge importable; the
+   installed megatron-bridge / megatron-core versions are the ones the configs and the key list were
+   checked against (``stages/images.toml`` ``[nemo].frameworks``, ``keylists/megatron-bridge-<v>.json``);
+   the GPUs this node shows equal ``run.env.gpus_per_node`` and torchrun's ``WORLD_SIZE`` equals
+   nodes x GPUs per node; the inputs exist and are of the right kind (pretrain: ``blend.json`` and every
+   ``.bin/.idx`` it lists; SFT: the packed Parquet files and their metadata, and the starting checkpoint;
+   convert: the source checkpoint).
+2. :func:`translate` — pure: the compiled config → what Megatron-Bridge's ``ConfigContainer`` gets
+   (:class:`BridgeConfig`): our own keys dropped (:data:`nemotron.keys.OWN_KEYS`), every other key passed
+   through under its Megatron-Bridge name (``train.*``, ``model.*``, ``optimizer.*``, ``scheduler.*`` —
+   WSD included —, ``ddp.*``, ``checkpoint.*``, ``logger.*``, ``rng.*``, ``dist.*``, ``validation.*``,
+   ``tokenizer.*``); pretrain's ``blend.json`` turned into ``dataset.blend_per_split`` (the form
+   Megatron-Bridge's own ``per_split_data_args_path`` reader makes, ``data/loaders.py``
+   ``get_blend_and_blend_per_split``); SFT's dataset as a ``FinetuningDatasetConfig`` on our packed Parquet
+   with ``PackedSequenceSpecs`` at the pack size (= ``model.seq_length``) and ``answer_only_loss`` on
+   (the loader ignores our stored loss mask otherwise); the mixed-precision preset with the NVFP4
+   BF16-layer settings; the exit-signal handler on (SIGTERM, the warning Slurm sends
+   ``run.signal_before_s`` before the time limit: save and stop); ``checkpoint.load = checkpoint.save``
+   (a stable folder per run name: every job of a run resumes from the last save); W&B identity from
+   :mod:`nemotron.runtime.tracking`.
+3. :func:`main` — heavy: the Ultra config from the recipe ``recipe.name`` (``megatron.bridge.recipes``),
+   whose model provider AutoBridge builds from the HF config ``recipe.hf_model_id``; our values applied
+   on top; the MoE routing check on the provider (:func:`nemotron.runtime.routing.require_routing`); the
+   data folder marked as consumed; Megatron-Bridge's ``pretrain`` / ``finetune`` with ``gpt_step.forward_step``.
+   Exit 0 when the last saved iteration reached ``train.train_iters``, 75 when the run saved and stopped
+   earlier (the exit-signal handler: the job is requeued or continued), 1 on a failure.
+   Convert: ``AutoBridge.import_ckpt`` (HF → Megatron) or ``AutoBridge.export_ckpt`` (Megatron → HF; the
+   HF ``config.json`` then rewritten to the v4 form NeMo RL reads, :mod:`nemotron.runtime.convert`).
+
+APIs as in Megatron-Bridge 0.5.0 (``training/pretrain.py`` ``pretrain(config, forward_step_func)``,
+``training/finetune.py`` ``finetune``, ``training/gpt_step.py`` ``forward_step``,
+``training/mixed_precision.py`` ``get_mixed_precision_config``, ``models/conversion/auto_bridge.py``
+``AutoBridge.from_hf_pretrained / to_megatron_provider / import_ckpt / export_ckpt``,
+``data/datasets/packed_sequence.py`` ``PackedSequenceSpecs``, ``training/config.py``
+``FinetuningDatasetConfig``). Steps 1 and 2 are tested here (tests/test_runtime_megatron_bridge.py).
+Step 3 needs Megatron-Bridge, Transformer Engine and GPUs inside NVIDIA's container, which this project's
+machines do not have: it has not been run by this project.
+
+Stdlib only at import time (step 1 reads ``blend.json`` with :mod:`nemotron.runtime.pretrain_data`, numpy).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nemotron.keys import OWN_KEYS
+from nemotron.runtime.nemo_rl import visible_gpus
+from nemotron.runtime.settings import EXIT_REQUEUE, get
+
+STAGES = ("pretrain", "sft", "convert")
+#: ConfigContainer sections our configs pass through field by field (dataset and mixed_precision are built).
+PASS_THROUGH = ("model", "train", "validation", "optimizer", "scheduler", "ddp", "checkpoint", "logger", "rng",
+                "dist", "tokenizer", "comm_overlap", "profiling", "ft", "straggler", "rerun_state_machine")
+#: Mixed-precision fields that keep layers in BF16 around NVFP4/FP8 GEMMs (Megatron-Bridge MixedPrecisionConfig;
+#: NVIDIA-NeMo/Nemotron ultra3 train.py sets them for NVFP4 pretraining).
+BF16_LAYER_KEYS = ("first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
+#: Our pack-spec keys (dataset.packed_sequence_specs.*) = PackedSequenceSpecs fields (Megatron-Bridge 0.5.0).
+PACK_KEYS = ("packed_sequence_size", "packed_train_data_path", "packed_val_data_path", "packed_metadata_path",
+             "pad_seq_to_mult", "pad_cu_seqlens", "tokenizer_model_name")
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    """What the Megatron-Bridge run gets, built from the compiled config by :func:`translate`.
+
+    Attributes:
+        stage: ``pretrain`` | ``sft`` | ``convert``.
+        recipe: Megatron-Bridge recipe function (``recipe.name``) the ``ConfigContainer`` starts from; None
+            for convert.
+        hf_model_id: the HF repo or folder whose ``config.json`` AutoBridge turns into the model provider.
+        model_name: our catalogue entry (the routing check's expectations).
+        sections: ConfigContainer section → {field: value}, set on the recipe's objects in order.
+        dataset_kind: ``gpt`` (pretrain: ``GPTDatasetConfig``) or ``finetuning`` (SFT: ``FinetuningDatasetConfig``).
+        dataset: the dataset fields; for SFT ``packed_sequence_specs`` is a dict of ``PackedSequenceSpecs`` fields.
+        mixed_precision: preset name (``bf16_mixed``, ``bf16_with_nvfp4_mixed``, ...) or None (keep the recipe's).
+        mixed_precision_overrides: MixedPrecisionConfig fields set after the preset (the BF16 layers of NVFP4).
+        env: environment for the run (W&B identity; never a secret).
+        train_iters: ``train.train_iters`` (the exit code compares the last saved iteration with it).
+        checkpoint_dir: ``checkpoint.save``.
+        convert: convert's settings (direction, source, output_dir, hf_config_form, device) or None.
+    """
+
+    stage: str
+    recipe: str | None
+    hf_model_id: str
+    model_name: str
+    sections: dict[str, dict[str, Any]]
+    dataset_kind: str | None = None
+    dataset: dict[str, Any] = field(default_factory=dict)
+    mixed_precision: str | None = None
+    mixed_precision_overrides: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    train_iters: int | None = None
+    checkpoint_dir: str | None = None
+    convert: dict[str, Any] | None = None
+
+
+class TranslateError(ValueError):
+    """The compiled config cannot be given to Megatron-Bridge as it is; ``str()`` names the key."""
+
+
+# ------------------------------------------------------------------------------------ pure translation
+def blend_per_split(blend: dict[str, list[Any]]) -> list[tuple[list[str], list[float]] | None]:
+    """Megatron-Core's ``blend_per_split`` (train, valid, test) from :func:`nemotron.runtime.pretrain_data.read_blend`'s
+    entries: ``[([prefix, ...], [weight, ...]) | None] * 3``; a split missing from blend.json is None
+    (Megatron then builds no dataset for it). Weights are passed as written: Megatron normalises them."""
+    out: list[tuple[list[str], list[float]] | None] = []
+    for split in ("train", "valid", "test"):
+        entries = blend.get(split) or []
+        out.append(([str(e.prefix) for e in entries], [float(e.weight) for e in entries]) if entries else None)
+    return out
+
+
+def _strip_own(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``cfg`` without our own keys (:data:`nemotron.keys.OWN_KEYS`)."""
+    out = copy.deepcopy(cfg)
+    for key in OWN_KEYS:
+        parts = key.split(".")
+        node: Any = out
+        for p in parts[:-1]:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(parts[-1], None)
+    return out
+
+
+def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | None = None,
+              data_tokenizer: str | None = None, data_version: str | None = None) -> BridgeConfig:
+    """The Megatron-Bridge form of the compiled ``cfg`` of ``stage`` (see the module docstring, step 2).
+
+    ``blend``: pretrain's parsed blend.json (:func:`nemotron.runtime.pretrain_data.read_blend`);
+    ``data_tokenizer``: the tokenizer the data was prepared with (its manifest), used when
+    ``tokenizer.tokenizer_model`` is null; ``data_version``: the data folder's version (W&B run name).
+
+    Raises:
+        TranslateError: a value Megatron-Bridge cannot take as it is (the message names the key).
+    """
+    from nemotron.runtime.tracking import data_label, wandb_identity
+
+    if stage not in STAGES:
+        raise TranslateError(f"stage {stage!r}: the Megatron-Bridge runtime runs {', '.join(STAGES)}")
+    own = _strip_own(cfg)
+    hf_model_id = get(cfg, "recipe.hf_model_id")
+    if not hf_model_id:
+        raise TranslateError("recipe.hf_model_id is not set: AutoBridge builds the model provider from that HF config")
+    model_name = str(get(cfg, "model.name", "ultra"))
+    if stage == "convert":
+        conv = dict(cfg.get("convert") or {})
+        direction = conv.get("direction")
+        if direction not in ("hf_to_megatron", "megatron_to_hf"):
+            raise TranslateError(f"convert.direction={direction!r}: the Megatron-Bridge backend converts "
+                                 "hf_to_megatron or megatron_to_hf (hf_v5_to_v4 is the local backend's)")
+        for key in ("source", "output_dir"):
+            value = conv.get(key)
+            if not value or "${" in str(value):
+                raise TranslateError(f"convert.{key}={value!r}: must be set (a checkpoint folder)")
+        model = {k: v for k, v in (own.get("model") or {}).items() if k.endswith("_parallel_size")}
+        return BridgeConfig(stage=stage, recipe=None, hf_model_id=str(hf_model_id), model_name=model_name,
+                            sections={"model": model}, convert=conv)
+
+    sections: dict[str, dict[str, Any]] = {}
+    for name in PASS_THROUGH:
+        value = own.get(name)
+        if isinstance(value, dict) and value:
+            sections[name] = copy.deepcopy(value)
+    model = sections.setdefault("model", {})
+    train = sections.setdefault("train", {})
+    ckpt = sections.setdefault("checkpoint", {})
+    logger = sections.setdefault("logger", {})
+    tok = sections.setdefault("tokenizer", {})
+    # the exit-signal handler: SIGTERM (Slurm's warning before the time limit, preemption, scancel) saves a
+    # checkpoint at the end of the iteration and leaves the training loop (Megatron-Bridge train.py
+    # checkpoint_and_decide_exit)
+    train["exit_signal_handler"] = True
+    save = ckpt.get("save")
+    if not save or "${" in str(save):
+        raise TranslateError(f"checkpoint.save={save!r}: a run needs a stable checkpoint folder")
+    ckpt["load"] = ckpt.get("load") or save
+    if tok.get("tokenizer_model") is None:
+        tok["tokenizer_model"] = data_tokenizer or str(hf_model_id)
+    seq = get(cfg, "model.seq_length")
+    if seq is None:
+        raise TranslateError("model.seq_length is not set")
+
+    mp = cfg.get("mixed_precision")
+    overrides = {k: model.pop(k) for k in BF16_LAYER_KEYS if k in model}
+    for k in BF16_LAYER_KEYS:
+        if k in (cfg.get("model") or {}):
+            overrides[k] = cfg["model"][k]
+    if not overrides.get("first_last_layers_bf16"):
+        overrides = {}
+
+    dataset: dict[str, Any] = {}
+    ds = own.get("dataset") or {}
+    if stage == "pretrain":
+        if blend is None:
+            raise TranslateError("data.per_split_data_args_path: the blend.json was not read")
+        kind = "gpt"
+        dataset = {k: v for k, v in ds.items() if k not in ("packed_sequence_specs", "dataset_kwargs", "dataset_root")}
+        dataset.update(seq_length=seq, blend=None, blend_per_split=blend_per_split(blend), split=None)
+        artifact = "pretrain-data"
+    else:
+        kind = "finetuning"
+        kwargs = dict(ds.get("dataset_kwargs") or {})
+        if kwargs.get("answer_only_loss") is False:
+            raise TranslateError("dataset.dataset_kwargs.answer_only_loss=false: Megatron-Bridge's packed-Parquet "
+                                 "loader then ignores our stored loss mask and trains on prompts too; set it true")
+        kwargs["answer_only_loss"] = True
+        specs = dict(ds.get("packed_sequence_specs") or {})
+        unknown = sorted(set(specs) - set(PACK_KEYS))
+        if unknown:
+            raise TranslateError(f"dataset.packed_sequence_specs.{unknown[0]}: not a PackedSequenceSpecs field "
+                                 f"(valid: {', '.join(PACK_KEYS)})")
+        size = specs.get("packed_sequence_size", seq)
+        if size != seq:
+            raise TranslateError(f"dataset.packed_sequence_specs.packed_sequence_size={size}: must equal "
+                                 f"model.seq_length={seq} (one pack is one training sequence)")
+        specs["packed_sequence_size"] = seq
+        for key in ("packed_train_data_path", "packed_val_data_path", "packed_metadata_path"):
+            if specs.get(key) is not None and "${" in str(specs[key]):
+                raise TranslateError(f"dataset.packed_sequence_specs.{key}={specs[key]!r}: unresolved; run data prep "
+                                     "sft first (or use `pipe`)")
+        dataset = {k: v for k, v in ds.items() if k not in ("packed_sequence_specs", "dataset_kwargs")}
+        dataset.update(seq_length=seq, packed_sequence_specs=specs, dataset_kwargs=kwargs)
+        if not get(cfg, "checkpoint.pretrained_checkpoint"):
+            raise TranslateError("checkpoint.pretrained_checkpoint is not set: SFT starts from the pretrained "
+                                 "checkpoint (pretrain's output)")
+        artifact = "sft-data"
+
+    env: dict[str, str] = {}
+    ident = wandb_identity(checkpoint_dir=save, project=logger.get("wandb_project"),
+                           entity=logger.get("wandb_entity"), exp_name=logger.get("wandb_exp_name"), stage=stage,
+                           data=data_label(data_version, artifact) if data_version else None,
+                           save_dir=logger.get("wandb_save_dir"))
+    if ident is not None:
+        logger["wandb_exp_name"] = ident.name
+        logger["wandb_save_dir"] = str(ident.save_dir)
+        env = ident.env()
+    return BridgeConfig(stage=stage, recipe=get(cfg, "recipe.name"), hf_model_id=str(hf_model_id),
+                        model_name=model_name, sections=sections, dataset_kind=kind, dataset=dataset,
+                        mixed_precision=str(mp) if mp else None, mixed_precision_overrides=overrides, env=env,
+                        train_iters=get(cfg, "train.train_iters"), checkpoint_dir=str(save))
+
+
+# ------------------------------------------------------------------------------------ checks (no heavy import)
+def pinned_versions() -> dict[str, str]:
+    """The framework versions of the ``nemo`` image the configs and the key list were checked against
+    (``stages/images.toml`` ``[nemo].frameworks``: ``megatron_bridge``, ``megatron_core``)."""
+    from nemotron.plan import image_table
+
+    fw = image_table().get("nemo", {}).get("frameworks", {})
+    return {k: str(fw[k]) for k in ("megatron_bridge", "megatron_core") if k in fw}
+
+
+def installed_versions() -> dict[str, str | None]:
+    """The installed megatron-bridge / megatron-core distributions' versions (None when absent)."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for key, dist in (("megatron_bridge", "megatron-bridge"), ("megatron_core", "megatron-core")):
+        try:
+            out[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[key] = None
+    return out
+
+
+def version_problems(installed: dict[str, str | None], pinned: dict[str, str]) -> list[str]:
+    """One line per framework whose installed version is not the pinned one (a pin ``0.18.0`` accepts a build
+    ``0.18.0rc0`` / ``0.18.0+abc``: same release)."""
+    out = []
+    for key, want in pinned.items():
+        have = installed.get(key)
+        dist = key.replace("_", "-")
+        if have is None:
+            out.append(f"{dist} is not installed here; this stage runs in the NeMo container (stages/images.toml "
+                       f"[nemo], {dist} {want})")
+        elif not (have == want or have.startswith(want) and not have[len(want):][:1].isdigit()):
+            out.append(f"{dist} {have} is installed; the configs and the key list were checked against {want} "
+                       f"(stages/images.toml [nemo].frameworks): run in that image, or regenerate the key list "
+                       f"for {have} (scripts/megatron_bridge_keys.py) and update the pin")
+    return out
+
+
+def _exists(key: str, value: Any, problems: list[str], kind: str = "file") -> Path | None:
+    if value in (None, ""):
+        problems.append(f"{key} is not set")
+        return None
+    if "${" in str(value):
+        problems.append(f"{key}={value!r}: unresolved (an artifact or variable that was not set when the config "
+                        "compiled); run the upstream stage first, or use `pipe`")
+        return None
+    p = Path(os.path.expanduser(str(value)))
+    ok = p.is_file() if kind == "file" else p.is_dir()
+    if not ok:
+        problems.append(f"{key}={value}: no such {kind} on this node")
+        return None
+    return p
+
+
+def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: int | None = None,
+             installed: dict[str, str | None] | None = None, env: dict[str, str] | None = None) -> list[str]:
+    """Every reason the Megatron-Bridge run of ``stage`` cannot start here, one line each (empty: ready).
+
+    ``importable(module)``, ``gpus`` (GPUs visible on this node), ``installed`` (:func:`installed_versions`)
+    and ``env`` default to the real ones; tests pass their own.
+    """
+    if importable is None:
+        from nemotron.entry import _importable as importable
+    env = os.environ if env is None else env
+    problems: list[str] = []
+    container: list[str] = []  # said last: the line a job log's tail shows
+    if not importable("megatron.bridge"):
+        from nemotron.entry import _image_uri
+
+        container.append(f"this stage runs inside the NeMo container (image {_image_uri('nemo')}); "
+                         "megatron.bridge is not importable here")
+    else:
+        container += version_problems(installed_versions() if installed is None else installed, pinned_versions())
+    cpu_convert = stage == "convert" and get(cfg, "convert.device") == "cpu"
+    if not cpu_convert:
+        nodes = int(get(cfg, "run.env.nodes", 1))
+        want = get(cfg, "run.env.gpus_per_node")
+        if want is None and str(env.get("LOCAL_WORLD_SIZE", "")).isdigit():  # null: the profile's node shape,
+            want = int(env["LOCAL_WORLD_SIZE"])  # which torchrun's --nproc-per-node carries
+        have = visible_gpus() if gpus is None else gpus
+        if isinstance(want, int) and have != want:
+            problems.append(f"run.env.gpus_per_node={want}: this node shows {have} GPU(s) "
+                            f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+        world = env.get("WORLD_SIZE")
+        if isinstance(want, int) and world is not None and world.isdigit() and int(world) != nodes * want:
+            problems.append(f"torchrun started {world} processes; run.env.nodes x gpus_per_node = {nodes} x {want} = "
+                            f"{nodes * want} (the layout was validated for that world size)")
+    if stage == "pretrain":
+        blend = _exists("data.per_split_data_args_path", get(cfg, "data.per_split_data_args_path"), problems)
+        if blend is not None:
+            from nemotron.runtime.pretrain_data import DataError, read_blend
+
+            try:
+                read_blend(blend)
+            except DataError as exc:
+                problems.append(f"data.per_split_data_args_path: {exc}")
+            for i, item in enumerate(get(cfg, "data.mix_with") or []):
+                extra = _exists(f"data.mix_with[{i}].blend", item.get("blend") if isinstance(item, dict) else None,
+                                problems)
+                if extra is not None:
+                    try:
+                        read_blend(extra)
+                    except DataError as exc:
+                        problems.append(f"data.mix_with[{i}].blend: {exc}")
+            if get(cfg, "data.mix_with"):
+                from nemotron.data.blend import mix_blend_files
+                from nemotron.errors import ConfigError
+
+                try:
+                    mix_blend_files(blend, get(cfg, "data.mix_with"))
+                except ConfigError as exc:
+                    problems.append(exc.message)
+    elif stage == "sft":
+        specs = "dataset.packed_sequence_specs"
+        for key in ("packed_train_data_path", "packed_val_data_path", "packed_metadata_path"):
+            value = get(cfg, f"{specs}.{key}")
+            if value is None and key != "packed_train_data_path":
+                continue
+            p = _exists(f"{specs}.{key}", value, problems)
+            if p is not None and key != "packed_metadata_path" and p.suffix != ".parquet":
+                problems.append(f"{specs}.{key}={p}: not a Parquet file (data prep sft writes *.idx.parquet)")
+        _exists("checkpoint.pretrained_checkpoint", get(cfg, "checkpoint.pretrained_checkpoint"), problems, "folder")
+    else:
+        direction = get(cfg, "convert.direction")
+        src = _exists("convert.source", get(cfg, "convert.source"), problems, "folder")
+        if src is not None and direction == "hf_to_megatron" and not (src / "config.json").is_file():
+            problems.append(f"convert.source={src}: not a Hugging Face checkpoint (no config.json)")
+        if src is not None and direction == "megatron_to_hf" and (src / "config.json").is_file() \
+                and not any(src.glob("iter_*")) and not (src / "latest_checkpointed_iteration.txt").is_file():
+            problems.append(f"convert.source={src}: a Hugging Face checkpoint, not a Megatron one "
+                            "(convert.direction=megatron_to_hf)")
+    if stage != "convert":
+        from nemotron.runtime.tracking import wandb_key_problem
+
+        problem = wandb_key_problem(get(cfg, "logger.wandb_project"), dict(env))
+        if problem:
+            problems.append(problem)
+        save = get(cfg, "checkpoint.save")
+        if save and Path(str(save)).exists() and not Path(str(save)).is_dir():
+            problems.append(f"checkpoint.save={save}: exists and is not a folder")
+    return problems + container
+
+
+# ------------------------------------------------------------------------------------ the run (needs the container)
+def last_saved_iteration(checkpoint_dir: str | os.PathLike[str]) -> int | None:
+    """The iteration in ``<checkpoint_dir>/latest_checkpointed_iteration.txt`` (Megatron's tracker file), or None."""
+    try:
+        text = (Path(checkpoint_dir) / "latest_checkpointed_iteration.txt").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def exit_code(checkpoint_dir: str | os.PathLike[str], train_iters: int | None) -> int:
+    """0 when the last save reached ``train_iters``; ``EXIT_REQUEUE`` (75) when the run saved and stopped
+    earlier (the exit-signal handler); 1 when nothing was saved."""
+    it = last_saved_iteration(checkpoint_dir)
+    if it is None:
+        return 1
+    return 0 if train_iters is None or it >= train_iters else EXIT_REQUEUE
+
+
+def _recipe(name: str | None, stage: str) -> Any:  # pragma: no cover - needs Megatron-Bridge
+    import importlib
+
+    for module in ("megatron.bridge.recipes.nemotronh", "megatron.bridge.recipes"):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        if name and hasattr(mod, name):
+            return getattr(mod, name)()
+    from megatron.bridge.recipes.common import _pretrain_common, _sft_common
+
+    print(f"ultra3 {stage}: recipe.name={name!r} is not in this Megatron-Bridge's recipes; starting from its common "
+          f"{'pretrain' if stage == 'pretrain' else 'SFT'} defaults", flush=True)
+    container = _pretrain_common() if stage == "pretrain" else _sft_common()
+    container.model = None  # built from recipe.hf_model_id by AutoBridge (_apply)
+    return container
+
+
+def _apply(container: Any, bc: BridgeConfig) -> None:  # pragma: no cover - needs Megatron-Bridge
+    from megatron.bridge import AutoBridge
+
+    if getattr(container, "model", None) is None:
+        container.model = AutoBridge.from_hf_pretrained(bc.hf_model_id).to_megatron_provider(load_weights=False)
+    for section, values in bc.sections.items():
+        target = getattr(container, section, None)
+        if target is None:
+            raise TranslateError(f"{section}: this Megatron-Bridge's ConfigContainer has no such section")
+        for key, value in values.items():
+            setattr(target, key, value)
+    if bc.dataset_kind == "gpt":
+        for key, value in bc.dataset.items():
+            setattr(container.dataset, key, value)
+    else:
+        from megatron.bridge.data.datasets.packed_sequence import PackedSequenceSpecs
+        from megatron.bridge.training.config import FinetuningDatasetConfig
+
+        fields = dict(bc.dataset)
+        fields["packed_sequence_specs"] = PackedSequenceSpecs(**fields["packed_sequence_specs"])
+        container.dataset = FinetuningDatasetConfig(**fields)
+    if bc.mixed_precision:
+        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+        mp = get_mixed_precision_config(bc.mixed_precision)
+        for key, value in bc.mixed_precision_overrides.items():
+            setattr(mp, key, value)
+        container.mixed_precision = mp
+
+
+def _refuse(stage: str, problems: list[str]) -> int:
+    """Print each problem as one line of the job log (``ultra3 <stage>: ...``); returns exit code 1."""
+    for line in problems:
+        print(f"ultra3 {stage}: {line}", file=sys.stderr, flush=True)
+    return 1
+
+
+def _say(stage: str, msg: str) -> None:
+    print(f"ultra3 {stage}: {msg}", flush=True)
+
+
+def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Megatron-Bridge and GPUs
+    """Run ``stage`` with Megatron-Bridge; returns the exit code (module docstring, step 3)."""
+    problems = precheck(cfg, stage)
+    if problems:
+        return _refuse(stage, problems)
+    blend, tokenizer, version = None, None, None
+    sources: list[Any] = []
+    if stage == "pretrain":
+        from nemotron.data.blend import training_blend
+        from nemotron.runtime.pretrain_data import read_blend
+
+        sources = [get(cfg, "data.per_split_data_args_path"), *(m["blend"] for m in get(cfg, "data.mix_with") or [])]
+        blend = read_blend(training_blend(cfg, get(cfg, "checkpoint.save")))  # the mix: mixed_blend.json there
+    elif stage == "sft":
+        sources = [get(cfg, "dataset.packed_sequence_specs.packed_train_data_path")]
+    if sources:  # the same on every rank: read, never written here
+        from nemotron.validation.views import manifest_field, read_manifest
+
+        manifest, where = read_manifest(str(sources[0]))
+        tokenizer = manifest_field(manifest, "tokenizer.name")
+        version = str(Path(where).parent) if where else None
+    try:
+        bc = translate(cfg, stage, blend=blend, data_tokenizer=tokenizer, data_version=version)
+    except TranslateError as exc:
+        return _refuse(stage, [str(exc)])
+    if stage == "convert":
+        return _convert(bc)
+    os.environ.update(bc.env)
+    from nemotron import catalogue
+    from nemotron.runtime.routing import RoutingError, require_routing
+
+    container = _recipe(bc.recipe, stage)
+    try:
+        _apply(container, bc)
+        require_routing(container.model, catalogue.get(bc.model_name))
+    except (TranslateError, RoutingError) as exc:
+        return _refuse(stage, [str(exc)])
+    _say(stage, f"MoE routing of the provider matches {bc.model_name}")
+    if (os.environ.get("RANK") or "0") == "0":  # every data folder read becomes immutable to data prep
+        from nemotron.runtime.trainer import record_consumption
+
+        for source in sources:
+            record_consumption(Path(str(source)), stage, Path(str(bc.checkpoint_dir)),
+                               "pretrain-data" if stage == "pretrain" else "sft-data")
+    from megatron.bridge.training.gpt_step import forward_step
+
+    if stage == "pretrain":
+        from megatron.bridge.training.pretrain import pretrain
+
+        pretrain(container, forward_step)
+    else:
+        from megatron.bridge.training.finetune import finetune
+
+        finetune(container, forward_step)
+    code = exit_code(bc.checkpoint_dir, bc.train_iters)
+    if code == EXIT_REQUEUE:
+        _say(stage, f"saved at iteration {last_saved_iteration(bc.checkpoint_dir)} of {bc.train_iters} and stopped; "
+                    "the next job of this run resumes there")
+    return code
+
+
+def _convert(bc: BridgeConfig) -> int:  # pragma: no cover - needs Megatron-Bridge
+    """HF <-> Megatron with AutoBridge. ``convert.device: cpu``: one process, ``AutoBridge.import_ckpt`` /
+    ``export_ckpt``. ``gpu``: every torchrun rank builds the provider at the config's TP/PP/EP/ETP, then
+    ``provide_distributed_model`` + ``save_megatron_model`` (import) or ``load_megatron_model`` +
+    ``save_hf_pretrained`` (export) — the calls of Megatron-Bridge 0.5.0's
+    ``examples/conversion/convert_checkpoints_multi_gpu.py``."""
+    import torch
+    from megatron.bridge import AutoBridge
+
+    conv = bc.convert or {}
+    src, out = str(conv["source"]), str(conv["output_dir"])
+    direction = conv["direction"]
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
+        str(conv.get("dtype") or "bfloat16")]
+    rank0 = (os.environ.get("RANK") or "0") == "0"
+    if conv.get("device") == "cpu":
+        if direction == "hf_to_megatron":
+            AutoBridge.import_ckpt(src, out, torch_dtype=dtype)
+        else:
+            AutoBridge.from_hf_pretrained(bc.hf_model_id, torch_dtype=dtype).export_ckpt(src, out)
+    else:
+        if not torch.distributed.is_initialized():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            torch.distributed.init_process_group("nccl")
+        layout = {k: int(v) for k, v in bc.sections["model"].items() if k in (
+            "tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
+            "expert_tensor_parallel_size")}
+        bridge = AutoBridge.from_hf_pretrained(src if direction == "hf_to_megatron" else bc.hf_model_id,
+                                               torch_dtype=dtype)
+        provider = bridge.to_megatron_provider(load_weights=direction == "hf_to_megatron")
+        for key, value in {**layout, "pipeline_dtype": dtype, "params_dtype": dtype}.items():
+            setattr(provider, key, value)
+        provider.finalize()
+        provider.initialize_model_parallel(seed=0)
+        if direction == "hf_to_megatron":
+            model = provider.provide_distributed_model(wrap_with_ddp=False)
+            bridge.save_megatron_model(model, out, hf_tokenizer_path=src)
+        else:
+            model = bridge.load_megatron_model(src, mp_overrides={**layout, "pipeline_dtype": dtype,
+                                                                  "params_dtype": dtype}, wrap_with_ddp=False)
+            bridge.save_hf_pretrained(model, out)
+        torch.distributed.barrier()
+    if direction == "megatron_to_hf" and conv.get("hf_config_form", "v4") == "v4" and rank0:
+        rewrite_config_v4(out)
+    if rank0:
+        _say("convert", f"{direction}: {src} -> {out}")
+    return 0
+
+
+def rewrite_config_v4(folder: str | os.PathLike[str]) -> bool:
+    """Rewrite ``<folder>/config.json`` in place to the v4 NemotronH form (``hybrid_override_pattern``) that
+    NeMo RL reads, when it is in the transformers-v5 form; the weights are not touched. Returns whether
+    it changed. Raises :class:`nemotron.runtime.convert.ConfigFormError` for an unreadable config."""
+    import json
+
+    from nemotron.runtime.convert import ConfigFormError, config_form, v5_to_v4
+
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigFormError(f"{path}: cannot read: {exc}") from None
+    if config_form(config) == "v4":
+        return False
+    tmp = path.with_name(".config.json.tmp")
+    tmp.write_text(json.dumps(v5_to_v4(config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return True
+
+
+def pretrain_main(cfg: dict[str, Any]) -> int:  # pragma: no cover - needs Megatron-Bridge
+    """``backend: megatron-bridge`` of ``ultra3 pretrain`` (called by :func:`nemotron.entry.run`)."""
+    return main(cfg, "pretrain")
+
+
+def sft_main(cfg: dict[str, Any]) -> int:  # pragma: no cover - needs Megatron-Bridge
+    """``backend: megatron-bridge`` of ``ultra3 sft``."""
+    return main(cfg, "sft")
+
+
+def convert_main(cfg: dict[str, Any]) -> int:  # pragma: no cover - needs Megatron-Bridge
+    """``backend: megatron-bridge`` of ``ultra3 convert``."""
+    return main(cfg, "convert")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use stages/ultra3/{pretrain,sft,convert}/run.py --config train.yaml")

@@ -1,0 +1,170 @@
+"""Resume and requeue on the real local Slurm cluster, with the `local` runtime standing in for
+Megatron-Bridge (the cluster runtime cannot run here: no NVIDIA container, no GPUs).
+
+Each test submits `nemotron ultra3 pretrain -c local --batch` to the one-node cluster (jobs on the host's
+Python, through NeMo-Run's torchrun launcher as a GPU stage is), sends the job the signal Slurm sends
+`run.signal_before_s` before its time limit (`scancel --signal=TERM`: the same delivery, to every process of
+the job's steps, without waiting out a real time limit), and checks that the next job of the run resumes
+from the step the signalled one saved. The model is the real catalogue `small` NemotronH on a few steps of
+32-token samples from our own .bin/.idx blend.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from local_runtime_support import write_pretrain_data
+from test_submit_slurm import cli, env_file  # noqa: F401  (fixtures: the CI profile and the CLI runner)
+
+pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (pip install 'nemotron-cli[run]')")
+pytest.importorskip("transformers", reason="the local runtime needs transformers (pip install 'nemotron-cli[local]')")
+
+ITERS = 6
+
+
+def _overrides(tmp_path: Path, ckpt: Path) -> list[str]:
+    blend = write_pretrain_data(tmp_path / "data", docs=60, valid_docs=10)
+    return [f"data.per_split_data_args_path={blend}", f"checkpoint.save={ckpt}", "model.seq_length=32",
+            f"train.train_iters={ITERS}", "train.global_batch_size=2", "train.micro_batch_size=2",
+            "validation.eval_iters=0", "checkpoint.save_interval=2", "+checkpoint.most_recent_k=1",
+            "logger.log_interval=1", "scheduler.lr_warmup_iters=1", f"scheduler.lr_decay_iters={ITERS}",
+            "run.env.cpus=2"]
+
+
+@pytest.fixture
+def submitted(slurm):
+    """Job ids the test submitted; any still queued or running at the end are cancelled."""
+    ids: list[str] = []
+    yield ids
+    for job in ids:
+        if slurm.state(job) not in ("COMPLETED", "FAILED", "CANCELLED"):
+            slurm.run("scancel", job, check=False)
+
+
+def _saved_steps(folder: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file())
+
+
+def _wait(predicate, timeout: float, what: str, slurm=None, job: str | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    state = slurm.state(job) if slurm and job else "?"
+    pytest.fail(f"timed out after {timeout}s waiting for {what} (job {job}: {state})")
+
+
+def _logs(root: Path, job: str) -> dict[int, str]:
+    """The task log of each start of the job: NeMo-Run names them ``log-..._<job>_<restart count>.out``."""
+    out = {}
+    for p in root.rglob(f"log-*_{job}_*.out"):
+        out[int(p.stem.rsplit("_", 1)[1])] = p.read_text(errors="replace")
+    return out
+
+
+def _logged_steps(ckpt: Path) -> list[int]:
+    lines = (ckpt / "metrics.jsonl").read_text().splitlines() if (ckpt / "metrics.jsonl").exists() else []
+    return [json.loads(x)["step"] for x in lines if "loss" in json.loads(x)]
+
+
+def test_signalled_job_saves_requeues_itself_and_resumes(cli, env_file, slurm, submitted, tmp_path):  # noqa: F811
+    """The warning signal reaches the training process, which saves at the end of its step and exits 75; the
+    entry requeues the job (`scontrol requeue`: same job id, restart count 1); the second start resumes
+    from the saved step and finishes. Slurm holds a requeued job for about two minutes (its credential
+    lifetime) before it may start again; the test moves its start time to now, as an operator can."""
+    ckpt = tmp_path / "ckpt"
+    proc = cli("ultra3", "pretrain", "-c", "local", "--batch", "ci", "--env-file", str(env_file),
+               *_overrides(tmp_path, ckpt))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    job = proc.stdout.strip().splitlines()[-1]
+    submitted.append(job)
+    jobs_root = tmp_path / "job root with spaces"
+    script = "".join(p.read_text() for p in jobs_root.rglob("*_sbatch.sh"))
+    assert "#SBATCH --signal=TERM@60" in script and "NEMOTRON_SLURM_REQUEUE=1" in script
+    _wait(lambda: _saved_steps(ckpt), 240, "the first checkpoint", slurm, job)
+    slurm.run("scancel", "--signal=TERM", job)
+
+    def requeued() -> bool:
+        show = slurm.run("scontrol", "show", "job", job, check=False).stdout
+        return "Restarts=1" in show and "JobState=PENDING" in show
+
+    _wait(requeued, 120, "the job to requeue itself", slurm, job)
+    stopped_at = _saved_steps(ckpt)[-1]
+    assert 2 <= stopped_at < ITERS
+    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+    assert slurm.wait(job, timeout=300) == "COMPLETED", _logs(jobs_root, job)
+    logs = _logs(jobs_root, job)
+    assert set(logs) == {0, 1}, sorted(logs)
+    assert "SIGTERM received" in logs[0] and f"stopped by SIGTERM at step {stopped_at}/{ITERS}" in logs[0]
+    assert f"requeued Slurm job {job} (restart 1)" in logs[0]
+    assert f"resuming from {ckpt / f'checkpoint-{stopped_at}'} (step {stopped_at})" in logs[1]
+    steps = _logged_steps(ckpt)
+    second = steps[steps.index(stopped_at + 1):]  # what the second start trained: from the saved step on
+    assert second == list(range(stopped_at + 1, ITERS + 1)), steps
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(ITERS)
+    assert (ckpt / "model.safetensors").is_file()
+
+
+def test_chain_continuation_resumes_a_signalled_run(cli, env_file, slurm, submitted, tmp_path):  # noqa: F811
+    """`run.chain=1` without requeue: the first job saves on the signal and ends (exit 75, FAILED); the
+    continuation job, held by `--dependency=singleton` until then, resumes from the saved step and
+    completes the run."""
+    ckpt = tmp_path / "ckpt"
+    proc = cli("ultra3", "pretrain", "-c", "local", "--batch", "ci", "--env-file", str(env_file),
+               "run.chain=1", "run.requeue=false", *_overrides(tmp_path, ckpt))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first = proc.stdout.strip().splitlines()[-1]
+    m = re.search(r"continuation jobs \(run.chain=1, --dependency=singleton\): (\d+)", proc.stderr)
+    assert m, proc.stderr[-2000:]
+    second = m.group(1)
+    submitted.extend([first, second])
+    show = slurm.run("scontrol", "show", "job", second).stdout
+    assert "Dependency=singleton" in show and "JobName=ultra3-pretrain-local" in show
+    _wait(lambda: _saved_steps(ckpt), 240, "the first checkpoint", slurm, first)
+    assert slurm.state(second) == "PENDING"  # singleton: not while the first runs
+    slurm.run("scancel", "--signal=TERM", first)
+    assert slurm.wait(first, timeout=120) == "FAILED"
+    exit_code = slurm.run("sacct", "-n", "-X", "-P", "-j", first, "-o", "ExitCode").stdout.strip()
+    stopped_at = _saved_steps(ckpt)[-1]
+    assert slurm.wait(second, timeout=300) == "COMPLETED", exit_code
+    jobs_root = tmp_path / "job root with spaces"
+    first_log = _logs(jobs_root, first)[0]
+    assert f"stopped by SIGTERM at step {stopped_at}/{ITERS}" in first_log and "requeued" not in first_log
+    assert f"resuming from {ckpt / f'checkpoint-{stopped_at}'} (step {stopped_at})" in _logs(jobs_root, second)[0]
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(ITERS)
+
+
+def test_warning_signal_must_come_before_the_time_limit(tmp_path, monkeypatch, capsys):
+    """No cluster needed: the dry-run renders the job and refuses a warning at or past the profile's time."""
+    from nemotron.cli import main
+
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    env = Path(__file__).resolve().parent / "fixtures" / "env.toml"  # profile `sample`: time = 02:00:00
+    code = main(["ultra3", "pretrain", "-c", "tiny", "run.signal_before_s=7200", "run.chain=2", "--dry-run",
+                 "--batch", "sample", "--env-file", str(env)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert ("run.signal_before_s=7200: the warning signal must come before the job's time limit (02:00:00 = 7200 s, "
+            "profile sample key time)") in err
+    code = main(["ultra3", "pretrain", "-c", "tiny", "run.signal_before_s=0", "run.requeue=false", "--dry-run",
+                 "--batch", "sample", "--env-file", str(env)])
+    out = capsys.readouterr().out
+    assert code == 0 and "--signal" not in out and "NEMOTRON_SLURM_REQUEUE" not in out
+
+
+def test_requeue_only_from_rank_zero_of_a_requeue_job(capsys):
+    """No cluster needed: outside a job submitted with run.requeue, or on a rank other than 0, nothing is
+    asked of Slurm (the positive path runs on the real cluster above)."""
+    from nemotron.entry import requeue_on_slurm
+
+    assert requeue_on_slurm("ultra3 pretrain", {}) is False  # a run here
+    assert requeue_on_slurm("ultra3 pretrain", {"SLURM_JOB_ID": "7"}) is False  # run.requeue off
+    assert requeue_on_slurm("ultra3 pretrain", {"SLURM_JOB_ID": "7", "NEMOTRON_SLURM_REQUEUE": "1",
+                                                "RANK": "3"}) is False  # only global rank 0 asks
+    assert capsys.readouterr().out == ""
