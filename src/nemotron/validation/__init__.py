@@ -144,7 +144,34 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
         problems += _passthrough_keys(cfg)
     elif kind == "rl" and checks.backend(cfg) != checks.LOCAL:
         problems += _passthrough_keys(cfg, "nemo-rl")
+    if getattr(stage, "name", "") == "pretrain":
+        problems += _blend_mix(cfg)
+    if kind == "quantize":
+        from nemotron.validation.quantize import validate_quantize
+
+        problems += validate_quantize(cfg, profile)
     return _dedupe(problems)
+
+
+def _blend_mix(cfg: dict) -> list[Problem]:
+    """pretrain's ``data.mix_with`` (``-c long_context``): valid shares, and — once the main blend is resolved —
+    every blend file readable; the runtimes' own function (:func:`nemotron.data.blend.mix_blend_files`)."""
+    data = cfg.get("data") or {}
+    if not data.get("mix_with"):
+        return []
+    from pathlib import Path
+
+    from nemotron.data.blend import mix_blend_files, parse_mix
+    from nemotron.errors import ConfigError
+
+    primary = data.get("per_split_data_args_path")
+    try:
+        parse_mix(data["mix_with"])
+        if isinstance(primary, str) and "${" not in primary and Path(primary).is_file():
+            mix_blend_files(primary, data["mix_with"])
+    except ConfigError as exc:
+        return [Problem(key="", value=None, message=exc.message, rule="blend-mix")]
+    return []
 
 
 def _passthrough_keys(cfg: dict, framework: str = "megatron-bridge") -> list[Problem]:

@@ -1,8 +1,9 @@
 """Runtime entry of `nemotron ultra3 quantize`: ``python run.py --config train.yaml``.
 
-The cluster backend (``backend: megatron-bridge``) runs inside the nemo container and checks that
-megatron.bridge is importable before anything heavy; its runtime and the ``local`` backend arrive with
-the quantization issue: until then this entry says so in one line and exits 1.
+``backend: local`` quantizes a small NemotronH here with nvidia-modelopt (:mod:`nemotron.runtime.quantize`:
+calibrate on real text, apply the recipe, export a Hugging Face checkpoint, compare with the BF16 model).
+``backend: megatron-bridge`` runs under torchrun inside the NeMo container
+(:mod:`nemotron.runtime.quantize_cluster`; it checks its inputs, GPUs and frameworks first).
 """
 
 import sys
@@ -10,5 +11,7 @@ import sys
 from nemotron.entry import Backend, run
 
 if __name__ == "__main__":
-    sys.exit(run("ultra3 quantize", {"megatron-bridge": Backend(requires="megatron.bridge", image="nemo"), "local": Backend()},
+    sys.exit(run("ultra3 quantize", {"megatron-bridge": Backend("nemotron.runtime.quantize_cluster:main",
+                                                              requires="megatron.bridge", image="nemo"),
+                                     "local": Backend("nemotron.runtime.quantize:main")},
                  default="megatron-bridge"))

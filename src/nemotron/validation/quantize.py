@@ -1,0 +1,69 @@
+"""Launch checks of the quantize stage beyond its layouts (those are in :mod:`nemotron.validation.checks`):
+the recipe exists and is well formed, and the inputs exist — the checkpoint to quantize and, for the
+``local`` backend, the calibration blend — using the runtime's own readers
+(:mod:`nemotron.runtime.quant_config`, stdlib + yaml).
+
+A checkpoint path of the ``megatron-bridge`` backend lives on the cluster: it is checked here when this
+machine sees the cluster's files (no profile, a ``local`` executor, or a Slurm profile with ``tunnel =
+"local"``); through an SSH tunnel it cannot be, and the job's own check (before loading anything) says so.
+Values the compiler could not resolve yet (``${art:...}``) are left to its warning and to the refusal at
+submission.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from nemotron.errors import Problem
+from nemotron.validation.views import get, unresolved
+
+
+def _same_files(profile: Any) -> bool:
+    if profile is None:
+        return True
+    executor = str(getattr(profile, "executor", "") or "")
+    settings = getattr(profile, "settings", None)
+    tunnel = getattr(profile, "tunnel", None) or getattr(settings, "tunnel", None)
+    return executor != "slurm" or tunnel in (None, "local")
+
+
+def validate_quantize(cfg: dict, profile: Any) -> list[Problem]:
+    """Problems (errors) with the recipe and the inputs of a quantize config."""
+    from nemotron.runtime.quant_config import (
+        QuantConfigError,
+        check_inputs,
+        load_recipe,
+        read_settings,
+    )
+
+    out: list[Problem] = []
+    recipe = get(cfg, "quantization.recipe", "ultra")
+    try:
+        load_recipe(str(recipe))
+    except QuantConfigError as exc:
+        out.append(Problem("quantization.recipe", recipe, str(exc).removeprefix(f"quantization.recipe={recipe!r}: "),
+                           rule="quantize-recipe"))
+    local = str(get(cfg, "backend", "") or "").lower() == "local"
+    source = get(cfg, "quantization.source")
+    if not local:
+        if isinstance(source, str) and source and not unresolved(source) and _same_files(profile):
+            p = Path(os.path.expanduser(source))
+            if not p.exists():
+                out.append(Problem("quantization.source", source, "no such folder (the checkpoint to quantize)",
+                                   "an existing Hugging Face checkpoint folder, or ${art:mopd-checkpoint,path}",
+                                   rule="quantize-inputs"))
+        return out
+    if any(unresolved(get(cfg, k)) for k in ("quantization.source", "quantization.calib_dataset", "export.output_dir")):
+        return out
+    try:
+        settings = read_settings(cfg)
+    except QuantConfigError as exc:
+        return [*out, Problem("", None, str(exc), rule="quantize-settings")]
+    for key, value, message in check_inputs(settings):
+        out.append(Problem(key, value, message, rule="quantize-inputs"))
+    return out
+
+
+__all__ = ["validate_quantize"]
