@@ -14,7 +14,9 @@ Mamba layer spec, ``moe_permute_fusion`` off → ``mtq.quantize`` with the recip
 quantized Megatron checkpoint in ``quantization.output_dir`` → a short fake-quantized generation
 (logged) → ``export_mcore_gpt_to_hf`` (dtype passed) into ``export.output_dir``, then the 0.47 layer-name
 repair. This version exports from the calibration layout; the ``export.*`` layout (Model Optimizer's
-launcher re-loads at PP12 for it) is validated and shown by ``--dry-run`` but not applied.
+launcher re-loads at PP12 for it) is validated and shown by ``--dry-run`` but not applied, and the dry-run
+says so. The in-job generation is always the fake-quantized one; ``generate.kernels: nvfp4`` (real NVFP4
+GEMMs through vLLM on Blackwell, the launcher's task_2) is not run by this job: it prints the command.
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
     if plan["megatron_output_dir"]:
         bridge.save_megatron_model(model, plan["megatron_output_dir"])
     gen = plan["generate"]
-    if gen["enabled"] and gen["kernels"] == "fake_quant":
+    if gen["enabled"]:  # the sanity check runs with simulated quantization on any GPU, whatever generate.kernels
         for prompt in gen["prompts"]:
             ids = tok(prompt, return_tensors="pt").input_ids.cuda()
             out = megatron_generate(inner, ids, osl=gen["max_new_tokens"], enable_kv_cache=False)
@@ -140,6 +142,10 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
         repaired = repair_export(plan["export_dir"])
         print(f"[quantize] exported {plan['export_dir']} (recipe {plan['recipe']}; layer names repaired: {repaired})",
               flush=True)
+        if gen["enabled"] and gen["kernels"] == "nvfp4":
+            print(f"[quantize] generation with real NVFP4 GEMMs is not part of this job (it needs Blackwell GPUs and "
+                  f"vLLM); serve the export there: vllm serve {plan['export_dir']} --quantization modelopt_fp4 "
+                  f"--tensor-parallel-size {gen.get('tensor_parallel_size') or 1}", flush=True)
         from nemotron.artifacts import write_outputs
 
         write_outputs({"quantized-checkpoint": {"path": plan["export_dir"], "recipe": plan["recipe"]}})

@@ -122,6 +122,14 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
                 listed = ", ".join(f"{a}->{s}" for a, s in routed.items()) if isinstance(routed, dict) else ""
             notes.append(f"teacher routing: {listed + '; ' if listed else ''}any other task goes to the "
                          f"'{default_slot}' teacher")
+    if getattr(stage, "kind", "") == "quantize" and checks.backend(cfg) != checks.LOCAL:
+        notes.append("export.*: this version exports from the calibration layout (model.*); the export layout "
+                     "is validated, not applied")
+        if get(cfg, "generate.enabled", False):
+            kernels = get(cfg, "generate.kernels")
+            notes.append("generate: the job generates with simulated quantization"
+                         + ("; real NVFP4 GEMMs (generate.kernels=nvfp4) are a separate vLLM step on Blackwell: "
+                            "the job prints the command" if kernels == "nvfp4" else ""))
     return notes
 
 
@@ -228,4 +236,4 @@ def _dedupe(problems: list[Problem]) -> list[Problem]:
     return out
 
 
-__all__ = ["prepare", "validate", "describe", "Problem", "rules", "as_int"]
+__all__ = ["Problem", "as_int", "describe", "prepare", "rules", "validate"]
