@@ -55,7 +55,7 @@ def main() -> int:
         for name, argv, target in cases:
             t, code = median_wall(argv, args.repeat, env, home)
             ref = ref or t
-            verdict = "exit %d" % code if code else ("ok" if target is None or t <= target else "over target")
+            verdict = f"exit {code}" if code else ("ok" if target is None or t <= target else "over target")
             worst = worst or code
             print(f"{name:45s} {t:9.3f} {t / ref:9.1f} {target if target else '-':>9}  {verdict}")
     return 1 if worst else 0

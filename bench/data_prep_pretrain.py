@@ -20,6 +20,7 @@ written as JSONL and repeated ``--copies`` times (at least 50 MB). Tokenizer: th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -110,10 +111,8 @@ def run_pipeline(cfg: dict, work: Path, name: str, kill_after_receipts: int | No
                 in_flight = sorted({p.name.split(".")[0] for p in out.rglob("*.tmp-*")})
                 victims = [proc.pid, *descendants(proc.pid)]
                 for pid in victims:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
                 killed = {"receipts": len(list(out.rglob("*.receipt.json"))), "in_flight": in_flight}
                 break
             time.sleep(0.01)

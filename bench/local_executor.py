@@ -17,14 +17,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-
-def timed(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, subprocess.CompletedProcess]:
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, check=False, env=env, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    return time.perf_counter() - t0, proc
+from bench_support import timed
 
 
 def main() -> int:

@@ -15,26 +15,22 @@ import argparse
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_support import slurm_profile, timed
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
-    account = os.environ.get("NEMOTRON_SLURM_ACCOUNT")
-    partition = os.environ.get("NEMOTRON_SLURM_PARTITION")
-    if not (os.environ.get("SLURM_CONF") and account and partition):
-        print("no local Slurm cluster in the environment: eval \"$(bash scripts/local_slurm.sh env)\" first", file=sys.stderr)
-        return 2
     with tempfile.TemporaryDirectory() as tmp:
-        env_file = Path(tmp) / "env.toml"
-        env_file.write_text(f'[ci]\nexecutor = "slurm"\naccount = "{account}"\npartition = "{partition}"\n'
-                            f'time = "00:10:00"\ngpus_per_node = 8\ncontainer = false\njob_dir = "{tmp}/jobs"\n')
+        found = slurm_profile(tmp, "00:10:00")
+        if found is None:
+            return 2
+        env_file = found[0]
         env = {**os.environ, "NEMOTRON_HOME": f"{tmp}/home"}
         base = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "pretrain", "-c", "tiny", "sample=30",
                 "--env-file", str(env_file)]
@@ -42,10 +38,8 @@ def main() -> int:
                                         "  of which: job start -> Ray cluster up": []}
         for i in range(args.repeat):
             for name, extra in (("here, local Ray (reference)", []), ("--run on Slurm, Ray cluster in the job", ["--run", "ci"])):
-                t0 = time.perf_counter()
-                proc = subprocess.run([*base, *extra, f"output_dir={tmp}/out-{i}-{len(extra)}"], env=env, cwd=tmp,
-                                      capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
-                rows[name].append(time.perf_counter() - t0)
+                t, proc = timed([*base, *extra, f"output_dir={tmp}/out-{i}-{len(extra)}"], env, tmp)
+                rows[name].append(t)
                 if proc.returncode != 0:
                     print(f"{name}: exit {proc.returncode}: {proc.stderr[-500:]}", file=sys.stderr)
                     return 1

@@ -12,32 +12,22 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
 
-
-def timed(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, subprocess.CompletedProcess]:
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    return time.perf_counter() - t0, proc
+from bench_support import slurm_profile, timed
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    account = os.environ.get("NEMOTRON_SLURM_ACCOUNT")
-    partition = os.environ.get("NEMOTRON_SLURM_PARTITION")
-    if not (os.environ.get("SLURM_CONF") and account and partition):
-        print("no local Slurm cluster in the environment: eval \"$(bash scripts/local_slurm.sh env)\" first", file=sys.stderr)
-        return 2
     with tempfile.TemporaryDirectory() as tmp:
-        env_file = Path(tmp) / "env.toml"
-        env_file.write_text(f'[ci]\nexecutor = "slurm"\naccount = "{account}"\npartition = "{partition}"\n'
-                            f'time = "00:05:00"\ngpus_per_node = 8\ncontainer = false\njob_dir = "{tmp}/jobs"\n')
+        found = slurm_profile(tmp, "00:05:00")
+        if found is None:
+            return 2
+        env_file, cluster = found
+        account, partition = str(cluster["account"]), str(cluster["partition"])
         env = {**os.environ, "NEMOTRON_HOME": f"{tmp}/home"}
         cli = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "rl", "-c", "tiny", "--env-file", str(env_file)]
         cases = [

@@ -73,7 +73,6 @@ def reference(spec, seq: int, batch: int, micro: int, steps: int, device: str, p
 def ours(spec, seq: int, batch: int, micro: int, steps: int, work: Path) -> dict:
     """Run the local runtime for ``steps + 2`` steps; tokens/s over the steps after the first two."""
     from local_runtime_support import compile_local, write_pretrain_data
-
     from nemotron.runtime import settings as S
     from nemotron.runtime.trainer import run
 

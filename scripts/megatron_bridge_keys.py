@@ -15,13 +15,15 @@ AutoBridge returns for NemotronH are added as well.
 
 Output (JSON): ``{"framework", "version", "megatron_core", "source", "sections": {NAME: {"types": [...],
 "fields": {FIELD: {"type": "...", ["fields": {...}] ["mapping": true]}}}}}``; ``mapping`` marks a field
-whose type is a dict (any sub-key is allowed).
+whose type is a dict (any sub-key is allowed); ``"mixed_precision_recipes": [...]`` the preset names
+Megatron-Bridge registers in ``training/mixed_precision.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import re
 import sys
@@ -79,7 +81,7 @@ class Sources:
             if isinstance(node, ast.ClassDef) and node.name == name:
                 return module, node
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module is not None or isinstance(node, ast.ImportFrom) and node.level:
+            if isinstance(node, ast.ImportFrom) and (node.module is not None or node.level):
                 base = self._absolute(module, node)
                 for alias in node.names:
                     if (alias.asname or alias.name) == name:
@@ -119,10 +121,8 @@ def _annotation_names(ann: ast.expr) -> list[str]:
         elif isinstance(node, ast.Attribute) and node.attr[:1].isupper():
             out.append(node.attr)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):  # string annotations
-            try:
+            with contextlib.suppress(SyntaxError):
                 out += _annotation_names(ast.parse(node.value, mode="eval").body)
-            except SyntaxError:
-                pass
     return out
 
 
@@ -186,10 +186,26 @@ def _version(sources: Sources, inputs: list[Path], package: str) -> str | None:
             return m.group(1)
     module = f"megatron.{package.split('_')[1]}.package_info"
     text = sources.files.get(module, "")
-    parts = {k: v for k, v in re.findall(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*['\"]?([^'\"\n]*)", text, re.M)}
+    parts = dict(re.findall(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*['\"]?([^'\"\n]*)", text, re.M))
     if parts:
         return f"{parts.get('MAJOR')}.{parts.get('MINOR')}.{parts.get('PATCH')}{parts.get('PRE_RELEASE', '')}"
     return None
+
+
+#: Where Megatron-Bridge registers its mixed-precision presets (``@register`` functions; the name with
+#: ``_`` and, since 0.2, with ``-``), which ``get_mixed_precision_config(name)`` looks up.
+MIXED_PRECISION_MODULE = "megatron.bridge.training.mixed_precision"
+
+
+def mixed_precision_recipes(src: Sources) -> list[str]:
+    """The preset names ``mixed_precision: NAME`` may take (both spellings), sorted."""
+    tree = src.tree(MIXED_PRECISION_MODULE)
+    names: set[str] = set()
+    for node in tree.body if tree is not None else []:
+        if isinstance(node, ast.FunctionDef) and any(
+                isinstance(d, ast.Name) and d.id == "register" for d in node.decorator_list):
+            names |= {node.name, node.name.replace("_", "-")}
+    return sorted(names)
 
 
 def generate(bridge: Path, core: Path) -> dict:
@@ -224,6 +240,7 @@ def generate(bridge: Path, core: Path) -> dict:
         "source": f"{bridge.name} + {core.name}, ConfigContainer in {CONTAINER[0]}, read with ast",
         "generated_by": "scripts/megatron_bridge_keys.py",
         "sections": sections,
+        "mixed_precision_recipes": mixed_precision_recipes(src),
     }
 
 

@@ -75,7 +75,7 @@ def pack(convs: list[tuple[list[int], list[int]]], pad_to: int | None = None) ->
         seq = prompt + answer
         is_answer = [0] * len(prompt) + [1] * len(answer)
         ids += seq
-        mask += is_answer[1:] + [0]
+        mask += [*is_answer[1:], 0]
     if pad_to is not None and len(ids) < pad_to:
         extra = pad_to - len(ids)
         ids += [EOS] * extra

@@ -15,6 +15,7 @@ Slurm configuration.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -62,10 +63,8 @@ class LocalSshd:
                 self.proc.kill()
                 self.proc.wait()
         if self.made_privsep:
-            try:
+            with contextlib.suppress(OSError):
                 PRIVSEP_DIR.rmdir()
-            except OSError:
-                pass
 
     def log(self) -> str:
         path = self.folder / "sshd.log"

@@ -89,7 +89,7 @@ def test_add_existing_key_and_delete_missing_key_fail():
     stage = get_stage("pretrain")
     with pytest.raises(ConfigError, match="already exists"):
         compile_config(stage, "tiny", ["+run.env.nodes=2"])
-    with pytest.raises(ConfigError, match="unknown key 'run.env.nope'"):
+    with pytest.raises(ConfigError, match=r"unknown key 'run\.env\.nope'"):
         compile_config(stage, "tiny", ["~run.env.nope"])
     with pytest.raises(ConfigError, match="no index 7"):
         compile_config(stage, "tiny", ["+extra=[1]", "extra[7]=2"])
@@ -240,6 +240,62 @@ def test_list_shows_configs_and_artifacts(capsys):
     code, out, _ = run_cli(capsys, "ultra3", "list")
     assert code == 0
     assert "pretrain-data" in out and "tiny" in out and "quantized-checkpoint" in out
+    # a config that takes other artifacts than its stage's default gets its own row (the last stage: its
+    # rows end the table; cells wrap onto continuation lines)
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("quantize "))
+    assert re.match(r"quantize\s+default, tiny\s+mopd-checkpoint\s+quantized-checkpoint\s", lines[first]), out
+    local = " ".join(lines[first + 1:]).split()
+    assert local[0] == "local" and "mopd-checkpoint" not in local, out
+    assert {"pretrain-data,", "sft-checkpoint", "quantized-checkpoint"} <= set(local), out
+    assert re.search(r"^\s+teacher-swe\s+rl-checkpoint\s+teacher-swe\s", out, re.M), out
+
+
+def test_each_config_declares_what_it_consumes():
+    """What a config consumes is read from its ``${art:...}`` values after its chain is merged; the
+    registry's record of a stage is its default config's (so the two cannot drift apart)."""
+    from nemotron.config import config_artifacts, config_names
+
+    for stage in STAGES:
+        consumes, produces = config_artifacts(stage, "default")
+        assert set(consumes) == set(stage.consumes) and produces == stage.produces, stage.name
+        for name in config_names(stage):
+            consumes, produces = config_artifacts(stage, name)
+            compiled = compile_config(stage, name, [], check_paths=False)
+            assert {ref.split(",")[0] for v in _strings(compiled.config) for ref in re.findall(r"\$\{art:([^}]+)", v)} \
+                <= set(consumes), (stage.name, name)  # every reference still unresolved is among them
+    quantize = get_stage("quantize")
+    assert config_artifacts(quantize, "local") == (("pretrain-data", "sft-checkpoint"), ("quantized-checkpoint",))
+    assert config_artifacts(quantize, "tiny")[0] == ("mopd-checkpoint",)
+    assert config_artifacts(get_stage("rlvr"), "teacher-reasoning")[1] == ("teacher-reasoning",)
+
+
+def _strings(tree):
+    if isinstance(tree, dict):
+        for v in tree.values():
+            yield from _strings(v)
+    elif isinstance(tree, list):
+        for v in tree:
+            yield from _strings(v)
+    elif isinstance(tree, str):
+        yield tree
+
+
+def test_pipe_wires_quantize_local_to_the_planned_sft_checkpoint_and_data(capsys, tmp_path, monkeypatch):
+    """`quantize -c local` consumes the local SFT checkpoint and the pretraining data: in a pipe after the
+    stages that write them, its inputs are the planned outputs and need not exist yet."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, "ultra3", "pipe", "data-prep-pretrain", "data-prep-sft", "pretrain", "sft",
+                             "quantize", "-c", "local", "--dry-run")
+    assert code == 0, err[-2000:]
+    quantize = out[out.index("[5/5] ultra3 quantize"):]
+    source = re.search(r"^\s+source: (\S+)\s.*\(planned", quantize, re.M)
+    calib = re.search(r"^\s+calib_dataset: (\S+)\s.*\(planned", quantize, re.M)
+    assert source and calib, quantize[:3000]
+    sft_save = re.search(r"^\s+save: (\S+)", out[out.index("[4/5] ultra3 sft"):out.index("[5/5]")], re.M)
+    assert sft_save and source.group(1) == sft_save.group(1)
+    assert calib.group(1).endswith("/blend.json") and not Path(calib.group(1)).exists()
 
 
 def test_pipe_dry_run_shows_the_chain(capsys):

@@ -7,6 +7,7 @@ IndexedDataset and compared with a direct tokenization of the same records.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,8 +20,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_data_prep_pretrain_support import (SHARED_DATA, STAGE_DIR, descendants, load_config,
-                                             megatron_documents, read_records)
+from test_data_prep_pretrain_support import (
+    SHARED_DATA,
+    STAGE_DIR,
+    descendants,
+    load_config,
+    megatron_documents,
+    read_records,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -74,7 +81,7 @@ def expected_docs(records: list[str | None], eos: int, tok, valid: int, test: in
         split = "valid" if i < valid else "test" if i < valid + test else "train"
         if text is None or not text.strip():
             continue
-        out[split].append(tok.encode(text, add_special_tokens=False).ids + [eos])
+        out[split].append([*tok.encode(text, add_special_tokens=False).ids, eos])
     return out
 
 
@@ -119,19 +126,19 @@ def test_megatron_reads_every_shard_and_tokens_equal_direct_tokenization(referen
 
     blend = json.loads((out / "blend.json").read_text())
     assert set(blend) == {"train", "valid", "test"}
-    for split, flat in blend.items():
+    for flat in blend.values():
         assert flat and len(flat) % 2 == 0
-        for w, prefix in zip(flat[::2], flat[1::2]):
+        for w, prefix in zip(flat[::2], flat[1::2], strict=True):
             assert w > 0 and Path(prefix + ".bin").stat().st_size > 0 and Path(prefix + ".idx").is_file()
     # a dataset's prefix weights add up to its blend weight: its share is exactly what the blend says
     weights = {d["name"]: d["weight"] for d in manifest["datasets"]}
     for name, w in weights.items():
-        got = sum(x for x, p in zip(blend["train"][::2], blend["train"][1::2]) if f"/data/{name}/" in p)
+        got = sum(x for x, p in zip(blend["train"][::2], blend["train"][1::2], strict=True) if f"/data/{name}/" in p)
         assert got == pytest.approx(w)
 
 
 def test_workers_1_and_2_give_byte_identical_outputs(reference, tok_cache, tmp_path):
-    cfg, manifest = reference
+    _cfg, manifest = reference
     one = tiny(tmp_path / "one", tok_cache, sample=SAMPLE, shards={"target_tokens": 40_000}, workers={"count": 1})
     m1 = run(one)
     a, b = files_of(Path(manifest["path"])), files_of(tmp_path / "one")
@@ -159,7 +166,7 @@ def test_one_file_cut_into_many_shards_loses_and_repeats_nothing(ray_instance, t
 
 @needs_shared
 def test_sigkill_mid_run_then_rerun_equals_uninterrupted(reference, tok_cache, tmp_path):
-    cfg, manifest = reference
+    _cfg, manifest = reference
     out = tmp_path / "killed"
     killed_cfg = tiny(out, tok_cache, sample=SAMPLE, shards={"target_tokens": 40_000}, workers={"count": 1},
                       run={"env": {"nodes": 1, "gpus_per_node": None, "cpus": 1}})
@@ -179,13 +186,11 @@ def test_sigkill_mid_run_then_rerun_equals_uninterrupted(reference, tok_cache, t
         assert proc.poll() is None, f"run ended before it could be killed: {proc.stderr.read().decode()[-800:]}"
         victims = [proc.pid, *descendants(proc.pid)]
         for pid in victims:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     finally:
         proc.wait(timeout=30)
-    in_flight = [p for p in out.rglob("*.tmp-*")]
+    in_flight = list(out.rglob("*.tmp-*"))
     assert not (out / "manifest.json").exists(), "killed before the end"
     receipts_at_kill = len(list(out.rglob("*.receipt.json")))
     assert 2 <= receipts_at_kill < total
@@ -272,7 +277,7 @@ def test_bad_inputs_are_counted_with_file_and_line(ray_instance, tok_cache, tmp_
     assert [x["name"] for x in m["datasets"]] == ["bad"] and "matches no file" in m["blend"]["not_found"][0]
 
     # uint16 cannot hold a 131,072-entry vocabulary
-    with pytest.raises(ConfigError, match="uint16.*131,072"):
+    with pytest.raises(ConfigError, match=r"uint16.*131,072"):
         run(tiny(tmp_path / "u16", tok_cache, blend_path=blend, output={"dtype": "uint16"}))
 
 

@@ -4,6 +4,7 @@ dataset writer, blends, readers, settings and output versions."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import sysconfig
@@ -49,7 +50,7 @@ def test_tekken_conversion_matches_mistral_common(tekken):
     if wiki.is_file():
         texts += [json.loads(line)["text"] for line in wiki.read_text().splitlines()[:20]]
     ours = tk.encode_documents(tk.load(info), texts, None, None)
-    for text, got in zip(texts, ours):
+    for text, got in zip(texts, ours, strict=True):
         assert got == ref.encode(text, bos=False, eos=False), text[:80]
     with_specials = tk.encode_documents(tk.load(info), ["x"], info.bos_id, info.eos_id)[0]
     assert with_specials[0] == 1 and with_specials[-1] == 2
@@ -74,7 +75,7 @@ def test_tokenizer_source_errors(tmp_path):
         tk.resolve(str(tmp_path / "missing.json"), cache_dir=tmp_path)
     junk = tmp_path / "junk.json"
     junk.write_text('{"hello": 1}')
-    with pytest.raises(ConfigError, match="not a tokenizer.json nor a Tekken"):
+    with pytest.raises(ConfigError, match=r"not a tokenizer\.json nor a Tekken"):
         tk.resolve(str(junk), cache_dir=tmp_path)
 
 
@@ -106,8 +107,8 @@ def test_dtype_follows_megatron_core():
     for vocab in (50_257, 65_499, 65_500, 65_536, 131_072):
         assert choose_dtype(vocab) == DType.optimal_dtype(vocab).__name__
     assert choose_dtype(50_257, "int32") == "int32"
-    assert choose_dtype(65_535, "uint16") == "uint16"
-    for vocab in (65_536, 131_072):
+    assert choose_dtype(65_536, "uint16") == "uint16"  # ids 0 ... 65,535: the largest uint16
+    for vocab in (65_537, 131_072):
         with pytest.raises(ConfigError, match="uint16"):
             choose_dtype(vocab, "uint16")
     with pytest.raises(ConfigError, match="valid: auto, uint16, int32"):
@@ -262,7 +263,7 @@ def test_parquet_reader_and_missing_column(tmp_path):
         check_parquet_field(str(path), "text")
     pieces = split_file(str(path), "parquet", target_bytes=200, text_field="content")
     assert len(pieces) > 1 and pieces[0].start == 0 and pieces[-1].stop is None
-    assert all(a.stop == b.start for a, b in zip(pieces, pieces[1:]))
+    assert all(a.stop == b.start for a, b in itertools.pairwise(pieces))
     rows = [r for p in pieces for r in iter_records(p, "content")]
     assert [r[0] for r in rows] == list(range(100)) and rows[5][2] == "missing_field"
 
@@ -275,7 +276,7 @@ def test_jsonl_split_covers_the_file_exactly(tmp_path):
     path.write_text("\n".join(lines[:1000]) + "\n\n\n" + "\n".join(lines[1000:]) + "\n")
     pieces = split_file(str(path), "jsonl", target_bytes=3000)
     assert len(pieces) > 10
-    assert pieces[0].start == 0 and all(a.stop == b.start for a, b in zip(pieces, pieces[1:]))
+    assert pieces[0].start == 0 and all(a.stop == b.start for a, b in itertools.pairwise(pieces))
     got = [(pos, text) for p in pieces for pos, text, _r, _d in iter_records(p, "text")]
     whole = [(pos, text) for pos, text, _r, _d in iter_records(Piece(str(path), "jsonl"), "text")]
     assert got == whole and len(got) == 2000 and got[-1][0] == 2002

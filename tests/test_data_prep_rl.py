@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from test_data_prep_sft_support import RL_DIR, SHARED_DATA, compile_stage
-
 from nemotron.data import rl
 from nemotron.errors import RuntimeFailure
+from test_data_prep_sft_support import RL_DIR, SHARED_DATA, compile_stage
 
 pytestmark = pytest.mark.timeout(300)
 GSM8K = SHARED_DATA / "rl" / "gsm8k-train.jsonl"

@@ -8,6 +8,7 @@ selects is compared with the assistant text computed independently from the inpu
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -17,10 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from test_data_prep_sft_support import (SFT_DIR, SHARED_DATA, TEMPLATE, compile_stage, loader_view, read_packs)
-
 from nemotron.data import chat
 from nemotron.errors import ConfigError, RuntimeFailure
+from test_data_prep_sft_support import SFT_DIR, SHARED_DATA, TEMPLATE, compile_stage, loader_view, read_packs
 
 pytestmark = pytest.mark.timeout(300)
 SHARED_SFT = SHARED_DATA / "sft" / "gpteacher-codegen-instruct.json"
@@ -78,7 +78,7 @@ def test_parquet_is_what_the_packed_loader_reads(reference):
     for row in rows:
         ids, mask, starts = row["input_ids"], row["loss_mask"], row["seq_start_id"]
         assert len(mask) == len(ids) and set(mask) <= {0, 1}
-        assert starts[0] == 0 and all(a < b for a, b in zip(starts, starts[1:])) and starts[-1] < len(ids)
+        assert starts[0] == 0 and all(a < b for a, b in itertools.pairwise(starts)) and starts[-1] < len(ids)
         assert len(ids) <= 4096  # a row never exceeds the pack size, so what the loader feeds fits too
     meta = json.loads((out / "data" / "4096_metadata.jsonl").read_text())
     assert [set(e) for e in meta] == [{"dataset_max_seqlen", "max_samples_per_bin", "packing_factor",
@@ -98,9 +98,9 @@ def test_loss_mask_is_label_aligned_and_selects_exactly_the_assistant_output(ref
     got = []
     for split in ("train", "valid"):
         for row in read_packs(m["loader"][f"packed_{'train' if split == 'train' else 'val'}_data_path"]):
-            for inputs, labels, weights in loader_view(row):
+            for _inputs, labels, weights in loader_view(row):
                 runs, cur = [], []
-                for label, w in zip(labels, weights):
+                for label, w in zip(labels, weights, strict=True):
                     if w:
                         cur.append(label)
                         if label == end:
@@ -115,7 +115,7 @@ def test_loss_mask_is_label_aligned_and_selects_exactly_the_assistant_output(ref
         msgs, tools = chat.normalise(json.loads(line), None)
         for sample in chat.training_samples(msgs):
             seg = chat.segment(template, sample, tools)
-            want.append(tuple(p for p, learned in zip(seg.pieces, seg.learned) if learned))
+            want.append(tuple(p for p, learned in zip(seg.pieces, seg.learned, strict=True) if learned))
     for w in want:
         assert w in got, f"the learned text of a sample is not in the packs: {w}"
     assert all(r[-1].endswith("<|im_end|>") for r in got if r)
@@ -164,10 +164,10 @@ def test_pad_multiple_for_context_parallel(ray_instance, tok_cache, tmp_path):
     assert m["pad_to_multiple"] == 8 and m["loader"]["pad_seq_to_mult"] == 8
     pad = m["pad_id"]
     for row in read_packs(m["loader"]["packed_train_data_path"]):
-        for inputs, _labels, weights in loader_view(row):
+        for inputs, _labels, _weights in loader_view(row):
             assert len(inputs) % 8 == 0  # every fed sub-sequence is a multiple of 2 x CP (x TP)
         bounds = row["seq_start_id"] + [len(row["input_ids"])]
-        for s, e in zip(bounds[:-1], bounds[1:]):
+        for s, e in itertools.pairwise(bounds):
             seq, mask = row["input_ids"][s:e], row["loss_mask"][s:e]
             k = len(seq)
             while k > 0 and seq[k - 1] == pad:
@@ -183,7 +183,7 @@ def test_too_long_conversations_are_truncated_at_a_turn_or_dropped(ray_instance,
     assert lost == m["totals"]["lost_tokens"] > 0
     assert any(x["truncated"] for x in d.values()) or any(x["skipped"].get("too_long") for x in d.values())
     for row in read_packs(m["loader"]["packed_train_data_path"]):
-        for inputs, labels, weights in loader_view(row):
+        for inputs, _labels, _weights in loader_view(row):
             assert len(inputs) <= 128
     with pytest.raises(RuntimeFailure, match=r"\.jsonl?:\d+: too_long: \d+ tokens do not fit pack_size=128"):
         run(config(tmp_path / "fail", tok_cache, pack__pack_size=128, sample=40, policies__too_long="fail"))

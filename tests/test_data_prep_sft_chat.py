@@ -15,9 +15,8 @@ import json
 
 import pytest
 
-from test_data_prep_sft_support import TEMPLATE, chat_tokenizer, fixture_cases
-
 from nemotron.data import chat
+from test_data_prep_sft_support import TEMPLATE, chat_tokenizer, fixture_cases
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +45,7 @@ def test_fixtures_cover_the_format():
 
 def test_our_template_reproduces_the_released_renderings(template):
     spec, rendered = fixture_cases()
-    for case, ref in zip(spec["cases"], rendered):
+    for case, ref in zip(spec["cases"], rendered, strict=True):
         got = _render_case(lambda m, t, g, **kw: template.render(m, t, add_generation_prompt=g, **kw), spec, case)
         assert got == ref["text"], f"{case['name']}: our template renders differently from the released one"
 
@@ -57,7 +56,7 @@ def test_same_through_the_hugging_face_renderer():
 
     text = TEMPLATE.read_text(encoding="utf-8")
     spec, rendered = fixture_cases()
-    for case, ref in zip(spec["cases"], rendered):
+    for case, ref in zip(spec["cases"], rendered, strict=True):
         got = _render_case(lambda m, t, g, **kw: render_jinja_template(
             conversations=[m], tools=t, chat_template=text, add_generation_prompt=g, **kw)[0][0], spec, case)
         assert got == ref["text"], case["name"]
@@ -70,7 +69,7 @@ def learned_texts(template, record, *, reasoning="auto", history="split"):
     for sample in chat.training_samples(msgs, history):
         seg = chat.segment(template, sample, tools)
         assert "".join(seg.pieces) == seg.text
-        out.append([p for p, learned in zip(seg.pieces, seg.learned) if learned])
+        out.append([p for p, learned in zip(seg.pieces, seg.learned, strict=True) if learned])
     return out
 
 
@@ -130,7 +129,7 @@ def test_mask_tool_calls(template):
         "21 C.<|im_end|>"]]
     msgs, t = chat.normalise(rec, None)
     seg = chat.segment(template, chat.training_samples(msgs)[0], t)
-    context = "".join(p for p, learned in zip(seg.pieces, seg.learned) if not learned)
+    context = "".join(p for p, learned in zip(seg.pieces, seg.learned, strict=True) if not learned)
     # nothing of the system block, the user turn or the tool result is learned
     assert "# Tools" in context and "<tool_response>\n{\"temp\": 21}\n</tool_response>" in context
     assert "Weather in Lyon?" in context
@@ -144,15 +143,15 @@ def test_token_mask_matches_the_learned_text(template, tok):
         tools = spec["tools"][case["tools"]] if case.get("tools") else None
         msgs, t = chat.normalise({"messages": case["messages"], "tools": tools}, None)
         segs = [chat.segment(template, s, t) for s in chat.training_samples(msgs)]
-        for seg, toks in zip(segs, chat.tokenize_samples(tok, segs)):
+        for seg, toks in zip(segs, chat.tokenize_samples(tok, segs), strict=True):
             # pieces are tokenized apart, as at inference (the prompt is tokenized, then the model writes):
             # lossless, and equal to tokenizing the whole text unless a learned piece starts with
             # whitespace that would merge with the prompt's last newline ("<think>\n" + "\n  x")
             assert tok.decode(toks.ids, skip_special_tokens=False) == seg.text
-            if not any(learned and p[:1].isspace() for p, learned in zip(seg.pieces, seg.learned)):
+            if not any(learned and p[:1].isspace() for p, learned in zip(seg.pieces, seg.learned, strict=True)):
                 assert toks.ids == tok.encode(seg.text, add_special_tokens=False).ids, case["name"]
-            learned_ids = [i for i, m in zip(toks.ids, toks.learned) if m]
-            want = "".join(p for p, learned in zip(seg.pieces, seg.learned) if learned)
+            learned_ids = [i for i, m in zip(toks.ids, toks.learned, strict=True) if m]
+            want = "".join(p for p, learned in zip(seg.pieces, seg.learned, strict=True) if learned)
             assert tok.decode(learned_ids, skip_special_tokens=False) == want
             assert toks.turn_ends and toks.turn_ends[-1] == len(toks.ids)
 

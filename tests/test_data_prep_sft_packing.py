@@ -16,7 +16,7 @@ def test_padded_and_fed_lengths():
     for n in range(2, 200):
         for m in (1, 2, 4, 16, 32):
             L = packing.padded_length(n, m)
-            assert L >= n and (L - 1) % m == 0 and L - m < n  # smallest such length
+            assert n <= L and (L - 1) % m == 0 and L - m < n  # smallest such length
 
 
 def test_label_aligned_mask():

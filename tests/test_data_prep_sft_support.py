@@ -6,6 +6,7 @@ Configs are compiled by the project's own config compiler, exactly as
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -50,5 +51,5 @@ def loader_view(row: dict[str, list[int]]) -> list[tuple[list[int], list[int], l
     ``[s, e)``, the input tokens ``input_ids[s:e-1]``, the labels ``input_ids[s+1:e]`` and the loss
     weights ``loss_mask[s:e-1]`` (GPTSFTPackedDataset.collate_fn / _build_loss_mask)."""
     ids, mask, starts = row["input_ids"], row["loss_mask"], row["seq_start_id"]
-    bounds = starts + [len(ids)]
-    return [(ids[s:e - 1], ids[s + 1:e], mask[s:e - 1]) for s, e in zip(bounds[:-1], bounds[1:])]
+    bounds = [*starts, len(ids)]
+    return [(ids[s:e - 1], ids[s + 1:e], mask[s:e - 1]) for s, e in itertools.pairwise(bounds)]

@@ -33,7 +33,7 @@ def test_a_key_list_is_stored_for_the_pinned_version():
     assert "train_iters" in sections["train"]["fields"]
     assert "moe_router_topk_scaling_factor" in sections["model"]["fields"]       # from megatron-core TransformerConfig
     assert "pad_seq_to_mult" in sections["dataset"]["fields"]["packed_sequence_specs"]["fields"]
-    with pytest.raises(KeyError, match="stored: 0.5.0"):
+    with pytest.raises(KeyError, match=r"stored: 0\.5\.0"):
         keys.load_keylist("0.0.1")
 
 

@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from local_runtime_support import write_pretrain_data
+from submit_support import nemotron_runner
 
 pytest.importorskip("nemo_run", reason="the local executor is NeMo-Run's (pip install 'nemotron-cli[run]')")
 
@@ -48,11 +50,7 @@ def env(tmp_path) -> dict[str, str]:
 
 @pytest.fixture
 def cli(env, tmp_path):
-    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "nemotron", *args], check=False, env=env, cwd=tmp_path, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-    return run
+    return nemotron_runner(env, tmp_path)
 
 
 def _pretrain_args(tmp_path: Path, env_file: Path, mode: str, iters: int = 5000) -> list[str]:

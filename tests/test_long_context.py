@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 
 import pytest
+
 from config_support import compile_stage
 from local_runtime_support import write_pretrain_data
-
 from nemotron.cli import main
 from nemotron.data.blend import mix_blend_files, training_blend
 from nemotron.errors import ConfigError
@@ -84,7 +84,7 @@ def test_mix_gives_each_blend_its_share_of_the_samples(tmp_path):
     rel["train"] = [x if i % 2 == 0 else Path(x).name for i, x in enumerate(rel["train"])]
     phase2.write_text(json.dumps(rel))  # relative prefixes resolve from the blend file's folder
     mixed = mix_blend_files(own, [{"blend": str(phase2), "share": 0.54}])
-    weights = dict(zip(mixed["train"][1::2], mixed["train"][0::2]))
+    weights = dict(zip(mixed["train"][1::2], mixed["train"][0::2], strict=True))
     assert weights == pytest.approx({str(tmp_path / "long" / "train_0"): 0.23, str(tmp_path / "long" / "train_1"): 0.23,
                                      str(tmp_path / "phase2" / "train_0"): 0.135,
                                      str(tmp_path / "phase2" / "train_1"): 0.405})

@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 
 from nemotron.runtime import quant_config as qc
+from quantize_support import compile_quantize
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from quantize_support import compile_quantize
 
 
 def test_both_recipes_load_name_their_source_and_cover_both_layouts():
@@ -61,7 +60,7 @@ def test_recipe_rejects_a_pattern_that_would_enable_output_quantizers(tmp_path):
 def test_recipe_choice_default_and_override(tmp_path):
     base = [f"quantization.source={tmp_path}", f"quantization.calib_dataset={tmp_path}/blend.json"]
     assert qc.read_settings(compile_quantize(base)).recipe == "ultra"
-    s = qc.read_settings(compile_quantize(base + ["quantization.recipe=super-max-calib"]))
+    s = qc.read_settings(compile_quantize([*base, "quantization.recipe=super-max-calib"]))
     assert s.recipe == "super-max-calib" and qc.load_recipe(s.recipe).algorithm["method"] == "max"
     plan = qc.cluster_plan(compile_quantize(["quantization.source=/ckpt", "quantization.recipe=super-max-calib"],
                                             "default"), 16)
@@ -132,28 +131,39 @@ def test_cluster_plan_translates_both_published_layouts():
     assert g["data_parallel_size"] == 1 and g["calibration_layout"]["tensor_model_parallel_size"] == 8
     with pytest.raises(qc.QuantConfigError, match="does not divide the 12 GPUs"):
         qc.cluster_plan(guide, 12)
-    with pytest.raises(qc.QuantConfigError, match="quantization.source"):
+    with pytest.raises(qc.QuantConfigError, match=r"quantization\.source"):
         qc.cluster_plan(compile_quantize([], "default"), 16)
 
 
 def test_cluster_precheck_stops_before_anything_heavy():
+    """The megatron-bridge entry's checks (nothing of Megatron-Bridge or Model Optimizer is imported: the
+    importable modules, GPUs and installed versions are passed in, as on a node of the NeMo container)."""
+    from nemotron.runtime.megatron_bridge import framework_problems
+    from nemotron.runtime.prestart import pinned_versions
     from nemotron.runtime.quantize_cluster import precheck
 
-    cfg = compile_quantize(["quantization.source=/definitely/not/here"], "default")
-    yes = lambda m: True
-    with pytest.raises(qc.QuantConfigError, match="WORLD_SIZE is not set"):
-        precheck(cfg, {}, 8, yes)
-    env = {"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}
-    with pytest.raises(qc.QuantConfigError, match="8 processes on this node but 4 GPU"):
-        precheck(cfg, env, 4, yes)
-    with pytest.raises(qc.QuantConfigError, match="megatron.bridge is not importable"):
-        precheck(cfg, env, 8, lambda m: m != "megatron.bridge")
-    with pytest.raises(qc.QuantConfigError, match="nvidia-modelopt 0.44.0rc5 is installed"):
-        precheck(cfg, env, 8, yes, "0.44.0rc5")  # the version the nemo image pins (stages/images.toml)
-    with pytest.raises(qc.QuantConfigError, match="no such folder on this node"):
-        precheck(cfg, env, 8, yes, "0.47.0")
-    ok = compile_quantize([f"quantization.source={ROOT}"], "default")
-    assert precheck(ok, env, 8, yes)["world_size"] == 16
+    cfg = compile_quantize(["quantization.source=/definitely/not/here"], "default")  # 2 nodes x 8 GPUs
+    pins = pinned_versions("nemo", ("megatron_bridge", "megatron_core"))
+    assert framework_problems(pins) == []
+    ok = {"importable": lambda m: True, "gpus": 8, "installed": {**pins, "modelopt": "0.47.0"},
+          "env": {"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}}
+    assert precheck(cfg, **{**ok, "env": {}}) == ["WORLD_SIZE is not set: the megatron-bridge backend runs under "
+                                                  "torchrun (submit it with a profile: --run PROFILE)"]
+    assert precheck(cfg, **{**ok, "gpus": 4})[0] == ("run.env.gpus_per_node=8: this node shows 4 GPU(s) "
+                                                    "(CUDA_VISIBLE_DEVICES=unset)")
+    assert "torchrun started 8 processes; run.env.nodes x gpus_per_node = 2 x 8 = 16" in precheck(
+        cfg, **{**ok, "env": {"WORLD_SIZE": "8"}})[0]
+    lines = precheck(cfg, **{**ok, "importable": lambda m: m != "megatron.bridge"})
+    assert lines[-1].startswith("this stage runs inside the NeMo container")  # last: what a log's tail shows
+    assert "megatron.bridge is not importable here (AutoBridge" in lines[-1]
+    old = precheck(cfg, **{**ok, "installed": {**pins, "modelopt": "0.44.0rc5"}})  # the nemo image's pin
+    assert old[-1].startswith("nvidia-modelopt 0.44.0rc5 is installed; the recipes use the quant_cfg list form")
+    newer_mb = precheck(cfg, **{**ok, "installed": {**pins, "megatron_bridge": "0.6.0", "modelopt": "0.47.0"}})
+    assert newer_mb[-1].startswith("megatron-bridge 0.6.0 is installed; the configs and the key list were checked")
+    assert precheck(cfg, **ok) == ["quantization.source='/definitely/not/here': no such folder on this node"]
+    good = compile_quantize([f"quantization.source={ROOT}"], "default")
+    assert precheck(good, **ok) == []
+    assert precheck(good, **{**ok, "installed": {**pins, "modelopt": "0.47.1rc2"}}) == []
 
 
 def _cli(*args: str, home: Path) -> subprocess.CompletedProcess:

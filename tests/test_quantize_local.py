@@ -10,22 +10,18 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from local_runtime_support import small_spec
+from nemotron.runtime import nvfp4_cpu
+from nemotron.runtime import quant_config as qc
+from quantize_support import compile_quantize, real_text_blend, small_checkpoint
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("modelopt.torch.quantization")
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from local_runtime_support import small_spec
-from quantize_support import compile_quantize, real_text_blend, small_checkpoint
-
-from nemotron.runtime import nvfp4_cpu
-from nemotron.runtime import quant_config as qc
 
 # ---------------------------------------------------------------------- independent NVFP4 reference
 # Written from the format definitions (OCP FP8 E4M3: 4 exponent bits, bias 7, 3 mantissa bits,

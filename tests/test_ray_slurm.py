@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,83 @@ def test_rl_stages_take_the_ray_path(tmp_path, monkeypatch, capsys, stage):
     script = _script(_dry_run(tmp_path, monkeypatch, capsys, False, *stage, "-c", "tiny"))
     assert "ray start --head --block" in script and "--gres=gpu:8" in script
     assert f"/_stages/ultra3/{stage[0]}/run.py --config" in script
+
+
+_WARNED_DRIVER = r'''
+"""Stand-in for a Ray stage's entry script: on its first run it waits for SIGTERM, then counts the live
+nodes of the job's Ray cluster and requeues the job (as an entry that saved does); on the second run it
+says so and exits 0."""
+import os, signal, subprocess, sys, time
+from pathlib import Path
+
+import ray
+
+marker = Path(sys.argv[1])
+if marker.exists():
+    print("driver run 2 (after the requeue)", flush=True)
+    sys.exit(0)
+print("driver run 1", flush=True)
+warned = []
+signal.signal(signal.SIGTERM, lambda *_: warned.append(time.time()))
+marker.write_text("waiting for the warning\n")
+deadline = time.time() + 180
+while not warned and time.time() < deadline:
+    time.sleep(0.2)
+if not warned:
+    print("no warning signal came", flush=True)
+    sys.exit(1)
+ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR", log_to_driver=False)
+alive = sum(1 for n in ray.nodes() if n["Alive"])
+ray.shutdown()
+print(f"warning received; Ray nodes alive: {alive}", flush=True)
+subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=True)
+time.sleep(60)  # the requeue ends the allocation
+'''
+
+
+def test_warning_reaches_only_the_driver_and_logs_append_across_a_requeue(slurm, tmp_path, monkeypatch, capsys):
+    """On the real local Slurm: the job script rendered from our template (host Python, real Ray head
+    started by it) with ``run.signal_before_s``. The stage's entry is replaced by a stand-in driver (the
+    data prep itself finishes too fast to be signalled); the warning is delivered as ``sbatch
+    --signal=B:TERM@N`` delivers it, to the batch script alone (``scancel --batch --signal=TERM``, rather
+    than waiting up to a minute of Slurm's signal timer). The driver must get SIGTERM while the Ray
+    cluster is still up, requeue the job, and the second run's driver lines must follow the first run's in
+    ray-job.log."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    env_file = tmp_path / "env.toml"
+    env_file.write_text(f'[cluster]\nexecutor = "slurm"\naccount = "{slurm.account}"\npartition = "{slurm.partition}"\n'
+                        f'gpus_per_node = 0\ncontainer = false\ntime = "00:10:00"\njob_dir = "{tmp_path / "jobs"}"\n',
+                        encoding="utf-8")
+    code = main(["ultra3", "data", "prep", "rl", "-c", "tiny", "+run.signal_before_s=120", "--dry-run", "--batch",
+                 "cluster", "--env-file", str(env_file)])
+    cap = capsys.readouterr()
+    assert code == 0, cap.err
+    script = _script(cap.out)
+    assert "#SBATCH --signal=B:TERM@120" in script  # to the batch script only, not to every job step
+    driver = tmp_path / "driver.py"
+    driver.write_text(_WARNED_DRIVER, encoding="utf-8")
+    marker = tmp_path / "driver-started"
+    script, n = re.subn(r'^driver=".*"$', f'driver="{sys.executable} {driver} {marker}"', script, flags=re.M)
+    assert n == 1
+    log_dir = Path(re.search(r"^export LOG_DIR=(.*)$", script, re.M).group(1).strip("'\""))
+    job_sh = tmp_path / "job.sh"
+    job_sh.write_text(script, encoding="utf-8")
+    out = slurm.run("sbatch", "--parsable", "-p", slurm.partition, "-A", slurm.account, "--requeue",
+                    "-o", str(tmp_path / "batch-%j.out"), str(job_sh)).stdout
+    job = out.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert time.monotonic() < deadline, (tmp_path / f"batch-{job}.out").read_text(errors="replace")[-3000:]
+            time.sleep(0.5)
+        slurm.run("scancel", "--batch", "--signal=TERM", job)
+        state = slurm.wait(job, timeout=400)  # the requeued run starts after Slurm's hold (about two minutes)
+    finally:
+        slurm.run("scancel", job, check=False)
+    batch = (tmp_path / f"batch-{job}.out").read_text(errors="replace")
+    assert state == "COMPLETED", batch[-3000:]
+    assert "SIGTERM to the driver (step " in batch, batch[-3000:]
+    lines = [line for line in (log_dir / "ray-job.log").read_text(errors="replace").splitlines()
+             if line.startswith(("driver run", "warning received", "no warning"))]
+    assert lines == ["driver run 1", "warning received; Ray nodes alive: 1", "driver run 2 (after the requeue)"], lines

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from local_runtime_support import write_pretrain_data
 from test_submit_slurm import cli, env_file  # noqa: F401  (fixtures: the CI profile and the CLI runner)
 

@@ -445,31 +445,21 @@ def test_rlvr_submitted_to_slurm_reaches_the_entry_and_fails_clearly(slurm, tmp_
     containers): the job starts the Ray cluster, the entry script runs and stops at its checks with
     'NeMo RL not available'; the command exits non-zero."""
     pytest.importorskip("nemo_run")
+    from submit_support import nemotron_runner, write_slurm_profile
+
     jobs = tmp_path / "jobs"
-    env_file = tmp_path / "env.toml"
-    env_file.write_text(f"""
-[ci]
-executor = "slurm"
-account = "{slurm.account}"
-partition = "{slurm.partition}"
-time = "00:10:00"
-gpus_per_node = {slurm.gpus_per_node}
-container = false
-job_dir = "{jobs}"
-image_cache = "{tmp_path / 'images'}"
-""", encoding="utf-8")
+    env_file = write_slurm_profile(tmp_path / "env.toml", account=slurm.account, partition=slurm.partition,
+                                   gpus_per_node=slurm.gpus_per_node, job_dir=jobs,
+                                   extra=f'image_cache = "{tmp_path / "images"}"')
     ckpt = _checkpoint(tmp_path / "ckpt", "v5")
     data = tmp_path / "rl"
     data.mkdir()
     for name in ("train.jsonl", "validation.jsonl"):
         (data / name).write_text('{"messages": [{"role": "user", "content": "1+1?"}], "answer": "2"}\n')
-    env = {**slurm.env, "NEMOTRON_HOME": str(tmp_path / "home")}
-    env.pop("NEMOTRON_ENV_FILE", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "nemotron", "ultra3", "rlvr", "-c", "tiny", "--run", "ci", "--env-file", str(env_file),
-         f"policy.model_name={ckpt}", f"data.train.data_path={data / 'train.jsonl'}",
-         f"data.validation.data_path={data / 'validation.jsonl'}"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400, stdin=subprocess.DEVNULL, check=False)
+    cli = nemotron_runner({**slurm.env, "NEMOTRON_HOME": str(tmp_path / "home")}, tmp_path)
+    proc = cli("ultra3", "rlvr", "-c", "tiny", "--run", "ci", "--env-file", str(env_file), f"policy.model_name={ckpt}",
+               f"data.train.data_path={data / 'train.jsonl'}", f"data.validation.data_path={data / 'validation.jsonl'}",
+               timeout=400)
     text = proc.stdout + proc.stderr
     for log in jobs.rglob("*.log"):
         text += log.read_text(errors="replace")

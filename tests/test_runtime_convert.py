@@ -45,13 +45,13 @@ def test_v5_to_v4_matches_the_catalogue_and_round_trips_through_transformers(nam
     assert v5 == _v5_config(name)                                    # the input is not modified
     # transformers reads the v4 form back into the same layers
     assert NemotronHConfig(**v4).layers_block_type == v5["layers_block_type"]
-    assert v4_to_v5(v4) == {k: v for k, v in v5.items()}
+    assert v4_to_v5(v4) == dict(v5.items())
 
 
 def test_legacy_v5_names_and_errors():
     cfg = {"model_type": "nemotron_h", "layers_block_type": ["mamba", "moe", "attention", "mlp"]}
     assert v5_to_v4(cfg)["hybrid_override_pattern"] == "ME*-"
-    with pytest.raises(ConfigFormError, match="unknown block type.*gru"):
+    with pytest.raises(ConfigFormError, match=r"unknown block type.*gru"):
         v5_to_v4({"model_type": "nemotron_h", "layers_block_type": ["mamba", "gru"]})
     with pytest.raises(ConfigFormError, match="disagrees"):
         v5_to_v4({"model_type": "nemotron_h", "layers_block_type": ["mamba"], "hybrid_override_pattern": "E"})

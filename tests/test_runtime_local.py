@@ -8,6 +8,7 @@ Sizes are kept small for 2 CPU cores: in-process runs use the catalogue's `small
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -20,7 +21,14 @@ import numpy as np
 import pytest
 
 from local_runtime_support import (
-    ROOT, compile_local, fast_overrides, pack, small_spec, write_packed_parquet, write_pretrain_data, write_sft_data,
+    ROOT,
+    compile_local,
+    fast_overrides,
+    pack,
+    small_spec,
+    write_packed_parquet,
+    write_pretrain_data,
+    write_sft_data,
 )
 from nemotron.runtime import settings as S
 from nemotron.runtime.pretrain_data import BlendedSamples, DataError, GPTSamples, Shard, blending_indices, read_blend
@@ -37,17 +45,15 @@ def test_schedule_matches_megatron_core(style, wsd_style):
     """Our LR schedule is Megatron-Core's OptimizerParamScheduler, step for step (megatron-core 0.16)."""
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-    class Opt:  # the scheduler only touches param_groups
-        param_groups = [{"lr": 0.0, "weight_decay": 0.0}]
-
-    ref = OptimizerParamScheduler(Opt(), init_lr=0.0, max_lr=3e-3, min_lr=3e-5, lr_warmup_steps=7,
+    opt = type("Opt", (), {"param_groups": [{"lr": 0.0, "weight_decay": 0.0}]})()  # the scheduler only touches these
+    ref = OptimizerParamScheduler(opt, init_lr=0.0, max_lr=3e-3, min_lr=3e-5, lr_warmup_steps=7,
                                   lr_decay_steps=60, lr_decay_style=style, start_wd=0.0, end_wd=0.0,
                                   wd_incr_steps=60, wd_incr_style="constant", wsd_decay_steps=20,
                                   lr_wsd_decay_style=wsd_style)
     ours = S.Schedule(max_lr=3e-3, min_lr=3e-5, warmup=7, decay_iters=60, style=style, wsd_decay_iters=20,
                       wsd_style=wsd_style or "linear")
     for step in range(70):
-        assert ours.lr(step) == pytest.approx(ref.get_lr(Opt.param_groups[0]), rel=1e-12, abs=1e-15), step
+        assert ours.lr(step) == pytest.approx(ref.get_lr(opt.param_groups[0]), rel=1e-12, abs=1e-15), step
         ref.step(1)
 
 
@@ -57,11 +63,11 @@ def test_settings_errors_name_the_key(tmp_path):
     cfg = compile_local("pretrain", fast_overrides(tmp_path / "c", **{"data.per_split_data_args_path": str(blend)}))
     s = S.read(cfg, "pretrain")
     assert (s.grad_accum, s.seq_length, s.keep_checkpoints) == (2, 64, S.DEFAULT_KEEP)
-    with pytest.raises(S.SettingsError, match="train.global_batch_size=5"):
+    with pytest.raises(S.SettingsError, match=r"train\.global_batch_size=5"):
         S.read({**cfg, "train": {**cfg["train"], "global_batch_size": 5}}, "pretrain")
     with pytest.raises(S.SettingsError, match="mixed_precision='bf16_with_nvfp4_mixed'"):
         S.read({**cfg, "mixed_precision": "bf16_with_nvfp4_mixed"}, "pretrain")
-    with pytest.raises(S.SettingsError, match="model.mtp_num_layers=2"):
+    with pytest.raises(S.SettingsError, match=r"model\.mtp_num_layers=2"):
         S.read({**cfg, "model": {**cfg["model"], "mtp_num_layers": 2}}, "pretrain")
     assert S.thread_count(1) == 1 and S.thread_count(None) >= 1
 
@@ -115,7 +121,7 @@ def test_blended_samples_and_blend_errors(tmp_path):
     np.testing.assert_array_equal(item["input_ids"][1:].numpy(), item["shift_labels"][:-1].numpy())
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"train": [1.0, str(tmp_path / "missing")]}))
-    with pytest.raises(DataError, match="missing.bin does not exist"):
+    with pytest.raises(DataError, match=r"missing\.bin does not exist"):
         read_blend(bad)
     bad.write_text(json.dumps({"train": [0, str(tmp_path / "train_0")]}))
     with pytest.raises(DataError, match="must be a number > 0"):
@@ -127,9 +133,9 @@ def _megatron_bridge_reference(ids, mask, starts, answer_only_loss=True):
     """Megatron-Bridge GPTSFTPackedDataset (packing/gpt_sft.py collate_fn/_build_loss_mask): for each
     sub-sequence [s, e): tokens ids[s:e-1], labels ids[s+1:e], loss mask loss_mask[s:e-1] (all ones
     without answer-only loss)."""
-    bounds = list(starts) + [len(ids)]
+    bounds = [*list(starts), len(ids)]
     out = []
-    for s, e in zip(bounds[:-1], bounds[1:]):
+    for s, e in itertools.pairwise(bounds):
         m = list(mask[s:e - 1]) if answer_only_loss else [1] * (e - 1 - s)
         out.append((list(ids[s:e - 1]), list(ids[s + 1:e]), m))
     return out
@@ -147,10 +153,10 @@ def test_unpack_makes_megatron_bridge_predictions(answer_only_loss):
     rows = unpack(ids, mask, starts, answer_only_loss)
     ref = _megatron_bridge_reference(ids, mask, starts, answer_only_loss)
     assert len(rows) == len(ref)
-    for (x, y), (tokens, labels, m) in zip(rows, ref):
+    for (x, y), (tokens, labels, m) in zip(rows, ref, strict=True):
         assert x[:-1].tolist() == tokens
         assert y[-1] == -100
-        assert y[:-1].tolist() == [lab if keep else -100 for lab, keep in zip(labels, m)]
+        assert y[:-1].tolist() == [lab if keep else -100 for lab, keep in zip(labels, m, strict=True)]
     # label-aligned: the targets in the loss are exactly the answer tokens (with answer-only loss)
     if answer_only_loss:
         targets = [t for _, y in rows for t in y.tolist() if t != -100]
@@ -230,7 +236,7 @@ def test_no_document_leaks_into_another(tmp_path, tiny_model):
         torch.testing.assert_close(outs[1], outs[2], atol=1e-5, rtol=1e-5)  # after A' == alone
         # control: one packed row, attention isolated by position ids, Mamba state not
         for r, prev in ((0, a), (1, a2)):
-            ids, _, starts = rows.row(r)
+            ids, _, _starts = rows.row(r)
             pos = torch.tensor([list(range(len(prev[0]) + len(prev[1]))) + list(range(n_b))])
             packed = tiny_model(input_ids=torch.from_numpy(ids)[None], position_ids=pos).logits[0, -n_b:]
             assert (packed - outs[2]).abs().max() > 1e-3
@@ -258,7 +264,7 @@ def test_masked_tokens_do_not_contribute_to_the_loss(tmp_path, tiny_model):
         theirs = tiny_model(**group, labels=group["shift_labels"]).loss
     logp = torch.log_softmax(logits.float(), -1)
     ids, mask, starts = rows.row(0)
-    sub = {int(len(ids[s:e])): (s, e) for s, e in zip(starts.tolist(), list(starts[1:].tolist()) + [len(ids)])}
+    sub = {len(ids[s:e]): (s, e) for s, e in zip(starts.tolist(), [*list(starts[1:].tolist()), len(ids)], strict=True)}
     expected, count = 0.0, 0
     for r in range(group["input_ids"].shape[0]):
         s, e = sub[int(group["attention_mask"][r].sum())]
@@ -346,7 +352,7 @@ def test_rows_are_grouped_by_length_within_the_budget(tmp_path):
     for g in batch["groups"]:
         r, t = g["input_ids"].shape
         assert r * t <= 128 or r == 1
-        seen += [tuple(x[m.bool()].tolist()) for x, m in zip(g["input_ids"], g["attention_mask"])]
+        seen += [tuple(x[m.bool()].tolist()) for x, m in zip(g["input_ids"], g["attention_mask"], strict=True)]
     expected = [tuple(p + a) for p, a in convs]
     assert sorted(seen) == sorted(expected)
     padded = sum(g["input_ids"].numel() for g in batch["groups"])
@@ -455,7 +461,7 @@ def test_kill_and_resume_continue_from_the_saved_step(tmp_path):
     # 3. run again through the CLI: continues from the SIGTERM checkpoint and finishes
     metrics.write_text("")
     # ... with a new save interval, which the resumed run uses (not the one stored in the checkpoint)
-    third = subprocess.run(args + ["checkpoint.save_interval=3"], env=env, cwd=tmp_path, capture_output=True,
+    third = subprocess.run([*args, "checkpoint.save_interval=3"], env=env, cwd=tmp_path, capture_output=True,
                            text=True, timeout=600)
     out3 = third.stdout + third.stderr
     assert third.returncode == 0, out3[-3000:]

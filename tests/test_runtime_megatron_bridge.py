@@ -15,9 +15,9 @@ import subprocess
 import sys
 
 import pytest
+
 from config_support import compile_stage
 from local_runtime_support import ROOT, pack, write_packed_parquet, write_pretrain_data
-
 from nemotron import keys
 from nemotron.runtime import megatron_bridge as mb
 from nemotron.runtime.pretrain_data import read_blend
@@ -101,7 +101,7 @@ def test_sft_default_translates_packed_parquet_with_answer_only_loss(tmp_path):
         mb.translate(off, "sft")
     wrong = json.loads(json.dumps(cfg))
     wrong["dataset"]["packed_sequence_specs"]["packed_sequence_size"] = 4096
-    with pytest.raises(mb.TranslateError, match="packed_sequence_size=4096: must equal model.seq_length=294912"):
+    with pytest.raises(mb.TranslateError, match=r"packed_sequence_size=4096: must equal model\.seq_length=294912"):
         mb.translate(wrong, "sft")
     typo = json.loads(json.dumps(cfg))
     typo["dataset"]["packed_sequence_specs"]["pad_seq_to_mul"] = 32

@@ -12,13 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
+
 from local_runtime_support import (
     compile_local,
     fast_overrides,
     small_spec,
     write_pretrain_data,
 )
-
 from nemotron.runtime import settings as S
 from nemotron.runtime.tracking import (
     data_label,

@@ -50,7 +50,7 @@ def ray_head():
     args = [ray, "start", "--head", "--block", "--num-cpus", "2", "--include-dashboard=true",
             "--dashboard-host", "127.0.0.1", "--node-ip-address", "127.0.0.1", f"--temp-dir={temp}",
             *[f"--{k}={v}" for k, v in ports.items()]]
-    log = open(Path(temp) / "head.log", "w")
+    log = open(Path(temp) / "head.log", "w")  # noqa: SIM115 - held open while the head runs, closed below
     head = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     address = f"http://127.0.0.1:{ports['dashboard-port']}"
     deadline = time.time() + 90

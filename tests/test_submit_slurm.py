@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from submit_support import nemotron_runner, write_slurm_profile
 
 pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (pip install 'nemotron-cli[run]')")
 
@@ -24,36 +25,17 @@ SECRET = "s3cret-value-for-tests-7788"
 
 @pytest.fixture
 def env_file(slurm, tmp_path) -> Path:
-    jobs = tmp_path / "job root with spaces"
-    path = tmp_path / "env.toml"
-    path.write_text(
-        f"""
-[ci]
-executor = "slurm"
-account = "{slurm.account}"
-partition = "{slurm.partition}"
-time = "00:10:00"
-gpus_per_node = {slurm.gpus_per_node}
-container = false
-job_dir = "{jobs}"
-image_cache = "{tmp_path / 'images'}"
-secrets = {{ NEMOTRON_TEST_SECRET = "{SECRET}" }}
-""",
-        encoding="utf-8",
-    )
-    return path
+    """Profile `ci` on the local cluster; its job root has spaces, as a shared file system's may."""
+    return write_slurm_profile(
+        tmp_path / "env.toml", account=slurm.account, partition=slurm.partition, gpus_per_node=slurm.gpus_per_node,
+        job_dir=tmp_path / "job root with spaces",
+        extra=f'image_cache = "{tmp_path / "images"}"\nsecrets = {{ NEMOTRON_TEST_SECRET = "{SECRET}" }}')
 
 
 @pytest.fixture
 def cli(slurm, tmp_path):
-    env = {**slurm.env, "NEMOTRON_HOME": str(tmp_path / "home"), "NEMOTRON_DATA_DIR": str(tmp_path / "data")}
-    env.pop("NEMOTRON_ENV_FILE", None)
-
-    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "nemotron", *args], env=env, cwd=tmp_path, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-    return run
+    return nemotron_runner({**slurm.env, "NEMOTRON_HOME": str(tmp_path / "home"),
+                            "NEMOTRON_DATA_DIR": str(tmp_path / "data")}, tmp_path)
 
 
 def test_data_prep_run_attached_completes(cli, env_file, tmp_path):
@@ -147,8 +129,11 @@ def test_batch_status_logs_cancel(cli, env_file, slurm):
 
 
 def test_secret_reaches_job_but_no_file_or_log(cli, env_file, tmp_path, slurm):
+    """The second setup line expands the secret: the job script runs under `set -x`, whose trace would
+    print the expanded value into the job's .out unless the profile's setup lines run untraced."""
     proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--run", "ci", "--env-file", str(env_file),
-               'profile.setup=["echo secret-length=${#NEMOTRON_TEST_SECRET}"]')
+               'profile.setup=["echo secret-length=${#NEMOTRON_TEST_SECRET}", '
+               '"printf %s $NEMOTRON_TEST_SECRET > /dev/null"]')
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert f"secret-length={len(SECRET)}" in proc.stdout + proc.stderr + _all_text(tmp_path)
     assert SECRET not in proc.stdout + proc.stderr

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from submit_support import nemotron_runner, write_slurm_profile
+
 pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (pip install 'nemotron-cli[run]')")
 
 SECRET = "s3cret-over-ssh-9031"
@@ -23,41 +25,20 @@ SECRET = "s3cret-over-ssh-9031"
 
 @pytest.fixture
 def env_file(slurm, sshd, tmp_path) -> Path:
-    path = tmp_path / "env.toml"
-    path.write_text(
-        f"""
-[login]
-executor = "slurm"
-tunnel = "ssh"
-host = "127.0.0.1"
-user = "{sshd.user}"
-port = {sshd.port}
-identity = "{sshd.identity}"
-job_dir = "{tmp_path / 'cluster jobs'}"
-account = "{slurm.account}"
-partition = "{slurm.partition}"
-time = "00:10:00"
-gpus_per_node = {slurm.gpus_per_node}
-container = false
-python = "{sys.executable}"
-secrets = {{ NEMOTRON_TEST_SECRET = "{SECRET}" }}
-""",
-        encoding="utf-8",
-    )
-    return path
+    """Profile `login`: the local cluster behind the test sshd (NeMo-Run's SSHTunnel)."""
+    return write_slurm_profile(
+        tmp_path / "env.toml", name="login", account=slurm.account, partition=slurm.partition,
+        gpus_per_node=slurm.gpus_per_node, job_dir=tmp_path / "cluster jobs",
+        extra=f'tunnel = "ssh"\nhost = "127.0.0.1"\nuser = "{sshd.user}"\nport = {sshd.port}\n'
+              f'identity = "{sshd.identity}"\npython = "{sys.executable}"\n'
+              f'secrets = {{ NEMOTRON_TEST_SECRET = "{SECRET}" }}')
 
 
 @pytest.fixture
 def cli(sshd, tmp_path):
-    env = {**sshd.env, "NEMOTRON_HOME": str(tmp_path / "home")}
-    for name in ("SLURM_CONF", "NEMOTRON_ENV_FILE"):
-        env.pop(name, None)
-
-    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "nemotron", *args], check=False, env=env, cwd=tmp_path, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-    return run
+    """The CLI without SLURM_CONF: Slurm is reachable only through the SSH login."""
+    return nemotron_runner({**sshd.env, "NEMOTRON_HOME": str(tmp_path / "home")}, tmp_path,
+                           drop=("SLURM_CONF", "NEMOTRON_ENV_FILE"))
 
 
 def test_run_over_ssh_completes(cli, env_file, tmp_path, sshd):

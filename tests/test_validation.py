@@ -373,7 +373,7 @@ ISSUE_LIST = 13
 
 
 def _run_bad(case, tmp_path, monkeypatch):
-    cid, folder, config, overrides, profile, rule, key, fragment = case
+    _cid, folder, config, overrides, profile, rule, key, fragment = case
     overrides = overrides(tmp_path) if callable(overrides) else dict(overrides)
     mcore = overrides.pop("@mcore", None)
     if mcore:

@@ -46,6 +46,12 @@ def _versions(name: str) -> list[int]:
 PLANNED: dict[str, dict[str, Any]] = {}
 
 
+def is_planned(value: Any) -> bool:
+    """Whether ``value`` is a field of a :data:`PLANNED` artifact: a path an earlier stage of the ``pipe``
+    will write, which a later stage's checks must not require to exist yet."""
+    return isinstance(value, str) and any(value == str(v) for rec in PLANNED.values() for v in rec.values())
+
+
 def _read(name: str, v: int) -> dict[str, Any] | None:
     path = store() / name / f"v{v}.json"
     if not path.is_file():

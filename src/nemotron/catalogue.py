@@ -411,6 +411,25 @@ def hf_config(spec: ModelSpec) -> dict:
     }
 
 
-__all__ = ["ModelSpec", "CatalogueError", "ULTRA", "SMALL", "BASE_MODELS", "PUBLISHED_SLICES", "get", "names",
-           "slice_size", "slice_layers", "make_slice", "layer_params", "param_count", "padded_vocab", "hf_config",
-           "MAMBA", "MOE", "ATTENTION", "MLP", "SYMBOL_NAMES"]
+__all__ = [
+    "ATTENTION",
+    "BASE_MODELS",
+    "MAMBA",
+    "MLP",
+    "MOE",
+    "PUBLISHED_SLICES",
+    "SMALL",
+    "SYMBOL_NAMES",
+    "ULTRA",
+    "CatalogueError",
+    "ModelSpec",
+    "get",
+    "hf_config",
+    "layer_params",
+    "make_slice",
+    "names",
+    "padded_vocab",
+    "param_count",
+    "slice_layers",
+    "slice_size",
+]

@@ -22,13 +22,31 @@ _GROUP_HELP = {"data": "Data stages.", "prep": "Data preparation: raw text, chat
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
+def _one_config(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> str | None:
+    """``-c`` once: configs are layered inside YAML files (``defaults:``, docs/configs.md), not on the command line,
+    so a second ``-c`` is refused instead of silently replacing the first."""
+    if len(value) > 1:
+        raise UsageError(f"-c given {len(value)} times ({', '.join(value)}); a command takes one config",
+                         "layer configs in a YAML file with `defaults: [NAME, ...]` and pass it with -c PATH "
+                         "(docs/configs.md), or set keys with key=value")
+    return value[0] if value else None
+
+
+def _profile_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--run``/``--batch`` PROFILE: a name, never empty (an empty one would silently run on this machine)."""
+    if value is not None and (not value.strip() or value.startswith("-")):
+        raise UsageError(f"--{str(param.name).removesuffix('_profile')} needs a profile name, got {value!r}",
+                         "list them with: nemotron profiles (leave the option out to run on this machine)")
+    return value
+
+
 def _stage_params() -> list[click.Parameter]:
     return [
-        click.Option(["-c", "--config"], metavar="NAME|PATH",
+        click.Option(["-c", "--config"], metavar="NAME|PATH", multiple=True, callback=_one_config,
                      help="Config of the stage (default, tiny, local, ...) or a YAML file; default: default."),
-        click.Option(["--run", "run_profile"], metavar="PROFILE",
+        click.Option(["--run", "run_profile"], metavar="PROFILE", callback=_profile_name,
                      help="Run attached on this env.toml profile: stream logs, exit with the job's result."),
-        click.Option(["--batch", "batch_profile"], metavar="PROFILE",
+        click.Option(["--batch", "batch_profile"], metavar="PROFILE", callback=_profile_name,
                      help="Submit detached on this env.toml profile and print the job id."),
         click.Option(["--dry-run"], is_flag=True,
                      help="Compile, validate and show the config, resources and exact job; submit nothing."),
@@ -56,11 +74,22 @@ def _stage_command(stage: Stage) -> click.Command:
                          short_help=stage.summary, context_settings=_CONTEXT, no_args_is_help=False)
 
 
+class _Interrupted(Exception):
+    """A Ctrl-C inside a command, carried past click (which would print a blank line and drop the detail)
+    to :func:`main`, which prints the one ``interrupted`` line."""
+
+
 class _OrderedGroup(click.Group):
     """Lists sub-commands in pipeline order (registry order), not alphabetically."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted(str(exc)) from None
 
 
 def _group(name: str, help_text: str) -> click.Group:
@@ -116,9 +145,12 @@ def _recipe_group(recipe: str) -> click.Group:
 
     @group.command("pipe", context_settings=_CONTEXT)
     @click.argument("stages", nargs=-1, metavar="[STAGE...] [STAGE:key=value...]")
-    @click.option("-c", "--config", metavar="NAME", help="Config name used for every stage (default: default).")
-    @click.option("--run", "run_profile", metavar="PROFILE", help="Run the chain attached on this profile.")
-    @click.option("--batch", "batch_profile", metavar="PROFILE", help="Submit the chain detached on this profile.")
+    @click.option("-c", "--config", metavar="NAME", multiple=True, callback=_one_config,
+                  help="Config name used for every stage (default: default).")
+    @click.option("--run", "run_profile", metavar="PROFILE", callback=_profile_name,
+                  help="Run the chain attached on this profile.")
+    @click.option("--batch", "batch_profile", metavar="PROFILE", callback=_profile_name,
+                  help="Submit the chain detached on this profile.")
     @click.option("--dry-run", is_flag=True, help="Show the whole chain; submit nothing.")
     @click.option("--env-file", metavar="PATH", help="env.toml to read profiles from.")
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
@@ -212,8 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(msg[0].lower() + msg[1:] if msg else "usage error", f"see: {cmd} --help", 2)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("interrupted", err=True)
+    except (_Interrupted, click.exceptions.Abort, KeyboardInterrupt) as exc:  # Ctrl-C: one line (children stay quiet)
+        detail = str(exc) if isinstance(exc, _Interrupted) else ""
+        start = "\n" if sys.stderr.isatty() else ""  # end the terminal's ^C echo first
+        click.echo(f"{start}interrupted: {detail}" if detail else f"{start}interrupted", err=True)
         return 130
     except NemotronError as exc:
         if debug:
@@ -227,4 +261,4 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"internal error: {type(exc).__name__}: {exc}", "run again with --debug for the traceback", 1)
 
 
-__all__ = ["build_cli", "main", "UsageError"]
+__all__ = ["UsageError", "build_cli", "main"]

@@ -127,6 +127,50 @@ def config_names(stage: Stage) -> list[str]:
     return sorted(names, key=lambda n: (n != "default", n != "tiny", n != "local", n))
 
 
+def _raw_tree(stage: Stage, config: str | None) -> dict[str, Any]:
+    """``stage -c config``'s chain merged over ``default.yaml``, nothing resolved nor checked (shapes are checked
+    when it compiles)."""
+    tree: dict[str, Any] = {}
+    default_data = _read_config(stages_dir() / stage.config_dir / "default.yaml")
+    default_data.pop("defaults", None)
+    for data in [default_data, *(f.data for f in _chain(stage, config or "default"))]:
+        _merge(tree, data, "", {}, [], strict=False, where="", root=tree)
+    return tree
+
+
+def config_backend(stage: Stage, config: str | None = None) -> str | None:
+    """The ``backend`` key of ``stage -c config`` as written in its files (None: the stage's default backend).
+
+    Raises:
+        ConfigError: an unknown config, an unreadable file, an inheritance cycle.
+    """
+    value = _raw_tree(stage, config).get("backend")
+    return str(value) if isinstance(value, str) and value else None
+
+
+def config_artifacts(stage: Stage, config: str | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(consumes, produces)`` of ``stage -c config`` (None: ``default``), read from its files, nothing
+    resolved: consumes are the artifact names its ``${art:NAME[:VERSION],FIELD}`` values take, in key
+    order, once the config chain is merged over ``default.yaml`` (a config that re-points a key drops the
+    default's reference: ``quantize -c local`` takes ``sft-checkpoint`` and ``pretrain-data``, not
+    ``mopd-checkpoint``); produces are its ``output_artifact`` when set, else the registry's ``produces``
+    (as :func:`nemotron.plan.planned_outputs` records them).
+
+    Raises:
+        ConfigError: an unknown config, an unreadable file, an inheritance cycle.
+    """
+    tree = _raw_tree(stage, config)
+    consumes: list[str] = []
+    for _, value in leaves(tree):
+        for ref in re.findall(r"\$\{art:([^,}]+)", value) if isinstance(value, str) else ():
+            name = artifacts.parse_ref(ref.strip())[0]
+            if name not in consumes:
+                consumes.append(name)
+    named = tree.get("output_artifact")
+    produces = (named,) if isinstance(named, str) and named else stage.produces
+    return tuple(consumes), produces
+
+
 def _resolve_config_ref(stage: Stage, ref: str, relative_to: Path | None) -> Path:
     folder = stages_dir() / stage.config_dir
     looks_like_path = "/" in ref or ref.endswith((".yaml", ".yml"))
@@ -226,7 +270,7 @@ def _type_name(v: Any) -> str:
 def _compatible(old: Any, new: Any) -> bool:
     if old is None or new is None:
         return True
-    if isinstance(new, str) and "${" in new or isinstance(old, str) and "${" in old:
+    if (isinstance(new, str) and "${" in new) or (isinstance(old, str) and "${" in old):
         return True
     if isinstance(old, bool) or isinstance(new, bool):
         return isinstance(old, bool) and isinstance(new, bool)
@@ -278,7 +322,7 @@ def _merge(base: dict, over: dict, label: str, prov: dict[str, str], errors: lis
         if not _compatible(old, value) or (isinstance(old, dict) and old and value is not None):
             errors.append(f"{where}: '{name}' expects {_type_name(old)}, got {_type_name(value)} {yamlio.flow(value)}")
             continue
-        for stale in [k for k in prov if k == name or k.startswith(name + ".") or k.startswith(name + "[")]:
+        for stale in [k for k in prov if k == name or k.startswith((name + ".", name + "["))]:
             del prov[stale]
         base[key] = copy.deepcopy(value)
         for lp, _ in _leaves(value, path):
@@ -342,7 +386,7 @@ def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: 
         first = next(i for i, seg in enumerate(ov.path) if isinstance(seg, int))
         prov[dotted(ov.path[:first])] = OVERRIDE
         return
-    for stale in [k for k in prov if k == name or k.startswith(name + ".") or k.startswith(name + "[")]:
+    for stale in [k for k in prov if k == name or k.startswith((name + ".", name + "["))]:
         del prov[stale]
     if ov.op != "delete":
         for lp, _ in _leaves(ov.value, tuple(ov.path)):
@@ -437,7 +481,7 @@ def _register_resolvers() -> None:
         if spec is None or not spec.submodule_search_locations:
             raise ConfigError(f"${{pkgdata:{package},{rel}}}: Python package {package!r} is not installed",
                               f"pip install {package.replace('_', '-')}")
-        return str(Path(list(spec.submodule_search_locations)[0]) / rel)
+        return str(Path(next(iter(spec.submodule_search_locations))) / rel)
 
     def stdlib() -> str:
         return sysconfig.get_paths()["stdlib"]
@@ -559,7 +603,12 @@ def profile_overrides(overrides: list[str]) -> dict[str, Any]:
         if ov.path[0] == "profile":
             if ov.op != "set" or len(ov.path) < 2 or any(isinstance(p, int) for p in ov.path):
                 raise UsageError(f"override {ov.text!r}: profile keys are set as profile.KEY=VALUE")
-            out[".".join(str(p) for p in ov.path[1:])] = ov.value
+            value = ov.value
+            if value is not None and not isinstance(value, str):
+                # the profile's schema types its values, not YAML: account=007 stays "007", time=30 is minutes;
+                # Profile.with_overrides parses the text of its non-string keys (gpus_per_node=4 -> 4)
+                value = ov.text.partition("=")[2]
+            out[".".join(str(p) for p in ov.path[1:])] = value
     return out
 
 
@@ -654,7 +703,7 @@ def _absolute_paths(tree: Any) -> Any:
         return {k: _absolute_paths(v) for k, v in tree.items()}
     if isinstance(tree, list):
         return [_absolute_paths(v) for v in tree]
-    if isinstance(tree, str) and (tree.startswith("./") or tree.startswith("../") or tree in (".", "..")):
+    if isinstance(tree, str) and (tree.startswith(("./", "../")) or tree in (".", "..")):
         return os.path.normpath(os.path.join(os.getcwd(), tree))
     return tree
 

@@ -35,7 +35,8 @@ class Backend:
     image: str | None = None
 
 
-_CONTAINERS = {"nemo": "NeMo", "nemo-rl": "NeMo RL", "data": "data prep"}
+#: Display names of the ``stages/images.toml`` keys, for messages.
+CONTAINERS = {"nemo": "NeMo", "nemo-rl": "NeMo RL", "data": "data prep"}
 
 
 def _importable(module: str) -> bool:
@@ -52,6 +53,27 @@ def _image_uri(key: str) -> str:
         return str(image_table()[key]["image"])
     except Exception:  # the message stays useful without the table
         return key
+
+
+#: Set by the CLI for a stage it runs as its child (same process group, so both get the Ctrl-C): the CLI
+#: then prints the one ``interrupted`` line, the child stays quiet.
+INTERRUPT_REPORTED_BY_PARENT = "NEMOTRON_INTERRUPT_REPORTED_BY_PARENT"
+#: Exit code of a run stopped by Ctrl-C (128 + SIGINT, the shell's convention).
+EXIT_INTERRUPTED = 130
+
+
+def interrupted(title: str) -> int:
+    """Report a Ctrl-C in a stage's runtime and return :data:`EXIT_INTERRUPTED` (130).
+
+    Prints ``<title>: interrupted`` on stderr, except when the CLI started this process and reports
+    the interrupt itself (:data:`INTERRUPT_REPORTED_BY_PARENT` is ``"1"``), so a Ctrl-C on a run here
+    shows one line, not one per process. Every runtime's ``except KeyboardInterrupt`` goes through here.
+    """
+    import os
+
+    if os.environ.get(INTERRUPT_REPORTED_BY_PARENT) != "1":
+        print(f"{title}: interrupted", file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED
 
 
 def _call(spec: str, cfg: dict[str, Any]) -> int:
@@ -91,6 +113,67 @@ def requeue_on_slurm(stage: str, env: dict[str, str] | None = None) -> bool:
     return True
 
 
+def stage_backends(stage: Any) -> tuple[dict[str, Backend], str]:
+    """``(BACKENDS, DEFAULT)`` of a registry stage, read from its entry script (``stages/<recipe>/<stage>/run.py``,
+    which imports nothing heavy): the one table the job's entry runs with, so the CLI can refuse a backend
+    this version has no runtime for before anything runs.
+
+    Raises:
+        ConfigError: the entry script is missing or does not define ``BACKENDS`` and ``DEFAULT``.
+    """
+    from nemotron.errors import ConfigError
+    from nemotron.paths import stages_dir
+
+    path = stages_dir() / stage.entry
+    spec = importlib.util.spec_from_file_location(f"_nemotron_entry_{stage.recipe}_{stage.name.replace('-', '_')}",
+                                                  path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise ConfigError(f"stage {stage.name}: entry script {path} is missing")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    backends, default = getattr(module, "BACKENDS", None), getattr(module, "DEFAULT", None)
+    if not isinstance(backends, dict) or not isinstance(default, str):
+        raise ConfigError(f"stage {stage.name}: {path} does not define BACKENDS and DEFAULT")
+    return backends, default
+
+
+def missing_runtime(stage: Any, backend: str | None) -> tuple[str, list[str]] | None:
+    """``(backend, backends that have a runtime)`` when ``backend`` (None or ``""``: the stage's default) is one
+    this version has no runtime for (:attr:`Backend.runtime` None), else None. An unknown backend is left to the
+    config's own validation."""
+    backends, default = stage_backends(stage)
+    name = (backend or default).lower()
+    entry = backends.get(name)
+    if entry is None or entry.runtime is not None:
+        return None
+    return name, [n for n, b in backends.items() if b.runtime is not None]
+
+
+def _os_error(stage: str, cfg: Any, exc: OSError) -> int:
+    """One line for a file-system error of a runtime: the config key whose folder it concerns (exit 2:
+    the value is the problem, e.g. ``output_dir=/sys/out: cannot create (Operation not permitted)``),
+    else the path alone (exit 1)."""
+    import os
+
+    from nemotron.paths import folder_key
+
+    path = exc.filename
+    reason = exc.strerror or str(exc)
+    key = folder_key(cfg, path)
+    if key is not None:
+        from nemotron.config import leaves
+
+        value = dict(leaves(cfg))[key]
+        verb = "cannot write" if os.path.isdir(os.path.expanduser(str(value))) else "cannot create"
+        where = "" if os.path.abspath(os.path.expanduser(str(value))) == os.path.abspath(str(path)) else f": {path}"
+        print(f"error: {stage}: {key}={value}: {verb} ({reason}){where}", file=sys.stderr)
+        print(f"hint: set {key} to a folder you can write (its parent must exist as a writable folder)",
+              file=sys.stderr)
+        return 2
+    print(f"error: {stage}: {path or 'file system'}: {reason}", file=sys.stderr)
+    return 1
+
+
 def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] | None = None) -> int:
     """Run ``stage`` (``"ultra3 pretrain"``) with the backend its config names; returns the exit code."""
     parser = argparse.ArgumentParser(description=f"nemotron {stage}: runtime entry")
@@ -102,6 +185,7 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
 
     from nemotron.errors import NemotronError
 
+    cfg: Any = None
     try:
         with open(args.config, encoding="utf-8") as fh:
             cfg = yaml.safe_load(fh) or {}
@@ -111,7 +195,7 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
             print(f"error: {stage}: backend {name!r} is not one of {', '.join(backends)}", file=sys.stderr)
             return 2
         if backend.requires and not _importable(backend.requires):
-            container = _CONTAINERS.get(backend.image or "", backend.image)
+            container = CONTAINERS.get(backend.image or "", backend.image)
             where = f"the {container} container (image {_image_uri(backend.image)})" if backend.image else "an environment"
             print(f"{stage}: this stage runs inside {where}; {backend.requires} is not importable here", file=sys.stderr)
             return 1
@@ -125,13 +209,14 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
             requeue_on_slurm(stage)
         return code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        return interrupted(stage)
     except OSError as exc:
         if args.debug:
             raise
-        print(f"error: cannot read config {args.config}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        if cfg is None:  # the config itself could not be read
+            print(f"error: cannot read config {args.config}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        return _os_error(stage, cfg, exc)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{args.config}:{mark.line + 1}" if mark else args.config

@@ -8,6 +8,7 @@ with its output streamed, and exits with its exit code.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -19,24 +20,14 @@ from typing import Any
 
 from nemotron import yamlio
 from nemotron.artifacts import home
+from nemotron.entry import INTERRUPT_REPORTED_BY_PARENT
 from nemotron.errors import ConfigError, RuntimeFailure
 from nemotron.paths import repo_root
+from nemotron.runtime.prestart import visible_gpus
 
 #: Exit code of a stage that saved a checkpoint and stopped on a signal (SIGTERM, SIGUSR1 before the
 #: Slurm time limit): not a failure, the next run resumes (the BSD EX_TEMPFAIL value).
 RESUMABLE = 75
-
-
-def visible_gpus() -> int:
-    """GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi -L``, else 0."""
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None:
-        return len([d for d in cvd.split(",") if d.strip() and d.strip() != "-1"])
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0
 
 
 def run_dir(plan: Any) -> Path:
@@ -247,10 +238,66 @@ def check_gpus(plan: Any) -> None:
                 "submit it to a cluster: --run PROFILE (see --dry-run), or run it here with -c local")
 
 
+def stop_child(proc: subprocess.Popen, grace_s: float = 30.0) -> int:
+    """After a Ctrl-C that reached ``proc`` too (same process group): let it clean up and exit, and
+    return its exit code (128 + N when killed by signal N).
+
+    Waits ``grace_s`` seconds (the stage shuts its Ray workers down and removes its temporary files),
+    then sends SIGTERM and, 10 s later, SIGKILL; another Ctrl-C while waiting sends SIGTERM at once.
+    The child never outlives this call.
+    """
+    for timeout, then in ((grace_s, signal.SIGTERM), (10.0, signal.SIGKILL)):
+        try:
+            code = proc.wait(timeout=timeout)
+            return 128 - code if code < 0 else code
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):  # too slow, or Ctrl-C again: the next step now
+            if proc.poll() is None:
+                proc.send_signal(then)
+    code = proc.wait()
+    return 128 - code if code < 0 else code
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live processes (zombies excluded) of session ``sid``, read from ``/proc`` (Linux); empty elsewhere."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, session, ...
+        if int(fields[3]) == sid and fields[0] not in ("Z", "X") and int(entry.name) != os.getpid():
+            pids.append(int(entry.name))
+    return pids
+
+
+def reap_session(sid: int, grace_s: float = 3.0) -> list[int]:
+    """Stop what a stage run here left behind in its session ``sid`` (the stage's pid: :func:`run_here` starts
+    it in a session of its own). A stage normally stops its helpers itself; after a Ctrl-C that came while
+    Ray was starting, Ray's dashboard and runtime-env agents outlive the stage (observed with Ray 2.60) and
+    ignore SIGTERM. SIGTERM, then SIGKILL after ``grace_s`` seconds; returns the pids that were left."""
+    left = session_processes(sid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while sig == signal.SIGTERM and time.monotonic() < deadline and session_processes(sid):
+            time.sleep(0.1)
+        if not session_processes(sid):
+            break
+    return left
+
+
 def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     """Run the entry script as a child process on this machine, streaming its output.
 
-    Returns the child's exit code (128 + N when killed by signal N; 130 on Ctrl-C).
+    The child runs in a session of its own; a Ctrl-C here is passed on to its process group, the child is
+    given :func:`stop_child`'s grace period, whatever it leaves in its session is stopped
+    (:func:`reap_session`, also after a normal end) and ``KeyboardInterrupt`` is raised again for the CLI's
+    one ``interrupted`` line (exit 130).
+
+    Returns the child's exit code (128 + N when killed by signal N).
 
     Raises:
         RuntimeFailure: the entry script is missing or cannot be started.
@@ -273,9 +320,12 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     env["NEMOTRON_EXPERIMENT_ID"] = plan.experiment_id
     env["NEMOTRON_RUN_DIR"] = str(folder)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env[INTERRUPT_REPORTED_BY_PARENT] = "1"  # on Ctrl-C the CLI prints the one line, not the child too
     cmd = plan.command(config_path)
     try:
-        proc = subprocess.Popen(cmd, env=env)
+        # its own session: everything the stage starts (Ray's GCS, raylet, agents and workers, torchrun's
+        # ranks) stays in it, so whatever outlives the stage can be found and stopped (reap_session)
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     except OSError as exc:
         raise RuntimeFailure(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
 
@@ -285,14 +335,18 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     previous = signal.signal(signal.SIGTERM, forward)
     try:
         code = proc.wait()
-    except KeyboardInterrupt:  # the child, in the same process group, got the Ctrl-C too
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    except KeyboardInterrupt:  # Ctrl-C reached this process group: pass it on to the stage's, as a terminal would
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        code = stop_child(proc)
+        reap_session(proc.pid)
+        if code == RESUMABLE:
+            raise KeyboardInterrupt(f"{plan.stage.title} saved its state; run the same command again to resume "
+                                    f"(run folder: {folder})") from None
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+    reap_session(proc.pid)
     if code < 0:
         code = 128 - code
     if code == RESUMABLE:

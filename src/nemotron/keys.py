@@ -93,7 +93,7 @@ def _leaves(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     if isinstance(node, dict) and node:
         out = []
         for k, v in node.items():
-            out += _leaves(v, prefix + (str(k),))
+            out += _leaves(v, (*prefix, str(k)))
         return out
     return [prefix] if prefix else []
 

@@ -156,7 +156,7 @@ def render(profile: Any, plan: Any) -> str:
     from nemotron import submit
 
     task = submit.task_spec(plan, profile)
-    env = {**submit.job_env_vars(profile, plan), **{k: "***" for k in profile.secret_values()}}
+    env = {**submit.job_env_vars(profile, plan), **dict.fromkeys(profile.secret_values(), "***")}
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     cmd = [task["entrypoint"], task["path"], *task["args"]]
     if plan.launch == "torchrun" and plan.gpus_per_node > 1:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from nemotron.errors import RuntimeFailure
 
@@ -32,3 +35,52 @@ def repo_root() -> Path | None:
     """The source checkout's root when running from one, else ``None``."""
     root = Path(__file__).resolve().parent.parent.parent
     return root if (root / "pyproject.toml").is_file() and (root / "stages").is_dir() else None
+
+
+#: Config keys that name a folder a stage creates and writes its outputs into (the stage configs under
+#: stages/ultra3: data prep ``output_dir``, Megatron-Bridge ``checkpoint.save``, NeMo RL
+#: ``checkpointing.checkpoint_dir``, convert/quantize/export ``*.output_dir``).
+OUTPUT_FOLDER_KEYS = ("output_dir", "checkpoint.save", "checkpointing.checkpoint_dir", "convert.output_dir",
+                      "quantization.output_dir", "export.output_dir")
+
+
+def cannot_create_folder(path: str | os.PathLike) -> str | None:
+    """Why folder ``path`` cannot be created and written on this machine, or ``None`` when it can.
+
+    The folder itself when it exists, else its nearest existing parent, must be a folder in which a
+    new entry can be made: this is tried for real (an empty probe folder is made and removed at once),
+    because permission bits do not tell for root, read-only mounts or pseudo file systems. The reason
+    is the operating system's (``"Read-only file system"``, ``"Permission denied"``) or names the
+    parent that is a file.
+    """
+    target = Path(os.path.expanduser(str(path))).absolute()
+    existing = next((p for p in (target, *target.parents) if p.exists()), None)
+    if existing is None:  # not even the root exists (cannot happen on a sane system)
+        return "no existing parent folder"
+    if not existing.is_dir():
+        return "it is a file, not a folder" if existing == target else f"{existing} is a file, not a folder"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".nemotron-write-check-", dir=existing))
+    except OSError as exc:
+        return exc.strerror or str(exc) if existing == target else f"{exc.strerror or exc} in {existing}"
+    return None
+
+
+def folder_key(cfg: Any, path: str | os.PathLike | None) -> str | None:
+    """The config key whose folder ``path`` is, lies in or lies above (``output_dir`` for a failed
+    ``mkdir`` of ``output_dir`` or a file inside it), preferring :data:`OUTPUT_FOLDER_KEYS`;
+    ``None`` when no string value of ``cfg`` matches."""
+    if not path or not isinstance(cfg, dict):
+        return None
+    from nemotron.config import leaves
+
+    target = os.path.abspath(os.path.expanduser(str(path)))
+    found = []
+    for key, value in leaves(cfg):
+        if not isinstance(value, str) or not value.strip() or "${" in value:
+            continue
+        folder = os.path.abspath(os.path.expanduser(value))
+        if folder != os.sep and (target == folder or target.startswith(folder + os.sep)
+                                 or folder.startswith(target + os.sep)):
+            found.append((key not in OUTPUT_FOLDER_KEYS, -len(folder), key))
+    return min(found)[2] if found else None

@@ -161,13 +161,29 @@ def _check_startable(p: Prepared) -> None:
 
 
 def list_stages(recipe: str) -> int:
-    """Print the stages of ``recipe`` with their configs, inputs and outputs."""
+    """Print the stages of ``recipe`` with their configs, inputs and outputs: one row per group of configs
+    that consume and produce the same artifacts (:func:`nemotron.config.config_artifacts`), so a config
+    that differs from the stage's default (``quantize -c local``, ``rlvr -c teacher-*``) shows its own."""
     from nemotron import report
-    from nemotron.config import config_names
+    from nemotron.config import config_artifacts, config_backend, config_names
+    from nemotron.entry import missing_runtime
 
-    rows = [[s.title.removeprefix(recipe + " "), ", ".join(config_names(s)), ", ".join(s.consumes) or "-",
-             ", ".join(s.produces), s.launch, "yes" if s.gpu else "no"] for s in STAGES if s.recipe == recipe]
+    rows = []
+    unavailable = False
+    for s in STAGES:
+        if s.recipe != recipe:
+            continue
+        groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
+        for name in config_names(s):
+            missing = missing_runtime(s, config_backend(s, name))
+            unavailable |= missing is not None
+            groups.setdefault(config_artifacts(s, name), []).append(f"{name}*" if missing else name)
+        for i, ((consumes, produces), names) in enumerate(groups.items()):
+            rows.append([s.title.removeprefix(recipe + " ") if i == 0 else "", ", ".join(names),
+                         ", ".join(consumes) or "-", ", ".join(produces), s.launch, "yes" if s.gpu else "no"])
     report.table(f"nemotron {recipe} stages", ["stage", "configs", "consumes", "produces", "launch", "GPU"], rows)
+    if unavailable:
+        report.out("* no runtime for its backend in this version: the dry run and a run refuse it (exit 2)", plain=True)
     return 0
 
 
@@ -226,7 +242,6 @@ def job_logs(ident: str | None, follow: bool) -> int:
 def job_cancel(ident: str) -> int:
     """``cancel ID``."""
     from nemotron import jobs
-
     from nemotron.errors import RuntimeFailure
 
     rec = jobs.load(ident)
@@ -250,12 +265,16 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     per_stage: dict[str, list[str]] = {}
     for arg in kw.get("stages") or ():
         head, sep, rest = arg.partition(":")
-        if sep and ("=" in rest or rest.startswith("~") or rest.startswith("+")):
+        if sep and ("=" in rest or rest.startswith(("~", "+"))):
             try:
                 per_stage.setdefault(get_stage(head).name, []).append(rest)
             except KeyError as exc:
                 raise UsageError(f"{arg!r}: {exc.args[0]}") from None
             continue
+        if not sep and ("=" in arg or arg.startswith(("~", "+"))):
+            example = next((s.name for s in STAGES if s.name in names), "pretrain")
+            raise UsageError(f"{arg!r}: a pipe override names the stage it is for: STAGE:{arg}",
+                             f"e.g. {example}:{arg} (docs/execution.md, Pipelines)")
         try:
             names.append(get_stage(arg).name)
         except KeyError as exc:
@@ -297,6 +316,11 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                        f"{p.plan.nodes} x {p.plan.gpus_per_node}", "first" if i == 1 else f"after #{i - 1} ({how})",
                        len(p.errors) or "-"] for i, p in enumerate(prepared, 1)])
     if invalid:
+        if not kw.get("dry_run"):  # the dry run printed them already; here they are the only report
+            for p in prepared:
+                if p.problems:
+                    report.err(f"{p.req.stage.title} ({p.compiled.config_name}):")
+                    report.problems(p.problems)
         raise ValidationError(problems=[q for p in prepared for q in p.problems])
     if kw.get("dry_run"):
         return 0
@@ -325,11 +349,11 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     if mode == "batch":
         print("\n".join(ids))
         return 0
-    for p, job_id in zip(prepared, ids):
+    for job_id in ids:
         code = execute.attach(jobs.load(job_id))
         if code != 0:
             return code
     return 0
 
 
-__all__ = ["StageRequest", "run_stage", "run_pipe", "list_stages", "show_profiles", "load_profile"]
+__all__ = ["StageRequest", "list_stages", "load_profile", "run_pipe", "run_stage", "show_profiles"]

@@ -142,16 +142,11 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
 
 
 def _positive(run: dict[str, Any], key: str) -> int | None:
-    """``run.<key>`` as a whole number >= 0 (None when unset or 0).
-
-    Raises:
-        ConfigError: a value that is not a whole number >= 0.
-    """
+    """``run.<key>`` as a whole number >= 0 (None when unset or 0). A value that is not one is planned as None:
+    validation reports it with every other problem (``run-keys``), and nothing is submitted while it stands."""
     value = run.get(key)
-    if value is None:
+    if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"run.{key}={value!r}: expected a whole number >= 0")
     return value or None
 
 
@@ -166,7 +161,7 @@ def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
     """
     fields: dict[str, Any] = {}
     for name, template in compiled.stage.outputs:
-        def value(m: re.Match) -> str:
+        def value(m: re.Match, name: str = name) -> str:
             v = compiled.get(m.group(1))
             if v is None:
                 raise ConfigError(f"stage {compiled.stage.name}: its output field {name!r} needs '{m.group(1)}', "

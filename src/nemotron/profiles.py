@@ -41,7 +41,8 @@ DEFAULT_JOB_DIR = "$NEMOTRON_HOME/jobs (default ~/.nemotron/jobs)"
 STORAGE_ENV = {"data_root": "NEMOTRON_DATA_DIR", "checkpoint_root": "NEMOTRON_CKPT_ROOT",
                "index_cache_dir": "NEMOTRON_INDEX_CACHE", "hf_home": "HF_HOME"}
 REDACTED = "***"
-SLURM_TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 04:00:00, 1-00:00:00)"
+SLURM_TIME_FORMS = ("minutes (30), MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 04:00:00, 1-00:00:00), "
+                    "or 0 / UNLIMITED for no limit")
 DOCS = "docs/profiles.md"
 
 _SECRET_NAME = re.compile(
@@ -77,36 +78,42 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
-def parse_slurm_time(text: str) -> int:
-    """Seconds in a Slurm time limit (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``).
+def parse_slurm_time(text: str | int) -> int | None:
+    """Seconds in a Slurm time limit, as ``sbatch --time`` reads it; ``None`` for no limit.
+
+    Accepted (Slurm's documented forms, ``man sbatch`` ``--time``; checked against ``sbatch --test-only``
+    of Slurm 22.05): minutes as an integer (``30``, also a TOML/YAML int) or the strings ``MM``,
+    ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``. Like Slurm, a field may exceed its
+    clock range (``90:00`` = 90 minutes, ``1-36`` = 60 hours). ``0`` (any all-zero form), ``-1``,
+    ``INFINITE`` and ``UNLIMITED`` (any case) mean no time limit (``None``); the partition's
+    ``MaxTime`` still applies. Slurm's resolution is one minute (it rounds seconds up); the seconds
+    are kept here because the warning signal (``run.signal_before_s``) is given in seconds.
 
     Raises:
-        ValueError: anything else, or a zero limit; the message lists the accepted forms.
+        ValueError: anything else (``4h``, ``1.5``, ``-5``, ``1-``, a bool); the message lists the accepted forms.
     """
-    m = _TIME.fullmatch(text) if isinstance(text, str) else None
-    bad = ValueError(f"{text!r} is not a Slurm time; use {SLURM_TIME_FORMS}")
+    bad = ValueError(f"{text!r} is not a Slurm time limit; use {SLURM_TIME_FORMS}")
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise bad
+    if isinstance(text, int):
+        text = str(text)
+    if text == "-1" or text.upper() in ("INFINITE", "UNLIMITED"):
+        return None
+    m = _TIME.fullmatch(text)
     if not m:
         raise bad
     days, *rest = m.groups()
     nums = [int(x) for x in rest if x is not None]
     if days is not None:  # D-HH[:MM[:SS]]
-        h, mi, s = (nums + [0, 0])[:3]
-        if h > 23 or mi > 59 or s > 59:
-            raise bad
-        total = ((int(days) * 24 + h) * 60 + mi) * 60 + s
+        h, mi, sec = ([*nums, 0, 0])[:3]
+        total = ((int(days) * 24 + h) * 60 + mi) * 60 + sec
     elif len(nums) == 1:  # MM
         total = nums[0] * 60
     elif len(nums) == 2:  # MM:SS
-        if nums[1] > 59:
-            raise bad
         total = nums[0] * 60 + nums[1]
     else:  # HH:MM:SS
-        if nums[1] > 59 or nums[2] > 59:
-            raise bad
         total = (nums[0] * 60 + nums[1]) * 60 + nums[2]
-    if total <= 0:
-        raise ValueError(f"{text!r}: a time limit must be longer than zero")
-    return total
+    return total or None
 
 
 # --------------------------------------------------------------------------- typed schema
@@ -228,11 +235,13 @@ class SlurmSettings(_Common):
     identity: str | None = None
     port: int | None = Field(None, ge=1, le=65535)
 
-    @field_validator("time")
+    @field_validator("time", mode="before")
     @classmethod
-    def _time(cls, value: str | None) -> str | None:
+    def _time(cls, value: Any) -> str | None:
+        """Any form ``sbatch --time`` takes (:func:`parse_slurm_time`); an integer is minutes, kept as its text."""
         if value is not None:
             parse_slurm_time(value)
+            value = str(value)
         return value
 
     @field_validator("mem")
@@ -242,7 +251,7 @@ class SlurmSettings(_Common):
             return None
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise ValueError(f"expected a size string like '512G' or an integer in MB, got {value!r}")
-        if isinstance(value, int) and value < 0 or isinstance(value, str) and not _MEM.fullmatch(value):
+        if (isinstance(value, int) and value < 0) or (isinstance(value, str) and not _MEM.fullmatch(value)):
             raise ValueError(f"{value!r} is not a Slurm memory size; use e.g. '512G', '500000M' or 0 (all of it)")
         return value
 
@@ -440,11 +449,11 @@ class Profiles:
             if not isinstance(parent, str):
                 raise ConfigError(f"{where}: expected a profile name (a string), got {parent!r}", "write extends = \"NAME\"")
             if parent in chain:
-                raise ConfigError(f"{where}: cycle {' -> '.join(chain + [parent])}",
+                raise ConfigError(f"{where}: cycle {' -> '.join([*chain, parent])}",
                                   "remove one extends so the chain ends at a profile without extends")
             if parent not in self._raw:
                 what = "a settings section, not a profile" if parent in self.sections else "not defined"
-                raise ConfigError(f"{where} = {parent!r}, which is {what} (chain: {' -> '.join(chain + [parent])})",
+                raise ConfigError(f"{where} = {parent!r}, which is {what} (chain: {' -> '.join([*chain, parent])})",
                                   f"profiles in {self.source.name}: {', '.join(self._raw)}{_suggest(parent, self._raw)}")
             chain.append(parent)
         return chain
@@ -526,6 +535,7 @@ def _build(name: str, chain: list[str], source: Path, merged: dict, prov: dict[s
             problems.append((f"secrets.{key}.env", f"{spec.env!r} is not a valid environment variable name"))
         if key in settings.env_vars:
             problems.append((f"env_vars.{key}", "also declared in secrets; keep it in one place"))
+    problems += _copied_secrets(settings)
     ssh = isinstance(settings, SlurmSettings) and settings.tunnel == "ssh"
     if isinstance(settings, SlurmSettings):
         for key in ("host", "user", "identity", "port"):
@@ -549,6 +559,44 @@ def _build(name: str, chain: list[str], source: Path, merged: dict, prov: dict[s
     if problems:
         raise _error(source, name, problems, prov, merged, text)
     return Profile(name, list(chain), source, settings.model_copy(update=updates), prov, merged, overridden, text)
+
+
+def _copied_secrets(settings: _Common) -> list[tuple[str, str]]:
+    """Problems for every non-secret value (``setup[0]``, ``mounts[1]``, ``env_vars.X``, ``partition``...)
+    that contains a secret's literal value (inline, read from the environment now, or a secret-named
+    ``env_vars`` entry; values shorter than 4 characters are not searched, as in :func:`redact_text`).
+
+    Such a value would be written verbatim into the job script, NeMo-Run's executor file and the job's
+    log; the job gets the secret in its environment, so the line should name the variable instead.
+    """
+    secrets = sorted(((name, value) for name, value in settings.hidden_values().items() if len(value) >= 4),
+                     key=lambda item: len(item[1]), reverse=True)
+    if not secrets:
+        return []
+    found: list[tuple[str, str]] = []
+
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, str):
+            hit = next((name for name, secret in secrets if secret in value), None)
+            if hit is not None:
+                found.append((key, f"contains the value of secret {hit}; write ${hit} instead "
+                                   f"(secrets reach the job's environment)"))
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, f"{key}[{i}]")
+        elif isinstance(value, dict):
+            for name, item in value.items():
+                walk(str(name), f"{key} (a key)")
+                walk(item, f"{key}.{name}")
+
+    for field in type(settings).model_fields:
+        if field == "secrets":
+            continue
+        value = getattr(settings, field)
+        if field == "env_vars":
+            value = {k: v for k, v in value.items() if not is_secret_name(k)}
+        walk(value, field)
+    return found
 
 
 _TYPES = {"int_type": "an integer", "bool_type": "true or false", "string_type": "a string",
@@ -593,6 +641,11 @@ def _translate(err: dict, executor: str, prov: dict[str, str]) -> tuple[str, str
     return key, err["msg"][:1].lower() + err["msg"][1:]
 
 
+def _base_key(key: str) -> str:
+    """``setup[0]`` -> ``setup``, ``env_vars (a key)`` -> ``env_vars``: the dotted key provenance knows."""
+    return re.split(r"[\[ ]", key, maxsplit=1)[0]
+
+
 def _error(source: Path, name: str, problems: list[tuple[str, str]], prov: dict[str, str],
            merged: dict, text: str) -> ConfigError:
     """One line naming file (and line when there is one problem), profile and key(s), plus a hint."""
@@ -600,7 +653,7 @@ def _error(source: Path, name: str, problems: list[tuple[str, str]], prov: dict[
     hidden += [v for k, v in (merged.get("env_vars") or {}).items() if isinstance(v, str) and is_secret_name(k)]
 
     def origin(key: str) -> str:
-        owner = _owner(prov, key, name)
+        owner = _owner(prov, _base_key(key), name)
         if owner == _OVERRIDE:
             return " (command-line override)"
         return f" (set in [{owner}])" if owner not in (name, _DEFAULT, _DERIVED) else ""
@@ -608,9 +661,9 @@ def _error(source: Path, name: str, problems: list[tuple[str, str]], prov: dict[
     where = str(source)
     if len(problems) == 1:
         key, msg = problems[0]
-        owner = _owner(prov, key, name)
+        owner = _owner(prov, _base_key(key), name)
         table = name if owner in (_DEFAULT, _DERIVED) else owner
-        line = None if owner == _OVERRIDE else _line_of(text, table, key.split(".")[0])
+        line = None if owner == _OVERRIDE else _line_of(text, table, _base_key(key).split(".")[0])
         where += f":{line}" if line else ""
         message = f"{where}: profile {name!r}: {key}: {msg}{origin(key)}"
         hint = f"fix {key} (keys and types: {DOCS})"
@@ -694,7 +747,7 @@ class Profile:
 
     @property
     def time_seconds(self) -> int | None:
-        """The Slurm time limit in seconds (``None`` when unset)."""
+        """The Slurm time limit in seconds (``None`` when unset or unlimited: ``0``, ``UNLIMITED``)."""
         return parse_slurm_time(self.settings.time) if getattr(self.settings, "time", None) else None
 
     def partition_for(self, mode: Literal["run", "batch"]) -> str | None:

@@ -26,7 +26,12 @@ class Stage:
         launch: ``"torchrun"`` (one process per GPU), ``"ray"`` (a Ray driver; a Ray cluster on Slurm)
             or ``"python"`` (one process).
         image: key of the container image in ``stages/images.toml``.
-        consumes / produces: artifact kinds, for ``list`` and for ``pipe`` wiring.
+        consumes / produces: artifact kinds of the stage's ``default`` config (``--help``). A config may take
+            other ones (``quantize -c local`` consumes ``sft-checkpoint`` and ``pretrain-data``; ``rlvr -c
+            teacher-*`` produces ``teacher-<slot>``): what each config consumes and produces is read from its
+            files (:func:`nemotron.config.config_artifacts`, shown by ``list``); ``pipe`` wires a stage through
+            the ``${art:...}`` values of its compiled config and the planned outputs of the stages before it
+            (:func:`nemotron.plan.planned_outputs`).
         gpu: whether the stage needs GPUs (a GPU stage on a profile without GPUs is an error).
         summary: one line for ``--help``.
         outputs: the fields of the artifact the stage produces, as templates over its config keys
@@ -117,7 +122,11 @@ def get_stage(name: str) -> Stage:
     try:
         return _BY_NAME[key]
     except KeyError:
-        raise KeyError(f"no stage {name!r}; stages: {', '.join(_BY_NAME)}") from None
+        import difflib
+
+        close = difflib.get_close_matches(key, list(_BY_NAME), n=1)
+        maybe = f" (did you mean {close[0]!r}?)" if close else ""
+        raise KeyError(f"no stage {name!r}{maybe}; stages: {', '.join(_BY_NAME)}") from None
 
 
 def recipes() -> list[str]:

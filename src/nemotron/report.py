@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemotron.errors import Problem
+from nemotron.errors import NemotronError, Problem
 
 
 def console(stderr: bool = False) -> Any:
@@ -91,7 +91,12 @@ def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Proble
     heading("job")
     from nemotron import execute
 
-    text = execute.render(req, compiled, profile, plan)
+    try:
+        text = execute.render(req, compiled, profile, plan)
+    except NemotronError as exc:  # a problem validation listed below (e.g. a warning signal past the time limit)
+        if not any(p.severity == "error" for p in found):
+            raise
+        text = f"# not rendered: {exc.message}"
     if secrets:
         from nemotron.profiles import redact_text
 

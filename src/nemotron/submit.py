@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nemotron.errors import ConfigError, NemotronError, RuntimeFailure
+from nemotron.errors import ConfigError, NemotronError, Problem, RuntimeFailure
 
 
 def _import_nemo_run() -> Any:
@@ -146,7 +146,10 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
         # the batch script runs under `set -evx`: tracing off while sourcing, or the values reach the log
         setup.append(f"{{ set +vx; }} 2>/dev/null; set -a; . {shlex.quote(rdir + '/secrets.env')}; set +a; set -vx"
                      f"  # secrets: {', '.join(secret_names)}")
-    setup.extend(getattr(profile, "setup", None) or [])
+    own = list(getattr(profile, "setup", None) or [])
+    if secret_names and own:  # a line may expand a secret ($HF_TOKEN): `set -x` would print its value
+        own = ["{ set +x; } 2>/dev/null  # profile setup runs untraced: its lines may expand secrets", *own, "set -x"]
+    setup.extend(own)
     additional: dict[str, Any] = {}
     if getattr(profile, "reservation", None):
         additional["reservation"] = profile.reservation
@@ -208,6 +211,9 @@ def _warning_signal(plan: Any, profile: Any) -> str | None:
     """``TERM@N`` for ``sbatch --signal`` when the stage asks for a warning ``N = run.signal_before_s``
     seconds before the time limit (SIGTERM: what Megatron-Bridge's exit-signal handler and our local
     runtime save and stop on; Slurm signals every process of the job's steps, not the batch shell).
+    A Ray stage gets ``B:TERM@N`` instead: the signal goes to the batch script alone, which passes it to
+    the driver step only (:data:`RAY_TEMPLATE`), so the Ray head and workers stay up while the driver
+    saves and exits.
 
     Raises:
         ConfigError: the warning would come at or before the job's start (N >= the time limit).
@@ -215,15 +221,29 @@ def _warning_signal(plan: Any, profile: Any) -> str | None:
     seconds = getattr(plan, "signal_before_s", None)
     if not seconds:
         return None
+    problem = warning_signal_problem(seconds, profile)
+    if problem is not None:
+        raise ConfigError(problem.render().split("; valid: ")[0], problem.valid)
+    return f"{'B:' if plan.launch == 'ray' else ''}TERM@{seconds}"
+
+
+def warning_signal_problem(seconds: Any, profile: Any) -> Problem | None:
+    """The error of a warning signal ``seconds`` (``run.signal_before_s``) that would come at or before the start
+    of a Slurm job on ``profile`` (its ``time``, else :data:`DEFAULT_TIME`); None when it comes before the limit,
+    the profile has no limit, or ``seconds`` is unset. Validation lists it with every other problem; submission
+    refuses with it (:func:`_warning_signal`)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
+        return None
     from nemotron.profiles import parse_slurm_time
 
     limit_text = getattr(profile, "time", None) or DEFAULT_TIME
     limit = parse_slurm_time(limit_text)
-    if seconds >= limit:
-        raise ConfigError(f"run.signal_before_s={seconds}: the warning signal must come before the job's time limit "
-                          f"({limit_text} = {limit} s, profile {profile.name} key time)",
-                          f"set run.signal_before_s below {limit} or give the profile a longer time")
-    return f"TERM@{seconds}"
+    if limit is None or seconds < limit:  # None: no time limit, any warning time comes before it
+        return None
+    return Problem("run.signal_before_s", seconds, rule="signal-before-limit",
+                   message=f"the warning signal must come before the job's time limit ({limit_text} = {limit} s, "
+                           f"profile {profile.name} key time)",
+                   valid=f"set run.signal_before_s below {limit} or give the profile a longer time")
 
 
 #: The sbatch template of Ray stages (``launch: ray``), rendered by NeMo-Run's Ray-on-Slurm request: a

@@ -242,6 +242,57 @@ def parse_mix(mix_with: list[Any] | None, key: str = "data.mix_with") -> tuple[f
     return rest, entries
 
 
+#: The splits of a Megatron-Bridge ``per_split_data_args_path`` file (Megatron-Core ``blend_per_split``:
+#: train, valid, test).
+BLEND_SPLITS = ("train", "valid", "test")
+
+
+class BlendFileError(ValueError):
+    """A blend.json that cannot be read as ``{"train": [weight, prefix, ...], ...}``; ``str()`` says what is
+    wrong, without the file name (the caller adds it, with the config key that named the file)."""
+
+
+def read_blend_pairs(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, Path]]]:
+    """The splits of a Megatron blend.json ``{"train": [w1, "prefix1", ...], "valid": [...], ...}`` as
+    ``(weight, prefix)`` pairs, weights as floats. A relative prefix is taken from the file's folder when
+    ``<prefix>.idx`` does not exist from the working directory. A null split is left out; an empty one kept
+    (empty). Shards are not opened (see :func:`nemotron.runtime.pretrain_data.read_blend`).
+
+    Raises:
+        BlendFileError: unreadable, not JSON, not a mapping, a split not in :data:`BLEND_SPLITS`, a split
+            that is not a list of weight, prefix pairs, a weight that is not a number > 0.
+    """
+    import json
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BlendFileError(f"cannot read: {exc.strerror}") from None
+    except ValueError as exc:
+        raise BlendFileError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BlendFileError("not a blend.json: expected {\"train\": [weight, prefix, ...], \"valid\": [...], ...}")
+    out: dict[str, list[tuple[float, Path]]] = {}
+    for split, items in data.items():
+        if split not in BLEND_SPLITS:
+            raise BlendFileError(f"unknown split {split!r}; valid: {', '.join(BLEND_SPLITS)}")
+        if items is None:
+            continue
+        if not isinstance(items, list) or len(items) % 2:
+            raise BlendFileError(f"split {split!r} must list weight, prefix pairs")
+        pairs = []
+        for w, p in zip(items[0::2], items[1::2], strict=True):
+            if not isinstance(w, (int, float)) or isinstance(w, bool) or not w > 0:
+                raise BlendFileError(f"split {split!r}: weight {w!r} of {p!r} must be a number > 0")
+            prefix = Path(str(p))
+            if not prefix.is_absolute() and not Path(str(prefix) + ".idx").exists():
+                prefix = path.parent / prefix
+            pairs.append((float(w), prefix))
+        out[split] = pairs
+    return out
+
+
 def mix_blend_files(primary: str | os.PathLike[str], mix_with: list[Any] | None,
                     key: str = "data.mix_with") -> dict[str, list[Any]]:
     """Mix Megatron ``blend.json`` files at fixed shares of the training tokens (``pretrain -c long_context``:
@@ -251,37 +302,24 @@ def mix_blend_files(primary: str | os.PathLike[str], mix_with: list[Any] | None,
     Inside each file the weights keep their proportions: each file's weights are divided by their sum and
     multiplied by the file's share, per split, so Megatron (which normalises over the whole list) samples
     each file at its share. A split missing from a file contributes nothing to that split (the others'
-    shares are then renormalised by Megatron). Relative prefixes are taken from their file's folder.
-    Returns the mixed blend in the same form (absolute prefixes).
+    shares are then renormalised by Megatron). Files are read by :func:`read_blend_pairs` (relative
+    prefixes from their file's folder). Returns the mixed blend in the same form (absolute prefixes).
 
     Raises:
-        ConfigError: a malformed entry, a share outside (0, 1) or summing to 1 or more, an unreadable file.
+        ConfigError: a malformed entry, a share outside (0, 1) or summing to 1 or more, an unreadable or
+            malformed file.
     """
-    import json
-
     rest, entries = parse_mix(mix_with, key)
     out: dict[str, list[Any]] = {}
     for share, path, where in [(rest, Path(primary), "data.per_split_data_args_path"), *entries]:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"{where}={path}: cannot read: {exc.strerror}") from None
-        except ValueError as exc:
-            raise ConfigError(f"{where}={path}: not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{where}={path}: not a blend.json ({{\"train\": [weight, prefix, ...], ...}})")
-        for split, items in data.items():
-            if not isinstance(items, list) or len(items) % 2 or not items:
-                continue
-            pairs = list(zip(items[0::2], items[1::2]))
-            total = sum(float(w) for w, _ in pairs)
-            if total <= 0:
-                raise ConfigError(f"{where}={path}: split {split!r} has no positive weight")
+            splits = read_blend_pairs(path)
+        except BlendFileError as exc:
+            raise ConfigError(f"{where}={path}: {exc}") from None
+        for split, pairs in splits.items():
+            total = sum(w for w, _ in pairs)
             for w, prefix in pairs:
-                p = Path(str(prefix))
-                if not p.is_absolute():
-                    p = path.parent / p
-                out.setdefault(split, []).extend([share * float(w) / total, str(p)])
+                out.setdefault(split, []).extend([share * w / total, str(prefix.absolute())])
     return out
 
 

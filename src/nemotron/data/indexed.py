@@ -17,6 +17,7 @@ is below 65,500 and as int32 otherwise; :func:`choose_dtype` does the same for `
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import struct
@@ -41,13 +42,13 @@ def choose_dtype(vocab_size: int, requested: str = "auto") -> str:
 
     Raises:
         ConfigError: ``requested`` is not auto/uint16/int32, or uint16 is requested for a vocabulary
-            whose ids do not fit in 16 bits (65,536 or more ids).
+            whose ids do not fit in 16 bits (more than 65,536 ids: the largest id, vocab_size - 1, exceeds 65,535).
     """
     if requested == "auto":
         return "uint16" if vocab_size < UINT16_VOCAB_LIMIT else "int32"
     if requested not in DTYPE_CODES:
         raise ConfigError(f"output.dtype={requested!r}: unknown token dtype; valid: auto, uint16, int32")
-    if requested == "uint16" and vocab_size >= 65_536:
+    if requested == "uint16" and vocab_size > 65_536:
         raise ConfigError(
             f"output.dtype='uint16' cannot hold the token ids of a {vocab_size:,}-entry vocabulary "
             "(largest uint16 id is 65,535); valid: auto or int32"
@@ -152,10 +153,8 @@ class IndexedWriter:
         try:
             self._bin.close()
         finally:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._bin_tmp)
-            except FileNotFoundError:
-                pass
 
 
 def read_index(prefix: str | os.PathLike[str]) -> dict[str, Any]:

@@ -175,11 +175,11 @@ def passes_from_weights(weights: list[float], sizes: list[float]) -> list[float]
     most size per weight: that one is used exactly once and every other dataset at least once (a
     share above its natural size repeats it). Datasets of size 0 get 0 passes.
     """
-    ratios = [(sz / w if w > 0 else 0.0) for w, sz in zip(weights, sizes)]
+    ratios = [(sz / w if w > 0 else 0.0) for w, sz in zip(weights, sizes, strict=True)]
     if not ratios or max(ratios) <= 0:
         return [0.0 for _ in weights]
     b = max(range(len(ratios)), key=lambda i: (ratios[i], -i))
-    return [(w / weights[b]) * (sizes[b] / sz) if sz > 0 else 0.0 for w, sz in zip(weights, sizes)]
+    return [(w / weights[b]) * (sizes[b] / sz) if sz > 0 else 0.0 for w, sz in zip(weights, sizes, strict=True)]
 
 
 def cpu_count() -> int:

@@ -41,8 +41,19 @@ from nemotron.data.blend import Blend, DatasetSpec, load_blend, prefix_weights, 
 from nemotron.data.files import atomic_write_json, remove_tmp_files, sha256_file, stable_hash
 from nemotron.data.indexed import IndexedWriter, choose_dtype
 from nemotron.data.progress import fmt_counts
-from nemotron.data.sources import (Piece, check_parquet_field, detect_format, expand, fetch_remote,
-                                   file_size_estimate, is_remote, iter_records, resolve_remote, scan_rows, split_file)
+from nemotron.data.sources import (
+    Piece,
+    check_parquet_field,
+    detect_format,
+    expand,
+    fetch_remote,
+    file_size_estimate,
+    is_remote,
+    iter_records,
+    resolve_remote,
+    scan_rows,
+    split_file,
+)
 from nemotron.errors import ConfigError, RuntimeFailure
 
 STAGE = "data-prep-pretrain"
@@ -639,13 +650,12 @@ def _execute(s: Settings, blend: Blend, version: int, vdir: Path, why: str, plan
     # resume / up-to-date / mismatch
     old_plan = _read_json(vdir / outputs.PLAN)
     manifest_old = _read_json(vdir / outputs.MANIFEST)
-    if old_plan is not None and old_plan.get("plan_key") != plan_key:
-        if not s.force:
-            raise ConfigError(
-                f"output_dir={vdir} holds data prepared from other inputs or settings "
-                f"(plan {old_plan.get('plan_key')}, now {plan_key})",
-                "rerun with force=true to rebuild (a consumed version is kept; a new one is written), "
-                "or choose another output_dir")
+    if old_plan is not None and old_plan.get("plan_key") != plan_key and not s.force:
+        raise ConfigError(
+            f"output_dir={vdir} holds data prepared from other inputs or settings "
+            f"(plan {old_plan.get('plan_key')}, now {plan_key})",
+            "rerun with force=true to rebuild (a consumed version is kept; a new one is written), "
+            "or choose another output_dir")
     if s.force and why != "rebuild" and version > 1:
         say(f"note: {why}: {vdir}")
     if why == "rebuild":
@@ -678,10 +688,12 @@ def _execute(s: Settings, blend: Blend, version: int, vdir: Path, why: str, plan
 
     run_info: dict[str, Any] = {"shards_built": len(todo), "shards_reused": len(receipts)}
     t_work = time.monotonic()
-    if todo:
-        run_info.update(_run_shards(todo, opts, s, receipts, live_progress, quiet, session))
+    try:
+        if todo:
+            run_info.update(_run_shards(todo, opts, s, receipts, live_progress, quiet, session))
+    finally:  # also on Ctrl-C or a failure: only finished shards (renamed into place) stay
+        remove_tmp_files(vdir / "data")
     run_info["work_seconds"] = round(time.monotonic() - t_work, 3)
-    remove_tmp_files(vdir / "data")
 
     manifest = _finish(s, blend, plans, shards, receipts, info, dtype, vdir, version, plan_key, not_found, run_info,
                        t_start)
@@ -765,7 +777,7 @@ def _finish(s: Settings, blend: Blend, plans: list[DatasetPlan], shards: list[di
                 "check its path, text_field and the skip reasons; or lower split.valid_docs/test_docs")
         for split in SPLITS:
             good = [(sh, r) for sh, r in recs if sh["split"] == split and r["tokens"] > 0]
-            for w, (sh, _r) in zip(prefix_weights(dp.spec.weight, [r["tokens"] for _sh, r in good]), good):
+            for w, (sh, _r) in zip(prefix_weights(dp.spec.weight, [r["tokens"] for _sh, r in good]), good, strict=True):
                 splits[split].append((w, sh["prefix"]))
         share = dp.spec.weight / weights_total
         datasets.append({

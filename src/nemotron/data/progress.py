@@ -71,8 +71,8 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.live:
-            from rich.progress import (BarColumn, Progress as RichProgress, TaskProgressColumn, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
                 TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),

@@ -48,7 +48,7 @@ def ray_session(num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
                 # address="local": always a fresh instance of our own, even when a `ray start` cluster of
                 # someone else runs on this machine (plain ray.init() would join that one)
                 ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - report any start failure the same way
+        except Exception as exc:  # report any start failure the same way
             where = f"the Ray cluster at RAY_ADDRESS={address}" if address else "a local Ray instance"
             raise RuntimeFailure(f"cannot start or join {where}: {type(exc).__name__}: {exc}") from None
         started = True

@@ -342,8 +342,10 @@ def prepare(s: Settings, *, live_progress: bool | None = None, quiet: bool = Fal
     atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": key, "shards": shards})
     opts = {"policies": dict(s.policies), "max_examples": s.max_examples, "answer_field": s.answer_field,
             "task_name": s.task_name, "remote_cache_dir": os.path.expanduser(s.remote_cache_dir)}
-    receipts, run_info = _run(s, shards, opts, live_progress, quiet, say)
-    remove_tmp_files(vdir / "data")
+    try:
+        receipts, run_info = _run(s, shards, opts, live_progress, quiet, say)
+    finally:  # also on Ctrl-C or a failure: only finished shards (renamed into place) stay
+        remove_tmp_files(vdir / "data")
     manifest = _write(s, blend, datasets, shards, receipts, vdir, version, key, not_found, run_info, t0)
     _print_summary(manifest, quiet)
     return manifest
@@ -459,7 +461,7 @@ def _write(s: Settings, blend: Blend, datasets: list[Any], shards: list[dict[str
     passes = ({d.spec.name: 1.0 for d in datasets} if s.mixing == "natural" else
               dict(zip([d.spec.name for d in datasets],
                        passes_from_weights([d.spec.weight for d in datasets],
-                                           [float(train_by_ds[d.spec.name]) for d in datasets]))))
+                                           [float(train_by_ds[d.spec.name]) for d in datasets]), strict=True)))
     rounds = max(math.ceil(p - 1e-9) for p in passes.values())
     written = {"train": Counter(), "valid": Counter()}
     with atomic_open(vdir / TRAIN, "w") as ftrain, atomic_open(vdir / VALID, "w") as fvalid:

@@ -263,8 +263,8 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
     mask_fh = open(mask_tmp, "wb")  # noqa: SIM115 - closed below
     splits: list[int] = []
     counts: Counter[str] = Counter()
-    tokens = {k: 0 for k in SPLITS}
-    learned = {k: 0 for k in SPLITS}
+    tokens = dict.fromkeys(SPLITS, 0)
+    learned = dict.fromkeys(SPLITS, 0)
     pending: list[tuple[list[Any], int, str]] = []
     units = 0.0
     reported = t0
@@ -392,8 +392,7 @@ def pack_window(window: dict[str, Any], opts: dict[str, Any]):
 
     from nemotron.data.files import tmp_name
     from nemotron.data.indexed import read_index
-    from nemotron.data.packing import (ALGORITHMS, PackStats, label_aligned, padded_length, shuffled,
-                                       split_full)
+    from nemotron.data.packing import ALGORITHMS, PackStats, label_aligned, padded_length, shuffled, split_full
 
     t0 = time.monotonic()
     mult, cap, pad_id = opts["pad_to_multiple"], opts["pack_size"], opts["pad_id"]
@@ -626,6 +625,8 @@ def _execute(s: Settings, blend: Blend, version: int, vdir: Path, why: str, plan
 
     run_info: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
+        # runs last, after Ray has shut down, also on Ctrl-C or a failure: only finished files stay
+        stack.callback(remove_tmp_files, vdir / "data")
         if session is None:
             from nemotron.data.raypool import ray_session
 
@@ -658,7 +659,6 @@ def _execute(s: Settings, blend: Blend, version: int, vdir: Path, why: str, plan
             _join_parts(vdir, s, split, windows, tails, parts, say, quiet)
         windows = windows + tails
         run_info["pack_seconds"] = round(time.monotonic() - t2, 3)
-    remove_tmp_files(vdir / "data")
     manifest = _finish(s, blend, plan, receipts, passes, windows, parts, vdir, version, run_info, t_start)
     _print_summary(manifest, quiet)
     return manifest
@@ -720,7 +720,7 @@ def _passes(plan: _Plan, receipts: dict[str, dict[str, Any]], mixing: str) -> di
     for ds in plan.datasets:
         sizes.append(sum(r["tokens"]["train"] for r in receipts.values() if r["dataset"] == ds.spec.name))
     passes = passes_from_weights([ds.spec.weight for ds in plan.datasets], sizes)
-    return {ds.spec.name: p for ds, p in zip(plan.datasets, passes)}
+    return {ds.spec.name: p for ds, p in zip(plan.datasets, passes, strict=True)}
 
 
 def _windows(s: Settings, vdir: Path, plan: _Plan, receipts: dict[str, dict[str, Any]],

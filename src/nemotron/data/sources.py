@@ -532,7 +532,7 @@ def resolve_remote(path: str, subset: str | None, split: str | None) -> list[tup
         urls = list(files.get(split or "train", []))
         fs = HfFileSystem()
         out = [(u, int(fs.info(u).get("size") or 0)) for u in sorted(urls)]
-    except Exception as exc:  # noqa: BLE001 - every hub failure reads the same to the user
+    except Exception as exc:  # every hub failure reads the same to the user
         raise RuntimeFailure(f"{path} (subset {subset!r}, split {split!r}): cannot list its files on the hub "
                              f"({type(exc).__name__}: {exc})",
                              "check network access and HF_TOKEN, or download the data and use local paths") from None
@@ -556,7 +556,7 @@ def fetch_remote(url: str, cache_dir: str) -> str:
     try:
         HfFileSystem().get_file(url, str(tmp))
         os.replace(tmp, local)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         Path(tmp).unlink(missing_ok=True)
         raise RuntimeFailure(f"{url}: download failed ({type(exc).__name__}: {exc})") from None
     return str(local)

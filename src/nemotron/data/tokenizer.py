@@ -189,6 +189,35 @@ def resolve(
     )
 
 
+def vocab_size_hint(name: str) -> int | None:
+    """The vocabulary size (max id + 1, added tokens included) of a local tokenizer, read from its JSON
+    without building it, for checks before any work (``--dry-run``); ``None`` for a hub id or anything
+    that cannot be read here (the run itself then decides, through :func:`resolve`).
+
+    Equal to :attr:`TokenizerInfo.vocab_size`: a ``tokenizer.json`` counts its model vocabulary and added
+    tokens; a Tekken file has ``config.default_vocab_size`` ids (the conversion cuts there).
+    """
+    path = Path(os.path.expanduser(name)) if name else None
+    if path is not None and path.is_dir():
+        candidates = [path / "tokenizer.json", *sorted(path.glob("tekken*.json"))]
+        path = next((c for c in candidates if c.is_file()), None)
+    if path is None or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_bytes())
+        if isinstance(data, dict) and isinstance(data.get("vocab"), list) and "config" in data:  # Tekken
+            return int(data["config"]["default_vocab_size"])
+        vocab = data["model"]["vocab"]
+        ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))  # BPE/WordPiece; Unigram
+        tokens = set(vocab) if isinstance(vocab, dict) else {str(i) for i in ids}
+        for added in data.get("added_tokens") or []:
+            ids.append(int(added["id"]))
+            tokens.add(added["content"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return max(len(tokens), max(ids, default=-1) + 1) if ids else None
+
+
 def _looks_like_hub_id(name: str) -> bool:
     parts = name.split("/")
     return len(parts) == 2 and all(parts) and not name.startswith((".", "~"))
@@ -246,7 +275,7 @@ def _from_hub(name: str, revision: str | None, cache_dir: Path) -> tuple[Path, s
                              "pip install huggingface_hub, or point tokenizer.name at a local folder") from None
     try:
         json_path = Path(hf_hub_download(name, "tokenizer.json", revision=revision))
-    except Exception as exc:  # noqa: BLE001 - any hub/network failure is reported the same way
+    except Exception as exc:  # any hub/network failure is reported the same way
         raise RuntimeFailure(
             f"tokenizer.name={name!r}: cannot fetch tokenizer.json from the Hugging Face hub "
             f"({type(exc).__name__})",
@@ -256,7 +285,7 @@ def _from_hub(name: str, revision: str | None, cache_dir: Path) -> tuple[Path, s
     try:
         cfg = Path(hf_hub_download(name, "tokenizer_config.json", revision=revision))
         specials = _special_names(_read_json(cfg))
-    except Exception:  # noqa: BLE001 - the config is optional
+    except Exception:  # the config is optional
         pass
     return json_path, "hub", specials
 
@@ -272,7 +301,7 @@ def _convert_with_transformers(path: Path, cache_dir: Path, specials: dict[str, 
         try:
             tok = AutoTokenizer.from_pretrained(str(path))
             backend = tok.backend_tokenizer
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ConfigError(f"{path}: not a tokenizer folder transformers can load ({exc})") from None
         atomic_write_bytes(out, backend.to_str().encode())
         specials = {"bos_token": specials.get("bos_token") or tok.bos_token,

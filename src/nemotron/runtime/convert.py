@@ -160,8 +160,17 @@ def convert_checkpoint_config(source: str | os.PathLike[str], output_dir: str | 
     return dst
 
 
-__all__ = ["v5_to_v4", "v4_to_v5", "config_form", "pattern_from_block_types", "block_types_from_pattern",
-           "convert_checkpoint_config", "ConfigFormError", "BLOCK_TO_SYMBOL", "SYMBOL_TO_BLOCK"]
+__all__ = [
+    "BLOCK_TO_SYMBOL",
+    "SYMBOL_TO_BLOCK",
+    "ConfigFormError",
+    "block_types_from_pattern",
+    "config_form",
+    "convert_checkpoint_config",
+    "pattern_from_block_types",
+    "v4_to_v5",
+    "v5_to_v4",
+]
 
 
 def local_main(cfg: dict) -> int:

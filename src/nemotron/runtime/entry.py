@@ -9,9 +9,11 @@ resume); 130 interrupted before training started.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -115,23 +117,41 @@ def run_config(stage: str, cfg: dict[str, Any], title: str | None = None) -> int
     except SettingsError as exc:
         print(f"{title}: {exc}", file=sys.stderr)
         return 1
-    _limit_threads(settings.cpus)
+
+    def train() -> int:
+        from nemotron.runtime.trainer import run
+
+        return run(settings)
+
+    return run_heavy(title, settings.cpus, ("nemotron.runtime.trainer",), "torch and transformers>=5.2", train)
+
+
+def run_heavy(title: str, cpus: int | None, modules: tuple[str, ...], needs: str, work: Callable[[], int],
+              errors: tuple[type[Exception], ...] = ()) -> int:
+    """The heavy half of a ``local`` backend's entry, after its light checks passed: threads from
+    ``run.env.cpus`` (:func:`_limit_threads`, before torch loads), then ``modules`` imported (an
+    ImportError: one line saying the backend needs ``needs``, exit 1), then ``work()``'s exit code. A
+    :class:`~nemotron.runtime.pretrain_data.DataError`, :class:`~nemotron.runtime.model.ModelError`,
+    :class:`~nemotron.runtime.settings.SettingsError` or one of ``errors`` is one line ``<title>: ...``,
+    exit 1; Ctrl-C is :func:`nemotron.entry.interrupted` (130)."""
+    _limit_threads(cpus)
     try:
+        for module in modules:
+            importlib.import_module(module)
         from nemotron.runtime.model import ModelError
         from nemotron.runtime.pretrain_data import DataError
-        from nemotron.runtime.trainer import run
     except ImportError as exc:
-        print(f"{title}: the local backend needs torch and transformers>=5.2 (pip install 'nemotron-cli[local]'): "
-              f"{exc}", file=sys.stderr)
+        print(f"{title}: the local backend needs {needs} (pip install 'nemotron-cli[local]'): {exc}", file=sys.stderr)
         return 1
     try:
-        return run(settings)
-    except (DataError, ModelError, SettingsError) as exc:
+        return work()
+    except (DataError, ModelError, SettingsError, *errors) as exc:
         print(f"{title}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"{title}: interrupted", file=sys.stderr)
-        return 130
+        from nemotron.entry import interrupted
+
+        return interrupted(title)
 
 
-__all__ = ["main", "pretrain", "sft", "run_config", "load_config", "precheck"]
+__all__ = ["load_config", "main", "precheck", "pretrain", "run_config", "run_heavy", "sft"]

@@ -84,4 +84,4 @@ def selected_token_loss(model: Any, inputs: dict[str, Any], num_items: Any = Non
     return total / denom
 
 
-__all__ = ["selected_token_loss", "groups_of", "MODEL_KEYS"]
+__all__ = ["MODEL_KEYS", "groups_of", "selected_token_loss"]

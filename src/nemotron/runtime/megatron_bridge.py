@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.keys import OWN_KEYS
-from nemotron.runtime.nemo_rl import visible_gpus
+from nemotron.runtime import prestart
 from nemotron.runtime.settings import EXIT_REQUEUE, get
 
 STAGES = ("pretrain", "sft", "convert")
@@ -254,94 +254,45 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
 
 
 # ------------------------------------------------------------------------------------ checks (no heavy import)
-def pinned_versions() -> dict[str, str]:
-    """The framework versions of the ``nemo`` image the configs and the key list were checked against
-    (``stages/images.toml`` ``[nemo].frameworks``: ``megatron_bridge``, ``megatron_core``)."""
-    from nemotron.plan import image_table
-
-    fw = image_table().get("nemo", {}).get("frameworks", {})
-    return {k: str(fw[k]) for k in ("megatron_bridge", "megatron_core") if k in fw}
+#: The frameworks the configs and the key list were checked against (``stages/images.toml`` ``[nemo].frameworks``)
+#: and their distributions.
+FRAMEWORKS = {"megatron_bridge": "megatron-bridge", "megatron_core": "megatron-core"}
 
 
-def installed_versions() -> dict[str, str | None]:
-    """The installed megatron-bridge / megatron-core distributions' versions (None when absent)."""
-    from importlib import metadata
-
-    out: dict[str, str | None] = {}
-    for key, dist in (("megatron_bridge", "megatron-bridge"), ("megatron_core", "megatron-core")):
-        try:
-            out[key] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[key] = None
-    return out
-
-
-def version_problems(installed: dict[str, str | None], pinned: dict[str, str]) -> list[str]:
-    """One line per framework whose installed version is not the pinned one (a pin ``0.18.0`` accepts a build
-    ``0.18.0rc0`` / ``0.18.0+abc``: same release)."""
-    out = []
-    for key, want in pinned.items():
-        have = installed.get(key)
-        dist = key.replace("_", "-")
-        if have is None:
-            out.append(f"{dist} is not installed here; this stage runs in the NeMo container (stages/images.toml "
-                       f"[nemo], {dist} {want})")
-        elif not (have == want or have.startswith(want) and not have[len(want):][:1].isdigit()):
-            out.append(f"{dist} {have} is installed; the configs and the key list were checked against {want} "
-                       f"(stages/images.toml [nemo].frameworks): run in that image, or regenerate the key list "
-                       f"for {have} (scripts/megatron_bridge_keys.py) and update the pin")
-    return out
+def framework_problems(installed: dict[str, str | None] | None = None) -> list[str]:
+    """One line per framework of :data:`FRAMEWORKS` whose installed version (``installed``, default the real
+    ones) is not the ``[nemo]`` pin (:func:`nemotron.runtime.prestart.version_problems`)."""
+    installed = prestart.installed_versions(FRAMEWORKS) if installed is None else installed
+    return prestart.version_problems(
+        installed, prestart.pinned_versions("nemo", tuple(FRAMEWORKS)), "nemo", "the configs and the key list",
+        "run in that image, or regenerate the key list for it (scripts/megatron_bridge_keys.py) and update the pin")
 
 
 def _exists(key: str, value: Any, problems: list[str], kind: str = "file") -> Path | None:
-    if value in (None, ""):
-        problems.append(f"{key} is not set")
+    """``value`` as a path when :func:`nemotron.runtime.prestart.path_problem` finds none; else the problem
+    is appended to ``problems`` and None returned."""
+    problem = prestart.path_problem(key, value, kind)
+    if problem:
+        problems.append(problem)
         return None
-    if "${" in str(value):
-        problems.append(f"{key}={value!r}: unresolved (an artifact or variable that was not set when the config "
-                        "compiled); run the upstream stage first, or use `pipe`")
-        return None
-    p = Path(os.path.expanduser(str(value)))
-    ok = p.is_file() if kind == "file" else p.is_dir()
-    if not ok:
-        problems.append(f"{key}={value}: no such {kind} on this node")
-        return None
-    return p
+    return Path(os.path.expanduser(str(value)))
 
 
 def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: int | None = None,
              installed: dict[str, str | None] | None = None, env: dict[str, str] | None = None) -> list[str]:
     """Every reason the Megatron-Bridge run of ``stage`` cannot start here, one line each (empty: ready).
 
-    ``importable(module)``, ``gpus`` (GPUs visible on this node), ``installed`` (:func:`installed_versions`)
+    ``importable(module)``, ``gpus`` (GPUs visible on this node), ``installed`` (``{framework: version}``)
     and ``env`` default to the real ones; tests pass their own.
     """
-    if importable is None:
-        from nemotron.entry import _importable as importable
     env = os.environ if env is None else env
     problems: list[str] = []
-    container: list[str] = []  # said last: the line a job log's tail shows
-    if not importable("megatron.bridge"):
-        from nemotron.entry import _image_uri
-
-        container.append(f"this stage runs inside the NeMo container (image {_image_uri('nemo')}); "
-                         "megatron.bridge is not importable here")
-    else:
-        container += version_problems(installed_versions() if installed is None else installed, pinned_versions())
-    cpu_convert = stage == "convert" and get(cfg, "convert.device") == "cpu"
-    if not cpu_convert:
-        nodes = int(get(cfg, "run.env.nodes", 1))
-        want = get(cfg, "run.env.gpus_per_node")
-        if want is None and str(env.get("LOCAL_WORLD_SIZE", "")).isdigit():  # null: the profile's node shape,
-            want = int(env["LOCAL_WORLD_SIZE"])  # which torchrun's --nproc-per-node carries
-        have = visible_gpus() if gpus is None else gpus
-        if isinstance(want, int) and have != want:
-            problems.append(f"run.env.gpus_per_node={want}: this node shows {have} GPU(s) "
-                            f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', 'unset')})")
-        world = env.get("WORLD_SIZE")
-        if isinstance(want, int) and world is not None and world.isdigit() and int(world) != nodes * want:
-            problems.append(f"torchrun started {world} processes; run.env.nodes x gpus_per_node = {nodes} x {want} = "
-                            f"{nodes * want} (the layout was validated for that world size)")
+    # said last: the line a job log's tail shows
+    container = prestart.missing_modules({"megatron.bridge": ""}, "nemo", "NeMo", importable)
+    if not container:
+        container = framework_problems(installed)
+    if not (stage == "convert" and get(cfg, "convert.device") == "cpu"):
+        problems += prestart.gpu_problems(get(cfg, "run.env.nodes", 1), get(cfg, "run.env.gpus_per_node"), env, gpus)
     if stage == "pretrain":
         blend = _exists("data.per_split_data_args_path", get(cfg, "data.per_split_data_args_path"), problems)
         if blend is not None:
@@ -466,13 +417,6 @@ def _apply(container: Any, bc: BridgeConfig) -> None:  # pragma: no cover - need
         container.mixed_precision = mp
 
 
-def _refuse(stage: str, problems: list[str]) -> int:
-    """Print each problem as one line of the job log (``ultra3 <stage>: ...``); returns exit code 1."""
-    for line in problems:
-        print(f"ultra3 {stage}: {line}", file=sys.stderr, flush=True)
-    return 1
-
-
 def _say(stage: str, msg: str) -> None:
     print(f"ultra3 {stage}: {msg}", flush=True)
 
@@ -481,7 +425,7 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
     """Run ``stage`` with Megatron-Bridge; returns the exit code (module docstring, step 3)."""
     problems = precheck(cfg, stage)
     if problems:
-        return _refuse(stage, problems)
+        return prestart.refuse(f"ultra3 {stage}", problems)
     blend, tokenizer, version = None, None, None
     sources: list[Any] = []
     if stage == "pretrain":
@@ -501,7 +445,7 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
     try:
         bc = translate(cfg, stage, blend=blend, data_tokenizer=tokenizer, data_version=version)
     except TranslateError as exc:
-        return _refuse(stage, [str(exc)])
+        return prestart.refuse(f"ultra3 {stage}", [str(exc)])
     if stage == "convert":
         return _convert(bc)
     os.environ.update(bc.env)
@@ -513,7 +457,7 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
         _apply(container, bc)
         require_routing(container.model, catalogue.get(bc.model_name))
     except (TranslateError, RoutingError) as exc:
-        return _refuse(stage, [str(exc)])
+        return prestart.refuse(f"ultra3 {stage}", [str(exc)])
     _say(stage, f"MoE routing of the provider matches {bc.model_name}")
     if (os.environ.get("RANK") or "0") == "0":  # every data folder read becomes immutable to data prep
         from nemotron.runtime.trainer import record_consumption

@@ -112,4 +112,4 @@ def load(spec: ModelSpec, path: Path) -> Any:
     return NemotronHForCausalLM.from_pretrained(folder, dtype=torch.float32)
 
 
-__all__ = ["build", "load", "transformers_config", "resolve_weights", "checkpoints", "check_compatible", "ModelError"]
+__all__ = ["ModelError", "build", "check_compatible", "checkpoints", "load", "resolve_weights", "transformers_config"]

@@ -60,4 +60,4 @@ class ExpertBiasUpdater:
         self._handles.clear()
 
 
-__all__ = ["ExpertBiasUpdater", "DEFAULT_RATE"]
+__all__ = ["DEFAULT_RATE", "ExpertBiasUpdater"]

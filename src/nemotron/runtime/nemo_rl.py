@@ -36,9 +36,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from nemotron.errors import ConfigError, NemotronError
+from nemotron.runtime import prestart
+from nemotron.runtime.settings import get as _get
 
 #: The alias NeMo RL's OPD falls back to for an agent the routing table does not list
 #: (``default_teacher_alias`` must be a key of ``teacher_model_by_agent_name``: nemo_rl/algorithms/opd.py
@@ -61,15 +62,6 @@ class PrecheckError(NemotronError):
         super().__init__(problems[0] if len(problems) == 1 else f"{len(problems)} problems before NeMo RL could start",
                          "; ".join(problems[1:]) if len(problems) > 1 else None)
         self.problems = problems
-
-
-def _get(cfg: dict, key: str, default: Any = None) -> Any:
-    node: Any = cfg
-    for seg in key.split("."):
-        if not isinstance(node, dict) or seg not in node:
-            return default
-        node = node[seg]
-    return node
 
 
 # ------------------------------------------------------------------------------------ checkpoints
@@ -99,14 +91,6 @@ def is_local_path(value: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------ checks
-def visible_gpus() -> int:
-    """GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else the ``/dev/nvidiaN`` devices."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return len([d for d in env.split(",") if d.strip() and d.strip() != "-1"])
-    return len([p for p in Path("/dev").glob("nvidia[0-9]*")])
-
-
 def precheck(cfg: dict, importable=None, gpus: int | None = None) -> list[str]:
     """Every reason the cluster run cannot start here, one line each (empty: ready).
 
@@ -142,11 +126,10 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None) -> list[str]:
         value = _get(cfg, key)
         if isinstance(value, str) and value and "${" not in value and not Path(os.path.expanduser(value)).exists():
             problems.append(f"{key}={value}: no such file on this node")
-    want = _get(cfg, "cluster.gpus_per_node")
-    have = visible_gpus() if gpus is None else gpus
-    if isinstance(want, int) and have != want:
-        problems.append(f"cluster.gpus_per_node={want}: this node shows {have} GPU(s) "
-                        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+    # Ray, not torchrun: no WORLD_SIZE to compare, only what this node shows
+    env = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}
+    problems += prestart.gpu_problems(_get(cfg, "cluster.num_nodes"), _get(cfg, "cluster.gpus_per_node"), env, gpus,
+                                      "cluster.num_nodes", "cluster.gpus_per_node")
     return problems
 
 
@@ -160,7 +143,7 @@ def _image() -> str:
         from nemotron.plan import image_table
 
         return str(image_table()["nemo-rl"]["image"])
-    except Exception:  # noqa: BLE001 - the message stays useful without the table
+    except Exception:  # the message stays useful without the table
         return "nemo-rl"
 
 
@@ -334,9 +317,7 @@ def launch(cfg: dict, stage: str) -> int:
     """Checks, v4 views, translation, then NeMo RL's entry script as a child process; its exit code."""
     problems = precheck(cfg)
     if problems:
-        for line in problems:
-            print(f"{stage}: {line}", file=sys.stderr)
-        return 1
+        return prestart.refuse(stage, problems)
     run_dir = Path(os.environ.get("NEMOTRON_RUN_DIR") or _get(cfg, "checkpointing.checkpoint_dir") or ".")
     from nemotron.runtime.convert import ConfigFormError
 

@@ -19,7 +19,6 @@ test suite checks both against Megatron-Core's ``IndexedDataset``). Token ids co
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -28,9 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from nemotron.data.blend import BlendFileError, read_blend_pairs
 from nemotron.data.indexed import read_index
-
-SPLITS = ("train", "valid", "test")
 
 
 class DataError(ValueError):
@@ -54,34 +52,17 @@ def read_blend(path: str | os.PathLike[str]) -> dict[str, list[BlendEntry]]:
     """
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read the blend: {exc.strerror}") from None
-    except ValueError as exc:
-        raise DataError(f"{path}: not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: expected {{\"train\": [weight, prefix, ...], \"valid\": [...], ...}}")
+        splits = read_blend_pairs(path)
+    except BlendFileError as exc:
+        raise DataError(f"{path}: {exc}") from None
     out: dict[str, list[BlendEntry]] = {}
-    for split, items in data.items():
-        if split not in SPLITS:
-            raise DataError(f"{path}: unknown split {split!r}; valid: {', '.join(SPLITS)}")
-        if items is None:
-            continue
-        if not isinstance(items, list) or len(items) % 2:
-            raise DataError(f"{path}: split {split!r} must list weight, prefix pairs")
-        entries = []
-        for w, p in zip(items[0::2], items[1::2]):
-            if not isinstance(w, (int, float)) or isinstance(w, bool) or not w > 0:
-                raise DataError(f"{path}: split {split!r}: weight {w!r} of {p!r} must be a number > 0")
-            prefix = Path(str(p))
-            if not prefix.is_absolute() and not Path(str(prefix) + ".idx").exists():
-                prefix = path.parent / prefix
+    for split, pairs in splits.items():
+        for _, prefix in pairs:
             for suffix in (".bin", ".idx"):
                 if not Path(str(prefix) + suffix).is_file():
                     raise DataError(f"{path}: split {split!r}: {prefix}{suffix} does not exist")
-            entries.append(BlendEntry(float(w), prefix))
-        if entries:
-            out[split] = entries
+        if pairs:
+            out[split] = [BlendEntry(w, prefix) for w, prefix in pairs]
     if "train" not in out:
         raise DataError(f"{path}: no 'train' split")
     return out
@@ -190,7 +171,7 @@ class BlendedSamples:
         self.ds_index, self.ds_sample = blending_indices([e.weight for e in entries], num_samples)
         counts = np.bincount(self.ds_index, minlength=len(entries))
         self.datasets = [GPTSamples(Shard(e.prefix), seq_length, max(1, int(c)), seed + 7919 * d, shuffle)
-                         for d, (e, c) in enumerate(zip(entries, counts))]
+                         for d, (e, c) in enumerate(zip(entries, counts, strict=True))]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -210,7 +191,7 @@ class BlendedSamples:
         counts = np.bincount(self.ds_index, minlength=len(self.entries))
         total = sum(e.weight for e in self.entries)
         return [{"prefix": str(e.prefix), "weight": e.weight / total, "samples": int(c), "tokens": d.shard.tokens,
-                 "epochs": d.epochs} for e, c, d in zip(self.entries, counts, self.datasets)]
+                 "epochs": d.epochs} for e, c, d in zip(self.entries, counts, self.datasets, strict=True)]
 
 
 def max_token_id(entries: list[BlendEntry]) -> int:
@@ -223,5 +204,13 @@ def max_token_id(entries: list[BlendEntry]) -> int:
     return top
 
 
-__all__ = ["read_blend", "BlendEntry", "Shard", "GPTSamples", "BlendedSamples", "blending_indices", "DataError",
-           "max_token_id"]
+__all__ = [
+    "BlendEntry",
+    "BlendedSamples",
+    "DataError",
+    "GPTSamples",
+    "Shard",
+    "blending_indices",
+    "max_token_id",
+    "read_blend",
+]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.settings import SettingsError, get
+from nemotron.runtime.settings import SettingsError, config_path, get
 
 #: Summary rows, in order: kind → what it is. Source of the grouping: the Ultra recipe's own comments
 #: (nvfp4-4o6.yaml) and the issue's map (routed experts, shared experts, Mamba in/out, KV cache; BF16 rest).
@@ -270,15 +270,6 @@ class QuantSettings:
 EXPORT_DTYPES = ("bfloat16", "float16")
 
 
-def _path(key: str, value: Any) -> Path | None:
-    if value in (None, ""):
-        return None
-    text = str(value)
-    if "${" in text:
-        raise QuantConfigError(f"{key}={text!r}: unresolved; run the upstream stage first (or `pipe`), or set the key")
-    return Path(os.path.expanduser(text)).absolute()
-
-
 def _int(cfg: dict, key: str, default: Any, minimum: int) -> int:
     value = get(cfg, key, default)
     try:
@@ -297,11 +288,11 @@ def read_settings(cfg: dict) -> QuantSettings:
         QuantConfigError: a missing or impossible value (the message names the key).
     """
     from_catalogue = bool(get(cfg, "quantization.from_catalogue", False))
-    source = _path("quantization.source", get(cfg, "quantization.source"))
+    source = config_path(get(cfg, "quantization.source"), "quantization.source", QuantConfigError)
     if source is None and not from_catalogue:
         raise QuantConfigError("quantization.source is not set: point it at a Hugging Face NemotronH checkpoint "
                                "(the local pretrain/SFT output), or set quantization.from_catalogue=true")
-    export = _path("export.output_dir", get(cfg, "export.output_dir"))
+    export = config_path(get(cfg, "export.output_dir"), "export.output_dir", QuantConfigError)
     if export is None:
         raise QuantConfigError("export.output_dir is not set: the quantized checkpoint needs a folder")
     dtype = str(get(cfg, "export.dtype", "bfloat16"))
@@ -319,7 +310,7 @@ def read_settings(cfg: dict) -> QuantSettings:
         model_name=str(get(cfg, "model.name", "small")),
         recipe=str(get(cfg, "quantization.recipe", "ultra")),
         source=source, from_catalogue=from_catalogue,
-        calib_blend=_path("quantization.calib_dataset", get(cfg, "quantization.calib_dataset")),
+        calib_blend=config_path(get(cfg, "quantization.calib_dataset"), "quantization.calib_dataset", QuantConfigError),
         calib_samples=_int(cfg, "quantization.calib_size", 64, 1),
         eval_samples=_int(cfg, "quantization.eval_size", 16, 1),
         seq_length=_int(cfg, "model.seq_length", 256, 2),

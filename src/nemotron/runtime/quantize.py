@@ -72,29 +72,14 @@ def main(cfg: dict[str, Any]) -> int:
         key, value, message = problems[0]
         print(f"{TITLE}: {key}={value!r}: {message}", file=sys.stderr)
         return 1
-    from nemotron.runtime.entry import _limit_threads
+    from nemotron.runtime.entry import run_heavy
 
-    _limit_threads(s.cpus)
-    try:
-        import modelopt.torch.quantization  # noqa: F401
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as exc:
-        print(f"{TITLE}: the local backend needs torch, transformers>=5.2 and nvidia-modelopt 0.47 "
-              f"(pip install 'nemotron-cli[local]'): {exc}", file=sys.stderr)
-        return 1
-    from nemotron.runtime.model import ModelError
-    from nemotron.runtime.pretrain_data import DataError
-
-    try:
+    def quantize() -> int:
         run(s)
-    except (QuantConfigError, ModelError, DataError, QuantizeError) as exc:
-        print(f"{TITLE}: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{TITLE}: interrupted", file=sys.stderr)
-        return 130
-    return 0
+        return 0
+
+    return run_heavy(TITLE, s.cpus, ("modelopt.torch.quantization", "torch", "transformers"),
+                     "torch, transformers>=5.2 and nvidia-modelopt 0.47", quantize, (QuantConfigError, QuantizeError))
 
 
 class QuantizeError(RuntimeError):

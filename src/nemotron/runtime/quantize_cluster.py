@@ -4,9 +4,11 @@ and Transformer Engine); the checks before it and the config translation it uses
 (:func:`nemotron.runtime.quant_config.cluster_plan`) are tested here.
 
 Order: :func:`precheck` first — the config translates (layout fills the world, recipe exists, source
-set), the torchrun world matches, this node has the GPUs torchrun was told about, the frameworks import,
-nvidia-modelopt is 0.47 or later (the recipes' format; the pinned ``nemo`` image has 0.44.0rc5), the
-checkpoint to quantize exists — each failure one line, exit 1, before anything heavy. Then
+set), the torchrun world and this node's GPUs match ``run.env``, the frameworks import, megatron-bridge /
+megatron-core are the ``[nemo]`` pins and nvidia-modelopt is 0.47 or later (the recipes' format; the
+pinned ``nemo`` image has 0.44.0rc5), the checkpoint to quantize exists — every problem one line, exit 1,
+before anything heavy (the checks it shares with the Megatron-Bridge entry are
+:mod:`nemotron.runtime.prestart`). Then
 :func:`run`, following Megatron-Bridge's published PTQ example (examples/quantization/quantize.py):
 ``AutoBridge.from_hf_pretrained`` → provider with the calibration layout (``model.*``), Model Optimizer's
 Mamba layer spec, ``moe_permute_fusion`` off → ``mtq.quantize`` with the recipe's config, calibrating on
@@ -21,12 +23,11 @@ GEMMs through vLLM on Blackwell, the launcher's task_2) is not run by this job: 
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
+from nemotron.runtime import prestart
 from nemotron.runtime.quant_config import QuantConfigError, cluster_plan, repair_export
 
 TITLE = "ultra3 quantize"
@@ -36,62 +37,58 @@ TITLE = "ultra3 quantize"
 #: the ``nemo`` image of stages/images.toml pins nvidia-modelopt 0.44.0rc5, which predates it.
 MIN_MODELOPT = (0, 47)
 
+#: What the job imports, and why (the NeMo container, ``stages/images.toml`` ``[nemo]``).
+MODULES = {"megatron.bridge": "AutoBridge and the Nemotron-H providers",
+           "modelopt.torch.quantization": "nvidia-modelopt"}
 
-def precheck(cfg: dict[str, Any], env: dict[str, str], gpus_visible: int | None,
-             importable: Any = None, modelopt_version: str | None = None) -> dict[str, Any]:
-    """Everything the job checks before loading a framework (pure: ``env`` is the environment,
-    ``gpus_visible`` the CUDA device count, ``importable(module) -> bool``, ``modelopt_version`` the
-    installed nvidia-modelopt). Returns the plan.
 
-    Raises:
-        QuantConfigError: one line naming the problem.
+def precheck(cfg: dict[str, Any], *, importable: Any = None, gpus: int | None = None,
+             installed: dict[str, str | None] | None = None, env: dict[str, str] | None = None) -> list[str]:
+    """Every reason the quantize job cannot start here, one line each (empty: ready), before any framework
+    is loaded. The checks shared with the Megatron-Bridge entry come from :mod:`nemotron.runtime.prestart`:
+    torchrun's world against ``run.env.nodes`` x ``run.env.gpus_per_node`` and the visible GPUs, the
+    modules importable, megatron-bridge / megatron-core the ``[nemo]`` pins
+    (:func:`nemotron.runtime.megatron_bridge.framework_problems`); this stage's own: the config translates
+    for the world (:func:`nemotron.runtime.quant_config.cluster_plan`), nvidia-modelopt is
+    :data:`MIN_MODELOPT` or later, a local ``quantization.source`` exists.
+
+    ``importable(module)``, ``gpus`` (GPUs visible on this node), ``installed`` (``{framework: version}``,
+    keys of :data:`nemotron.runtime.megatron_bridge.FRAMEWORKS` and ``modelopt``) and ``env`` default to
+    the real ones; tests pass their own.
     """
-    importable = importable or (lambda m: importlib.util.find_spec(m) is not None)
-    if "WORLD_SIZE" not in env:
-        raise QuantConfigError("WORLD_SIZE is not set: the megatron-bridge backend runs under torchrun "
-                               "(submit it with a profile: --run PROFILE)")
-    world = int(env["WORLD_SIZE"])
-    local = int(env.get("LOCAL_WORLD_SIZE", world))
-    plan = cluster_plan(cfg, world)
-    if gpus_visible is not None and gpus_visible < local:
-        raise QuantConfigError(f"torchrun starts {local} processes on this node but {gpus_visible} GPU(s) are "
-                               "visible (CUDA_VISIBLE_DEVICES / the profile's gpus_per_node)")
-    for module, why in (("megatron.bridge", "AutoBridge and the Nemotron-H providers"),
-                        ("modelopt.torch.quantization", "nvidia-modelopt")):
-        if not importable(module):
-            raise QuantConfigError(f"{module} is not importable ({why}): run in the NeMo container (stages/images.toml)")
-    if modelopt_version is not None:
-        nums = tuple(int(p) for p in modelopt_version.split(".")[:2] if p.isdigit())
-        if nums < MIN_MODELOPT:
-            raise QuantConfigError(f"nvidia-modelopt {modelopt_version} is installed; the recipes use the quant_cfg "
-                                   "list form of 0.47 (stages/ultra3/quantize/recipes): install "
-                                   "nvidia-modelopt==0.47.* in the image")
-    source = plan["source"]
-    if source.startswith(("/", "./", "~")) and not Path(os.path.expanduser(source)).exists():
-        raise QuantConfigError(f"quantization.source={source!r}: no such folder on this node")
-    return plan
+    from nemotron.runtime import megatron_bridge as mb
+    from nemotron.runtime.settings import get
+
+    env = os.environ if env is None else env
+    if not str(env.get("WORLD_SIZE", "")).isdigit():
+        return ["WORLD_SIZE is not set: the megatron-bridge backend runs under torchrun "
+                "(submit it with a profile: --run PROFILE)"]
+    problems = prestart.gpu_problems(get(cfg, "run.env.nodes", 1), get(cfg, "run.env.gpus_per_node"), env, gpus)
+    try:
+        source = cluster_plan(cfg, int(env["WORLD_SIZE"]))["source"]
+    except QuantConfigError as exc:
+        problems.append(str(exc))
+    else:
+        if source.startswith(("/", "./", "~")) and not Path(os.path.expanduser(source)).exists():
+            problems.append(f"quantization.source={source!r}: no such folder on this node")
+    container = prestart.missing_modules(MODULES, "nemo", "NeMo", importable)  # said last: a log's tail shows it
+    if not container:
+        if installed is None:
+            installed = prestart.installed_versions({**mb.FRAMEWORKS, "modelopt": "nvidia-modelopt"})
+        container = mb.framework_problems({k: installed.get(k) for k in mb.FRAMEWORKS})
+        too_old = prestart.minimum_version_problem(
+            "nvidia-modelopt", installed.get("modelopt"), MIN_MODELOPT,
+            "the recipes use the quant_cfg list form of 0.47 (stages/ultra3/quantize/recipes)")
+        container += [too_old] if too_old else []
+    return problems + container
 
 
 def main(cfg: dict[str, Any]) -> int:
     """Entry (``stages/ultra3/quantize/run.py``, ``backend: megatron-bridge``); returns the exit code."""
-    try:
-        import torch
-
-        gpus = torch.cuda.device_count()
-    except ImportError:
-        gpus = 0
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        modelopt_version = version("nvidia-modelopt")
-    except PackageNotFoundError:
-        modelopt_version = None
-    try:
-        plan = precheck(cfg, dict(os.environ), gpus, modelopt_version=modelopt_version)
-    except QuantConfigError as exc:
-        print(f"{TITLE}: {exc}", file=sys.stderr)
-        return 1
-    return run(plan)
+    problems = precheck(cfg)
+    if problems:
+        return prestart.refuse(TITLE, problems)
+    return run(cluster_plan(cfg, int(os.environ["WORLD_SIZE"])))
 
 
 def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the NeMo container; not run yet

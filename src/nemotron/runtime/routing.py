@@ -103,4 +103,4 @@ def require_routing(provider: Any, spec: ModelSpec) -> None:
                            "field(s)); stopping before training: " + "; ".join(problems))
 
 
-__all__ = ["check_routing", "require_routing", "expected_fields", "RoutingError", "RoutingField"]
+__all__ = ["RoutingError", "RoutingField", "check_routing", "expected_fields", "require_routing"]

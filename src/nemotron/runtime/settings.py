@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nemotron.validation import rules
+
 #: ``mixed_precision`` values the local runtime understands → autocast dtype (None = FP32 on the CPU,
 #: BF16 on a GPU). Megatron-Bridge preset names; FP8/NVFP4 presets need Transformer Engine.
 LOCAL_PRECISIONS = {None: None, "auto": None, "fp32": "fp32", "32": "fp32", "bf16_mixed": "bf16", "bf16": "bf16",
                     "fp16_mixed": "fp16", "fp16": "fp16"}
-DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
-WSD_STYLES = ("linear", "cosine", "exponential", "minus_sqrt")
 #: Checkpoints kept in ``checkpoint.save`` when ``checkpoint.most_recent_k`` is not set (each one of the
 #: small model holds 0.9 GB: FP32 weights + two Adam moments).
 DEFAULT_KEEP = 2
@@ -166,21 +166,37 @@ class LocalSettings:
         return self.global_batch_size // self.micro_batch_size
 
 
-def _path(value: Any) -> Path | None:
+def config_path(value: Any, key: str | None = None, error: type[SettingsError] = SettingsError) -> Path | None:
+    """A config path, ``~`` expanded and absolute; None when unset.
+
+    Raises:
+        SettingsError (or ``error``): a value still holding ``${...}`` (an artifact or variable unresolved
+            when the config compiled), named by ``key`` when given.
+    """
     if value in (None, ""):
         return None
     text = str(value)
     if "${" in text:
-        raise SettingsError(f"unresolved value {text!r}: run the upstream stage first (or `pipe`), or set the key")
+        what = f"{key}={text!r}: unresolved" if key else f"unresolved value {text!r}"
+        raise error(f"{what}; run the upstream stage first (or `pipe`), or set the key")
     return Path(os.path.expanduser(text)).absolute()
 
 
-def read(cfg: dict, stage: str) -> LocalSettings:
+def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> LocalSettings:
     """Read and check the settings of a ``local`` run of ``stage`` (``"pretrain"`` or ``"sft"``).
+
+    ``unresolved_ok``: a path still holding ``${...}`` (an artifact not produced yet) is kept as it is
+    instead of refused, so ``--dry-run`` (:mod:`nemotron.validation.checks`) runs every other check of
+    this reader before the upstream stage has run.
 
     Raises:
         SettingsError: a missing or impossible value (every message names the key).
     """
+    def path(value: Any, key: str) -> Path | None:
+        if unresolved_ok and value not in (None, "") and "${" in str(value):
+            return Path(str(value))
+        return config_path(value, key)
+
     if stage not in ("pretrain", "sft"):
         raise SettingsError(f"stage {stage!r}: the local runtime trains 'pretrain' or 'sft'")
     train_iters = _int(cfg, "train.train_iters", minimum=1)
@@ -190,32 +206,27 @@ def read(cfg: dict, stage: str) -> LocalSettings:
         raise SettingsError(f"train.global_batch_size={gbs}: must be a multiple of train.micro_batch_size={mbs} "
                             "(one process, so the gradient is accumulated over global / micro batches)")
     style = str(get(cfg, "scheduler.lr_decay_style", "cosine"))
-    if style not in DECAY_STYLES:
-        raise SettingsError(f"scheduler.lr_decay_style={style!r}: valid: {', '.join(DECAY_STYLES)}")
     wsd_style = str(get(cfg, "scheduler.lr_wsd_decay_style", "linear"))
-    if style == "WSD" and wsd_style not in WSD_STYLES:
-        raise SettingsError(f"scheduler.lr_wsd_decay_style={wsd_style!r}: valid: {', '.join(WSD_STYLES)}")
     warmup = _int(cfg, "scheduler.lr_warmup_iters", 0, minimum=0)
     decay = _int(cfg, "scheduler.lr_decay_iters", train_iters, minimum=1)
-    wsd = _int(cfg, "scheduler.lr_wsd_decay_iters", 0, minimum=0)
-    if warmup >= decay:
-        raise SettingsError(f"scheduler.lr_warmup_iters={warmup}: must be below scheduler.lr_decay_iters={decay} "
-                            "(Megatron-Core asserts it)")
-    if style == "WSD" and not 0 < wsd <= decay:
-        raise SettingsError(f"scheduler.lr_wsd_decay_iters={wsd}: WSD needs 0 < it <= lr_decay_iters={decay}")
+    # unset: the whole decay, as Megatron-Bridge's ConfigContainer sets it (training/config.py, 0.5.0)
+    wsd = _int(cfg, "scheduler.lr_wsd_decay_iters", decay, minimum=0)
     lr, min_lr = _float(cfg, "optimizer.lr"), _float(cfg, "optimizer.min_lr", 0.0)
-    if not 0 <= min_lr <= lr:
-        raise SettingsError(f"optimizer.min_lr={min_lr}: must be between 0 and optimizer.lr={lr}")
+    # the launch rules --dry-run applies (nemotron.validation.rules), applied again here
+    for problem in (rules.lr_warmup(train_iters, warmup, decay) + rules.lr_decay_style(style, wsd_style, wsd, decay)
+                    + rules.lr_range(lr, min_lr)):
+        if problem.severity == "error":
+            raise SettingsError(problem.render())
     mp = get(cfg, "mixed_precision")
     key = mp if mp is None else str(mp)
     if key not in LOCAL_PRECISIONS:
         raise SettingsError(f"mixed_precision={mp!r}: the local runtime (no Transformer Engine) supports "
                             "null (FP32 on the CPU, BF16 on a GPU), fp32, bf16_mixed, fp16_mixed")
     cpus = get(cfg, "run.env.cpus")
-    save = _path(get(cfg, "checkpoint.save"))
+    save = path(get(cfg, "checkpoint.save"), "checkpoint.save")
     if save is None:
         raise SettingsError("checkpoint.save is not set: the run needs a stable checkpoint folder")
-    pretrained = _path(get(cfg, "checkpoint.pretrained_checkpoint"))
+    pretrained = path(get(cfg, "checkpoint.pretrained_checkpoint"), "checkpoint.pretrained_checkpoint")
     tb = get(cfg, "logger.tensorboard_dir")
     common: dict[str, Any] = dict(
         stage=stage,
@@ -232,12 +243,12 @@ def read(cfg: dict, stage: str) -> LocalSettings:
         adam_eps=_float(cfg, "optimizer.adam_eps", 1e-8),
         clip_grad=_float(cfg, "optimizer.clip_grad", 1.0),  # Megatron-Core default clip_grad = 1.0
         save_dir=save,
-        load_dir=_path(get(cfg, "checkpoint.load")) or save,
+        load_dir=path(get(cfg, "checkpoint.load"), "checkpoint.load") or save,
         save_interval=_int(cfg, "checkpoint.save_interval", train_iters, minimum=1),
         keep_checkpoints=_int(cfg, "checkpoint.most_recent_k", DEFAULT_KEEP, minimum=1),
         pretrained_checkpoint=pretrained,
         log_interval=_int(cfg, "logger.log_interval", 1, minimum=1),
-        tensorboard_dir=_path(tb) if tb else None,
+        tensorboard_dir=path(tb, "logger.tensorboard_dir") if tb else None,
         wandb_project=get(cfg, "logger.wandb_project"),
         wandb_entity=get(cfg, "logger.wandb_entity"),
         wandb_exp_name=get(cfg, "logger.wandb_exp_name"),
@@ -251,7 +262,7 @@ def read(cfg: dict, stage: str) -> LocalSettings:
         raise SettingsError(f"model.mtp_num_layers={get(cfg, 'model.mtp_num_layers')}: transformers' NemotronH "
                             "does not build the MTP block; set 0 for a local run")
     if stage == "pretrain":
-        blend = _path(get(cfg, "data.per_split_data_args_path"))
+        blend = path(get(cfg, "data.per_split_data_args_path"), "data.per_split_data_args_path")
         if blend is None:
             raise SettingsError("data.per_split_data_args_path is not set: point it at the blend.json of "
                                 "`data prep pretrain` (or use `pipe`)")
@@ -263,9 +274,9 @@ def read(cfg: dict, stage: str) -> LocalSettings:
                             f"{common['seq_length']} (the pack size the data was packed at)")
     return LocalSettings(
         **common,
-        dataset_root=_path(get(cfg, "dataset.dataset_root")),
-        train_data_path=_path(get(cfg, f"{specs}.packed_train_data_path")),
-        valid_data_path=_path(get(cfg, f"{specs}.packed_val_data_path")),
+        dataset_root=path(get(cfg, "dataset.dataset_root"), "dataset.dataset_root"),
+        train_data_path=path(get(cfg, f"{specs}.packed_train_data_path"), f"{specs}.packed_train_data_path"),
+        valid_data_path=path(get(cfg, f"{specs}.packed_val_data_path"), f"{specs}.packed_val_data_path"),
         pack_size=pack,
         answer_only_loss=bool(get(cfg, "dataset.dataset_kwargs.answer_only_loss", True)),
     )
@@ -281,5 +292,15 @@ def thread_count(cpus: int | None) -> int:
     return max(1, min(cpus, avail) if cpus else avail)
 
 
-__all__ = ["LocalSettings", "Schedule", "SettingsError", "read", "get", "thread_count", "EXIT_REQUEUE",
-           "DEFAULT_KEEP", "LOCAL_PRECISIONS"]
+__all__ = [
+    "DEFAULT_KEEP",
+    "EXIT_REQUEUE",
+    "LOCAL_PRECISIONS",
+    "LocalSettings",
+    "Schedule",
+    "SettingsError",
+    "config_path",
+    "get",
+    "read",
+    "thread_count",
+]

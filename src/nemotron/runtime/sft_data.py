@@ -28,6 +28,8 @@ Two layouts of a micro-batch of packs:
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,10 +125,8 @@ def read_packed(path: str | os.PathLike[str], pack_size: int | None = None) -> P
         table = pq.read_table(path, columns=list(REQUIRED_COLUMNS))
     except (OSError, ValueError, KeyError) as exc:
         names = None
-        try:
+        with contextlib.suppress(Exception):  # reported below
             names = pq.read_schema(path).names
-        except Exception:  # noqa: BLE001 - reported below
-            pass
         missing = [c for c in REQUIRED_COLUMNS if names is not None and c not in names]
         if missing:
             raise DataError(f"{path}: missing column(s) {', '.join(missing)}; packed SFT Parquet needs "
@@ -163,9 +163,9 @@ def unpack(ids: np.ndarray, mask: np.ndarray, starts: np.ndarray, answer_only_lo
     position but the last when ``answer_only_loss`` is off), else -100. Sub-sequences of one token
     predict nothing and are dropped.
     """
-    bounds = list(starts.tolist()) + [len(ids)]
+    bounds = [*list(starts.tolist()), len(ids)]
     out = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         if b - a < 2:
             continue
         seg = ids[a:b]
@@ -304,5 +304,15 @@ class PackCollator:
         return {"groups": groups, "shift_labels": flat, "labels": flat}
 
 
-__all__ = ["find_packed_file", "read_packed", "PackedRows", "unpack", "packed_layout", "choose_layout",
-           "kernels_available", "PackDataset", "PackCollator", "IGNORE"]
+__all__ = [
+    "IGNORE",
+    "PackCollator",
+    "PackDataset",
+    "PackedRows",
+    "choose_layout",
+    "find_packed_file",
+    "kernels_available",
+    "packed_layout",
+    "read_packed",
+    "unpack",
+]

@@ -325,7 +325,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     _write_latest(s.save_dir)
     if stopper.signal is not None and step < s.train_iters:
         _say(f"stopped by {stopper.signal} at step {step}/{s.train_iters}; checkpoint saved in {s.save_dir}. "
-             f"Run the same command again to resume (exit {EXIT_REQUEUE}).")
+             "Run the same command again to resume.")
         return EXIT_REQUEUE
     trainer.save_model(str(s.save_dir))
     summary = metrics.summary(step, seconds, result)

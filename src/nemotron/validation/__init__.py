@@ -55,7 +55,8 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
     """Adjust ``cfg`` in place before validation; return one note per change for ``--dry-run``.
 
     * ``model.name`` ending in ``<N>layer``: the slice fits one node, so the layout becomes TP=1,
-      PP=1, CP=1, ETP=1, EP = all GPUs of the node (the largest divisor of the expert count that fits),
+      PP=1, CP=1, ETP=1, EP = all GPUs of the node (else the largest divisor of both the expert count and the
+      GPUs per node),
       sequence parallel off, ``run.env.nodes`` = 1 — except keys in ``user_keys`` (set by ``-c`` or an
       override), which are kept and named in the note.
     * MOPD: unset teacher slots (``_teachers.<slot>`` null) are filled with the general teacher.
@@ -74,7 +75,8 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
             spec = None
         if spec is not None:
             gpn = shape.gpus_per_node
-            ep = max(d for d in rules.divisors(spec.num_experts) if d <= gpn) if spec.num_experts else 1
+            # EP must divide the experts and (ETP = 1) the GPUs of the node: the largest common divisor
+            ep = max(d for d in rules.divisors(spec.num_experts) if gpn % d == 0) if spec.num_experts else 1
             changed, kept = [], []
             layout = _slice_layout(stage)
             if getattr(stage, "kind", "") != "rl":
@@ -90,7 +92,7 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
                     short = key.removeprefix("model.").removeprefix("policy.megatron_cfg.")
                     changed.append(f"{short}={value}")
             if changed:
-                why = "" if ep == gpn else f" (largest divisor of {spec.num_experts} experts <= {gpn})"
+                why = "" if ep == gpn else f" (largest divisor of both {spec.num_experts} experts and {gpn} GPUs)"
                 msg = (f"model.name={name}: a {n}-layer slice fits one node of {gpn} GPUs; layout set to "
                        f"{', '.join(changed)}{why}")
                 if kept:
@@ -104,7 +106,7 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
         if get(cfg, "on_policy_distillation.enabled", False) and isinstance(teachers, dict):
             general = teachers.get("general")
             if general not in (None, ""):
-                panel, fell = rules.resolve_teachers(teachers)
+                _panel, fell = rules.resolve_teachers(teachers)
                 for slot in fell:
                     teachers[slot] = general
                 if fell:
@@ -140,10 +142,11 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     their runtimes' own parsers, called here (:mod:`nemotron.validation.data`).
     """
     kind = getattr(stage, "kind", "")
+    missing = _missing_runtime(stage, cfg) + _output_folders(cfg, profile)
     if kind == "data":
         from nemotron.validation.data import validate_data
 
-        return validate_data(stage, cfg)
+        return _dedupe(missing + validate_data(stage, cfg))
     if kind == "rl":
         problems = checks.validate_rl(stage, cfg, profile)
     else:
@@ -158,7 +161,80 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
         from nemotron.validation.quantize import validate_quantize
 
         problems += validate_quantize(cfg, profile)
-    return _dedupe(problems)
+    return _dedupe(missing + problems + _run_keys(cfg, profile))
+
+
+def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
+    """``run.signal_before_s`` and ``run.chain`` (the training stages' submission keys, read by
+    :func:`nemotron.plan.plan_job`): whole numbers >= 0, and on a Slurm profile a warning signal that comes
+    before the job's time limit (:func:`nemotron.submit.warning_signal_problem`, the check submission makes).
+    ``run.env.nodes`` > 1 with no profile or a ``local`` profile: a warning that the run is one machine
+    (:meth:`nemotron.plan.JobPlan.command` and the local executor start ``torchrun --nnodes 1``)."""
+    run = cfg.get("run") if isinstance(cfg.get("run"), dict) else {}
+    out = []
+    for key in ("signal_before_s", "chain"):
+        value = run.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            out.append(Problem(f"run.{key}", value, "expected a whole number >= 0", "0, 1, 2, ... (0: none)",
+                               rule="run-keys"))
+    executor = str(getattr(profile, "executor", "") or "") if profile is not None else ""
+    if not out and executor == "slurm":
+        from nemotron.submit import warning_signal_problem
+
+        problem = warning_signal_problem(run.get("signal_before_s"), profile)
+        out += [problem] if problem is not None else []
+    nodes = as_int((run.get("env") or {}).get("nodes") if isinstance(run.get("env"), dict) else None)
+    if executor in ("", "local") and nodes is not None and nodes > 1:
+        # like a GPU architecture no profile declares: checked as configured, said plainly (a warning)
+        where = "without a profile" if profile is None else f"on the local profile {getattr(profile, 'name', '')}"
+        out.append(Problem("run.env.nodes", nodes, rule="one-machine", severity="warning",
+                           message=f"{where} the job runs on this one machine (one node); the layout is checked "
+                                   f"for {nodes} nodes as configured",
+                           valid="--run/--batch with a Slurm profile for several nodes, or run.env.nodes=1"))
+    return out
+
+
+def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
+    """Rule ``output-folder``: for a run on this machine (no profile, or a ``local`` one), every output
+    folder the config names (:data:`nemotron.paths.OUTPUT_FOLDER_KEYS`) exists as a writable folder or
+    can be created (:func:`nemotron.paths.cannot_create_folder`: its nearest existing parent is a
+    writable folder). Cluster profiles are not checked: their paths live on the cluster's file system."""
+    if profile is not None and getattr(profile, "executor", None) != "local":
+        return []
+    from nemotron.paths import OUTPUT_FOLDER_KEYS, cannot_create_folder
+
+    out = []
+    for key in OUTPUT_FOLDER_KEYS:
+        value = get(cfg, key)
+        if not isinstance(value, str) or not value.strip() or "${" in value:
+            continue
+        reason = cannot_create_folder(value)
+        if reason is not None:
+            message = "is a file, not a folder" if reason.startswith("it is a file") else f"cannot create ({reason})"
+            out.append(Problem(key, value, message, "a folder you can write (it is created when missing)",
+                               rule="output-folder"))
+    return out
+
+
+def _missing_runtime(stage: Any, cfg: dict) -> list[Problem]:
+    """An error when the config's ``backend`` is one the stage's entry script has no runtime for in this version
+    (:func:`nemotron.entry.missing_runtime`: ``rlvr``/``mopd -c local``): its job would only say so and exit 1,
+    after the stages before it in a ``pipe`` had run."""
+    if not getattr(stage, "entry", None):
+        return []
+    from nemotron.entry import CONTAINERS, missing_runtime, stage_backends
+
+    found = missing_runtime(stage, checks.backend(cfg) or None)
+    if found is None:
+        return []
+    name, usable = found
+    backends, _ = stage_backends(stage)
+    valid = ", ".join(f"backend={n}" + (f" (the {CONTAINERS.get(str(backends[n].image), backends[n].image)} container "
+                                        "on a Slurm profile: e.g. -c tiny --run PROFILE)" if backends[n].image else "")
+                      for n in usable) or "none in this version"
+    return [Problem(key="backend", value=name, rule="runtime-available",
+                    message=f"{stage.title} has no {name} runtime in this version (its job would stop at start, exit 1)",
+                    valid=valid)]
 
 
 def _blend_mix(cfg: dict) -> list[Problem]:

@@ -168,6 +168,10 @@ def validate_megatron(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
                                            "mixed_precision", get(cfg, "mixed_precision"), "NVFP4 training precision")
     if kind == "quantize":
         out += quantize_rules(model, cfg, v, shape)
+    if kind == "megatron":
+        out += optimizer_rules(cfg, *bridge_precisions())
+    if getattr(stage, "name", "") in ("pretrain", "sft", "convert") and backend(cfg) == "megatron-bridge":
+        out += bridge_translation(stage.name, cfg)
     if getattr(stage, "name", "") == "sft":
         out += sft_data_rules(cfg, v)
     if getattr(stage, "name", "") in ("pretrain", "sft"):
@@ -179,9 +183,90 @@ def validate_megatron(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     return out
 
 
+def bridge_precisions() -> tuple[list[str], str]:
+    """The ``mixed_precision`` preset names of the Megatron-Bridge version pinned for the ``nemo`` image (its
+    key list), and that version's label; no names (no check) when no key list is stored for it."""
+    from nemotron import keys
+
+    version = framework_version("nemo", "megatron_bridge") or ""
+    try:
+        names = keys.load_keylist(version).get("mixed_precision_recipes") or []
+    except KeyError:  # the pass-through key check already reports the missing key list
+        names = []
+    return list(names), f"Megatron-Bridge {version}"
+
+
+def optimizer_rules(cfg: dict, precisions: list[str], where: str) -> list[Problem]:
+    """The learning-rate schedule (Megatron-Core's ``OptimizerParamScheduler``) and the ``mixed_precision``
+    preset of a training config, with the rules the local runtime applies again when it reads its settings
+    (:func:`nemotron.runtime.settings.read`). Keys left unset take the framework's defaults and are skipped."""
+    out: list[Problem] = []
+    if get(cfg, "optimizer.lr") is not None:
+        out += rules.lr_range(get(cfg, "optimizer.lr"), get(cfg, "optimizer.min_lr"))
+    train, decay = get(cfg, "train.train_iters"), get(cfg, "scheduler.lr_decay_iters")
+    if train is not None:
+        warmup = rules.lr_warmup(train, get(cfg, "scheduler.lr_warmup_iters"), decay)
+        out += warmup
+        if not any(p.severity == "error" for p in warmup):
+            out += rules.lr_decay_style(get(cfg, "scheduler.lr_decay_style"), get(cfg, "scheduler.lr_wsd_decay_style"),
+                                        get(cfg, "scheduler.lr_wsd_decay_iters"), as_int(decay) or as_int(train) or 1)
+    return out + rules.mixed_precision_name(get(cfg, "mixed_precision"), precisions, where)
+
+
+def bridge_translation(stage_name: str, cfg: dict) -> list[Problem]:
+    """Rule ``bridge-translate``: the config translates into Megatron-Bridge's form as the job will translate it
+    (:func:`nemotron.runtime.megatron_bridge.translate`, pure; the first refusal), e.g. ``recipe.hf_model_id``
+    unset, ``dataset.dataset_kwargs.answer_only_loss=false``, an unknown ``convert.direction``. The blend.json
+    is read by the job (here: an empty blend); a value still waiting for an artifact is the dry-run's warning."""
+    from nemotron.runtime.megatron_bridge import TranslateError, translate
+
+    try:
+        translate(cfg, stage_name, blend={} if stage_name == "pretrain" else None)
+    except TranslateError as exc:
+        message = str(exc)
+        if "${" in message or "unresolved" in message:
+            return []
+        return [Problem(key="", value=None, message=message, rule="bridge-translate")]
+    return []
+
+
+def rl_translation(cfg: dict) -> list[Problem]:
+    """Rule ``rl-translate``: the config translates into NeMo RL's ``MasterConfig`` as the job will translate it
+    (:func:`nemotron.runtime.nemo_rl.translate`, pure; its first refusal), e.g. a ``teacher_routing`` slot
+    that is not in the teacher panel."""
+    from nemotron.errors import ConfigError
+    from nemotron.runtime.nemo_rl import translate
+
+    try:
+        translate(cfg)
+    except ConfigError as exc:
+        return [Problem(key="", value=None, message=exc.message, valid=exc.hint, rule="rl-translate")]
+    return []
+
+
+def local_settings(stage_name: str, cfg: dict) -> list[Problem]:
+    """Rule ``local-settings``: the local trainer's own settings reader (:func:`nemotron.runtime.settings.read`,
+    stdlib only) accepts the config; its first refusal. Paths of artifacts not produced yet are left to the
+    dry-run's warnings."""
+    from nemotron.runtime.settings import SettingsError, read
+
+    try:
+        read(cfg, stage_name, unresolved_ok=True)
+    except SettingsError as exc:
+        return [Problem(key="", value=None, message=str(exc), rule="local-settings")]
+    return []
+
+
 def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Problem]:
     """``backend: local`` runs one process on this machine (HF transformers / Model Optimizer)."""
     out: list[Problem] = []
+    if getattr(stage, "kind", "") == "megatron":  # pretrain, SFT: the local trainer (nemotron.runtime.trainer)
+        from nemotron.runtime.settings import LOCAL_PRECISIONS
+
+        out += optimizer_rules(cfg, [k for k in LOCAL_PRECISIONS if k is not None],
+                               "the local runtime (no Transformer Engine: FP8/NVFP4 presets need a cluster backend)")
+        if not out:  # the reader applies the rules above again: its first refusal would repeat them
+            out += local_settings(stage.name, cfg)
     keys = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
             "model.expert_model_parallel_size", "model.context_parallel_size", "model.expert_tensor_parallel_size",
             "policy.megatron_cfg.tensor_model_parallel_size", "policy.megatron_cfg.pipeline_model_parallel_size",
@@ -360,6 +445,7 @@ def validate_rl(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
         out.append(Problem("cluster.gpus_per_node", cgpn, f"NeMo RL's cluster.gpus_per_node must match the node shape "
                                                          f"({shape.gpus_per_node})", "${run.env.gpus_per_node}",
                            rule="node-shape"))
+    out += rl_translation(cfg)
     if model is None or (shape.has_profile and not shape.gpus_per_node):
         return out
     # rule 10: MOPD panel and node arithmetic
@@ -613,13 +699,13 @@ def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str
                 ["GPUs per teacher", f"{plan.t_nodes} nodes x {plan.t_gpn} = {plan.t_nodes * plan.t_gpn}"],
                 ["weights per GPU (BF16, inference)", f"{w:.0f} GB" + (f" of {shape.gpu_memory_gb:.0f} GB" if shape.gpu_memory_gb else "")],
             ]))
-    if v.ok and plan.train_nodes >= 1:
-        if model.num_layers % v.pp == 0 or v.first is not None:
-            tables.append(pipeline_table(model, v.pp, v.first, v.last, v.mtp_depths, f"policy pipeline stages of {model.name}"))
-            tables.append(("policy training layout", ["", "value"], layout_rows(model, v, mcore_version(stage), plan.gpn)))
-            est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb)
-            tables.append(memory_table(est, "policy training memory per GPU (estimate)"))
+    if v.ok and plan.train_nodes >= 1 and (model.num_layers % v.pp == 0 or v.first is not None):
+        tables.append(pipeline_table(model, v.pp, v.first, v.last, v.mtp_depths,
+                                     f"policy pipeline stages of {model.name}"))
+        tables.append(("policy training layout", ["", "value"], layout_rows(model, v, mcore_version(stage), plan.gpn)))
+        est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb)
+        tables.append(memory_table(est, "policy training memory per GPU (estimate)"))
     return tables
 
 
-__all__ = ["validate_megatron", "validate_rl", "describe_megatron", "describe_rl", "RLPlan", "model_of", "backend"]
+__all__ = ["RLPlan", "backend", "describe_megatron", "describe_rl", "model_of", "validate_megatron", "validate_rl"]

@@ -23,6 +23,25 @@ def _problem(exc: ConfigError, rule: str) -> Problem:
     return Problem(key="", value=None, message=exc.message, valid=exc.hint, rule=rule)
 
 
+def token_dtype_fits(tokenizer: str, requested: str) -> list[Problem]:
+    """Rule ``data-dtype``: an explicit ``output.dtype`` holds every token id of the tokenizer (uint16: fewer
+    than 65,536 ids; Ultra's 131,072 need int32). The runtime's own choice (:func:`nemotron.data.indexed.choose_dtype`)
+    on the vocabulary size read from the tokenizer file (:func:`nemotron.data.tokenizer.vocab_size_hint`);
+    a hub id is checked by the run itself."""
+    from nemotron.data.indexed import choose_dtype
+    from nemotron.data.tokenizer import vocab_size_hint
+
+    vocab = vocab_size_hint(tokenizer)
+    if vocab is None:
+        return []
+    try:
+        choose_dtype(vocab, requested)
+    except ConfigError as exc:
+        return [Problem("output.dtype", requested, exc.message.removeprefix(f"output.dtype={requested!r} ").split("; valid: ")[0] +
+                        f" (tokenizer {tokenizer})", "auto or int32", rule="data-dtype")]
+    return []
+
+
 def validate_data(stage: Any, cfg: dict) -> list[Problem]:
     """Problems of a data prep config (errors), each the runtime's own message."""
     module = _RUNTIMES.get(getattr(stage, "name", ""))
@@ -44,6 +63,8 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
     if tokenizer.startswith(("/", "./", "../", "~")) and not Path(os.path.expanduser(tokenizer)).exists():
         problems.append(Problem("tokenizer.name", tokenizer, "no such file or folder",
                                 "a tokenizer.json, a folder with one, or a Hugging Face model id", rule="data-tokenizer"))
+    if getattr(s, "dtype", "auto") != "auto" and tokenizer:
+        problems += token_dtype_fits(tokenizer, s.dtype)
     blend_path = getattr(s, "blend_path", None)
     if not blend_path:
         return problems

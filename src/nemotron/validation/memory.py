@@ -292,7 +292,7 @@ def stage_activation_bytes(spec: ModelSpec, s: TrainSetup, pattern: str, mtp: bo
     if s.recompute_granularity == "full":
         n = max(1, min(s.recompute_num_layers or 1, max(n_layers, 1)))
         if s.recompute_method == "block":  # the first n layers keep only their input, the rest keep everything
-            head = [sym for sym in pattern][:n]
+            head = list(pattern)[:n]
             kept = full_sum - sum(full[sym] for sym in head) + (2 * h / t) * len(head)
         else:  # uniform: every group of n layers keeps only its input
             kept = (2 * h / t) * -(-n_layers // n)
@@ -342,5 +342,14 @@ def inference_weights_gb(spec: ModelSpec, tp: int, ep: int, pp: int = 1) -> floa
     return 2 * (dense / (tp * pp) + experts / (ep * pp)) / GB
 
 
-__all__ = ["TrainSetup", "Estimate", "StageMemory", "estimate", "inference_weights_gb", "layer_activation_bytes",
-           "stage_param_counts", "GB", "OVERHEAD_GB"]
+__all__ = [
+    "GB",
+    "OVERHEAD_GB",
+    "Estimate",
+    "StageMemory",
+    "TrainSetup",
+    "estimate",
+    "inference_weights_gb",
+    "layer_activation_bytes",
+    "stage_param_counts",
+]

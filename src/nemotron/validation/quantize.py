@@ -7,7 +7,8 @@ A checkpoint path of the ``megatron-bridge`` backend lives on the cluster: it is
 machine sees the cluster's files (no profile, a ``local`` executor, or a Slurm profile with ``tunnel =
 "local"``); through an SSH tunnel it cannot be, and the job's own check (before loading anything) says so.
 Values the compiler could not resolve yet (``${art:...}``) are left to its warning and to the refusal at
-submission.
+submission; values an earlier stage of a ``pipe`` will write (:func:`nemotron.artifacts.is_planned`:
+``quantize -c local`` after ``sft`` and ``data prep pretrain``) are not required to exist yet.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from nemotron.artifacts import is_planned
 from nemotron.errors import Problem
 from nemotron.validation.views import get, unresolved
 
@@ -48,7 +50,8 @@ def validate_quantize(cfg: dict, profile: Any) -> list[Problem]:
     local = str(get(cfg, "backend", "") or "").lower() == "local"
     source = get(cfg, "quantization.source")
     if not local:
-        if isinstance(source, str) and source and not unresolved(source) and _same_files(profile):
+        if isinstance(source, str) and source and not unresolved(source) and not is_planned(source) \
+                and _same_files(profile):
             p = Path(os.path.expanduser(source))
             if not p.exists():
                 out.append(Problem("quantization.source", source, "no such folder (the checkpoint to quantize)",
@@ -62,7 +65,8 @@ def validate_quantize(cfg: dict, profile: Any) -> list[Problem]:
     except QuantConfigError as exc:
         return [*out, Problem("", None, str(exc), rule="quantize-settings")]
     for key, value, message in check_inputs(settings):
-        out.append(Problem(key, value, message, rule="quantize-inputs"))
+        if not is_planned(value):
+            out.append(Problem(key, value, message, rule="quantize-inputs"))
     return out
 
 

@@ -14,6 +14,7 @@ the commits the Ultra containers pin (Megatron-Bridge branch ``nemotron_3_ultra`
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -374,7 +375,7 @@ def cp_seq_divisible(seq: int, tp: int, cp: int, sp: bool, seq_key: str) -> list
       "SP) plus one token (the loader drops one token per sub-sequence)",
       "Megatron-Bridge 0.5 (nemotron_3_ultra) packed Parquet loader")
 def sft_pad_matches(data_multiple: int | None, required: int, key: str, value: Any, source: str) -> list[Problem]:
-    if data_multiple is None or required <= 1 and data_multiple in (None, 0, 1):
+    if data_multiple is None or (required <= 1 and data_multiple in (None, 0, 1)):
         return []
     if data_multiple % required:
         return [_err(key, value, f"the packed data ({source}) pads each sub-sequence to a multiple of "
@@ -702,7 +703,118 @@ def sft_pack_size(seq: int, spec_pack: int | None, data_pack: int | None, seq_ke
     return out
 
 
+# ------------------------------------------------------------------------------------ optimizer schedule, precision
+#: Megatron-Core's learning-rate decay styles and WSD annealing styles (``OptimizerParamScheduler.get_lr`` in
+#: ``megatron/core/optimizer_param_scheduler.py``, the same names in 0.12-0.20): any other name raises
+#: "... decay style is not supported" at the first training step. The local runtime implements the same set.
+DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
+WSD_STYLES = ("linear", "cosine", "exponential", "minus_sqrt")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _iters(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+@rule("lr-range", "the peak learning rate is above 0 and the minimum between 0 and the peak",
+      "megatron/core/optimizer_param_scheduler.py OptimizerParamScheduler.__init__ asserts min_lr >= 0 and "
+      "max_lr >= min_lr (checked in 0.16.1); a zero peak is ours: the weights would never move",
+      "Megatron-Core 0.12-0.20; the local runtime")
+def lr_range(lr: Any, min_lr: Any, lr_key: str = "optimizer.lr", min_key: str = "optimizer.min_lr") -> list[Problem]:
+    peak, low = _number(lr), _number(min_lr if min_lr is not None else 0.0)
+    if peak is None:
+        return [_err(lr_key, lr, "the peak learning rate must be a number", "e.g. 2.5e-4", "lr-range")]
+    if peak <= 0:
+        return [_err(lr_key, lr, "the peak learning rate must be above 0 (0 never moves the weights; Megatron-Core "
+                                 "asserts lr >= min_lr >= 0)", "a positive number, e.g. 2.5e-4", "lr-range")]
+    if low is None or not 0 <= low <= peak:
+        return [_err(min_key, min_lr, f"the minimum learning rate must lie between 0 and {lr_key} = {lr:g} "
+                                      "(Megatron-Core asserts 0 <= min_lr <= lr)", f"0 ... {lr:g}", "lr-range")]
+    return []
+
+
+@rule("lr-warmup", "warmup ends before the decay: lr_warmup_iters < lr_decay_iters (default train_iters); "
+      "warmup past train_iters with a longer decay is a warning",
+      "optimizer_param_scheduler.py asserts lr_decay_steps > 0 and lr_warmup_steps < lr_decay_steps; Megatron-Bridge "
+      "0.5 ConfigContainer caps the warmup at lr_decay_steps - 1 with a warning instead (the run would never decay); "
+      "the local runtime refuses it", "Megatron-Core 0.12-0.20, Megatron-Bridge 0.5; the local runtime")
+def lr_warmup(train_iters: Any, warmup: Any, decay: Any, train_key: str = "train.train_iters",
+              warmup_key: str = "scheduler.lr_warmup_iters", decay_key: str = "scheduler.lr_decay_iters") -> list[Problem]:
+    rid = "lr-warmup"
+    total = _iters(train_iters)
+    if total is None or total < 1:
+        return [_err(train_key, train_iters, "must be a positive number of iterations", "1, 2, 3, ...", rid)]
+    w = _iters(warmup if warmup is not None else 0)
+    if w is None or w < 0:
+        return [_err(warmup_key, warmup, "must be a number of iterations, 0 or more", f"0 ... {total - 1}", rid)]
+    d = _iters(decay if decay is not None else total)
+    if d is None or d < 1:
+        return [_err(decay_key, decay, "must be a positive number of iterations, or null for train.train_iters",
+                     f"null, or 1 ... (e.g. {total})", rid)]
+    decay_name = decay_key if decay is not None else f"{decay_key} (null: {train_key})"
+    if w >= d:
+        return [_err(warmup_key, warmup, f"the warmup must end before the decay does ({decay_name} = {d}): Megatron-Core "
+                                         "asserts it, Megatron-Bridge would cap the warmup and the learning rate would "
+                                         "never decay", f"0 ... {d - 1}", rid)]
+    if w >= total:
+        return [_warn(warmup_key, warmup, f"the run ends ({train_key} = {total}) before the warmup does: the learning "
+                                          "rate never reaches its peak", f"0 ... {total - 1}", rid)]
+    return []
+
+
+@rule("lr-decay-style", "the decay style is one Megatron-Core has; WSD: a known annealing style and "
+      "0 < lr_wsd_decay_iters <= lr_decay_iters",
+      "optimizer_param_scheduler.py OptimizerParamScheduler.get_lr raises on any other style at the first step; "
+      "__init__ asserts wsd_decay_steps is set for WSD", "Megatron-Core 0.12-0.20; the local runtime")
+def lr_decay_style(style: Any, wsd_style: Any, wsd_iters: Any, decay: int,
+                   style_key: str = "scheduler.lr_decay_style", wsd_style_key: str = "scheduler.lr_wsd_decay_style",
+                   wsd_key: str = "scheduler.lr_wsd_decay_iters") -> list[Problem]:
+    rid = "lr-decay-style"
+    if style is None:
+        return []
+    if style not in DECAY_STYLES:
+        hint = [s for s in DECAY_STYLES if str(style).lower() == s.lower()]
+        return [_err(style_key, style, "not a learning-rate decay style of Megatron-Core" +
+                     (f" (names are case-sensitive: {hint[0]})" if hint else ""), ", ".join(DECAY_STYLES), rid)]
+    if style != "WSD":
+        return []
+    out: list[Problem] = []
+    if wsd_style is not None and wsd_style not in WSD_STYLES:
+        out.append(_err(wsd_style_key, wsd_style, "not a WSD annealing style of Megatron-Core", ", ".join(WSD_STYLES), rid))
+    n = _iters(wsd_iters)
+    if wsd_iters is not None and (n is None or not 0 < n <= decay):
+        out.append(_err(wsd_key, wsd_iters, f"the WSD annealing phase must be 1 ... lr_decay_iters ({decay}) iterations",
+                        f"1 ... {decay}", rid))
+    return out
+
+
+@rule("mixed-precision", "mixed_precision names a preset the runtime has",
+      "Megatron-Bridge training/mixed_precision.py get_mixed_precision_config raises ValueError on an unknown name "
+      "(the names: the key list of the pinned version, scripts/megatron_bridge_keys.py); the local runtime's "
+      "LOCAL_PRECISIONS", "Megatron-Bridge 0.5.0; the local runtime")
+def mixed_precision_name(value: Any, valid: Iterable[str], where: str, key: str = "mixed_precision") -> list[Problem]:
+    names = [str(v) for v in valid]
+    if value is None or not names or str(value) in names:
+        return []
+    close = [n for n in names if str(value).replace("-", "_").lower() == n.replace("-", "_").lower()]
+    close = close or difflib.get_close_matches(str(value), names, n=1, cutoff=0.75)
+    shown = sorted({n for n in names if "-" not in n} or set(names))
+    return [_err(key, value, f"not a mixed-precision preset of {where}" + (f"; did you mean '{close[0]}'?" if close else ""),
+                 ", ".join(shown), "mixed-precision")]
+
+
 __all__ = ["RULES", "RuleInfo", "divisors", "common_divisors", "fmt", "version_tuple", "stage_layers", "cp_multiple",
            "pack_pad_multiple",
-           "kv_note", "resolve_teachers", "TEACHER_SLOTS", "ENV_KINDS", "BUILTIN_ENVS"] + [
+           "kv_note", "resolve_teachers", "TEACHER_SLOTS", "ENV_KINDS", "BUILTIN_ENVS", "DECAY_STYLES", "WSD_STYLES"] + [
     r.func.__name__ for r in RULES.values()]

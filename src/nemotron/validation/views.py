@@ -222,7 +222,7 @@ def image_table() -> dict[str, Any]:
         from nemotron.paths import stages_dir
 
         return tomllib.loads((stages_dir() / "images.toml").read_text(encoding="utf-8"))
-    except Exception:  # noqa: BLE001 - validation must not fail on the image table; plan_job reports it
+    except Exception:  # validation must not fail on the image table; plan_job reports it
         return {}
 
 

@@ -8,5 +8,12 @@ import sys
 
 from nemotron.entry import Backend, run
 
+#: The backends of this stage (the config's ``backend`` key) and their runtimes; the CLI reads this too
+#: (:func:`nemotron.entry.stage_backends`) to refuse a backend without a runtime before anything runs.
+BACKENDS = {
+    "ray": Backend("nemotron.data.rl:main"),
+}
+DEFAULT = "ray"
+
 if __name__ == "__main__":
-    sys.exit(run("ultra3 data prep rl", {"ray": Backend("nemotron.data.rl:main")}, default="ray"))
+    sys.exit(run("ultra3 data prep rl", BACKENDS, default=DEFAULT))

@@ -8,5 +8,12 @@ import sys
 
 from nemotron.entry import Backend, run
 
+#: The backends of this stage (the config's ``backend`` key) and their runtimes; the CLI reads this too
+#: (:func:`nemotron.entry.stage_backends`) to refuse a backend without a runtime before anything runs.
+BACKENDS = {
+    "ray": Backend("nemotron.data.sft:main"),
+}
+DEFAULT = "ray"
+
 if __name__ == "__main__":
-    sys.exit(run("ultra3 data prep sft", {"ray": Backend("nemotron.data.sft:main")}, default="ray"))
+    sys.exit(run("ultra3 data prep sft", BACKENDS, default=DEFAULT))

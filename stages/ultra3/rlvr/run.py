@@ -10,7 +10,13 @@ import sys
 
 from nemotron.entry import Backend, run
 
+#: The backends of this stage (the config's ``backend`` key) and their runtimes; the CLI reads this too
+#: (:func:`nemotron.entry.stage_backends`) to refuse a backend without a runtime before anything runs.
+BACKENDS = {
+    "nemo-rl": Backend(runtime="nemotron.runtime.nemo_rl:rlvr_main", image="nemo-rl"),
+    "local": Backend(),
+}
+DEFAULT = "nemo-rl"
+
 if __name__ == "__main__":
-    sys.exit(run("ultra3 rlvr", {"nemo-rl": Backend(runtime="nemotron.runtime.nemo_rl:rlvr_main", image="nemo-rl"),
-                                  "local": Backend()},
-                 default="nemo-rl"))
+    sys.exit(run("ultra3 rlvr", BACKENDS, default=DEFAULT))
