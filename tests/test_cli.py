@@ -404,18 +404,24 @@ def test_data_prep_dry_run_checks_what_the_runtime_checks(capsys, tmp_path):
     assert code == 2 and "matches no file" in out and "/nope/*.jsonl" in out
 
 
+#: Shipped configs whose backend this version has no runtime for (their entry says so; validation refuses them).
+NO_RUNTIME_YET = {("rlvr", "local"), ("mopd", "local")}
+
+
 @pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
 def test_every_shipped_config_compiles_and_validates(stage):
     """Every config a stage ships compiles (layers, interpolation) and passes validation without a
-    profile; unresolved upstream artifacts are warnings only."""
+    profile; unresolved upstream artifacts are warnings only. The configs whose backend has no runtime in this
+    version (``rlvr``/``mopd -c local``) fail with that one error and no other."""
     from nemotron import validation
     from nemotron.config import config_names
 
     for name in config_names(stage):
         compiled = compile_config(stage, name, [])
         validation.prepare(stage, compiled.config, compiled.user_keys, None)
-        errors = [p.render() for p in validation.validate(stage, compiled.config, None) if p.severity == "error"]
-        assert not errors, f"{stage.name} -c {name}: {errors}"
+        found = [p for p in validation.validate(stage, compiled.config, None) if p.severity == "error"]
+        expected = ["runtime-available"] if (stage.name, name) in NO_RUNTIME_YET else []
+        assert [p.rule for p in found] == expected, f"{stage.name} -c {name}: {[p.render() for p in found]}"
         assert all(w.severity == "warning" for w in compiled.warnings())
 
 

@@ -141,7 +141,8 @@ def test_chain_continuation_resumes_a_signalled_run(cli, env_file, slurm, submit
 
 
 def test_warning_signal_must_come_before_the_time_limit(tmp_path, monkeypatch, capsys):
-    """No cluster needed: the dry-run renders the job and refuses a warning at or past the profile's time."""
+    """No cluster needed: the dry-run refuses a warning at or past the profile's time, as one of its problems
+    (listed with any others, the job not rendered)."""
     from nemotron.cli import main
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
@@ -149,10 +150,12 @@ def test_warning_signal_must_come_before_the_time_limit(tmp_path, monkeypatch, c
     env = Path(__file__).resolve().parent / "fixtures" / "env.toml"  # profile `sample`: time = 02:00:00
     code = main(["ultra3", "pretrain", "-c", "tiny", "run.signal_before_s=7200", "run.chain=2", "--dry-run",
                  "--batch", "sample", "--env-file", str(env)])
-    err = capsys.readouterr().err
+    cap = capsys.readouterr()
     assert code == 2
-    assert ("run.signal_before_s=7200: the warning signal must come before the job's time limit (02:00:00 = 7200 s, "
-            "profile sample key time)") in err
+    assert ("error: run.signal_before_s=7200: the warning signal must come before the job's time limit (02:00:00 = "
+            "7200 s, profile sample key time); valid: set run.signal_before_s below 7200 or give the profile a longer "
+            "time") in cap.out.splitlines()
+    assert cap.err.splitlines()[0] == "error: 1 problem found before anything was queued"
     code = main(["ultra3", "pretrain", "-c", "tiny", "run.signal_before_s=0", "run.requeue=false", "--dry-run",
                  "--batch", "sample", "--env-file", str(env)])
     out = capsys.readouterr().out

@@ -95,12 +95,26 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_gpu_stage_reaches_entry_and_fails_fast(cli, env_file, tmp_path):
+def nemo_image() -> str:
+    from nemotron.plan import image_table
+
+    return str(image_table()["nemo"]["image"])
+
+
+def test_gpu_stage_reaches_entry_and_fails_fast(cli, env_file, tmp_path, slurm):
     proc = cli("ultra3", "pretrain", "-c", "tiny", "--run", "ci", "--env-file", str(env_file),
                f"data.per_split_data_args_path={env_file}")
     assert proc.returncode == 1
     assert "ended FAILED" in proc.stderr
     assert "megatron.bridge is not importable here" in proc.stdout + proc.stderr
+    # the summary names the cause (once, for all ranks) before the log's tail, which is torchrun's report
+    summary = proc.stderr[proc.stderr.index("ended FAILED"):].splitlines()
+    assert summary[0].endswith("; ultra3 pretrain said:"), summary[:3]
+    said = summary[1:summary.index("[nemotron] last log lines:")]
+    ranks = slurm.gpus_per_node
+    assert (f"  ultra3 pretrain: this stage runs inside the NeMo container (image {nemo_image()}); "
+            f"megatron.bridge is not importable here" + (f" ({ranks} ranks)" if ranks > 1 else "")) in said, said
+    assert len(said) == len(set(said)) and all(line.startswith("  ultra3 pretrain: ") for line in said), said
 
 
 def test_batch_status_logs_cancel(cli, env_file, slurm):
@@ -226,3 +240,22 @@ def test_image_build_job_reaches_the_node_and_says_what_is_missing(cli, env_file
     assert "is not installed" in proc.stderr and "podman and enroot" in proc.stderr
     assert "ended FAILED" in proc.stderr
     assert not list((tmp_path / "images").glob("*.sqsh"))  # nothing half-built is left as an image
+
+
+def test_stage_messages_dedupe_ranks_and_skip_the_launcher():
+    """The failure summary's lines from a log as torchrun (--tee prefix) and srun --label write it."""
+    from nemotron.jobs import stage_messages
+
+    log = "\n".join([
+        "I1130 torch/distributed/run.py:747] Using nproc_per_node=2.",
+        "[default1]:ultra3 sft: cannot read x",
+        "[default0]:ultra3 sft: cannot read x",
+        "[rank0]:error: data.path='/d': no such file",
+        "1: hint: check the path",
+        "  exitcode  : -15 (pid: 24107)  (SIGTERM)",
+        "ultra3 sft_extra: not this stage's line",
+    ])
+    assert stage_messages(log, "ultra3 sft") == ["ultra3 sft: cannot read x (2 ranks)",
+                                                 "error: data.path='/d': no such file", "hint: check the path"]
+    assert stage_messages(log, "ultra3 sft", n=1) == ["ultra3 sft: cannot read x (2 ranks)"]
+    assert stage_messages("Traceback (most recent call last):\n  exitcode  : 1", "ultra3 sft") == []

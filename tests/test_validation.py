@@ -117,8 +117,10 @@ SHIPPED += [(f, c) for f in ("data_prep_sft", "data_prep_rl") for c in ("default
 
 @pytest.mark.parametrize("folder,config", SHIPPED)
 def test_shipped_configs_validate_without_a_profile(folder, config):
+    """All valid, but the RL ``local`` configs: their backend has no runtime in this version, the one error."""
     problems, _, _, _ = check(folder, config)
-    assert errors(problems) == [], [p.render() for p in errors(problems)]
+    expected = ["runtime-available"] if folder in ("rlvr", "mopd") and config == "local" else []
+    assert [p.rule for p in errors(problems)] == expected, [p.render() for p in errors(problems)]
 
 
 @pytest.mark.parametrize("folder", ["pretrain", "sft", "convert", "quantize", "rlvr", "mopd"])

@@ -2,9 +2,9 @@
 
 A record is a small JSON file ``<store>/<name>/v<N>.json`` with at least ``name``, ``version``,
 ``path`` and ``created`` (seconds since the epoch), plus whatever fields the producing stage adds
-(``blend_path``, ``tokenizer``, ``config_hash``, ``job_id`` ...). The store is
-``$NEMOTRON_HOME/artifacts`` (default ``~/.nemotron/artifacts``). Configs refer to records with
-``${art:NAME,FIELD}`` (latest version) or ``${art:NAME:VERSION,FIELD}``.
+(``blend_path``, ``tokenizer``, ``config_hash``, ``job_id`` ...). The store is env.toml's
+``[artifacts] root`` when set, else ``$NEMOTRON_HOME/artifacts`` (default ``~/.nemotron/artifacts``).
+Configs refer to records with ``${art:NAME,FIELD}`` (latest version) or ``${art:NAME:VERSION,FIELD}``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,33 @@ def home() -> Path:
     return Path(os.environ.get("NEMOTRON_HOME") or Path.home() / ".nemotron").expanduser()
 
 
+#: ``[artifacts] root`` of the env.toml this command reads (:func:`use_env_file`); None: the default store.
+_ROOT: Path | None = None
+
+
 def store() -> Path:
-    """The artifact store folder (may not exist yet)."""
-    return home() / "artifacts"
+    """The artifact store folder (may not exist yet): ``[artifacts] root`` of the env.toml the command
+    reads (:func:`use_env_file`), else ``$NEMOTRON_HOME/artifacts`` (default ``~/.nemotron/artifacts``)."""
+    return _ROOT if _ROOT is not None else home() / "artifacts"
+
+
+def use_env_file(path: str | Path | None) -> None:
+    """Keep records where env.toml ``path`` says (its ``[artifacts] root``), or in the default store when
+    ``path`` is None or has no such section. Called for every stage command (with the env.toml it
+    found: ``--env-file``, ``$NEMOTRON_ENV_FILE`` or discovery) and, when a batch job's outputs are
+    recorded later, with the env.toml the job was submitted from.
+
+    Raises:
+        ConfigError: the env.toml cannot be read or its settings sections are invalid.
+    """
+    global _ROOT
+    if path is None:
+        _ROOT = None
+        return
+    from nemotron.profiles import artifacts_root, load_profiles
+
+    loaded = load_profiles(Path(path))
+    _ROOT = artifacts_root(loaded.sections, loaded.source)
 
 
 def _versions(name: str) -> list[int]:

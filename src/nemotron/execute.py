@@ -171,7 +171,14 @@ def attach(rec: Any, owner: bool = False) -> int:
         for art in jobs.record_outputs(rec):
             print(f"[nemotron] artifact {art['name']} v{art['version']}: {art['path']}", file=sys.stderr)
         return 0
-    print(f"[nemotron] job {rec.job_id} ended {st} (exit code {code or '?'}); last log lines:", file=sys.stderr)
+    said = jobs.failure_messages(rec)  # the cause, before the launcher's summary that ends the log
+    if said:
+        print(f"[nemotron] job {rec.job_id} ended {st} (exit code {code or '?'}); {rec.title} said:", file=sys.stderr)
+        for line in said:
+            print(f"  {line}", file=sys.stderr)
+        print("[nemotron] last log lines:", file=sys.stderr)
+    else:
+        print(f"[nemotron] job {rec.job_id} ended {st} (exit code {code or '?'}); last log lines:", file=sys.stderr)
     for line in jobs.tail_lines(rec):
         print(f"  {line}", file=sys.stderr)
     return 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -242,6 +243,35 @@ def follow(rec: JobRecord, *, poll_s: float = 1.0, stream=None) -> tuple[str, st
         time.sleep(poll_s)
 
 
+#: What a launcher puts before each line of a rank: torchrun's ``--tee`` prefix ``[default3]:`` (or
+#: ``[rank3]:``), ``srun --label``'s ``3: ``.
+_RANK_PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:|\d+: )")
+
+
+def stage_messages(text: str, title: str, n: int = 10) -> list[str]:
+    """The stage's own messages in a job log: the lines that :func:`nemotron.entry.run` and the runtimes
+    print (``error: ...``, ``hint: ...``, ``<title>: ...``, e.g. ``ultra3 pretrain: ... megatron.bridge is
+    not importable here``), the rank prefix removed, each once (the first ``n`` distinct), with
+    ``(N ranks)`` when several ranks printed it. A launcher's own report (torchrun's failure summary)
+    is not one of them."""
+    counts: dict[str, int] = {}
+    for raw in text.splitlines():
+        line = _RANK_PREFIX.sub("", raw, count=1).rstrip()
+        if line.startswith(("error: ", "hint: ", f"{title}: ")):
+            counts[line] = counts.get(line, 0) + 1
+    return [f"{line} ({count} ranks)" if count > 1 else line for line, count in list(counts.items())[:n]]
+
+
+def failure_messages(rec: JobRecord, n: int = 10) -> list[str]:
+    """:func:`stage_messages` of the job's logs (task log, then the batch script's), redacted."""
+    redact = redactor(rec)
+    for path in log_files(rec):
+        found = stage_messages(redact(read_log(rec, path)), rec.title, n)
+        if found:
+            return found
+    return []
+
+
 def tail_lines(rec: JobRecord, n: int = 20) -> list[str]:
     """The last ``n`` lines of the job's logs (task log first, then the batch script's), redacted."""
     redact = redactor(rec)
@@ -277,6 +307,9 @@ def record_outputs(rec: JobRecord) -> list[dict]:
     if rec.recorded or not rec.outputs:
         return []
     from nemotron import artifacts
+
+    # where the submitting command kept its records: the [artifacts] root of the env.toml it read
+    artifacts.use_env_file(rec.env_file if rec.env_file and os.path.isfile(rec.env_file) else None)
 
     actual = None if rec.tunnel == "ray" else _remote(rec, f"cat {shlex.quote(rec.run_dir + '/' + artifacts.OUTPUTS_FILE)} "
                                                            "2>/dev/null").stdout

@@ -59,14 +59,16 @@ def load_profile(name: str | None, env_file: str | None, overrides: dict[str, An
         ConfigError: no env.toml found, unknown profile, invalid profile, or profile overrides
             given without a profile.
     """
+    from nemotron import artifacts, profiles
+
     if name is None:
         if overrides:
             keys = ", ".join(f"profile.{k}" for k in overrides)
             raise ConfigError(f"{keys} given, but no profile is used", "add --run PROFILE or --batch PROFILE")
+        artifacts.use_env_file(profiles.find_env_file(env_file))  # [artifacts] root holds for runs here too
         return None
-    from nemotron import profiles
-
     path = profiles.find_env_file(env_file)
+    artifacts.use_env_file(path)
     if path is None:
         raise ConfigError(f"profile {name!r} requested but no env.toml was found",
                           "copy env.toml.example to ./env.toml, or pass --env-file PATH (or set NEMOTRON_ENV_FILE)")

@@ -348,12 +348,37 @@ def tracking_env(sections: dict[str, Any], source: Path | str = "env.toml") -> d
     return out
 
 
-def load_profiles(path: Path) -> Profiles:
-    """Parse an env.toml into :class:`Profiles` (profiles are validated lazily, on :meth:`Profiles.get`).
+#: Keys of the ``[artifacts]`` settings section.
+ARTIFACTS_KEYS = ("root",)
+
+
+def artifacts_root(sections: dict[str, Any], source: Path | str = "env.toml") -> Path | None:
+    """The folder ``[artifacts] root`` names (``~`` expanded; a relative path is taken from the env.toml's
+    folder), or ``None`` without one: where :mod:`nemotron.artifacts` keeps its records.
 
     Raises:
-        ConfigError: unreadable file, TOML syntax error (with its line), or a top-level key that is
-            not a table.
+        ConfigError: an unknown key (with a did-you-mean) or a value that is not a non-empty string.
+    """
+    section = sections.get("artifacts") or {}
+    for key, value in section.items():
+        if key not in ARTIFACTS_KEYS:
+            raise ConfigError(f"{source}: [artifacts] {key}: unknown key{_suggest(key, ARTIFACTS_KEYS)}",
+                              f"valid: {', '.join(ARTIFACTS_KEYS)} (the folder where artifact records are kept)")
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{source}: [artifacts] {key} = {value!r}: expected a non-empty string (a folder)")
+    if "root" not in section:
+        return None
+    root = Path(os.path.expanduser(section["root"]))
+    return root if root.is_absolute() else Path(source).resolve().parent / root
+
+
+def load_profiles(path: Path) -> Profiles:
+    """Parse an env.toml into :class:`Profiles` (profiles are validated lazily, on :meth:`Profiles.get`;
+    the settings sections ``[wandb]`` and ``[artifacts]`` at once, as strictly as profiles).
+
+    Raises:
+        ConfigError: unreadable file, TOML syntax error (with its line), a top-level key that is
+            not a table, or an unknown key or bad value in a settings section.
     """
     path = Path(path)
     try:
@@ -371,8 +396,10 @@ def load_profiles(path: Path) -> Profiles:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: top-level key {name!r} is not a table",
                               f"each profile is a [table]; move {name} = ... under one")
-    return Profiles(path, {n: v for n, v in data.items() if n not in SECTIONS},
-                    {n: v for n, v in data.items() if n in SECTIONS}, text)
+    sections = {n: v for n, v in data.items() if n in SECTIONS}
+    tracking_env(sections, path)
+    artifacts_root(sections, path)
+    return Profiles(path, {n: v for n, v in data.items() if n not in SECTIONS}, sections, text)
 
 
 def resolve_profile(name: str, env_file: str | Path | None = None,

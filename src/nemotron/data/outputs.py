@@ -14,6 +14,9 @@ place unless a training run has consumed it, in which case the rebuild goes to a
 ``output_dir/v<N+1>`` and the consumed data stays untouched (the checkpoint's lineage keeps pointing
 at the exact files it was trained on).
 
+One writer at a time: a run holds ``output_dir/.nemotron-writer.lock`` (:func:`writer_lock`) while it
+writes any version; a second run on the same ``output_dir`` stops at once with the first one's pid.
+
 ``consumed_by`` record: a training stage that reads a version folder calls :func:`record_consumer`
 before it starts. That writes ``<version>/consumed_by/<run_id>.json`` (atomically, one file per run,
 so concurrent runs never race on a shared file) holding at least
@@ -23,22 +26,60 @@ record is never overwritten.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from nemotron.data.files import atomic_write_json
-from nemotron.errors import ConfigError
+from nemotron.errors import ConfigError, RuntimeFailure
 
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
 CONSUMED_DIR = "consumed_by"
 RECEIPT_SUFFIX = ".receipt.json"
+#: The lock file a run holds in ``output_dir`` while it writes there (:func:`writer_lock`); never deleted.
+LOCK = ".nemotron-writer.lock"
 #: Names inside a version folder that a rebuild may delete (nothing else is ever removed).
 OWNED_NAMES = (MANIFEST, PLAN, "blend.json", "data", "tokenizer")
+
+
+@contextlib.contextmanager
+def writer_lock(output_dir: str | Path) -> Iterator[Path]:
+    """Hold ``output_dir`` for one writing run: an exclusive, non-blocking ``fcntl.flock`` on
+    ``output_dir/.nemotron-writer.lock`` (the folder and its parents are created), which records the
+    holder's pid. The lock covers every version folder under ``output_dir``; the operating system drops
+    it when the process ends, killed or not, so a stale lock file never blocks. Yields the lock file.
+
+    ``flock`` is exact between processes of one machine; on a network file system it holds between
+    machines only where the file system implements it (NFSv4 and Lustre with ``flock`` mounts do).
+
+    Raises:
+        RuntimeFailure: another process holds the lock (exit 1, nothing written):
+            ``another run (pid N) is writing OUTPUT_DIR``.
+    """
+    root = Path(output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise RuntimeFailure(f"another run (pid {holder}) is writing {root}",
+                                 "wait for it to finish, or give this run another output_dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def consumers(version_dir: str | Path) -> list[dict[str, Any]]:

@@ -531,7 +531,9 @@ def main(cfg: dict[str, Any]) -> int:
         RuntimeFailure: a failure while working (exit 1); finished shards keep their receipts, so a
             rerun resumes.
     """
-    manifest = prepare(Settings.from_config(cfg))
+    s = Settings.from_config(cfg)
+    with outputs.writer_lock(s.output_dir):  # one writing run per output folder
+        manifest = prepare(s)
     from nemotron.artifacts import write_outputs
 
     write_outputs({"pretrain-data": {"path": manifest["path"], "blend_path": manifest["blend_json"],

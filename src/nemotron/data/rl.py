@@ -136,7 +136,9 @@ def main(cfg: dict[str, Any]) -> int:
         ConfigError: a config, blend or input problem found before any work (exit 2).
         RuntimeFailure: a failure while working (exit 1).
     """
-    manifest = prepare(Settings.from_config(cfg))
+    s = Settings.from_config(cfg)
+    with outputs.writer_lock(s.output_dir):  # one writing run per output folder
+        manifest = prepare(s)
     from nemotron.artifacts import write_outputs
 
     write_outputs({"rl-data": {"path": manifest["path"], "data_version": manifest["version"],

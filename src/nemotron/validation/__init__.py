@@ -146,7 +146,7 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     if kind == "data":
         from nemotron.validation.data import validate_data
 
-        return _dedupe(missing + validate_data(stage, cfg))
+        return _dedupe(missing + validate_data(stage, cfg) + _run_keys(cfg, profile))
     if kind == "rl":
         problems = checks.validate_rl(stage, cfg, profile)
     else:
