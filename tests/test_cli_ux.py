@@ -36,6 +36,17 @@ def _processes_with_env(marker: bytes) -> list[str]:
     return out
 
 
+def _ray_agent_started(marker: bytes) -> bool:
+    """Whether Ray's dashboard agent of the run (``.../dashboard/agent.py``) is running."""
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"dashboard/agent.py" in (entry / "cmdline").read_bytes() and marker in (entry / "environ").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
 @pytest.mark.parametrize("when", ["while Ray workers tokenize", "while Ray starts"])
 def test_ctrl_c_on_a_data_prep_run_prints_one_line_exits_130_and_leaves_nothing(tmp_path, shared_data, when):
     """SIGINT to the command's process group (what a terminal's Ctrl-C does): one ``interrupted`` line,
@@ -57,7 +68,7 @@ def test_ctrl_c_on_a_data_prep_run_prints_one_line_exits_130_and_leaves_nothing(
         assert proc.stdout is not None
         if when == "while Ray starts":
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not any("DashboardA" in p for p in _processes_with_env(marker)):
+            while time.monotonic() < deadline and not _ray_agent_started(marker):
                 time.sleep(0.05)  # Ray's node is coming up: its dashboard agent has just started
         else:
             seen = []
