@@ -101,6 +101,47 @@ def test_ctrl_c_on_a_data_prep_run_prints_one_line_exits_130_and_leaves_nothing(
         assert int(index["pointers"][-1]) + int(index["lengths"][-1]) * 4 == bin_file.stat().st_size  # int32 ids
 
 
+def test_sigterm_on_a_data_prep_run_stops_it_resumably_and_the_rerun_finishes(tmp_path, shared_data):
+    """SIGTERM to the command (``kill``, ``timeout``): the stage stops cleanly — no Ray stack dump, exit 75
+    (resumable, as the training runtimes), nothing of the run left — and the same command run again
+    finishes the folder (exit 0, manifest written)."""
+    out_dir = tmp_path / "out"
+    home = tmp_path / "home"
+    env = {**os.environ, "NEMOTRON_HOME": str(home), "NEMOTRON_SHARED_DATA": str(shared_data), "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    marker = f"NEMOTRON_HOME={home}".encode() + b"\0"
+    cmd = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "pretrain", "-c", "tiny",
+           f"output_dir={out_dir}"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("tokenizing"):
+                break
+        else:
+            pytest.fail("the run ended before tokenizing:\n" + "".join(seen) + proc.stderr.read())
+        time.sleep(1.0)
+        assert proc.poll() is None, "the run is not running any more"
+        proc.send_signal(signal.SIGTERM)
+        _rest, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    left = _processes_with_env(marker)
+    for pid in (int(p.split()[0]) for p in left):
+        os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 75, err[-2000:]
+    assert "stopped by SIGTERM" in err and "SIGTERM received" not in err, err[-2000:]
+    assert not left, f"processes of the stopped run still alive: {left}"
+    assert not (out_dir / "manifest.json").exists()
+    again = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (out_dir / "manifest.json").is_file()
+
+
 # ---------------------------------------------------------------------------------------------- #
 _ENV_TOML = """\
 [cluster]

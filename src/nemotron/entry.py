@@ -183,7 +183,7 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
 
     import yaml
 
-    from nemotron.errors import NemotronError
+    from nemotron.errors import NemotronError, stop_signal
 
     cfg: Any = None
     try:
@@ -208,8 +208,18 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
         if code == RESUMABLE:
             requeue_on_slurm(stage)
         return code
-    except KeyboardInterrupt:
-        return interrupted(stage)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", None) or stop_signal()
+        if signum is None:
+            return interrupted(stage)
+        import signal as _signal
+
+        from nemotron.execute import RESUMABLE
+
+        print(f"{stage}: stopped by {_signal.Signals(signum).name}; what was finished is kept, run the same "
+              f"command again to resume", file=sys.stderr, flush=True)
+        requeue_on_slurm(stage)
+        return RESUMABLE
     except OSError as exc:
         if args.debug:
             raise

@@ -90,3 +90,33 @@ class ValidationError(NemotronError):
             f"{n} problem{'s' if n != 1 else ''} found before anything was queued",
             "fix the keys listed above (or override them: key=value) and run again with --dry-run",
         )
+
+
+
+class StopRequested(KeyboardInterrupt):
+    """SIGTERM reached a runtime that can resume (data prep: finished shards keep their receipts).
+
+    A ``KeyboardInterrupt``: Ray's blocking calls in the driver pass an interrupt raised by a signal
+    handler on unchanged (another exception type raised there comes out as a ``SystemError``), and every
+    cleanup path that handles Ctrl-C handles this too. The entry (:func:`nemotron.entry.run`) turns it into
+    exit 75, "stopped, run the same command again to resume" (the code the training runtimes use, and the
+    one a Slurm job requeues on); :func:`stop_signal` tells it apart when Ray re-raises a plain interrupt.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+_STOP_SIGNAL: list[int] = []
+
+
+def request_stop(signum: int, _frame: Any = None) -> None:
+    """Signal handler: remember ``signum`` and raise :class:`StopRequested`."""
+    _STOP_SIGNAL.append(signum)
+    raise StopRequested(signum)
+
+
+def stop_signal() -> int | None:
+    """The signal :func:`request_stop` handled in this process, if any."""
+    return _STOP_SIGNAL[0] if _STOP_SIGNAL else None

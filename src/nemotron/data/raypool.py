@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from nemotron.errors import NemotronError, RuntimeFailure
+from nemotron.errors import NemotronError, RuntimeFailure, request_stop
 
 
 @contextlib.contextmanager
@@ -52,12 +54,20 @@ def ray_session(num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
             where = f"the Ray cluster at RAY_ADDRESS={address}" if address else "a local Ray instance"
             raise RuntimeFailure(f"cannot start or join {where}: {type(exc).__name__}: {exc}") from None
         started = True
+    # Ray's core worker installs a C++ SIGTERM handler in the driver that dumps a stack and exits 1; ours
+    # replaces it (main thread only) so `kill`, `timeout`, scancel and Slurm's warning stop the run cleanly:
+    # StopRequested (an interrupt) unwinds through the pipelines' cleanup and the entry exits 75 (resumable)
+    ours = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, request_stop) if ours else None
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         yield {"started": started, "address": os.environ.get("RAY_ADDRESS") or "local", "cpus": cpus}
     finally:
+        if ours:  # a handler installed outside Python (Ray's) reads back as None: the default then
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         if started:
             ray.shutdown()
+
 
 
 def run_streaming(
