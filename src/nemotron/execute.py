@@ -296,6 +296,26 @@ def reap_session(sid: int, grace_s: float = 3.0) -> list[int]:
     return left
 
 
+def _die_with_parent(parent: int) -> Any:
+    """A ``preexec_fn`` that makes the stage die with this command (Linux ``PR_SET_PDEATHSIG``, SIGKILL).
+
+    The stage runs in a session of its own (see :func:`run_here`), so a kill of this command's process
+    group (``kill -9 -PGID``, a closed terminal's SIGHUP after the command is gone) no longer reaches it;
+    without this it would train on unobserved. SIGKILL, as the group kill it stands for: the stage resumes
+    from its last checkpoint, and Ray's own processes share the driver's fate. None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def setup() -> None:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # this command died before the line above took effect
+            os._exit(137)
+
+    return setup
+
+
 def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     """Run the entry script as a child process on this machine, streaming its output.
 
@@ -332,7 +352,7 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     try:
         # its own session: everything the stage starts (Ray's GCS, raylet, agents and workers, torchrun's
         # ranks) stays in it, so whatever outlives the stage can be found and stopped (reap_session)
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
     except OSError as exc:
         raise RuntimeFailure(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
 
