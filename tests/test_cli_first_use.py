@@ -14,9 +14,9 @@ import re
 import pytest
 
 from nemotron import validation
-from nemotron.cli import main
 from nemotron.config import compile_config
 from nemotron.registry import get_stage
+from test_cli import _isolated_home, run_cli  # noqa: F401 - the autouse fixture isolates NEMOTRON_HOME here too
 
 SHORT_PROFILE = """\
 [short]
@@ -29,18 +29,6 @@ gpu_arch = "hopper"
 gpu_memory = 141
 """
 
-
-@pytest.fixture(autouse=True)
-def _isolated_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("NEMOTRON_ENV_FILE", raising=False)
-    monkeypatch.chdir(tmp_path)
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
 
 
 # ------------------------------------------------------------------------------ 1. pipe lists its problems

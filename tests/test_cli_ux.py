@@ -47,6 +47,32 @@ def _ray_agent_started(marker: bytes) -> bool:
     return False
 
 
+def _start_data_prep(tmp_path: Path, shared_data: Path) -> tuple[subprocess.Popen, list[str], bytes, Path]:
+    """The real ``data prep pretrain -c tiny`` through the CLI, in a session of its own, with a
+    ``NEMOTRON_HOME`` unique to the test. Returns the process, its command, the environment marker of
+    its processes (:func:`_processes_with_env`) and its output folder."""
+    out_dir = tmp_path / "out"
+    home = tmp_path / "home"
+    env = {**os.environ, "NEMOTRON_HOME": str(home), "NEMOTRON_SHARED_DATA": str(shared_data), "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "pretrain", "-c", "tiny",
+           f"output_dir={out_dir}"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    return proc, cmd, f"NEMOTRON_HOME={home}".encode() + b"\0", out_dir
+
+
+def _wait_for_tokenizing(proc: subprocess.Popen) -> None:
+    """Read the run's output until its Ray workers tokenize (fails the test if the run ends first)."""
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("tokenizing"):
+            return
+    pytest.fail("the run ended before tokenizing:\n" + "".join(seen) + proc.stderr.read())
+
+
 @pytest.mark.parametrize("when", ["while Ray workers tokenize", "while Ray starts"])
 def test_ctrl_c_on_a_data_prep_run_prints_one_line_exits_130_and_leaves_nothing(tmp_path, shared_data, when):
     """SIGINT to the command's process group (what a terminal's Ctrl-C does): one ``interrupted`` line,
@@ -55,29 +81,14 @@ def test_ctrl_c_on_a_data_prep_run_prints_one_line_exits_130_and_leaves_nothing(
     and early, while Ray is starting (its agents outlived the run there before)."""
     from nemotron.data.indexed import read_index
 
-    out_dir = tmp_path / "out"
-    home = tmp_path / "home"
-    env = {**os.environ, "NEMOTRON_HOME": str(home), "NEMOTRON_SHARED_DATA": str(shared_data), "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
-    marker = f"NEMOTRON_HOME={home}".encode() + b"\0"
-    cmd = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "pretrain", "-c", "tiny",
-           f"output_dir={out_dir}"]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc, _cmd, marker, out_dir = _start_data_prep(tmp_path, shared_data)
     try:
-        assert proc.stdout is not None
         if when == "while Ray starts":
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not _ray_agent_started(marker):
                 time.sleep(0.05)  # Ray's node is coming up: its dashboard agent has just started
         else:
-            seen = []
-            for line in proc.stdout:
-                seen.append(line)
-                if line.startswith("tokenizing"):
-                    break
-            else:
-                pytest.fail("the run ended before tokenizing:\n" + "".join(seen) + proc.stderr.read())
+            _wait_for_tokenizing(proc)
             time.sleep(2.0)
         assert proc.poll() is None, "the run is not running any more"
         os.killpg(proc.pid, signal.SIGINT)
@@ -105,24 +116,9 @@ def test_sigterm_on_a_data_prep_run_stops_it_resumably_and_the_rerun_finishes(tm
     """SIGTERM to the command (``kill``, ``timeout``): the stage stops cleanly — no Ray stack dump, exit 75
     (resumable, as the training runtimes), nothing of the run left — and the same command run again
     finishes the folder (exit 0, manifest written)."""
-    out_dir = tmp_path / "out"
-    home = tmp_path / "home"
-    env = {**os.environ, "NEMOTRON_HOME": str(home), "NEMOTRON_SHARED_DATA": str(shared_data), "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
-    marker = f"NEMOTRON_HOME={home}".encode() + b"\0"
-    cmd = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "pretrain", "-c", "tiny",
-           f"output_dir={out_dir}"]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc, cmd, marker, out_dir = _start_data_prep(tmp_path, shared_data)
     try:
-        assert proc.stdout is not None
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            if line.startswith("tokenizing"):
-                break
-        else:
-            pytest.fail("the run ended before tokenizing:\n" + "".join(seen) + proc.stderr.read())
+        _wait_for_tokenizing(proc)
         time.sleep(1.0)
         assert proc.poll() is None, "the run is not running any more"
         proc.send_signal(signal.SIGTERM)
@@ -137,6 +133,8 @@ def test_sigterm_on_a_data_prep_run_stops_it_resumably_and_the_rerun_finishes(tm
     assert "stopped by SIGTERM" in err and "SIGTERM received" not in err, err[-2000:]
     assert not left, f"processes of the stopped run still alive: {left}"
     assert not (out_dir / "manifest.json").exists()
+    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home"), "NEMOTRON_SHARED_DATA": str(shared_data)}
+    env.pop("RAY_ADDRESS", None)
     again = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode == 0, again.stderr[-2000:]
     assert (out_dir / "manifest.json").is_file()
