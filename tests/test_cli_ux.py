@@ -73,6 +73,22 @@ def _wait_for_tokenizing(proc: subprocess.Popen) -> None:
     pytest.fail("the run ended before tokenizing:\n" + "".join(seen) + proc.stderr.read())
 
 
+def test_ctrl_c_while_python_loads_the_command_line_is_one_line_and_130():
+    """Ctrl-C in the first tens of milliseconds lands while ``nemotron.cli`` is being imported. An import hook
+    raises KeyboardInterrupt exactly there (what Python's SIGINT handler does), then the console script runs."""
+    hook = ("import sys\n"
+            "class Interrupt:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'nemotron.cli':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Interrupt())\n"
+            "from nemotron.console import main\n"
+            "sys.argv = ['nemotron', 'ultra3', 'pretrain', '-c', 'tiny', '--dry-run']\n"
+            "raise SystemExit(main())\n")
+    proc = subprocess.run([sys.executable, "-c", hook], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "interrupted\n", "")
+
+
 @pytest.mark.parametrize("when", ["while Ray workers tokenize", "while Ray starts"])
 def test_ctrl_c_on_a_data_prep_run_prints_one_line_exits_130_and_leaves_nothing(tmp_path, shared_data, when):
     """SIGINT to the command's process group (what a terminal's Ctrl-C does): one ``interrupted`` line,

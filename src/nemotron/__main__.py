@@ -1,4 +1,4 @@
-from nemotron.cli import main
+from nemotron.console import main
 
 if __name__ == "__main__":
     raise SystemExit(main())
