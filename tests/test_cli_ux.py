@@ -237,6 +237,9 @@ def _stage_dry_run(capsys, *argv: str) -> tuple[int, str]:
     (("data", "prep", "pretrain", "-c", "tiny", "output.dtype=uint16"),
      "error: output.dtype='uint16': cannot hold the token ids of a 131,072-entry vocabulary (largest uint16 id is "
      "65,535) (tokenizer "),
+    (("data", "prep", "pretrain", "-c", "tiny", "sample=20"),
+     "error: sample=20 leaves no training records: the first split.valid_docs=10 + split.test_docs=10 records of each "
+     "dataset are held out; valid: more than 20, or lower split.valid_docs / split.test_docs"),
     (("pretrain", "-c", "tiny", "mixed_precision=bf16_nvfp4_mixed"),
      "error: mixed_precision='bf16_nvfp4_mixed': not a mixed-precision preset of Megatron-Bridge 0.5.0; did you mean "
      "'bf16_with_nvfp4_mixed'?; valid: bf16_mixed, "),

@@ -149,6 +149,11 @@ class Settings:
         s.planned_tokens = c.float("summary.planned_tokens", None, minimum=0)
         s.progress_interval_s = c.float("summary.progress_interval_s", 10.0, minimum=0) or 10.0
         c.check_unknown()
+        held_out = s.valid_docs + s.test_docs
+        if s.sample is not None and s.sample <= held_out:
+            raise ConfigError(f"sample={s.sample} leaves no training records: the first split.valid_docs={s.valid_docs} "
+                              f"+ split.test_docs={s.test_docs} records of each dataset are held out",
+                              f"more than {held_out}, or lower split.valid_docs / split.test_docs")
         return s
 
 
