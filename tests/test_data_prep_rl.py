@@ -111,3 +111,15 @@ def test_gsm8k_from_shared_data(ray_instance, tmp_path):
     assert d["gsm8k"]["records"] == 300 and not d["gsm8k"]["skipped"]
     answers = [r["messages"][1]["content"] for r in lines(m["files"]["train"]["path"]) if r["dataset"] == "gsm8k"]
     assert all(a.replace(",", "").lstrip("-").replace(".", "", 1).isdigit() for a in answers)
+
+
+def test_progress_counts_prompts_not_tokens(ray_instance, tmp_path, capsys):
+    """RL data prep writes no tokens: its progress lines count prompts read and prompts/s."""
+    from nemotron.data.progress import human
+
+    cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(tmp_path / "p"), path_vars__shared_data=str(SHARED_DATA))
+    m = rl.prepare(rl.Settings.from_config(cfg), live_progress=False)
+    final = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[rl prompts] 100.0%")]
+    read = sum(d["records"] for d in m["datasets"])
+    assert len(final) == 1 and f"  {human(read)} prompts  " in final[0] and "prompts/s" in final[0], final
+    assert "token" not in final[0], final

@@ -54,14 +54,20 @@ class Progress:
         description: label.
         interval_s: seconds between plain progress lines when not on a terminal.
         live: force the live bar on (True) or off (False); default: on when stdout is a terminal.
+        item: what ``docs`` counts, as shown (``"docs"``, ``"prompts"``).
+        count_tokens: show tokens and tokens/s; False for work that writes no tokens (RL prompts), which
+            shows items/s instead.
     """
 
-    def __init__(self, total: float, description: str, interval_s: float = 10.0, live: bool | None = None) -> None:
+    def __init__(self, total: float, description: str, interval_s: float = 10.0, live: bool | None = None,
+                 item: str = "docs", count_tokens: bool = True) -> None:
         self.total = max(float(total), 1.0)
         self.done = 0.0
         self.tokens = 0
         self.docs = 0
         self.description = description
+        self.item = item
+        self.count_tokens = count_tokens
         self.interval_s = interval_s
         self.live = (sys.stdout.isatty() and not in_batch_job()) if live is None else live
         self._t0 = time.monotonic()
@@ -104,7 +110,9 @@ class Progress:
 
     def _stats(self) -> str:
         dt = max(time.monotonic() - self._t0, 1e-9)
-        return f"{human(self.docs)} docs  {human(self.tokens)} tokens  {human(self.tokens / dt)} tok/s"
+        if not self.count_tokens:
+            return f"{human(self.docs)} {self.item}  {human(self.docs / dt)} {self.item}/s"
+        return f"{human(self.docs)} {self.item}  {human(self.tokens)} tokens  {human(self.tokens / dt)} tok/s"
 
     def _refresh(self, force: bool = False) -> None:
         now = time.monotonic()

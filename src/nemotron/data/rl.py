@@ -413,7 +413,8 @@ def _run(s: Settings, shards: list[dict[str, Any]], opts: dict[str, Any], live_p
         if not quiet:
             print(f"reading {len(todo)} shards on {workers} workers", flush=True)
         with Progress(sum(max(sh["est_bytes"], 1) for sh in todo), "rl prompts", interval_s=s.progress_interval_s,
-                      live=False if quiet and live_progress is None else live_progress) as bar:
+                      live=False if quiet and live_progress is None else live_progress, item="prompts",
+                      count_tokens=False) as bar:
             if quiet:
                 bar.interval_s = math.inf
 
