@@ -110,7 +110,7 @@ def test_cluster_profile_paths_are_not_checked_here(cli, a_file):
 def test_runtime_os_error_names_the_key_not_the_config(tmp_path, a_file):
     """Past validation (a job's entry runs the compiled config as is), the entry's one line names the
     key and path; a config that cannot be read is still reported as such."""
-    cfg = compile_stage("data-prep-pretrain", "tiny", output_dir=f"{a_file}/sub", sample=10)
+    cfg = compile_stage("data-prep-pretrain", "tiny", output_dir=f"{a_file}/sub", sample=40)
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump(cfg))
     entry = [sys.executable, str(REPO / "stages" / "ultra3" / "data_prep_pretrain" / "run.py"), "--config"]

@@ -4,8 +4,9 @@ Both read a blend of datasets the way pretraining does (:mod:`nemotron.data.blen
 :mod:`nemotron.data.sources`), but handle whole records instead of one text field. Here:
 
 * :class:`Reader` — typed access to the compiled stage config, with the stage's own known keys;
-* :func:`record_format` / :func:`plan_dataset` — a dataset's files cut into work shards (a file is
-  never split in a way that repeats or loses a record; ``sample`` caps records per dataset);
+* :func:`record_format` / :func:`plan_dataset` / :func:`plan_datasets` — a dataset's files cut into
+  work shards (a file is never split in a way that repeats or loses a record; ``sample`` caps records
+  per dataset);
 * :class:`Problems` — per-reason counts, kept ``file:line`` examples and the skip/fail policies;
 * :func:`unit_hash` — seeded per-record numbers in [0, 1) that do not depend on worker count or order;
 * :func:`passes_from_weights` — how many passes over each dataset realise the blend weights.
@@ -21,7 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from nemotron.data.blend import DatasetSpec
+from nemotron.data import driver
+from nemotron.data.blend import Blend, DatasetSpec
 from nemotron.data.pretrain import _dataset_files, _local, _pack, _Reader
 from nemotron.data.sources import FORMATS, Piece, is_remote, scan_rows, split_file
 from nemotron.errors import ConfigError, RuntimeFailure
@@ -121,6 +123,27 @@ def plan_dataset(spec: DatasetSpec, s: Any, schemas: tuple[str, ...], target_byt
     out = DatasetShards(spec, schema, fmt, [f for f, _ in files], sum(sz for _, sz in files))
     out.shards = _pack(pieces, target_bytes) if pieces else []
     return out
+
+
+def plan_datasets(blend: Blend, s: Any, schemas: tuple[str, ...]) -> tuple[list[DatasetShards], list[str]]:
+    """Every dataset of the blend cut into shards (:func:`plan_dataset`), in blend order, and the notes
+    for the datasets left out (optional, or ``policies.empty_glob=skip``, with no input file).
+
+    ``s`` is the stage's settings (``target_bytes``, ``sample``, ``policies``, ``remote_cache_dir``).
+
+    Raises:
+        ConfigError: a dataset without a file is neither optional nor skipped by policy, no dataset has
+            a file, or :func:`plan_dataset` refuses one (each message names the blend line).
+    """
+    datasets, not_found = [], []
+    for spec in blend.datasets:
+        ds = plan_dataset(spec, s, schemas, s.target_bytes, s.sample)
+        if ds is None or not ds.shards:
+            not_found.append(driver.unmatched(blend, spec, s.policies["empty_glob"], "policies"))
+            continue
+        datasets.append(ds)
+    driver.require_datasets(blend, datasets)
+    return datasets, not_found
 
 
 class Problems:

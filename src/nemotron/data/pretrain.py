@@ -24,11 +24,9 @@ order), the first ``split.valid_docs`` records form the validation split, the ne
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import math
 import os
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,7 +34,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from nemotron.data import outputs
+from nemotron.data import driver, outputs
 from nemotron.data.blend import Blend, DatasetSpec, load_blend, prefix_weights, write_megatron_blend
 from nemotron.data.files import atomic_write_json, remove_tmp_files, sha256_file, stable_hash
 from nemotron.data.indexed import IndexedWriter, choose_dtype
@@ -78,14 +76,9 @@ _CALIBRATION_BYTES = 1 << 18  # text tokenized per dataset to estimate bytes per
 
 
 @dataclass
-class Settings:
+class Settings(driver.StageSettings):
     """The stage config, checked. Field names follow the YAML keys (``tokenizer_name`` = ``tokenizer.name``)."""
 
-    blend_path: str
-    output_dir: str
-    path_vars: dict[str, Any] = field(default_factory=dict)
-    sample: int | None = None
-    force: bool = False
     add_bos: bool = False
     add_eos: bool = True
     min_doc_chars: int | None = None
@@ -104,57 +97,47 @@ class Settings:
     test_docs: int = 1000
     on_bad: dict[str, str] = field(default_factory=lambda: {k: v[0] for k, v in POLICIES.items()})
     max_examples: int = 5
-    workers: int | None = None
-    cpus_per_task: int = 1
-    ray_cpus: int | None = None
     remote_cache_dir: str = "~/.cache/nemotron/hf-data"
     planned_tokens: float | None = None
-    progress_interval_s: float = 10.0
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> Settings:
-        """Build from the compiled stage config (the dict ``run.py`` loads).
+    def reader(cls, cfg: dict[str, Any]) -> _Reader:
+        """This stage's config reader over ``cfg`` (it knows the stage's keys)."""
+        return _Reader(cfg)
+
+    def read_own(self, c: _Reader) -> None:
+        """Read this stage's own keys (see :meth:`nemotron.data.driver.StageSettings.from_config`)."""
+        self.add_bos = c.bool("add_bos", False)
+        self.add_eos = c.bool("add_eos", True)
+        self.min_doc_chars = c.int("min_doc_chars", None, minimum=0)
+        self.max_doc_tokens = c.int("max_doc_tokens", None, minimum=2)
+        self.tokenizer_name = c.str("tokenizer.name")
+        self.tokenizer_revision = c.str("tokenizer.revision", None)
+        self.tokenizer_bos_token = c.str("tokenizer.bos_token", None)
+        self.tokenizer_eos_token = c.str("tokenizer.eos_token", None)
+        self.tokenizer_split_special_tokens = c.bool("tokenizer.split_special_tokens", True)
+        self.tokenizer_cache_dir = c.str("tokenizer.cache_dir", self.tokenizer_cache_dir)
+        self.dtype = c.choice("output.dtype", ("auto", "uint16", "int32"), "auto")
+        self.target_tokens = c.int("shards.target_tokens", self.target_tokens, minimum=1)
+        self.max_per_dataset = c.int("shards.max_per_dataset", self.max_per_dataset, minimum=1)
+        self.batch_bytes = c.int("shards.batch_bytes", self.batch_bytes, minimum=1)
+        self.valid_docs = c.int("split.valid_docs", self.valid_docs, minimum=1)
+        self.test_docs = c.int("split.test_docs", self.test_docs, minimum=1)
+        self.on_bad = {k: c.choice(f"on_bad.{k}", v, v[0]) for k, v in POLICIES.items()}
+        self.max_examples = c.int("on_bad.max_examples", self.max_examples, minimum=0)
+        self.planned_tokens = c.float("summary.planned_tokens", None, minimum=0)
+
+    def check(self) -> None:
+        """Refuse a ``sample`` that the held-out split would use up (the first records of each dataset).
 
         Raises:
-            ConfigError: a key is unknown (with a did-you-mean), has the wrong type, or is out of range.
+            ConfigError: ``sample`` is at most ``split.valid_docs + split.test_docs``.
         """
-        c = _Reader(cfg)
-        # absolute: blend.json must name prefixes that resolve from any working directory
-        s = cls(blend_path=os.path.abspath(c.str("blend_path")), output_dir=os.path.abspath(c.str("output_dir")))
-        s.path_vars = c.dict("path_vars", {})
-        s.sample = c.int("sample", None, minimum=1)
-        s.force = c.bool("force", False)
-        s.add_bos = c.bool("add_bos", False)
-        s.add_eos = c.bool("add_eos", True)
-        s.min_doc_chars = c.int("min_doc_chars", None, minimum=0)
-        s.max_doc_tokens = c.int("max_doc_tokens", None, minimum=2)
-        s.tokenizer_name = c.str("tokenizer.name")
-        s.tokenizer_revision = c.str("tokenizer.revision", None)
-        s.tokenizer_bos_token = c.str("tokenizer.bos_token", None)
-        s.tokenizer_eos_token = c.str("tokenizer.eos_token", None)
-        s.tokenizer_split_special_tokens = c.bool("tokenizer.split_special_tokens", True)
-        s.tokenizer_cache_dir = c.str("tokenizer.cache_dir", s.tokenizer_cache_dir)
-        s.dtype = c.choice("output.dtype", ("auto", "uint16", "int32"), "auto")
-        s.target_tokens = c.int("shards.target_tokens", s.target_tokens, minimum=1)
-        s.max_per_dataset = c.int("shards.max_per_dataset", s.max_per_dataset, minimum=1)
-        s.batch_bytes = c.int("shards.batch_bytes", s.batch_bytes, minimum=1)
-        s.valid_docs = c.int("split.valid_docs", s.valid_docs, minimum=1)
-        s.test_docs = c.int("split.test_docs", s.test_docs, minimum=1)
-        s.on_bad = {k: c.choice(f"on_bad.{k}", v, v[0]) for k, v in POLICIES.items()}
-        s.max_examples = c.int("on_bad.max_examples", s.max_examples, minimum=0)
-        s.workers = c.int("workers.count", None, minimum=1)
-        s.cpus_per_task = c.int("workers.cpus_per_task", 1, minimum=1)
-        s.ray_cpus = c.int("run.env.cpus", None, minimum=1)
-        s.remote_cache_dir = c.str("remote.cache_dir", s.remote_cache_dir)
-        s.planned_tokens = c.float("summary.planned_tokens", None, minimum=0)
-        s.progress_interval_s = c.float("summary.progress_interval_s", 10.0, minimum=0) or 10.0
-        c.check_unknown()
-        held_out = s.valid_docs + s.test_docs
-        if s.sample is not None and s.sample <= held_out:
-            raise ConfigError(f"sample={s.sample} leaves no training records: the first split.valid_docs={s.valid_docs} "
-                              f"+ split.test_docs={s.test_docs} records of each dataset are held out",
+        held_out = self.valid_docs + self.test_docs
+        if self.sample is not None and self.sample <= held_out:
+            raise ConfigError(f"sample={self.sample} leaves no training records: the first split.valid_docs={self.valid_docs} "
+                              f"+ split.test_docs={self.test_docs} records of each dataset are held out",
                               f"more than {held_out}, or lower split.valid_docs / split.test_docs")
-        return s
 
 
 _KNOWN_SECTIONS = {
@@ -478,12 +461,7 @@ def build_shard(shard: dict[str, Any], opts: dict[str, Any]):
         where.clear()
 
     try:
-        for pd in shard["pieces"]:
-            piece = Piece.from_dict(pd)
-            label = piece.file
-            if is_remote(piece.file):
-                piece = Piece(fetch_remote(piece.file, opts["remote_cache_dir"]), piece.fmt, piece.start, piece.stop,
-                              piece.line, piece.est_bytes)
+        for label, piece in driver.shard_pieces(shard, opts["remote_cache_dir"]):
             row_style = piece.fmt == "parquet"
             for pos, text, reason, detail in iter_records(piece, field_name):
                 at = f"{label}: row {pos}" if row_style else f"{label}:{pos}"
@@ -536,15 +514,9 @@ def main(cfg: dict[str, Any]) -> int:
         RuntimeFailure: a failure while working (exit 1); finished shards keep their receipts, so a
             rerun resumes.
     """
-    s = Settings.from_config(cfg)
-    with outputs.writer_lock(s.output_dir):  # one writing run per output folder
-        manifest = prepare(s)
-    from nemotron.artifacts import write_outputs
-
-    write_outputs({"pretrain-data": {"path": manifest["path"], "blend_path": manifest["blend_json"],
-                                     "data_version": manifest["version"],
-                                     "tokenizer_sha256": manifest["tokenizer"].get("vocab_sha256")}})
-    return 0
+    return driver.stage_main(cfg, Settings, prepare, lambda m: {"pretrain-data": {
+        "path": m["path"], "blend_path": m["blend_json"], "data_version": m["version"],
+        "tokenizer_sha256": m["tokenizer"].get("vocab_sha256")}})
 
 
 def prepare(s: Settings, *, live_progress: bool | None = None, quiet: bool = False) -> dict[str, Any]:
@@ -559,37 +531,18 @@ def prepare(s: Settings, *, live_progress: bool | None = None, quiet: bool = Fal
         ConfigError: see :func:`main`.
         RuntimeFailure: see :func:`main`.
     """
-    from nemotron.data.progress import console
+    # Ray starts while the driver resolves the tokenizer and plans (both only read inputs).
+    return driver.drive(s, _plan_all, _execute, live_progress=live_progress, quiet=quiet, load=_load_blend)
 
-    say = (lambda *a: None) if quiet else console().print
-    t_start = time.monotonic()
+
+def _load_blend(s: Settings, say) -> Blend:
     blend = load_blend(s.blend_path, path_vars=s.path_vars, bad_weight=s.on_bad["bad_weight"])
     for _name, message in blend.dropped:
         say(f"warning: {message}")
-
-    version, vdir, why = outputs.select_version(s.output_dir, s.force)
-    old_manifest = _read_json(vdir / outputs.MANIFEST)
-    # Start Ray while the driver resolves the tokenizer and plans (both only read inputs): Ray's start-up
-    # (seconds) overlaps the planning instead of adding to it. Skipped when the output looks finished.
-    with contextlib.ExitStack() as stack:
-        session = None
-        if s.force or not (old_manifest and old_manifest.get("complete")):
-            from concurrent.futures import ThreadPoolExecutor
-
-            from nemotron.data.raypool import ray_session
-
-            pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
-            future = pool.submit(_plan_all, s, blend, vdir, say)
-            try:
-                session = stack.enter_context(ray_session(s.ray_cpus))
-            finally:
-                planned = future.result()
-        else:
-            planned = _plan_all(s, blend, vdir, say)
-        return _execute(s, blend, version, vdir, why, planned, session, live_progress, quiet, say, t_start)
+    return blend
 
 
-def _plan_all(s: Settings, blend: Blend, vdir: Path, say) -> tuple[Any, ...]:
+def _plan_all(s: Settings, blend: Blend, vdir: Path) -> tuple[Any, ...]:
     from nemotron.data import tokenizer as tk
 
     info = tk.resolve(s.tokenizer_name, cache_dir=os.path.expanduser(s.tokenizer_cache_dir),
@@ -609,17 +562,10 @@ def _plan_all(s: Settings, blend: Blend, vdir: Path, say) -> tuple[Any, ...]:
     for spec in blend.datasets:
         files, fmt = _dataset_files(spec, s, blend.path)
         if not files:
-            message = f"{blend.path}:{spec.line}: datasets ({spec.name}): path {spec.path!r} matches no file"
-            if spec.optional:
-                not_found.append(f"{spec.name}: optional, nothing at {spec.path}")
-                continue
-            if s.on_bad["empty_glob"] == "skip":
-                not_found.append(f"{message}; dataset skipped (on_bad.empty_glob=skip)")
-                continue
-            raise ConfigError(message, "fix the path, mark the dataset optional, or set on_bad.empty_glob=skip")
+            not_found.append(driver.unmatched(blend, spec, s.on_bad["empty_glob"], "on_bad"))
+            continue
         plans.append(plan_dataset(spec, files, fmt, s, tok, data_dir))
-    if not plans:
-        raise ConfigError(f"{blend.path}: no dataset has any input file")
+    driver.require_datasets(blend, plans)
 
     opts = {
         "tokenizer_json": str(vdir / "tokenizer" / "tokenizer.json"), "split_special_tokens": info.split_special_tokens,
@@ -637,131 +583,46 @@ def _plan_all(s: Settings, blend: Blend, vdir: Path, say) -> tuple[Any, ...]:
         for sh in dp.shards:
             sh["key"] = stable_hash({"pieces": sh["pieces"], "text_field": sh["text_field"], **output_settings})
             shards.append(sh)
-    inputs = []
-    for dp in plans:
-        for f in dp.files:
-            st = os.stat(_local(f, s)) if not is_remote(f) else None
-            inputs.append([f, st.st_size if st else None, st.st_mtime_ns if st else None])
+    inputs = driver.input_stamps(f for dp in plans for f in dp.files)
     plan_key = stable_hash({"shards": [sh["key"] for sh in shards], "ids": [sh["id"] for sh in shards],
                             "inputs": inputs, "settings": output_settings, "root": str(vdir)})
     plan_doc = {"stage": STAGE, "plan_key": plan_key, "shards": shards}
     return info, dtype, plans, not_found, opts, shards, plan_key, plan_doc
 
 
-def _execute(s: Settings, blend: Blend, version: int, vdir: Path, why: str, planned: tuple[Any, ...], session,
-             live_progress: bool | None, quiet: bool, say, t_start: float) -> dict[str, Any]:
+def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[str, Any]:
     info, dtype, plans, not_found, opts, shards, plan_key, plan_doc = planned
-    for line in not_found:
-        say(f"note: {line}")
-
-    # resume / up-to-date / mismatch
-    old_plan = _read_json(vdir / outputs.PLAN)
-    manifest_old = _read_json(vdir / outputs.MANIFEST)
-    if old_plan is not None and old_plan.get("plan_key") != plan_key and not s.force:
-        raise ConfigError(
-            f"output_dir={vdir} holds data prepared from other inputs or settings "
-            f"(plan {old_plan.get('plan_key')}, now {plan_key})",
-            "rerun with force=true to rebuild (a consumed version is kept; a new one is written), "
-            "or choose another output_dir")
-    if s.force and why != "rebuild" and version > 1:
-        say(f"note: {why}: {vdir}")
-    if why == "rebuild":
-        outputs.clear_version(vdir)
-        manifest_old = None
-    elif manifest_old and manifest_old.get("complete") and manifest_old.get("plan_key") == plan_key:
-        say(f"up to date: {vdir} (plan {plan_key}); nothing to do. Rerun with force=true to rebuild.")
-        _print_summary(manifest_old, quiet)
-        return manifest_old
-
-    vdir.mkdir(parents=True, exist_ok=True)
-    tok_dir = vdir / "tokenizer"
-    if not (tok_dir / "tokenizer.json").is_file() or sha256_file(tok_dir / "tokenizer.json") != info.file_sha256:
-        tok_dir.mkdir(parents=True, exist_ok=True)
-        tmp = tok_dir / f"tokenizer.json.tmp-{os.getpid()}"
-        shutil.copyfile(info.json_path, tmp)
-        os.replace(tmp, tok_dir / "tokenizer.json")
+    vdir = run.vdir
+    done = driver.reuse_or_reset(run, plan_key, not_found, _print_summary)
+    if done is not None:
+        return done
+    driver.copy_tokenizer(vdir / "tokenizer", info)
     atomic_write_json(vdir / outputs.PLAN, plan_doc)
 
-    receipts: dict[str, dict[str, Any]] = {}
-    todo = []
-    for sh in shards:
-        rec = outputs.read_receipt(sh["prefix"], sh["key"])
-        if rec is not None:
-            receipts[sh["id"]] = rec
-        else:
-            todo.append(sh)
+    receipts, todo = driver.split_done(shards)
     if receipts:
-        say(f"resuming {vdir}: {len(receipts)} of {len(shards)} shards already done")
+        run.say(f"resuming {vdir}: {len(receipts)} of {len(shards)} shards already done")
 
     run_info: dict[str, Any] = {"shards_built": len(todo), "shards_reused": len(receipts)}
     t_work = time.monotonic()
     try:
         if todo:
-            run_info.update(_run_shards(todo, opts, s, receipts, live_progress, quiet, session))
+            with driver.ray_workers(run) as (workers, ray_info):
+                driver.stream(run, build_shard, todo, opts, workers, receipts, title="pretrain data",
+                              verb="tokenizing", noun="shards", units=lambda sh: max(sh["est_bytes"], 1),
+                              detail=f" (Ray: {ray_info['ray']}, {ray_info['ray_cpus']} CPUs)", progress_key="chars")
+            run_info.update(ray_info)
     finally:  # also on Ctrl-C or a failure: only finished shards (renamed into place) stay
         remove_tmp_files(vdir / "data")
     run_info["work_seconds"] = round(time.monotonic() - t_work, 3)
 
-    manifest = _finish(s, blend, plans, shards, receipts, info, dtype, vdir, version, plan_key, not_found, run_info,
-                       t_start)
-    _print_summary(manifest, quiet)
-    return manifest
+    return _finish(run, blend, plans, shards, receipts, info, dtype, plan_key, not_found, run_info)
 
 
-def _run_shards(todo: list[dict[str, Any]], opts: dict[str, Any], s: Settings, receipts: dict[str, dict[str, Any]],
-                live_progress: bool | None, quiet: bool, session: dict[str, Any] | None) -> dict[str, Any]:
-    import ray
-
-    from nemotron.data.progress import Progress
-    from nemotron.data.raypool import ray_session, run_streaming
-
-    order = sorted(todo, key=lambda sh: (-sh["est_bytes"], sh["id"]))
-    total = sum(max(sh["est_bytes"], 1) for sh in todo)
-    with contextlib.ExitStack() as stack:
-        if session is None:
-            session = stack.enter_context(ray_session(s.ray_cpus))
-        workers = s.workers or max(session["cpus"] // s.cpus_per_task, 1)
-        if not quiet:
-            print(f"tokenizing {len(todo)} shards on {workers} workers (Ray: {session['address']}, "
-                  f"{session['cpus']} CPUs)", flush=True)
-        task = ray.remote(build_shard)
-        seen: dict[str, dict[str, Any]] = {}
-        done_units = 0.0
-        with Progress(total, "pretrain data", interval_s=s.progress_interval_s,
-                      live=False if quiet and live_progress is None else live_progress) as bar:
-            if quiet:
-                bar.interval_s = math.inf
-
-            def on_progress(sh: dict[str, Any], p: dict[str, Any]) -> None:
-                last = seen.get(sh["id"], {"chars": 0, "tokens": 0, "docs": 0})
-                seen[sh["id"]] = p
-                bar.advance(min(p["chars"], sh["est_bytes"]) - min(last["chars"], sh["est_bytes"]),
-                            tokens=p["tokens"] - last["tokens"], docs=p["docs"] - last["docs"])
-
-            def on_done(sh: dict[str, Any], rec: dict[str, Any]) -> None:
-                nonlocal done_units
-                last = seen.pop(sh["id"], {"chars": 0, "tokens": 0, "docs": 0})
-                receipts[sh["id"]] = rec
-                bar.advance(max(sh["est_bytes"], 1) - min(last["chars"], sh["est_bytes"]),
-                            tokens=rec["tokens"] - last["tokens"], docs=rec["documents"] - last["docs"])
-
-            run_streaming(task, order, args=(opts,), max_in_flight=workers, num_cpus=s.cpus_per_task,
-                          on_progress=on_progress, on_done=on_done)
-    return {"workers": workers, "ray": session["address"], "ray_cpus": session["cpus"]}
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    import json
-
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _finish(s: Settings, blend: Blend, plans: list[DatasetPlan], shards: list[dict[str, Any]],
-            receipts: dict[str, dict[str, Any]], info, dtype: str, vdir: Path, version: int, plan_key: str,
-            not_found: list[str], run_info: dict[str, Any], t_start: float) -> dict[str, Any]:
+def _finish(run: driver.Run, blend: Blend, plans: list[DatasetPlan], shards: list[dict[str, Any]],
+            receipts: dict[str, dict[str, Any]], info, dtype: str, plan_key: str, not_found: list[str],
+            run_info: dict[str, Any]) -> dict[str, Any]:
+    s, vdir = run.s, run.vdir
     by_ds: dict[str, list[dict[str, Any]]] = {}
     for sh in shards:
         by_ds.setdefault(sh["dataset"], []).append(sh)
@@ -774,9 +635,7 @@ def _finish(s: Settings, blend: Blend, plans: list[DatasetPlan], shards: list[di
         recs = [(sh, receipts[sh["id"]]) for sh in by_ds.get(name, [])]
         tokens = {k: sum(r["tokens"] for sh, r in recs if sh["split"] == k) for k in SPLITS}
         docs = {k: sum(r["documents"] for sh, r in recs if sh["split"] == k) for k in SPLITS}
-        skipped: Counter[str] = Counter()
-        for _sh, r in recs:
-            skipped.update(r["skipped"])
+        skipped, examples = driver.problems_of((r for _sh, r in recs), s.max_examples)
         if tokens["train"] == 0:
             raise RuntimeFailure(
                 f"dataset {name} produced no training tokens ({sum(skipped.values())} records skipped: "
@@ -796,19 +655,16 @@ def _finish(s: Settings, blend: Blend, plans: list[DatasetPlan], shards: list[di
             "truncated": sum(r["truncated"] for _sh, r in recs),
             "shards": {k: sum(1 for sh, _r in recs if sh["split"] == k) for k in SPLITS},
             "seconds": round(sum(r["seconds"] for _sh, r in recs), 3),
-            "examples": [e for _sh, r in recs for e in r.get("examples", [])][: s.max_examples],
+            "examples": examples,
         })
     blend_out = write_megatron_blend(vdir / "blend.json", splits)
     total_tokens = {k: sum(d["tokens"][k] for d in datasets) for k in SPLITS}
     tok_info = info.to_dict()
     tok_info["json_path"] = "tokenizer/tokenizer.json"
     manifest = {
-        "stage": STAGE, "kind": "pretrain-data", "format": "megatron-indexed-dataset", "complete": True,
-        "version": version, "path": str(vdir), "plan_key": plan_key,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "blend": {"path": blend.path, "name": blend.name, "sha256": sha256_file(blend.path),
-                  "missing_categories": blend.missing, "dropped": [m for _n, m in blend.dropped],
-                  "not_found": not_found},
+        **driver.manifest_head(run, STAGE, "pretrain-data", "megatron-indexed-dataset", plan_key),
+        "blend": driver.blend_record(blend, not_found, missing_categories=blend.missing,
+                                     dropped=[m for _n, m in blend.dropped]),
         "blend_json": str(vdir / "blend.json"),
         "tokenizer": tok_info, "dtype": dtype,
         "settings": {"add_bos": s.add_bos, "add_eos": s.add_eos, "min_doc_chars": s.min_doc_chars,
@@ -821,17 +677,13 @@ def _finish(s: Settings, blend: Blend, plans: list[DatasetPlan], shards: list[di
         "shards": [{"id": sh["id"], "dataset": sh["dataset"], "split": sh["split"], "prefix": sh["prefix"],
                     "documents": receipts[sh["id"]]["documents"], "tokens": receipts[sh["id"]]["tokens"],
                     "bin_sha256": receipts[sh["id"]]["bin_sha256"]} for sh in shards],
-        "run": {**run_info, "seconds": round(time.monotonic() - t_start, 3)},
-        "consumed_by": f"records are files under {outputs.CONSUMED_DIR}/ (nemotron.data.outputs.record_consumer)",
+        "run": {**run_info, "seconds": round(time.monotonic() - run.t_start, 3)},
     }
-    atomic_write_json(vdir / outputs.MANIFEST, manifest)
-    return manifest
+    return driver.publish(run, manifest, _print_summary)
 
 
-def _print_summary(m: dict[str, Any], quiet: bool) -> None:
-    if quiet:
-        return
-    from nemotron.data.progress import console, human, print_table
+def _print_summary(m: dict[str, Any]) -> None:
+    from nemotron.data.progress import human, print_table
 
     rows = []
     for d in m["datasets"]:
@@ -870,10 +722,7 @@ def _print_summary(m: dict[str, Any], quiet: bool) -> None:
         crow.append([f"{x['category']} (no open data)", "0", f"{100 * float(x['weight']) / all_w:.2f}%", "0%", "-", "-"])
     print_table("by category (nominal = blend weights incl. missing; effective = what Megatron samples)",
                 ["category", "train tokens", "nominal", "effective", "planned tokens", "epochs"], crow)
-    con = console()
-    for d in m["datasets"]:
-        for e in d.get("examples", []):
-            con.print(f"skipped: {e}")
+    con = driver.print_examples(m)
     con.print(f"blend.json: {m['blend_json']}  ({m['totals']['prefixes']['train']} train, "
               f"{m['totals']['prefixes']['valid']} valid, {m['totals']['prefixes']['test']} test prefixes; "
               f"dtype {m['dtype']}; tokenizer {m['tokenizer']['name']} vocab {m['tokenizer']['vocab_size']:,} "

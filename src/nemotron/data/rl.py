@@ -37,7 +37,6 @@ go to ``validation.jsonl``; never more than half of the rows.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -48,11 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron.data import outputs
-from nemotron.data.blend import Blend, load_blend
+from nemotron.data import driver, outputs
+from nemotron.data.blend import Blend
 from nemotron.data.files import atomic_open, atomic_write_json, remove_tmp_files, sha256_file, stable_hash
-from nemotron.data.prep import Problems, Reader, passes_from_weights, plan_dataset, unit_hash
-from nemotron.errors import ConfigError, RuntimeFailure
+from nemotron.data.prep import Problems, Reader, passes_from_weights, plan_datasets, unit_hash
+from nemotron.errors import RuntimeFailure
 
 STAGE = "data-prep-rl"
 RL_SCHEMAS = ("gsm8k", "dapo", "messages")
@@ -74,14 +73,9 @@ TRAIN, VALID = "train.jsonl", "validation.jsonl"
 
 
 @dataclass
-class Settings:
+class Settings(driver.StageSettings):
     """The stage config, checked."""
 
-    blend_path: str
-    output_dir: str
-    path_vars: dict[str, Any] = field(default_factory=dict)
-    sample: int | None = None
-    force: bool = False
     mixing: str = "natural"
     task_name: str = "math"
     answer_field: str | None = None
@@ -92,41 +86,24 @@ class Settings:
     method: str = "last"
     split_seed: int = 1234
     target_bytes: int = 64 << 20
-    workers: int | None = None
-    cpus_per_task: int = 1
-    ray_cpus: int | None = None
-    remote_cache_dir: str = "~/.cache/nemotron/hf-datasets"
-    progress_interval_s: float = 10.0
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> Settings:
-        """Build from the compiled stage config.
+    def reader(cls, cfg: dict[str, Any]) -> Reader:
+        """This stage's config reader over ``cfg`` (it knows the stage's keys)."""
+        return Reader(cfg, _TOP, _SECTIONS)
 
-        Raises:
-            ConfigError: a key is unknown (with a did-you-mean), has the wrong type, or is out of range.
-        """
-        c = Reader(cfg, _TOP, _SECTIONS)
-        s = cls(blend_path=os.path.abspath(c.str("blend_path")), output_dir=os.path.abspath(c.str("output_dir")))
-        s.path_vars = c.dict("path_vars", {})
-        s.sample = c.int("sample", None, minimum=1)
-        s.force = c.bool("force", False)
-        s.mixing = c.choice("mixing", ("natural", "weighted"), "natural")
-        s.task_name = c.str("task_name", "math")
-        s.answer_field = c.str("answer_field", None)
-        s.dedupe = c.bool("dedupe", True)
-        s.policies = {k: c.choice(f"policies.{k}", v, v[0]) for k, v in POLICIES.items()}
-        s.max_examples = c.int("policies.max_examples", 5, minimum=0)
-        s.validation_rows = c.int("split.validation_rows", 100, minimum=0)
-        s.method = c.choice("split.method", ("last", "sample"), "last")
-        s.split_seed = c.int("split.seed", s.split_seed)
-        s.target_bytes = c.int("shards.target_bytes", s.target_bytes, minimum=1)
-        s.workers = c.int("workers.count", None, minimum=1)
-        s.cpus_per_task = c.int("workers.cpus_per_task", 1, minimum=1)
-        s.ray_cpus = c.int("run.env.cpus", None, minimum=1)
-        s.remote_cache_dir = c.str("remote.cache_dir", s.remote_cache_dir)
-        s.progress_interval_s = c.float("summary.progress_interval_s", 10.0, minimum=0) or 10.0
-        c.check_unknown()
-        return s
+    def read_own(self, c: Reader) -> None:
+        """Read this stage's own keys (see :meth:`nemotron.data.driver.StageSettings.from_config`)."""
+        self.mixing = c.choice("mixing", ("natural", "weighted"), "natural")
+        self.task_name = c.str("task_name", "math")
+        self.answer_field = c.str("answer_field", None)
+        self.dedupe = c.bool("dedupe", True)
+        self.policies = {k: c.choice(f"policies.{k}", v, v[0]) for k, v in POLICIES.items()}
+        self.max_examples = c.int("policies.max_examples", 5, minimum=0)
+        self.validation_rows = c.int("split.validation_rows", 100, minimum=0)
+        self.method = c.choice("split.method", ("last", "sample"), "last")
+        self.split_seed = c.int("split.seed", self.split_seed)
+        self.target_bytes = c.int("shards.target_bytes", self.target_bytes, minimum=1)
 
 
 def main(cfg: dict[str, Any]) -> int:
@@ -136,16 +113,9 @@ def main(cfg: dict[str, Any]) -> int:
         ConfigError: a config, blend or input problem found before any work (exit 2).
         RuntimeFailure: a failure while working (exit 1).
     """
-    s = Settings.from_config(cfg)
-    with outputs.writer_lock(s.output_dir):  # one writing run per output folder
-        manifest = prepare(s)
-    from nemotron.artifacts import write_outputs
-
-    write_outputs({"rl-data": {"path": manifest["path"], "data_version": manifest["version"],
-                               "train_path": manifest["files"]["train"]["path"],
-                               "validation_path": manifest["files"]["validation"]["path"],
-                               "task_name": manifest["task_name"]}})
-    return 0
+    return driver.stage_main(cfg, Settings, prepare, lambda m: {"rl-data": {
+        "path": m["path"], "data_version": m["version"], "train_path": m["files"]["train"]["path"],
+        "validation_path": m["files"]["validation"]["path"], "task_name": m["task_name"]}})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -254,7 +224,6 @@ def normalise_shard(shard: dict[str, Any], opts: dict[str, Any]):
     import numpy as np
 
     from nemotron.data.records import iter_objects, where
-    from nemotron.data.sources import Piece, fetch_remote, is_remote
 
     t0 = time.monotonic()
     problems = Problems(opts["policies"], opts["max_examples"])
@@ -263,12 +232,7 @@ def normalise_shard(shard: dict[str, Any], opts: dict[str, Any]):
     counts: Counter[str] = Counter()
     jsonl = prefix.with_name(prefix.name + ".jsonl")
     with atomic_open(jsonl, "w") as out:
-        for pd in shard["pieces"]:
-            piece = Piece.from_dict(pd)
-            label = piece.file
-            if is_remote(piece.file):
-                piece = Piece(fetch_remote(piece.file, opts["remote_cache_dir"]), piece.fmt, piece.start, piece.stop,
-                              piece.line, piece.est_bytes)
+        for label, piece in driver.shard_pieces(shard, opts["remote_cache_dir"]):
             for pos, _ordinal, obj, problem, detail in iter_objects(piece):
                 at = where(label, piece.fmt, pos)
                 counts["records"] += 1
@@ -311,62 +275,33 @@ def prepare(s: Settings, *, live_progress: bool | None = None, quiet: bool = Fal
         ConfigError: a config, blend or input problem found before any work.
         RuntimeFailure: a failure while working (rerun to resume).
     """
-    from nemotron.data.progress import console
+    # no Ray while planning: it starts only when a shard is left to read (see _run)
+    return driver.drive(s, _plan, _execute, live_progress=live_progress, quiet=quiet, overlap_ray=False)
 
-    say = (lambda *a: None) if quiet else console().print
-    t0 = time.monotonic()
-    blend = load_blend(s.blend_path, path_vars=s.path_vars)
-    version, vdir, why = outputs.select_version(s.output_dir, s.force)
-    datasets, shards, not_found = _plan(s, blend, vdir)
-    for line in not_found:
-        say(f"note: {line}")
-    key = stable_hash({"shards": [sh["key"] for sh in shards], "mixing": s.mixing, "dedupe": s.dedupe,
-                       "weights": [d.spec.weight for d in datasets], "split": [s.validation_rows, s.method, s.split_seed],
-                       "root": str(vdir)})
-    old_plan = _read_json(vdir / outputs.PLAN)
-    old_manifest = _read_json(vdir / outputs.MANIFEST)
-    if old_plan is not None and old_plan.get("plan_key") != key and not s.force:
-        raise ConfigError(f"output_dir={vdir} holds data prepared from other inputs or settings "
-                          f"(plan {old_plan.get('plan_key')}, now {key})",
-                          "rerun with force=true to rebuild, or choose another output_dir")
-    if s.force and why != "rebuild" and version > 1:
-        say(f"note: {why}: {vdir}")
-    if why == "rebuild":
-        outputs.clear_version(vdir)
-        for name in (TRAIN, VALID):
-            with contextlib.suppress(FileNotFoundError):
-                (vdir / name).unlink()
-    elif old_manifest and old_manifest.get("complete") and old_manifest.get("plan_key") == key:
-        say(f"up to date: {vdir} (plan {key}); nothing to do. Rerun with force=true to rebuild.")
-        _print_summary(old_manifest, quiet)
-        return old_manifest
-    vdir.mkdir(parents=True, exist_ok=True)
+
+def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[str, Any]:
+    s, vdir = run.s, run.vdir
+    datasets, shards, not_found, key = planned
+    done = driver.reuse_or_reset(run, key, not_found, _print_summary,
+                                 hint="rerun with force=true to rebuild, or choose another output_dir",
+                                 clear=(TRAIN, VALID))
+    if done is not None:
+        return done
     atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": key, "shards": shards})
     opts = {"policies": dict(s.policies), "max_examples": s.max_examples, "answer_field": s.answer_field,
             "task_name": s.task_name, "remote_cache_dir": os.path.expanduser(s.remote_cache_dir)}
     try:
-        receipts, run_info = _run(s, shards, opts, live_progress, quiet, say)
+        receipts, run_info = _run(run, shards, opts)
     finally:  # also on Ctrl-C or a failure: only finished shards (renamed into place) stay
         remove_tmp_files(vdir / "data")
-    manifest = _write(s, blend, datasets, shards, receipts, vdir, version, key, not_found, run_info, t0)
-    _print_summary(manifest, quiet)
-    return manifest
+    return _write(run, blend, datasets, shards, receipts, key, not_found, run_info)
 
 
-def _plan(s: Settings, blend: Blend, vdir: Path) -> tuple[list[Any], list[dict[str, Any]], list[str]]:
-    datasets, shards, not_found = [], [], []
-    for spec in blend.datasets:
-        ds = plan_dataset(spec, s, RL_SCHEMAS, s.target_bytes, s.sample)
-        if ds is None or not ds.shards:
-            message = f"{blend.path}:{spec.line}: datasets ({spec.name}): path {spec.path!r} matches no file"
-            if spec.optional:
-                not_found.append(f"{spec.name}: optional, nothing at {spec.path}")
-                continue
-            if s.policies["empty_glob"] == "skip":
-                not_found.append(f"{message}; dataset skipped (policies.empty_glob=skip)")
-                continue
-            raise ConfigError(message, "fix the path, mark the dataset optional, or set policies.empty_glob=skip")
-        datasets.append(ds)
+def _plan(s: Settings, blend: Blend, vdir: Path) -> tuple[list[Any], list[dict[str, Any]], list[str], str]:
+    datasets, not_found = plan_datasets(blend, s, RL_SCHEMAS)
+    shards = []
+    for ds in datasets:
+        spec = ds.spec
         for k, pieces in enumerate(ds.shards):
             sh = {"id": f"{spec.name}/{k:05d}", "dataset": spec.name, "schema": ds.schema,
                   "prefix": str(vdir / "data" / spec.name / f"{k:05d}"), "pieces": [p.to_dict() for p in pieces],
@@ -374,65 +309,34 @@ def _plan(s: Settings, blend: Blend, vdir: Path) -> tuple[list[Any], list[dict[s
             sh["key"] = stable_hash({"pieces": sh["pieces"], "schema": ds.schema, "task": s.task_name,
                                      "answer_field": s.answer_field, "policies": s.policies})
             shards.append(sh)
-    if not datasets:
-        raise ConfigError(f"{blend.path}: no dataset has any input file")
-    return datasets, shards, not_found
+    key = stable_hash({"shards": [sh["key"] for sh in shards], "mixing": s.mixing, "dedupe": s.dedupe,
+                       "weights": [d.spec.weight for d in datasets], "split": [s.validation_rows, s.method, s.split_seed],
+                       "root": str(vdir)})
+    return datasets, shards, not_found, key
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _run(s: Settings, shards: list[dict[str, Any]], opts: dict[str, Any], live_progress: bool | None, quiet: bool,
-         say: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    import ray
-
-    from nemotron.data.progress import Progress
-    from nemotron.data.raypool import ray_session, run_streaming
-
-    receipts: dict[str, dict[str, Any]] = {}
-    todo = []
-    for sh in shards:
-        rec = outputs.read_receipt(sh["prefix"], sh["key"])
-        if rec is not None:
-            receipts[sh["id"]] = rec
-        else:
-            todo.append(sh)
-    if receipts and todo:
-        say(f"resuming: {len(receipts)} of {len(shards)} shards already done")
+def _run(run: driver.Run, shards: list[dict[str, Any]],
+         opts: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    receipts, todo = driver.split_done(shards, run.say)
     info: dict[str, Any] = {"shards_built": len(todo), "shards_reused": len(receipts)}
     if not todo:
         return receipts, info
     t0 = time.monotonic()
-    with ray_session(s.ray_cpus) as session:
-        workers = s.workers or max(session["cpus"] // s.cpus_per_task, 1)
-        info.update(workers=workers, ray=session["address"], ray_cpus=session["cpus"])
-        if not quiet:
-            print(f"reading {len(todo)} shards on {workers} workers", flush=True)
-        with Progress(sum(max(sh["est_bytes"], 1) for sh in todo), "rl prompts", interval_s=s.progress_interval_s,
-                      live=False if quiet and live_progress is None else live_progress, item="prompts",
-                      count_tokens=False) as bar:
-            if quiet:
-                bar.interval_s = math.inf
-
-            def on_done(sh: dict[str, Any], rec: dict[str, Any]) -> None:
-                receipts[sh["id"]] = rec
-                bar.advance(max(sh["est_bytes"], 1), docs=rec["rows"])
-
-            run_streaming(ray.remote(normalise_shard), sorted(todo, key=lambda x: (-x["est_bytes"], x["id"])),
-                          args=(opts,), max_in_flight=workers, num_cpus=s.cpus_per_task, on_done=on_done)
+    with driver.ray_workers(run) as (workers, ray_info):
+        info.update(ray_info)
+        driver.stream(run, normalise_shard, todo, opts, workers, receipts, title="rl prompts", verb="reading",
+                      noun="shards", units=lambda sh: max(sh["est_bytes"], 1), item="prompts", count_tokens=False)
     info["work_seconds"] = round(time.monotonic() - t0, 3)
     return receipts, info
 
 
-def _write(s: Settings, blend: Blend, datasets: list[Any], shards: list[dict[str, Any]],
-           receipts: dict[str, dict[str, Any]], vdir: Path, version: int, key: str, not_found: list[str],
-           run_info: dict[str, Any], t0: float) -> dict[str, Any]:
+def _write(run: driver.Run, blend: Blend, datasets: list[Any], shards: list[dict[str, Any]],
+           receipts: dict[str, dict[str, Any]], key: str, not_found: list[str],
+           run_info: dict[str, Any]) -> dict[str, Any]:
     """Dedupe, hold out, apply passes, and write train.jsonl / validation.jsonl and the manifest."""
     import numpy as np
+
+    s, vdir = run.s, run.vdir
 
     # pass 0: every shard's rows in order, duplicates removed
     kept: dict[str, Any] = {}
@@ -492,44 +396,37 @@ def _write(s: Settings, blend: Blend, datasets: list[Any], shards: list[dict[str
     rows = []
     for d in datasets:
         recs = [receipts[sh["id"]] for sh in shards if sh["dataset"] == d.spec.name]
-        skipped: Counter[str] = Counter()
-        for r in recs:
-            skipped.update(r["skipped"])
+        skipped, examples = driver.problems_of(recs, s.max_examples)
         rows.append({"name": d.spec.name, "schema": d.schema or "auto", "weight": d.spec.weight,
                      "files": len(d.files), "records": sum(r["records"] for r in recs),
                      "usable": sum(r["rows"] for r in recs), "duplicates": dup[d.spec.name],
                      "skipped": dict(sorted(skipped.items())), "system_dropped": sum(r["system_dropped"] for r in recs),
                      "passes": round(passes[d.spec.name], 6), "train_rows": written["train"][d.spec.name],
                      "validation_rows": written["valid"][d.spec.name],
-                     "examples": [e for r in recs for e in r["examples"]][: s.max_examples]})
-    seconds = round(time.monotonic() - t0, 3)
+                     "examples": examples})
+    seconds = round(time.monotonic() - run.t_start, 3)
     files = {name: {"path": str(vdir / fname), "rows": sum(written[k].values()), "sha256": sha256_file(vdir / fname),
                     "bytes": (vdir / fname).stat().st_size}
              for name, fname, k in (("train", TRAIN, "train"), ("validation", VALID, "valid"))}
     manifest = {
-        "stage": STAGE, "kind": "rl-data", "format": "nemo-rl-jsonl", "complete": True, "version": version,
-        "path": str(vdir), "plan_key": key, "config_hash": key, "task_name": s.task_name,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **driver.manifest_head(run, STAGE, "rl-data", "nemo-rl-jsonl", key, config_hash=key, task_name=s.task_name),
         "line_format": {"messages[0].content": "problem", "messages[1].content": "expected answer",
                         "task": "task name", "dataset": "blend dataset", "source": "file:line"},
         "nemo_rl": {"dataset_name": "ResponseDataset", "processor": "math_hf_data_processor", "env_name": "math",
                     "train.data_path": files["train"]["path"], "validation.data_path": files["validation"]["path"]},
         "files": files,
-        "blend": {"path": blend.path, "name": blend.name, "sha256": sha256_file(blend.path), "not_found": not_found},
+        "blend": driver.blend_record(blend, not_found),
         "settings": {"sample": s.sample, "mixing": s.mixing, "dedupe": s.dedupe, "answer_field": s.answer_field,
                      "policies": s.policies, "validation_rows": s.validation_rows, "held_out": n_valid,
                      "method": s.method, "seed": s.split_seed},
         "datasets": rows,
         "run": {**run_info, "seconds": seconds},
     }
-    atomic_write_json(vdir / outputs.MANIFEST, manifest)
-    return manifest
+    return driver.publish(run, manifest, _print_summary, consumed_by=False)
 
 
-def _print_summary(m: dict[str, Any], quiet: bool) -> None:
-    if quiet:
-        return
-    from nemotron.data.progress import console, fmt_counts, print_table
+def _print_summary(m: dict[str, Any]) -> None:
+    from nemotron.data.progress import fmt_counts, print_table
 
     rows = []
     for d in m["datasets"]:
@@ -544,8 +441,5 @@ def _print_summary(m: dict[str, Any], quiet: bool) -> None:
     print_table(f"rl data: {m['path']} (task {m['task_name']})",
                 ["dataset", "form", "records", "skipped (reason)", "duplicates", "passes", "train", "validation"],
                 rows, footer=footer)
-    con = console()
-    for d in m["datasets"]:
-        for e in d.get("examples", []):
-            con.print(f"skipped: {e}")
+    con = driver.print_examples(m)
     con.print(f"train: {f['train']['path']}  validation: {f['validation']['path']}")

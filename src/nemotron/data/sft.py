@@ -34,7 +34,6 @@ Output (``OUTPUT_DIR``, a version folder)::
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -44,11 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron.data import outputs
-from nemotron.data.blend import Blend, load_blend
+from nemotron.data import driver, outputs
+from nemotron.data.blend import Blend
 from nemotron.data.chat import CHAT_SCHEMAS, CHAT_TOKENS, REQUIRED_TOKENS
 from nemotron.data.files import atomic_open, atomic_write_json, remove_tmp_files, sha256_file, stable_hash
-from nemotron.data.prep import Problems, Reader, passes_from_weights, plan_dataset, unit_hash
+from nemotron.data.prep import Problems, Reader, passes_from_weights, plan_datasets, unit_hash
 from nemotron.errors import ConfigError, RuntimeFailure
 
 STAGE = "data-prep-sft"
@@ -82,14 +81,9 @@ _TOP = ("blend_path", "output_dir", "path_vars", "sample", "force", "mixing")
 
 
 @dataclass
-class Settings:
+class Settings(driver.StageSettings):
     """The stage config, checked (field names follow the YAML keys; ``pack_size`` = ``pack.pack_size``)."""
 
-    blend_path: str
-    output_dir: str
-    path_vars: dict[str, Any] = field(default_factory=dict)
-    sample: int | None = None
-    force: bool = False
     mixing: str = "weighted"
     tokenizer_name: str = ""
     tokenizer_revision: str | None = None
@@ -110,58 +104,41 @@ class Settings:
     target_bytes: int = 256 << 20
     validation_fraction: float = 0.01
     split_seed: int = 1234
-    workers: int | None = None
-    cpus_per_task: int = 1
-    ray_cpus: int | None = None
-    remote_cache_dir: str = "~/.cache/nemotron/hf-datasets"
-    progress_interval_s: float = 10.0
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> Settings:
-        """Build from the compiled stage config.
+    def reader(cls, cfg: dict[str, Any]) -> Reader:
+        """This stage's config reader over ``cfg`` (it knows the stage's keys)."""
+        return Reader(cfg, _TOP, _SECTIONS)
 
-        Raises:
-            ConfigError: a key is unknown (with a did-you-mean), has the wrong type, or is out of range.
-        """
-        c = Reader(cfg, _TOP, _SECTIONS)
-        s = cls(blend_path=os.path.abspath(c.str("blend_path")), output_dir=os.path.abspath(c.str("output_dir")))
-        s.path_vars = c.dict("path_vars", {})
-        s.sample = c.int("sample", None, minimum=1)
-        s.force = c.bool("force", False)
-        s.mixing = c.choice("mixing", ("weighted", "natural"), "weighted")
-        s.tokenizer_name = c.str("tokenizer.name")
-        s.tokenizer_revision = c.str("tokenizer.revision", None)
+    def read_own(self, c: Reader) -> None:
+        """Read this stage's own keys (see :meth:`nemotron.data.driver.StageSettings.from_config`)."""
+        self.mixing = c.choice("mixing", ("weighted", "natural"), "weighted")
+        self.tokenizer_name = c.str("tokenizer.name")
+        self.tokenizer_revision = c.str("tokenizer.revision", None)
         extra = c.get("tokenizer.add_special_tokens", []) or []
         if not isinstance(extra, list) or not all(isinstance(t, str) and t for t in extra):
             raise ConfigError(f"tokenizer.add_special_tokens={extra!r} must be a list of token strings")
-        s.add_special_tokens = list(extra)
-        s.tokenizer_cache_dir = c.str("tokenizer.cache_dir", s.tokenizer_cache_dir)
-        s.template = c.str("chat.template")
-        s.reasoning = c.choice("chat.reasoning", ("auto", "off"), "auto")
-        s.history_reasoning = c.choice("chat.history_reasoning", ("split", "keep"), "split")
-        s.policies = {k: c.choice(f"policies.{k}", v, v[0]) for k, v in POLICIES.items()}
-        s.max_examples = c.int("policies.max_examples", 5, minimum=0)
-        s.pack_size = c.int("pack.pack_size", s.pack_size, minimum=16)
-        s.pad_to_multiple = c.int("pack.pad_to_multiple", 1, minimum=1)
-        if s.pack_size % s.pad_to_multiple:
-            raise ConfigError(f"pack.pack_size={s.pack_size} is not a multiple of pack.pad_to_multiple={s.pad_to_multiple}")
-        s.algorithm = c.choice("pack.algorithm", ("best_fit_decreasing", "first_fit"), "best_fit_decreasing")
-        s.window = c.int("pack.window", s.window, minimum=1)
-        s.seed = c.int("pack.seed", s.seed)
-        s.row_group_size = c.int("pack.row_group_size", s.row_group_size, minimum=1)
-        s.compression = c.choice("pack.compression", ("zstd", "snappy", "gzip", "none"), "zstd")
-        s.target_bytes = c.int("shards.target_bytes", s.target_bytes, minimum=1)
-        s.validation_fraction = c.float("split.validation_fraction", s.validation_fraction, minimum=0)
-        if s.validation_fraction >= 1:
-            raise ConfigError(f"split.validation_fraction={s.validation_fraction} must be below 1")
-        s.split_seed = c.int("split.seed", s.split_seed)
-        s.workers = c.int("workers.count", None, minimum=1)
-        s.cpus_per_task = c.int("workers.cpus_per_task", 1, minimum=1)
-        s.ray_cpus = c.int("run.env.cpus", None, minimum=1)
-        s.remote_cache_dir = c.str("remote.cache_dir", s.remote_cache_dir)
-        s.progress_interval_s = c.float("summary.progress_interval_s", 10.0, minimum=0) or 10.0
-        c.check_unknown()
-        return s
+        self.add_special_tokens = list(extra)
+        self.tokenizer_cache_dir = c.str("tokenizer.cache_dir", self.tokenizer_cache_dir)
+        self.template = c.str("chat.template")
+        self.reasoning = c.choice("chat.reasoning", ("auto", "off"), "auto")
+        self.history_reasoning = c.choice("chat.history_reasoning", ("split", "keep"), "split")
+        self.policies = {k: c.choice(f"policies.{k}", v, v[0]) for k, v in POLICIES.items()}
+        self.max_examples = c.int("policies.max_examples", 5, minimum=0)
+        self.pack_size = c.int("pack.pack_size", self.pack_size, minimum=16)
+        self.pad_to_multiple = c.int("pack.pad_to_multiple", 1, minimum=1)
+        if self.pack_size % self.pad_to_multiple:
+            raise ConfigError(f"pack.pack_size={self.pack_size} is not a multiple of pack.pad_to_multiple={self.pad_to_multiple}")
+        self.algorithm = c.choice("pack.algorithm", ("best_fit_decreasing", "first_fit"), "best_fit_decreasing")
+        self.window = c.int("pack.window", self.window, minimum=1)
+        self.seed = c.int("pack.seed", self.seed)
+        self.row_group_size = c.int("pack.row_group_size", self.row_group_size, minimum=1)
+        self.compression = c.choice("pack.compression", ("zstd", "snappy", "gzip", "none"), "zstd")
+        self.target_bytes = c.int("shards.target_bytes", self.target_bytes, minimum=1)
+        self.validation_fraction = c.float("split.validation_fraction", self.validation_fraction, minimum=0)
+        if self.validation_fraction >= 1:
+            raise ConfigError(f"split.validation_fraction={self.validation_fraction} must be below 1")
+        self.split_seed = c.int("split.seed", self.split_seed)
 
 
 def main(cfg: dict[str, Any]) -> int:
@@ -171,18 +148,11 @@ def main(cfg: dict[str, Any]) -> int:
         ConfigError: a config, blend or input problem found before any work (exit 2).
         RuntimeFailure: a failure while working (exit 1); finished shards keep their receipts.
     """
-    s = Settings.from_config(cfg)
-    with outputs.writer_lock(s.output_dir):  # one writing run per output folder
-        manifest = prepare(s)
-    from nemotron.artifacts import write_outputs
-
-    write_outputs({"sft-data": {"path": manifest["path"], "data_version": manifest["version"],
-                                "pack_size": manifest["pack_size"], "pad_to_multiple": manifest["pad_to_multiple"],
-                                "train_path": manifest["loader"]["packed_train_data_path"],
-                                "valid_path": manifest["loader"]["packed_val_data_path"],
-                                "metadata_path": manifest["loader"]["packed_metadata_path"],
-                                "tokenizer_sha256": manifest["tokenizer"].get("vocab_sha256")}})
-    return 0
+    return driver.stage_main(cfg, Settings, prepare, lambda m: {"sft-data": {
+        "path": m["path"], "data_version": m["version"], "pack_size": m["pack_size"],
+        "pad_to_multiple": m["pad_to_multiple"], "train_path": m["loader"]["packed_train_data_path"],
+        "valid_path": m["loader"]["packed_val_data_path"], "metadata_path": m["loader"]["packed_metadata_path"],
+        "tokenizer_sha256": m["tokenizer"].get("vocab_sha256")}})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -244,7 +214,6 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
     from nemotron.data.files import tmp_name
     from nemotron.data.indexed import IndexedWriter
     from nemotron.data.records import iter_objects, where
-    from nemotron.data.sources import Piece, fetch_remote, is_remote
 
     os.environ["RAYON_NUM_THREADS"] = str(opts["cpus_per_task"])
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
@@ -305,12 +274,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
         pending.clear()
 
     try:
-        for pd in shard["pieces"]:
-            piece = Piece.from_dict(pd)
-            label = piece.file
-            if is_remote(piece.file):
-                piece = Piece(fetch_remote(piece.file, opts["remote_cache_dir"]), piece.fmt, piece.start, piece.stop,
-                              piece.line, piece.est_bytes)
+        for label, piece in driver.shard_pieces(shard, opts["remote_cache_dir"]):
             file_index = shard["file_index"][label]
             done_here = 0.0
             for pos, ordinal, obj, problem, detail in iter_objects(piece):
@@ -503,28 +467,8 @@ def prepare(s: Settings, *, live_progress: bool | None = None, quiet: bool = Fal
         ConfigError: a config, blend or input problem found before any work.
         RuntimeFailure: a failure while working (rerun to resume).
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from nemotron.data.progress import console
-    from nemotron.data.raypool import ray_session
-
-    say = (lambda *a: None) if quiet else console().print
-    t_start = time.monotonic()
-    blend = load_blend(s.blend_path, path_vars=s.path_vars)
-    version, vdir, why = outputs.select_version(s.output_dir, s.force)
-    old = _read_json(vdir / outputs.MANIFEST)
-    with contextlib.ExitStack() as stack:
-        session = None
-        if s.force or not (old and old.get("complete")):
-            pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
-            future = pool.submit(_plan, s, blend, vdir)
-            try:
-                session = stack.enter_context(ray_session(s.ray_cpus))
-            finally:
-                plan = future.result()
-        else:
-            plan = _plan(s, blend, vdir)
-        return _execute(s, blend, version, vdir, why, plan, session, live_progress, quiet, say, t_start)
+    # Ray starts while the driver resolves the tokenizer and plans (both only read inputs).
+    return driver.drive(s, _plan, _execute, live_progress=live_progress, quiet=quiet)
 
 
 @dataclass
@@ -546,19 +490,10 @@ def _plan(s: Settings, blend: Blend, vdir: Path) -> _Plan:
     if s.pad_to_multiple > 1 and tok.info.eos_id is None:
         raise ConfigError(f"pack.pad_to_multiple={s.pad_to_multiple} pads with the EOS token, but tokenizer "
                           f"{s.tokenizer_name} declares none")
-    datasets, not_found, shards = [], [], []
-    for spec in blend.datasets:
-        ds = plan_dataset(spec, s, CHAT_SCHEMAS, s.target_bytes, s.sample)
-        if ds is None or not ds.shards:
-            message = f"{blend.path}:{spec.line}: datasets ({spec.name}): path {spec.path!r} matches no file"
-            if spec.optional:
-                not_found.append(f"{spec.name}: optional, nothing at {spec.path}")
-                continue
-            if s.policies["empty_glob"] == "skip":
-                not_found.append(f"{message}; dataset skipped (policies.empty_glob=skip)")
-                continue
-            raise ConfigError(message, "fix the path, mark the dataset optional, or set policies.empty_glob=skip")
-        datasets.append(ds)
+    datasets, not_found = plan_datasets(blend, s, CHAT_SCHEMAS)
+    shards = []
+    for ds in datasets:
+        spec = ds.spec
         file_index = {f: i for i, f in enumerate(ds.files)}
         for k, pieces in enumerate(ds.shards):
             shards.append({
@@ -567,8 +502,6 @@ def _plan(s: Settings, blend: Blend, vdir: Path) -> _Plan:
                 "pieces": [p.to_dict() for p in pieces], "est_bytes": sum(p.est_bytes for p in pieces),
                 "file_index": {p.file: file_index[p.file] for p in pieces},
             })
-    if not datasets:
-        raise ConfigError(f"{blend.path}: no dataset has any input file")
     template_sha = sha256_file(s.template)
     opts = {
         "tokenizer_json": str(vdir / "tokenizer" / "tokenizer.json"), "template": s.template,
@@ -584,44 +517,18 @@ def _plan(s: Settings, blend: Blend, vdir: Path) -> _Plan:
     shaping.update(tokenizer=tok.info.file_sha256, template=template_sha)
     for sh in shards:
         sh["key"] = stable_hash({"pieces": sh["pieces"], "schema": sh["schema"], **shaping})
-    inputs = []
-    for ds in datasets:
-        for f in ds.files:
-            st = os.stat(f) if not f.startswith("hf://") else None
-            inputs.append([f, st.st_size if st else None, st.st_mtime_ns if st else None])
+    inputs = driver.input_stamps(f for ds in datasets for f in ds.files)
     packing = {k: opts[k] for k in ("algorithm", "seed", "row_group_size", "compression", "pad_id")} | {"window": s.window}
     key = stable_hash({"shards": [sh["key"] for sh in shards], "inputs": inputs, "packing": packing,
                        "weights": [ds.spec.weight for ds in datasets], "mixing": s.mixing, "root": str(vdir)})
     return _Plan(tok, datasets, shards, not_found, opts, key, template_sha)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _execute(s: Settings, blend: Blend, version: int, vdir: Path, why: str, plan: _Plan, session: Any,
-             live_progress: bool | None, quiet: bool, say: Any, t_start: float) -> dict[str, Any]:
-    for line in plan.not_found:
-        say(f"note: {line}")
-    old_plan = _read_json(vdir / outputs.PLAN)
-    old_manifest = _read_json(vdir / outputs.MANIFEST)
-    if old_plan is not None and old_plan.get("plan_key") != plan.key and not s.force:
-        raise ConfigError(
-            f"output_dir={vdir} holds data prepared from other inputs or settings "
-            f"(plan {old_plan.get('plan_key')}, now {plan.key})",
-            "rerun with force=true to rebuild (a consumed version is kept; a new one is written), or choose another output_dir")
-    if s.force and why != "rebuild" and version > 1:
-        say(f"note: {why}: {vdir}")
-    if why == "rebuild":
-        outputs.clear_version(vdir)
-    elif old_manifest and old_manifest.get("complete") and old_manifest.get("plan_key") == plan.key:
-        say(f"up to date: {vdir} (plan {plan.key}); nothing to do. Rerun with force=true to rebuild.")
-        _print_summary(old_manifest, quiet)
-        return old_manifest
-    vdir.mkdir(parents=True, exist_ok=True)
+def _execute(run: driver.Run, blend: Blend, plan: _Plan) -> dict[str, Any]:
+    s, vdir = run.s, run.vdir
+    done = driver.reuse_or_reset(run, plan.key, plan.not_found, _print_summary)
+    if done is not None:
+        return done
     _write_tokenizer(vdir / "tokenizer", plan.tok, s.template)
     atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": plan.key, "shards": plan.shards})
 
@@ -629,15 +536,11 @@ def _execute(s: Settings, blend: Blend, version: int, vdir: Path, why: str, plan
     with contextlib.ExitStack() as stack:
         # runs last, after Ray has shut down, also on Ctrl-C or a failure: only finished files stay
         stack.callback(remove_tmp_files, vdir / "data")
-        if session is None:
-            from nemotron.data.raypool import ray_session
-
-            session = stack.enter_context(ray_session(s.ray_cpus))
-        workers = s.workers or max(session["cpus"] // s.cpus_per_task, 1)
-        run_info.update(workers=workers, ray=session["address"], ray_cpus=session["cpus"])
+        workers, ray_info = stack.enter_context(driver.ray_workers(run))
+        run_info.update(ray_info)
         t1 = time.monotonic()
         receipts = _run_stage(
-            "sft sequences", tokenize_shard, plan.shards, plan.opts, s, workers, live_progress, quiet, say,
+            run, "sft sequences", tokenize_shard, plan.shards, plan.opts, workers,
             units=lambda sh: max(sh["est_bytes"], 1), verb="tokenizing", noun="shards")
         run_info["tokenize_seconds"] = round(time.monotonic() - t1, 3)
         passes = _passes(plan, receipts, s.mixing)
@@ -651,65 +554,25 @@ def _execute(s: Settings, blend: Blend, version: int, vdir: Path, why: str, plan
             if joined is not None:
                 parts.update(joined["windows"])
         parts.update(_run_stage(
-            "sft packs", pack_window, [w for w in windows if w["id"] not in parts], plan.opts, s, workers,
-            live_progress, quiet, say, units=lambda w: max(w["sequences"], 1), verb="packing", noun="windows"))
+            run, "sft packs", pack_window, [w for w in windows if w["id"] not in parts], plan.opts, workers,
+            units=lambda w: max(w["sequences"], 1), verb="packing", noun="windows"))
         tails = _tail_windows(s, vdir, plan, windows, parts)
         parts.update(_run_stage(
-            "sft packs (carried)", pack_window, [w for w in tails if w["id"] not in parts], plan.opts, s, workers,
-            live_progress, quiet, say, units=lambda w: max(w["sequences"], 1), verb="packing", noun="final windows"))
+            run, "sft packs (carried)", pack_window, [w for w in tails if w["id"] not in parts], plan.opts, workers,
+            units=lambda w: max(w["sequences"], 1), verb="packing", noun="final windows"))
         for split in SPLITS:
-            _join_parts(vdir, s, split, windows, tails, parts, say, quiet)
+            _join_parts(vdir, s, split, windows, tails, parts, run.say, run.quiet)
         windows = windows + tails
         run_info["pack_seconds"] = round(time.monotonic() - t2, 3)
-    manifest = _finish(s, blend, plan, receipts, passes, windows, parts, vdir, version, run_info, t_start)
-    _print_summary(manifest, quiet)
-    return manifest
+    return _finish(run, blend, plan, receipts, passes, windows, parts, run_info)
 
 
-def _run_stage(title: str, fn: Any, items: list[dict[str, Any]], opts: dict[str, Any], s: Settings, workers: int,
-               live_progress: bool | None, quiet: bool, say: Any, *, units: Any, verb: str, noun: str) -> dict[str, dict[str, Any]]:
+def _run_stage(run: driver.Run, title: str, fn: Any, items: list[dict[str, Any]], opts: dict[str, Any], workers: int,
+               *, units: Any, verb: str, noun: str) -> dict[str, dict[str, Any]]:
     """Run ``fn`` as Ray streaming tasks for the items without a matching receipt; returns every receipt."""
-    import ray
-
-    from nemotron.data.progress import Progress
-    from nemotron.data.raypool import run_streaming
-
-    receipts: dict[str, dict[str, Any]] = {}
-    todo = []
-    for it in items:
-        rec = outputs.read_receipt(it.get("receipt_prefix", it.get("prefix")), it["key"])
-        if rec is not None:
-            receipts[it["id"]] = rec
-        else:
-            todo.append(it)
-    if receipts and todo:
-        say(f"resuming: {len(receipts)} of {len(items)} {noun} already done")
-    if not todo:
-        return receipts
-    if not quiet:
-        print(f"{verb} {len(todo)} {noun} on {workers} workers", flush=True)
-    order = sorted(todo, key=lambda it: (-units(it), it["id"]))
-    seen: dict[str, dict[str, Any]] = {}
-    with Progress(sum(units(it) for it in todo), title, interval_s=s.progress_interval_s,
-                  live=False if quiet and live_progress is None else live_progress) as bar:
-        if quiet:
-            bar.interval_s = math.inf
-
-        def on_progress(it: dict[str, Any], p: dict[str, Any]) -> None:
-            last = seen.get(it["id"], {"units": 0, "tokens": 0, "docs": 0})
-            seen[it["id"]] = p
-            bar.advance(min(p["units"], units(it)) - min(last["units"], units(it)), tokens=p["tokens"] - last["tokens"],
-                        docs=p["docs"] - last["docs"])
-
-        def on_done(it: dict[str, Any], rec: dict[str, Any]) -> None:
-            last = seen.pop(it["id"], {"units": 0, "tokens": 0, "docs": 0})
-            receipts[it["id"]] = rec
-            tokens = sum(rec["tokens"].values()) if isinstance(rec["tokens"], dict) else rec["tokens"]
-            docs = rec.get("conversations", rec.get("rows", 0))
-            bar.advance(units(it) - min(last["units"], units(it)), tokens=tokens - last["tokens"], docs=docs - last["docs"])
-
-        run_streaming(ray.remote(fn), order, args=(opts,), max_in_flight=workers, num_cpus=s.cpus_per_task,
-                      on_progress=on_progress, on_done=on_done)
+    receipts, todo = driver.split_done(items, run.say, noun)
+    if todo:
+        driver.stream(run, fn, todo, opts, workers, receipts, title=title, verb=verb, noun=noun, units=units)
     return receipts
 
 
@@ -846,23 +709,17 @@ def _tail_windows(s: Settings, vdir: Path, plan: _Plan, windows: list[dict[str, 
 
 def _write_tokenizer(folder: Path, tok: ChatTokenizer, template: str) -> None:
     """The tokenizer the data was made with, plus a tokenizer_config.json carrying the chat template."""
-    from nemotron.data.files import sha256_file as sha
-
-    target = folder / "tokenizer.json"
-    if not target.is_file() or sha(target) != tok.info.file_sha256:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f"tokenizer.json.tmp-{os.getpid()}"
-        shutil.copyfile(tok.info.json_path, tmp)
-        os.replace(tmp, target)
+    driver.copy_tokenizer(folder, tok.info)
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": tok.info.bos_token,
               "eos_token": tok.info.eos_token, "chat_template": Path(template).read_text(encoding="utf-8")}
     atomic_write_json(folder / "tokenizer_config.json", config)
 
 
-def _finish(s: Settings, blend: Blend, plan: _Plan, receipts: dict[str, dict[str, Any]], passes: dict[str, float],
-            windows: list[dict[str, Any]], parts: dict[str, dict[str, Any]], vdir: Path, version: int,
-            run_info: dict[str, Any], t_start: float) -> dict[str, Any]:
+def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict[str, Any]], passes: dict[str, float],
+            windows: list[dict[str, Any]], parts: dict[str, dict[str, Any]], run_info: dict[str, Any]) -> dict[str, Any]:
     from nemotron.data.packing import PackStats
+
+    s, vdir = run.s, run.vdir
 
     stats = {k: PackStats(s.pack_size) for k in SPLITS}
     split_tokens = {k: {"tokens": 0, "learned": 0, "files": 0} for k in SPLITS}
@@ -883,9 +740,7 @@ def _finish(s: Settings, blend: Blend, plan: _Plan, receipts: dict[str, dict[str
     eff_total = sum(effective.values()) or 1
     for ds in plan.datasets:
         recs = [r for r in receipts.values() if r["dataset"] == ds.spec.name]
-        skipped: Counter[str] = Counter()
-        for r in recs:
-            skipped.update(r["skipped"])
+        skipped, examples = driver.problems_of(recs, s.max_examples)
         datasets.append({
             "name": ds.spec.name, "weight": ds.spec.weight, "schema": ds.schema or "auto", "files": len(ds.files),
             "input_bytes": ds.input_bytes, "records": sum(r["records"] for r in recs),
@@ -899,7 +754,7 @@ def _finish(s: Settings, blend: Blend, plan: _Plan, receipts: dict[str, dict[str
             "passes": round(passes[ds.spec.name], 6), "natural_share": sum(r["tokens"]["train"] for r in recs) / train_total,
             "effective_share": effective[ds.spec.name] / eff_total,
             "seconds": round(sum(r["seconds"] for r in recs), 3),
-            "examples": [e for r in recs for e in r["examples"]][: s.max_examples],
+            "examples": examples,
         })
     kept = sum(sum(d["tokens"].values()) for d in datasets)
     lost = sum(d["truncated_tokens"] + d["dropped_tokens"] for d in datasets)
@@ -913,7 +768,7 @@ def _finish(s: Settings, blend: Blend, plan: _Plan, receipts: dict[str, dict[str
     tok_info["name"] = s.tokenizer_name
     tok_info["added_special_tokens"] = plan.tok.added
     tok_info["source"] = plan.tok.source
-    seconds = round(time.monotonic() - t_start, 3)
+    seconds = round(time.monotonic() - run.t_start, 3)
     packing = {}
     for k in SPLITS:
         st = stats[k].to_dict()
@@ -926,9 +781,7 @@ def _finish(s: Settings, blend: Blend, plan: _Plan, receipts: dict[str, dict[str
                   bytes=split_path(vdir, s, k).stat().st_size if paths[k] else 0)
         packing[k] = st
     manifest = {
-        "stage": STAGE, "kind": "sft-data", "format": "megatron-bridge-packed-parquet", "complete": True,
-        "version": version, "path": str(vdir), "plan_key": plan.key, "config_hash": plan.key,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **driver.manifest_head(run, STAGE, "sft-data", "megatron-bridge-packed-parquet", plan.key, config_hash=plan.key),
         # read by validation (rules sft-pack-size, sft-pad, data-tokenizer): keep these names
         "pack_size": s.pack_size, "pad_to_multiple": s.pad_to_multiple, "tokenizer": tok_info,
         "pad_id": plan.opts["pad_id"],
@@ -940,7 +793,7 @@ def _finish(s: Settings, blend: Blend, plan: _Plan, receipts: dict[str, dict[str
         },
         "chat": {"template": s.template, "template_sha256": plan.template_sha256, "reasoning": s.reasoning,
                  "history_reasoning": s.history_reasoning},
-        "blend": {"path": blend.path, "name": blend.name, "sha256": sha256_file(blend.path), "not_found": plan.not_found},
+        "blend": driver.blend_record(blend, plan.not_found),
         "settings": {"sample": s.sample, "mixing": s.mixing, "policies": s.policies, "algorithm": s.algorithm, "window": s.window,
                      "seed": s.seed, "validation_fraction": s.validation_fraction, "split_seed": s.split_seed,
                      "row_group_size": s.row_group_size, "compression": s.compression, "target_bytes": s.target_bytes},
@@ -952,16 +805,12 @@ def _finish(s: Settings, blend: Blend, plan: _Plan, receipts: dict[str, dict[str
                    "skipped": sum(sum(d["skipped"].values()) for d in datasets)},
         "run": {**run_info, "seconds": seconds, "tokens_per_second": round(kept / seconds, 1) if seconds else None},
         "bridge_metadata": bridge_meta,
-        "consumed_by": f"records are files under {outputs.CONSUMED_DIR}/ (nemotron.data.outputs.record_consumer)",
     }
-    atomic_write_json(vdir / outputs.MANIFEST, manifest)
-    return manifest
+    return driver.publish(run, manifest, _print_summary)
 
 
-def _print_summary(m: dict[str, Any], quiet: bool) -> None:
-    if quiet:
-        return
-    from nemotron.data.progress import console, fmt_counts, human, print_table
+def _print_summary(m: dict[str, Any]) -> None:
+    from nemotron.data.progress import fmt_counts, human, print_table
 
     rows = []
     for d in m["datasets"]:
@@ -988,11 +837,8 @@ def _print_summary(m: dict[str, Any], quiet: bool) -> None:
     print_table(f"packs of {m['pack_size']:,} tokens (pad multiple {m['pad_to_multiple']}; "
                 f"lost to truncation/drops: {100 * t['lost_fraction']:.2f}% of tokens)",
                 ["split", "packs", "sequences", "tokens", "fill", "trained tokens", "max seq/pack", "file size"], prow)
-    con = console()
-    for d in m["datasets"]:
-        for e in d.get("examples", []):
-            con.print(f"skipped: {e}")
     added = m["tokenizer"].get("added_special_tokens") or {}
+    con = driver.print_examples(m)
     con.print(f"train: {m['loader']['packed_train_data_path']}  tokenizer {m['tokenizer']['name']} "
               f"(vocab {m['tokenizer']['vocab_size']:,}, sha256 {m['tokenizer']['vocab_sha256'][:12]}"
               + (f"; added {', '.join(f'{k}={v}' for k, v in added.items())}" if added else "") + ")")

@@ -1,0 +1,504 @@
+"""The skeleton the three data prep pipelines share (pretraining, SFT and RL data).
+
+Every data stage runs the same way around its own work::
+
+    load blend ─► choose output version ─► plan (pure; overlapped with Ray's start-up)
+      ─► notes ─► plan-key check against the old plan.json ─► rebuild | "up to date" | go on
+      ─► Ray streaming tasks for the items without a matching receipt ─► outputs ─► manifest.json (last)
+
+The pieces of that skeleton live here; what a stage does with its records, its plan, its outputs and
+its summary tables stays in its own module (:mod:`nemotron.data.pretrain`, :mod:`nemotron.data.sft`,
+:mod:`nemotron.data.rl`). Nothing heavy is imported at module level (``--dry-run`` validation imports
+the stage modules): Ray is imported when a run needs it.
+
+A stage's ``Settings`` extends :class:`StageSettings`, the settings every stage has; the driver reads
+only those.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+from nemotron.data import outputs
+from nemotron.data.blend import Blend, DatasetSpec, load_blend
+from nemotron.data.files import atomic_write_json, sha256_file
+from nemotron.errors import ConfigError
+
+P = TypeVar("P")
+
+#: The manifest's pointer to how consumption of a version is recorded.
+CONSUMED_BY = f"records are files under {outputs.CONSUMED_DIR}/ (nemotron.data.outputs.record_consumer)"
+#: The hint of a plan-key mismatch (an output folder holding data of other inputs or settings).
+MISMATCH_HINT = ("rerun with force=true to rebuild (a consumed version is kept; a new one is written), "
+                 "or choose another output_dir")
+
+
+# --------------------------------------------------------------------------------------------------
+# settings, entry point and driver
+
+
+@dataclass
+class StageSettings:
+    """The settings every data stage has, checked; a stage's ``Settings`` adds its own after these.
+
+    YAML keys: ``blend_path``, ``output_dir`` (both made absolute), ``path_vars``, ``sample``, ``force``,
+    ``workers.count`` (``workers``), ``workers.cpus_per_task``, ``run.env.cpus`` (``ray_cpus``),
+    ``remote.cache_dir`` and ``summary.progress_interval_s``. A stage supplies :meth:`reader` (its typed
+    config reader, which knows the stage's keys), :meth:`read_own` (its own keys) and, where keys
+    depend on each other, :meth:`check`.
+    """
+
+    blend_path: str
+    output_dir: str
+    path_vars: dict[str, Any] = field(default_factory=dict)
+    sample: int | None = None
+    force: bool = False
+    workers: int | None = None
+    cpus_per_task: int = 1
+    ray_cpus: int | None = None
+    remote_cache_dir: str = "~/.cache/nemotron/hf-datasets"
+    progress_interval_s: float = 10.0
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> Self:
+        """Build from the compiled stage config (the dict ``run.py`` loads).
+
+        Order (the first bad key read is the one reported): :meth:`read_head`, the stage's
+        :meth:`read_own`, :meth:`read_workers`, then unknown keys are refused, then :meth:`check`.
+
+        Raises:
+            ConfigError: a key is unknown (with a did-you-mean), has the wrong type, or is out of range.
+        """
+        c = cls.reader(cfg)
+        s = cls.read_head(c)
+        s.read_own(c)
+        s.read_workers(c)
+        c.check_unknown()
+        s.check()
+        return s
+
+    @classmethod
+    def reader(cls, cfg: dict[str, Any]) -> Any:
+        """The stage's typed config reader over ``cfg`` (``str``/``int``/``bool``/... and ``check_unknown``).
+
+        Raises:
+            ConfigError: ``cfg`` is not a mapping.
+        """
+        raise NotImplementedError(f"{cls.__name__} must define reader()")
+
+    def read_own(self, c: Any) -> None:
+        """Read the stage's own keys with ``c`` (none here); raises ConfigError naming a bad key."""
+
+    def check(self) -> None:
+        """Checks across keys, once all are read (none here); raises ConfigError."""
+
+    @classmethod
+    def read_head(cls, c: Any) -> Self:
+        """New settings from ``blend_path``, ``output_dir``, ``path_vars``, ``sample`` and ``force``.
+
+        ``c`` is the stage's config reader (:class:`nemotron.data.prep.Reader` or the pretraining one).
+
+        Raises:
+            ConfigError: a key is missing, has the wrong type or is out of range (the message names it).
+        """
+        # absolute: outputs (blend.json, manifests) must name paths that resolve from any working directory
+        s = cls(blend_path=os.path.abspath(c.str("blend_path")), output_dir=os.path.abspath(c.str("output_dir")))
+        s.path_vars = c.dict("path_vars", {})
+        s.sample = c.int("sample", None, minimum=1)
+        s.force = c.bool("force", False)
+        return s
+
+    def read_workers(self, c: Any) -> None:
+        """Read ``workers.*``, ``run.env.cpus``, ``remote.cache_dir`` and ``summary.progress_interval_s``.
+
+        Raises:
+            ConfigError: a key has the wrong type or is out of range (the message names it).
+        """
+        self.workers = c.int("workers.count", None, minimum=1)
+        self.cpus_per_task = c.int("workers.cpus_per_task", 1, minimum=1)
+        self.ray_cpus = c.int("run.env.cpus", None, minimum=1)
+        self.remote_cache_dir = c.str("remote.cache_dir", self.remote_cache_dir)
+        self.progress_interval_s = c.float("summary.progress_interval_s", 10.0, minimum=0) or 10.0
+
+
+def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], dict[str, Any]],
+               artifacts: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    """A stage's ``main``: check the config, prepare the data under the writer lock, record the outputs.
+
+    Args:
+        cfg: the compiled stage config (the dict ``run.py`` loads).
+        settings_cls: the stage's ``Settings`` (its ``from_config`` checks ``cfg``).
+        prepare: the stage's ``prepare(settings)``; returns the manifest.
+        artifacts: the manifest → ``{artifact kind: fields}`` for
+            :func:`nemotron.artifacts.write_outputs` (what later stages read).
+
+    Returns:
+        The exit code, 0.
+
+    Raises:
+        ConfigError: a config, blend or input problem found before any work (exit 2).
+        RuntimeFailure: a failure while working, or another run writing the same folder (exit 1).
+    """
+    s = settings_cls.from_config(cfg)
+    with outputs.writer_lock(s.output_dir):  # one writing run per output folder
+        manifest = prepare(s)
+    from nemotron.artifacts import write_outputs
+
+    write_outputs(artifacts(manifest))
+    return 0
+
+
+@dataclass
+class Run:
+    """One run of a stage: its settings, the output version it writes and how it reports.
+
+    ``why`` is :func:`nemotron.data.outputs.select_version`'s reason (``"rebuild"``: the version is
+    cleared first); ``session`` is the Ray session started while planning (``None``: started when
+    work needs it, see :func:`ray_workers`); ``say`` prints a console line (nothing when ``quiet``);
+    ``t_start`` is the :func:`time.monotonic` time the run began.
+    """
+
+    s: Any
+    version: int
+    vdir: Path
+    why: str
+    say: Callable[..., Any]
+    quiet: bool
+    live_progress: bool | None
+    t_start: float
+    session: dict[str, Any] | None = None
+
+
+def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run, Blend, P], dict[str, Any]], *,
+          live_progress: bool | None, quiet: bool, load: Callable[[Any, Any], Blend] | None = None,
+          overlap_ray: bool = True) -> dict[str, Any]:
+    """Run a stage: load the blend, choose the output version, plan, then ``execute``; returns its manifest.
+
+    With ``overlap_ray``, a local Ray starts while ``plan(s, blend, vdir)`` runs in a thread (both only
+    read inputs, so Ray's seconds of start-up overlap the planning), unless the output looks finished
+    (a complete manifest and no ``force``): then only the plan runs, and ``execute`` finds
+    ``run.session`` ``None``. Without it the plan runs alone and the stage starts Ray when it has work.
+    The session stays up until ``execute`` returns.
+
+    Args:
+        s: the stage's settings.
+        plan: ``(s, blend, vdir) -> plan``; pure (reads the inputs, writes nothing).
+        execute: ``(run, blend, plan) -> manifest``.
+        live_progress: force the live progress bar on/off (``None``: on when stdout is a terminal).
+        quiet: print nothing.
+        load: ``(s, say) -> blend``; default :func:`nemotron.data.blend.load_blend` of ``s.blend_path``.
+        overlap_ray: start Ray while planning (see above).
+
+    Raises:
+        ConfigError: from loading the blend or planning (the planning error wins over a Ray start-up error).
+        RuntimeFailure: from ``execute``.
+    """
+    from nemotron.data.progress import console
+
+    say = (lambda *a: None) if quiet else console().print
+    t_start = time.monotonic()
+    blend = load(s, say) if load is not None else load_blend(s.blend_path, path_vars=s.path_vars)
+    version, vdir, why = outputs.select_version(s.output_dir, s.force)
+    run = Run(s, version, vdir, why, say, quiet, live_progress, t_start)
+    old = read_json(vdir / outputs.MANIFEST)
+    with contextlib.ExitStack() as stack:
+        if overlap_ray and (s.force or not (old and old.get("complete"))):
+            from concurrent.futures import ThreadPoolExecutor
+
+            from nemotron.data.raypool import ray_session
+
+            pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+            future = pool.submit(plan, s, blend, vdir)
+            try:
+                run.session = stack.enter_context(ray_session(s.ray_cpus))
+            finally:
+                planned = future.result()
+        else:
+            planned = plan(s, blend, vdir)
+        return execute(run, blend, planned)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON document at ``path``, or ``None`` when it is missing or unreadable (never raises)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
+                   summary: Callable[[dict[str, Any]], None], *, hint: str = MISMATCH_HINT,
+                   clear: Iterable[str] = ()) -> dict[str, Any] | None:
+    """Check the version folder against this plan before any work; ``None`` means: go on and build.
+
+    Says a note per ``not_found`` line first. A ``rebuild`` run clears the folder's owned files (and
+    the names in ``clear``); a folder whose complete manifest has this ``plan_key`` is up to date:
+    its summary is printed (unless quiet) and the old manifest is returned (nothing is done). Otherwise the folder
+    is created and ``None`` returned; receipts decide what is redone.
+
+    Raises:
+        ConfigError: the folder's ``plan.json`` has another plan key and ``force`` is off (the message
+            names both keys; ``hint`` says what to do), or a rebuild would delete consumed output.
+    """
+    s, vdir = run.s, run.vdir
+    for line in not_found:
+        run.say(f"note: {line}")
+    old_plan = read_json(vdir / outputs.PLAN)
+    old_manifest = read_json(vdir / outputs.MANIFEST)
+    if old_plan is not None and old_plan.get("plan_key") != plan_key and not s.force:
+        raise ConfigError(f"output_dir={vdir} holds data prepared from other inputs or settings "
+                          f"(plan {old_plan.get('plan_key')}, now {plan_key})", hint)
+    if s.force and run.why != "rebuild" and run.version > 1:
+        run.say(f"note: {run.why}: {vdir}")
+    if run.why == "rebuild":
+        outputs.clear_version(vdir)
+        for name in clear:
+            with contextlib.suppress(FileNotFoundError):
+                (vdir / name).unlink()
+    elif old_manifest and old_manifest.get("complete") and old_manifest.get("plan_key") == plan_key:
+        run.say(f"up to date: {vdir} (plan {plan_key}); nothing to do. Rerun with force=true to rebuild.")
+        if not run.quiet:
+            summary(old_manifest)
+        return old_manifest
+    vdir.mkdir(parents=True, exist_ok=True)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# planning
+
+
+def unmatched(blend: Blend, spec: DatasetSpec, policy: str, section: str) -> str:
+    """The note for a dataset whose path matches no file, when the run goes on without it.
+
+    ``policy`` is the stage's ``<section>.empty_glob`` (``skip`` or ``fail``); an ``optional`` dataset
+    is always left out.
+
+    Raises:
+        ConfigError: the dataset is not optional and the policy is ``fail`` (names the blend line).
+    """
+    message = f"{blend.path}:{spec.line}: datasets ({spec.name}): path {spec.path!r} matches no file"
+    if spec.optional:
+        return f"{spec.name}: optional, nothing at {spec.path}"
+    if policy == "skip":
+        return f"{message}; dataset skipped ({section}.empty_glob=skip)"
+    raise ConfigError(message, f"fix the path, mark the dataset optional, or set {section}.empty_glob=skip")
+
+
+def require_datasets(blend: Blend, datasets: list[Any]) -> None:
+    """Raises ConfigError (naming the blend file) when no dataset of the blend has an input file."""
+    if not datasets:
+        raise ConfigError(f"{blend.path}: no dataset has any input file")
+
+
+def input_stamps(files: Iterable[str]) -> list[list[Any]]:
+    """``[file, size in bytes, mtime in ns]`` per input file, for a plan key (``None``s for ``hf://`` files)."""
+    stamps = []
+    for f in files:
+        st = os.stat(f) if not f.startswith("hf://") else None
+        stamps.append([f, st.st_size if st else None, st.st_mtime_ns if st else None])
+    return stamps
+
+
+def copy_tokenizer(folder: Path, info: Any) -> None:
+    """Put the tokenizer file the data is made with at ``folder/tokenizer.json`` (atomic rename).
+
+    ``info`` is a :class:`nemotron.data.tokenizer.TokenizerInfo` (``json_path``, ``file_sha256``); a
+    file with the same SHA-256 already there is kept.
+    """
+    target = folder / "tokenizer.json"
+    if not target.is_file() or sha256_file(target) != info.file_sha256:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"tokenizer.json.tmp-{os.getpid()}"
+        shutil.copyfile(info.json_path, tmp)
+        os.replace(tmp, target)
+
+
+# --------------------------------------------------------------------------------------------------
+# Ray work
+
+
+def shard_pieces(shard: dict[str, Any], remote_cache_dir: str) -> Iterator[tuple[str, Any]]:
+    """A shard's pieces in plan order as ``(label, piece)`` (in a worker).
+
+    ``label`` is the file as planned (what record messages name); ``piece`` is the
+    :class:`nemotron.data.sources.Piece` to read, on a local copy for an ``hf://`` file (fetched into
+    ``remote_cache_dir`` when its turn comes).
+
+    Raises:
+        RuntimeFailure: a remote file cannot be fetched (from :func:`nemotron.data.sources.fetch_remote`).
+    """
+    from nemotron.data.sources import Piece, fetch_remote, is_remote
+
+    for pd in shard["pieces"]:
+        piece = Piece.from_dict(pd)
+        label = piece.file
+        if is_remote(piece.file):
+            piece = Piece(fetch_remote(piece.file, remote_cache_dir), piece.fmt, piece.start, piece.stop,
+                          piece.line, piece.est_bytes)
+        yield label, piece
+
+
+def split_done(items: list[dict[str, Any]], say: Callable[..., Any] | None = None,
+               noun: str = "shards") -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """``(receipts by item id, items still to run)``: an item counts as done when its receipt matches.
+
+    An item names its receipt by ``receipt_prefix`` (else ``prefix``) and ``key``
+    (:func:`nemotron.data.outputs.read_receipt`). With ``say``, a resumed run (some items done, some
+    not) is reported as ``resuming: N of M <noun> already done``.
+    """
+    receipts: dict[str, dict[str, Any]] = {}
+    todo = []
+    for it in items:
+        rec = outputs.read_receipt(it.get("receipt_prefix", it.get("prefix")), it["key"])
+        if rec is not None:
+            receipts[it["id"]] = rec
+        else:
+            todo.append(it)
+    if say is not None and receipts and todo:
+        say(f"resuming: {len(receipts)} of {len(items)} {noun} already done")
+    return receipts, todo
+
+
+@contextlib.contextmanager
+def ray_workers(run: Run) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The run's Ray session (started here, and stopped on exit, when planning did not start one).
+
+    Yields ``(workers, info)``: ``workers`` = ``workers.count``, else the session's CPUs over
+    ``workers.cpus_per_task`` (at least 1); ``info`` = ``{"workers", "ray" (address), "ray_cpus"}``
+    for the manifest's ``run`` record.
+    """
+    with contextlib.ExitStack() as stack:
+        session = run.session
+        if session is None:
+            from nemotron.data.raypool import ray_session
+
+            session = stack.enter_context(ray_session(run.s.ray_cpus))
+        workers = run.s.workers or max(session["cpus"] // run.s.cpus_per_task, 1)
+        yield workers, {"workers": workers, "ray": session["address"], "ray_cpus": session["cpus"]}
+
+
+def _tokens(rec: dict[str, Any]) -> int:
+    tokens = rec.get("tokens", 0)
+    return sum(tokens.values()) if isinstance(tokens, dict) else tokens
+
+
+def _docs(rec: dict[str, Any]) -> int:
+    for key in ("documents", "conversations", "rows"):
+        if key in rec:
+            return rec[key]
+    return 0
+
+
+def stream(run: Run, fn: Callable[..., Any], todo: list[dict[str, Any]], opts: dict[str, Any], workers: int,
+           receipts: dict[str, dict[str, Any]], *, title: str, verb: str, noun: str,
+           units: Callable[[dict[str, Any]], float], detail: str = "", progress_key: str = "units",
+           item: str = "docs", count_tokens: bool = True) -> None:
+    """Run ``fn(item, opts)`` as Ray streaming tasks over ``todo``, largest first, with a progress bar.
+
+    ``fn`` yields ``("progress", {progress_key, "tokens", "docs"})`` any number of times and
+    ``("done", receipt)`` last; each receipt goes into ``receipts`` under the item's ``id``.
+    ``units(item)`` (> 0) is the item's share of the bar; a receipt's tokens are its ``tokens`` (an
+    int or a per-split dict) and its documents its ``documents``, ``conversations`` or ``rows``. Prints
+    ``<verb> N <noun> on W workers<detail>`` first unless quiet. ``item`` and ``count_tokens`` are the
+    bar's (:class:`nemotron.data.progress.Progress`): what documents are called, whether tokens are shown.
+
+    Raises:
+        NemotronError: re-raised from a task; RuntimeFailure: a task failed otherwise.
+    """
+    import ray
+
+    from nemotron.data.progress import Progress
+    from nemotron.data.raypool import run_streaming
+
+    if not run.quiet:
+        print(f"{verb} {len(todo)} {noun} on {workers} workers{detail}", flush=True)
+    order = sorted(todo, key=lambda it: (-units(it), it["id"]))
+    seen: dict[str, dict[str, Any]] = {}
+    zero = {progress_key: 0, "tokens": 0, "docs": 0}
+    with Progress(sum(units(it) for it in todo), title, interval_s=run.s.progress_interval_s,
+                  live=False if run.quiet and run.live_progress is None else run.live_progress, item=item,
+                  count_tokens=count_tokens) as bar:
+        if run.quiet:
+            bar.interval_s = math.inf
+
+        def on_progress(it: dict[str, Any], p: dict[str, Any]) -> None:
+            last = seen.get(it["id"], zero)
+            seen[it["id"]] = p
+            bar.advance(min(p[progress_key], units(it)) - min(last[progress_key], units(it)),
+                        tokens=p["tokens"] - last["tokens"], docs=p["docs"] - last["docs"])
+
+        def on_done(it: dict[str, Any], rec: dict[str, Any]) -> None:
+            last = seen.pop(it["id"], zero)
+            receipts[it["id"]] = rec
+            bar.advance(units(it) - min(last[progress_key], units(it)), tokens=_tokens(rec) - last["tokens"],
+                        docs=_docs(rec) - last["docs"])
+
+        run_streaming(ray.remote(fn), order, args=(opts,), max_in_flight=workers, num_cpus=run.s.cpus_per_task,
+                      on_progress=on_progress, on_done=on_done)
+
+
+# --------------------------------------------------------------------------------------------------
+# manifest and summary
+
+
+def manifest_head(run: Run, stage: str, kind: str, fmt: str, plan_key: str, **extra: Any) -> dict[str, Any]:
+    """The fields every manifest starts with, in order: stage, kind, format, ``complete`` (true),
+    version, path, plan_key, then ``extra`` (in the order given), then ``created`` (UTC, ISO 8601)."""
+    return {"stage": stage, "kind": kind, "format": fmt, "complete": True, "version": run.version,
+            "path": str(run.vdir), "plan_key": plan_key, **extra,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def blend_record(blend: Blend, not_found: list[str], **extra: Any) -> dict[str, Any]:
+    """The manifest's ``blend`` record: path, name, the file's SHA-256, ``extra``, then ``not_found``."""
+    return {"path": blend.path, "name": blend.name, "sha256": sha256_file(blend.path), **extra,
+            "not_found": not_found}
+
+
+def problems_of(receipts: Iterable[dict[str, Any]], max_examples: int) -> tuple[Counter[str], list[str]]:
+    """A dataset's skip counts by reason summed over its receipts, and the first ``max_examples``
+    kept example messages (receipt order)."""
+    receipts = list(receipts)
+    skipped: Counter[str] = Counter()
+    for r in receipts:
+        skipped.update(r["skipped"])
+    return skipped, [e for r in receipts for e in r.get("examples", [])][:max_examples]
+
+
+def publish(run: Run, manifest: dict[str, Any], summary: Callable[[dict[str, Any]], None], *,
+            consumed_by: bool = True) -> dict[str, Any]:
+    """Write ``manifest.json`` into the version folder (atomically, the run's last file), then print
+    ``summary(manifest)`` unless quiet; returns the manifest.
+
+    With ``consumed_by``, the manifest ends with a ``consumed_by`` field saying where consumption
+    records go (:data:`CONSUMED_BY`).
+    """
+    if consumed_by:
+        manifest["consumed_by"] = CONSUMED_BY
+    atomic_write_json(run.vdir / outputs.MANIFEST, manifest)
+    if not run.quiet:
+        summary(manifest)
+    return manifest
+
+
+def print_examples(m: dict[str, Any]) -> Any:
+    """Print the manifest's kept examples of skipped records (``skipped: <file>:<line>: ...``);
+    returns the console, for the summary's last line."""
+    from nemotron.data.progress import console
+
+    con = console()
+    for d in m["datasets"]:
+        for e in d.get("examples", []):
+            con.print(f"skipped: {e}")
+    return con
