@@ -147,6 +147,18 @@ def test_batch_status_logs_cancel(cli, env_file, slurm):
     assert follow.returncode == 1 and "CANCELLED" in follow.stderr
 
 
+def test_logs_and_failure_summary_are_plain_text_off_a_terminal(cli, env_file, slurm):
+    """A job log with colour codes (Ray's prefixes, progress bars and tools that force colour write them) reads
+    as plain text through `logs` and in the failure summary when the output is not a terminal."""
+    setup = r"""profile.setup=['printf "\033[31mcoloured-line\033[0m \033]0;title\007done\n"', 'exit 3']"""
+    proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--run", "ci", "--env-file", str(env_file), setup)
+    assert proc.returncode == 1, proc.stderr
+    assert "coloured-line done" in proc.stderr + proc.stdout and "\x1b" not in proc.stderr + proc.stdout, proc.stderr
+    job_id = proc.stderr.split("Slurm job ", 1)[1].split(",", 1)[0]
+    logs = cli("ultra3", "logs", job_id)
+    assert logs.returncode == 0 and "coloured-line done" in logs.stdout and "\x1b" not in logs.stdout, logs.stdout
+
+
 def test_secret_reaches_job_but_no_file_or_log(cli, env_file, tmp_path, slurm):
     """The second setup line expands the secret: the job script runs under `set -x`, whose trace would
     print the expanded value into the job's .out unless the profile's setup lines run untraced."""
@@ -264,3 +276,72 @@ def test_stage_messages_dedupe_ranks_and_skip_the_launcher():
                                                  "error: data.path='/d': no such file", "hint: check the path"]
     assert stage_messages(log, "ultra3 sft", n=1) == ["ultra3 sft: cannot read x (2 ranks)"]
     assert stage_messages("Traceback (most recent call last):\n  exitcode  : 1", "ultra3 sft") == []
+
+
+def _folders(root: Path) -> dict[str, set[str]]:
+    """The job folders under a job root: ``runs/<id>`` and NeMo-Run's ``experiments/<job name>/<id>``."""
+    return {"runs": {p.name for p in (root / "runs").iterdir()} if (root / "runs").is_dir() else set(),
+            "experiments": {f"{p.parent.name}/{p.name}" for p in (root / "experiments").glob("*/*")}}
+
+
+def _files(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_size for p in folder.rglob("*") if p.is_file()}
+
+
+def test_refused_submission_removes_its_folders_only(cli, env_file, tmp_path, slurm):
+    """sbatch refuses the job (a partition the cluster does not have): exit 1 with the one error line and its
+    hint, and the folders written for that job (run folder, NeMo-Run's experiment folder) are gone, while the
+    folders of a job Slurm accepted before are intact."""
+    root = tmp_path / "job root with spaces"
+    ok = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "ci", "--env-file", str(env_file),
+             'profile.setup=["exit 0"]')
+    assert ok.returncode == 0, ok.stderr
+    kept = re.search(r"experiment (\S+)", ok.stderr).group(1)
+    before = _folders(root)
+    assert before == {"runs": {kept}, "experiments": {f"ultra3-data-prep-rl-tiny/{kept}"}}, before
+    assert slurm.wait(ok.stdout.split()[-1], timeout=120) == "COMPLETED"
+    kept_files = {f: _files(root / f) for f in [f"runs/{kept}", f"experiments/ultra3-data-prep-rl-tiny/{kept}"]}
+    assert "train.yaml" in kept_files[f"runs/{kept}"] and "secrets.env" in kept_files[f"runs/{kept}"]
+
+    refused = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--run", "ci", "--env-file", str(env_file),
+                  "profile.partition=no-such-partition")
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error: submission of ultra3 data prep rl failed: "), lines
+    assert "invalid partition" in lines[0].lower() and lines[1].startswith("hint: "), lines
+    assert _folders(root) == before
+    assert {f: _files(root / f) for f in kept_files} == kept_files
+    # the exact folders of the refused job: its experiment id is in the sbatch command NeMo-Run ran (--debug)
+    debug = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--run", "ci", "--env-file", str(env_file),
+                "profile.partition=no-such-partition", "--debug")
+    assert debug.returncode == 1
+    gone = re.search(r"experiments/ultra3-data-prep-rl-tiny/(ultra3-data-prep-rl-tiny-[0-9-]+-[0-9a-f]{6})/",
+                     debug.stderr).group(1)
+    assert gone != kept
+    assert not (root / "runs" / gone).exists() and not (root / "experiments" / "ultra3-data-prep-rl-tiny" / gone).exists()
+    assert _folders(root) == before and debug.stderr.strip().splitlines()[-2].startswith("error: submission of")
+
+
+def test_pipe_stage_refused_names_the_queued_jobs(cli, env_file, tmp_path, slurm):
+    """The second stage of a pipe is refused after the first was queued: the command says which job is
+    queued and how to cancel it, and only the refused stage's folders are removed."""
+    root = tmp_path / "job root with spaces"
+    proc = cli("ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "tiny", "--batch", "ci",
+               "--env-file", str(env_file), 'data-prep-pretrain:profile.setup=["sleep 300"]',
+               "pretrain:profile.partition=no-such-partition")
+    first = re.search(r"submitted ultra3 data prep pretrain: Slurm job (\d+)", proc.stderr)
+    try:
+        assert proc.returncode == 1 and first, proc.stderr[-2000:]
+        lines = proc.stderr.strip().splitlines()
+        assert lines[-3] == (f"[nemotron] submitted before the failure and still queued: Slurm job(s) {first.group(1)}; "
+                             f"cancel them with: nemotron ultra3 cancel {first.group(1)}"), lines[-3:]
+        assert lines[-2].startswith("error: submission of ultra3 pretrain failed: ") and lines[-1].startswith("hint: ")
+        assert slurm.state(first.group(1)) in ("PENDING", "RUNNING")
+        folders = _folders(root)
+        assert len(folders["runs"]) == 1 and next(iter(folders["runs"])).startswith("ultra3-data-prep-pretrain-tiny-")
+        assert [f.split("/")[0] for f in folders["experiments"]] == ["ultra3-data-prep-pretrain-tiny"], folders
+        cancel = cli("ultra3", "cancel", first.group(1))
+        assert cancel.returncode == 0, cancel.stderr
+    finally:
+        if first:
+            slurm.run("scancel", first.group(1), check=False)

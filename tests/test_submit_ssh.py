@@ -104,3 +104,20 @@ def test_refused_login_is_one_clear_line(sshd, env_file, tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert f"cannot log in to {sshd.user}@127.0.0.1 (port {sshd.port}) over SSH" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_refused_job_over_ssh_leaves_no_folder(cli, env_file, tmp_path, sshd):
+    """sbatch on the login node refuses the job (no such partition): the run folder that SFTP wrote there and
+    NeMo-Run's experiment folder (local staging copy and, if it was copied, the cluster's) are removed
+    through the same login; the job root itself stays."""
+    proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "login", "--env-file", str(env_file),
+               "profile.partition=no-such-partition")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error: submission of ultra3 data prep rl failed: "), lines
+    root = tmp_path / "cluster jobs"
+    assert root.is_dir() and (root / "runs").is_dir()  # written there, then emptied
+    assert not [p for p in root.rglob("*") if p.is_file()] and not list((root / "runs").iterdir())
+    assert not list((root / "experiments").glob("*/*"))
+    assert not list((tmp_path / "home" / "ssh-staging" / "experiments").glob("*/*"))
+    assert "Accepted publickey" in sshd.log()

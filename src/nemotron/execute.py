@@ -126,6 +126,7 @@ def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
         return run_here(req, compiled, profile, plan)
     from nemotron import jobs, submit
 
+    chain: list[str] = []  # a Slurm job and its run.chain continuation jobs, first to last
     if plan.executor == "local":
         from nemotron import local_job
 
@@ -135,7 +136,8 @@ def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
         job_id = submit.submit_ray(req, compiled, profile, plan)
         where = f"Ray job {job_id} on {profile.address}"
     else:
-        job_id = submit.submit(req, compiled, profile, plan)
+        with submit.reporting_queued(chain, plan.stage.recipe):
+            job_id = submit.submit(req, compiled, profile, plan, chain_ids=chain)
         where = f"Slurm job {job_id}"
     rec = jobs.load(plan.experiment_id)
     recipe = plan.stage.recipe
@@ -145,12 +147,23 @@ def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
         print(f"  follow:  nemotron {recipe} logs {job_id} -f\n  status:  nemotron {recipe} status {job_id}\n"
               f"  cancel:  nemotron {recipe} cancel {job_id}", file=sys.stderr)
         return 0
-    return attach(rec, owner=True)
+    return attach(rec, owner=True, chain=[jobs.load(i) for i in chain[1:]])
 
 
-def attach(rec: Any, owner: bool = False) -> int:
+#: Slurm states in which a job of a ``run.chain`` ends without failing the chain when a next job continues:
+#: the next one resumes from the last save (the resumable exit 75 is told by its exit code, not its state).
+_CONTINUES = {"COMPLETED", "PREEMPTED", "TIMEOUT", "NODE_FAIL"}
+
+
+def attach(rec: Any, owner: bool = False, chain: Any = ()) -> int:
     """Stream an attached job's log until it ends; 0 only when Slurm says COMPLETED, else 1 with the
     final state and the last log lines. Ctrl-C detaches (the job keeps running) and returns 130.
+
+    ``chain``: the ``run.chain`` continuation jobs of ``rec`` (records, first to last). They are followed
+    in turn, each log streamed, with a line when it moves on (``job N ended ...; continuing with job M
+    (run.chain 1/2)``); a job that ended in a failure (not one of :data:`_CONTINUES` nor exit 75) gets its
+    failure summary there. The result is the chain's: that of the last job that ran (one cancelled before
+    it started is skipped), so 0 only when it ended COMPLETED; its artifacts are recorded then.
 
     A job of a ``local`` profile (:mod:`nemotron.local_job`) behaves like a run here instead: the
     result is the stage's own exit code (75: stopped resumably); for the command that started it
@@ -161,16 +174,47 @@ def attach(rec: Any, owner: bool = False) -> int:
 
     if rec.tunnel == jobs.LOCAL_EXECUTOR:
         return _attach_local(rec, owner)
-    try:
-        st, code = jobs.follow(rec)
-    except KeyboardInterrupt:
-        print(f"\ndetached: job {rec.job_id} keeps running; stop it with: nemotron ultra3 cancel {rec.job_id}",
-              file=sys.stderr)
-        return 130
+    recs = [rec, *chain]
+    last = None  # (record, state, exit code) of the last job that ran
+    reported = set()  # jobs whose failure summary was shown on the way
+    for i, current in enumerate(recs):
+        try:
+            st, code = jobs.follow(current)
+        except KeyboardInterrupt:
+            left = [r.job_id for r in recs[i:]]
+            what = f"job {left[0]} keeps running; stop it" if len(left) == 1 else \
+                f"jobs {', '.join(left)} (run.chain) keep running; stop them"
+            recipe = current.job_name.split("-", 1)[0]
+            print(f"\ndetached: {what} with: {'; '.join(f'nemotron {recipe} cancel {j}' for j in left)}",
+                  file=sys.stderr)
+            return 130
+        if st != "CANCELLED" or last is None or jobs.started(current):
+            last = (current, st, code)
+        else:
+            print(f"[nemotron] job {current.job_id} was cancelled before it started", file=sys.stderr)
+        if i + 1 < len(recs):
+            if last[0] is current and st not in _CONTINUES and str(code).split(":")[0] != str(RESUMABLE):
+                _report_failure(current, st, code)
+                reported.add(current.job_id)
+            print(f"[nemotron] job {current.job_id} ended {st} (exit code {code or '?'}); continuing with job "
+                  f"{recs[i + 1].job_id} (run.chain {i + 1}/{len(recs) - 1})", file=sys.stderr)
+    rec, st, code = last
     if st == "COMPLETED":
         for art in jobs.record_outputs(rec):
             print(f"[nemotron] artifact {art['name']} v{art['version']}: {art['path']}", file=sys.stderr)
         return 0
+    if rec.job_id in reported:
+        print(f"[nemotron] run.chain ended with job {rec.job_id}: {st} (exit code {code or '?'})", file=sys.stderr)
+    else:
+        _report_failure(rec, st, code)
+    return 1
+
+
+def _report_failure(rec: Any, st: str, code: str) -> None:
+    """The summary of a Slurm job that did not complete: its state and exit code, what the stage said
+    (:func:`nemotron.jobs.failure_messages`) and the last log lines, on stderr."""
+    from nemotron import jobs
+
     said = jobs.failure_messages(rec)  # the cause, before the launcher's summary that ends the log
     if said:
         print(f"[nemotron] job {rec.job_id} ended {st} (exit code {code or '?'}); {rec.title} said:", file=sys.stderr)
@@ -181,7 +225,6 @@ def attach(rec: Any, owner: bool = False) -> int:
         print(f"[nemotron] job {rec.job_id} ended {st} (exit code {code or '?'}); last log lines:", file=sys.stderr)
     for line in jobs.tail_lines(rec):
         print(f"  {line}", file=sys.stderr)
-    return 1
 
 
 def _attach_local(rec: Any, owner: bool) -> int:

@@ -179,6 +179,16 @@ def state(rec: JobRecord) -> tuple[str, str]:
     return st, ""
 
 
+def started(rec: JobRecord) -> bool:
+    """Whether a Slurm job ever got nodes (sacct's ``AllocNodes`` above 0; a job cancelled while pending has
+    0, and a ``Start`` time all the same). Jobs on a Ray cluster or a ``local`` profile: True."""
+    if rec.tunnel in ("ray", LOCAL_EXECUTOR):
+        return True
+    out = _remote(rec, f"sacct -n -X -P -j {shlex.quote(rec.job_id)} -o AllocNodes")
+    nodes = next((ln.strip() for ln in out.stdout.splitlines() if ln.strip()), "0")
+    return not nodes.isdigit() or int(nodes) > 0
+
+
 def log_files(rec: JobRecord) -> list[str]:
     """The job's log files on the cluster: the task's output (``log-*``; a Ray stage's driver output
     ``ray-job.log``) then the batch script's (``sbatch_*``). A job on an existing Ray cluster has one
@@ -210,18 +220,30 @@ def read_log(rec: JobRecord, path: str, offset: int = 0) -> str:
     return out.stdout
 
 
-def redactor(rec: JobRecord):
-    """A function that blanks the profile's secret values out of text (identity when there are none)."""
+#: Terminal escape sequences (CSI: colours, cursor moves; OSC: titles, links) that Ray's log prefixes,
+#: progress bars and colour-forcing tools write into job logs.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def redactor(rec: JobRecord, keep_colour: bool = False):
+    """A function that blanks the profile's secret values out of log text and, unless ``keep_colour``
+    (output to a terminal), removes terminal escape sequences, so a log piped to a file or shown in a
+    summary is plain text."""
     from nemotron.profiles import redact_text
 
     secrets = list(_profile_secrets(rec).values())
-    return (lambda text: redact_text(text, secrets)) if secrets else (lambda text: text)
+
+    def clean(text: str) -> str:
+        text = text if keep_colour else _ESCAPES.sub("", text)
+        return redact_text(text, secrets) if secrets else text
+
+    return clean
 
 
 def follow(rec: JobRecord, *, poll_s: float = 1.0, stream=None) -> tuple[str, str]:
     """Stream the job's task log until Slurm reports a terminal state; returns ``(state, exit code)``."""
     stream = stream or sys.stdout
-    redact = redactor(rec)
+    redact = redactor(rec, keep_colour=stream.isatty())
     offsets: dict[str, int] = {}
     st, code = "PENDING", ""
     last_state = None

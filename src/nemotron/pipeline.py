@@ -235,7 +235,7 @@ def job_logs(ident: str | None, follow: bool) -> int:
         st, _ = jobs.state(rec)
         print(f"job {rec.job_id} ({st}) has written no log yet", file=sys.stderr)
         return 0
-    redact = jobs.redactor(rec)
+    redact = jobs.redactor(rec, keep_colour=sys.stdout.isatty())
     for path in files:
         sys.stdout.write(redact(jobs.read_log(rec, path)))
     return 0
@@ -340,19 +340,22 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                          "run the chain here without a profile, or use a slurm profile")
     from nemotron import jobs, submit
 
-    ids: list[str] = []
-    last: list[str] = []  # the job that ends the stage before: its last continuation job with run.chain
-    for p in prepared:  # afterok chain: a failed stage cancels the rest (--kill-on-invalid-dep=yes)
-        chain: list[str] = []
-        ids.append(submit.submit(p.req, p.compiled, p.profile, p.plan, dependencies=last[-1:], chain_ids=chain))
-        print(f"submitted {p.req.stage.title}: Slurm job {ids[-1]}" + (f" (after {last[-1]})" if last else ""),
-              file=sys.stderr)
-        last = chain
+    queued: list[str] = []  # every job accepted so far: a failed submission names them and how to cancel them
+    chains: list[list[str]] = []  # per stage: its job, then its run.chain continuation jobs
+    with submit.reporting_queued(queued, recipe):
+        for p in prepared:  # afterok chain: a failed stage cancels the rest (--kill-on-invalid-dep=yes)
+            first = len(queued)
+            # after the job that ends the stage before: its last continuation job with run.chain
+            submit.submit(p.req, p.compiled, p.profile, p.plan, dependencies=chains[-1][-1:] if chains else None,
+                          chain_ids=queued)
+            chains.append(queued[first:])
+            print(f"submitted {p.req.stage.title}: Slurm job {chains[-1][0]}"
+                  + (f" (after {chains[-2][-1]})" if len(chains) > 1 else ""), file=sys.stderr)
     if mode == "batch":
-        print("\n".join(ids))
+        print("\n".join(chain[0] for chain in chains))
         return 0
-    for job_id in ids:
-        code = execute.attach(jobs.load(job_id))
+    for chain in chains:
+        code = execute.attach(jobs.load(chain[0]), chain=[jobs.load(job_id) for job_id in chain[1:]])
         if code != 0:
             return code
     return 0

@@ -375,6 +375,7 @@ def sbatch(plan: Any, profile: Any, mode: str, stage_files: Any, make_task: Any,
     run = _import_nemo_run()
     root = safe_root(profile)
     sink = io.StringIO()
+    executor = exp = None
     try:
         with _quiet_stdio(sink):
             executor = _executor(run, plan, profile, mode, root)
@@ -396,22 +397,69 @@ def sbatch(plan: Any, profile: Any, mode: str, stage_files: Any, make_task: Any,
                 exp.add(make_task(), name=task_name(plan))
                 exp.run(detach=True)
                 handle = exp.jobs[0].handle
-    except NemotronError:
-        raise
-    except SystemExit:  # NeMo-Run's SSHTunnel exits the process when no login method works
-        raise RuntimeFailure(f"submission of {plan.stage.title} failed: cannot log in to {profile.user}@{profile.host} "
-                             f"(port {profile.port}) over SSH",
-                             "check the profile's host, user, port and identity: `ssh -p PORT -i KEY USER@HOST true` "
-                             "must work without a password prompt") from None
-    except Exception as exc:
-        detail = str(exc).strip().splitlines()
-        reason = next((ln for ln in reversed(detail) if "error" in ln.lower()), detail[-1] if detail else "")
-        raise RuntimeFailure(f"submission of {plan.stage.title} failed: {type(exc).__name__}: {reason}",
-                             "run again with --debug for NeMo-Run's full message") from exc
-    job_id = str(handle).rstrip("/").rsplit("/", 1)[-1]
-    if not job_id.isdigit():
+    except (Exception, SystemExit) as exc:  # SystemExit: NeMo-Run's SSHTunnel when no login method works
+        _remove_unaccepted(executor, exp, profile, plan, sink)
+        err = _submission_error(exc, plan, profile)
+        if err is exc:
+            raise
+        raise err from (None if isinstance(exc, SystemExit) else exc)
+    job_id = _job_id(handle)
+    if job_id is None:  # Slurm may have taken it: its folders stay
         raise RuntimeFailure(f"NeMo-Run returned no Slurm job id for {plan.stage.title} (handle {handle!r})")
     return job_id
+
+
+def _submission_error(exc: BaseException, plan: Any, profile: Any) -> BaseException:
+    """The one-line error (with its hint) for what :func:`sbatch`'s submission raised: ours as it is, a failed
+    SSH login, or NeMo-Run's exception with the line of its message that names the error (sbatch's own)."""
+    if isinstance(exc, NemotronError):
+        return exc
+    if isinstance(exc, SystemExit):
+        return RuntimeFailure(f"submission of {plan.stage.title} failed: cannot log in to {profile.user}@{profile.host} "
+                              f"(port {profile.port}) over SSH",
+                              "check the profile's host, user, port and identity: `ssh -p PORT -i KEY USER@HOST true` "
+                              "must work without a password prompt")
+    detail = str(exc).strip().splitlines()
+    reason = next((ln for ln in reversed(detail) if "error" in ln.lower()), detail[-1] if detail else "")
+    return RuntimeFailure(f"submission of {plan.stage.title} failed: {type(exc).__name__}: {reason}",
+                          "run again with --debug for NeMo-Run's full message")
+
+
+def _job_id(handle: Any) -> str | None:
+    """The Slurm job id at the end of a NeMo-Run job handle (``.../<job id>``), else None."""
+    tail = str(handle or "").rstrip("/").rsplit("/", 1)[-1]
+    return tail if tail.isdigit() else None
+
+
+def job_folders(profile: Any, plan: Any) -> list[str]:
+    """The folders a submission of ``plan`` writes for its job alone, on the cluster: the run folder
+    (:func:`remote_run_dir`) and NeMo-Run's experiment folder ``ROOT/experiments/<job name>/<id>``."""
+    return [remote_run_dir(profile, plan), f"{safe_root(profile)}/experiments/{plan.job_name}/{plan.experiment_id}"]
+
+
+def _remove_unaccepted(executor: Any, exp: Any, profile: Any, plan: Any, sink: io.StringIO) -> None:
+    """After a failed :func:`sbatch`: remove the folders written for its job (:func:`job_folders`) unless
+    Slurm accepted it (NeMo-Run's job has a Slurm job id), through the executor's tunnel as they were
+    written, and over SSH NeMo-Run's local staging copy too. Folders of other jobs, the job root and its
+    ``runs``/``experiments`` parents stay. A folder that cannot be removed is named on stderr."""
+    import shutil
+
+    from nemotron.artifacts import home
+
+    if executor is None or (exp is not None and exp.jobs and _job_id(exp.jobs[0].handle)):
+        return
+    folders = job_folders(profile, plan)
+    tunnel = executor.tunnel
+    if getattr(getattr(tunnel, "session", None), "is_connected", True):  # no SSH login: nothing written there
+        try:
+            with _quiet_stdio(sink):
+                tunnel.run("rm -rf " + " ".join(shlex.quote(f) for f in folders), hide=True)
+        except (Exception, SystemExit) as exc:
+            where = f" on {profile.host}" if getattr(profile, "tunnel", None) == "ssh" else ""
+            print(f"[nemotron] Slurm took no job, but its folders{where} could not be removed "
+                  f"({type(exc).__name__}): {' '.join(folders)}", file=sys.stderr)
+    if getattr(profile, "tunnel", None) == "ssh":
+        shutil.rmtree(home() / "ssh-staging" / "experiments" / plan.job_name / plan.experiment_id, ignore_errors=True)
 
 
 def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[str] | None = None,
@@ -423,21 +471,34 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
     jobs of the same name follow, each with ``--dependency=singleton`` (it starts once every earlier job
     of that name has ended, whatever its state) and its own run folder ``<experiment id>-c<i>``; they
     load from the same checkpoint folder, so each resumes where the one before stopped (a run already
-    complete ends at once). ``chain_ids``, when given, receives every job id, first to last.
+    complete ends at once). ``chain_ids``, when given, receives every job id, first to last, each as soon
+    as Slurm accepted it; without it, a failure after the first job was accepted names the jobs left
+    queued first (:func:`reporting_queued`). A job that Slurm did not accept leaves no folder behind.
 
     Raises:
         RuntimeFailure: missing secrets, NeMo-Run errors, or sbatch refusing the job (its message kept).
     """
-    from nemotron import jobs
-    from nemotron.plan import planned_outputs
-
     missing = profile.missing_secrets()
     if missing:
         raise RuntimeFailure(f"profile {profile.name}: secret(s) {', '.join(missing)} not set in this shell",
                              f"export {missing[0]}=... before submitting (secrets are read from the environment)")
     run = _import_nemo_run()
     root = safe_root(profile)
-    ids: list[str] = []
+    ids: list[str] = chain_ids if chain_ids is not None else []
+    first = len(ids)
+    with contextlib.nullcontext() if chain_ids is not None else reporting_queued(ids, plan.stage.recipe):
+        _submit_chain(req, compiled, profile, plan, dependencies, run, root, ids)
+    if len(ids) - first > 1:
+        print(f"continuation jobs (run.chain={plan.chain}, --dependency=singleton): {', '.join(ids[first + 1:])}",
+              file=sys.stderr)
+    return ids[first]
+
+
+def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[str] | None, run: Any,
+                  root: str, ids: list[str]) -> None:
+    from nemotron import jobs
+    from nemotron.plan import planned_outputs
+
     for i in range(1 + plan.chain):
         p = plan if i == 0 else dataclasses.replace(plan, experiment_id=f"{plan.experiment_id}-c{i}")
         job_id = sbatch(p, profile, req.mode, lambda ex, p=p: _stage_files(ex, req, compiled, profile, p),
@@ -452,12 +513,20 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
             outputs=planned_outputs(compiled), config_hash=compiled.config_hash(), config=Path(p.config_name).stem,
         ))
         ids.append(job_id)
-    if len(ids) > 1:
-        print(f"continuation jobs (run.chain={plan.chain}, --dependency=singleton): {', '.join(ids[1:])}",
-              file=sys.stderr)
-    if chain_ids is not None:
-        chain_ids.extend(ids)
-    return ids[0]
+
+
+@contextlib.contextmanager
+def reporting_queued(ids: list[str], recipe: str) -> Any:
+    """Around submissions that append each accepted Slurm job id to ``ids`` (a ``run.chain``, a ``pipe``):
+    when the block fails or is interrupted after some were accepted, say on stderr which jobs stay
+    queued and how to cancel them, then let the error go on (its own line and hint unchanged)."""
+    try:
+        yield
+    except BaseException:
+        if ids:
+            print(f"[nemotron] submitted before the failure and still queued: Slurm job(s) {', '.join(ids)}; "
+                  f"cancel them with: {'; '.join(f'nemotron {recipe} cancel {i}' for i in ids)}", file=sys.stderr)
+        raise
 
 
 def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
