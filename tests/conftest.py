@@ -1,6 +1,7 @@
-"""Fixtures shared by every test: the local Slurm cluster and the shared real data.
+"""Fixtures shared by the tests: the local Slurm cluster, the shared real data, and a module's local Ray
+and tokenizer cache.
 
-Both skip with a reason when their resource is absent, except under ``CI=true``, where an absent
+The cluster and the data skip with a reason when their resource is absent, except under ``CI=true``, where an absent
 resource fails the test: CI must exercise them. ``scripts/test.sh`` starts the cluster (as root) and
 exports ``SLURM_CONF``, ``NEMOTRON_TEST_SLURM=1`` and ``NEMOTRON_SLURM_{PARTITION,ACCOUNT,...}``.
 Tests that use the ``slurm`` fixture get the ``slurm`` marker automatically (``-m "not slurm"``).
@@ -124,6 +125,23 @@ def sshd(slurm, tmp_path_factory):
         _unavailable(str(exc))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """One local Ray (2 CPUs) for a whole test module; the data prep pipelines join it instead of starting
+    their own."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tok_cache(tmp_path_factory) -> str:
+    """A tokenizer cache folder for a whole test module (each tokenizer is fetched or built once there)."""
+    return str(tmp_path_factory.mktemp("tokenizers"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -36,21 +36,6 @@ WIKI = SHARED_DATA / "pretrain" / "wikitext2-valid.jsonl"
 needs_shared = pytest.mark.skipif(not WIKI.is_file(), reason=f"shared data folder absent ({WIKI.parent})")
 
 
-@pytest.fixture(scope="module")
-def ray_instance():
-    """One local Ray for the whole module; the pipeline joins it instead of starting its own."""
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def tok_cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("tokenizers"))
-
-
 def tiny(out: Path, tok_cache: str, **overrides):
     """The `tiny` config, pointed at a temporary output folder."""
     return load_config("tiny", output_dir=str(out), tokenizer__cache_dir=tok_cache,

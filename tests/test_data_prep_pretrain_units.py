@@ -268,6 +268,37 @@ def test_parquet_reader_and_missing_column(tmp_path):
     assert [r[0] for r in rows] == list(range(100)) and rows[5][2] == "missing_field"
 
 
+def test_whole_records_keep_the_text_readers_boundaries(tmp_path):
+    """nemotron.data.records (chat and RL data) reads a piece's records where iter_records does, whole."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from nemotron.data.records import iter_objects
+    from nemotron.data.sources import Piece, iter_records, split_file
+
+    jl = tmp_path / "a.jsonl"
+    jl.write_bytes(b'{"text": "one"}\n\n[1]\n\xff\n{bad\n{"text": "two"}')
+    assert [(p, k, o, r) for p, k, o, r, _ in iter_objects(Piece(str(jl), "jsonl"))] == [
+        (1, 1, {"text": "one"}, None), (3, 3, None, "not_an_object"), (4, 4, None, "invalid_utf8"),
+        (5, 5, None, "malformed_json"), (6, 6, {"text": "two"}, None)]
+    gz = tmp_path / "a.jsonl.gz"
+    with gzip.open(gz, "wb") as fh:
+        fh.write(b'{"n": 0}\n\n{"n": 1}\n{"n": 2}\n')
+    assert [(p, k, o) for p, k, o, _r, _ in iter_objects(Piece(str(gz), "jsonl.gz", 1, 2))] == [(3, 3, {"n": 1})]
+    arr = tmp_path / "a.json"
+    arr.write_text('[\n  {"n": 0},\n  7,\n  {"n": 2} {"n": 3}\n]')
+    assert [(p, k, o, r) for p, k, o, r, _ in iter_objects(Piece(str(arr), "json", 1))] == [
+        (3, 1, None, "not_an_object"), (4, 2, {"n": 2}, None), (4, 3, None, "malformed_json")]
+    assert [p for p, *_ in iter_records(Piece(str(arr), "json", 1), "n")] == [3, 4, 4]
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(25)]}), path, row_group_size=4)
+    pieces = split_file(str(path), "parquet", target_bytes=30, text_field="text")
+    assert len(pieces) > 1
+    whole = [(p, o["text"]) for piece in pieces for p, _k, o, _r, _d in iter_objects(piece)]
+    assert whole == [(p, t) for piece in pieces for p, t, _r, _d in iter_records(piece, "text")]
+    assert [p for p, _t in whole] == list(range(25))
+
+
 def test_jsonl_split_covers_the_file_exactly(tmp_path):
     from nemotron.data.sources import Piece, iter_records, split_file
 

@@ -20,15 +20,6 @@ pytestmark = pytest.mark.timeout(300)
 GSM8K = SHARED_DATA / "rl" / "gsm8k-train.jsonl"
 
 
-@pytest.fixture(scope="module")
-def ray_instance():
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
 def run(out: Path, **overrides):
     cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(out), path_vars__shared_data=str(SHARED_DATA),
                         **overrides)

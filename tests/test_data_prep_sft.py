@@ -26,21 +26,6 @@ pytestmark = pytest.mark.timeout(300)
 SHARED_SFT = SHARED_DATA / "sft" / "gpteacher-codegen-instruct.json"
 
 
-@pytest.fixture(scope="module")
-def ray_instance():
-    """One local Ray for the module; the pipeline joins it instead of starting its own."""
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def tok_cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("tokenizers"))
-
-
 def config(out: Path, tok_cache: str, **overrides):
     base = {"output_dir": str(out), "tokenizer__cache_dir": tok_cache, "path_vars__shared_data": str(SHARED_DATA),
             "sample": 150, "pack__window": 120, "split__validation_fraction": 0.1}

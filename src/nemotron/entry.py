@@ -7,6 +7,10 @@ line says which container it runs in — and calls the backend's runtime ``main(
 0 done, 2 config or input problem, 1 runtime failure (or a runtime this version does not have),
 130 interrupted; a runtime may return others (75: saved and stopped on a signal, run again to resume).
 Tracebacks only with ``--debug``.
+
+A stage's ``run.py`` declares ``BACKENDS`` (each value of the config's ``backend`` key and its
+:class:`Backend`) and ``DEFAULT`` (the backend of a config that names none), then calls :func:`run`. The CLI
+reads the same table (:func:`stage_backends`) to refuse a backend without a runtime before anything runs.
 """
 
 from __future__ import annotations

@@ -79,9 +79,17 @@ class Blend:
     description: str = ""
 
 
-def _unknown(key: str, valid: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, valid, n=1)
-    return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(valid)}"
+def _check_keys(obj: dict[str, Any], valid: tuple[str, ...], where: str) -> None:
+    """Refuse a key of ``obj`` outside ``valid`` (keys starting with ``_`` are comments and pass).
+
+    Raises:
+        ConfigError: ``<where>: unknown key 'k'; did you mean 'name'?`` (or the valid keys when none is close).
+    """
+    for key in obj:
+        if key not in valid and not key.startswith("_"):
+            close = difflib.get_close_matches(key, valid, n=1)
+            raise ConfigError(f"{where}: unknown key {key!r}"
+                              + (f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(valid)}"))
 
 
 def _weight_problem(value: Any) -> str | None:
@@ -113,9 +121,7 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
     data = load_json_lines_known(p)
     if not isinstance(data, dict):
         raise ConfigError(f"{p}:1: a blend must be a JSON object with a 'datasets' list")
-    for key in data:
-        if key not in _TOP_KEYS and not key.startswith("_"):
-            raise ConfigError(f"{p}:{getattr(data, 'line', 1)}: unknown key {key!r}{_unknown(key, _TOP_KEYS)}")
+    _check_keys(data, _TOP_KEYS, f"{p}:{getattr(data, 'line', 1)}")
     items = data.get("datasets")
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{p}: 'datasets' must be a non-empty list")
@@ -128,9 +134,7 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
         where = f"{p}:{line}: datasets[{i}]"
         if not isinstance(d, LineDict):
             raise ConfigError(f"{where}: must be an object")
-        for key in d:
-            if key not in _DATASET_KEYS and not key.startswith("_"):
-                raise ConfigError(f"{where}: unknown key {key!r}{_unknown(key, _DATASET_KEYS)}")
+        _check_keys(d, _DATASET_KEYS, where)
         name = d.get("name")
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise ConfigError(f"{where}: name={name!r} must be letters, digits, '.', '_' or '-'")

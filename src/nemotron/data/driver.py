@@ -18,6 +18,7 @@ only those.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import math
 import os
@@ -45,6 +46,122 @@ MISMATCH_HINT = ("rerun with force=true to rebuild (a consumed version is kept; 
 
 # --------------------------------------------------------------------------------------------------
 # settings, entry point and driver
+
+
+def _at_least(key: str, value: Any, minimum: Any) -> Any:
+    """``value`` when ``minimum`` is None or ``value >= minimum``.
+
+    Raises:
+        ConfigError: ``<key>=<value> must be at least <minimum>``.
+    """
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{key}={value} must be at least {minimum}")
+    return value
+
+
+class Reader:
+    """Typed access to a data stage's compiled config (a nested dict), with errors that name the key.
+
+    Args:
+        cfg: the compiled stage config.
+        top: the stage's own top-level keys; ``run``, ``defaults`` and the section names are known too.
+        sections: section name -> the keys it may hold (``{"tokenizer": ("name", ...), ...}``).
+
+    Raises:
+        ConfigError: ``cfg`` is not a mapping; each reading method raises it for a missing, mistyped or
+            out-of-range value, naming the key (``shards.target_tokens=0 must be at least 1``).
+    """
+
+    def __init__(self, cfg: dict[str, Any], top: tuple[str, ...], sections: dict[str, tuple[str, ...]]) -> None:
+        if not isinstance(cfg, dict):
+            raise ConfigError("the stage config must be a mapping of keys to values")
+        self.cfg = cfg
+        self.top = (*top, "run", "defaults", *sections)
+        self.sections = sections
+
+    def get(self, key: str, default: Any) -> Any:
+        """The value at the dotted ``key`` (``shards.target_tokens``), or ``default`` where it is absent."""
+        cur: Any = self.cfg
+        for part in key.split("."):
+            if not isinstance(cur, dict) or part not in cur:
+                return default
+            cur = cur[part]
+        return cur
+
+    def str(self, key: str, default: Any = ...) -> Any:
+        """A non-empty string (required when no ``default``; ``~`` expanded for ``*_dir``/``*_path`` keys)."""
+        v = self.get(key, default)
+        if v is ...:
+            raise ConfigError(f"{key} is required")
+        if v is None and default is None:
+            return None
+        if not isinstance(v, str) or not v:
+            raise ConfigError(f"{key}={v!r} must be a non-empty string")
+        return os.path.expanduser(v) if key.endswith(("_dir", "_path")) else v
+
+    def bool(self, key: str, default: bool) -> bool:
+        """``true``/``false`` (a YAML boolean or those two words)."""
+        v = self.get(key, default)
+        if isinstance(v, str) and v.lower() in ("true", "false"):
+            return v.lower() == "true"
+        if not isinstance(v, bool):
+            raise ConfigError(f"{key}={v!r} must be true or false")
+        return v
+
+    def int(self, key: str, default: int | None, minimum: int | None = None) -> Any:
+        """A whole number (``3.0`` reads as 3) of at least ``minimum``; None when the value is null."""
+        v = self.get(key, default)
+        if v is None:
+            return None
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{key}={v!r} must be a whole number" + (" or null" if default is None else ""))
+        return _at_least(key, v, minimum)
+
+    def float(self, key: str, default: float | None, minimum: float | None = None) -> Any:
+        """A number (not NaN) of at least ``minimum``, as a float; None when the value is null."""
+        v = self.get(key, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+            raise ConfigError(f"{key}={v!r} must be a number")
+        return float(_at_least(key, v, minimum))
+
+    def choice(self, key: str, valid: tuple[str, ...], default: str) -> str:
+        """One of ``valid``."""
+        v = self.get(key, default)
+        if v not in valid:
+            raise ConfigError(f"{key}={v!r} is not allowed; valid: {', '.join(valid)}")
+        return v
+
+    def dict(self, key: str, default: dict[str, Any]) -> dict[str, Any]:
+        """A mapping (a copy; ``{}`` when the value is null)."""
+        v = self.get(key, default)
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise ConfigError(f"{key} must be a mapping of names to values")
+        return dict(v)
+
+    def check_unknown(self) -> None:
+        """Refuse a top-level key or a section key the stage does not know (with a did-you-mean).
+
+        Raises:
+            ConfigError: an unknown key, or a section that is not a mapping.
+        """
+        for key, value in self.cfg.items():
+            if key not in self.top:
+                close = difflib.get_close_matches(key, self.top, n=1)
+                raise ConfigError(f"unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+            if key in self.sections:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{key} must be a section (a mapping), not {value!r}")
+                for sub in value:
+                    if sub not in self.sections[key]:
+                        close = difflib.get_close_matches(sub, self.sections[key], n=1)
+                        raise ConfigError(f"unknown key {key}.{sub}" + (f"; did you mean {key}.{close[0]}?" if close
+                                          else f"; valid: {', '.join(self.sections[key])}"))
 
 
 @dataclass
@@ -88,25 +205,25 @@ class StageSettings:
         return s
 
     @classmethod
-    def reader(cls, cfg: dict[str, Any]) -> Any:
-        """The stage's typed config reader over ``cfg`` (``str``/``int``/``bool``/... and ``check_unknown``).
+    def reader(cls, cfg: dict[str, Any]) -> Reader:
+        """The stage's typed config reader over ``cfg``: a :class:`Reader` that knows the stage's keys.
 
         Raises:
             ConfigError: ``cfg`` is not a mapping.
         """
         raise NotImplementedError(f"{cls.__name__} must define reader()")
 
-    def read_own(self, c: Any) -> None:
+    def read_own(self, c: Reader) -> None:
         """Read the stage's own keys with ``c`` (none here); raises ConfigError naming a bad key."""
 
     def check(self) -> None:
         """Checks across keys, once all are read (none here); raises ConfigError."""
 
     @classmethod
-    def read_head(cls, c: Any) -> Self:
+    def read_head(cls, c: Reader) -> Self:
         """New settings from ``blend_path``, ``output_dir``, ``path_vars``, ``sample`` and ``force``.
 
-        ``c`` is the stage's config reader (:class:`nemotron.data.prep.Reader` or the pretraining one).
+        ``c`` is the stage's config reader (:class:`Reader`).
 
         Raises:
             ConfigError: a key is missing, has the wrong type or is out of range (the message names it).
@@ -118,7 +235,7 @@ class StageSettings:
         s.force = c.bool("force", False)
         return s
 
-    def read_workers(self, c: Any) -> None:
+    def read_workers(self, c: Reader) -> None:
         """Read ``workers.*``, ``run.env.cpus``, ``remote.cache_dir`` and ``summary.progress_interval_s``.
 
         Raises:

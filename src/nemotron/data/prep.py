@@ -3,7 +3,6 @@
 Both read a blend of datasets the way pretraining does (:mod:`nemotron.data.blend`,
 :mod:`nemotron.data.sources`), but handle whole records instead of one text field. Here:
 
-* :class:`Reader` — typed access to the compiled stage config, with the stage's own known keys;
 * :func:`record_format` / :func:`plan_dataset` / :func:`plan_datasets` — a dataset's files cut into
   work shards (a file is never split in a way that repeats or loses a record; ``sample`` caps records
   per dataset);
@@ -15,7 +14,6 @@ Both read a blend of datasets the way pretraining does (:mod:`nemotron.data.blen
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import os
 from collections import Counter
@@ -24,32 +22,9 @@ from typing import Any
 
 from nemotron.data import driver
 from nemotron.data.blend import Blend, DatasetSpec
-from nemotron.data.pretrain import _dataset_files, _local, _pack, _Reader
+from nemotron.data.pretrain import _dataset_files, _local, _pack
 from nemotron.data.sources import FORMATS, Piece, is_remote, scan_rows, split_file
 from nemotron.errors import ConfigError, RuntimeFailure
-
-
-class Reader(_Reader):
-    """The pretraining stage's typed config reader, checking this stage's keys instead of its own."""
-
-    def __init__(self, cfg: dict[str, Any], top: tuple[str, ...], sections: dict[str, tuple[str, ...]]) -> None:
-        super().__init__(cfg)
-        self.top = (*top, "run", "defaults", *sections)
-        self.sections = sections
-
-    def check_unknown(self) -> None:
-        for key, value in self.cfg.items():
-            if key not in self.top:
-                close = difflib.get_close_matches(key, self.top, n=1)
-                raise ConfigError(f"unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
-            if key in self.sections:
-                if not isinstance(value, dict):
-                    raise ConfigError(f"{key} must be a section (a mapping), not {value!r}")
-                for sub in value:
-                    if sub not in self.sections[key]:
-                        close = difflib.get_close_matches(sub, self.sections[key], n=1)
-                        raise ConfigError(f"unknown key {key}.{sub}" + (f"; did you mean {key}.{close[0]}?" if close
-                                          else f"; valid: {', '.join(self.sections[key])}"))
 
 
 def record_format(spec: DatasetSpec, schemas: tuple[str, ...]) -> tuple[str | None, str | None]:

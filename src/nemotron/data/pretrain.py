@@ -24,7 +24,6 @@ order), the first ``split.valid_docs`` records form the validation split, the ne
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import time
@@ -101,11 +100,11 @@ class Settings(driver.StageSettings):
     planned_tokens: float | None = None
 
     @classmethod
-    def reader(cls, cfg: dict[str, Any]) -> _Reader:
+    def reader(cls, cfg: dict[str, Any]) -> driver.Reader:
         """This stage's config reader over ``cfg`` (it knows the stage's keys)."""
-        return _Reader(cfg)
+        return driver.Reader(cfg, _KNOWN_TOP, _KNOWN_SECTIONS)
 
-    def read_own(self, c: _Reader) -> None:
+    def read_own(self, c: driver.Reader) -> None:
         """Read this stage's own keys (see :meth:`nemotron.data.driver.StageSettings.from_config`)."""
         self.add_bos = c.bool("add_bos", False)
         self.add_eos = c.bool("add_eos", True)
@@ -151,92 +150,7 @@ _KNOWN_SECTIONS = {
     "summary": ("planned_tokens", "progress_interval_s"),
 }
 _KNOWN_TOP = ("blend_path", "output_dir", "path_vars", "sample", "force", "add_bos", "add_eos", "min_doc_chars",
-              "max_doc_tokens", "run", "defaults", *_KNOWN_SECTIONS)
-
-
-class _Reader:
-    """Typed access to a nested config dict with errors that name the key."""
-
-    def __init__(self, cfg: dict[str, Any]) -> None:
-        if not isinstance(cfg, dict):
-            raise ConfigError("the stage config must be a mapping of keys to values")
-        self.cfg = cfg
-
-    def get(self, key: str, default: Any) -> Any:
-        cur: Any = self.cfg
-        for part in key.split("."):
-            if not isinstance(cur, dict) or part not in cur:
-                return default
-            cur = cur[part]
-        return cur
-
-    def str(self, key: str, default: Any = ...) -> Any:
-        v = self.get(key, default)
-        if v is ...:
-            raise ConfigError(f"{key} is required")
-        if v is None and default is None:
-            return None
-        if not isinstance(v, str) or not v:
-            raise ConfigError(f"{key}={v!r} must be a non-empty string")
-        return os.path.expanduser(v) if key.endswith(("_dir", "_path")) else v
-
-    def bool(self, key: str, default: bool) -> bool:
-        v = self.get(key, default)
-        if isinstance(v, str) and v.lower() in ("true", "false"):
-            return v.lower() == "true"
-        if not isinstance(v, bool):
-            raise ConfigError(f"{key}={v!r} must be true or false")
-        return v
-
-    def int(self, key: str, default: int | None, minimum: int | None = None) -> Any:
-        v = self.get(key, default)
-        if v is None:
-            return None
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ConfigError(f"{key}={v!r} must be a whole number" + (" or null" if default is None else ""))
-        if minimum is not None and v < minimum:
-            raise ConfigError(f"{key}={v} must be at least {minimum}")
-        return v
-
-    def float(self, key: str, default: float | None, minimum: float | None = None) -> Any:
-        v = self.get(key, default)
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
-            raise ConfigError(f"{key}={v!r} must be a number")
-        if minimum is not None and v < minimum:
-            raise ConfigError(f"{key}={v} must be at least {minimum}")
-        return float(v)
-
-    def choice(self, key: str, valid: tuple[str, ...], default: str) -> str:
-        v = self.get(key, default)
-        if v not in valid:
-            raise ConfigError(f"{key}={v!r} is not allowed; valid: {', '.join(valid)}")
-        return v
-
-    def dict(self, key: str, default: dict[str, Any]) -> dict[str, Any]:
-        v = self.get(key, default)
-        if v is None:
-            return {}
-        if not isinstance(v, dict):
-            raise ConfigError(f"{key} must be a mapping of names to values")
-        return dict(v)
-
-    def check_unknown(self) -> None:
-        for key, value in self.cfg.items():
-            if key not in _KNOWN_TOP:
-                close = difflib.get_close_matches(key, _KNOWN_TOP, n=1)
-                raise ConfigError(f"unknown key {key!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
-            if key in _KNOWN_SECTIONS:
-                if not isinstance(value, dict):
-                    raise ConfigError(f"{key} must be a section (a mapping), not {value!r}")
-                for sub in value:
-                    if sub not in _KNOWN_SECTIONS[key]:
-                        close = difflib.get_close_matches(sub, _KNOWN_SECTIONS[key], n=1)
-                        raise ConfigError(f"unknown key {key}.{sub}" + (f"; did you mean {key}.{close[0]}?" if close
-                                          else f"; valid: {', '.join(_KNOWN_SECTIONS[key])}"))
+              "max_doc_tokens")
 
 
 # --------------------------------------------------------------------------------------------------

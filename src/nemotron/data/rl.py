@@ -50,7 +50,7 @@ from typing import Any
 from nemotron.data import driver, outputs
 from nemotron.data.blend import Blend
 from nemotron.data.files import atomic_open, atomic_write_json, remove_tmp_files, sha256_file, stable_hash
-from nemotron.data.prep import Problems, Reader, passes_from_weights, plan_datasets, unit_hash
+from nemotron.data.prep import Problems, passes_from_weights, plan_datasets, unit_hash
 from nemotron.errors import RuntimeFailure
 
 STAGE = "data-prep-rl"
@@ -88,11 +88,11 @@ class Settings(driver.StageSettings):
     target_bytes: int = 64 << 20
 
     @classmethod
-    def reader(cls, cfg: dict[str, Any]) -> Reader:
+    def reader(cls, cfg: dict[str, Any]) -> driver.Reader:
         """This stage's config reader over ``cfg`` (it knows the stage's keys)."""
-        return Reader(cfg, _TOP, _SECTIONS)
+        return driver.Reader(cfg, _TOP, _SECTIONS)
 
-    def read_own(self, c: Reader) -> None:
+    def read_own(self, c: driver.Reader) -> None:
         """Read this stage's own keys (see :meth:`nemotron.data.driver.StageSettings.from_config`)."""
         self.mixing = c.choice("mixing", ("natural", "weighted"), "natural")
         self.task_name = c.str("task_name", "math")

@@ -348,10 +348,9 @@ def iter_records(piece: Piece, text_field: str) -> Iterator[tuple[int, str | Non
     """
     path = piece.file
     try:
-        if piece.fmt == "jsonl":
-            yield from _iter_jsonl(piece, text_field)
-        elif piece.fmt == "jsonl.gz":
-            yield from _iter_jsonl_gz(piece, text_field)
+        if piece.fmt in ("jsonl", "jsonl.gz"):
+            for lineno, raw in json_lines(piece):
+                yield _parse_line(raw, lineno, text_field)
         elif piece.fmt == "json":
             yield from _iter_json_array(piece, text_field)
         elif piece.fmt == "parquet":
@@ -372,52 +371,10 @@ def _bad_utf8(raw: bytes, exc: UnicodeDecodeError, first_line: int = 1) -> tuple
 
 
 def _parse_line(raw: bytes, lineno: int, field: str):
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return lineno, None, "invalid_utf8", f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1} is not UTF-8"
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return lineno, None, "malformed_json", f"{exc.msg} (column {exc.colno})"
+    obj, problem, detail = decode_json_line(raw)
+    if problem is not None:
+        return lineno, None, problem, detail
     return _from_obj(obj, field, lineno)
-
-
-def _iter_jsonl(piece: Piece, field: str):
-    lineno = piece.line
-    with open(piece.file, "rb") as fh:
-        fh.seek(piece.start)
-        remaining = None if piece.stop is None else piece.stop - piece.start
-        carry = b""
-        while remaining is None or remaining > 0:
-            want = _SCAN_BLOCK if remaining is None else min(_SCAN_BLOCK, remaining)
-            block = fh.read(want)
-            if not block:
-                break
-            if remaining is not None:
-                remaining -= len(block)
-            block = carry + block
-            lines = block.split(b"\n")
-            carry = lines.pop()
-            for raw in lines:
-                if raw.strip():
-                    yield _parse_line(raw, lineno, field)
-                lineno += 1
-        if carry.strip():
-            yield _parse_line(carry, lineno, field)
-
-
-def _iter_jsonl_gz(piece: Piece, field: str):
-    k = 0
-    with gzip.open(piece.file, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            if piece.stop is not None and k >= piece.stop:
-                return
-            if k >= piece.start:
-                yield _parse_line(raw.rstrip(b"\n"), lineno, field)
-            k += 1
 
 
 def _iter_json_array(piece: Piece, field: str):
@@ -427,45 +384,8 @@ def _iter_json_array(piece: Piece, field: str):
     except UnicodeDecodeError as exc:
         yield _bad_utf8(raw, exc)
         return
-    dec = json.JSONDecoder()
-    i = _skip_ws(text, 0)
-    if i >= len(text) or text[i] != "[":
-        yield text.count("\n", 0, i) + 1, None, "malformed_json", "a .json file must hold one array of records"
-        return
-    i = _skip_ws(text, i + 1)
-    line, last = 1, 0
-    k = 0
-    if i < len(text) and text[i] == "]":
-        return
-    while True:
-        line += text.count("\n", last, i)
-        last = i
-        try:
-            obj, end = dec.raw_decode(text, i)
-        except json.JSONDecodeError as exc:
-            yield exc.lineno, None, "malformed_json", f"{exc.msg} (column {exc.colno}); rest of the file skipped"
-            return
-        if piece.stop is not None and k >= piece.stop:
-            return
-        if k >= piece.start:
-            yield _from_obj(obj, field, line)
-        k += 1
-        i = _skip_ws(text, end)
-        if i < len(text) and text[i] == ",":
-            i = _skip_ws(text, i + 1)
-            continue
-        if i < len(text) and text[i] == "]":
-            return
-        line += text.count("\n", last, i)
-        yield line, None, "malformed_json", "expected ',' or ']' between records; rest of the file skipped"
-        return
-
-
-def _skip_ws(text: str, i: int) -> int:
-    n = len(text)
-    while i < n and text[i] in " \t\r\n":
-        i += 1
-    return i
+    for line, _index, obj, problem, detail in json_array_items(text, piece):
+        yield (line, None, problem, detail) if problem is not None else _from_obj(obj, field, line)
 
 
 def _iter_parquet(piece: Piece, field: str):
@@ -479,18 +399,10 @@ def _iter_parquet(piece: Piece, field: str):
         for row in range(piece.start, stop):
             yield row, None, "missing_field", f"no column {field!r}"
         return
-    md = pf.metadata
-    row = 0
-    stop = md.num_rows if piece.stop is None else piece.stop
-    for i in range(md.num_row_groups):
-        n = md.row_group(i).num_rows
-        lo, hi = row, row + n
-        row = hi
-        if hi <= piece.start or lo >= stop:
-            continue
-        table = pf.read_row_group(i, columns=[top])
+    for group, lo, offsets in parquet_groups(pf.metadata, piece):
+        table = pf.read_row_group(group, columns=[top])
         values = table.column(0).to_pylist()
-        for j in range(max(piece.start, lo) - lo, min(stop, hi) - lo):
+        for j in offsets:
             v = values[j]
             if top != field:
                 v = _get_field({top: v}, field)
@@ -505,6 +417,137 @@ def _iter_parquet(piece: Piece, field: str):
                 yield lo + j, None, "missing_field", f"{field!r} is {type(v).__name__}, not text"
             else:
                 yield lo + j, v, None, None
+
+
+# --------------------------------------------------------------------------------------------------
+# record boundaries of each format, shared by iter_records (one text field) and
+# nemotron.data.records (whole objects)
+
+
+def json_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
+    """``(line, raw)`` for each non-blank line of a ``jsonl`` or ``jsonl.gz`` piece, in file order.
+
+    ``line`` is the 1-based line number in the file, ``raw`` the line's bytes without its newline. A
+    ``jsonl`` piece is a byte range (``piece.start`` to ``piece.stop``, read in 16 MiB blocks, its first
+    line numbered ``piece.line``); a ``jsonl.gz`` piece is a range of non-blank lines (``start`` to
+    ``stop``, counted from 0).
+
+    Raises:
+        OSError, EOFError, gzip.BadGzipFile: the file cannot be opened or read (callers turn these into
+            one message).
+    """
+    if piece.fmt == "jsonl.gz":
+        k = 0
+        with gzip.open(piece.file, "rb") as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                if not raw.strip():
+                    continue
+                if piece.stop is not None and k >= piece.stop:
+                    return
+                if k >= piece.start:
+                    yield lineno, raw.rstrip(b"\n")
+                k += 1
+        return
+    lineno = piece.line
+    with open(piece.file, "rb") as fh:
+        fh.seek(piece.start)
+        remaining = None if piece.stop is None else piece.stop - piece.start
+        carry = b""
+        while remaining is None or remaining > 0:
+            block = fh.read(_SCAN_BLOCK if remaining is None else min(_SCAN_BLOCK, remaining))
+            if not block:
+                break
+            if remaining is not None:
+                remaining -= len(block)
+            lines = (carry + block).split(b"\n")
+            carry = lines.pop()
+            for raw in lines:
+                if raw.strip():
+                    yield lineno, raw
+                lineno += 1
+        if carry.strip():
+            yield lineno, carry
+
+
+def decode_json_line(raw: bytes) -> tuple[Any, str | None, str | None]:
+    """One JSONL line parsed: ``(value, None, None)``, or ``(None, problem, detail)`` with ``problem``
+    ``invalid_utf8`` (the byte and its 1-based column) or ``malformed_json`` (the parser's message and
+    column)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, "invalid_utf8", f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1} is not UTF-8"
+    try:
+        return json.loads(text), None, None
+    except json.JSONDecodeError as exc:
+        return None, "malformed_json", f"{exc.msg} (column {exc.colno})"
+
+
+def json_array_items(text: str, piece: Piece) -> Iterator[tuple[int, int, Any, str | None, str | None]]:
+    """Elements ``piece.start`` to ``piece.stop`` (0-based, stop exclusive; None: to the end) of the
+    JSON array ``text`` (a whole ``.json`` file), in order.
+
+    Yields ``(line, index, value, None, None)``: the 1-based line where the element starts, its
+    0-based index in the array and its parsed value. Where ``text`` is not one array of values, yields
+    ``(line, index, None, "malformed_json", detail)`` once and stops (nothing after a syntax error can
+    be located).
+    """
+    dec = json.JSONDecoder()
+    n = len(text)
+    i = _skip_ws(text, 0)
+    if i >= n or text[i] != "[":
+        yield text.count("\n", 0, i) + 1, 0, None, "malformed_json", "a .json file must hold one array of records"
+        return
+    i = _skip_ws(text, i + 1)
+    line, last, k = 1, 0, 0
+    if i < n and text[i] == "]":
+        return
+    while True:
+        line += text.count("\n", last, i)
+        last = i
+        try:
+            obj, end = dec.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            yield exc.lineno, k, None, "malformed_json", f"{exc.msg} (column {exc.colno}); rest of the file skipped"
+            return
+        if piece.stop is not None and k >= piece.stop:
+            return
+        if k >= piece.start:
+            yield line, k, obj, None, None
+        k += 1
+        i = _skip_ws(text, end)
+        if i < n and text[i] == ",":
+            i = _skip_ws(text, i + 1)
+            continue
+        if i < n and text[i] == "]":
+            return
+        line += text.count("\n", last, i)
+        yield line, k, None, "malformed_json", "expected ',' or ']' between records; rest of the file skipped"
+        return
+
+
+def _skip_ws(text: str, i: int) -> int:
+    n = len(text)
+    while i < n and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def parquet_groups(md: Any, piece: Piece) -> Iterator[tuple[int, int, range]]:
+    """The row groups of a Parquet file that hold rows ``piece.start`` to ``piece.stop`` (0-based, stop
+    exclusive; None: to the end), ``md`` being the file's ``pyarrow`` metadata.
+
+    Yields ``(group, first_row, offsets)``: the group's index, the file row of its first row, and the
+    offsets within the group of the piece's rows (so file row = ``first_row + offset``).
+    """
+    stop = md.num_rows if piece.stop is None else min(piece.stop, md.num_rows)
+    row = 0
+    for g in range(md.num_row_groups):
+        lo, hi = row, row + md.row_group(g).num_rows
+        row = hi
+        if hi <= piece.start or lo >= stop:
+            continue
+        yield g, lo, range(max(piece.start, lo) - lo, min(stop, hi) - lo)
 
 
 # --------------------------------------------------------------------------------------------------

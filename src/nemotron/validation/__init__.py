@@ -147,10 +147,7 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
         from nemotron.validation.data import validate_data
 
         return _dedupe(missing + validate_data(stage, cfg) + _run_keys(cfg, profile))
-    if kind == "rl":
-        problems = checks.validate_rl(stage, cfg, profile)
-    else:
-        problems = checks.validate_megatron(stage, cfg, profile)
+    problems = checks.validate_training(stage, cfg, profile)
     if getattr(stage, "name", "") in ("pretrain", "sft", "convert"):
         problems += _passthrough_keys(cfg)
     elif kind == "rl" and checks.backend(cfg) != checks.LOCAL:

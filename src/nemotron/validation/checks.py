@@ -141,13 +141,26 @@ def megatron_layout(cfg: dict, shape: NodeShape) -> TrainView:
     return v
 
 
-def validate_megatron(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def validate_training(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    """Every problem of a GPU stage's config (Megatron training, convert, quantize, RL) on ``profile``.
+
+    The model's problems come first; ``backend: local`` then gets :func:`validate_local`, a cluster
+    backend the RL rules (stage kind ``rl``: :func:`_rl_cluster`) or the Megatron ones
+    (:func:`_megatron_cluster`), which add to that list.
+    """
     shape = node_shape(cfg, profile)
     out: list[Problem] = []
     model, probs = model_of(cfg)
     out += probs
     if backend(cfg) == LOCAL:
         return out + validate_local(stage, cfg, model)
+    cluster = _rl_cluster if getattr(stage, "kind", "") == "rl" else _megatron_cluster
+    return cluster(stage, cfg, shape, model, out)
+
+
+def _megatron_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec | None,
+                      out: list[Problem]) -> list[Problem]:
+    """:func:`validate_training` for a Megatron backend: adds to ``out`` (the problems so far) and returns it."""
     v = megatron_layout(cfg, shape)
     planned_world = v.nodes * (shape.config_gpus_per_node or shape.gpus_per_node)
     out += resource_rules(stage, cfg, shape, planned_world)
@@ -431,13 +444,9 @@ def rl_layout(cfg: dict, shape: NodeShape) -> tuple[TrainView, RLPlan]:
     return v, plan
 
 
-def validate_rl(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
-    shape = node_shape(cfg, profile)
-    out: list[Problem] = []
-    model, probs = model_of(cfg)
-    out += probs
-    if backend(cfg) == LOCAL:
-        return out + validate_local(stage, cfg, model)
+def _rl_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec | None,
+                out: list[Problem]) -> list[Problem]:
+    """:func:`validate_training` for the NeMo RL backend: adds to ``out`` (the problems so far) and returns it."""
     v, plan = rl_layout(cfg, shape)
     out += resource_rules(stage, cfg, shape, plan.total * (shape.config_gpus_per_node or shape.gpus_per_node))
     cgpn = as_int(get(cfg, "cluster.gpus_per_node"))
@@ -708,4 +717,4 @@ def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str
     return tables
 
 
-__all__ = ["RLPlan", "backend", "describe_megatron", "describe_rl", "model_of", "validate_megatron", "validate_rl"]
+__all__ = ["RLPlan", "backend", "describe_megatron", "describe_rl", "model_of", "validate_training"]

@@ -1,17 +1,15 @@
 """Runtime entry of `nemotron ultra3 mopd`: ``python run.py --config train.yaml``.
 
-The cluster backend (``backend: nemo-rl``) runs inside the nemo-rl container on the Ray head of the job:
-nemotron.runtime.nemo_rl checks the container and inputs (NeMo RL and vLLM importable, checkpoint paths,
-GPUs on the node; one line each, exit 1), translates the config and runs NeMo RL's GRPO entry. The
-``local`` backend arrives with the RL local runtime: until then this entry says so in one line and exits 1.
+Runs as `ultra3 rlvr` does (see its run.py: inside the nemo-rl container on the Ray head of the job, the
+checks first), with GRPO distilling on-policy from the teacher panel
+(:func:`nemotron.runtime.nemo_rl.mopd_main`). The ``local`` backend arrives with the RL local runtime:
+until then this entry says so in one line and exits 1.
 """
 
 import sys
 
 from nemotron.entry import Backend, run
 
-#: The backends of this stage (the config's ``backend`` key) and their runtimes; the CLI reads this too
-#: (:func:`nemotron.entry.stage_backends`) to refuse a backend without a runtime before anything runs.
 BACKENDS = {
     "nemo-rl": Backend(runtime="nemotron.runtime.nemo_rl:mopd_main", image="nemo-rl"),
     "local": Backend(),

@@ -11,8 +11,6 @@ import sys
 
 from nemotron.entry import Backend, run
 
-#: The backends of this stage (the config's ``backend`` key) and their runtimes; the CLI reads this too
-#: (:func:`nemotron.entry.stage_backends`) to refuse a backend without a runtime before anything runs.
 BACKENDS = {
     "local": Backend("nemotron.runtime.entry:pretrain"),
     "megatron-bridge": Backend("nemotron.runtime.megatron_bridge:pretrain_main"),

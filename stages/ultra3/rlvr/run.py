@@ -10,8 +10,6 @@ import sys
 
 from nemotron.entry import Backend, run
 
-#: The backends of this stage (the config's ``backend`` key) and their runtimes; the CLI reads this too
-#: (:func:`nemotron.entry.stage_backends`) to refuse a backend without a runtime before anything runs.
 BACKENDS = {
     "nemo-rl": Backend(runtime="nemotron.runtime.nemo_rl:rlvr_main", image="nemo-rl"),
     "local": Backend(),

@@ -1,18 +1,15 @@
 """Runtime entry of `nemotron ultra3 sft`: ``python run.py --config train.yaml``.
 
-``backend: local`` trains the catalogue's small NemotronH here (:mod:`nemotron.runtime`; exit 75 =
-saved and stopped on a signal, run again to resume). ``backend: megatron-bridge`` runs inside the NeMo
-container (:mod:`nemotron.runtime.megatron_bridge`): it checks the container, the GPUs and the inputs before
-anything heavy, then runs Megatron-Bridge's training (exit 75 = saved and stopped on SIGTERM; a job submitted
-with ``run.requeue`` then requeues itself).
+The backends of `ultra3 pretrain` (see its run.py), fine-tuning on the packed Parquet of `data prep sft`
+with the loss on the assistant tokens only: ``backend: local`` here (:func:`nemotron.runtime.entry.sft`),
+``backend: megatron-bridge`` inside the NeMo container (:func:`nemotron.runtime.megatron_bridge.sft_main`),
+each with its checks first and exit 75 when saved and stopped on a signal.
 """
 
 import sys
 
 from nemotron.entry import Backend, run
 
-#: The backends of this stage (the config's ``backend`` key) and their runtimes; the CLI reads this too
-#: (:func:`nemotron.entry.stage_backends`) to refuse a backend without a runtime before anything runs.
 BACKENDS = {
     "local": Backend("nemotron.runtime.entry:sft"),
     "megatron-bridge": Backend("nemotron.runtime.megatron_bridge:sft_main"),
