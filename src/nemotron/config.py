@@ -181,6 +181,9 @@ def _resolve_config_ref(stage: Stage, ref: str, relative_to: Path | None) -> Pat
         for c in candidates:
             if c.is_file():
                 return c.resolve()
+        if any(c.is_dir() for c in candidates):
+            raise ConfigError(f"config file {ref}: is a folder, not a YAML file",
+                              f"pass the YAML file itself, or a config name: {', '.join(config_names(stage))}")
         raise ConfigError(f"config file {ref} does not exist", f"configs of {stage.title}: {', '.join(config_names(stage))}")
     candidate = folder / f"{ref}.yaml"
     if candidate.is_file():
@@ -204,11 +207,42 @@ class _File:
 
 def _read_config(path: Path) -> dict[str, Any]:
     data = yamlio.load_file(path)
+    _refuse_duplicate_keys(path)
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config must be a mapping of keys, not {type(data).__name__}")
     return data
+
+
+def _refuse_duplicate_keys(path: Path) -> None:
+    """A config file that sets one key twice in the same mapping is refused: YAML loaders keep the last
+    value silently, so the first one (perhaps the one the user edited) would be lost without a word.
+    Call after the file parsed (syntax errors are :func:`nemotron.yamlio.loads`'s to report).
+
+    Raises:
+        ConfigError: ``file:line: duplicate key 'a.b'`` for the second occurrence (and the first one's line).
+    """
+    import yaml
+
+    def walk(node: Any, prefix: tuple) -> None:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else None
+                if name is not None and name != "<<":
+                    line = key.start_mark.line + 1
+                    if name in seen:
+                        raise ConfigError(f"{path}:{line}: duplicate key '{dotted((*prefix, name))}' "
+                                          f"(first set at line {seen[name]}); YAML would silently keep the last",
+                                          "keep one of the two lines")
+                    seen[name] = line
+                walk(value, (*prefix, name if name is not None else "?"))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*prefix, i))
+
+    walk(yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader), ())
 
 
 def _chain(stage: Stage, ref: str) -> list[_File]:
@@ -341,7 +375,21 @@ def _open_mappings(tree: Any, prefix: tuple = ()) -> frozenset:
     return frozenset(out)
 
 
-def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: frozenset = frozenset()) -> None:
+def _sections(tree: Any, prefix: tuple = ()) -> frozenset:
+    """Paths of the non-empty mappings of the schema and ``default.yaml``: the sections a stage is made of
+    (``train``, ``run.env``), which ``~key`` may not delete (free-form maps are empty there: their entries
+    may be deleted)."""
+    out: set[tuple] = set()
+    if isinstance(tree, dict) and tree:
+        if prefix:
+            out.add(prefix)
+        for k, v in tree.items():
+            out |= _sections(v, (*prefix, k))
+    return frozenset(out)
+
+
+def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: frozenset = frozenset(),
+                    sections: frozenset = frozenset()) -> None:
     if ov.op == "set" and tuple(ov.path[:-1]) in open_paths:
         ov = Override(op="add" if _child(_resolve_path(tree, ov.path[:-1]), ov.path[-1]) is _MISSING else "set",
                       path=ov.path, value=ov.value, text=ov.text)
@@ -367,6 +415,10 @@ def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: 
     elif ov.op == "delete":
         if not exists:
             _unknown(tree, ov, ov.path)
+        if tuple(ov.path) in sections:
+            raise ConfigError(f"override {ov.text!r}: '{name}' is a section of the stage and cannot be deleted "
+                              "(its keys would fall back to values you never set)",
+                              f"set its keys instead ({name}.KEY=VALUE), or delete one key (~{name}.KEY)")
         if isinstance(node, list):
             node.pop(last)  # type: ignore[arg-type]
         else:
@@ -649,6 +701,7 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
         _merge(tree, {"run": run_section}, "default.yaml", prov, errors, strict=True, where=str(default_path), root=tree)
     layers.append("default.yaml")
     open_paths = _open_mappings(default_data)
+    sections = _sections(tree)
 
     name = config or "default"
     for f in _chain(stage, name):
@@ -663,7 +716,7 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     parsed = [parse_override(o) for o in overrides]
     for ov in parsed:
         if ov.path[0] != "profile":
-            _apply_override(tree, ov, prov, open_paths)
+            _apply_override(tree, ov, prov, open_paths, sections)
     if parsed:
         layers.append(OVERRIDE)
 

@@ -56,23 +56,24 @@ def load_profile(name: str | None, env_file: str | None, overrides: dict[str, An
     """The env.toml profile ``name`` with ``profile.KEY=VALUE`` overrides applied (None without a name).
 
     Raises:
-        ConfigError: no env.toml found, unknown profile, invalid profile, or profile overrides
-            given without a profile.
+        ConfigError: no env.toml found, unknown profile, invalid profile, profile overrides given
+            without a profile, or an ``[artifacts] root`` that cannot be made on this machine.
     """
     from nemotron import artifacts, profiles
 
-    if name is None:
-        if overrides:
-            keys = ", ".join(f"profile.{k}" for k in overrides)
-            raise ConfigError(f"{keys} given, but no profile is used", "add --run PROFILE or --batch PROFILE")
-        artifacts.use_env_file(profiles.find_env_file(env_file))  # [artifacts] root holds for runs here too
-        return None
+    if name is None and overrides:
+        keys = ", ".join(f"profile.{k}" for k in overrides)
+        raise ConfigError(f"{keys} given, but no profile is used", "add --run PROFILE or --batch PROFILE")
     path = profiles.find_env_file(env_file)
-    artifacts.use_env_file(path)
-    if path is None:
+    artifacts.use_env_file(path)  # [artifacts] root holds for runs here too
+    loaded = profiles.load_profiles(path) if path is not None else None
+    if loaded is not None:
+        profiles.check_artifacts_root(loaded)
+    if name is None:
+        return None
+    if loaded is None:
         raise ConfigError(f"profile {name!r} requested but no env.toml was found",
                           "copy env.toml.example to ./env.toml, or pass --env-file PATH (or set NEMOTRON_ENV_FILE)")
-    loaded = profiles.load_profiles(path)
     profile = loaded.get(name)
     profile = profile.with_overrides(overrides) if overrides else profile
     profile.tracking_env = profiles.tracking_env(loaded.sections, path)  # [wandb]: the configs' W&B fallback
@@ -117,10 +118,9 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         if key not in before or before[key] != value:
             compiled.provenance[key] = "prepared by validation (see notes)"
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
-    for name in (profile.missing_secrets() if profile is not None else []):
-        problems.append(Problem(key=f"profile.{profile.name}.secrets", value=name, rule="secret", severity="warning",
-                                message="declared secret is not set in this shell; submission will refuse",
-                                valid=f"export {name}=..."))
+    for key, value, message, valid in (profile.launch_problems() if profile is not None else []):
+        problems.append(Problem(key=f"profile.{profile.name}.{key}", value=value, rule="profile", message=message,
+                                valid=valid))
     # 3. plan: pure
     plan = plan_job(compiled, profile, experiment_id)
     return Prepared(req, compiled, profile, plan, problems, notes)
@@ -255,11 +255,50 @@ def job_cancel(ident: str) -> int:
     return 0
 
 
+def _pipe_chain(recipe: str, names: list[str], config: str | None) -> list[Stage]:
+    """The stages of a pipe in the order they run: ``names`` as given, or the whole recipe without any.
+
+    Raises:
+        UsageError: a stage named twice, or a stage named before one whose output it consumes (what each
+            consumes and produces is read from its ``config``, as ``nemotron RECIPE list`` shows it).
+    """
+    from nemotron.config import config_artifacts
+
+    if not names:
+        return [s for s in STAGES if s.recipe == recipe]
+    in_order = " ".join(s.name for s in STAGES if s.name in names)
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise UsageError(f"pipe: stage {twice} is named twice; a pipe runs each stage once",
+                         f"name each stage once: pipe {in_order}")
+    chain = [get_stage(n) for n in names]
+    flows = {}
+    for s in chain:
+        try:
+            flows[s.name] = config_artifacts(s, config)
+        except ConfigError:  # an unknown config: the stage's own compile reports it, naming the stage
+            flows[s.name] = (s.consumes, s.produces)
+    for i, s in enumerate(chain):
+        for later in chain[i + 1:]:
+            made = [a for a in flows[later.name][1] if a in flows[s.name][0]]
+            if made:
+                raise UsageError(f"pipe: {s.name} is named before {later.name}, which produces its input {made[0]}; "
+                                 "stages run in the order named",
+                                 f"name them in pipeline order: pipe {in_order}")
+    return chain
+
+
 def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     """``nemotron RECIPE pipe [STAGES...]``: each stage in order, each consuming the one before.
 
+    Stages run in the order named (all stages of the recipe, in registry order, when none is named), each
+    once. A stage named twice, or named before a stage that produces what it consumes (``pipe sft
+    pretrain``), is refused rather than deduplicated or reordered.
+
     Raises:
-        UsageError: unknown stage names, overrides for a stage not in the chain.
+        UsageError: unknown stage names, a stage named twice or out of order, overrides for a stage not in
+            the chain, ``--run``/``--batch`` on a profile that is not a Slurm one (dry run included).
+        ConfigError / ValidationError: a stage's config or profile problems, named by the stage.
     """
     from nemotron import report
 
@@ -281,7 +320,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
             names.append(get_stage(arg).name)
         except KeyError as exc:
             raise UsageError(str(exc.args[0]), "per-stage overrides are written STAGE:key=value") from None
-    chain = [s for s in STAGES if s.recipe == recipe and (not names or s.name in names)]
+    chain = _pipe_chain(recipe, names, kw.get("config"))
     unknown = set(per_stage) - {s.name for s in chain}
     if unknown:
         raise UsageError(f"overrides for stages not in the chain: {', '.join(sorted(unknown))}")
@@ -301,7 +340,13 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
             req = StageRequest(stage=stage, config=kw.get("config"), overrides=tuple(per_stage.get(stage.name, ())),
                                mode=mode, profile=run or batch, dry_run=bool(kw.get("dry_run")),
                                env_file=kw.get("env_file"), argv=tuple(sys.argv))
-            p = prepare_stage(req)
+            try:
+                p = prepare_stage(req)
+            except (ConfigError, UsageError) as exc:  # name the stage: a pipe compiles several configs
+                raise type(exc)(f"{stage.title}: {exc.message}", exc.hint) from None
+            if i == 1 and mode != "here" and p.plan.executor != "slurm":  # before anything is shown or queued
+                raise UsageError(f"pipe --{mode} needs a slurm profile (got {p.plan.executor})",
+                                 "run the chain here without a profile, or use a slurm profile")
             if kw.get("dry_run"):
                 report.heading(f"[{i}/{len(chain)}] {stage.title}")
                 report.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
@@ -335,9 +380,6 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                 report.err(f"pipe stopped: {p.req.stage.title} exited {code}")
                 return code
         return 0
-    if prepared[0].plan.executor != "slurm":
-        raise UsageError(f"pipe --{mode} needs a slurm profile (got {prepared[0].plan.executor})",
-                         "run the chain here without a profile, or use a slurm profile")
     from nemotron import jobs, submit
 
     queued: list[str] = []  # every job accepted so far: a failed submission names them and how to cancel them

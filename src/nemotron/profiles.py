@@ -35,6 +35,12 @@ GPU_MODELS: dict[str, tuple[str, float]] = {
     "B200": ("blackwell", 180.0), "GB200": ("blackwell", 186.0),
     "B300": ("blackwell", 288.0), "GB300": ("blackwell", 288.0),
 }
+#: The most GPUs a Slurm node can offer as ``gres/gpu``: 8 GPUs split into 7 MIG instances each (56; the
+#: largest whole-GPU node, NVIDIA's DGX-2 / HGX-2, has 16). ``gpus_per_node`` above it is a typo, not a node.
+MAX_GPUS_PER_NODE = 64
+#: Slurm adds a time limit's fields up in a C ``int`` of seconds (``time_str2secs`` in Slurm's
+#: ``src/common/parse_time.c``): a longer limit wraps around instead of being refused.
+MAX_SLURM_TIME_S = 2**31 - 1
 DEFAULT_JOB_DIR = "$NEMOTRON_HOME/jobs (default ~/.nemotron/jobs)"
 #: Profile storage keys and the environment variables they become, in the job and while a config is
 #: compiled for the profile (stage configs read them as ``${oc.env:NEMOTRON_CKPT_ROOT,...}``).
@@ -87,10 +93,12 @@ def parse_slurm_time(text: str | int) -> int | None:
     clock range (``90:00`` = 90 minutes, ``1-36`` = 60 hours). ``0`` (any all-zero form), ``-1``,
     ``INFINITE`` and ``UNLIMITED`` (any case) mean no time limit (``None``); the partition's
     ``MaxTime`` still applies. Slurm's resolution is one minute (it rounds seconds up); the seconds
-    are kept here because the warning signal (``run.signal_before_s``) is given in seconds.
+    are kept here because the warning signal (``run.signal_before_s``) is given in seconds. A field past
+    its clock range is accepted as sbatch accepts it (``25:99`` = 26 min 39 s, run as 27 minutes).
 
     Raises:
-        ValueError: anything else (``4h``, ``1.5``, ``-5``, ``1-``, a bool); the message lists the accepted forms.
+        ValueError: anything else (``4h``, ``1.5``, ``-5``, ``1-``, a bool), or a limit longer than
+            :data:`MAX_SLURM_TIME_S` (Slurm would wrap it around); the message lists the accepted forms.
     """
     bad = ValueError(f"{text!r} is not a Slurm time limit; use {SLURM_TIME_FORMS}")
     if isinstance(text, bool) or not isinstance(text, (str, int)):
@@ -113,6 +121,9 @@ def parse_slurm_time(text: str | int) -> int | None:
         total = nums[0] * 60 + nums[1]
     else:  # HH:MM:SS
         total = (nums[0] * 60 + nums[1]) * 60 + nums[2]
+    if total > MAX_SLURM_TIME_S:
+        raise ValueError(f"{text!r} is {total // 86400} days, longer than Slurm can hold "
+                         f"({MAX_SLURM_TIME_S // 86400} days); use UNLIMITED for no limit")
     return total or None
 
 
@@ -137,7 +148,7 @@ class _Common(_Strict):
     env_vars: dict[str, str] = {}
     secrets: dict[str, SecretSpec] = {}
     job_dir: str | None = None
-    gpus_per_node: int | None = Field(None, ge=0)
+    gpus_per_node: int | None = Field(None, ge=0, le=MAX_GPUS_PER_NODE)
     gpu: str | None = None
     gpu_arch: Literal["ampere", "hopper", "blackwell"] | None = None
     gpu_memory: float | None = Field(None, gt=0)
@@ -306,11 +317,14 @@ def find_env_file(explicit: str | Path | None = None, cwd: Path | None = None) -
     ``$XDG_CONFIG_HOME/nemotron/env.toml`` (``$HOME/.config/...`` when unset), else ``None``.
 
     Raises:
-        ConfigError: ``explicit`` or ``$NEMOTRON_ENV_FILE`` names a file that does not exist.
+        ConfigError: ``explicit`` or ``$NEMOTRON_ENV_FILE`` names a file that does not exist, or a folder.
     """
     for given, what in ((explicit, "--env-file"), (os.environ.get(ENV_FILE_VAR), f"${ENV_FILE_VAR}")):
         if given is not None and str(given) != "":
             path = Path(given).expanduser()
+            if path.is_dir():
+                raise ConfigError(f"{what} {given}: is a folder, not a file",
+                                  f"point {what} at the env.toml file itself, e.g. {Path(given) / ENV_FILE_NAME}")
             if not path.is_file():
                 raise ConfigError(f"{what} {given}: no such file",
                                   f"point {what} at an existing env.toml (start from env.toml.example)")
@@ -370,6 +384,30 @@ def artifacts_root(sections: dict[str, Any], source: Path | str = "env.toml") ->
         return None
     root = Path(os.path.expanduser(section["root"]))
     return root if root.is_absolute() else Path(source).resolve().parent / root
+
+
+def check_artifacts_root(loaded: Profiles) -> Path | None:
+    """The ``[artifacts] root`` of ``loaded`` (see :func:`artifacts_root`), checked for use on this machine,
+    where every stage command keeps its records: it must be a folder, or a new folder inside an existing
+    one. Records are never allowed to create a chain of folders from the top of the file system (a
+    copied example's ``/lustre/...`` on a laptop). ``None`` without a root.
+
+    Raises:
+        ConfigError: the root is a file, or neither it nor its parent folder exists (file:line, the value).
+    """
+    root = artifacts_root(loaded.sections, loaded.source)
+    if root is None or root.is_dir():
+        return root
+    line = _line_of(loaded._text, "artifacts", "root")
+    where = f"{loaded.source}:{line}: [artifacts] root = {loaded.sections['artifacts']['root']!r}"
+    if root.exists():
+        raise ConfigError(f"{where}: {root} is a file, not a folder", "point root at a folder for artifact records")
+    if not root.parent.is_dir():
+        raise ConfigError(f"{where}: its parent folder {root.parent} does not exist on this machine "
+                          "(records are kept here; only the last folder is created)",
+                          f"create {root.parent} first, or comment out root to keep records in "
+                          "$NEMOTRON_HOME/artifacts")
+    return root
 
 
 def load_profiles(path: Path) -> Profiles:
@@ -662,7 +700,9 @@ def _translate(err: dict, executor: str, prov: dict[str, str]) -> tuple[str, str
     if kind in ("greater_than_equal", "greater_than", "less_than_equal"):
         op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<="}[kind]
         limit = next(iter(err["ctx"].values()))
-        return key, f"{shown} must be {op} {limit}"
+        why = " (the most GPUs a Slurm node offers: 8 GPUs x 7 MIG instances)" if kind == "less_than_equal" \
+            and key == "gpus_per_node" else ""
+        return key, f"{shown} must be {op} {limit}{why}"
     if kind == "value_error":
         return key, str(err["ctx"]["error"])
     return key, err["msg"][:1].lower() + err["msg"][1:]
@@ -676,8 +716,10 @@ def _base_key(key: str) -> str:
 def _error(source: Path, name: str, problems: list[tuple[str, str]], prov: dict[str, str],
            merged: dict, text: str) -> ConfigError:
     """One line naming file (and line when there is one problem), profile and key(s), plus a hint."""
-    hidden = [s.get("value") for s in (merged.get("secrets") or {}).values() if isinstance(s, dict)]
-    hidden += [v for k, v in (merged.get("env_vars") or {}).items() if isinstance(v, str) and is_secret_name(k)]
+    secrets, env_vars = merged.get("secrets"), merged.get("env_vars")  # either may be of the wrong type here
+    hidden = [s.get("value") for s in secrets.values() if isinstance(s, dict)] if isinstance(secrets, dict) else []
+    hidden += [v for k, v in env_vars.items() if isinstance(v, str) and is_secret_name(str(k))] \
+        if isinstance(env_vars, dict) else []
 
     def origin(key: str) -> str:
         owner = _owner(prov, _base_key(key), name)
@@ -789,6 +831,20 @@ class Profile:
     def missing_secrets(self) -> list[str]:
         """Environment variables that declared secrets read from but that are not set now."""
         return [s.env for s in self.settings.secrets.values() if s.env is not None and s.env not in os.environ]
+
+    def launch_problems(self) -> list[tuple[str, Any, str, str]]:
+        """What stops a job being started on this profile from this shell now, as
+        ``(key, value, message, what is valid)``: each declared secret whose variable is not set, and an
+        ssh ``identity`` key file that does not exist here. Empty when nothing does. Checked when a
+        stage command (dry run included) uses the profile, not when the file loads."""
+        out: list[tuple[str, Any, str, str]] = [
+            ("secrets", name, "declared secret is not set in this shell", f"export {name}=... (or remove it from secrets)")
+            for name in self.missing_secrets()]
+        identity = getattr(self.settings, "identity", None)
+        if identity and not Path(identity).is_file():
+            out.append(("identity", identity, "no such private key file on this machine",
+                        "the path of an existing SSH key file, or leave identity out to use your ssh config"))
+        return out
 
     def storage_env(self) -> dict[str, str]:
         """The profile's shared-storage keys as the environment variables stage configs and runtimes
