@@ -473,3 +473,45 @@ def test_kill_and_resume_continue_from_the_saved_step(tmp_path):
     assert state["global_step"] == 10
     assert "artifact pretrain-checkpoint v1" in out3
     assert json.loads((recorded / "v1.json").read_text())["path"] == str(ckpt)
+
+
+def test_resume_refuses_other_inputs_and_fewer_iters_unless_allowed(tmp_path, capsys):
+    """A checkpoint resumed on another blend, or with train.train_iters below its saved step, is refused by
+    the entry (exit 2, one line); +run.allow_new_inputs=true resumes on the new blend and lineage.json
+    records the change (the next resume on it is then no change)."""
+    from nemotron.runtime import lineage
+    from nemotron.runtime.entry import run_config
+    from nemotron.runtime.trainer import run
+
+    spec = small_spec()
+    old, new = write_pretrain_data(tmp_path / "a", docs=60), write_pretrain_data(tmp_path / "b", docs=60)
+    ckpt = tmp_path / "pt"
+
+    def cfg(blend: Path, iters: int, **extra):
+        return compile_local("pretrain", fast_overrides(ckpt, seq=32, iters=iters, **{
+            "data.per_split_data_args_path": str(blend), "validation.eval_iters": 0, "checkpoint.save_interval": 2,
+            "scheduler.lr_warmup_iters": 0, **extra}))
+
+    assert run(S.read(cfg(old, 4), "pretrain"), spec=spec) == 0
+    capsys.readouterr()
+    assert run_config("pretrain", cfg(old, 2)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ultra3 pretrain: train.train_iters=2 is below step 4, already saved in {ckpt}: the run would "
+                   "stop at once and present step 4 as its final model; set train.train_iters=4 or more to go on "
+                   "with this run, or checkpoint.save=<a new folder> for a new run"]
+    assert run_config("pretrain", cfg(new, 6)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"ultra3 pretrain: data.per_split_data_args_path={new}: the "
+                                               f"checkpoint at step 4 in {ckpt} was trained on {old}")
+    assert "+run.allow_new_inputs=true" in err[0] and "checkpoint.save=<a new folder>" in err[0]
+    assert json.loads((ckpt / "lineage.json").read_text())["inputs"]["data.per_split_data_args_path"] == str(old)
+
+    assert run(S.read(cfg(new, 6, **{"+run.allow_new_inputs": True}), "pretrain"), spec=spec) == 0
+    out = capsys.readouterr().out
+    assert f"run.allow_new_inputs: resuming step 4 on data.per_split_data_args_path={new} (was {old})" in out
+    recorded = json.loads((ckpt / "lineage.json").read_text())
+    assert [(c["key"], c["from"], c["to"], c["step"]) for c in recorded["changes"]] == [
+        ("data.per_split_data_args_path", str(old), str(new), 4)]
+    assert recorded["inputs"]["data.per_split_data_args_path"] == str(new)
+    assert json.loads((ckpt / "summary.json").read_text())["steps"] == 6
+    assert lineage.check_resume(S.read(cfg(new, 8), "pretrain"), 6) == []  # the new blend is the recorded one now

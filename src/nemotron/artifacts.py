@@ -5,10 +5,14 @@ A record is a small JSON file ``<store>/<name>/v<N>.json`` with at least ``name`
 (``blend_path``, ``tokenizer``, ``config_hash``, ``job_id`` ...). The store is env.toml's
 ``[artifacts] root`` when set, else ``$NEMOTRON_HOME/artifacts`` (default ``~/.nemotron/artifacts``).
 Configs refer to records with ``${art:NAME,FIELD}`` (latest version) or ``${art:NAME:VERSION,FIELD}``.
+"Latest" is the version recorded last; a run that reproduces an already recorded output (an "up to date"
+data prep rerun) adds no version but makes that one the latest again (:func:`record`). Every run that
+takes an input from a record says so in one line (:func:`used_line`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -100,7 +104,8 @@ def accepted_configs(config: str) -> set[str]:
 def lookup(name: str, version: int | None = None, config: str | None = None) -> dict[str, Any] | None:
     """The record of artifact ``name``, or None.
 
-    ``version`` picks one version. Otherwise the latest version produced by a config that ``config``
+    ``version`` picks one version. Otherwise the latest version (the one recorded last: a rerun that
+    found an older version's output up to date makes that version the latest again) produced by a config that ``config``
     accepts (:func:`accepted_configs`) — so ``pretrain -c default`` never trains on the ``tiny``
     sample that happened to run last —, or the latest of all when ``config`` is None (a config file
     given by path), or one named after the config that made it. A planned artifact (:data:`PLANNED`)
@@ -113,8 +118,7 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
         return PLANNED[name]
     if version is not None:
         return _read(name, version)
-    for v in reversed(_versions(name)):
-        rec = _read(name, v)
+    for rec in _newest_first(name):
         # An artifact named after the config that made it (``teacher-reasoning`` by ``-c teacher-reasoning``)
         # is that config's only product: every consumer takes it.
         if rec is not None and (config is None or rec.get("config") in accepted_configs(config)
@@ -123,28 +127,77 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
     return None
 
 
-def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
-    """Write a new version of artifact ``name`` atomically and return the record.
+def _newest_first(name: str) -> list[dict[str, Any]]:
+    """The records of ``name``, the one recorded last first (``latest_at``, else ``created``; then the
+    version number)."""
+    recs = [rec for v in _versions(name) if (rec := _read(name, v)) is not None]
+    return sorted(recs, key=lambda r: (r.get("latest_at") or r.get("created") or 0, r.get("version") or 0),
+                  reverse=True)
 
-    ``fields`` must contain ``path``. The version is one more than the latest recorded.
+
+#: Record fields that are bookkeeping of one run, not what it produced.
+VOLATILE = frozenset({"name", "version", "created", "latest_at", "experiment_id", "job_id"})
+#: The file of a data prep output whose bytes identify the data (:func:`record` compares them).
+MANIFEST = "manifest.json"
+
+
+def _manifest_sha256(path: Any) -> str | None:
+    try:
+        return hashlib.sha256((Path(str(path)) / MANIFEST).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _same_output(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether two records describe the same output: equal apart from :data:`VOLATILE` fields; for a data
+    prep output (a ``manifest_sha256``) the config hash does not count either — the manifest is the data."""
+    volatile = VOLATILE | ({"config_hash"} if new.get("manifest_sha256") else set())
+    return {k: v for k, v in old.items() if k not in volatile} == {k: v for k, v in new.items() if k not in volatile}
+
+
+def _write_record(folder: Path, rec: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(rec, fh, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, folder / f"v{rec['version']}.json")
+
+
+def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """Record what a run produced as artifact ``name`` (atomically) and return the record.
+
+    ``fields`` must contain ``path``. When ``path`` holds a data prep ``manifest.json``, its SHA-256 is
+    added as ``manifest_sha256``. A run whose output is one already recorded (same fields apart from
+    :data:`VOLATILE` ones; for data, the same manifest: a rerun that found its output up to date) adds no
+    version: that version is stamped ``latest_at`` = now, so it is the latest again, and returned.
+    Otherwise a new version, one more than the highest recorded.
+
+    Raises:
+        ValueError: ``fields`` has no ``path``.
     """
     if "path" not in fields:
         raise ValueError("an artifact record needs a 'path'")
     folder = store() / name
     folder.mkdir(parents=True, exist_ok=True)
-    versions = _versions(name)
-    if versions:  # a run that changed nothing (an "up to date" data prep) adds no version
-        last = _read(name, versions[-1]) or {}
-        volatile = {"name", "version", "created", "experiment_id", "job_id"}
-        if {k: v for k, v in last.items() if k not in volatile} == {k: v for k, v in fields.items() if k not in volatile}:
-            return last
-    version = (versions or [0])[-1] + 1
-    rec = {**fields, "name": name, "version": version, "created": time.time()}
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(rec, fh, indent=2, sort_keys=True, default=str)
-    os.replace(tmp, folder / f"v{version}.json")
+    fields = dict(fields)
+    manifest = _manifest_sha256(fields["path"])
+    if manifest is not None:
+        fields.setdefault("manifest_sha256", manifest)
+    now = time.time()
+    for old in _newest_first(name):
+        if _same_output(old, fields):
+            old = {**old, "latest_at": now}
+            _write_record(folder, old)
+            return old
+    version = ((_versions(name) or [0])[-1]) + 1
+    rec = {**fields, "name": name, "version": version, "created": now}
+    _write_record(folder, rec)
     return rec
+
+
+def used_line(key: str, artifact: str, value: Any) -> str:
+    """The line a run prints for config ``key`` resolved from ``artifact`` (``"pretrain-data v12"``) to
+    ``value``: ``[nemotron] data.per_split_data_args_path: artifact pretrain-data v12, /data/v2/blend.json``."""
+    return f"[nemotron] {key}: artifact {artifact}, {value}"
 
 
 def parse_ref(ref: str) -> tuple[str, int | None]:

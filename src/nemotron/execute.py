@@ -122,6 +122,10 @@ def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     Raises:
         RuntimeFailure: the job could not be started or submitted.
     """
+    from nemotron.artifacts import used_line
+
+    for key, artifact in sorted(compiled.artifact_keys.items()):  # what --dry-run tags "(from artifact ...)"
+        print(used_line(key, artifact, compiled.get(key)), file=sys.stderr)
     if plan.executor == "direct":
         return run_here(req, compiled, profile, plan)
     from nemotron import jobs, submit

@@ -3,7 +3,8 @@
 Checks what it can before importing torch/transformers — the config is readable and usable, the data
 and the starting checkpoint exist and are of the right kind — and says each failure in one line
 (``ultra3 pretrain: ...``) with exit code 1. Threads are set from ``run.env.cpus`` before torch loads.
-Exit codes: 0 done; 1 unusable inputs or a failure; 75 saved and stopped on a signal (run again to
+A resumed run whose inputs or ``train.train_iters`` contradict its checkpoint is refused with exit code 2
+(:mod:`nemotron.runtime.lineage`). Exit codes: 0 done; 1 unusable inputs or a failure; 2 such a refusal; 75 saved and stopped on a signal (run again to
 resume); 130 interrupted before training started.
 """
 
@@ -101,9 +102,12 @@ def sft(cfg: dict[str, Any]) -> int:
 def run_config(stage: str, cfg: dict[str, Any], title: str | None = None) -> int:
     """Run the local ``stage`` on the compiled config ``cfg``; returns the exit code."""
     title = title or f"ultra3 {stage}"
+    from nemotron.runtime.lineage import ResumeConflict, check_resume, saved_step
+
     try:
         settings = read(cfg, stage)
         precheck(settings)
+        check_resume(settings, saved_step(settings.load_dir))  # before a mix is written into the folder
         if stage == "pretrain" and (cfg.get("data") or {}).get("mix_with"):  # a mix of blends (-c long_context)
             from dataclasses import replace
 
@@ -116,7 +120,7 @@ def run_config(stage: str, cfg: dict[str, Any], title: str | None = None) -> int
                 raise SettingsError(exc.message) from None
     except SettingsError as exc:
         print(f"{title}: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ResumeConflict) else 1
 
     def train() -> int:
         from nemotron.runtime.trainer import run

@@ -346,6 +346,12 @@ def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: i
         save = get(cfg, "checkpoint.save")
         if save and Path(str(save)).exists() and not Path(str(save)).is_dir():
             problems.append(f"checkpoint.save={save}: exists and is not a folder")
+        from nemotron.runtime.lineage import train_iters_problem
+
+        load = get(cfg, "checkpoint.load") or save  # the folder the run resumes from
+        problem = train_iters_problem(get(cfg, "train.train_iters"), last_saved_iteration(load) if load else None, load)
+        if problem:
+            problems.append(problem)
     return problems + container
 
 

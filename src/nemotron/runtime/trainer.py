@@ -31,7 +31,8 @@ Checkpoint folder layout (``checkpoint.save``)::
                          trainer_state.json  (transformers' resumable checkpoint)
     config.json, model.safetensors, generation_config.json   the final model (after a complete run)
     latest_checkpointed_iteration.txt   the newest saved step (as Megatron writes it)
-    metrics.jsonl, summary.json, lineage.json
+    metrics.jsonl, summary.json, lineage.json   (lineage.json: what the run started on, and each input
+                                                 a resume was allowed to change: nemotron.runtime.lineage)
 """
 
 from __future__ import annotations
@@ -175,6 +176,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from nemotron import catalogue
+    from nemotron.runtime import lineage
     from nemotron.runtime import model as modelmod
     from nemotron.runtime.loss import selected_token_loss
 
@@ -189,6 +191,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     s.save_dir.mkdir(parents=True, exist_ok=True)
     found = modelmod.checkpoints(s.load_dir) if s.load_dir else []
     resume = found[-1][1] if found else None
+    changes = lineage.check_resume(s, found[-1][0] if found else None)
     if found and found[-1][0] >= s.train_iters and (s.save_dir / "model.safetensors").is_file():
         # a continuation job (run.chain) or a rerun of a finished run: nothing left to do
         _say(f"{s.stage}: already complete: {resume} is at train.train_iters={s.train_iters}; final model in "
@@ -216,13 +219,18 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
         if rec is not None:
             _say(f"recorded this run as a consumer of {rec.parent.parent}")
             data_version = data_version or rec.parent.parent
-    if resume is None or not (s.save_dir / "lineage.json").exists():  # what the run started from, kept on resume
-        _write_json(s.save_dir / "lineage.json", {
+    if resume is None or not (s.save_dir / lineage.LINEAGE).exists():  # what the run started from, kept on resume
+        lineage.write(s.save_dir, {
             "stage": s.stage, "model": spec.name, "data": str(data.source),
             "pretrained_checkpoint": str(s.pretrained_checkpoint) if s.pretrained_checkpoint and resume is None
-            else None,
+            else None, "inputs": lineage.inputs(s),
             "experiment_id": os.environ.get("NEMOTRON_EXPERIMENT_ID"), "transformers": transformers.__version__,
             "torch": torch.__version__})
+    elif changes:  # allowed by run.allow_new_inputs: said, and kept in lineage.json
+        for c in changes:
+            _say(f"{lineage.ALLOW_KEY}: resuming step {found[-1][0]} on {c['key']}={c['to']} (was {c['from']}); "
+                 f"recorded in {s.save_dir / lineage.LINEAGE}")
+        lineage.record_changes(s.save_dir, changes, found[-1][0], lineage.inputs(s))
 
     report_to, run_name = _reporting(s, data_version)
     has_eval = data.eval is not None

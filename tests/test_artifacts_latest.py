@@ -1,0 +1,84 @@
+"""Artifacts and resumed runs through the real CLI: a data prep rerun that finds its output up to date adds
+no artifact version (that version is the latest again); every real run says which artifact version and path
+it takes each input from; a resumed pretrain run refuses data other than its checkpoint's, and a
+train.train_iters below the saved step (local runtime and the Megatron-Bridge pre-start)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from local_runtime_support import write_pretrain_data
+from nemotron.runtime import megatron_bridge as mb
+from submit_support import nemotron_runner
+
+#: A pretrain run of a few seconds with the real `small` model on the CPU.
+FAST = ("model.seq_length=32", "train.global_batch_size=2", "train.micro_batch_size=2", "validation.eval_iters=0",
+        "checkpoint.save_interval=2", "scheduler.lr_warmup_iters=0", "run.env.cpus=2")
+
+
+@pytest.fixture
+def cli(tmp_path):
+    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home"), "NEMOTRON_CKPT_ROOT": str(tmp_path / "ckpt")}
+    return nemotron_runner(env, tmp_path)
+
+
+def test_up_to_date_rerun_is_latest_again_and_runs_name_their_artifacts(cli, tmp_path):
+    store = tmp_path / "home" / "artifacts" / "pretrain-data"
+    ckpt = tmp_path / "ckpt" / "ultra3-pretrain-local"
+    a, b = tmp_path / "a", tmp_path / "scratch b"
+
+    def prep(out: Path):
+        proc = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", "sample=300", f"output_dir={out}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout + proc.stderr
+
+    def pretrain(*args: str):
+        proc = cli("ultra3", "pretrain", "-c", "local", *FAST, *args)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    assert "artifact pretrain-data v1" in prep(a)
+    code, out, err = pretrain("train.train_iters=2")
+    assert code == 0, err[-2000:]
+    assert f"[nemotron] data.per_split_data_args_path: artifact pretrain-data v1, {a / 'blend.json'}" in err
+    assert "artifact pretrain-data v2" in prep(b)  # another output: the latest now
+    code, out, err = pretrain("train.train_iters=4")
+    assert code == 2, out[-2000:] + err[-2000:]
+    assert f"[nemotron] data.per_split_data_args_path: artifact pretrain-data v2, {b / 'blend.json'}" in err
+    refusal = [line for line in err.splitlines() if line.startswith("ultra3 pretrain:")]
+    assert refusal == [f"ultra3 pretrain: data.per_split_data_args_path={b / 'blend.json'}: the checkpoint at step 2 "
+                       f"in {ckpt} was trained on {a / 'blend.json'} (its lineage.json); set "
+                       "data.per_split_data_args_path back to that, or checkpoint.save=<a new folder> to start a new "
+                       "run on it, or +run.allow_new_inputs=true to resume on the new input (recorded in lineage.json)"]
+    assert "step 3" not in out  # nothing trained
+    # the rerun of a finds it up to date: no version 3, version 1 is the latest again
+    again = prep(a)
+    assert "up to date" in again and "artifact pretrain-data v1:" in again
+    assert sorted(p.name for p in store.glob("v*.json")) == ["v1.json", "v2.json"]
+    code, out, err = pretrain("train.train_iters=1")
+    assert code == 2, out[-2000:] + err[-2000:]
+    assert f"[nemotron] data.per_split_data_args_path: artifact pretrain-data v1, {a / 'blend.json'}" in err
+    assert f"ultra3 pretrain: train.train_iters=1 is below step 2, already saved in {ckpt}" in err
+    assert json.loads((ckpt / "summary.json").read_text())["steps"] == 2  # the finished run is untouched
+
+
+def test_megatron_bridge_prestart_refuses_train_iters_below_the_saved_iteration(tmp_path):
+    from config_support import compile_stage
+    from nemotron.runtime import prestart
+
+    blend = write_pretrain_data(tmp_path / "data", docs=20, valid_docs=5)
+    save = tmp_path / "ckpt"
+    cfg = compile_stage("pretrain", "tiny", data__per_split_data_args_path=str(blend), run__env__gpus_per_node=8,
+                        checkpoint__save=str(save), checkpoint__load=str(save), train__train_iters=20)
+    ok = {"importable": lambda m: True, "gpus": 8, "installed": prestart.pinned_versions("nemo", tuple(mb.FRAMEWORKS)), "env": {"WORLD_SIZE": "8"}}
+    save.mkdir()
+    (save / "latest_checkpointed_iteration.txt").write_text("20\n")
+    assert mb.precheck(cfg, "pretrain", **ok) == []  # at the saved iteration: a finished run, nothing refused
+    (save / "latest_checkpointed_iteration.txt").write_text("29\n")
+    assert mb.precheck(cfg, "pretrain", **ok) == [
+        f"train.train_iters=20 is below step 29, already saved in {save}: the run would stop at once and present "
+        "step 29 as its final model; set train.train_iters=29 or more to go on with this run, or "
+        "checkpoint.save=<a new folder> for a new run"]
