@@ -286,3 +286,53 @@ def test_run_py_exit_codes(tok_cache, tmp_path):
     assert r.returncode == 1, r.stderr[-2000:]
     assert f"error: {bad}:26: malformed_json" in r.stderr
     assert "hint: set on_bad.malformed_json=skip" in r.stderr
+
+
+def test_resumed_summary_rates_only_this_runs_work(ray_instance, tok_cache, tmp_path, capsys):
+    """After a resume the work line's tokens and rate are of the shards this run wrote; the reused
+    shards and tokens are said apart, and the total row has no wall time or rate of all tokens."""
+    from nemotron.data.pretrain import Settings, prepare
+    from nemotron.data.progress import human
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": f"document {i}: " + "lorem ipsum dolor sit amet " * 30}) + "\n"
+                            for i in range(200)))
+    cfg = tiny(tmp_path / "out", tok_cache, blend_path=blend_file(tmp_path, [{"name": "d", "path": str(data), "weight": 1}]),
+               shards={"target_tokens": 5_000})
+    first = run(cfg)
+    n = first["totals"]["shards"]
+    assert n >= 3
+    (tmp_path / "out" / "manifest.json").unlink()
+    lost = sorted((tmp_path / "out" / "data" / "d").glob("train_*.receipt.json"))[0]
+    lost.unlink()
+    m = prepare(Settings.from_config(cfg), live_progress=False)
+    text = capsys.readouterr().out
+    r, tokens = m["run"], sum(m["totals"]["tokens"].values())
+    built = next(s["tokens"] for s in m["shards"] if lost.name.startswith(Path(s["prefix"]).name + "."))
+    assert r["shards_built"] == 1 and r["tokens_built"] == built and r["tokens_reused"] == tokens - built
+    assert (f"work: 1 of {n} shards built: {human(built)} tokens in {r['work_seconds']:.1f}s "
+            f"({human(built / r['work_seconds'])} tok/s); reused from a previous run: {n - 1} shards, "
+            f"{human(tokens - built)} tokens; {r['seconds']:.1f}s in all") in text.splitlines()
+    total = next(ln for ln in text.splitlines() if ln.startswith("| total "))
+    assert [c.strip() for c in total.strip().strip("|").split("|")][5:9] == [str(n), "", "", "100%"]
+
+
+def test_no_training_tokens_says_why_and_which_key(ray_instance, tok_cache, tmp_path):
+    from nemotron.errors import RuntimeFailure
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": f"document number {i} " * 20}) + "\n" for i in range(30)))
+    blend = blend_file(tmp_path, [{"name": "d", "path": str(data), "weight": 1}])
+    with pytest.raises(RuntimeFailure) as err:
+        run(tiny(tmp_path / "a", tok_cache, blend_path=blend, max_doc_tokens=8, on_bad={"too_long": "skip"}))
+    assert err.value.message == ("dataset d produced no training tokens: 30 records skipped (too_long 30), "
+                                 "0 held out for validation and 0 for test")
+    assert err.value.hint == "max_doc_tokens=8 is below every document's length: raise it, or set on_bad.too_long=truncate"
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(15)))
+    with pytest.raises(RuntimeFailure) as err:
+        run(tiny(tmp_path / "b", tok_cache, blend_path=blend_file(tmp_path, [{"name": "s", "path": str(short), "weight": 1}])))
+    assert err.value.message == ("dataset s produced no training tokens: 0 records skipped, 10 held out for "
+                                 "validation and 5 for test")
+    assert err.value.hint == ("the dataset has no records after the first split.valid_docs=10 + split.test_docs=10, "
+                              "which are held out: lower them")

@@ -114,3 +114,43 @@ def test_progress_counts_prompts_not_tokens(ray_instance, tmp_path, capsys):
     read = sum(d["records"] for d in m["datasets"])
     assert len(final) == 1 and f"  {human(read)} prompts  " in final[0] and "prompts/s" in final[0], final
     assert "token" not in final[0], final
+
+
+def _one_file_blend(tmp_path: Path, text: list[str]) -> str:
+    data = tmp_path / "p.jsonl"
+    data.write_text("\n".join(text) + "\n")
+    blend = tmp_path / "b.json"
+    blend.write_text(json.dumps({"datasets": [{"name": "p", "path": str(data), "weight": 1.0}]}))
+    return str(blend)
+
+
+def test_summary_lines_say_what_they_mean(ray_instance, tmp_path, capsys):
+    """The total row has no seconds under "passes"; the run's work is its own line; the progress bar's
+    final line is printed once; capped examples end with how many more were skipped."""
+    from nemotron.data.progress import human
+
+    good = [json.dumps({"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"}) for i in range(12)]
+    blend = _one_file_blend(tmp_path, good + ["{broken"] * 2 + [json.dumps({"question": "q", "answer": "none"})] * 3)
+    cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(tmp_path / "o"), blend_path=blend,
+                        split__validation_rows=2, policies__max_examples=2)
+    m = rl.prepare(rl.Settings.from_config(cfg), live_progress=False)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    total = next(ln for ln in lines if ln.startswith("| total "))
+    assert [c.strip() for c in total.strip().strip("|").split("|")] == ["total", "", "17", "5", "0", "", "10", "2"]
+    assert sum(ln.startswith("[rl prompts] 100.0%") for ln in lines) == 1, out
+    r = m["run"]
+    assert (f"work: 1 of 1 shards read: 17 records in {r['work_seconds']:.1f}s ({human(17 / r['work_seconds'])} "
+            f"records/s); {r['seconds']:.1f}s in all") in lines
+    assert [ln for ln in lines if ln.startswith("skipped: ")][2:] == [
+        f"skipped: ... and 3 more of p (counts by reason in {tmp_path / 'o' / 'manifest.json'}; raise "
+        "policies.max_examples (now 2) to list more)"]
+
+
+def test_no_usable_prompt_says_why(ray_instance, tmp_path):
+    blend = _one_file_blend(tmp_path, [json.dumps({"question": f"q{i}", "answer": "no marker"}) for i in range(4)])
+    with pytest.raises(RuntimeFailure) as err:
+        run(tmp_path / "o", blend_path=blend)
+    assert err.value.message == "no usable prompt was found, so no training rows (4 records read; skipped: missing_answer 4)"
+    assert err.value.hint == ("no record has an expected answer at answer_field=the form default: set answer_field "
+                              "to the field that holds it")

@@ -233,3 +233,96 @@ def test_cli_dry_run(tmp_path, monkeypatch, capsys):
     code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", "--dry-run", "pack.pad_to_multiple=8"])
     out = capsys.readouterr().out
     assert code == 0 and "pad_to_multiple: 8" in out and "data_prep_sft/run.py" in out
+
+
+def _row(out: str, first: str) -> list[str]:
+    """The cells of the printed table row whose first cell is ``first``."""
+    line = next(ln for ln in out.splitlines() if ln.startswith(f"| {first} "))
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _final_progress_counts(out: str) -> dict[str, int]:
+    """How many times each progress bar printed its 100% line."""
+    lines = [ln for ln in out.splitlines() if ln.startswith("[")]
+    return {t: sum(ln.startswith(f"[{t}] 100.0%") for ln in lines) for t in {ln[1:].split("]")[0] for ln in lines}}
+
+
+def test_summary_tells_this_runs_work_and_warns_without_validation(ray_instance, tok_cache, tmp_path, capsys,
+                                                                   monkeypatch):
+    from nemotron.cli import main
+    from nemotron.data.progress import human
+    from nemotron.data.sft import Settings, prepare
+
+    out = tmp_path / "s"
+    cfg = config(out, tok_cache, sample=30, split__validation_fraction=0.0)
+    m = prepare(Settings.from_config(cfg), live_progress=False)
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    t, r = m["totals"], m["run"]
+    # the total row: counts only; no seconds under "passes", no rate under "share"
+    assert _row(text, "total") == ["total", f"{t['records']:,}", f"{t['samples']:,}", "0", "0", "0",
+                                   human(t["tokens"]), "", "", "100%"]
+    counts = _final_progress_counts(text)
+    assert {"sft sequences", "sft packs"} <= set(counts) and set(counts.values()) == {1}, counts
+    n, w = r["shards_built"], r["windows_built"]
+    assert r["tokens_built"] == t["tokens"] and r["shards_reused"] == r["windows_reused"] == 0
+    assert (f"work: {n} of {n} shards tokenized and {w} of {w} windows packed: {human(t['tokens'])} tokens in "
+            f"{r['work_seconds']:.1f}s ({human(t['tokens'] / r['work_seconds'])} tok/s); {r['seconds']:.1f}s in all"
+            ) in lines
+    assert m["loader"]["packed_val_data_path"] is None
+    assert ("warning: no validation set (split.validation_fraction=0); the sft stage gets packed_val_data_path: "
+            "null and runs no validation") in lines
+
+    # resumed: one tokenized shard and the joined outputs lost; the rate is of the one shard redone
+    (out / "manifest.json").unlink()
+    sorted((out / "data" / "sequences").rglob("*.receipt.json"))[0].unlink()
+    for f in (out / "data").glob("*.idx.parquet*"):
+        f.unlink()
+    m2 = prepare(Settings.from_config(cfg), live_progress=False)
+    lines = capsys.readouterr().out.splitlines()
+    r2 = m2["run"]
+    assert r2["shards_built"] == 1 and r2["tokens_built"] + r2["tokens_reused"] == t["tokens"]
+    assert (f"work: 1 of {n} shards tokenized and {w} of {w} windows packed: {human(r2['tokens_built'])} tokens in "
+            f"{r2['work_seconds']:.1f}s ({human(r2['tokens_built'] / r2['work_seconds'])} tok/s); reused from a "
+            f"previous run: {n - 1} shards, {human(r2['tokens_reused'])} tokens; {r2['seconds']:.1f}s in all") in lines
+
+    # the sft stage's dry-run on that data (its artifact has valid_path: null) warns
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    specs = "dataset.packed_sequence_specs"
+    code = main(["ultra3", "sft", "-c", "tiny", "--dry-run", f"dataset.dataset_root={out}",
+                 f"{specs}.packed_train_data_path={m2['loader']['packed_train_data_path']}",
+                 f"{specs}.packed_metadata_path={m2['loader']['packed_metadata_path']}", f"{specs}.packed_val_data_path=null"])
+    dry = capsys.readouterr()
+    assert code == 0
+    assert (f"warning: {specs}.packed_val_data_path=null: no validation data: the packed SFT data has no validation "
+            "split, so this run computes no validation loss; valid: re-run data prep sft with "
+            "split.validation_fraction > 0 and enough records for it") in (dry.out + dry.err).splitlines()
+
+
+def test_too_few_records_for_the_validation_fraction_are_warned(ray_instance, tok_cache, tmp_path, capsys):
+    from nemotron.data.sft import Settings, prepare
+
+    m = prepare(Settings.from_config(config(tmp_path / "f", tok_cache, sample=10, split__validation_fraction=0.001)),
+                live_progress=False)
+    n = sum(d["sequences"]["train"] + d["sequences"]["valid"] for d in m["datasets"])
+    assert m["loader"]["packed_val_data_path"] is None
+    assert (f"warning: no validation set (none of the {n:,} sequences fell in the held-out share "
+            f"split.validation_fraction=0.001 (about {n * 0.001:.2g} expected): too few records for the fraction); "
+            "the sft stage gets packed_val_data_path: null and runs no validation") in capsys.readouterr().out.splitlines()
+
+
+def test_no_training_sequence_says_why_and_which_key(ray_instance, tok_cache, tmp_path, capsys):
+    from nemotron.data.sft import Settings, prepare
+
+    with pytest.raises(RuntimeFailure) as err:
+        prepare(Settings.from_config(config(tmp_path / "p", tok_cache, sample=10, pack__pack_size=16)),
+                live_progress=False)
+    receipts = [json.loads(p.read_text()) for p in sorted((tmp_path / "p" / "data" / "sequences").rglob("*.receipt.json"))]
+    records = sum(r["records"] for r in receipts)
+    too_long = sum(r["skipped"].get("too_long", 0) for r in receipts)
+    shortest = min(r["shortest_dropped"] for r in receipts if r["shortest_dropped"])
+    assert records and too_long >= records and shortest > 16
+    assert err.value.message == (f"no training sequence was produced ({records:,} records read; skipped: too_long "
+                                 f"{too_long:,}; 0 sequences held out for validation)")
+    assert err.value.hint == (f"pack.pack_size=16 is smaller than every sample (the shortest dropped one has "
+                              f"{shortest:,} tokens): set pack.pack_size to at least {shortest}")

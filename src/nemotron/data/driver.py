@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from nemotron.data import outputs
 from nemotron.data.blend import Blend, DatasetSpec, load_blend
@@ -172,8 +172,16 @@ class StageSettings:
     ``workers.count`` (``workers``), ``workers.cpus_per_task``, ``run.env.cpus`` (``ray_cpus``),
     ``remote.cache_dir`` and ``summary.progress_interval_s``. A stage supplies :meth:`reader` (its typed
     config reader, which knows the stage's keys), :meth:`read_own` (its own keys) and, where keys
-    depend on each other, :meth:`check`.
+    depend on each other, :meth:`check`; :data:`INPUT_KEYS` names its input files besides the blend's
+    datasets and :data:`OUTPUT_NAMES` what it writes in a version folder besides
+    :data:`nemotron.data.outputs.OWNED_NAMES` (see :func:`check_inputs`).
     """
+
+    #: ``(config key, settings attribute)`` of each input file or folder the stage reads (the blend's
+    #: datasets aside); a value that names no local path (a hub id) is not checked.
+    INPUT_KEYS: ClassVar[tuple[tuple[str, str], ...]] = (("blend_path", "blend_path"),)
+    #: Names a version folder holds that the stage writes and deletes on a rebuild, besides OWNED_NAMES.
+    OUTPUT_NAMES: ClassVar[tuple[str, ...]] = ()
 
     blend_path: str
     output_dir: str
@@ -226,10 +234,14 @@ class StageSettings:
         ``c`` is the stage's config reader (:class:`Reader`).
 
         Raises:
-            ConfigError: a key is missing, has the wrong type or is out of range (the message names it).
+            ConfigError: a key is missing, has the wrong type or is out of range, or ``blend_path`` is a
+                folder (the message names the key).
         """
         # absolute: outputs (blend.json, manifests) must name paths that resolve from any working directory
         s = cls(blend_path=os.path.abspath(c.str("blend_path")), output_dir=os.path.abspath(c.str("output_dir")))
+        if os.path.isdir(s.blend_path):
+            raise ConfigError(f"blend_path={s.blend_path}: is a folder, not a blend file",
+                              "point blend_path at the blend's JSON file")
         s.path_vars = c.dict("path_vars", {})
         s.sample = c.int("sample", None, minimum=1)
         s.force = c.bool("force", False)
@@ -263,16 +275,75 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
         The exit code, 0.
 
     Raises:
-        ConfigError: a config, blend or input problem found before any work (exit 2).
+        ConfigError: a config, blend or input problem found before any work (exit 2), among them an
+            input that the run would write or delete (:func:`check_inputs`).
         RuntimeFailure: a failure while working, or another run writing the same folder (exit 1).
     """
     s = settings_cls.from_config(cfg)
+    for problem in check_inputs(s, stage_blend(s)):
+        raise problem  # before the lock file is written: an input is never touched
     with outputs.writer_lock(s.output_dir):  # one writing run per output folder
         manifest = prepare(s)
     from nemotron.artifacts import write_outputs
 
     write_outputs(artifacts(manifest))
     return 0
+
+
+def stage_blend(s: Any) -> Blend:
+    """The stage's input blend (:func:`nemotron.data.blend.load_blend` of ``s.blend_path`` with its
+    ``path_vars`` and, where the stage has one, its ``on_bad.bad_weight`` policy).
+
+    Raises:
+        ConfigError: the blend cannot be read or is invalid (see :func:`~nemotron.data.blend.load_blend`).
+    """
+    on_bad = getattr(s, "on_bad", None) or {}
+    return load_blend(s.blend_path, path_vars=s.path_vars, bad_weight=on_bad.get("bad_weight", "fail"))
+
+
+def check_inputs(s: Any, blend: Blend) -> list[ConfigError]:
+    """Every input the run would write, replace or delete, one ConfigError each (empty: none).
+
+    Inputs: the files and folders of the stage's :data:`StageSettings.INPUT_KEYS` (``blend_path``,
+    ``tokenizer.name``, ``chat.template``) and every local file each dataset of ``blend`` names.
+    An input collides when it is (or lies in) a path the stage writes under ``output_dir``
+    (:func:`nemotron.data.outputs.written_path`: the lock file, a version folder ``v<N>``, or
+    ``blend.json``, ``manifest.json``, ``plan.json``, ``data/``, ``tokenizer/`` and the stage's
+    :data:`StageSettings.OUTPUT_NAMES` in a version folder), or when a dataset's path is a folder
+    holding ``output_dir`` (the stage's outputs would become its inputs). Messages name the key (or
+    the blend line), the path and ``output_dir``. Only reads the file system.
+    """
+    from nemotron.data.sources import FORMATS, expand, is_remote
+
+    names = type(s).OUTPUT_NAMES
+    out = s.output_dir
+    hint = "move the input out of the output folder, or choose another output_dir"
+    problems = []
+    for key, attr in type(s).INPUT_KEYS:
+        value = getattr(s, attr, None)
+        path = os.path.expanduser(value) if isinstance(value, str) and value else None
+        what = outputs.written_path(path, out, names) if path and os.path.exists(path) else None
+        if what is not None:
+            problems.append(ConfigError(f"{key}={value}: the run writes {what} in output_dir={out}, "
+                                        "which would overwrite or delete this input", hint))
+    for spec in blend.datasets:
+        if is_remote(spec.path):
+            continue
+        where = f"{blend.path}:{spec.line}: datasets ({spec.name})"
+        folder = os.path.expanduser(spec.path)
+        if os.path.isdir(folder) and (os.path.realpath(out) + os.sep).startswith(os.path.join(os.path.realpath(folder), "")):
+            problems.append(ConfigError(f"{where}: path {spec.path!r} is a folder holding output_dir={out}; "
+                                        "the run's own outputs would become its inputs",
+                                        "choose an output_dir outside the dataset's folder"))
+            continue
+        fmt = spec.format if spec.format in FORMATS else None  # a record form (sft, rl) is no file format
+        for f in expand(spec.path, exclude=list(spec.exclude), fmt=fmt):
+            what = outputs.written_path(f, out, names)
+            if what is not None:
+                problems.append(ConfigError(f"{where}: input {f}: the run writes {what} in output_dir={out}, "
+                                            "which would overwrite or delete this input", hint))
+                break
+    return problems
 
 
 @dataclass
@@ -282,7 +353,8 @@ class Run:
     ``why`` is :func:`nemotron.data.outputs.select_version`'s reason (``"rebuild"``: the version is
     cleared first); ``session`` is the Ray session started while planning (``None``: started when
     work needs it, see :func:`ray_workers`); ``say`` prints a console line (nothing when ``quiet``);
-    ``t_start`` is the :func:`time.monotonic` time the run began.
+    ``t_start`` is the :func:`time.monotonic` time the run began. With ``reuse_only`` the version is
+    only ever reported up to date, never written (an older version checked by :func:`drive`).
     """
 
     s: Any
@@ -294,6 +366,11 @@ class Run:
     live_progress: bool | None
     t_start: float
     session: dict[str, Any] | None = None
+    reuse_only: bool = False
+
+
+class PlanMismatch(ConfigError):
+    """A version folder holds data prepared from other inputs or settings (see :func:`reuse_or_reset`)."""
 
 
 def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run, Blend, P], dict[str, Any]], *,
@@ -307,6 +384,11 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
     ``run.session`` ``None``. Without it the plan runs alone and the stage starts Ray when it has work.
     The session stays up until ``execute`` returns.
 
+    Without ``force``, when the latest version holds data of other inputs or settings
+    (:class:`PlanMismatch`), the older complete versions are planned again, newest first: the first
+    whose manifest has this plan's key is up to date and its manifest is returned (nothing is
+    written); when none matches, the mismatch error names the versions present.
+
     Args:
         s: the stage's settings.
         plan: ``(s, blend, vdir) -> plan``; pure (reads the inputs, writes nothing).
@@ -317,7 +399,8 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
         overlap_ray: start Ray while planning (see above).
 
     Raises:
-        ConfigError: from loading the blend or planning (the planning error wins over a Ray start-up error).
+        ConfigError: from loading the blend or planning (the planning error wins over a Ray start-up error);
+            PlanMismatch: no version of ``output_dir`` holds this plan's data and ``force`` is off.
         RuntimeFailure: from ``execute``.
     """
     from nemotron.data.progress import console
@@ -342,7 +425,36 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
                 planned = future.result()
         else:
             planned = plan(s, blend, vdir)
-        return execute(run, blend, planned)
+        try:
+            return execute(run, blend, planned)
+        except PlanMismatch as exc:
+            return _older_version(run, blend, plan, execute, exc)
+
+
+def _older_version(run: Run, blend: Blend, plan: Callable[[Any, Blend, Path], P],
+                   execute: Callable[[Run, Blend, P], dict[str, Any]], mismatch: PlanMismatch) -> dict[str, Any]:
+    """The manifest of the newest older complete version of ``run.s.output_dir`` that holds this plan's
+    data (re-planned for that folder; nothing is written); else ``mismatch``, naming the versions present.
+
+    Raises:
+        PlanMismatch: no version matches.
+    """
+    found = outputs.versions(run.s.output_dir)
+    for n, folder in reversed(found):
+        old = read_json(folder / outputs.MANIFEST)
+        if folder == run.vdir or not (old and old.get("complete")):
+            continue
+        older = Run(run.s, n, folder, "existing", run.say, run.quiet, run.live_progress, run.t_start,
+                    run.session, reuse_only=True)
+        try:
+            manifest = execute(older, blend, plan(run.s, blend, folder))
+        except PlanMismatch:
+            continue
+        run.say(f"note: the latest version v{run.version} ({run.vdir}) holds other inputs or settings; "
+                f"v{n} matches this run")
+        return manifest
+    present = ", ".join(f"v{n}" + (" (consumed)" if outputs.consumers(f) else "") for n, f in found)
+    raise PlanMismatch(f"{mismatch.message}; no version matches this run (versions: {present})", mismatch.hint)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -354,35 +466,37 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
-                   summary: Callable[[dict[str, Any]], None], *, hint: str = MISMATCH_HINT,
-                   clear: Iterable[str] = ()) -> dict[str, Any] | None:
+                   summary: Callable[[dict[str, Any]], None], *, hint: str = MISMATCH_HINT) -> dict[str, Any] | None:
     """Check the version folder against this plan before any work; ``None`` means: go on and build.
 
-    Says a note per ``not_found`` line first. A ``rebuild`` run clears the folder's owned files (and
-    the names in ``clear``); a folder whose complete manifest has this ``plan_key`` is up to date:
-    its summary is printed (unless quiet) and the old manifest is returned (nothing is done). Otherwise the folder
-    is created and ``None`` returned; receipts decide what is redone.
+    A ``rebuild`` run clears the folder's owned files (:func:`nemotron.data.outputs.clear_version`, with
+    the stage's :data:`StageSettings.OUTPUT_NAMES`); a folder whose complete manifest has this
+    ``plan_key`` is up to date: the notes (one per ``not_found`` line) and its summary are printed
+    (unless quiet) and the old manifest is returned (nothing is done). Otherwise the notes are said,
+    the folder is created and ``None`` returned; receipts decide what is redone.
 
     Raises:
-        ConfigError: the folder's ``plan.json`` has another plan key and ``force`` is off (the message
-            names both keys; ``hint`` says what to do), or a rebuild would delete consumed output.
+        PlanMismatch: the folder's ``plan.json`` has another plan key and ``force`` is off (the message
+            names both keys; ``hint`` says what to do), or ``run.reuse_only`` and the folder is not up
+            to date with this plan.
+        ConfigError: a rebuild would delete consumed output.
     """
     s, vdir = run.s, run.vdir
-    for line in not_found:
-        run.say(f"note: {line}")
     old_plan = read_json(vdir / outputs.PLAN)
     old_manifest = read_json(vdir / outputs.MANIFEST)
     if old_plan is not None and old_plan.get("plan_key") != plan_key and not s.force:
-        raise ConfigError(f"output_dir={vdir} holds data prepared from other inputs or settings "
-                          f"(plan {old_plan.get('plan_key')}, now {plan_key})", hint)
+        raise PlanMismatch(f"output_dir={vdir} holds data prepared from other inputs or settings "
+                           f"(plan {old_plan.get('plan_key')}, now {plan_key})", hint)
+    current = bool(old_manifest and old_manifest.get("complete") and old_manifest.get("plan_key") == plan_key)
+    if run.reuse_only and not current:
+        raise PlanMismatch(f"output_dir={vdir} is not up to date with this plan ({plan_key})", hint)
+    for line in not_found:
+        run.say(f"note: {line}")
     if s.force and run.why != "rebuild" and run.version > 1:
         run.say(f"note: {run.why}: {vdir}")
     if run.why == "rebuild":
-        outputs.clear_version(vdir)
-        for name in clear:
-            with contextlib.suppress(FileNotFoundError):
-                (vdir / name).unlink()
-    elif old_manifest and old_manifest.get("complete") and old_manifest.get("plan_key") == plan_key:
+        outputs.clear_version(vdir, type(s).OUTPUT_NAMES)
+    elif current:
         run.say(f"up to date: {vdir} (plan {plan_key}); nothing to do. Rerun with force=true to rebuild.")
         if not run.quiet:
             summary(old_manifest)
@@ -609,13 +723,64 @@ def publish(run: Run, manifest: dict[str, Any], summary: Callable[[dict[str, Any
     return manifest
 
 
-def print_examples(m: dict[str, Any]) -> Any:
+def print_examples(m: dict[str, Any], max_key: str) -> Any:
     """Print the manifest's kept examples of skipped records (``skipped: <file>:<line>: ...``);
-    returns the console, for the summary's last line."""
+    returns the console, for the summary's last line.
+
+    Where a dataset skipped more records than it kept examples of, a line says how many more and
+    where their counts are: ``skipped: ... and 27 more of <dataset> (counts by reason in
+    <path>/manifest.json; raise <max_key> (now 5) to list more)``. ``max_key`` is the stage's key of
+    the example cap (``on_bad.max_examples``, ``policies.max_examples``).
+    """
     from nemotron.data.progress import console
 
     con = console()
     for d in m["datasets"]:
-        for e in d.get("examples", []):
+        examples = d.get("examples", [])
+        for e in examples:
             con.print(f"skipped: {e}")
+        more = sum(d["skipped"].values()) - len(examples)
+        if more > 0:
+            now = f" (now {len(examples)})" if examples else ""
+            con.print(f"skipped: ... and {more:,} more of {d['name']} (counts by reason in "
+                      f"{Path(m['path']) / outputs.MANIFEST}; raise {max_key}{now} to list more)")
     return con
+
+
+def account(items: list[dict[str, Any]], todo: list[dict[str, Any]], receipts: dict[str, dict[str, Any]],
+            noun: str, what: str, measure: Callable[[dict[str, Any]], int]) -> dict[str, int]:
+    """The manifest ``run`` counts of what this run built and what it reused from a previous run.
+
+    ``items`` are all the work items, ``todo`` those this run built, ``receipts`` every item's receipt
+    by id; ``measure(receipt)`` is an item's amount of ``what`` (tokens, records). Returns
+    ``{"<noun>_built", "<noun>_reused", "<what>_built", "<what>_reused"}`` (a ``todo`` item that is
+    not in ``items`` is not counted).
+    """
+    ran = {it["id"] for it in todo}
+    built = [receipts[it["id"]] for it in items if it["id"] in ran]
+    reused = [receipts[it["id"]] for it in items if it["id"] not in ran]
+    return {f"{noun}_built": len(built), f"{noun}_reused": len(reused),
+            f"{what}_built": sum(map(measure, built)), f"{what}_reused": sum(map(measure, reused))}
+
+
+def work_line(r: dict[str, Any], steps: list[tuple[str, str]], what: str, rate: str) -> str:
+    """One summary line of what the run recorded in ``r`` (a manifest's ``run``) did itself.
+
+    ``steps`` are ``(noun, verb)`` pairs counted by :func:`account` (``("shards", "built")``); the rate
+    is ``r["<what>_built"]`` over ``r["work_seconds"]`` (the seconds of this run's own work, not of the
+    reused items). Example: ``work: 2 of 5 shards built: 4.64M tokens in 6.9s (667k tok/s); reused from
+    a previous run: 3 shards, 4.39M tokens; 9.8s in all``. A manifest without these counts (written by an
+    older version) gives ``run: 9.8s in all``.
+    """
+    from nemotron.data.progress import human
+
+    total = f"{r['seconds']:.1f}s in all"
+    if "work_seconds" not in r or f"{what}_built" not in r:
+        return f"run: {total}"
+    done = " and ".join(f"{r[f'{n}_built']:,} of {r[f'{n}_built'] + r[f'{n}_reused']:,} {n} {verb}" for n, verb in steps)
+    secs, amount = r["work_seconds"], r[f"{what}_built"]
+    line = f"work: {done}: {human(amount)} {what} in {secs:.1f}s" + (f" ({human(amount / secs)} {rate})" if secs else "")
+    reused = [f"{r[f'{n}_reused']:,} {n}" for n, _verb in steps if r[f"{n}_reused"]]
+    if reused:
+        line += f"; reused from a previous run: {', '.join(reused)}, {human(r[f'{what}_reused'])} {what}"
+    return f"{line}; {total}"

@@ -106,17 +106,22 @@ def load_json_lines_known(path: str | os.PathLike[str]) -> Any:
     Meant for small hand-written files (blends, configs) whose errors must name a line: it uses the
     pure-Python JSON scanner, which is slow for large files.
 
+    A UTF-8 byte order mark at the start is skipped.
+
     Raises:
-        ConfigError: the file is missing, not UTF-8, or not valid JSON (message names file:line:column).
+        ConfigError: the file is missing or cannot be read (a folder, no permission), not UTF-8, or not
+            valid JSON (message names file:line:column).
     """
     import json.decoder
     import json.scanner
 
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise ConfigError(f"{p}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read ({exc.strerror or type(exc).__name__})") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start})") from None
 

@@ -145,8 +145,9 @@ def select_version(output_dir: str | Path, force: bool) -> tuple[int, Path, str]
     return n, latest, "rebuild"
 
 
-def clear_version(folder: str | Path) -> None:
-    """Delete the files a data stage owns in ``folder`` (:data:`OWNED_NAMES`), never anything else.
+def clear_version(folder: str | Path, names: tuple[str, ...] = ()) -> None:
+    """Delete the files a data stage owns in ``folder`` (:data:`OWNED_NAMES` and the stage's own
+    ``names``, such as RL's ``train.jsonl``), never anything else.
 
     Raises:
         ConfigError: the folder has ``consumed_by`` records (consumed output is never deleted).
@@ -154,12 +155,39 @@ def clear_version(folder: str | Path) -> None:
     folder = Path(folder)
     if consumers(folder):
         raise ConfigError(f"{folder} was consumed by a training run; refusing to delete it")
-    for name in OWNED_NAMES:
+    for name in (*OWNED_NAMES, *names):
         p = folder / name
         if p.is_dir():
             shutil.rmtree(p)
         elif p.exists():
             p.unlink()
+
+
+def written_path(path: str | Path, output_dir: str | Path, names: tuple[str, ...] = ()) -> str | None:
+    """What ``path`` is among the paths a data stage writes, replaces or deletes under ``output_dir``,
+    or ``None`` when it is none of them (symbolic links resolved).
+
+    Those paths: the lock file :data:`LOCK` in ``output_dir``; every version folder ``output_dir/v<N>``
+    (N >= 2) and, in ``output_dir`` and in each version folder, the names of :data:`OWNED_NAMES` plus
+    the stage's own ``names`` (files, or folders with everything they hold). Returns the owned name
+    relative to ``output_dir`` (``"blend.json"``, ``"v2/data/"``, ``"v3/"``), for messages.
+    """
+    root = Path(os.path.realpath(output_dir))
+    try:
+        rel = Path(os.path.realpath(path)).relative_to(root).parts
+    except ValueError:
+        return None
+    if rel == (LOCK,):
+        return LOCK
+    head = ""
+    m = re.fullmatch(r"v(\d+)", rel[0]) if rel else None
+    if m and int(m.group(1)) >= 2:
+        head, rel = f"{rel[0]}/", rel[1:]
+        if not rel:
+            return head
+    if rel and rel[0] in (*OWNED_NAMES, *names):
+        return head + rel[0] + ("/" if len(rel) > 1 else "")
+    return None
 
 
 def receipt_path(prefix: str | Path) -> Path:

@@ -23,7 +23,7 @@ from typing import Any
 from nemotron.data import driver
 from nemotron.data.blend import Blend, DatasetSpec
 from nemotron.data.pretrain import _dataset_files, _local, _pack
-from nemotron.data.sources import FORMATS, Piece, is_remote, scan_rows, split_file
+from nemotron.data.sources import FORMATS, Piece, is_remote, reading, scan_rows, split_file
 from nemotron.errors import ConfigError, RuntimeFailure
 
 
@@ -66,6 +66,7 @@ def plan_dataset(spec: DatasetSpec, s: Any, schemas: tuple[str, ...], target_byt
 
     Raises:
         ConfigError: a bad ``format``, or a plain-text file (records are needed).
+        RuntimeFailure: an input file cannot be read (``<file>: cannot read (...)``).
     """
     file_fmt, schema = record_format(spec, schemas)
     files, fmt = _dataset_files(dataclasses.replace(spec, format=file_fmt), s, "")
@@ -81,7 +82,8 @@ def plan_dataset(spec: DatasetSpec, s: Any, schemas: tuple[str, ...], target_byt
             break
         if left is not None:
             local = _local(file, s)
-            scan = scan_rows(local, fmt, left)
+            with reading(file):
+                scan = scan_rows(local, fmt, left)
             k = len(scan.starts)
             if k == 0:
                 continue
@@ -94,7 +96,8 @@ def plan_dataset(spec: DatasetSpec, s: Any, schemas: tuple[str, ...], target_byt
         elif is_remote(file) or fmt not in ("jsonl", "parquet"):
             pieces.append(Piece(file, fmt, 0, None, 1, size))
         else:
-            pieces.extend(split_file(file, fmt, target_bytes))
+            with reading(file):
+                pieces.extend(split_file(file, fmt, target_bytes))
     out = DatasetShards(spec, schema, fmt, [f for f, _ in files], sum(sz for _, sz in files))
     out.shards = _pack(pieces, target_bytes) if pieces else []
     return out

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.data import driver, outputs
-from nemotron.data.blend import Blend, DatasetSpec, load_blend, prefix_weights, write_megatron_blend
+from nemotron.data.blend import Blend, DatasetSpec, prefix_weights, write_megatron_blend
 from nemotron.data.files import atomic_write_json, remove_tmp_files, sha256_file, stable_hash
 from nemotron.data.indexed import IndexedWriter, choose_dtype
 from nemotron.data.progress import fmt_counts
@@ -47,6 +47,7 @@ from nemotron.data.sources import (
     file_size_estimate,
     is_remote,
     iter_records,
+    reading,
     resolve_remote,
     scan_rows,
     split_file,
@@ -77,6 +78,8 @@ _CALIBRATION_BYTES = 1 << 18  # text tokenized per dataset to estimate bytes per
 @dataclass
 class Settings(driver.StageSettings):
     """The stage config, checked. Field names follow the YAML keys (``tokenizer_name`` = ``tokenizer.name``)."""
+
+    INPUT_KEYS = (("blend_path", "blend_path"), ("tokenizer.name", "tokenizer_name"))
 
     add_bos: bool = False
     add_eos: bool = True
@@ -195,7 +198,12 @@ def _dataset_files(spec: DatasetSpec, s: Settings, blend_path: str) -> tuple[lis
 
 def plan_dataset(spec: DatasetSpec, files: list[tuple[str, int]], fmt: str, s: Settings, tok, data_dir: Path) -> DatasetPlan:
     """Cut one dataset into shards: ``valid`` and ``test`` (the head records), then ``train`` shards of
-    about ``shards.target_tokens`` tokens (at most ``shards.max_per_dataset``)."""
+    about ``shards.target_tokens`` tokens (at most ``shards.max_per_dataset``).
+
+    Raises:
+        ConfigError: a Parquet file without the dataset's ``text_field`` column.
+        RuntimeFailure: an input file cannot be read (``<file>: cannot read (...)``).
+    """
     v_end = s.valid_docs
     t_end = s.valid_docs + s.test_docs
     cap = s.sample
@@ -207,18 +215,21 @@ def plan_dataset(spec: DatasetSpec, files: list[tuple[str, int]], fmt: str, s: S
         if cap is not None and row0 >= cap:
             break
         if fmt == "parquet":
-            check_parquet_field(_local(file, s), spec.text_field)
+            with reading(file):
+                check_parquet_field(_local(file, s), spec.text_field)
         if row0 < t_end or cap is not None:
             local = _local(file, s)
             limit = (cap if cap is not None else t_end) - row0
-            scan = scan_rows(local, fmt, limit)
+            with reading(file):
+                scan = scan_rows(local, fmt, limit)
+                est_total = file_size_estimate(local, fmt, spec.text_field) if fmt != "jsonl" else size
             k = len(scan.starts)
-            est_total = file_size_estimate(local, fmt, spec.text_field) if fmt != "jsonl" else size
             rows_total = k if scan.complete else max(k, 1)
             if fmt == "parquet":
                 import pyarrow.parquet as pq
 
-                rows_total = pq.ParquetFile(local).metadata.num_rows
+                with reading(file):
+                    rows_total = pq.ParquetFile(local).metadata.num_rows
             for a, b, split in segments:
                 lo, hi = max(a, row0), min(b, row0 + k)
                 if lo < hi:
@@ -236,7 +247,8 @@ def plan_dataset(spec: DatasetSpec, files: list[tuple[str, int]], fmt: str, s: S
         if is_remote(file):
             train.append(Piece(file, fmt, start, None, line, dict(files)[file] * 3))
         else:
-            train.extend(split_file(file, fmt, target_bytes, start=start, line=line, text_field=spec.text_field))
+            with reading(file):
+                train.extend(split_file(file, fmt, target_bytes, start=start, line=line, text_field=spec.text_field))
 
     groups = _pack(train, target_bytes)
     while len(groups) > s.max_per_dataset:
@@ -450,7 +462,7 @@ def prepare(s: Settings, *, live_progress: bool | None = None, quiet: bool = Fal
 
 
 def _load_blend(s: Settings, say) -> Blend:
-    blend = load_blend(s.blend_path, path_vars=s.path_vars, bad_weight=s.on_bad["bad_weight"])
+    blend = driver.stage_blend(s)
     for _name, message in blend.dropped:
         say(f"warning: {message}")
     return blend
@@ -517,7 +529,7 @@ def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[st
     if receipts:
         run.say(f"resuming {vdir}: {len(receipts)} of {len(shards)} shards already done")
 
-    run_info: dict[str, Any] = {"shards_built": len(todo), "shards_reused": len(receipts)}
+    run_info: dict[str, Any] = {}
     t_work = time.monotonic()
     try:
         if todo:
@@ -529,6 +541,7 @@ def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[st
     finally:  # also on Ctrl-C or a failure: only finished shards (renamed into place) stay
         remove_tmp_files(vdir / "data")
     run_info["work_seconds"] = round(time.monotonic() - t_work, 3)
+    run_info.update(driver.account(shards, todo, receipts, "shards", "tokens", lambda r: r["tokens"]))
 
     return _finish(run, blend, plans, shards, receipts, info, dtype, plan_key, not_found, run_info)
 
@@ -551,10 +564,7 @@ def _finish(run: driver.Run, blend: Blend, plans: list[DatasetPlan], shards: lis
         docs = {k: sum(r["documents"] for sh, r in recs if sh["split"] == k) for k in SPLITS}
         skipped, examples = driver.problems_of((r for _sh, r in recs), s.max_examples)
         if tokens["train"] == 0:
-            raise RuntimeFailure(
-                f"dataset {name} produced no training tokens ({sum(skipped.values())} records skipped: "
-                f"{fmt_counts(skipped) or 'no records'})",
-                "check its path, text_field and the skip reasons; or lower split.valid_docs/test_docs")
+            raise RuntimeFailure(*_no_train_tokens(s, dp, docs, skipped))
         for split in SPLITS:
             good = [(sh, r) for sh, r in recs if sh["split"] == split and r["tokens"] > 0]
             for w, (sh, _r) in zip(prefix_weights(dp.spec.weight, [r["tokens"] for _sh, r in good]), good, strict=True):
@@ -596,6 +606,29 @@ def _finish(run: driver.Run, blend: Blend, plans: list[DatasetPlan], shards: lis
     return driver.publish(run, manifest, _print_summary)
 
 
+def _no_train_tokens(s: Settings, dp: DatasetPlan, docs: dict[str, int], skipped: Counter[str]) -> tuple[str, str]:
+    """The message and hint of a dataset that wrote no training token: what its records became, and the
+    key to change for the reason that took them all."""
+    name = dp.spec.name
+    message = (f"dataset {name} produced no training tokens: {sum(skipped.values()):,} records skipped"
+               f"{' (' + fmt_counts(skipped) + ')' if skipped else ''}, {docs['valid']:,} held out for validation "
+               f"and {docs['test']:,} for test")
+    top = max(skipped, key=lambda k: skipped[k]) if skipped else None
+    if top == "too_long":
+        hint = (f"max_doc_tokens={s.max_doc_tokens} is below every document's length: raise it, or set "
+                "on_bad.too_long=truncate")
+    elif top == "short":
+        hint = f"min_doc_chars={s.min_doc_chars} is above every document's length: lower it"
+    elif top == "missing_field":
+        hint = f"no record has the field {dp.spec.text_field!r}: set the dataset's text_field in the blend"
+    elif top is not None:
+        hint = f"every training record was skipped as {top}: check the dataset's path and format"
+    else:
+        hint = (f"the dataset has no records after the first split.valid_docs={s.valid_docs} + "
+                f"split.test_docs={s.test_docs}, which are held out: lower them" + (" or raise sample" if s.sample else ""))
+    return message, hint
+
+
 def _print_summary(m: dict[str, Any]) -> None:
     from nemotron.data.progress import human, print_table
 
@@ -609,12 +642,11 @@ def _print_summary(m: dict[str, Any]) -> None:
             human(tok_all / d["seconds"]) if d["seconds"] else "-", f"{100 * d['share']:.2f}%",
             f"{d['epochs']:.3g}" if d.get("epochs") is not None else "-",
         ])
-    wall = m["run"].get("work_seconds") or 0
     tt = sum(m["totals"]["tokens"].values())
     footer = ["total", f"{sum(sum(d['documents'].values()) for d in m['datasets']):,}",
               f"{sum(sum(d['skipped'].values()) for d in m['datasets']):,}",
               f"{sum(d['truncated'] for d in m['datasets']):,}", human(tt), str(m["totals"]["shards"]),
-              f"{wall:.1f} wall", human(tt / wall) if wall else "-", "100%", ""]
+              "", "", "100%", ""]
     print_table(f"pretrain data: {m['path']}",
                 ["dataset", "documents", "skipped (reason)", "truncated", "tokens", "shards t+v+t", "seconds",
                  "tokens/s", "share", "epochs"], rows, footer=footer)
@@ -636,7 +668,8 @@ def _print_summary(m: dict[str, Any]) -> None:
         crow.append([f"{x['category']} (no open data)", "0", f"{100 * float(x['weight']) / all_w:.2f}%", "0%", "-", "-"])
     print_table("by category (nominal = blend weights incl. missing; effective = what Megatron samples)",
                 ["category", "train tokens", "nominal", "effective", "planned tokens", "epochs"], crow)
-    con = driver.print_examples(m)
+    con = driver.print_examples(m, "on_bad.max_examples")
+    con.print(driver.work_line(m["run"], [("shards", "built")], "tokens", "tok/s"))
     con.print(f"blend.json: {m['blend_json']}  ({m['totals']['prefixes']['train']} train, "
               f"{m['totals']['prefixes']['valid']} valid, {m['totals']['prefixes']['test']} test prefixes; "
               f"dtype {m['dtype']}; tokenizer {m['tokenizer']['name']} vocab {m['tokenizer']['vocab_size']:,} "

@@ -72,6 +72,7 @@ class Progress:
         self.live = (sys.stdout.isatty() and not in_batch_job()) if live is None else live
         self._t0 = time.monotonic()
         self._last = 0.0
+        self._printed: tuple[float, int, int] | None = None  # (done, tokens, docs) of the last plain line
         self._bar: Any = None
         self._task: Any = None
 
@@ -119,8 +120,12 @@ class Progress:
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done, stats=self._stats())
             return
+        state = (self.done, self.tokens, self.docs)
+        if force and state == self._printed:
+            return  # the last line already says this (the final advance printed it): never print it twice
         if force or now - self._last >= self.interval_s:
             self._last = now
+            self._printed = state
             pct = 100.0 * self.done / self.total
             print(f"[{self.description}] {pct:5.1f}%  {self._stats()}  {now - self._t0:.0f}s", flush=True)
 

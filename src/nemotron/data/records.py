@@ -20,11 +20,19 @@ Each record comes as ``(position, ordinal, obj, problem, detail)``:
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from nemotron.data.sources import Piece, decode_json_line, json_array_items, json_lines, parquet_groups
+from nemotron.data.sources import (
+    Piece,
+    decode_json_line,
+    json_array_items,
+    json_lines,
+    parquet_groups,
+    reading,
+    strip_bom,
+)
 from nemotron.errors import RuntimeFailure
 
 Record = tuple[int, int, Any, "str | None", "str | None"]
@@ -39,9 +47,9 @@ def iter_objects(piece: Piece) -> Iterator[Record]:
     """Every record of ``piece`` in file order (see the module docstring).
 
     Raises:
-        RuntimeFailure: the file cannot be opened or read.
+        RuntimeFailure: the file cannot be opened or read (see :func:`nemotron.data.sources.reading`).
     """
-    try:
+    with reading(piece.file):
         if piece.fmt in ("jsonl", "jsonl.gz"):
             for lineno, raw in json_lines(piece):
                 yield _parse(raw, lineno)
@@ -51,8 +59,6 @@ def iter_objects(piece: Piece) -> Iterator[Record]:
             yield from _parquet(piece)
         else:
             raise RuntimeFailure(f"{piece.file}: format {piece.fmt!r} holds no records (JSONL, JSON or Parquet expected)")
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise RuntimeFailure(f"{piece.file}: cannot read ({type(exc).__name__}: {exc})") from None
 
 
 def _object(position: int, ordinal: int, obj: Any) -> Record:
@@ -69,7 +75,7 @@ def _parse(raw: bytes, lineno: int) -> Record:
 
 
 def _json_array(piece: Piece) -> Iterator[Record]:
-    raw = open(piece.file, "rb").read()  # noqa: SIM115 - read at once; a JSON array cannot be streamed by position
+    raw = strip_bom(Path(piece.file).read_bytes())  # at once: a JSON array cannot be streamed by position
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -76,6 +76,8 @@ TRAIN, VALID = "train.jsonl", "validation.jsonl"
 class Settings(driver.StageSettings):
     """The stage config, checked."""
 
+    OUTPUT_NAMES = (TRAIN, VALID)
+
     mixing: str = "natural"
     task_name: str = "math"
     answer_field: str | None = None
@@ -283,8 +285,7 @@ def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[st
     s, vdir = run.s, run.vdir
     datasets, shards, not_found, key = planned
     done = driver.reuse_or_reset(run, key, not_found, _print_summary,
-                                 hint="rerun with force=true to rebuild, or choose another output_dir",
-                                 clear=(TRAIN, VALID))
+                                 hint="rerun with force=true to rebuild, or choose another output_dir")
     if done is not None:
         return done
     atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": key, "shards": shards})
@@ -318,15 +319,15 @@ def _plan(s: Settings, blend: Blend, vdir: Path) -> tuple[list[Any], list[dict[s
 def _run(run: driver.Run, shards: list[dict[str, Any]],
          opts: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     receipts, todo = driver.split_done(shards, run.say)
-    info: dict[str, Any] = {"shards_built": len(todo), "shards_reused": len(receipts)}
-    if not todo:
-        return receipts, info
+    info: dict[str, Any] = {}
     t0 = time.monotonic()
-    with driver.ray_workers(run) as (workers, ray_info):
-        info.update(ray_info)
-        driver.stream(run, normalise_shard, todo, opts, workers, receipts, title="rl prompts", verb="reading",
-                      noun="shards", units=lambda sh: max(sh["est_bytes"], 1), item="prompts", count_tokens=False)
+    if todo:
+        with driver.ray_workers(run) as (workers, ray_info):
+            info.update(ray_info)
+            driver.stream(run, normalise_shard, todo, opts, workers, receipts, title="rl prompts", verb="reading",
+                          noun="shards", units=lambda sh: max(sh["est_bytes"], 1), item="prompts", count_tokens=False)
     info["work_seconds"] = round(time.monotonic() - t0, 3)
+    info.update(driver.account(shards, todo, receipts, "shards", "records", lambda r: r["records"]))
     return receipts, info
 
 
@@ -356,7 +357,7 @@ def _write(run: driver.Run, blend: Blend, datasets: list[Any], shards: list[dict
     order = [(sh["id"], i) for sh in shards for i in np.flatnonzero(kept[sh["id"]]).tolist()]
     total = len(order)
     if total == 0:
-        raise RuntimeFailure("no usable prompt was found (every record was skipped)", "see the skip reasons above")
+        raise RuntimeFailure(*_no_rows(s, [receipts[sh["id"]] for sh in shards]))
     n_valid = min(s.validation_rows, total // 2)
     if s.method == "last":
         held = set(range(total - n_valid, total))
@@ -425,6 +426,25 @@ def _write(run: driver.Run, blend: Blend, datasets: list[Any], shards: list[dict
     return driver.publish(run, manifest, _print_summary, consumed_by=False)
 
 
+def _no_rows(s: Settings, recs: list[dict[str, Any]]) -> tuple[str, str]:
+    """The message and hint when no usable prompt is left: the records' skip counts by reason and the
+    key to change for what took them all."""
+    from nemotron.data.progress import fmt_counts
+
+    skipped = driver.problems_of(recs, 0)[0]
+    message = (f"no usable prompt was found, so no training rows ({sum(r['records'] for r in recs):,} records read; "
+               f"skipped: {fmt_counts(skipped) or 'none'})")
+    top = max(skipped, key=lambda k: skipped[k]) if skipped else None
+    if top == "missing_answer":
+        hint = (f"no record has an expected answer at answer_field={s.answer_field or 'the form default'}: "
+                "set answer_field to the field that holds it")
+    elif top is not None:
+        hint = f"most records were skipped as {top}: check the datasets' paths and format (the record form)"
+    else:
+        hint = "the inputs hold no records: check the dataset paths (and sample)"
+    return message, hint
+
+
 def _print_summary(m: dict[str, Any]) -> None:
     from nemotron.data.progress import fmt_counts, print_table
 
@@ -436,10 +456,11 @@ def _print_summary(m: dict[str, Any]) -> None:
     f = m["files"]
     footer = ["total", "", f"{sum(d['records'] for d in m['datasets']):,}",
               f"{sum(sum(d['skipped'].values()) for d in m['datasets']):,}",
-              f"{sum(d['duplicates'] for d in m['datasets']):,}", f"{m['run']['seconds']:.1f}s",
+              f"{sum(d['duplicates'] for d in m['datasets']):,}", "",
               f"{f['train']['rows']:,}", f"{f['validation']['rows']:,}"]
     print_table(f"rl data: {m['path']} (task {m['task_name']})",
                 ["dataset", "form", "records", "skipped (reason)", "duplicates", "passes", "train", "validation"],
                 rows, footer=footer)
-    con = driver.print_examples(m)
+    con = driver.print_examples(m, "policies.max_examples")
+    con.print(driver.work_line(m["run"], [("shards", "read")], "records", "records/s"))
     con.print(f"train: {f['train']['path']}  validation: {f['validation']['path']}")

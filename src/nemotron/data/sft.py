@@ -84,6 +84,8 @@ _TOP = ("blend_path", "output_dir", "path_vars", "sample", "force", "mixing")
 class Settings(driver.StageSettings):
     """The stage config, checked (field names follow the YAML keys; ``pack_size`` = ``pack.pack_size``)."""
 
+    INPUT_KEYS = (("blend_path", "blend_path"), ("tokenizer.name", "tokenizer_name"), ("chat.template", "template"))
+
     mixing: str = "weighted"
     tokenizer_name: str = ""
     tokenizer_revision: str | None = None
@@ -237,6 +239,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
     tokens = dict.fromkeys(SPLITS, 0)
     learned = dict.fromkeys(SPLITS, 0)
     pending: list[tuple[list[Any], int, str]] = []
+    shortest_dropped: list[int] = []  # the token count of the shortest sample dropped as too long (0 or 1 item)
     units = 0.0
     reported = t0
 
@@ -259,6 +262,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
                         problems.report("too_long", at, f"{n} tokens do not fit pack_size={pack_size}; sample dropped",
                                         policy_key="too_long")
                         counts["dropped_tokens"] += n
+                        shortest_dropped[:] = [min([n, *shortest_dropped])]
                         continue
                     counts["truncated"] += 1
                     counts["truncated_tokens"] += n - cut
@@ -324,7 +328,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
         "sequences": {"train": splits.count(0), "valid": splits.count(1)}, "tokens": tokens, "learned": learned,
         "skipped": dict(sorted(problems.counts.items())), "examples": problems.examples,
         "truncated": counts["truncated"], "truncated_tokens": counts["truncated_tokens"],
-        "dropped_tokens": counts["dropped_tokens"],
+        "dropped_tokens": counts["dropped_tokens"], "shortest_dropped": shortest_dropped[0] if shortest_dropped else None,
         "files": {p.name: p.stat().st_size for p in (bin_path, idx_path, mask_path, meta_path)},
         "bin_sha256": writer.sha256, "seconds": round(time.monotonic() - t0, 3), "worker_pid": os.getpid(),
     }
@@ -533,6 +537,7 @@ def _execute(run: driver.Run, blend: Blend, plan: _Plan) -> dict[str, Any]:
     atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": plan.key, "shards": plan.shards})
 
     run_info: dict[str, Any] = {}
+    built: list[dict[str, Any]] = []  # the shards and windows this run made (the rest were reused)
     with contextlib.ExitStack() as stack:
         # runs last, after Ray has shut down, also on Ctrl-C or a failure: only finished files stay
         stack.callback(remove_tmp_files, vdir / "data")
@@ -541,7 +546,7 @@ def _execute(run: driver.Run, blend: Blend, plan: _Plan) -> dict[str, Any]:
         t1 = time.monotonic()
         receipts = _run_stage(
             run, "sft sequences", tokenize_shard, plan.shards, plan.opts, workers,
-            units=lambda sh: max(sh["est_bytes"], 1), verb="tokenizing", noun="shards")
+            units=lambda sh: max(sh["est_bytes"], 1), verb="tokenizing", noun="shards", built=built)
         run_info["tokenize_seconds"] = round(time.monotonic() - t1, 3)
         passes = _passes(plan, receipts, s.mixing)
         windows = _windows(s, vdir, plan, receipts, passes)
@@ -555,22 +560,28 @@ def _execute(run: driver.Run, blend: Blend, plan: _Plan) -> dict[str, Any]:
                 parts.update(joined["windows"])
         parts.update(_run_stage(
             run, "sft packs", pack_window, [w for w in windows if w["id"] not in parts], plan.opts, workers,
-            units=lambda w: max(w["sequences"], 1), verb="packing", noun="windows"))
+            units=lambda w: max(w["sequences"], 1), verb="packing", noun="windows", built=built))
         tails = _tail_windows(s, vdir, plan, windows, parts)
         parts.update(_run_stage(
             run, "sft packs (carried)", pack_window, [w for w in tails if w["id"] not in parts], plan.opts, workers,
-            units=lambda w: max(w["sequences"], 1), verb="packing", noun="final windows"))
+            units=lambda w: max(w["sequences"], 1), verb="packing", noun="final windows", built=built))
         for split in SPLITS:
             _join_parts(vdir, s, split, windows, tails, parts, run.say, run.quiet)
         windows = windows + tails
         run_info["pack_seconds"] = round(time.monotonic() - t2, 3)
+        run_info["work_seconds"] = round(run_info["tokenize_seconds"] + run_info["pack_seconds"], 3)
+        run_info.update(driver.account(plan.shards, built, receipts, "shards", "tokens",
+                                       lambda r: sum(r["tokens"].values())))
+        run_info.update(driver.account(windows, built, parts, "windows", "packed_tokens", lambda r: r["tokens"]))
     return _finish(run, blend, plan, receipts, passes, windows, parts, run_info)
 
 
 def _run_stage(run: driver.Run, title: str, fn: Any, items: list[dict[str, Any]], opts: dict[str, Any], workers: int,
-               *, units: Any, verb: str, noun: str) -> dict[str, dict[str, Any]]:
-    """Run ``fn`` as Ray streaming tasks for the items without a matching receipt; returns every receipt."""
+               *, units: Any, verb: str, noun: str, built: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Run ``fn`` as Ray streaming tasks for the items without a matching receipt; returns every receipt.
+    The items it runs are appended to ``built``."""
     receipts, todo = driver.split_done(items, run.say, noun)
+    built.extend(todo)
     if todo:
         driver.stream(run, fn, todo, opts, workers, receipts, title=title, verb=verb, noun=noun, units=units)
     return receipts
@@ -731,8 +742,7 @@ def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict
         st["learned"] += rec["learned_tokens"]
         st["files"] += 1
     if stats["train"].packs == 0:
-        raise RuntimeFailure("no training sequence was produced (every record was skipped or held out)",
-                             "check the skip reasons above, the dataset paths and split.validation_fraction")
+        raise RuntimeFailure(*_no_training(s, list(receipts.values())))
     datasets = []
     train_total = sum(r["tokens"]["train"] for r in receipts.values()) or 1
     effective = {ds.spec.name: passes[ds.spec.name] * sum(r["tokens"]["train"] for r in receipts.values()
@@ -803,10 +813,52 @@ def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict
                    "tokens": kept, "lost_tokens": lost, "lost_fraction": round(lost / (kept + lost), 6) if kept + lost else 0.0,
                    "truncated": sum(d["truncated"] for d in datasets),
                    "skipped": sum(sum(d["skipped"].values()) for d in datasets)},
-        "run": {**run_info, "seconds": seconds, "tokens_per_second": round(kept / seconds, 1) if seconds else None},
+        "run": {**run_info, "seconds": seconds,
+                "tokens_per_second": round(run_info["tokens_built"] / run_info["work_seconds"], 1)
+                if run_info["work_seconds"] else None},
         "bridge_metadata": bridge_meta,
     }
     return driver.publish(run, manifest, _print_summary)
+
+
+def _no_training(s: Settings, recs: list[dict[str, Any]]) -> tuple[str, str]:
+    """The message and hint when no training sequence is left: the records' skip counts by reason, the
+    sequences held out, and the key to change for what took them all."""
+    from nemotron.data.progress import fmt_counts
+
+    skipped = driver.problems_of(recs, 0)[0]
+    valid = sum(r["sequences"]["valid"] for r in recs)
+    message = (f"no training sequence was produced ({sum(r['records'] for r in recs):,} records read; skipped: "
+               f"{fmt_counts(skipped) or 'none'}; {valid:,} sequences held out for validation)")
+    shortest = min((r["shortest_dropped"] for r in recs if r.get("shortest_dropped")), default=None)
+    top = max(skipped, key=lambda k: skipped[k]) if skipped else None
+    if top == "too_long" and shortest is not None:
+        need = math.ceil((shortest + s.pad_to_multiple - 1) / s.pad_to_multiple) * s.pad_to_multiple
+        hint = (f"pack.pack_size={s.pack_size} is smaller than every sample (the shortest dropped one has "
+                f"{shortest:,} tokens): set pack.pack_size to at least {max(need, 16)}")
+    elif valid:
+        hint = f"split.validation_fraction={s.validation_fraction} held out every sequence: lower it"
+    elif top is not None:
+        hint = (f"every sample was skipped, most as {top}: check the datasets' paths, format and "
+                f"policies.* (policies.max_examples lists examples)")
+    else:
+        hint = "the inputs hold no records: check the dataset paths (and sample)"
+    return message, hint
+
+
+def _no_validation_warning(m: dict[str, Any]) -> str | None:
+    """The summary's warning when the validation split is empty (why: the fraction is 0, or too few
+    sequences for it); ``None`` when there is a validation file."""
+    if m["loader"]["packed_val_data_path"] is not None:
+        return None
+    frac = m["settings"]["validation_fraction"]
+    if not frac:
+        why = "split.validation_fraction=0"
+    else:
+        n = sum(d["sequences"]["train"] + d["sequences"]["valid"] for d in m["datasets"])
+        why = (f"none of the {n:,} sequences fell in the held-out share split.validation_fraction={frac} "
+               f"(about {n * frac:.2g} expected): too few records for the fraction")
+    return f"warning: no validation set ({why}); the sft stage gets packed_val_data_path: null and runs no validation"
 
 
 def _print_summary(m: dict[str, Any]) -> None:
@@ -820,10 +872,8 @@ def _print_summary(m: dict[str, Any]) -> None:
                      human(tok), f"{100 * sum(d['learned_tokens'].values()) / tok:.1f}%" if tok else "-",
                      f"{d['passes']:.3g}", f"{100 * d['effective_share']:.1f}%"])
     t = m["totals"]
-    run = m["run"]
     footer = ["total", f"{t['records']:,}", f"{t['samples']:,}", f"{t['skipped']:,}", f"{t['truncated']:,}",
-              human(t["lost_tokens"]), human(t["tokens"]), "", f"{run['seconds']:.1f}s",
-              f"{human(run['tokens_per_second'] or 0)} tok/s"]
+              human(t["lost_tokens"]), human(t["tokens"]), "", "", "100%"]
     print_table(f"sft data: {m['path']}", ["dataset", "records", "samples", "skipped (reason)", "truncated",
                                            "tokens lost", "tokens", "learned", "passes", "share"], rows, footer=footer)
     prow = []
@@ -838,7 +888,11 @@ def _print_summary(m: dict[str, Any]) -> None:
                 f"lost to truncation/drops: {100 * t['lost_fraction']:.2f}% of tokens)",
                 ["split", "packs", "sequences", "tokens", "fill", "trained tokens", "max seq/pack", "file size"], prow)
     added = m["tokenizer"].get("added_special_tokens") or {}
-    con = driver.print_examples(m)
+    con = driver.print_examples(m, "policies.max_examples")
+    con.print(driver.work_line(m["run"], [("shards", "tokenized"), ("windows", "packed")], "tokens", "tok/s"))
+    warning = _no_validation_warning(m)
+    if warning:
+        con.print(warning)
     con.print(f"train: {m['loader']['packed_train_data_path']}  tokenizer {m['tokenizer']['name']} "
               f"(vocab {m['tokenizer']['vocab_size']:,}, sha256 {m['tokenizer']['vocab_sha256'][:12]}"
               + (f"; added {', '.join(f'{k}={v}' for k, v in added.items())}" if added else "") + ")")

@@ -25,23 +25,59 @@ downloaded once by the worker that reads it and then read like a local file.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob
 import gzip
 import json
 import os
 import struct
+import sys
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemotron.errors import ConfigError, RuntimeFailure
+from nemotron.errors import ConfigError, NemotronError, RuntimeFailure
 
 FORMATS = ("jsonl", "jsonl.gz", "json", "parquet", "text")
 #: Record problems a reader reports (the pipeline adds ``empty``, ``short`` and ``too_long``).
 READ_PROBLEMS = ("malformed_json", "missing_field", "invalid_utf8")
 _SCAN_BLOCK = 1 << 24  # 16 MiB reads when scanning for line starts
+#: The UTF-8 byte order mark: every text format may start with it; it is never part of the first record.
+BOM = b"\xef\xbb\xbf"
+
+
+def strip_bom(raw: bytes) -> bytes:
+    """``raw`` without a leading UTF-8 byte order mark (it holds no newline: line numbers stay)."""
+    return raw[len(BOM):] if raw.startswith(BOM) else raw
+
+
+@contextlib.contextmanager
+def reading(path: str) -> Iterator[None]:
+    """Turn an error of reading the input file ``path`` inside the block into one line.
+
+    Any ``OSError`` (missing, a folder, permission, I/O), ``EOFError`` (truncated gzip), ``zlib.error``
+    (corrupt gzip data) or ``pyarrow`` error (a Parquet file that is truncated or not Parquet) becomes
+    :class:`RuntimeFailure` ``<path>: cannot read (<error type>: <message>)`` (exit 1); a
+    :class:`NemotronError` raised in the block passes unchanged. Works around a generator's ``yield``.
+
+    Raises:
+        RuntimeFailure: as above.
+    """
+    try:
+        yield
+    except NemotronError:
+        raise
+    except Exception as exc:
+        arrow = sys.modules.get("pyarrow.lib")
+        if not isinstance(exc, (OSError, EOFError, zlib.error)) and not (
+                arrow is not None and isinstance(exc, arrow.ArrowException)):
+            raise
+        detail = " ".join(str(exc).split()) or "no detail"
+        kind = "zlib.error" if isinstance(exc, zlib.error) else type(exc).__name__
+        raise RuntimeFailure(f"{path}: cannot read ({kind}: {detail})") from None
 
 
 def detect_format(path: str, explicit: str | None = None) -> str:
@@ -89,6 +125,8 @@ def expand(pattern: str, *, exclude: list[str] | tuple[str, ...] = (), fmt: str 
             dirs.sort()
             for n in names:
                 full = os.path.join(dirpath, n)
+                if not os.path.isfile(full):  # a broken link, a pipe or a socket is no input file
+                    continue
                 f = detect_format(full)
                 if (fmt and (fmt == f or fmt == "text")) or (not fmt and f != "text"):
                     found.append(full)
@@ -155,10 +193,12 @@ def file_size_estimate(path: str, fmt: str, text_field: str = "text") -> int:
     """Estimated text bytes of a whole file: its size, the gzip trailer's uncompressed size, or the
     Parquet text column's uncompressed size."""
     if fmt == "jsonl.gz":
+        size = os.path.getsize(path)
+        if size < 4:  # no gzip trailer: reading the file reports what is wrong with it
+            return size
         with open(path, "rb") as fh:
             fh.seek(-4, os.SEEK_END)
             (isize,) = struct.unpack("<I", fh.read(4))
-        size = os.path.getsize(path)
         # ISIZE is the size modulo 2**32; never estimate below the compressed size
         return max(isize, size)
     if fmt == "parquet":
@@ -282,7 +322,7 @@ def scan_rows(path: str, fmt: str, limit: int) -> RowScan:
             for raw in fh:
                 if len(starts) >= limit:
                     return RowScan(starts, lines, pos, lineno, False)
-                if raw.strip():
+                if (strip_bom(raw) if pos == 0 else raw).strip():
                     starts.append(pos)
                     lines.append(lineno)
                 pos += len(raw)
@@ -343,11 +383,13 @@ def iter_records(piece: Piece, text_field: str) -> Iterator[tuple[int, str | Non
     one of :data:`READ_PROBLEMS` and ``detail`` a short explanation. A malformed JSON array ends the
     file after one ``malformed_json`` record (nothing after the error can be located).
 
+    Every text format may start with a UTF-8 byte order mark (skipped).
+
     Raises:
-        RuntimeFailure: the file cannot be opened or read (I/O error, truncated gzip).
+        RuntimeFailure: the file cannot be opened or read (:func:`reading`: I/O error, truncated or
+            corrupt gzip, a Parquet file that is not one).
     """
-    path = piece.file
-    try:
+    with reading(piece.file):
         if piece.fmt in ("jsonl", "jsonl.gz"):
             for lineno, raw in json_lines(piece):
                 yield _parse_line(raw, lineno, text_field)
@@ -356,13 +398,11 @@ def iter_records(piece: Piece, text_field: str) -> Iterator[tuple[int, str | Non
         elif piece.fmt == "parquet":
             yield from _iter_parquet(piece, text_field)
         else:
-            raw = Path(path).read_bytes()
+            raw = strip_bom(Path(piece.file).read_bytes())
             try:
                 yield 1, raw.decode("utf-8"), None, None
             except UnicodeDecodeError as exc:
                 yield _bad_utf8(raw, exc)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise RuntimeFailure(f"{path}: cannot read ({type(exc).__name__}: {exc})") from None
 
 
 def _bad_utf8(raw: bytes, exc: UnicodeDecodeError, first_line: int = 1) -> tuple[int, None, str, str]:
@@ -378,7 +418,7 @@ def _parse_line(raw: bytes, lineno: int, field: str):
 
 
 def _iter_json_array(piece: Piece, field: str):
-    raw = Path(piece.file).read_bytes()
+    raw = strip_bom(Path(piece.file).read_bytes())
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -427,19 +467,22 @@ def _iter_parquet(piece: Piece, field: str):
 def json_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
     """``(line, raw)`` for each non-blank line of a ``jsonl`` or ``jsonl.gz`` piece, in file order.
 
-    ``line`` is the 1-based line number in the file, ``raw`` the line's bytes without its newline. A
+    ``line`` is the 1-based line number in the file, ``raw`` the line's bytes without its newline (and
+    without a UTF-8 byte order mark at the start of the file). A
     ``jsonl`` piece is a byte range (``piece.start`` to ``piece.stop``, read in 16 MiB blocks, its first
     line numbered ``piece.line``); a ``jsonl.gz`` piece is a range of non-blank lines (``start`` to
     ``stop``, counted from 0).
 
     Raises:
-        OSError, EOFError, gzip.BadGzipFile: the file cannot be opened or read (callers turn these into
-            one message).
+        OSError, EOFError, zlib.error: the file cannot be opened or read (callers turn these into one
+            message with :func:`reading`).
     """
     if piece.fmt == "jsonl.gz":
         k = 0
         with gzip.open(piece.file, "rb") as fh:
             for lineno, raw in enumerate(fh, start=1):
+                if lineno == 1:
+                    raw = strip_bom(raw)
                 if not raw.strip():
                     continue
                 if piece.stop is not None and k >= piece.stop:
@@ -453,12 +496,15 @@ def json_lines(piece: Piece) -> Iterator[tuple[int, bytes]]:
         fh.seek(piece.start)
         remaining = None if piece.stop is None else piece.stop - piece.start
         carry = b""
+        first = piece.start == 0
         while remaining is None or remaining > 0:
             block = fh.read(_SCAN_BLOCK if remaining is None else min(_SCAN_BLOCK, remaining))
             if not block:
                 break
             if remaining is not None:
                 remaining -= len(block)
+            if first:  # a byte order mark at the very start of the file (a block holds all 3 bytes)
+                block, first = strip_bom(block), False
             lines = (carry + block).split(b"\n")
             carry = lines.pop()
             for raw in lines:

@@ -162,6 +162,7 @@ def resolve(
     if path.is_file():
         json_path, kind, specials = _from_file(path, Path(cache_dir))
     elif path.is_dir():
+        check_folder(name)
         json_path, kind, specials = _from_folder(path, Path(cache_dir))
     elif _looks_like_hub_id(name):
         json_path, kind, specials = _from_hub(name, revision, Path(cache_dir))
@@ -216,6 +217,28 @@ def vocab_size_hint(name: str) -> int | None:
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
     return max(len(tokens), max(ids, default=-1) + 1) if ids else None
+
+
+#: Vocabulary files a folder without ``tokenizer.json`` may hold for ``transformers`` to convert.
+_CONVERTIBLE = ("*.model", "vocab.json", "vocab.txt")
+
+
+def check_folder(name: str) -> None:
+    """Refuse a ``tokenizer.name`` that is a folder holding no tokenizer file: none of ``tokenizer.json``,
+    ``tekken*.json`` or a vocabulary ``transformers`` can convert (:data:`_CONVERTIBLE`). Anything else
+    (a file, a hub id, a folder with one of those) passes; checked at ``--dry-run`` and by :func:`resolve`.
+
+    Raises:
+        ConfigError: ``tokenizer.name=<folder>: the folder holds no tokenizer file (...)``.
+    """
+    path = Path(os.path.expanduser(name)) if name else None
+    if path is None or not path.is_dir():
+        return
+    if any(any(path.glob(pattern)) for pattern in ("tokenizer.json", "tekken*.json", *_CONVERTIBLE)):
+        return
+    raise ConfigError(f"tokenizer.name={name}: the folder holds no tokenizer file (tokenizer.json, tekken*.json, "
+                      f"or a vocabulary to convert: {', '.join(_CONVERTIBLE)})",
+                      "point tokenizer.name at a tokenizer.json, a folder holding one, or a hub id (org/name)")
 
 
 def _looks_like_hub_id(name: str) -> bool:
@@ -301,8 +324,9 @@ def _convert_with_transformers(path: Path, cache_dir: Path, specials: dict[str, 
         try:
             tok = AutoTokenizer.from_pretrained(str(path))
             backend = tok.backend_tokenizer
-        except Exception as exc:
-            raise ConfigError(f"{path}: not a tokenizer folder transformers can load ({exc})") from None
+        except Exception as exc:  # transformers' messages run over several lines: the first says what failed
+            first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise ConfigError(f"tokenizer.name={path}: not a tokenizer folder transformers can load ({first})") from None
         atomic_write_bytes(out, backend.to_str().encode())
         specials = {"bos_token": specials.get("bos_token") or tok.bos_token,
                     "eos_token": specials.get("eos_token") or tok.eos_token}

@@ -299,8 +299,12 @@ def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Probl
 
 
 def sft_data_rules(cfg: dict, v: TrainView) -> list[Problem]:
-    """Rules 7 (packing vs layout) and 13 (pack size vs sequence length) for SFT."""
-    out: list[Problem] = []
+    """Rules 7 (packing vs layout) and 13 (pack size vs sequence length) for SFT, and the warning for
+    packed data without a validation split."""
+    specs = "dataset.packed_sequence_specs"
+    out: list[Problem] = rules.sft_validation_data(get(cfg, f"{specs}.packed_train_data_path"),
+                                                   get(cfg, f"{specs}.packed_val_data_path"),
+                                                   f"{specs}.packed_val_data_path")
     if not v.ok:
         return out
     required = rules.pack_pad_multiple(v.tp, v.cp, v.sp)

@@ -2,8 +2,10 @@
 
 Each data stage's runtime parses its config into ``Settings`` and its blend file before any work;
 here the same parsers run at ``--dry-run`` (they import nothing heavy), plus the checks of the inputs
-on this machine: every non-optional local dataset path matches files, a local tokenizer file exists,
-``output_dir`` is not a file. One piece of logic each: the runtimes' own parsers, called again.
+on this machine: every non-optional local dataset path matches files, a local tokenizer file exists
+(a folder holds one), ``output_dir`` is not a file, and no input is a file the run would write or
+delete (:func:`nemotron.data.driver.check_inputs`). One piece of logic each: the runtimes' own
+parsers and checks, called again.
 """
 
 from __future__ import annotations
@@ -63,25 +65,31 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
     if tokenizer.startswith(("/", "./", "../", "~")) and not Path(os.path.expanduser(tokenizer)).exists():
         problems.append(Problem("tokenizer.name", tokenizer, "no such file or folder",
                                 "a tokenizer.json, a folder with one, or a Hugging Face model id", rule="data-tokenizer"))
+    if tokenizer:
+        from nemotron.data.tokenizer import check_folder
+
+        try:
+            check_folder(tokenizer)
+        except ConfigError as exc:
+            problems.append(_problem(exc, "data-tokenizer"))
     if getattr(s, "dtype", "auto") != "auto" and tokenizer:
         problems += token_dtype_fits(tokenizer, s.dtype)
     blend_path = getattr(s, "blend_path", None)
     if not blend_path:
         return problems
-    from nemotron.data.blend import load_blend
-    from nemotron.data.sources import expand, is_remote
+    from nemotron.data.driver import check_inputs, stage_blend
+    from nemotron.data.sources import FORMATS, expand, is_remote
 
-    on_bad = getattr(s, "on_bad", None) or {}
     try:
-        blend = load_blend(blend_path, path_vars=getattr(s, "path_vars", None) or {},
-                           bad_weight=on_bad.get("bad_weight", "fail"))
+        blend = stage_blend(s)
     except ConfigError as exc:
         return [*problems, _problem(exc, "data-blend")]
+    problems += [_problem(exc, "data-inputs") for exc in check_inputs(s, blend)]
     for ds in blend.datasets:
         if ds.optional or is_remote(ds.path):
             continue
         try:
-            found = expand(ds.path, exclude=list(ds.exclude), fmt=ds.format)
+            found = expand(ds.path, exclude=list(ds.exclude), fmt=ds.format if ds.format in FORMATS else None)
         except ConfigError as exc:
             problems.append(_problem(exc, "data-inputs"))
             continue

@@ -703,6 +703,20 @@ def sft_pack_size(seq: int, spec_pack: int | None, data_pack: int | None, seq_ke
     return out
 
 
+@rule("sft-validation-data", "SFT has packed validation data (else no validation loss is computed)",
+      "data prep sft writes no validation file when its split is empty (split.validation_fraction=0 or too few "
+      "records); its artifact then has valid_path: null", "data prep sft (this project)")
+def sft_validation_data(train_path: Any, val_path: Any, key: str) -> list[Problem]:
+    """A warning when the training data is set but ``packed_val_data_path`` is null: the run computes
+    no validation loss (an unresolved training path is reported by the artifact check instead)."""
+    if val_path is not None or not isinstance(train_path, str) or "${" in train_path:
+        return []
+    return [_warn(key, None, "no validation data: the packed SFT data has no validation split, so this run "
+                             "computes no validation loss",
+                  "re-run data prep sft with split.validation_fraction > 0 and enough records for it",
+                  "sft-validation-data")]
+
+
 # ------------------------------------------------------------------------------------ optimizer schedule, precision
 #: Megatron-Core's learning-rate decay styles and WSD annealing styles (``OptimizerParamScheduler.get_lr`` in
 #: ``megatron/core/optimizer_param_scheduler.py``, the same names in 0.12-0.20): any other name raises
