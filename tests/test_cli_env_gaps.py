@@ -59,31 +59,38 @@ def test_artifacts_root_without_its_parent_is_refused_before_anything_is_made(ca
 
 
 # ------------------------------------------------------------------ 2. a profile that cannot start: exit 2, dry run too
-def test_missing_secret_is_a_validation_error_before_anything_is_queued(capsys, tmp_path, monkeypatch):
+def test_missing_secret_is_refused_before_anything_is_queued_and_warned_by_the_dry_run(capsys, tmp_path, monkeypatch):
+    """The run refuses (exit 2, nothing queued); the dry run, which validates the config perhaps from another
+    shell or machine (the README's `--dry-run --run cluster` example), warns with the same line."""
     monkeypatch.delenv(UNSET, raising=False)
     _env(tmp_path, f'[box]\nexecutor = "local"\nsecrets = ["{UNSET}"]\n')
-    line = (f"error: profile.box.secrets='{UNSET}': declared secret is not set in this shell; "
-            f"valid: export {UNSET}=... (or remove it from secrets)")
-    for dry in (["--dry-run"], []):
-        code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "box", *dry)
-        assert code == 2, err
-        assert line in (out + err).splitlines(), out + err
+    line = (f"profile.box.secrets='{UNSET}': declared secret is not set in this shell")
+    valid = f"valid: export {UNSET}=... (or remove it from secrets)"
+    code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "box", "--dry-run")
+    assert code == 0, err
+    assert f"warning: {line}; the run will refuse to start; {valid}" in (out + err).splitlines(), out + err
+    code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "box")
+    assert code == 2, err
+    assert f"error: {line}; {valid}" in (out + err).splitlines(), out + err
     assert not (tmp_path / "home" / "jobs").exists()  # nothing was queued or written
     monkeypatch.setenv(UNSET, "value-of-the-secret")
-    code, _, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "box", "--dry-run")
-    assert code == 0, err
+    code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "box", "--dry-run")
+    assert code == 0 and "declared secret" not in out + err, out + err
 
 
-def test_missing_ssh_identity_file_is_flagged_by_the_dry_run(capsys, tmp_path):
+def test_missing_ssh_identity_file_is_warned_by_the_dry_run_and_refused_by_the_run(capsys, tmp_path):
     key = tmp_path / "no_such_key"
-    _env(tmp_path, f'[c]\nexecutor = "slurm"\ntunnel = "ssh"\nhost = "login"\nuser = "me"\njob_dir = "/jobs"\n'
+    _env(tmp_path, f'[c]\nexecutor = "slurm"\ntunnel = "ssh"\nhost = "login"\nuser = "me"\njob_dir = "/jobs"\naccount = "a"\n'
                    f'identity = "{key}"\ncontainer = false\n')
     code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "c", "--dry-run")
+    assert code == 0, err
+    assert f"warning: profile.c.identity='{key}': no such private key file on this machine; the run will refuse" in out + err
+    code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "c")
     assert code == 2, err
-    assert f"error: profile.c.identity='{key}': no such private key file on this machine" in out + err
+    assert f"error: profile.c.identity='{key}': no such private key file on this machine;" in out + err
     key.write_text("a key\n")
     code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "c", "--dry-run")
-    assert not [line for line in _error_lines(out + err) if "identity" in line], out + err
+    assert "no such private key file" not in out + err, out + err
 
 
 def test_pipe_dry_run_refuses_a_profile_the_run_refuses(capsys, tmp_path):

@@ -118,9 +118,12 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         if key not in before or before[key] != value:
             compiled.provenance[key] = "prepared by validation (see notes)"
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
+    # what this shell lacks to start the job (a secret, an ssh key file): the run refuses it before anything is
+    # queued; a dry run only warns, since it validates the config, perhaps from another machine or shell
     for key, value, message, valid in (profile.launch_problems() if profile is not None else []):
-        problems.append(Problem(key=f"profile.{profile.name}.{key}", value=value, rule="profile", message=message,
-                                valid=valid))
+        problems.append(Problem(key=f"profile.{profile.name}.{key}", value=value, rule="profile",
+                                message=message + ("; the run will refuse to start" if req.dry_run else ""),
+                                valid=valid, severity="warning" if req.dry_run else "error"))
     # 3. plan: pure
     plan = plan_job(compiled, profile, experiment_id)
     return Prepared(req, compiled, profile, plan, problems, notes)
