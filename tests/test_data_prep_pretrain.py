@@ -261,7 +261,8 @@ def test_bad_inputs_are_counted_with_file_and_line(ray_instance, tok_cache, tmp_
     m = run(tiny(tmp_path / "glob2", tok_cache, blend_path=blend2, on_bad={"empty_glob": "skip"}))
     assert [x["name"] for x in m["datasets"]] == ["bad"] and "matches no file" in m["blend"]["not_found"][0]
 
-    # uint16 cannot hold a 131,072-entry vocabulary
+    # uint16 cannot hold a 131,072-entry vocabulary (on the first blend: blend_file rewrote blend.json)
+    blend = blend_file(tmp_path, [{"name": "bad", "path": str(bad), "weight": 2.0}])
     with pytest.raises(ConfigError, match=r"uint16.*131,072"):
         run(tiny(tmp_path / "u16", tok_cache, blend_path=blend, output={"dtype": "uint16"}))
 

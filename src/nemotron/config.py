@@ -215,15 +215,21 @@ def _read_config(path: Path) -> dict[str, Any]:
     return data
 
 
-def _refuse_duplicate_keys(path: Path) -> None:
+def _refuse_duplicate_keys(path: Path) -> dict[tuple, int]:
     """A config file that sets one key twice in the same mapping is refused: YAML loaders keep the last
     value silently, so the first one (perhaps the one the user edited) would be lost without a word.
     Call after the file parsed (syntax errors are :func:`nemotron.yamlio.loads`'s to report).
+
+    Returns:
+        The 1-based line of every key of the file by its path (``("train", "train_iters") -> 12``), for
+        messages that name a key's line.
 
     Raises:
         ConfigError: ``file:line: duplicate key 'a.b'`` for the second occurrence (and the first one's line).
     """
     import yaml
+
+    lines: dict[tuple, int] = {}
 
     def walk(node: Any, prefix: tuple) -> None:
         if isinstance(node, yaml.MappingNode):
@@ -237,12 +243,14 @@ def _refuse_duplicate_keys(path: Path) -> None:
                                           f"(first set at line {seen[name]}); YAML would silently keep the last",
                                           "keep one of the two lines")
                     seen[name] = line
+                    lines[(*prefix, name)] = line
                 walk(value, (*prefix, name if name is not None else "?"))
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
                 walk(item, (*prefix, i))
 
     walk(yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader), ())
+    return lines
 
 
 def _chain(stage: Stage, ref: str) -> list[_File]:
@@ -335,14 +343,16 @@ def _known_keys(tree: dict) -> list[str]:
 
 
 def _merge(base: dict, over: dict, label: str, prov: dict[str, str], errors: list[str], *, strict: bool,
-           where: str, root: dict, prefix: tuple = (), open_paths: frozenset = frozenset()) -> None:
+           where: str, root: dict, prefix: tuple = (), open_paths: frozenset = frozenset(),
+           lines: dict[tuple, int] | None = None) -> None:
     for key, value in over.items():
         path = (*prefix, key)
         name = dotted(path)
         if key not in base:
             if strict and tuple(prefix) not in open_paths:
                 hint = _suggest(name, _known_keys(root))
-                errors.append(f"{where}: unknown key '{name}'" + (f" ({hint})" if hint else ""))
+                at = f"{where}:{lines[path]}" if lines and path in lines else where
+                errors.append(f"{at}: unknown key '{name}'" + (f" ({hint})" if hint else ""))
                 continue
             base[key] = copy.deepcopy(value)
             for lp, _ in _leaves(value, path):
@@ -351,7 +361,7 @@ def _merge(base: dict, over: dict, label: str, prov: dict[str, str], errors: lis
         old = base[key]
         if isinstance(old, dict) and isinstance(value, dict):
             _merge(old, value, label, prov, errors, strict=strict, where=where, root=root, prefix=path,
-                   open_paths=open_paths)
+                   open_paths=open_paths, lines=lines)
             continue
         if not _compatible(old, value) or (isinstance(old, dict) and old and value is not None):
             errors.append(f"{where}: '{name}' expects {_type_name(old)}, got {_type_name(value)} {yamlio.flow(value)}")
@@ -705,7 +715,8 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
 
     name = config or "default"
     for f in _chain(stage, name):
-        _merge(tree, f.data, f.label, prov, errors, strict=True, where=str(f.path), root=tree, open_paths=open_paths)
+        _merge(tree, f.data, f.label, prov, errors, strict=True, where=str(f.path), root=tree, open_paths=open_paths,
+               lines=_refuse_duplicate_keys(f.path))
         layers.append(f.label)
     if errors:
         raise ConfigError(

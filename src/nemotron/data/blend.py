@@ -35,6 +35,7 @@ import difflib
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,17 +80,26 @@ class Blend:
     description: str = ""
 
 
-def _check_keys(obj: dict[str, Any], valid: tuple[str, ...], where: str) -> None:
-    """Refuse a key of ``obj`` outside ``valid`` (keys starting with ``_`` are comments and pass).
+class BlendProblems(ConfigError):
+    """Every problem of one blend file, found in one pass; ``problems`` holds one message per problem
+    (each ``<file>:<line>: datasets[i] (<name>): <problem>``), ``message`` all of them."""
 
-    Raises:
-        ConfigError: ``<where>: unknown key 'k'; did you mean 'name'?`` (or the valid keys when none is close).
-    """
+    def __init__(self, problems: list[str], hint: str | None = None) -> None:
+        self.problems = list(problems)
+        text = problems[0] if len(problems) == 1 else f"{len(problems)} problems: " + "; ".join(problems)
+        super().__init__(text, hint)
+
+
+def _check_keys(obj: dict[str, Any], valid: tuple[str, ...], where: str) -> list[str]:
+    """The unknown keys of ``obj`` (outside ``valid``; keys starting with ``_`` are comments and pass), one
+    message each: ``<where>: unknown key 'k'; did you mean 'name'?`` (or the valid keys when none is close)."""
+    out = []
     for key in obj:
         if key not in valid and not key.startswith("_"):
             close = difflib.get_close_matches(key, valid, n=1)
-            raise ConfigError(f"{where}: unknown key {key!r}"
-                              + (f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(valid)}"))
+            out.append(f"{where}: unknown key {key!r}"
+                       + (f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(valid)}"))
+    return out
 
 
 def _weight_problem(value: Any) -> str | None:
@@ -103,7 +113,7 @@ def _weight_problem(value: Any) -> str | None:
 
 
 def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None = None,
-               bad_weight: str = "fail") -> Blend:
+               bad_weight: str = "fail", check: Callable[[DatasetSpec], str | None] | None = None) -> Blend:
     """Parse and check an input blend.
 
     Args:
@@ -111,17 +121,20 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
         path_vars: values for ``{name}`` placeholders in dataset paths.
         bad_weight: ``"fail"`` (raise) or ``"skip"`` (drop the dataset, recorded in ``Blend.dropped``)
             for a weight that is zero, negative or not a number.
+        check: a further check of each dataset that passed the others (the stage's: its path matches
+            files); returns the problem's message (naming the blend line) or None.
 
     Raises:
-        ConfigError: unreadable or invalid JSON, unknown or missing keys, duplicate names, unknown
-            placeholders, a bad weight under ``"fail"``, or no dataset left. Messages read
+        ConfigError: unreadable or invalid JSON, no ``datasets`` list, or no dataset left.
+        BlendProblems: every other problem of the file at once (unknown or missing keys, duplicate
+            names, unknown placeholders, a bad weight under ``"fail"``, a ``check`` problem), each
             ``<file>:<line>: datasets[i] (<name>): <problem>``.
     """
     p = Path(path)
     data = load_json_lines_known(p)
     if not isinstance(data, dict):
         raise ConfigError(f"{p}:1: a blend must be a JSON object with a 'datasets' list")
-    _check_keys(data, _TOP_KEYS, f"{p}:{getattr(data, 'line', 1)}")
+    problems = _check_keys(data, _TOP_KEYS, f"{p}:{getattr(data, 'line', 1)}")
     items = data.get("datasets")
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{p}: 'datasets' must be a non-empty list")
@@ -133,43 +146,54 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
         line = getattr(d, "line", 0)
         where = f"{p}:{line}: datasets[{i}]"
         if not isinstance(d, LineDict):
-            raise ConfigError(f"{where}: must be an object")
-        _check_keys(d, _DATASET_KEYS, where)
+            problems.append(f"{where}: must be an object")
+            continue
         name = d.get("name")
         if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise ConfigError(f"{where}: name={name!r} must be letters, digits, '.', '_' or '-'")
+            problems += [*_check_keys(d, _DATASET_KEYS, where),
+                         f"{where}: name={name!r} must be letters, digits, '.', '_' or '-'"]
+            continue
         where = f"{where} ({name})"
+        found = _check_keys(d, _DATASET_KEYS, where)
         if name in seen:
-            raise ConfigError(f"{where}: duplicate dataset name")
+            found.append(f"{where}: duplicate dataset name")
         seen.add(name)
         raw_path = d.get("path")
+        resolved = ""
         if not isinstance(raw_path, str) or not raw_path:
-            raise ConfigError(f"{where}: 'path' is required (file, folder, glob or hf://org/name)")
-
-        def sub(m: re.Match[str], _where: str = where) -> str:
-            if m.group(1) not in variables:
-                known = ", ".join(sorted(variables)) or "none"
-                raise ConfigError(f"{_where}: path placeholder {{{m.group(1)}}} is not in path_vars (known: {known})")
-            return variables[m.group(1)]
-
-        resolved = _VAR_RE.sub(sub, raw_path)
+            found.append(f"{where}: 'path' is required (file, folder, glob or hf://org/name)")
+        else:
+            unknown = [v for v in _VAR_RE.findall(raw_path) if v not in variables]
+            found += [f"{where}: path placeholder {{{v}}} is not in path_vars (known: "
+                      f"{', '.join(sorted(variables)) or 'none'})" for v in unknown]
+            resolved = _VAR_RE.sub(lambda m: variables.get(m.group(1), m.group(0)), raw_path)
         problem = _weight_problem(d.get("weight"))
-        if problem:
-            if bad_weight == "skip":
-                dropped.append((name, f"{where}: {problem}; dataset skipped (on_bad.bad_weight=skip)"))
-                continue
-            raise ConfigError(f"{where}: {problem}", "fix the weight, or set on_bad.bad_weight=skip to leave it out")
+        if problem and bad_weight == "skip":
+            dropped.append((name, f"{where}: {problem}; dataset skipped (on_bad.bad_weight=skip)"))
+        elif problem:
+            found.append(f"{where}: {problem}")
         exclude = d.get("exclude") or []
         if not isinstance(exclude, list) or not all(isinstance(x, str) for x in exclude):
-            raise ConfigError(f"{where}: 'exclude' must be a list of glob patterns")
+            found.append(f"{where}: 'exclude' must be a list of glob patterns")
         text_field = d.get("text_field", "text")
         if not isinstance(text_field, str) or not text_field:
-            raise ConfigError(f"{where}: text_field={text_field!r} must be a field name")
-        out.append(DatasetSpec(
+            found.append(f"{where}: text_field={text_field!r} must be a field name")
+        if found or problem:
+            problems += found
+            continue
+        spec = DatasetSpec(
             name=name, path=resolved, weight=float(d["weight"]), category=str(d.get("category") or name),
             text_field=text_field, format=d.get("format"), subset=d.get("subset"), split=d.get("split"),
             exclude=tuple(exclude), optional=bool(d.get("optional", False)), line=line,
-        ))
+        )
+        trouble = check(spec) if check is not None else None
+        if trouble:
+            problems.append(trouble)
+            continue
+        out.append(spec)
+    if problems:
+        raise BlendProblems(problems, "fix each line named; on_bad.bad_weight=skip leaves a dataset with a bad "
+                            "weight out, optional: true or empty_glob=skip one whose path matches nothing")
     if not out:
         raise ConfigError(f"{p}: no dataset left after dropping those with bad weights")
     missing = data.get("missing") or []

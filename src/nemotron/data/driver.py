@@ -292,13 +292,31 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
 
 def stage_blend(s: Any) -> Blend:
     """The stage's input blend (:func:`nemotron.data.blend.load_blend` of ``s.blend_path`` with its
-    ``path_vars`` and, where the stage has one, its ``on_bad.bad_weight`` policy).
+    ``path_vars`` and, where the stage has one, its ``on_bad.bad_weight`` policy), checked in one pass
+    with the local paths: under the stage's ``empty_glob=fail`` (``on_bad`` or ``policies``), a
+    dataset that is not optional and whose path matches no file is one more problem of the blend.
 
     Raises:
-        ConfigError: the blend cannot be read or is invalid (see :func:`~nemotron.data.blend.load_blend`).
+        ConfigError: the blend cannot be read; BlendProblems: every problem of the blend at once (see
+            :func:`~nemotron.data.blend.load_blend`).
     """
+    from nemotron.data.sources import FORMATS, expand, is_remote
+
     on_bad = getattr(s, "on_bad", None) or {}
-    return load_blend(s.blend_path, path_vars=s.path_vars, bad_weight=on_bad.get("bad_weight", "fail"))
+    section = "on_bad" if "empty_glob" in on_bad else "policies"
+    policy = (on_bad if section == "on_bad" else getattr(s, "policies", None) or {}).get("empty_glob", "fail")
+
+    def matches_files(spec: DatasetSpec) -> str | None:
+        if spec.optional or policy != "fail" or is_remote(spec.path):
+            return None
+        try:
+            found = expand(spec.path, exclude=list(spec.exclude), fmt=spec.format if spec.format in FORMATS else None)
+        except ConfigError as exc:
+            return exc.message
+        return None if found else unmatched_message(s.blend_path, spec)
+
+    return load_blend(s.blend_path, path_vars=s.path_vars, bad_weight=on_bad.get("bad_weight", "fail"),
+                      check=matches_files)
 
 
 def check_inputs(s: Any, blend: Blend) -> list[ConfigError]:
@@ -472,8 +490,11 @@ def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
     A ``rebuild`` run clears the folder's owned files (:func:`nemotron.data.outputs.clear_version`, with
     the stage's :data:`StageSettings.OUTPUT_NAMES`); a folder whose complete manifest has this
     ``plan_key`` is up to date: the notes (one per ``not_found`` line) and its summary are printed
-    (unless quiet) and the old manifest is returned (nothing is done). Otherwise the notes are said,
-    the folder is created and ``None`` returned; receipts decide what is redone.
+    (unless quiet; its work line reads ``work: none (up to date)``, see :func:`work_line`) and the old
+    manifest is returned (nothing is done). Otherwise the notes are said, the folder is created and
+    ``None`` returned; receipts decide what is redone. A first run (no plan, no manifest) into a folder
+    that holds files the stage does not write (:func:`nemotron.data.outputs.foreign_files`) says so in
+    one note; those files are never deleted.
 
     Raises:
         PlanMismatch: the folder's ``plan.json`` has another plan key and ``force`` is off (the message
@@ -494,12 +515,17 @@ def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
         run.say(f"note: {line}")
     if s.force and run.why != "rebuild" and run.version > 1:
         run.say(f"note: {run.why}: {vdir}")
+    foreign = outputs.foreign_files(vdir, type(s).OUTPUT_NAMES) if run.why == "new" else []
+    if foreign:
+        listed = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        run.say(f"note: output_dir={vdir} already holds {len(foreign)} file(s) this stage does not write "
+                f"({listed}); they are left alone (a force=true rebuild deletes only the stage's own files)")
     if run.why == "rebuild":
         outputs.clear_version(vdir, type(s).OUTPUT_NAMES)
     elif current:
         run.say(f"up to date: {vdir} (plan {plan_key}); nothing to do. Rerun with force=true to rebuild.")
-        if not run.quiet:
-            summary(old_manifest)
+        if not run.quiet:  # this run did no work: the summary says so, not the old run's work line
+            summary({**old_manifest, "run": {**(old_manifest.get("run") or {}), "up_to_date": True}})
         return old_manifest
     vdir.mkdir(parents=True, exist_ok=True)
     return None
@@ -518,12 +544,17 @@ def unmatched(blend: Blend, spec: DatasetSpec, policy: str, section: str) -> str
     Raises:
         ConfigError: the dataset is not optional and the policy is ``fail`` (names the blend line).
     """
-    message = f"{blend.path}:{spec.line}: datasets ({spec.name}): path {spec.path!r} matches no file"
+    message = unmatched_message(blend.path, spec)
     if spec.optional:
         return f"{spec.name}: optional, nothing at {spec.path}"
     if policy == "skip":
         return f"{message}; dataset skipped ({section}.empty_glob=skip)"
     raise ConfigError(message, f"fix the path, mark the dataset optional, or set {section}.empty_glob=skip")
+
+
+def unmatched_message(blend_path: str, spec: DatasetSpec) -> str:
+    """``<blend>:<line>: datasets (<name>): path '<path>' matches no file``."""
+    return f"{blend_path}:{spec.line}: datasets ({spec.name}): path {spec.path!r} matches no file"
 
 
 def require_datasets(blend: Blend, datasets: list[Any]) -> None:
@@ -770,10 +801,13 @@ def work_line(r: dict[str, Any], steps: list[tuple[str, str]], what: str, rate: 
     is ``r["<what>_built"]`` over ``r["work_seconds"]`` (the seconds of this run's own work, not of the
     reused items). Example: ``work: 2 of 5 shards built: 4.64M tokens in 6.9s (667k tok/s); reused from
     a previous run: 3 shards, 4.39M tokens; 9.8s in all``. A manifest without these counts (written by an
-    older version) gives ``run: 9.8s in all``.
+    older version) gives ``run: 9.8s in all``; an ``r`` marked ``"up_to_date"`` (a rerun that found the
+    output up to date, :func:`reuse_or_reset`) gives ``work: none (up to date)``.
     """
     from nemotron.data.progress import human
 
+    if r.get("up_to_date"):
+        return "work: none (up to date)"
     total = f"{r['seconds']:.1f}s in all"
     if "work_seconds" not in r or f"{what}_built" not in r:
         return f"run: {total}"

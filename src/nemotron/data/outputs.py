@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import os
 import re
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,23 +46,28 @@ CONSUMED_DIR = "consumed_by"
 RECEIPT_SUFFIX = ".receipt.json"
 #: The lock file a run holds in ``output_dir`` while it writes there (:func:`writer_lock`); never deleted.
 LOCK = ".nemotron-writer.lock"
-#: Names inside a version folder that a rebuild may delete (nothing else is ever removed).
+#: Names inside a version folder that a rebuild may touch: the files among them, and inside the folders
+#: ``data/`` and ``tokenizer/`` only the files the stage wrote (:func:`stage_files`); nothing else is removed.
 OWNED_NAMES = (MANIFEST, PLAN, "blend.json", "data", "tokenizer")
+#: The files a data stage writes in a version's ``tokenizer/`` folder (SFT adds the config with its chat template).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 @contextlib.contextmanager
 def writer_lock(output_dir: str | Path) -> Iterator[Path]:
     """Hold ``output_dir`` for one writing run: an exclusive, non-blocking ``fcntl.flock`` on
     ``output_dir/.nemotron-writer.lock`` (the folder and its parents are created), which records the
-    holder's pid. The lock covers every version folder under ``output_dir``; the operating system drops
-    it when the process ends, killed or not, so a stale lock file never blocks. Yields the lock file.
+    holder's pid (and on a second line its ``NEMOTRON_EXPERIMENT_ID`` when set). Also held by the local
+    training runtime on its checkpoint folder (:func:`nemotron.runtime.entry.run_config`). The lock covers
+    every version folder under ``output_dir``; the operating system drops it when the process ends, killed
+    or not, so a stale lock file never blocks. Yields the lock file.
 
     ``flock`` is exact between processes of one machine; on a network file system it holds between
     machines only where the file system implements it (NFSv4 and Lustre with ``flock`` mounts do).
 
     Raises:
         RuntimeFailure: another process holds the lock (exit 1, nothing written):
-            ``another run (pid N) is writing OUTPUT_DIR``.
+            ``another run (pid N[, experiment ID]) is writing OUTPUT_DIR``.
     """
     root = Path(output_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -72,11 +77,13 @@ def writer_lock(output_dir: str | Path) -> Iterator[Path]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise RuntimeFailure(f"another run (pid {holder}) is writing {root}",
+            pid, _, eid = os.pread(fd, 512, 0).decode(errors="replace").strip().partition("\n")
+            holder = f"pid {pid.strip() or '?'}" + (f", experiment {eid.strip()}" if eid.strip() else "")
+            raise RuntimeFailure(f"another run ({holder}) is writing {root}",
                                  "wait for it to finish, or give this run another output_dir") from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        eid = os.environ.get("NEMOTRON_EXPERIMENT_ID", "").strip()
+        os.pwrite(fd, f"{os.getpid()}\n{eid}\n".encode() if eid else f"{os.getpid()}\n".encode(), 0)
         yield path
     finally:
         os.close(fd)  # releases the lock
@@ -145,9 +152,82 @@ def select_version(output_dir: str | Path, force: bool) -> tuple[int, Path, str]
     return n, latest, "rebuild"
 
 
+def stage_files(folder: str | Path) -> set[Path]:
+    """The files under ``folder/data`` and ``folder/tokenizer`` that a data stage wrote: those its
+    ``plan.json`` or ``manifest.json`` name (any path inside ``data/``, with the files ``<name>.<suffix>``
+    beside it: a shard prefix names its ``.bin``, ``.idx``, receipt...), those a receipt under ``data/``
+    lists (and the receipt), leftover temporary files, and :data:`TOKENIZER_FILES` in ``tokenizer/``. A file the
+    stage did not write (a user's own file dropped in ``data/``) is never among them.
+    """
+    from nemotron.data.files import TMP_MARK
+
+    folder = Path(folder)
+    data = folder / "data"
+    found: set[Path] = set()
+    found.update(folder / "tokenizer" / name for name in TOKENIZER_FILES)
+    if not data.is_dir():
+        return found
+    root = os.path.realpath(data) + os.sep
+
+    def named(value: Any) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                named(v)
+        elif isinstance(value, list):
+            for v in value:
+                named(v)
+        elif isinstance(value, str) and os.path.realpath(value).startswith(root):
+            p = Path(value)
+            found.add(p)
+            if p.parent.is_dir():
+                found.update(p.parent.glob(glob.escape(p.name) + ".*"))
+
+    for doc in (PLAN, MANIFEST):
+        with contextlib.suppress(OSError, ValueError):
+            named(json.loads((folder / doc).read_text(encoding="utf-8")))
+    for dirpath, _dirs, names in os.walk(data):
+        for name in names:
+            path = Path(dirpath) / name
+            if TMP_MARK in name:
+                found.add(path)
+            elif name.endswith(RECEIPT_SUFFIX):
+                found.add(path)
+                try:
+                    listed = json.loads(path.read_text(encoding="utf-8")).get("files") or {}
+                except (OSError, ValueError, AttributeError):
+                    listed = {}
+                found.update(Path(dirpath) / n for n in listed if isinstance(n, str) and "/" not in n)
+    return {p for p in found if p.is_file()}
+
+
+def foreign_files(folder: str | Path, names: tuple[str, ...] = ()) -> list[str]:
+    """The files under ``folder`` (relative, sorted) that no data stage run wrote: everything but the lock
+    file, version folders ``v<N>``, the top-level owned names (:data:`OWNED_NAMES` files and the stage's
+    ``names``) and :func:`stage_files`. Empty for a missing folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    ours = stage_files(folder)
+    out = []
+    for dirpath, dirs, files in os.walk(folder):
+        here = Path(dirpath)
+        if here == folder:
+            dirs[:] = [d for d in dirs if not (re.fullmatch(r"v(\d+)", d) and int(d[1:]) >= 2)]
+        for name in files:
+            path = here / name
+            rel = path.relative_to(folder)
+            if len(rel.parts) == 1 and (name == LOCK or name in (*OWNED_NAMES, *names)):
+                continue
+            if path not in ours:
+                out.append(str(rel))
+    return sorted(out)
+
+
 def clear_version(folder: str | Path, names: tuple[str, ...] = ()) -> None:
-    """Delete the files a data stage owns in ``folder`` (:data:`OWNED_NAMES` and the stage's own
-    ``names``, such as RL's ``train.jsonl``), never anything else.
+    """Delete the files a data stage wrote in ``folder``, never anything else: the top-level files of
+    :data:`OWNED_NAMES` and of the stage's own ``names`` (such as RL's ``train.jsonl``), the files of
+    :func:`stage_files` inside ``data/`` and ``tokenizer/``, then the folders those leave empty. A
+    foreign file (one the stage does not write) stays, with its folder.
 
     Raises:
         ConfigError: the folder has ``consumed_by`` records (consumed output is never deleted).
@@ -155,12 +235,18 @@ def clear_version(folder: str | Path, names: tuple[str, ...] = ()) -> None:
     folder = Path(folder)
     if consumers(folder):
         raise ConfigError(f"{folder} was consumed by a training run; refusing to delete it")
+    ours = stage_files(folder)  # read before plan.json and manifest.json go
+    for path in ours:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
     for name in (*OWNED_NAMES, *names):
         p = folder / name
-        if p.is_dir():
-            shutil.rmtree(p)
-        elif p.exists():
+        if p.is_file() or p.is_symlink():
             p.unlink()
+        elif p.is_dir():
+            for dirpath, _dirs, _files in sorted(os.walk(p), key=lambda t: -len(t[0])):
+                with contextlib.suppress(OSError):
+                    os.rmdir(dirpath)  # only an empty folder goes
 
 
 def written_path(path: str | Path, output_dir: str | Path, names: tuple[str, ...] = ()) -> str | None:

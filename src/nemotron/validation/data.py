@@ -82,8 +82,9 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
 
     try:
         blend = stage_blend(s)
-    except ConfigError as exc:
-        return [*problems, _problem(exc, "data-blend")]
+    except ConfigError as exc:  # a blend's problems come all at once (BlendProblems), one Problem each
+        return [*problems, *(_problem(ConfigError(m, exc.hint), "data-blend")
+                             for m in getattr(exc, "problems", None) or [exc.message])]
     problems += [_problem(exc, "data-inputs") for exc in check_inputs(s, blend)]
     for ds in blend.datasets:
         if ds.optional or is_remote(ds.path):
