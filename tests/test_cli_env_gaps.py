@@ -43,6 +43,41 @@ def test_example_env_toml_works_here_as_copied(capsys, tmp_path, monkeypatch):
     assert not Path("/lustre/my-project").exists()
 
 
+def test_example_env_toml_runs_local_pretraining_as_copied_without_a_wandb_key(capsys, tmp_path, monkeypatch):
+    """The example's [wandb] section applies to every profile, [local] too: as copied it leaves W&B off."""
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "HF_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    shutil.copy(REPO / "env.toml.example", tmp_path / "env.toml")
+    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "local", "--batch", "local", "--dry-run")
+    assert code == 0, err
+    assert "wandb_project: null" in out and "WANDB_API_KEY" not in out + err, out + err
+
+
+def test_wandb_project_without_a_key_is_warned_by_the_dry_run_and_refused_by_the_run(capsys, tmp_path, monkeypatch):
+    """A [wandb] project on a profile whose job gets no WANDB_API_KEY (and WANDB_MODE is not offline): the
+    dry run warns with the line the run refuses with (exit 2, nothing queued), as for a missing secret."""
+    for var in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(var, raising=False)
+    wandb = '\n[wandb]\nproject = "nemotron-ultra3"\n'
+    _env(tmp_path, '[box]\nexecutor = "local"\ngpus_per_node = 0\n' + wandb)
+    line = ("profile.box.secrets='WANDB_API_KEY': logger.wandb_project='nemotron-ultra3': WANDB_API_KEY is not set "
+            "in the job's environment")
+    args = ("ultra3", "pretrain", "-c", "local", "--batch", "box")
+    code, out, err = run_cli(capsys, *args, "--dry-run")
+    assert code == 0, err
+    assert any(x.startswith(f"warning: {line}") and "the run will refuse to start" in x
+               for x in (out + err).splitlines()), out + err
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2, err
+    assert any(x.startswith(f"error: {line}") for x in _error_lines(err)), err
+    assert not (tmp_path / "home" / "jobs").exists()  # nothing was queued or written
+    for profile in ('[box]\nexecutor = "local"\ngpus_per_node = 0\nenv_vars = { WANDB_MODE = "offline" }\n',
+                    '[box]\nexecutor = "local"\ngpus_per_node = 0\nsecrets = { WANDB_API_KEY = "k-e-y-1234" }\n'):
+        _env(tmp_path, profile + wandb)
+        code, out, err = run_cli(capsys, *args, "--dry-run")
+        assert code == 0 and "WANDB_API_KEY is not set" not in out + err, out + err
+
+
 def test_artifacts_root_without_its_parent_is_refused_before_anything_is_made(capsys, tmp_path):
     root = tmp_path / "no" / "such" / "store"
     _env(tmp_path, f'[here]\nexecutor = "local"\n\n[artifacts]\nroot = "{root}"\n')
@@ -208,3 +243,19 @@ def test_pipe_runs_a_valid_order_as_named(capsys):
     heads = [line for line in out.splitlines() if line.lstrip().startswith("[") and "/4] ultra3" in line]
     assert [h.split("] ")[1].split(" ─")[0].strip() for h in heads] == [
         "ultra3 data prep pretrain", "ultra3 pretrain", "ultra3 data prep sft", "ultra3 sft"], heads
+
+
+@pytest.mark.parametrize("stage", ["pretrain", "sft", "convert"])
+def test_training_stage_help_names_both_backends(capsys, stage):
+    """`-c local` runs without Megatron-Bridge: the help names both backends, not Megatron-Bridge alone."""
+    code, out, err = run_cli(capsys, "ultra3", stage, "--help")
+    assert code == 0, err
+    summary = " ".join(out.split("Options:")[0].split()).replace("- ", "-")  # click wraps at hyphens
+    assert "Megatron-Bridge" in summary and "-c local on this machine" in summary, summary
+
+
+def test_docs_say_an_early_ctrl_c_prints_interrupted_not_a_traceback():
+    """The console script guards the import (src/nemotron/console.py): docs/execution.md says so."""
+    text = " ".join((REPO / "docs" / "execution.md").read_text(encoding="utf-8").split())
+    assert "Python's own traceback" not in text
+    assert "while Python is still importing the command, ends it the same way: the line `interrupted`" in text

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -111,6 +113,8 @@ def test_run_completes_with_the_slurm_package_and_records_the_artifact(cli, env_
     assert (run / "code" / "nemotron" / "_stages" / "ultra3" / "data_prep_rl" / "run.py").is_file()
     state = json.loads((run / "local-job.json").read_text())
     assert state["state"] == "COMPLETED" and state["exit_code"] == 0
+    # the job's PATH: the host Python's folder, then the submitting shell's PATH (system commands too)
+    assert state["env_vars"]["PATH"] == f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"
     assert state["task"]["path"] == f"{state['run_dir']}/code/nemotron/_stages/ultra3/data_prep_rl/run.py"
     # ... run by NeMo-Run: its experiment folder with the LocalExecutor config and the task's logs
     experiments = tmp_path / "job root" / "experiments"
@@ -152,6 +156,10 @@ def test_batch_status_logs_secret_and_cancel(cli, env_file, tmp_path, env):
         assert pids, "no process of the job found"
         environ = Path(f"/proc/{pids[0]}/environ").read_bytes().split(b"\0")
         assert f"NEMOTRON_TEST_SECRET={SECRET}".encode() in environ
+        # the running stage's PATH: the venv's folder, the shell's PATH (once), then the working folder (torchx's)
+        path = next(v.decode()[5:] for v in environ if v.startswith(b"PATH="))
+        assert path == f"{os.path.dirname(sys.executable)}:{env['PATH']}:{tmp_path}", path
+        assert shutil.which("bash", path=path) and shutil.which("git", path=path), path
         cancel = cli("ultra3", "cancel", job_id)
         assert cancel.returncode == 0, cancel.stderr
         follow = cli("ultra3", "logs", job_id, "-f", timeout=120)
@@ -205,6 +213,9 @@ def test_dry_run_shows_the_package_and_hides_the_secret(cli, env_file):
     assert proc.returncode == 0, proc.stderr
     assert "NeMo-Run LocalExecutor" in proc.stdout and "/code/nemotron/_stages/ultra3/data_prep_rl/run.py" in proc.stdout
     assert "NEMOTRON_TEST_SECRET='***'" in proc.stdout and SECRET not in proc.stdout
+    # a shell line that can be pasted: $PATH outside single quotes, so the shell expands it
+    bindir = os.path.dirname(sys.executable)
+    assert f' PATH={shlex.quote(bindir)}:"$PATH" ' in proc.stdout, proc.stdout
 
 
 def test_run_without_profile_stays_a_direct_child_process(cli, tmp_path):

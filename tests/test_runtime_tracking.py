@@ -129,10 +129,12 @@ def test_env_toml_wandb_section_supplies_the_project(tmp_path, monkeypatch, caps
                    'entity = "my-team"\n')
     assert main(["ultra3", "pretrain", "-c", "local", "--dry-run", "--batch", "here", "--env-file", str(env)]) == 0
     out = capsys.readouterr().out
-    assert "wandb_project: nemotron-ultra3" in out and "wandb_entity: my-team" in out
+    assert "wandb_project: nemotron-ultra3  # env.toml [wandb] project" in out
+    assert "wandb_entity: my-team  # env.toml [wandb] entity" in out
     assert main(["ultra3", "pretrain", "-c", "local", "logger.wandb_project=mine", "--dry-run", "--batch", "here",
                  "--env-file", str(env)]) == 0
-    assert "wandb_project: mine" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "wandb_project: mine  # override" in out and "wandb_entity: my-team  # env.toml [wandb] entity" in out
     assert main(["ultra3", "pretrain", "-c", "local", "--dry-run"]) == 0  # no profile: W&B stays off
     assert "wandb_project: null" in capsys.readouterr().out
     env.write_text('[here]\nexecutor = "local"\n\n[wandb]\nprojekt = "x"\n')

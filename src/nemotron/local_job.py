@@ -142,22 +142,35 @@ def read_secrets(path: Path) -> dict[str, str]:
 
 
 def _host_python_env(profile: Any, plan: Any) -> dict[str, str]:
+    """The local job's plain environment (:func:`nemotron.submit.job_env_vars`) with ``PATH`` resolved:
+    the host Python's folder, then this process's ``PATH`` (the submitting shell's), so the job finds
+    the system's commands (``bash``, ``git``, ``nvidia-smi``) after the venv's."""
     from nemotron import submit
 
     env = submit.job_env_vars(profile, plan)
-    if "PATH" in env:  # torchx appends this process's PATH itself; a literal $PATH would stay literal
-        env["PATH"] = env["PATH"].removesuffix(":$PATH")
+    if env.get("PATH", "").endswith("$PATH"):  # nothing expands a literal $PATH here: put the real one
+        rest = os.environ.get("PATH", "")
+        env["PATH"] = env["PATH"].removesuffix("$PATH").rstrip(":") + (f":{rest}" if rest else "")
     return env
+
+
+def _shell_assignment(name: str, value: str) -> str:
+    """``NAME=value`` as a shell word; a value ending in ``$PATH`` keeps that reference expandable."""
+    if name == "PATH" and value.endswith("$PATH"):
+        head = value.removesuffix("$PATH")
+        return f"{name}={shlex.quote(head) if head else ''}\"$PATH\""
+    return f"{name}={shlex.quote(value)}"
 
 
 def render(profile: Any, plan: Any) -> str:
     """What ``--dry-run`` shows for a ``local`` profile: the job folder, where NeMo-Run writes the
-    logs, and the command its local executor starts (environment first; secrets as ``***``)."""
+    logs, and the command its local executor starts (environment first, as a shell line that can be
+    pasted: ``PATH`` is the venv's folder then ``"$PATH"``; secrets as ``***``)."""
     from nemotron import submit
 
     task = submit.task_spec(plan, profile)
     env = {**submit.job_env_vars(profile, plan), **dict.fromkeys(profile.secret_values(), "***")}
-    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    prefix = " ".join(_shell_assignment(k, v) for k, v in env.items())
     cmd = [task["entrypoint"], task["path"], *task["args"]]
     if plan.launch == "torchrun" and plan.gpus_per_node > 1:
         cmd = ["torchrun", "--nnodes", "1", "--nproc-per-node", str(plan.gpus_per_node), *cmd[1:]]
@@ -273,7 +286,14 @@ def supervise(run_dir: Path) -> int:
                 spec.update(state="CANCELLED", ended=time.time())
                 _write(path, spec)
                 return 0
-            exp.run(detach=False)
+            # the task's PATH is the job's whole PATH (local-job.json); torchx appends the working folder, then
+            # this process's PATH, which would repeat it: unset here while NeMo-Run starts the task
+            saved_path = os.environ.pop("PATH", None) if "PATH" in spec["env_vars"] else None
+            try:
+                exp.run(detach=False)
+            finally:
+                if saved_path is not None:
+                    os.environ["PATH"] = saved_path
             signal.signal(signal.SIGTERM, on_signal)  # torchx's scheduler installed its own handlers
             signal.signal(signal.SIGINT, on_signal)
             job = exp.jobs[0]

@@ -105,12 +105,17 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     from nemotron import validation
     from nemotron.config import compile_config, leaves, profile_overrides
     from nemotron.plan import plan_job
+    from nemotron.validation.views import get
 
     # 1. compile: layers, overrides, interpolation (with the profile's storage roots), provenance
     profile = load_profile(req.profile, req.env_file, profile_overrides(list(req.overrides)))
     compiled = compile_config(req.stage, req.config, list(req.overrides),
                               env={**profile.storage_env(), **(getattr(profile, "tracking_env", None) or {})}
                               if profile is not None else None)
+    if profile is not None:  # a default the [wandb] section filled in is labelled as env.toml's, not default.yaml's
+        from nemotron.profiles import tracking_provenance
+
+        compiled.provenance.update(tracking_provenance(compiled, profile))
     # 2. validate: the stage's own preparation (e.g. an <N>layer slice picks a one-node layout), then all rules
     before = dict(leaves(compiled.config))
     notes = validation.prepare(req.stage, compiled.config, compiled.user_keys, profile)
@@ -120,7 +125,9 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
     # what this shell lacks to start the job (a secret, an ssh key file): the run refuses it before anything is
     # queued; a dry run only warns, since it validates the config, perhaps from another machine or shell
-    for key, value, message, valid in (profile.launch_problems() if profile is not None else []):
+    wandb_project = get(compiled.config, "logger.wandb_project")
+    for key, value, message, valid in ([*profile.launch_problems(), *profile.tracking_problems(wandb_project)]
+                                       if profile is not None else []):
         problems.append(Problem(key=f"profile.{profile.name}.{key}", value=value, rule="profile",
                                 message=message + ("; the run will refuse to start" if req.dry_run else ""),
                                 valid=valid, severity="warning" if req.dry_run else "error"))

@@ -362,6 +362,23 @@ def tracking_env(sections: dict[str, Any], source: Path | str = "env.toml") -> d
     return out
 
 
+def tracking_provenance(compiled: Any, profile: Any) -> dict[str, str]:
+    """Provenance labels for the ``logger.wandb_*`` keys whose value came from the ``[wandb]`` section of
+    the profile's env.toml (``profile.tracking_env``, :func:`tracking_env`) rather than from a layer of the
+    config: dotted key -> ``"<env file name> [wandb] <key>"``. A key a config file or override set is
+    left out, as is every key when the profile has no ``[wandb]`` section."""
+    from nemotron.validation.views import get
+
+    env = getattr(profile, "tracking_env", None) or {}
+    out: dict[str, str] = {}
+    for key, var in WANDB_ENV.items():
+        leaf = f"logger.wandb_{key}"
+        if var in env and compiled.provenance.get(leaf) in ("schema", "default.yaml") \
+                and get(compiled.config, leaf) == env[var]:
+            out[leaf] = f"{Path(profile.source).name} [wandb] {key}"
+    return out
+
+
 #: Keys of the ``[artifacts]`` settings section.
 ARTIFACTS_KEYS = ("root",)
 
@@ -845,6 +862,29 @@ class Profile:
             out.append(("identity", identity, "no such private key file on this machine",
                         "the path of an existing SSH key file, or leave identity out to use your ssh config"))
         return out
+
+    def tracking_problems(self, project: str | None) -> list[tuple[str, Any, str, str]]:
+        """What stops W&B logging in without asking in a job on this profile, in the form of
+        :meth:`launch_problems`: ``project`` (the compiled ``logger.wandb_project``) is set, no
+        ``WANDB_API_KEY`` reaches the job and ``WANDB_MODE`` is not ``offline`` there. The job's
+        environment is the profile's ``env_vars`` and declared secrets (an unset one is reported by
+        :meth:`launch_problems` instead), over this shell's environment for a ``local`` profile, whose
+        job inherits it. Empty when W&B is off or can log in, and for a ``local`` profile whose Python
+        has no wandb (its runtime then runs with W&B off)."""
+        import importlib.util
+
+        from nemotron.runtime.tracking import wandb_key_problem
+
+        if self.executor == "local" and importlib.util.find_spec("wandb") is None:
+            return []
+        env = dict(os.environ) if self.executor == "local" else {}
+        env.update({**self.settings.env_vars, **dict.fromkeys(self.settings.secrets, "declared")})
+        problem = wandb_key_problem(project, env)
+        if problem is None:
+            return []
+        return [("secrets", "WANDB_API_KEY", problem,
+                 "secrets = [\"WANDB_API_KEY\"] in the profile, env_vars WANDB_MODE = \"offline\", "
+                 "or logger.wandb_project=null")]
 
     def storage_env(self) -> dict[str, str]:
         """The profile's shared-storage keys as the environment variables stage configs and runtimes
