@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
+import stat
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -17,7 +22,7 @@ import pytest
 from local_runtime_support import small_spec
 from nemotron.runtime import nvfp4_cpu
 from nemotron.runtime import quant_config as qc
-from quantize_support import compile_quantize, real_text_blend, small_checkpoint
+from quantize_support import ROOT, compile_quantize, real_text_blend, small_checkpoint
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("modelopt.torch.quantization")
@@ -184,12 +189,15 @@ def e2e(tmp_path_factory, shared_data):
     blend = real_text_blend(root / "data", shared_data)
     ckpt = small_checkpoint(root / "ckpt")
     out = root / "export"
-    cfg = compile_quantize([f"quantization.source={ckpt}", f"quantization.calib_dataset={blend}",
-                            "quantization.calib_size=4", "quantization.eval_size=2", "model.seq_length=128",
-                            "train.micro_batch_size=2", "train.global_batch_size=2", "generate.max_new_tokens=4",
-                            f"export.output_dir={out}"])
+    cfg = compile_quantize(_e2e_args(ckpt, blend, out))
     assert quantize.main(cfg) == 0
     return out, json.loads((out / "summary.json").read_text())
+
+
+def _e2e_args(ckpt, blend, out, *more: str) -> list[str]:
+    return [f"quantization.source={ckpt}", f"quantization.calib_dataset={blend}", "quantization.calib_size=4",
+            "quantization.eval_size=2", "model.seq_length=128", "train.micro_batch_size=2",
+            "train.global_batch_size=2", "generate.max_new_tokens=4", f"export.output_dir={out}", *more]
 
 
 def test_local_run_applies_the_ultra_map_and_lists_what_stays_bf16(e2e):
@@ -253,3 +261,89 @@ def test_export_repaired_and_reloads_to_the_fake_quantized_model(e2e):
     assert w["fp8"]["max_steps"] <= 1.1 and w["fp8"]["differ"] < 0.1 * w["fp8"]["elements"]
     assert s["export"]["reload_top1_agreement"] > 0.5
     assert s["export"]["reload_max_abs_logit_diff"] < 0.25 * s["export"]["reload_logit_scale"]
+
+
+# ------------------------------------------------------------------------------ what an export may replace
+def _cli(*args: str, home) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NEMOTRON_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "quantize", "-c", "local", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _problems(args: list[str]) -> list[tuple]:
+    return qc.check_inputs(qc.read_settings(compile_quantize(args)))
+
+
+def test_export_folder_that_is_holds_or_lies_in_the_source_is_refused_before_loading(tmp_path, shared_data):
+    blend = real_text_blend(tmp_path / "data", shared_data, docs=8)
+    src = small_checkpoint(tmp_path / "qsrc")
+    before = {p.name: p.stat().st_mtime_ns for p in src.iterdir()}
+    (tmp_path / "link").symlink_to(src)
+    for out, how in ((src, "is"), (src / "sub", "is inside"), (tmp_path, "contains"), (tmp_path / "link", "is")):
+        problems = _problems(_e2e_args(src, blend, out))
+        assert [(k, m.split(" the checkpoint")[0]) for k, _, m in problems[:1]] == [("export.output_dir", how)], out
+        assert f"quantization.source={str(src)!r}" in problems[0][2]
+    # the reported case, through the CLI: dry run and run refuse (exit 2), one line, the source intact
+    for extra in (["--dry-run"], []):
+        r = _cli(*_e2e_args(src, blend, src), *extra, home=tmp_path / "home")
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert f"export.output_dir='{src}': is the checkpoint to quantize" in r.stdout + r.stderr
+        assert "Traceback" not in r.stderr
+    from nemotron.runtime import quantize  # the stage's entry itself refuses too, before loading anything
+
+    assert quantize.main(compile_quantize(_e2e_args(src, blend, src))) == 2
+    assert {p.name: p.stat().st_mtime_ns for p in src.iterdir()} == before
+    # calibration data inside the export folder
+    problems = _problems(_e2e_args(src, blend, blend.parent))
+    assert ("quantization.calib_dataset", str(blend)) in [(k, v) for k, v, _ in problems]
+
+
+def test_an_export_folder_holding_another_export_or_other_files_is_refused(e2e):
+    out, s = e2e
+    ckpt, blend = s["source"], s["calibration"]["blend"]
+    assert s["recipe"] == "ultra" and len(s["config_hash"]) == 16
+    assert _problems(_e2e_args(ckpt, blend, out)) == []  # the same export: redone
+    other = _problems(_e2e_args(ckpt, blend, out, "quantization.recipe=super-max-calib"))
+    assert [(k, v) for k, v, _ in other] == [("export.output_dir", str(out))]
+    assert other[0][2].startswith("holds another export (recipe 'ultra' (this run: 'super-max-calib'))")
+    assert "export.overwrite=true" in other[0][2]
+    assert _problems(_e2e_args(ckpt, blend, out, "quantization.recipe=super-max-calib", "export.overwrite=true")) == []
+    assert "holds another export (config_hash" in _problems(_e2e_args(ckpt, blend, out, "quantization.seed=9"))[0][2]
+    unrelated = out.parent / "unrelated"
+    unrelated.mkdir()
+    (unrelated / "notes.txt").write_text("mine\n")
+    for more in ([], ["export.overwrite=true"]):
+        got = _problems(_e2e_args(ckpt, blend, unrelated, *more))
+        assert [(k, m) for k, _, m in got] == [("export.output_dir", "holds files that are not a quantize export "
+                                                "(notes.txt); choose an empty or new export.output_dir")]
+
+
+def test_export_files_get_the_umask_mode(e2e):
+    out, _ = e2e
+    mask = os.umask(0)
+    os.umask(mask)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~mask}, modes
+
+
+def test_a_quantized_source_is_refused_in_one_line(e2e, tmp_path, capsys):
+    from nemotron.runtime import quantize
+
+    out, s = e2e
+    blend = s["calibration"]["blend"]
+    r = _cli(*_e2e_args(out, blend, tmp_path / "again"), "--dry-run", home=tmp_path / "home")
+    assert r.returncode == 2
+    assert (f"quantization.source='{out}': already quantized (it has an hf_quant_config.json): quantize needs a "
+            "BF16 checkpoint") in r.stdout
+    # markers removed: the load itself fails, still one line
+    bare = tmp_path / "bare"
+    shutil.copytree(out, bare)
+    (bare / "hf_quant_config.json").unlink()
+    config = json.loads((bare / "config.json").read_text())
+    config.pop("quantization_config")
+    (bare / "config.json").write_text(json.dumps(config))
+    assert [m for _, _, m in _problems(_e2e_args(bare, blend, tmp_path / "again"))] == []
+    assert quantize.main(compile_quantize(_e2e_args(bare, blend, tmp_path / "again"))) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"ultra3 quantize: quantization.source={str(bare)!r}: cannot load"), err
+    assert not (tmp_path / "again").exists()

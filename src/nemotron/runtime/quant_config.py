@@ -258,6 +258,7 @@ class QuantSettings:
     seed: int
     export_dir: Path
     export_dtype: str
+    overwrite: bool
     generate: bool
     generate_kernels: str
     prompts: tuple[str, ...]
@@ -316,7 +317,7 @@ def read_settings(cfg: dict) -> QuantSettings:
         seq_length=_int(cfg, "model.seq_length", 256, 2),
         batch_size=_int(cfg, "train.micro_batch_size", 1, 1),
         seed=_int(cfg, "quantization.seed", 1234, 0),
-        export_dir=export, export_dtype=dtype,
+        export_dir=export, export_dtype=dtype, overwrite=bool(get(cfg, "export.overwrite", False)),
         generate=bool(get(cfg, "generate.enabled", True)), generate_kernels=kernels, prompts=tuple(prompts),
         max_new_tokens=_int(cfg, "generate.max_new_tokens", 32, 0),
         tokenizer=None if tok in (None, "") else str(tok),
@@ -325,9 +326,102 @@ def read_settings(cfg: dict) -> QuantSettings:
     )
 
 
+def export_identity(s: QuantSettings, origin: str) -> dict[str, str]:
+    """What makes two local exports the same export: the recipe, the source (``origin``: the weights folder,
+    or the catalogue build) and ``config_hash``, a SHA-256 (16 hex digits) of every other setting that
+    changes the exported tensors (calibration data, sizes, seed, dtype, model). Written into
+    ``summary.json``; :func:`check_inputs` compares an existing export's with the run's."""
+    import hashlib
+
+    shaped = {"model": s.model_name, "calib_blend": str(s.calib_blend),
+              "calib_samples": s.calib_samples, "seq_length": s.seq_length, "batch_size": s.batch_size,
+              "seed": s.seed, "dtype": s.export_dtype}
+    digest = hashlib.sha256(json.dumps(shaped, sort_keys=True).encode()).hexdigest()[:16]
+    try:
+        recipe = load_recipe(s.recipe).name
+    except QuantConfigError:
+        recipe = s.recipe
+    return {"recipe": recipe, "source": origin, "config_hash": digest}
+
+
+def source_origin(s: QuantSettings) -> str:
+    """The source as ``summary.json`` names it: the resolved weights folder, or the catalogue build.
+
+    Raises:
+        nemotron.runtime.model.ModelError: no checkpoint at ``quantization.source``.
+    """
+    from nemotron.runtime.model import resolve_weights
+
+    if s.from_catalogue or s.source is None:
+        return f"built from the catalogue ({s.model_name}, seed {s.seed})"
+    return str(resolve_weights(s.source).resolve())
+
+
+def _quantized_marker(folder: Path) -> str | None:
+    """Why the checkpoint in ``folder`` is already quantized (None when it is not)."""
+    if (folder / "hf_quant_config.json").exists():
+        return "it has an hf_quant_config.json"
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(config, dict) and config.get("quantization_config"):
+        return "its config.json has a quantization_config"
+    return None
+
+
+def _overlap(a: Path, b: Path) -> str | None:
+    """How folder ``a`` relates to ``b`` after resolving symlinks: "is", "is inside" or "contains" (None: apart)."""
+    ra, rb = a.resolve(), b.resolve()
+    if ra == rb:
+        return "is"
+    if rb in ra.parents:
+        return "is inside"
+    if ra in rb.parents:
+        return "contains"
+    return None
+
+
+def _export_problem(s: QuantSettings) -> str | None:
+    """Why the run may not write ``export.output_dir`` (None: it may). A folder holding another export
+    (``summary.json`` with another recipe, source or config hash) needs ``export.overwrite=true``; one holding
+    the same export is redone; one holding anything else is refused."""
+    folder = s.export_dir
+    if not folder.exists():
+        return None
+    if not folder.is_dir():
+        return "exists and is not a folder"
+    names = sorted(p.name for p in folder.iterdir())
+    if not names:
+        return None
+    try:
+        old = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        old = old if isinstance(old, dict) else None
+    except (OSError, ValueError):
+        old = None
+    if old is None or "recipe" not in old:
+        return (f"holds files that are not a quantize export ({', '.join(names[:3])}{' ...' if len(names) > 3 else ''});"
+                " choose an empty or new export.output_dir")
+    if s.overwrite:
+        return None
+    from nemotron.runtime.model import ModelError
+
+    try:
+        want = export_identity(s, source_origin(s))
+    except ModelError:  # the source's own problem is reported under its key
+        return None
+    differ = [f"{k} {old.get(k)!r} (this run: {v!r})" for k, v in want.items() if old.get(k) != v]
+    if not differ:
+        return None
+    return (f"holds another export ({'; '.join(differ)}); choose another export.output_dir, or set "
+            "export.overwrite=true to replace it")
+
+
 def check_inputs(s: QuantSettings) -> list[tuple[str, Any, str]]:
     """Problems with the inputs on this machine, as ``(key, value, message)``: the checkpoint to quantize
-    is not a Hugging Face model folder, the calibration blend is missing, the export folder is a file.
+    is not a Hugging Face model folder or is already quantized, the calibration blend is missing, the export
+    folder is the source, inside it or contains it (symlinks resolved), or holds the calibration blend,
+    another export (without ``export.overwrite``) or unrelated files, or is a file.
     A checkpoint is what :func:`nemotron.runtime.model.resolve_weights` accepts (a model folder, a run
     folder with a top-level export, or its newest ``checkpoint-<step>``)."""
     from nemotron.runtime.model import (  # light: torch is imported inside its loaders
@@ -337,22 +431,39 @@ def check_inputs(s: QuantSettings) -> list[tuple[str, Any, str]]:
 
     out: list[tuple[str, Any, str]] = []
     if s.source is not None and not s.from_catalogue:
+        how = _overlap(s.export_dir, s.source)
+        if how:
+            out.append(("export.output_dir", str(s.export_dir), (f"{how} the checkpoint to quantize "
+                        f"(quantization.source={str(s.source)!r}): the export would overwrite it; choose another "
+                        "export.output_dir")))
         if not s.source.exists():
             out.append(("quantization.source", str(s.source), "no such folder (the checkpoint to quantize)"))
         else:
             try:
-                resolve_weights(s.source)
+                weights = resolve_weights(s.source)
             except ModelError:
                 out.append(("quantization.source", str(s.source), ("not a Hugging Face model folder (config.json + "
                             "model*.safetensors), nor a run folder with checkpoint-<step> folders")))
+            else:
+                why = _quantized_marker(weights)
+                if why:
+                    out.append(("quantization.source", str(s.source), (f"already quantized ({why}): quantize "
+                                "needs a BF16 checkpoint (the pretrain or SFT output)")))
     if s.calib_blend is None:
         out.append(("quantization.calib_dataset", None, ("the local backend calibrates on the blend.json of "
                     "`data prep pretrain` (its train split; metrics on its test or valid split)")))
-    elif not s.calib_blend.is_file():
-        out.append(("quantization.calib_dataset", str(s.calib_blend), ("no such file (the blend.json of "
-                    "`data prep pretrain`)")))
-    if s.export_dir.exists() and not s.export_dir.is_dir():
-        out.append(("export.output_dir", str(s.export_dir), "exists and is not a folder"))
+    else:
+        if _overlap(s.calib_blend, s.export_dir):
+            out.append(("quantization.calib_dataset", str(s.calib_blend), (f"lies in the export folder "
+                        f"(export.output_dir={str(s.export_dir)!r}), which the export replaces; choose another "
+                        "export.output_dir")))
+        if not s.calib_blend.is_file():
+            out.append(("quantization.calib_dataset", str(s.calib_blend), ("no such file (the blend.json of "
+                        "`data prep pretrain`)")))
+    if not any(key == "export.output_dir" for key, _, _ in out):
+        why = _export_problem(s)
+        if why:
+            out.append(("export.output_dir", str(s.export_dir), why))
     if s.generate and s.generate_kernels == "nvfp4":
         out.append(("generate.kernels", "nvfp4", ("the local backend generates with fake quantization only "
                     "(real NVFP4 GEMMs need vLLM on Blackwell); set fake_quant")))
@@ -429,6 +540,7 @@ __all__ = [
     "check_inputs",
     "cluster_plan",
     "expected_map",
+    "export_identity",
     "format_name",
     "load_recipe",
     "module_kind",
@@ -438,4 +550,5 @@ __all__ = [
     "recipes_dir",
     "repair_export",
     "repair_names",
+    "source_origin",
 ]

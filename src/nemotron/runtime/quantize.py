@@ -43,11 +43,13 @@ from nemotron.runtime.quant_config import (
     QuantSettings,
     check_inputs,
     expected_map,
+    export_identity,
     format_name,
     load_recipe,
     module_kind,
     read_settings,
     repair_export,
+    source_origin,
 )
 
 TITLE = "ultra3 quantize"
@@ -61,17 +63,18 @@ def _say(msg: str) -> None:
 
 def main(cfg: dict[str, Any]) -> int:
     """Entry of the ``local`` backend (``stages/ultra3/quantize/run.py``); returns the exit code:
-    0 done, 1 unusable inputs or a failure (one line naming the key or file), 130 interrupted."""
+    0 done; 2 a setting or input refused before anything loads (:func:`check_inputs`: one line naming the
+    key); 1 a failure while running (one line naming the key or file); 130 interrupted."""
     try:
         s = read_settings(cfg)
         problems = check_inputs(s)
     except QuantConfigError as exc:
         print(f"{TITLE}: {exc}", file=sys.stderr)
-        return 1
+        return 2
     if problems:
         key, value, message = problems[0]
         print(f"{TITLE}: {key}={value!r}: {message}", file=sys.stderr)
-        return 1
+        return 2
     from nemotron.runtime.entry import run_heavy
 
     def quantize() -> int:
@@ -143,11 +146,19 @@ def load_model(s: QuantSettings, spec: Any, dtype: Any) -> tuple[Any, str]:
     """The NemotronH to quantize in ``dtype`` and eval mode, and where it came from."""
     from nemotron.runtime import model as modelmod
 
+    origin = source_origin(s)
     if s.from_catalogue:
-        m, origin = modelmod.build(spec, s.seed), f"built from the catalogue ({spec.name}, seed {s.seed})"
+        m = modelmod.build(spec, s.seed)
     else:
         assert s.source is not None
-        m, origin = modelmod.load(spec, s.source), str(modelmod.resolve_weights(s.source))
+        try:
+            m = modelmod.load(spec, s.source)
+        except modelmod.ModelError:
+            raise
+        except Exception as exc:  # transformers' loaders raise many kinds; the run says it in one line
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise modelmod.ModelError(f"quantization.source={str(s.source)!r}: cannot load {origin} as "
+                                      f"{spec.name}: {type(exc).__name__}: {first}") from exc
     m = m.to(dtype).eval()
     m.config.dtype = dtype  # the export compares it with the target dtype
     return m, origin
@@ -483,6 +494,7 @@ def run(s: QuantSettings, spec: Any = None) -> dict[str, Any]:
     from nemotron.runtime.nvfp4_cpu import cpu_route
 
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()  # a failing load is then one line (and the log has no bars)
     t0 = time.perf_counter()
     spec = spec or catalogue.get(s.model_name)
     recipe = load_recipe(s.recipe)
@@ -586,10 +598,7 @@ def _finish(s: QuantSettings, recipe: Any, spec: Any, origin: str, device: str, 
     for name, p in ref.named_parameters():
         k = module_kind(name)
         ref_bytes[k] = ref_bytes.get(k, 0) + p.numel() * p.element_size()
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
-    q_bytes = tensor_bytes(out_dir)
+    q_bytes = tensor_bytes(tmp)
     kinds = {}
     for kind in KINDS:
         roles = found["kinds"].get(kind)
@@ -601,7 +610,7 @@ def _finish(s: QuantSettings, recipe: Any, spec: Any, origin: str, device: str, 
                        "bf16_bytes": ref_bytes.get(kind, 0), "exported_bytes": q_bytes.get(kind, 0)}
     total_ref, total_q = sum(ref_bytes.values()), sum(q_bytes.values())
     summary = {
-        "recipe": recipe.name, "recipe_source": recipe.source, "model": spec.name, "source": origin,
+        **export_identity(s, origin), "recipe_source": recipe.source, "model": spec.name,
         "device": device, "nvfp4_fake_quant": nvfp4_path, "dtype": s.export_dtype,
         "calibration": {"samples": len(calib), "seq_length": s.seq_length, "batch": s.batch_size,
                         "blend": str(s.calib_blend), "seconds": round(calib_s, 2)},
@@ -615,7 +624,11 @@ def _finish(s: QuantSettings, recipe: Any, spec: Any, origin: str, device: str, 
         "versions": {"modelopt": _version("nvidia-modelopt"), "transformers": transformers.__version__,
                      "torch": torch.__version__},
     }
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    (tmp / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    normal_modes(tmp)
+    if out_dir.exists():  # check_inputs allowed it: empty, the same export, or export.overwrite=true
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
 
     rows = [[k, KINDS[k], v["weights"], v["inputs"] if k != "kv_cache" else v["cache"],
              _mb(v["bf16_bytes"]), _mb(v["exported_bytes"]),
@@ -647,6 +660,18 @@ def _finish(s: QuantSettings, recipe: Any, spec: Any, origin: str, device: str, 
     return summary
 
 
+def normal_modes(folder: Path) -> None:
+    """Give ``folder`` and everything in it the modes a new file or folder gets under this process's umask
+    (files ``0o666 & ~umask``, folders ``0o777 & ~umask``): some writers (the exporter's safetensors file)
+    create theirs private (``0o600``)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    folder.chmod(0o777 & ~mask)
+    for p in folder.rglob("*"):
+        if not p.is_symlink():
+            p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+
+
 def _mb(n: int) -> str:
     return f"{n / 1e6:.2f}"
 
@@ -672,6 +697,7 @@ __all__ = [
     "left_in_bf16",
     "load_samples",
     "main",
+    "normal_modes",
     "run",
     "tensor_bytes",
     "weights_only",
