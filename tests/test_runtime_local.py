@@ -414,6 +414,21 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> N
     pytest.fail(f"timed out waiting for {what}")
 
 
+def _wait_for_unlocked(folder: Path, timeout: float = 120) -> None:
+    """Until no process holds ``folder``'s writer lock (the killed run has fully exited)."""
+    import fcntl
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(folder / ".nemotron-writer.lock", "a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(0.2)
+    pytest.fail(f"{folder} is still locked after {timeout} s")
+
+
 def _saved_steps(folder: Path) -> list[int]:
     return sorted(int(p.name.split("-")[1]) for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file())
 
@@ -437,6 +452,7 @@ def test_kill_and_resume_continue_from_the_saved_step(tmp_path):
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
+    _wait_for_unlocked(ckpt)  # the runtime (its own session) dies with the CLI: its lock goes when it has exited
     killed_at = _saved_steps(ckpt)[-1]
     recorded = tmp_path / "home" / "artifacts" / "pretrain-checkpoint"
     assert not recorded.exists()  # an unfinished run is no artifact

@@ -277,8 +277,9 @@ def _attach_local(rec: Any, owner: bool) -> int:
     return exit_code
 
 
-def check_gpus(plan: Any) -> None:
+def check_gpus(plan: Any, backend: str | None = None) -> None:
     """Refuse to start a multi-GPU torchrun stage on this machine when it shows fewer GPUs than the plan needs.
+    ``backend``: the config's ``backend``; a ``local`` one is not told to run with ``-c local`` again.
 
     Raises:
         ConfigError: fewer visible GPUs (:func:`visible_gpus`) than ``plan.gpus_per_node``.
@@ -286,10 +287,11 @@ def check_gpus(plan: Any) -> None:
     if plan.launch == "torchrun" and plan.gpus_per_node > 1:
         visible = visible_gpus()
         if visible < plan.gpus_per_node:
+            hint = ("the local backend uses at most one GPU: set run.env.gpus_per_node=1" if backend == "local"
+                    else "submit it to a cluster: --run PROFILE (see --dry-run), or run it here with -c local")
             raise ConfigError(
                 f"{plan.stage.title} -c {plan.config_name} needs {plan.gpus_per_node} GPUs per node; this machine has "
-                f"{visible} visible",
-                "submit it to a cluster: --run PROFILE (see --dry-run), or run it here with -c local")
+                f"{visible} visible", hint)
 
 
 def stop_child(proc: subprocess.Popen, grace_s: float = 30.0) -> int:
@@ -380,7 +382,7 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
 
     if not plan.entry.is_file():
         raise RuntimeFailure(f"entry script of {plan.stage.title} is missing: {plan.entry}", "reinstall the package")
-    check_gpus(plan)
+    check_gpus(plan, (compiled.config or {}).get("backend"))
     folder = run_dir(plan)
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,13 @@
 Checks what it can before importing torch/transformers — the config is readable and usable, the data
 and the starting checkpoint exist and are of the right kind — and says each failure in one line
 (``ultra3 pretrain: ...``) with exit code 1. Threads are set from ``run.env.cpus`` before torch loads.
-A resumed run whose inputs or ``train.train_iters`` contradict its checkpoint is refused with exit code 2
-(:mod:`nemotron.runtime.lineage`). Exit codes: 0 done; 1 unusable inputs or a failure; 2 such a refusal; 75 saved and stopped on a signal (run again to
+An input path of the wrong kind (a folder given for a blend.json, a file for a checkpoint folder), and a
+resumed run whose inputs or ``train.train_iters`` contradict its checkpoint
+(:mod:`nemotron.runtime.lineage`), are refused with exit code 2 (:func:`refusals`, which ``--dry-run``
+runs too). One run trains into a checkpoint folder at a time: the run holds
+``checkpoint.save/.nemotron-writer.lock`` (:func:`nemotron.data.outputs.writer_lock`, data prep's lock);
+a second run on the same folder stops at once (exit 1) naming the holder. Exit codes: 0 done; 1 unusable
+inputs, a held folder or a failure; 2 such a refusal; 75 saved and stopped on a signal (run again to
 resume); 130 interrupted before training started.
 """
 
@@ -38,6 +43,55 @@ def load_config(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: expected a mapping of config keys")
     return data
+
+
+class Refusal(SettingsError):
+    """A config the run refuses before it starts (exit 2, like :class:`~nemotron.runtime.lineage.ResumeConflict`):
+    a path of the wrong kind, a resume that would change what its checkpoint means."""
+
+
+def _unresolved(p: Path | None) -> bool:
+    return p is None or "${" in str(p)
+
+
+def kind_problems(s: LocalSettings) -> list[str]:
+    """One line per input path that exists but is of the wrong kind: a folder where a file is expected
+    (``data.per_split_data_args_path``, the packed SFT files) or a file where a folder is expected
+    (``dataset.dataset_root``, ``checkpoint.pretrained_checkpoint``). Paths still holding ``${...}`` or
+    absent are skipped (:func:`precheck` says "no such ...")."""
+    files = {"data.per_split_data_args_path": (s.blend_path, "a blend.json (the file `data prep pretrain` writes)"),
+             "dataset.packed_sequence_specs.packed_train_data_path": (s.train_data_path, "a packed Parquet file"),
+             "dataset.packed_sequence_specs.packed_val_data_path": (s.valid_data_path, "a packed Parquet file")}
+    folders = {"dataset.dataset_root": (s.dataset_root, "the output folder of `data prep sft`"),
+               "checkpoint.pretrained_checkpoint": (s.pretrained_checkpoint, "a checkpoint folder")}
+    out = []
+    for key, (p, what) in files.items():
+        if not _unresolved(p) and p.is_dir():
+            out.append(f"{key}={p}: is a folder, not {what.split(' (')[0]}; point it at {what}")
+    for key, (p, what) in folders.items():
+        if not _unresolved(p) and p.exists() and not p.is_dir():
+            out.append(f"{key}={p}: is a file, not a folder; point it at {what}")
+    return out
+
+
+def refusals(s: LocalSettings) -> list[str]:
+    """Every line the run refuses ``s`` with before it starts (exit 2): :func:`kind_problems`, then the
+    resume checks of :func:`nemotron.runtime.lineage.check_resume` against the checkpoint already in
+    ``checkpoint.load`` (read on this machine). ``--dry-run`` calls this too
+    (:func:`nemotron.validation.checks.local_refusals`), so both say the same lines. A resume check that
+    cannot be made yet (an input still holding ``${...}``) is skipped."""
+    from nemotron.runtime.lineage import ResumeConflict, check_resume, saved_step
+
+    out = kind_problems(s)
+    if _unresolved(s.load_dir):
+        return out
+    try:
+        check_resume(s, saved_step(s.load_dir))
+    except ResumeConflict as exc:
+        out.append(str(exc))
+    except SettingsError:  # an unresolved input: the run itself refuses it when it reads its settings
+        pass
+    return out
 
 
 def precheck(s: LocalSettings) -> None:
@@ -100,14 +154,39 @@ def sft(cfg: dict[str, Any]) -> int:
 
 
 def run_config(stage: str, cfg: dict[str, Any], title: str | None = None) -> int:
-    """Run the local ``stage`` on the compiled config ``cfg``; returns the exit code."""
+    """Run the local ``stage`` on the compiled config ``cfg``; returns the exit code (module docstring):
+    settings, :func:`refusals` (exit 2), :func:`precheck` (exit 1), then, holding ``checkpoint.save``
+    (:func:`nemotron.data.outputs.writer_lock`; held by another run: one line, exit 1), the training."""
     title = title or f"ultra3 {stage}"
-    from nemotron.runtime.lineage import ResumeConflict, check_resume, saved_step
+    import contextlib
+
+    from nemotron.data.outputs import writer_lock
+    from nemotron.errors import RuntimeFailure
 
     try:
         settings = read(cfg, stage)
+        for line in refusals(settings):  # the first; before a mix is written into the folder
+            raise Refusal(line)
         precheck(settings)
-        check_resume(settings, saved_step(settings.load_dir))  # before a mix is written into the folder
+    except SettingsError as exc:
+        print(f"{title}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, Refusal) else 1
+    with contextlib.ExitStack() as held:
+        try:  # one training run per checkpoint folder (the lock of data prep's output folders)
+            held.enter_context(writer_lock(settings.save_dir))
+        except RuntimeFailure as exc:
+            print(f"{title}: checkpoint.save: {exc.message}; wait for it to finish, or set checkpoint.save=<another "
+                  "folder>", file=sys.stderr)
+            return 1
+        except OSError as exc:  # a file system without flock: the run goes on, unguarded, and says so
+            print(f"[local] cannot lock {settings.save_dir} ({exc.strerror or exc}): a second run on this folder "
+                  "would not be stopped", flush=True)
+        return _run_locked(stage, cfg, settings, title)
+
+
+def _run_locked(stage: str, cfg: dict[str, Any], settings: LocalSettings, title: str) -> int:
+    """:func:`run_config` once it holds the checkpoint folder: the mix of blends, then the trainer."""
+    try:
         if stage == "pretrain" and (cfg.get("data") or {}).get("mix_with"):  # a mix of blends (-c long_context)
             from dataclasses import replace
 
@@ -120,7 +199,7 @@ def run_config(stage: str, cfg: dict[str, Any], title: str | None = None) -> int
                 raise SettingsError(exc.message) from None
     except SettingsError as exc:
         print(f"{title}: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ResumeConflict) else 1
+        return 1
 
     def train() -> int:
         from nemotron.runtime.trainer import run
@@ -158,4 +237,5 @@ def run_heavy(title: str, cpus: int | None, modules: tuple[str, ...], needs: str
         return interrupted(title)
 
 
-__all__ = ["load_config", "main", "precheck", "pretrain", "run_config", "run_heavy", "sft"]
+__all__ = ["Refusal", "kind_problems", "load_config", "main", "precheck", "pretrain", "refusals", "run_config",
+           "run_heavy", "sft"]

@@ -22,8 +22,9 @@ What it does, in order:
 5. SIGTERM / SIGUSR1 / SIGINT: finish the current step, save a checkpoint, exit 75 (``EXIT_REQUEUE``) —
    not 0, so no artifact is recorded for an unfinished run; running again resumes from that step;
 6. at the end: the final model in Hugging Face form at the top of ``checkpoint.save`` (what
-   ``from_pretrained(checkpoint.save)`` and the next stage load), ``summary.json`` (losses, tokens, tokens/s,
-   peak GPU memory), ``metrics.jsonl`` (every logged step; appended across resumes).
+   ``from_pretrained(checkpoint.save)`` and the next stage load), ``summary.json`` (the whole run's first and
+   last losses, also across resumes, and the step it resumed at; this segment's tokens, tokens/s, peak GPU
+   memory), ``metrics.jsonl`` (every logged step; appended across resumes).
 
 Checkpoint folder layout (``checkpoint.save``)::
 
@@ -340,7 +341,8 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     if device == "cuda":
         summary["peak_gpu_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
     _write_json(s.save_dir / "summary.json", summary)
-    _say(f"done: {step} steps; final model in {s.save_dir} (Hugging Face form); "
+    resumed = f" (resumed at step {summary['resumed_at_step']})" if summary["resumed_at_step"] else ""
+    _say(f"done: {step} steps{resumed}; final model in {s.save_dir} (Hugging Face form); "
          + (f"held-out loss {summary['eval_loss_first']:.3f} -> {summary['eval_loss_last']:.3f}; "
             if summary.get("eval_loss_last") is not None and summary.get("eval_loss_first") is not None else "")
          + f"{summary['tokens_per_s']:.0f} tokens/s")
@@ -510,17 +512,48 @@ class _Metrics:
         if len(parts) > 1:
             _say(" | ".join(parts))
 
+    def logged(self) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+        """``(train losses, held-out losses)`` as ``[(step, loss)]`` of the whole run: for a resumed run the
+        entries of ``metrics.jsonl`` logged before the resume (from the last fresh start in the folder, where
+        the step goes back to 0 or 1), then this segment's; for a fresh run this segment's."""
+        if not self.step0:
+            return list(self.train_losses), list(self.eval_losses)
+        records = []
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            lines = []
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("step"), int):
+                records.append(rec)
+        start = 0
+        for i in range(1, len(records)):
+            if records[i]["step"] <= 1 < records[i - 1]["step"] or records[i]["step"] < records[i - 1]["step"] == 1:
+                start = i
+        before = [r for r in records[start:] if r["step"] <= self.step0]
+        train = [(r["step"], float(r["loss"])) for r in before if isinstance(r.get("loss"), (int, float))]
+        evals = [(r["step"], float(r["eval_loss"])) for r in before if isinstance(r.get("eval_loss"), (int, float))]
+        return train + self.train_losses, evals + self.eval_losses
+
     def summary(self, step: int, seconds: float, result: Any) -> dict[str, Any]:
+        """``summary.json``: the whole run's losses (:meth:`logged`; first and last), ``resumed_at_step``
+        (None for a run that started at step 0), and this segment's steps, seconds, tokens and tokens/s."""
         done = step - (self.step0 or 0)
         tokens = self.tokens(done)
+        train_losses, eval_losses = self.logged()
         return {
             "stage": self.s.stage, "steps": step, "steps_this_run": done, "seconds_this_run": seconds,
+            "resumed_at_step": self.step0 or None,
             "tokens_this_run": tokens, "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
-            "train_loss_first": self.train_losses[0][1] if self.train_losses else None,
-            "train_loss_last": self.train_losses[-1][1] if self.train_losses else None,
-            "eval_loss_first": self.eval_losses[0][1] if self.eval_losses else None,
-            "eval_loss_last": self.eval_losses[-1][1] if self.eval_losses else None,
-            "eval_losses": self.eval_losses,
+            "train_loss_first": train_losses[0][1] if train_losses else None,
+            "train_loss_last": train_losses[-1][1] if train_losses else None,
+            "eval_loss_first": eval_losses[0][1] if eval_losses else None,
+            "eval_loss_last": eval_losses[-1][1] if eval_losses else None,
+            "eval_losses": eval_losses,
         }
 
 

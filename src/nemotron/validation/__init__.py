@@ -181,7 +181,8 @@ def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
         problem = warning_signal_problem(run.get("signal_before_s"), profile)
         out += [problem] if problem is not None else []
     nodes = as_int((run.get("env") or {}).get("nodes") if isinstance(run.get("env"), dict) else None)
-    if executor in ("", "local") and nodes is not None and nodes > 1:
+    if executor in ("", "local") and nodes is not None and nodes > 1 and checks.backend(cfg) != checks.LOCAL:
+        # (the local backend refuses several nodes: checks.validate_local)
         # like a GPU architecture no profile declares: checked as configured, said plainly (a warning)
         where = "without a profile" if profile is None else f"on the local profile {getattr(profile, 'name', '')}"
         out.append(Problem("run.env.nodes", nodes, rule="one-machine", severity="warning",

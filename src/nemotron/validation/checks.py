@@ -153,7 +153,7 @@ def validate_training(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     model, probs = model_of(cfg)
     out += probs
     if backend(cfg) == LOCAL:
-        return out + validate_local(stage, cfg, model)
+        return out + validate_local(stage, cfg, model) + local_refusals(stage, cfg, profile)
     cluster = _rl_cluster if getattr(stage, "kind", "") == "rl" else _megatron_cluster
     return cluster(stage, cfg, shape, model, out)
 
@@ -270,6 +270,25 @@ def local_settings(stage_name: str, cfg: dict) -> list[Problem]:
     return []
 
 
+def local_refusals(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    """Rule ``local-refusal``: what the local trainer refuses before it starts, with its own lines
+    (:func:`nemotron.runtime.entry.refusals`: an input path of the wrong kind; a resume whose inputs or
+    ``train.train_iters`` contradict the checkpoint already in the folder). Only for a run on this machine
+    (no profile, or a ``local`` one): on a cluster profile the folders live on the cluster's file system."""
+    if getattr(stage, "kind", "") != "megatron" or getattr(stage, "name", "") not in ("pretrain", "sft"):
+        return []
+    if profile is not None and getattr(profile, "executor", None) != "local":
+        return []
+    from nemotron.runtime.entry import refusals
+    from nemotron.runtime.settings import SettingsError, read
+
+    try:
+        settings = read(cfg, stage.name, unresolved_ok=True)
+    except SettingsError:  # rule local-settings reports it
+        return []
+    return [Problem(key="", value=None, message=line, rule="local-refusal") for line in refusals(settings)]
+
+
 def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Problem]:
     """``backend: local`` runs one process on this machine (HF transformers / Model Optimizer)."""
     out: list[Problem] = []
@@ -291,7 +310,14 @@ def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Probl
                                                            "parallel sizes must be 1", valid="1", rule="local-layout"))
     nodes = as_int(get(cfg, "run.env.nodes")) or 1
     if nodes != 1:
-        out.append(Problem("run.env.nodes", nodes, "the local backend runs on one machine", "1", rule="local-layout"))
+        out.append(Problem("run.env.nodes", nodes, "the local backend runs one process on one machine and uses at "
+                                                   "most one GPU", "1", rule="local-layout"))
+    gpn = as_int(get(cfg, "run.env.gpus_per_node"))
+    if gpn is not None and gpn > 1:
+        out.append(Problem("run.env.gpus_per_node", gpn, "the local backend runs one process and uses at most one "
+                                                         "GPU (the CPU when none is visible)",
+                           "1 (or a cluster backend, e.g. -c tiny --run PROFILE, for several GPUs)",
+                           rule="local-layout"))
     if model is not None and model.name == "ultra":
         out.append(Problem("model.name", model.name, "the full Ultra model (1.1 TB in BF16) cannot run on one machine",
                            "small (or ultra<N>layer with a cluster backend)", rule="local-layout"))
