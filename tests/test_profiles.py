@@ -528,7 +528,10 @@ def test_example_file_loads_cleanly(monkeypatch):
     profiles = load_profiles(REPO / "env.toml.example")
     assert profiles.errors() == {}
     assert {"cluster", "cluster-ssh", "local"} <= set(profiles.names())
-    assert set(profiles.sections) == {"wandb", "artifacts"}
+    # [wandb] and [artifacts] root are shown as comments: the file works as copied on any machine
+    assert set(profiles.sections) == {"artifacts"} and profiles.sections["artifacts"] == {}
+    text = (REPO / "env.toml.example").read_text()
+    assert "\n# [wandb]\n" in text and "\n# root = " in text
     cluster = profiles.get("cluster")
     assert (cluster.executor, cluster.gpus_per_node, cluster.gpu_arch, cluster.gpu_memory) == ("slurm", 8, "hopper", 80.0)
     assert cluster.secret_values()["WANDB_API_KEY"] == "example-wandb-key"
