@@ -193,11 +193,8 @@ def submit_local(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
     from nemotron import execute, jobs, submit
     from nemotron.plan import planned_outputs
 
-    missing = profile.missing_secrets()
-    if missing:
-        raise RuntimeFailure(f"profile {profile.name}: secret(s) {', '.join(missing)} not set in this shell",
-                             f"export {missing[0]}=... before running (secrets are read from the environment)")
-    execute.check_gpus(plan)
+    submit.require_secrets(profile)
+    execute.check_gpus(plan, (compiled.config or {}).get("backend"))
     root = submit.safe_root(profile)
     rdir = Path(submit.remote_run_dir(profile, plan))
     run = submit._import_nemo_run()

@@ -360,6 +360,20 @@ def _stage_files(executor: Any, req: Any, compiled: Any, profile: Any, plan: Any
     stage_files(executor.tunnel, req, compiled, profile, plan)
 
 
+def require_secrets(profile: Any) -> None:
+    """Refuse to start a job whose profile declares a secret this shell does not set. The CLI reports it
+    earlier, as a validation error (:meth:`nemotron.profiles.Profile.launch_problems`); this guards the
+    submission functions when called directly.
+
+    Raises:
+        RuntimeFailure: a declared secret's variable is not set.
+    """
+    missing = profile.missing_secrets()
+    if missing:
+        raise RuntimeFailure(f"profile {profile.name}: secret(s) {', '.join(missing)} not set in this shell",
+                             f"export {missing[0]}=... before starting the job (secrets are read from the environment)")
+
+
 def sbatch(plan: Any, profile: Any, mode: str, stage_files: Any, make_task: Any,
            dependencies: list[str] | None = None, singleton: bool = False) -> str:
     """Submit one NeMo-Run task to Slurm; returns the Slurm job id.
@@ -478,10 +492,7 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
     Raises:
         RuntimeFailure: missing secrets, NeMo-Run errors, or sbatch refusing the job (its message kept).
     """
-    missing = profile.missing_secrets()
-    if missing:
-        raise RuntimeFailure(f"profile {profile.name}: secret(s) {', '.join(missing)} not set in this shell",
-                             f"export {missing[0]}=... before submitting (secrets are read from the environment)")
+    require_secrets(profile)
     run = _import_nemo_run()
     root = safe_root(profile)
     ids: list[str] = chain_ids if chain_ids is not None else []
@@ -544,10 +555,7 @@ def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
     from nemotron import execute, jobs, yamlio
     from nemotron.plan import planned_outputs
 
-    missing = profile.missing_secrets()
-    if missing:
-        raise RuntimeFailure(f"profile {profile.name}: secret(s) {', '.join(missing)} not set in this shell",
-                             f"export {missing[0]}=... before submitting")
+    require_secrets(profile)
     client = jobs.ray_client(profile.address, profile.secret_values())
     entry = f"nemotron/_stages/{plan.stage.entry}"
     with tempfile.TemporaryDirectory(prefix="nemotron-ray-") as tmp:
