@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
+bash scripts/setup_upstream.sh   # the contract tests' interpreter (tests/contract)
 
 SLURM_SCRIPT=scripts/local_slurm.sh
 # shellcheck disable=SC2329  # called from the EXIT trap
