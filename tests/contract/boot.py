@@ -10,21 +10,21 @@ runs SCRIPT as ``__main__``. Exactly three things are done, and nothing else of 
    where those 3.12 implementations are backported. We run 3.11 because the only CPU build of torch this
    machine image carries is for 3.11 (every other torch wheel is a CUDA build of several GB).
 2. **Stand-ins for Transformer Engine only** (``transformer_engine``, ``transformer_engine_torch``): it has no
-   CPU build and cannot be installed here. Megatron-Core and Model Optimizer import it optionally (and then
-   run their non-TE code, as on any machine without TE); two Megatron-Bridge modules (``peft/lora.py``,
-   ``peft/lora_layers.py``, pulled in by the recipe imports) import it unconditionally. So Megatron-Core and
-   Model Optimizer are imported FIRST, with TE absent, and only then is the stand-in made importable: every
-   attribute is a placeholder ``torch.nn.Module`` subclass whose construction raises, so a code path that
-   would really use TE fails loudly instead of passing. Which modules asked for it is recorded
-   (``STANDIN_USERS``) and printed by the tests.
+   CPU build and cannot be installed here. Megatron-Core, Model Optimizer and most of Megatron-Bridge import it
+   optionally (``try: import ...``) and then run their non-TE code, as on any machine without TE: for them TE
+   stays ABSENT. A few Megatron-Bridge modules (``STANDIN_FOR``: ``peft/lora.py``, ``peft/lora_layers.py``, ...,
+   pulled in by the recipe imports) import it unconditionally; only those importers get the stand-in, through
+   ``__import__`` and never through ``sys.modules`` (so no later ``try: import`` finds it). Every class in it is
+   a placeholder ``torch.nn.Module`` subclass whose construction raises, every function raises when called: a
+   code path that would really use TE fails loudly instead of passing. Which modules got it is recorded
+   (``STANDIN_USERS``) and checked by tests/contract/test_harness.py.
 3. Nothing is patched inside upstream modules; vLLM and mamba-ssm are left absent (upstream imports them
    lazily on the paths our tests reach).
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
+import builtins
 import runpy
 import sys
 import types
@@ -44,15 +44,22 @@ if sys.version_info < (3, 12):
 
 #: The only modules stood in for (no CPU build exists).
 STANDIN = ("transformer_engine", "transformer_engine_torch")
+#: The upstream modules that import Transformer Engine unconditionally (no ``try``), and only they, get the
+#: stand-in; for every other importer TE stays absent (ModuleNotFoundError), as on a machine without it.
+STANDIN_FOR = ("megatron.bridge.peft.lora", "megatron.bridge.peft.lora_layers",
+               "megatron.bridge.models.gpt_full_te_layer_autocast_spec", "megatron.bridge.diffusion.models.wan.utils")
 #: (stand-in module, the module that imported it), in import order.
 STANDIN_USERS: list[tuple[str, str]] = []
 
 
+def _refuser(qualname: str):
+    def _refuse(*args, **kwargs):
+        raise RuntimeError(f"{qualname}: Transformer Engine stand-in (no CPU build); this path needs the real one")
+    return _refuse
+
+
 def _placeholder(qualname: str) -> type:
     import torch
-
-    def _refuse(self, *args, **kwargs):
-        raise RuntimeError(f"{qualname}: Transformer Engine stand-in (no CPU build); this path needs the real one")
 
     class _Meta(type(torch.nn.Module)):
         def __getattr__(cls, name):
@@ -60,51 +67,53 @@ def _placeholder(qualname: str) -> type:
                 raise AttributeError(name)
             return _placeholder(f"{qualname}.{name}")
 
-    return _Meta(qualname.rsplit(".", 1)[-1], (torch.nn.Module,), {"__qualname__": qualname, "__init__": _refuse})
+    return _Meta(qualname.rsplit(".", 1)[-1], (torch.nn.Module,),
+                 {"__qualname__": qualname, "__init__": _refuser(qualname)})
 
 
 class _StandInModule(types.ModuleType):
-    __path__: list[str] = []  # a package: submodules resolve through the finder too
+    """A stand-in (sub)module: lower-case attributes are stand-in submodules/functions (calling one raises),
+    capitalised ones placeholder classes (constructing one raises). Never entered in ``sys.modules``."""
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        return _placeholder(f"{self.__name__}.{name}")
+        value = _StandInModule(f"{self.__name__}.{name}") if name[:1].islower() else \
+            _placeholder(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+    def __call__(self, *args, **kwargs):
+        _refuser(self.__name__)()
 
 
-class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path, target=None):
-        if fullname.split(".")[0] not in STANDIN:
-            return None
-        caller = sys._getframe(1)
-        while caller is not None and caller.f_globals.get("__name__", "").startswith(("importlib", "_frozen")):
-            caller = caller.f_back
-        STANDIN_USERS.append((fullname, caller.f_globals.get("__name__", "?") if caller else "?"))
-        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-
-    def create_module(self, spec):
-        return _StandInModule(spec.name)
-
-    def exec_module(self, module):
-        module.__version__ = "0.0.0+standin"
+_MODULES: dict[str, _StandInModule] = {}
+_real_import = builtins.__import__
 
 
-def _import_optional_te_users() -> None:
-    """Megatron-Core and Model Optimizer decide "TE present?" at import: let them decide with TE absent."""
-    for name in ("megatron.core", "megatron.core.models.mamba", "megatron.core.models.gpt",
-                 "modelopt.torch.opt", "modelopt.torch.quantization"):
-        try:
-            __import__(name)
-        except ImportError:  # not on this script's path (a NeMo RL-only check)
-            pass
+def _import(name, globals=None, locals=None, fromlist=(), level=0):
+    top = name.split(".")[0]
+    if level == 0 and top in STANDIN:
+        importer = (globals or {}).get("__name__", "?")
+        if importer not in STANDIN_FOR:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        STANDIN_USERS.append((name, importer))
+        root = _MODULES.setdefault(top, _StandInModule(top))
+        root.__version__ = "0.0.0+standin"
+        if fromlist:
+            node = root
+            for part in name.split(".")[1:]:
+                node = getattr(node, part)
+            return node
+        return root
+    return _real_import(name, globals, locals, fromlist, level)
 
 
 def main() -> None:
     if len(sys.argv) < 2:
         sys.exit("usage: boot.py SCRIPT [ARGS...]")
     sys.modules.setdefault("contract_boot", sys.modules[__name__])  # scripts read STANDIN_USERS from it
-    _import_optional_te_users()
-    sys.meta_path.insert(0, _StandInFinder())
+    builtins.__import__ = _import
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
     runpy.run_path(script, run_name="__main__")
