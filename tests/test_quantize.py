@@ -156,7 +156,7 @@ def test_cluster_precheck_stops_before_anything_heavy():
     lines = precheck(cfg, **{**ok, "importable": lambda m: m != "megatron.bridge"})
     assert lines[-1].startswith("this stage runs inside the NeMo container")  # last: what a log's tail shows
     assert "megatron.bridge is not importable here (AutoBridge" in lines[-1]
-    old = precheck(cfg, **{**ok, "installed": {**pins, "modelopt": "0.44.0rc5"}})  # the nemo image's pin
+    old = precheck(cfg, **{**ok, "installed": {**pins, "modelopt": "0.44.0rc5"}})  # the Ultra branch's own pin
     assert old[-1].startswith("nvidia-modelopt 0.44.0rc5 is installed; the recipes use the quant_cfg list form")
     newer_mb = precheck(cfg, **{**ok, "installed": {**pins, "megatron_bridge": "0.6.0", "modelopt": "0.47.0"}})
     assert newer_mb[-1].startswith("megatron-bridge 0.6.0 is installed; the configs and the key list were checked")
@@ -194,3 +194,30 @@ def test_nvfp4_deployment_flagged_on_a_hopper_profile(tmp_path):
     assert "generate.kernels='nvfp4'" in hopper.stdout and "blackwell" in hopper.stdout.lower()
     fake = _cli(*args, "generate.kernels=fake_quant", home=tmp_path)
     assert "generate.kernels" not in fake.stdout.split("problems")[-1]
+
+
+def test_cluster_export_keeps_the_fp32_moe_router(tmp_path):
+    """The cluster export passes the model config's `moe_router_dtype` to Model Optimizer's export, as
+    Megatron-Bridge's examples/quantization/export.py does (the Nemotron-H bridge sets "fp32"; without it the
+    router is written in the export dtype). The model here is a real Megatron-Core module with a real
+    TransformerConfig (megatron-core 0.16 on CPU: the NeMo container's 0.18 cannot load here), and the options
+    bind to the real signature of nvidia-modelopt 0.47's `export_mcore_gpt_to_hf`."""
+    import inspect
+
+    import torch
+
+    pytest.importorskip("megatron.core", reason="needs megatron-core (the [test] extra)")
+    pytest.importorskip("modelopt", reason="needs nvidia-modelopt (the [local] extra)")
+    from megatron.core.transformer.module import MegatronModule
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from modelopt.torch.export import export_mcore_gpt_to_hf
+
+    from nemotron.runtime.quantize_cluster import export_options
+
+    config = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1, num_moe_experts=2,
+                               moe_router_topk=2, moe_ffn_hidden_size=8, moe_router_dtype="fp32")
+    plan = {"export_dtype": "bfloat16", "export_dir": str(tmp_path / "export")}
+    options = export_options(plan, MegatronModule(config))
+    assert options == {"dtype": torch.bfloat16, "export_dir": str(tmp_path / "export"), "moe_router_dtype": "fp32"}
+    inspect.signature(export_mcore_gpt_to_hf).bind(MegatronModule(config), "/hf/source", **options)
+

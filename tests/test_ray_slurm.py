@@ -94,12 +94,14 @@ def test_rl_stages_take_the_ray_path(tmp_path, monkeypatch, capsys, stage):
 
 _WARNED_DRIVER = r'''
 """Stand-in for a Ray stage's entry script: on its first run it waits for SIGTERM, then counts the live
-nodes of the job's Ray cluster and requeues the job (as an entry that saved does); on the second run it
-says so and exits 0."""
-import os, signal, subprocess, sys, time
+nodes of the job's Ray cluster, writes the requeue marker and exits 75 (as an entry that saved does: the
+batch script then requeues the job); on the second run it says so and exits 0."""
+import os, signal, sys, time
 from pathlib import Path
 
 import ray
+
+from nemotron.entry import mark_stopped
 
 marker = Path(sys.argv[1])
 if marker.exists():
@@ -119,8 +121,9 @@ ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR", log_to_driver
 alive = sum(1 for n in ray.nodes() if n["Alive"])
 ray.shutdown()
 print(f"warning received; Ray nodes alive: {alive}", flush=True)
-subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=True)
-time.sleep(60)  # the requeue ends the allocation
+Path(os.environ["NEMOTRON_REQUEUE_MARKER"]).parent.mkdir(parents=True, exist_ok=True)  # a dry run made no run folder
+mark_stopped("ultra3 data prep rl", "stand-in driver saved and stopped")
+sys.exit(75)
 '''
 
 
@@ -130,16 +133,16 @@ def test_warning_reaches_only_the_driver_and_logs_append_across_a_requeue(slurm,
     data prep itself finishes too fast to be signalled); the warning is delivered as ``sbatch
     --signal=B:TERM@N`` delivers it, to the batch script alone (``scancel --batch --signal=TERM``, rather
     than waiting up to a minute of Slurm's signal timer). The driver must get SIGTERM while the Ray
-    cluster is still up, requeue the job, and the second run's driver lines must follow the first run's in
-    ray-job.log."""
+    cluster is still up and exit 75 with the requeue marker written; the batch script (after stopping the Ray
+    cluster) requeues the job, and the second run's driver lines must follow the first run's in ray-job.log."""
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     env_file = tmp_path / "env.toml"
     env_file.write_text(f'[cluster]\nexecutor = "slurm"\naccount = "{slurm.account}"\npartition = "{slurm.partition}"\n'
                         f'gpus_per_node = 0\ncontainer = false\ntime = "00:10:00"\njob_dir = "{tmp_path / "jobs"}"\n',
                         encoding="utf-8")
-    code = main(["ultra3", "data", "prep", "rl", "-c", "tiny", "+run.signal_before_s=120", "--dry-run", "--batch",
-                 "cluster", "--env-file", str(env_file)])
+    code = main(["ultra3", "data", "prep", "rl", "-c", "tiny", "+run.signal_before_s=120", "+run.requeue=true",
+                 "--dry-run", "--batch", "cluster", "--env-file", str(env_file)])
     cap = capsys.readouterr()
     assert code == 0, cap.err
     script = _script(cap.out)
@@ -167,6 +170,8 @@ def test_warning_reaches_only_the_driver_and_logs_append_across_a_requeue(slurm,
     batch = (tmp_path / f"batch-{job}.out").read_text(errors="replace")
     assert state == "COMPLETED", batch[-3000:]
     assert "SIGTERM to the driver (step " in batch, batch[-3000:]
+    assert "[nemotron] driver exited with code 75" in batch and "[nemotron] ultra3 data prep rl: stand-in driver saved" \
+        in batch and f"[nemotron] requeued Slurm job {job} (restart 1)" in batch, batch[-3000:]
     lines = [line for line in (log_dir / "ray-job.log").read_text(errors="replace").splitlines()
              if line.startswith(("driver run", "warning received", "no warning"))]
     assert lines == ["driver run 1", "warning received; Ray nodes alive: 1", "driver run 2 (after the requeue)"], lines

@@ -1,6 +1,11 @@
 """Resume and requeue on the real local Slurm cluster, with the `local` runtime standing in for
 Megatron-Bridge (the cluster runtime cannot run here: no NVIDIA container, no GPUs).
 
+The requeue decision is the batch script's, on the host: the stage only writes the requeue marker when it
+saved and stopped (the job step runs no Slurm command; inside a container there is none), and the batch
+script reads it after the step, runs `scontrol requeue` itself and ends with exit code 75. The step runs
+under torchrun, as a GPU stage's does, so its own exit code is torchrun's (1), not the stage's 75.
+
 Each test submits `nemotron ultra3 pretrain -c local --batch` to the one-node cluster (jobs on the host's
 Python, through NeMo-Run's torchrun launcher as a GPU stage is), sends the job the signal Slurm sends
 `run.signal_before_s` before its time limit (`scancel --signal=TERM`: the same delivery, to every process of
@@ -68,15 +73,20 @@ def _logs(root: Path, job: str) -> dict[int, str]:
     return out
 
 
+def _batch_log(root: Path, job: str) -> str:
+    """The batch script's own output (``sbatch_<job name>_<job id>.out``; every start of the job appends to it)."""
+    return "".join(p.read_text(errors="replace") for p in root.rglob(f"sbatch_*_{job}.out"))
+
+
 def _logged_steps(ckpt: Path) -> list[int]:
     lines = (ckpt / "metrics.jsonl").read_text().splitlines() if (ckpt / "metrics.jsonl").exists() else []
     return [json.loads(x)["step"] for x in lines if "loss" in json.loads(x)]
 
 
 def test_signalled_job_saves_requeues_itself_and_resumes(cli, env_file, slurm, submitted, tmp_path):  # noqa: F811
-    """The warning signal reaches the training process, which saves at the end of its step and exits 75; the
-    entry requeues the job (`scontrol requeue`: same job id, restart count 1); the second start resumes
-    from the saved step and finishes. Slurm holds a requeued job for about two minutes (its credential
+    """The warning signal reaches the training process, which saves at the end of its step, writes the requeue
+    marker and exits 75; the batch script, after the step, requeues the job (`scontrol requeue`: same job id,
+    restart count 1); the second start resumes from the saved step and finishes. Slurm holds a requeued job for about two minutes (its credential
     lifetime) before it may start again; the test moves its start time to now, as an operator can."""
     ckpt = tmp_path / "ckpt"
     proc = cli("ultra3", "pretrain", "-c", "local", "--batch", "ci", "--env-file", str(env_file),
@@ -87,6 +97,7 @@ def test_signalled_job_saves_requeues_itself_and_resumes(cli, env_file, slurm, s
     jobs_root = tmp_path / "job root with spaces"
     script = "".join(p.read_text() for p in jobs_root.rglob("*_sbatch.sh"))
     assert "#SBATCH --signal=TERM@60" in script and "NEMOTRON_SLURM_REQUEUE=1" in script
+    assert "torchrun" in script and "trap 'nemotron_after_step" in script
     _wait(lambda: _saved_steps(ckpt), 240, "the first checkpoint", slurm, job)
     slurm.run("scancel", "--signal=TERM", job)
 
@@ -102,7 +113,10 @@ def test_signalled_job_saves_requeues_itself_and_resumes(cli, env_file, slurm, s
     logs = _logs(jobs_root, job)
     assert set(logs) == {0, 1}, sorted(logs)
     assert "SIGTERM received" in logs[0] and f"stopped by SIGTERM at step {stopped_at}/{ITERS}" in logs[0]
-    assert f"requeued Slurm job {job} (restart 1)" in logs[0]
+    assert "requeue" not in logs[0]  # the step asked nothing of Slurm
+    batch = _batch_log(jobs_root, job)
+    assert "[nemotron] ultra3 pretrain: saved and stopped on a signal" in batch
+    assert f"[nemotron] requeued Slurm job {job} (restart 1); it resumes from the saved checkpoint" in batch
     assert f"resuming from {ckpt / f'checkpoint-{stopped_at}'} (step {stopped_at})" in logs[1]
     steps = _logged_steps(ckpt)
     second = steps[steps.index(stopped_at + 1):]  # what the second start trained: from the saved step on
@@ -112,9 +126,9 @@ def test_signalled_job_saves_requeues_itself_and_resumes(cli, env_file, slurm, s
 
 
 def test_chain_continuation_resumes_a_signalled_run(cli, env_file, slurm, submitted, tmp_path):  # noqa: F811
-    """`run.chain=1` without requeue: the first job saves on the signal and ends (exit 75, FAILED); the
-    continuation job, held by `--dependency=singleton` until then, resumes from the saved step and
-    completes the run."""
+    """`run.chain=1` without requeue: the first job saves on the signal and ends with exit code 75 (FAILED; the
+    batch script's code from the marker, where torchrun's own is 1); the continuation job, held by
+    `--dependency=singleton` until then, resumes from the saved step and completes the run."""
     ckpt = tmp_path / "ckpt"
     proc = cli("ultra3", "pretrain", "-c", "local", "--batch", "ci", "--env-file", str(env_file),
                "run.chain=1", "run.requeue=false", *_overrides(tmp_path, ckpt))
@@ -131,11 +145,15 @@ def test_chain_continuation_resumes_a_signalled_run(cli, env_file, slurm, submit
     slurm.run("scancel", "--signal=TERM", first)
     assert slurm.wait(first, timeout=120) == "FAILED"
     exit_code = slurm.run("sacct", "-n", "-X", "-P", "-j", first, "-o", "ExitCode").stdout.strip()
+    assert exit_code == "75:0", exit_code
     stopped_at = _saved_steps(ckpt)[-1]
     assert slurm.wait(second, timeout=300) == "COMPLETED", exit_code
     jobs_root = tmp_path / "job root with spaces"
     first_log = _logs(jobs_root, first)[0]
     assert f"stopped by SIGTERM at step {stopped_at}/{ITERS}" in first_log and "requeued" not in first_log
+    batch = _batch_log(jobs_root, first)
+    assert "[nemotron] run.requeue is off: the job ends with exit code 75" in batch
+    assert f"requeued Slurm job {first}" not in batch
     assert f"resuming from {ckpt / f'checkpoint-{stopped_at}'} (step {stopped_at})" in _logs(jobs_root, second)[0]
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(ITERS)
 
@@ -160,15 +178,4 @@ def test_warning_signal_must_come_before_the_time_limit(tmp_path, monkeypatch, c
                  "--batch", "sample", "--env-file", str(env)])
     out = capsys.readouterr().out
     assert code == 0 and "--signal" not in out and "NEMOTRON_SLURM_REQUEUE" not in out
-
-
-def test_requeue_only_from_rank_zero_of_a_requeue_job(capsys):
-    """No cluster needed: outside a job submitted with run.requeue, or on a rank other than 0, nothing is
-    asked of Slurm (the positive path runs on the real cluster above)."""
-    from nemotron.entry import requeue_on_slurm
-
-    assert requeue_on_slurm("ultra3 pretrain", {}) is False  # a run here
-    assert requeue_on_slurm("ultra3 pretrain", {"SLURM_JOB_ID": "7"}) is False  # run.requeue off
-    assert requeue_on_slurm("ultra3 pretrain", {"SLURM_JOB_ID": "7", "NEMOTRON_SLURM_REQUEUE": "1",
-                                                "RANK": "3"}) is False  # only global rank 0 asks
-    assert capsys.readouterr().out == ""
+    assert "nemotron_after_step" not in out  # no run key left: no requeue decision in the script

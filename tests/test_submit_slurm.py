@@ -38,9 +38,10 @@ def cli(slurm, tmp_path):
                             "NEMOTRON_DATA_DIR": str(tmp_path / "data")}, tmp_path)
 
 
-def test_data_prep_run_attached_completes(cli, env_file, tmp_path):
+def test_data_prep_run_attached_completes(cli, env_file, slurm, tmp_path):
     """The data prep runs on a Ray cluster that its Slurm job starts (NeMo-Run's Ray-on-Slurm request,
-    our template, host Python): streamed, COMPLETED, outputs readable, no Ray process left behind."""
+    our template, host Python): streamed, COMPLETED, outputs readable, no Ray process left behind, and no GPU
+    allocated on the profile's 8-GPU node (data prep runs on CPUs)."""
     from nemotron.data.indexed import read_index
 
     out_dir = tmp_path / "prep out"
@@ -50,6 +51,8 @@ def test_data_prep_run_attached_completes(cli, env_file, tmp_path):
     assert "Slurm job" in proc.stderr and "COMPLETED" in proc.stderr
     assert "blend.json" in proc.stdout  # the job's own log lines were streamed
     job_id = re.search(r"Slurm job (\d+)", proc.stderr).group(1)
+    alloc = slurm.run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "AllocTRES").stdout.strip()
+    assert alloc and "gpu" not in alloc, alloc
     # the driver joined the cluster the job started (RAY_ADDRESS), not a Ray instance of its own
     assert re.search(r"Ray: \d+\.\d+\.\d+\.\d+:\d+", proc.stdout), proc.stdout[-2000:]
     logs = next((tmp_path / "job root with spaces" / "experiments").glob("*/*/data-prep-pretrain-tiny"))

@@ -5,8 +5,9 @@ config. :func:`run` reads it, picks the stage's backend (the config's ``backend`
 environment before anything heavy — the framework the backend needs must be importable, otherwise one
 line says which container it runs in — and calls the backend's runtime ``main(cfg)``. Exit codes:
 0 done, 2 config or input problem, 1 runtime failure (or a runtime this version does not have),
-130 interrupted; a runtime may return others (75: saved and stopped on a signal, run again to resume).
-Tracebacks only with ``--debug``.
+130 interrupted; a runtime may return others (75: saved and stopped on a signal, run again to resume; in a
+Slurm job of a resumable stage the entry then writes the requeue marker, :func:`mark_stopped`, and the job's
+batch script requeues the job or ends it with 75). Tracebacks only with ``--debug``.
 
 A stage's ``run.py`` declares ``BACKENDS`` (each value of the config's ``backend`` key and its
 :class:`Backend`) and ``DEFAULT`` (the backend of a config that names none), then calls :func:`run`. The CLI
@@ -85,35 +86,37 @@ def _call(spec: str, cfg: dict[str, Any]) -> int:
     return int(getattr(importlib.import_module(module), function or "main")(cfg) or 0)
 
 
-def requeue_on_slurm(stage: str, env: dict[str, str] | None = None) -> bool:
-    """Requeue this Slurm job after its runtime saved and stopped on a signal (exit 75), so that it starts
-    again and resumes from the saved step. Only in a job submitted with ``run.requeue`` (the submission
-    sets ``NEMOTRON_SLURM_REQUEUE=1``), and only from global rank 0 (``RANK``, else ``SLURM_PROCID``).
-    Slurm ends the allocation on ``scontrol requeue`` and holds the job about two minutes before it may
-    start again; its restart count (``SLURM_RESTART_COUNT``) goes up by one and the job id stays.
-    Returns whether the requeue was asked for and accepted."""
+#: Set by a Slurm submission of a resumable stage (:func:`nemotron.submit.job_env_vars`): the file the stage writes
+#: when it saved and stopped on a signal. The job's batch script reads it after the step and decides there, on
+#: the host, whether to requeue the job (``scontrol requeue``; the container has no Slurm client) and with which
+#: code to end (:func:`nemotron.submit.after_step_lines`).
+REQUEUE_MARKER_ENV = "NEMOTRON_REQUEUE_MARKER"
+
+
+def mark_stopped(stage: str, detail: str = "saved and stopped on a signal", env: dict[str, str] | None = None) -> bool:
+    """Write the requeue marker (the file named by :data:`REQUEUE_MARKER_ENV`) after the runtime saved and stopped
+    on a signal (exit 75): one line, ``<stage>: <detail>``, which the batch script prints before it requeues the
+    job (``run.requeue``) or ends it with code 75 (``run.chain``). Only global rank 0 writes it (``RANK``, else
+    ``SLURM_PROCID``); a marker already there (the runtime wrote its own, with the saved iteration) is kept. Outside
+    such a job (a run here, a local profile) nothing is written. Returns whether the marker is there afterwards; a
+    file system error is one line on stderr (the job then ends with the step's own code and is not requeued)."""
     import os
-    import subprocess
 
     env = os.environ if env is None else env
-    job = env.get("SLURM_JOB_ID")
-    if env.get("NEMOTRON_SLURM_REQUEUE") != "1" or not job:
+    path = env.get(REQUEUE_MARKER_ENV)
+    if not path or (env.get("RANK") or env.get("SLURM_PROCID") or "0") != "0":
         return False
-    if (env.get("RANK") or env.get("SLURM_PROCID") or "0") != "0":
-        return False
+    if os.path.exists(path):
+        return True
+    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        out = subprocess.run(["scontrol", "requeue", job], check=False, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"{stage}: could not requeue Slurm job {job} ({exc}); submit the same command again to resume",
-              file=sys.stderr, flush=True)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(f"{stage}: {detail}\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"{stage}: cannot write the requeue marker {path} ({exc.strerror or exc}); the job is not requeued: "
+              "submit the same command again to resume", file=sys.stderr, flush=True)
         return False
-    if out.returncode != 0:
-        print(f"{stage}: scontrol requeue {job} failed: {(out.stderr or out.stdout).strip()}; submit the same command "
-              "again to resume", file=sys.stderr, flush=True)
-        return False
-    restarts = int(env.get("SLURM_RESTART_COUNT") or 0)
-    print(f"{stage}: requeued Slurm job {job} (restart {restarts + 1}); it resumes from the saved checkpoint",
-          flush=True)
     return True
 
 
@@ -210,7 +213,7 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
         from nemotron.execute import RESUMABLE
 
         if code == RESUMABLE:
-            requeue_on_slurm(stage)
+            mark_stopped(stage)
         return code
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", None) or stop_signal()
@@ -222,7 +225,7 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
 
         print(f"{stage}: stopped by {_signal.Signals(signum).name}; what was finished is kept, run the same "
               f"command again to resume", file=sys.stderr, flush=True)
-        requeue_on_slurm(stage)
+        mark_stopped(stage, f"stopped by {_signal.Signals(signum).name}; what was finished is kept")
         return RESUMABLE
     except OSError as exc:
         if args.debug:

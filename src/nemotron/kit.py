@@ -36,6 +36,15 @@ def dockerfile(image_key: str) -> Path:
     return path
 
 
+def squashfs_name(image_key: str, entry: dict[str, Any]) -> str:
+    """The file name the build writes in ``image_cache``: ``<image key>-<tag of the stages/images.toml image>.sqsh``
+    (``nemo-26.04.01.sqsh`` for ``nvcr.io/nvidia/nemo:26.04.01``), the name a profile's ``[PROFILE.images]`` maps
+    the key to (env.toml.example)."""
+    from nemotron.plan import safe_name
+
+    return f"{image_key}-{safe_name(str(entry['image']).rsplit(':', 1)[-1])}.sqsh"
+
+
 def build_script(image_key: str, entry: dict[str, Any], context: str, out: str, manifest: dict[str, Any]) -> str:
     """The job's shell script: check tools, podman build, enroot import (atomic rename), manifest."""
     tag = f"nemotron-{image_key}:{manifest['dockerfile_sha256'][:12]}"
@@ -86,7 +95,7 @@ def slurm_build(profile_name: str, recipe: str, stage_name: str, env_file: str |
     entry = image_table()[stage.image]
     docker = dockerfile(stage.image)
     text = docker.read_text(encoding="utf-8")
-    out = f"{cache.rstrip('/')}/{stage.image}-{safe_name(entry['image'].rsplit(':', 1)[-1])}.sqsh"
+    out = f"{cache.rstrip('/')}/{squashfs_name(stage.image, entry)}"
     plan = JobPlan(stage=stage, config_name="image-build", profile=profile.name, executor="slurm", nodes=1,
                    gpus_per_node=0, world_size=1, launch="python", image=None, image_key=stage.image,
                    entry=docker, experiment_id=new_experiment_id(stage, f"build-{stage.image}"),

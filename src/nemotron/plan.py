@@ -58,10 +58,10 @@ class JobPlan:
         profile: profile name, or None to run directly on this machine.
         executor: ``"direct"`` (no profile), ``"local"``, ``"slurm"`` or ``"ray"``.
         nodes: nodes requested (``run.env.nodes``).
-        gpus_per_node: GPUs per node (config, else profile, else 8 for a GPU stage; 0 for CPU stages).
+        gpus_per_node: GPUs per node (config, else profile, else 8 for a GPU stage; 0 for a :func:`cpu_only` stage).
         world_size: processes of the job: nodes × GPUs per node for ``torchrun`` stages (one process
             per GPU, after NeMo-Run's torchrun rewrite of the task counts), else ``nodes``.
-        launch: ``torchrun``, ``ray`` or ``python``.
+        launch: ``torchrun``, ``ray`` or ``python`` (the stage's, but ``python`` for a :func:`cpu_only` torchrun stage).
         image: container image URI, or the squashfs file the profile maps it to; None without containers.
         image_key: key in ``stages/images.toml``.
         entry: absolute path of the stage's runtime entry script on this machine.
@@ -101,8 +101,21 @@ class JobPlan:
         return [py, entry, "--config", str(config_path)]
 
 
+def cpu_only(stage: Stage, cfg: dict[str, Any]) -> bool:
+    """Whether the stage, with its compiled config ``cfg``, uses no GPU: a stage the registry marks ``gpu=False``
+    (the data prep stages, which run on Ray on CPUs), or a conversion with ``convert.device: cpu`` (one process
+    holding the model in host RAM: Megatron-Bridge's ``AutoBridge.import_ckpt`` / ``export_ckpt``). Such a job
+    asks Slurm for no GPU (a GPU request holds idle GPUs, and a CPU partition refuses it)."""
+    if not stage.gpu:
+        return True
+    device = (cfg.get("convert") or {}).get("device") if stage.kind == "convert" else None
+    return str(device or "").lower() == "cpu"
+
+
 def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None = None) -> JobPlan:
-    """Plan the job for ``compiled`` on ``profile`` (None = directly on this machine).
+    """Plan the job for ``compiled`` on ``profile`` (None = directly on this machine). A :func:`cpu_only` stage
+    gets no GPUs whatever the profile's node shape (or the config's ``run.env.gpus_per_node``, which describes
+    its GPU layout), and a ``torchrun`` stage among them one process (launch ``python``).
 
     Raises:
         ConfigError: when the stage's image key is not in ``stages/images.toml``.
@@ -116,6 +129,10 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
         gpn = getattr(profile, "gpus_per_node", None)
     if gpn is None:
         gpn = DEFAULT_GPUS_PER_NODE if stage.gpu else 0
+    launch = stage.launch
+    if cpu_only(stage, compiled.config):
+        gpn = 0
+        launch = "python" if launch == "torchrun" else launch
     gpn = int(gpn)
     table = image_table()
     if stage.image not in table:
@@ -129,12 +146,12 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
             image = (getattr(profile, "images", None) or {}).get(stage.image, image)
     else:
         image = None
-    world = nodes * gpn if stage.launch == "torchrun" and gpn else nodes
+    world = nodes * gpn if launch == "torchrun" and gpn else nodes
     eid = experiment_id or new_experiment_id(stage, compiled.config_name)
     return JobPlan(
         stage=stage, config_name=compiled.config_name, profile=getattr(profile, "name", None),
         executor=getattr(profile, "executor", None) or "direct", nodes=nodes, gpus_per_node=gpn, world_size=world,
-        launch=stage.launch, image=image, image_key=stage.image, entry=(stages_dir() / stage.entry).resolve(),
+        launch=launch, image=image, image_key=stage.image, entry=(stages_dir() / stage.entry).resolve(),
         experiment_id=eid, job_name=safe_name(f"{stage.recipe}-{stage.name}-{Path(compiled.config_name).stem}"),
         requeue=bool(run.get("requeue", False)), signal_before_s=_positive(run, "signal_before_s"),
         chain=_positive(run, "chain") or 0,

@@ -118,8 +118,12 @@ def job_env_vars(profile: Any, plan: Any) -> dict[str, str]:
     env_vars = dict(profile.public_env_vars())
     env_vars.update({"PYTHONPATH": f"{rdir}/code", "NEMOTRON_EXPERIMENT_ID": plan.experiment_id,
                      "NEMOTRON_RUN_DIR": rdir})
-    if getattr(plan, "requeue", False):  # the entry requeues a job that saved on the warning signal
+    if getattr(plan, "requeue", False):  # the batch script requeues a job that saved on the warning signal
         env_vars["NEMOTRON_SLURM_REQUEUE"] = "1"
+    if resumable(plan):  # the stage says here that it saved and stopped; the batch script reads it after the step
+        from nemotron.entry import REQUEUE_MARKER_ENV
+
+        env_vars[REQUEUE_MARKER_ENV] = f"{rdir}/{REQUEUE_MARKER}"
     if getattr(plan, "signal_before_s", None) and plan.launch == "torchrun":
         # torchrun forwards the warning's SIGTERM to its workers and kills them after this many seconds
         # (default 30 s; the variable is read by torch 2.13's launcher, older ones ignore it): give them the
@@ -129,6 +133,56 @@ def job_env_vars(profile: Any, plan: Any) -> dict[str, str]:
     if os.path.isabs(python):  # host Python: its console scripts (torchrun, ray) come first on PATH
         env_vars["PATH"] = f"{os.path.dirname(python)}:$PATH"
     return env_vars
+
+
+#: The file in the job's run folder (``ROOT/runs/<experiment id>/``, shared by every start of a requeued job) that
+#: the stage writes when it saved and stopped on a signal (:func:`nemotron.entry.mark_stopped`).
+REQUEUE_MARKER = "requeue.marker"
+
+
+def resumable(plan: Any) -> bool:
+    """Whether ``plan`` is a Slurm job of a stage that stops where it can resume (a training stage: it has
+    ``run.requeue``, ``run.chain`` or ``run.signal_before_s``): its batch script then makes the requeue decision
+    after the step (:func:`after_step_lines`)."""
+    return getattr(plan, "executor", None) == "slurm" and bool(
+        getattr(plan, "requeue", False) or getattr(plan, "chain", 0) or getattr(plan, "signal_before_s", None))
+
+
+def after_step_lines(plan: Any, rdir: str) -> list[str]:
+    """Lines of the batch script's setup for a :func:`resumable` plan: the requeue decision, made on the host
+    after the job step, where Slurm's client is (the stage's container has none; and under torchrun the step
+    ends with torchrun's code, 1, not the stage's 75).
+
+    Before the step: the marker of an earlier start of the job is removed. After it, when the stage wrote the
+    marker (saved and stopped on a signal): its line is printed; with ``run.requeue`` the script runs
+    ``scontrol requeue $SLURM_JOB_ID`` (same job id, restart count + 1); and the job ends with exit code 75
+    (saved and stopped), whatever the step's code. Without a marker the job ends with the step's code. A step
+    that did not end (the script itself was cancelled or hit the time limit) decides nothing. In NeMo-Run's
+    Slurm template (its ``slurm.sh.j2``) the decision runs from an EXIT trap, reading the step's code from the
+    template's ``exitcode`` variable; the Ray template (:data:`RAY_TEMPLATE`) calls it when the driver ended.
+    """
+    marker = shlex.quote(f"{rdir}/{REQUEUE_MARKER}")
+    return [
+        "# nemotron: the requeue decision is made here, on the host, after the job step (docs/megatron_bridge.md)",
+        f"rm -f {marker}",
+        "nemotron_after_step() {  # $1: the step's exit code; empty when the step did not end",
+        f'  [[ -n "${{1:-}}" && -f {marker} ]] || return 0',
+        f'  echo "[nemotron] $(cat {marker} 2>/dev/null)"',
+        '  if [[ "${NEMOTRON_SLURM_REQUEUE:-0}" == 1 ]]; then',
+        '    if scontrol requeue "$SLURM_JOB_ID"; then',
+        '      echo "[nemotron] requeued Slurm job $SLURM_JOB_ID (restart $((${SLURM_RESTART_COUNT:-0} + 1))); '
+        'it resumes from the saved checkpoint"',
+        "    else",
+        '      echo "[nemotron] scontrol requeue $SLURM_JOB_ID failed; submit the same command again to resume" >&2',
+        "    fi",
+        "  else",
+        '    echo "[nemotron] run.requeue is off: the job ends with exit code 75; the next job of the run (a run.chain '
+        'continuation, or the same command again) resumes from the save"',
+        "  fi",
+        "  exit 75",
+        "}",
+        *([] if plan.launch == "ray" else ["trap 'nemotron_after_step \"${exitcode:-}\"' EXIT"]),
+    ]
 
 
 def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
@@ -150,6 +204,8 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
     if secret_names and own:  # a line may expand a secret ($HF_TOKEN): `set -x` would print its value
         own = ["{ set +x; } 2>/dev/null  # profile setup runs untraced: its lines may expand secrets", *own, "set -x"]
     setup.extend(own)
+    if resumable(plan):
+        setup.extend(after_step_lines(plan, rdir))
     additional: dict[str, Any] = {}
     if getattr(profile, "reservation", None):
         additional["reservation"] = profile.reservation

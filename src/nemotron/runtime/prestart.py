@@ -6,7 +6,7 @@ Each check returns problems as lines (``[]`` or ``None``: fine) so that a runtim
 one per line, before anything heavy is imported. The numbers they compare come from the config
 (``run.env.nodes``, ``run.env.gpus_per_node``), torchrun's environment (``WORLD_SIZE``,
 ``LOCAL_WORLD_SIZE``, torch.distributed's launcher contract), the visible devices, and the framework
-pins of ``stages/images.toml`` (``[<image>].frameworks``).
+pins of ``stages/images.toml`` (``[<image>].frameworks`` versions, ``[<image>].commits`` git commits).
 """
 
 from __future__ import annotations
@@ -45,6 +45,57 @@ def installed_versions(dists: Mapping[str, str]) -> dict[str, str | None]:
             out[key] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             out[key] = None
+    return out
+
+
+def pinned_commits(image: str, keys: tuple[str, ...]) -> dict[str, str]:
+    """The git commits ``stages/images.toml`` ``[image].commits`` records for ``keys`` (the commits the image's
+    Dockerfile installs, e.g. ``megatron_bridge``, ``megatron_core``); keys it does not list are left out."""
+    from nemotron.plan import image_table
+
+    commits = image_table().get(image, {}).get("commits", {})
+    return {k: str(commits[k]) for k in keys if k in commits}
+
+
+def installed_commits(dists: Mapping[str, str], paths: list[str] | None = None) -> dict[str, str | None]:
+    """``{key: git commit or None}`` for ``{key: distribution name}``: the commit a distribution was installed
+    from, as the installer records it for a VCS install (PEP 610 ``direct_url.json``, ``vcs_info.commit_id``;
+    written by ``pip install "NAME @ git+URL@COMMIT"``, as ``stages/docker/nemo.Dockerfile`` installs
+    Megatron-Bridge and Megatron-Core). None for a distribution that is absent or records no commit (a wheel, an
+    sdist, an editable checkout). ``paths``: where to look instead of ``sys.path``. No import of the package."""
+    import json
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for key, dist in dists.items():
+        if paths is None:
+            try:
+                found: Any = metadata.distribution(dist)
+            except metadata.PackageNotFoundError:
+                found = None
+        else:
+            found = next(iter(metadata.distributions(name=dist, path=paths)), None)
+        text = found.read_text("direct_url.json") if found is not None else None
+        try:
+            commit = (json.loads(text).get("vcs_info") or {}).get("commit_id") if text else None
+        except (ValueError, AttributeError):  # not PEP 610 JSON: no commit to compare
+            commit = None
+        out[key] = str(commit) if commit else None
+    return out
+
+
+def commit_problems(installed: Mapping[str, str | None], pinned: Mapping[str, str], image: str = "nemo",
+                    checked: str = "the configs", fix: str = "run in that image") -> list[str]:
+    """One line per framework installed from another commit than ``stages/images.toml`` ``[image].commits``
+    records (a shorter hash matches the full one it starts). A framework that records no commit
+    (:func:`installed_commits` None) is left to the version check (:func:`version_problems`)."""
+    out = []
+    for key, want in pinned.items():
+        have = (installed.get(key) or "").lower()
+        if not have or have.startswith(want.lower()) or want.lower().startswith(have):
+            continue
+        out.append(f"{key.replace('_', '-')} is installed from commit {have[:12]}; {checked} were checked against "
+                   f"{want[:12]} (stages/images.toml [{image}].commits): {fix}")
     return out
 
 
@@ -160,5 +211,6 @@ def refuse(title: str, problems: list[str]) -> int:
     return 1
 
 
-__all__ = ["gpu_problems", "installed_versions", "minimum_version_problem", "missing_modules", "path_problem",
-           "pinned_versions", "refuse", "release_tuple", "same_release", "version_problems", "visible_gpus"]
+__all__ = ["commit_problems", "gpu_problems", "installed_commits", "installed_versions", "minimum_version_problem",
+           "missing_modules", "path_problem", "pinned_commits", "pinned_versions", "refuse", "release_tuple",
+           "same_release", "version_problems", "visible_gpus"]

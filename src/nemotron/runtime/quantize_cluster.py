@@ -6,19 +6,20 @@ and Transformer Engine); the checks before it and the config translation it uses
 Order: :func:`precheck` first — the config translates (layout fills the world, recipe exists, source
 set), the torchrun world and this node's GPUs match ``run.env``, the frameworks import, megatron-bridge /
 megatron-core are the ``[nemo]`` pins and nvidia-modelopt is 0.47 or later (the recipes' format; the
-pinned ``nemo`` image has 0.44.0rc5), the checkpoint to quantize exists — every problem one line, exit 1,
-before anything heavy (the checks it shares with the Megatron-Bridge entry are
-:mod:`nemotron.runtime.prestart`). Then
-:func:`run`, following Megatron-Bridge's published PTQ example (examples/quantization/quantize.py):
-``AutoBridge.from_hf_pretrained`` → provider with the calibration layout (``model.*``), Model Optimizer's
-Mamba layer spec, ``moe_permute_fusion`` off → ``mtq.quantize`` with the recipe's config, calibrating on
-``quantization.calib_size`` texts (``megatron_generate(osl=1)`` per text, as the example does) → the
-quantized Megatron checkpoint in ``quantization.output_dir`` → a short fake-quantized generation
-(logged) → ``export_mcore_gpt_to_hf`` (dtype passed) into ``export.output_dir``, then the 0.47 layer-name
-repair. This version exports from the calibration layout; the ``export.*`` layout (Model Optimizer's
-launcher re-loads at PP12 for it) is validated and shown by ``--dry-run`` but not applied, and the dry-run
-says so. The in-job generation is always the fake-quantized one; ``generate.kernels: nvfp4`` (real NVFP4
-GEMMs through vLLM on Blackwell, the launcher's task_2) is not run by this job: it prints the command.
+``nemo`` image installs 0.47.0 over the Megatron-Bridge branch's 0.44.0rc5), the checkpoint to quantize
+exists — every problem one line, exit 1, before anything heavy (the checks it shares with the
+Megatron-Bridge entry are :mod:`nemotron.runtime.prestart`). Then :func:`run`, following Megatron-Bridge's
+published PTQ example (examples/quantization/quantize.py): ``AutoBridge.from_hf_pretrained`` → provider
+with the calibration layout (``model.*``), Model Optimizer's Mamba layer spec, ``moe_permute_fusion`` off
+→ ``mtq.quantize`` with the recipe's config, calibrating on ``quantization.calib_size`` texts
+(``megatron_generate(osl=1)`` per text, as the example does) → the quantized Megatron checkpoint in
+``quantization.output_dir`` → a short fake-quantized generation (logged) → ``export_mcore_gpt_to_hf``
+(dtype and the model's FP32 ``moe_router_dtype`` passed, :func:`export_options`, as Megatron-Bridge's
+examples/quantization/export.py does) into ``export.output_dir``, then the 0.47 layer-name repair. This
+version exports from the calibration layout; the ``export.*`` layout (Model Optimizer's launcher re-loads
+at PP12 for it) is validated and shown by ``--dry-run`` but not applied, and the dry-run says so. The
+in-job generation is always the fake-quantized one; ``generate.kernels: nvfp4`` (real NVFP4 GEMMs through
+vLLM on Blackwell, the launcher's task_2) is not run by this job: it prints the command.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ TITLE = "ultra3 quantize"
 
 
 #: The recipes are written in Model Optimizer 0.47's list form of ``quant_cfg`` (``quantizer_name`` entries);
-#: the ``nemo`` image of stages/images.toml pins nvidia-modelopt 0.44.0rc5, which predates it.
+#: Megatron-Bridge's Ultra branch pins nvidia-modelopt 0.44.0rc5, which predates it: the ``nemo`` image
+#: (stages/docker/nemo.Dockerfile, stages/images.toml ``[nemo].frameworks.modelopt``) installs 0.47.0 over it.
 MIN_MODELOPT = (0, 47)
 
 #: What the job imports, and why (the NeMo container, ``stages/images.toml`` ``[nemo]``).
@@ -133,8 +135,7 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
             out = megatron_generate(inner, ids, osl=gen["max_new_tokens"], enable_kv_cache=False)
             if rank0:
                 print(f"[quantize] generate {prompt!r}: {tok.batch_decode(out)}", flush=True)
-    export_mcore_gpt_to_hf(inner, plan["source"], dtype=getattr(torch, plan["export_dtype"]),
-                           export_dir=plan["export_dir"])
+    export_mcore_gpt_to_hf(inner, plan["source"], **export_options(plan, inner))
     if rank0:
         repaired = repair_export(plan["export_dir"])
         print(f"[quantize] exported {plan['export_dir']} (recipe {plan['recipe']}; layer names repaired: {repaired})",
@@ -147,6 +148,19 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
 
         write_outputs({"quantized-checkpoint": {"path": plan["export_dir"], "recipe": plan["recipe"]}})
     return 0
+
+
+def export_options(plan: dict[str, Any], model: Any) -> dict[str, Any]:
+    """Keyword arguments of Model Optimizer's ``export_mcore_gpt_to_hf`` (``modelopt.torch.export``) after
+    ``model`` (the unwrapped, quantized Megatron-Core model) and the HF source: the export dtype
+    (``export.dtype``, a ``torch`` dtype), ``export.output_dir``, and the model config's ``moe_router_dtype``,
+    as Megatron-Bridge's own ``examples/quantization/export.py`` passes it. The Nemotron-H bridge sets it to
+    ``"fp32"`` (``models/nemotronh/nemotron_h_bridge.py``): without it Model Optimizer writes the MoE router in
+    the export dtype (BF16), losing the FP32 router the model was trained and quantized with."""
+    import torch
+
+    return {"dtype": getattr(torch, plan["export_dtype"]), "export_dir": plan["export_dir"],
+            "moe_router_dtype": getattr(getattr(model, "config", None), "moe_router_dtype", None)}
 
 
 def calibration_texts(plan: dict[str, Any], text_field: str = "text") -> list[str]:
@@ -172,4 +186,4 @@ def calibration_texts(plan: dict[str, Any], text_field: str = "text") -> list[st
     return texts
 
 
-__all__ = ["calibration_texts", "main", "precheck", "run"]
+__all__ = ["calibration_texts", "export_options", "main", "precheck", "run"]
