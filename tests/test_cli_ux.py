@@ -241,7 +241,7 @@ def _stage_dry_run(capsys, *argv: str) -> tuple[int, str]:
      "error: sample=20 leaves no training records: the first split.valid_docs=10 + split.test_docs=10 records of each "
      "dataset are held out; valid: more than 20, or lower split.valid_docs / split.test_docs"),
     (("pretrain", "-c", "tiny", "mixed_precision=bf16_nvfp4_mixed"),
-     "error: mixed_precision='bf16_nvfp4_mixed': not a mixed-precision preset of Megatron-Bridge 0.5.0; did you mean "
+     "error: mixed_precision='bf16_nvfp4_mixed': not a mixed-precision preset of Megatron-Bridge 0.5.0-4588417; did you mean "
      "'bf16_with_nvfp4_mixed'?; valid: bf16_mixed, "),
     (("pretrain", "-c", "tiny", "optimizer.lr=0"), "error: optimizer.lr=0: the peak learning rate must be above 0"),
     (("pretrain", "-c", "tiny", "optimizer.lr=-2.5e-4"),
@@ -306,7 +306,7 @@ def test_local_runtime_refuses_with_the_same_rule_as_the_dry_run(overrides):
 def test_shipped_mixed_precision_presets_are_in_the_pinned_key_list():
     from nemotron.keys import load_keylist
 
-    names = load_keylist("0.5.0")["mixed_precision_recipes"]
+    names = load_keylist("0.5.0-4588417")["mixed_precision_recipes"]
     assert {"bf16_mixed", "bf16_with_nvfp4_mixed", "bf16-mixed"} <= set(names) and len(names) == 28
 
 

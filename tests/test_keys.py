@@ -18,14 +18,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _pinned(framework: str) -> str:
-    table = tomllib.loads((ROOT / "stages" / "images.toml").read_text())
-    return table["nemo"]["frameworks"][framework]
+    """The key list name for the ``[nemo]`` pin: version and short commit (``0.5.0-4588417``)."""
+    from nemotron.validation.views import keylist_version
+
+    return keylist_version("nemo", framework)
 
 
 def test_a_key_list_is_stored_for_the_pinned_version():
     version = _pinned("megatron_bridge")
+    table = tomllib.loads((ROOT / "stages" / "images.toml").read_text())["nemo"]
     kl = keys.load_keylist(version)
-    assert kl["version"] == version and kl["megatron_core"] == _pinned("megatron_core")
+    assert kl["version"] == version == f"{table['frameworks']['megatron_bridge']}-{table['commits']['megatron_bridge'][:7]}"
+    assert kl["package_version"] == table["frameworks"]["megatron_bridge"]
+    assert kl["megatron_core"] == table["frameworks"]["megatron_core"]
     sections = kl["sections"]
     for name in ("train", "model", "optimizer", "scheduler", "ddp", "dataset", "checkpoint", "logger", "tokenizer",
                  "dist", "rng", "validation", "mixed_precision"):
@@ -63,7 +68,11 @@ def test_unknown_pass_through_key_is_rejected_with_a_did_you_mean():
     assert "Megatron-Bridge 0.5.0" in line and "did you mean train.train_iters?" in line
     # free-form mappings and our own keys pass
     ok = {"dataset": {"dataset_kwargs": {"anything": 1}}, "model": {"name": "ultra"}, "backend": "local"}
-    assert keys.unknown_keys(ok, keys.load_keylist("0.5.0")) == []
+    assert keys.unknown_keys(ok, keys.load_keylist(_pinned("megatron_bridge"))) == []
+    # a class the job constructs itself must get its required fields
+    missing = keys.missing_keys({"dataset": {"dataset_root": "/d"}}, keys.load_keylist(_pinned("megatron_bridge")),
+                                {"dataset": "FinetuningDatasetConfig"})
+    assert [p.key for p in missing] == ["dataset.seq_length"] and "required by FinetuningDatasetConfig" in missing[0].message
 
 
 def test_generator_reads_dataclasses_through_imports_and_inheritance(tmp_path):
@@ -143,3 +152,12 @@ def test_generator_reads_dataclasses_through_imports_and_inheritance(tmp_path):
                                   "train": {"train_iters": 1}}, data)
     assert [p.suggestion for p in problems] == ["dataset.packed_sequence_specs.pad_seq_to_mult"]
     json.dumps(data)  # stored as JSON
+    # the same tree as a git-archive file (a top folder, then src/): the key list is named by its commit
+    import tarfile
+
+    archive = tmp_path / "megatron-bridge-somebranch-abcdef1.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "src", arcname="Megatron-Bridge/src")
+    packed = mod.generate(archive, archive)
+    assert packed["commit"] == "abcdef1" and packed["sections"] == data["sections"]
+    assert packed["sections"]["dataset"]["required"] == {}

@@ -1,11 +1,11 @@
 """The Megatron-Bridge entry of pretrain, SFT and convert (src/nemotron/runtime/megatron_bridge.py): the pure
-translation of our compiled configs into Megatron-Bridge's ConfigContainer values, and the checks the entry
-runs before any heavy import.
+translation of our compiled configs into Megatron-Bridge's ConfigContainer values, the slice's HF config folder,
+the recipe builder's arguments, and the checks the entry runs before any heavy import.
 
-Megatron-Bridge itself (Python 3.12, Transformer Engine, GPUs inside NVIDIA's container) cannot run here,
-so `main` — recipe, AutoBridge, pretrain/finetune — is not exercised: these tests cover everything around it
-with the project's real config compiler, real data files in our formats, and the stored Megatron-Bridge 0.5.0
-key list as the reference for field names.
+These tests run in the project venv, without Megatron-Bridge: they use the project's real config compiler, real
+data files in our formats, and the stored key list of the pinned Megatron-Bridge (0.5.0 at 4588417) as the
+reference for field names. The recipe builders, AutoBridge and ``ConfigContainer.validate()`` on the same
+translation run in the contract tests (tests/contract/test_megatron_bridge.py, test_megatron_core.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from nemotron.runtime.pretrain_data import read_blend
 from nemotron.runtime.tracking import wandb_run_id
 
 PINNED = {"megatron_bridge": "0.5.0", "megatron_core": "0.18.0"}
+KEYLIST = "0.5.0-4588417"  # the key list of that pin (package 0.5.0, branch nemotron_3_ultra at 4588417)
 
 
 def _sections_as_config(bc: mb.BridgeConfig) -> dict:
@@ -66,8 +67,8 @@ def test_pretrain_default_translates_to_megatron_bridge_fields(tmp_path):
     ]
     assert bc.dataset["split"] is None and bc.dataset["blend"] is None and bc.dataset["seq_length"] == 8192
     assert not {"backend", "recipe", "run", "data", "convert"} & set(bc.sections)
-    # every value we hand over has its Megatron-Bridge 0.5.0 name
-    problems = keys.unknown_keys(_sections_as_config(bc), keys.load_keylist("0.5.0"), own=())
+    # every value we hand over has its Megatron-Bridge name at the pin
+    problems = keys.unknown_keys(_sections_as_config(bc), keys.load_keylist(KEYLIST), own=())
     assert not problems, [p.message for p in problems]
     assert bc.train_iters == 794728 and bc.env == {}  # W&B off without a project
 
@@ -93,7 +94,7 @@ def test_sft_default_translates_packed_parquet_with_answer_only_loss(tmp_path):
     # W&B: the run id follows the checkpoint folder, so every job of this run logs to one W&B run
     assert bc.env["WANDB_RUN_ID"] == wandb_run_id(tmp_path / "c") and bc.env["WANDB_RESUME"] == "allow"
     assert bc.sections["logger"]["wandb_exp_name"] == "ultra3-sft (sft-data v1)"
-    problems = keys.unknown_keys(_sections_as_config(bc), keys.load_keylist("0.5.0"), own=())
+    problems = keys.unknown_keys(_sections_as_config(bc), keys.load_keylist(KEYLIST), own=())
     assert not problems, [p.message for p in problems]
 
     off = dict(cfg, dataset={**cfg["dataset"], "dataset_kwargs": {"answer_only_loss": False}})
@@ -194,7 +195,8 @@ def test_entry_reports_precheck_problems_without_a_traceback(tmp_path):
 
 @pytest.mark.parametrize("stage,name", [("pretrain", "tiny"), ("pretrain", "long_context"), ("sft", "tiny")])
 def test_every_cluster_config_translates_to_known_fields(tmp_path, stage, name):
-    """Each shipped Megatron-Bridge config of pretrain and SFT becomes only Megatron-Bridge 0.5.0 field names."""
+    """Each shipped Megatron-Bridge config of pretrain and SFT becomes only field names of the pinned
+    Megatron-Bridge."""
     if stage == "pretrain":
         blend = write_pretrain_data(tmp_path / "data")
         cfg = compile_stage(stage, name, data__per_split_data_args_path=str(blend),
@@ -207,6 +209,53 @@ def test_every_cluster_config_translates_to_known_fields(tmp_path, stage, name):
             "packed_metadata_path": str(train)}, checkpoint__pretrained_checkpoint=str(tmp_path),
             checkpoint__save=str(tmp_path / "ckpt"))
         bc = mb.translate(cfg, stage)
-    problems = keys.unknown_keys(_sections_as_config(bc), keys.load_keylist("0.5.0"), own=())
+    problems = keys.unknown_keys(_sections_as_config(bc), keys.load_keylist(KEYLIST), own=())
     assert not problems, [p.message for p in problems]
     assert bc.sections["train"]["exit_signal_handler"] is True
+
+
+def test_a_slice_carries_its_hf_config_from_the_catalogue(tmp_path):
+    """``model.name: ultra4layer``: the translation carries the slice's HF config.json (4 layers ``ME*E``, the
+    ``*E`` MTP block), the job writes it to a folder that becomes the recipe's ``hf_path``; MTP depth and shared
+    weights are the ones the memory estimate counts. The full model has none: the recipe reads hf_model_id."""
+    from nemotron import catalogue
+
+    blend = write_pretrain_data(tmp_path / "data")
+    cfg = compile_stage("pretrain", "tiny", data__per_split_data_args_path=str(blend), checkpoint__save=str(tmp_path / "c"))
+    bc = mb.translate(cfg, "pretrain", blend=read_blend(blend))
+    assert bc.hf_config == catalogue.hf_config(catalogue.get("ultra4layer"))
+    assert (bc.hf_config["num_hidden_layers"], bc.hf_config["hybrid_override_pattern"],
+            bc.hf_config["mtp_hybrid_override_pattern"]) == (4, "ME*E", "*E")
+    assert bc.sections["model"]["mtp_num_layers"] == 2 and bc.sections["model"]["mtp_use_repeated_layer"] is True
+    folder = mb.hf_source(bc, tmp_path / "slice")
+    assert folder == str(tmp_path / "slice")
+    assert json.loads((tmp_path / "slice" / "config.json").read_text()) == bc.hf_config
+    assert mb.hf_source(bc) != folder  # default: a new folder of this process
+    # unset MTP depth: the catalogue's (what the estimate assumes without the key)
+    no_depth = json.loads(json.dumps(cfg))
+    no_depth["model"].pop("mtp_num_layers")
+    assert mb.translate(no_depth, "pretrain", blend=read_blend(blend)).sections["model"]["mtp_num_layers"] == 2
+    full = mb.translate(compile_stage("pretrain", "default", data__per_split_data_args_path=str(blend),
+                                      recipe__hf_model_id=str(tmp_path / "ultra-snapshot"),
+                                      checkpoint__save=str(tmp_path / "d")), "pretrain", blend=read_blend(blend))
+    assert full.hf_config is None and mb.hf_source(full) == str(tmp_path / "ultra-snapshot")  # a local folder
+    assert full.seq_length == 8192 and full.trust_remote_code is False
+
+
+def test_recipe_arguments_follow_the_builder_signature(tmp_path):
+    """hf_path is required (else recipe.hf_model_id and a slice would not reach the provider); seq_length when the
+    builder takes it; trust_remote_code only when true, and only for a builder that takes it."""
+    blend = write_pretrain_data(tmp_path / "data")
+    cfg = compile_stage("pretrain", "tiny", data__per_split_data_args_path=str(blend), checkpoint__save=str(tmp_path / "c"))
+    bc = mb.translate(cfg, "pretrain", blend=read_blend(blend))
+    assert mb.recipe_kwargs(bc, ["hf_path", "seq_length"], "/x") == {"hf_path": "/x", "seq_length": 4096}
+    with pytest.raises(mb.TranslateError, match="takes no hf_path"):
+        mb.recipe_kwargs(bc, [], "/x")
+    trusting = mb.translate(dict(cfg, recipe={**cfg["recipe"], "trust_remote_code": True}), "pretrain",
+                            blend=read_blend(blend))
+    with pytest.raises(mb.TranslateError, match="takes no trust_remote_code"):
+        mb.recipe_kwargs(trusting, ["hf_path", "seq_length"], "/x")
+    assert mb.recipe_kwargs(trusting, ["hf_path", "trust_remote_code"], "/x") == {"hf_path": "/x",
+                                                                                 "trust_remote_code": True}
+    with pytest.raises(mb.TranslateError, match="recipe.trust_remote_code='yes'"):
+        mb.translate(dict(cfg, recipe={**cfg["recipe"], "trust_remote_code": "yes"}), "pretrain", blend={})

@@ -370,6 +370,17 @@ KNOWN_BAD = [
      "run.env.nodes", "multiple of the NVLink segment size 16"),
     ("local-with-tp2", "pretrain", "local", {"model.tensor_model_parallel_size": 2}, None, "local-layout",
      "model.tensor_model_parallel_size", "parallel sizes must be 1"),
+    # Megatron-Bridge / Megatron-LM refusals, each with a parity contract test (tests/contract/)
+    ("packed-sft-micro-batch-2", "sft", "tiny", {"train.micro_batch_size": 2}, None, "packed-micro-batch",
+     "train.micro_batch_size", "one pack of 4096 tokens per micro-batch"),
+    ("offload-without-precision-aware", "pretrain", "tiny", {"optimizer.use_precision_aware_optimizer": False}, None,
+     "optimizer-offload", "optimizer.use_precision_aware_optimizer", "needs the precision-aware optimizer"),
+    ("offload-with-mxfp8-param-gather", "pretrain", "tiny", {"mixed_precision": "bf16_with_mxfp8_mixed"}, None,
+     "optimizer-offload", "optimizer.optimizer_cpu_offload", "only for delayed scaling"),
+    ("recipe-without-hf-path", "pretrain", "tiny", {"recipe.name": "nemotronh_8b_pretrain_config"}, None,
+     "bridge-translate", "recipe.name", "takes no hf_path"),
+    ("recipe-trust-remote-code", "pretrain", "tiny", {"recipe.trust_remote_code": True}, None, "bridge-translate",
+     "recipe.trust_remote_code", "takes no trust_remote_code"),
 ]
 ISSUE_LIST = 13
 
@@ -498,6 +509,50 @@ def test_slice_switches_to_one_node_and_says_so():
     assert views.get(cfg, "model.sequence_parallel") is False
     assert views.get(cfg, "run.env.nodes") == 1
     assert notes and "ultra4layer" in notes[0] and "one node of 8 GPUs" in notes[0]
+
+
+def test_slice_kept_at_tp2_gets_sequence_parallel():
+    """The preparation never writes a value validation refuses: a slice whose TP you keep above 1 is MoE, so
+    sequence parallel goes on (unless you set it yourself, which is then checked)."""
+    for base in ("default", "tiny"):
+        cfg, user = load("pretrain", base, {"model.name": "ultra4layer", "model.tensor_model_parallel_size": 2,
+                                            "mixed_precision": "bf16_mixed"})
+        validation.prepare(get_stage("pretrain"), cfg, user, H200)
+        assert views.get(cfg, "model.sequence_parallel") is True
+        assert not errors(validation.validate(get_stage("pretrain"), cfg, H200))
+    cfg, user = load("pretrain", "tiny", {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": False})
+    notes = validation.prepare(get_stage("pretrain"), cfg, user, H200)
+    assert "kept your model.tensor_model_parallel_size=2, model.sequence_parallel=False" in notes[0]
+    assert [p.rule for p in errors(validation.validate(get_stage("pretrain"), cfg, H200))] == ["moe-tp-needs-sp"]
+    cfg, user = load("rlvr", "tiny", {"policy.megatron_cfg.tensor_model_parallel_size": 2})
+    validation.prepare(get_stage("rlvr"), cfg, user, H200)
+    assert views.get(cfg, "policy.megatron_cfg.sequence_parallel") is True
+
+
+def test_packed_micro_batch_and_offload_rules():
+    assert rules.packed_micro_batch(4096, 1, 16) == [] and rules.packed_micro_batch(None, 4, 16) == []
+    (p,) = rules.packed_micro_batch(4096, 2, 16)
+    assert p.key == "train.micro_batch_size" and p.valid == "1"
+    assert "micro batch 1, global batch 8 and packs of 8192 tokens" in p.message
+    ok = dict(offload=True, precision_aware=True, optimizer="adam", distributed=True, fp8_param_gather=False,
+              fp8_recipe="tensorwise", preset="bf16_mixed")
+    assert rules.optimizer_offload(**ok) == []
+    assert rules.optimizer_offload(**{**ok, "offload": False, "precision_aware": None}) == []
+    assert [x.key for x in rules.optimizer_offload(**{**ok, "precision_aware": False})] == [
+        "optimizer.use_precision_aware_optimizer"]
+    assert rules.optimizer_offload(**{**ok, "fp8_param_gather": True, "fp8_recipe": "delayed"}) == []
+    assert [x.key for x in rules.optimizer_offload(**{**ok, "fp8_param_gather": True, "fp8_recipe": "mxfp8"})] == [
+        "optimizer.optimizer_cpu_offload"]
+    assert {x.key for x in rules.optimizer_offload(**{**ok, "offload": False, "optimizer": "sgd",
+                                                      "distributed": False})} == {
+        "optimizer.optimizer", "optimizer.use_distributed_optimizer"}
+
+
+def test_unknown_recipe_is_a_warning_naming_the_ultra_recipes():
+    problems, _, _, _ = check("pretrain", "tiny", {"recipe.name": "nemotron_3_ultra_pretrain"})
+    (w,) = [p for p in problems if p.rule == "bridge-translate"]
+    assert w.severity == "warning" and w.key == "recipe.name"
+    assert "nemotron_3_ultra_pretrain_config" in w.valid
 
 
 def test_slice_keeps_user_keys():

@@ -5,8 +5,9 @@ What the entry scripts (``stages/ultra3/{pretrain,sft,convert}/run.py``, through
 with ``backend: megatron-bridge``, on every rank that torchrun starts:
 
 1. :func:`precheck` — before any heavy import, one line per problem: Megatron-Bridge importable; the
-   installed megatron-bridge / megatron-core versions are the ones the configs and the key list were
-   checked against (``stages/images.toml`` ``[nemo].frameworks``, ``keylists/megatron-bridge-<v>.json``);
+   installed megatron-bridge / megatron-core versions, and their git commits where pip recorded one, are the
+   ones the configs and the key list were checked against (``stages/images.toml`` ``[nemo].frameworks`` and
+   ``[nemo].commits``, ``keylists/megatron-bridge-<version>-<commit>.json``);
    the GPUs this node shows equal ``run.env.gpus_per_node`` and torchrun's ``WORLD_SIZE`` equals
    nodes x GPUs per node; the inputs exist and are of the right kind (pretrain: ``blend.json`` and every
    ``.bin/.idx`` it lists; SFT: the packed Parquet files and their metadata, and the starting checkpoint;
@@ -25,22 +26,30 @@ with ``backend: megatron-bridge``, on every rank that torchrun starts:
    (a stable folder per run name: every job of a run resumes from the last save); W&B identity from
    :mod:`nemotron.runtime.tracking`.
 3. :func:`main` — heavy: the Ultra config from the recipe ``recipe.name`` (``megatron.bridge.recipes``),
-   whose model provider AutoBridge builds from the HF config ``recipe.hf_model_id``; our values applied
-   on top; the MoE routing check on the provider (:func:`nemotron.runtime.routing.require_routing`); the
+   built with ``hf_path`` = ``recipe.hf_model_id`` (a repo id or a local folder), or for an ``<N>layer``
+   slice a folder holding the slice's ``config.json`` from our catalogue (:func:`hf_source`), from which
+   AutoBridge builds the model provider; our values applied on top (:func:`_recipe`, :func:`_apply`); the MoE routing check on the provider (:func:`nemotron.runtime.routing.require_routing`); the
    data folder marked as consumed; Megatron-Bridge's ``pretrain`` / ``finetune`` with ``gpt_step.forward_step``.
    Exit 0 when the last saved iteration reached ``train.train_iters``, 75 when the run saved and stopped
-   earlier (the exit-signal handler: the job is requeued or continued), 1 on a failure.
+   earlier (the exit-signal handler, after which Megatron-Bridge ends with ``sys.exit(0)``: :func:`train_exit_code`
+   reads the saved iteration and writes the requeue marker, from which the job's batch script requeues or
+   continues the job), 1 on a failure.
    Convert: ``AutoBridge.import_ckpt`` (HF → Megatron) or ``AutoBridge.export_ckpt`` (Megatron → HF; the
    HF ``config.json`` then rewritten to the v4 form NeMo RL reads, :mod:`nemotron.runtime.convert`).
 
-APIs as in Megatron-Bridge 0.5.0 (``training/pretrain.py`` ``pretrain(config, forward_step_func)``,
+APIs as in Megatron-Bridge branch ``nemotron_3_ultra`` at 4588417 (package 0.5.0; ``recipes/nemotronh/
+nemotron_3_ultra.py`` ``nemotron_3_ultra_pretrain_config(hf_path=, seq_length=)``, ``training/pretrain.py``
+``pretrain(config, forward_step_func)``,
 ``training/finetune.py`` ``finetune``, ``training/gpt_step.py`` ``forward_step``,
 ``training/mixed_precision.py`` ``get_mixed_precision_config``, ``models/conversion/auto_bridge.py``
 ``AutoBridge.from_hf_pretrained / to_megatron_provider / import_ckpt / export_ckpt``,
 ``data/datasets/packed_sequence.py`` ``PackedSequenceSpecs``, ``training/config.py``
-``FinetuningDatasetConfig``). Steps 1 and 2 are tested here (tests/test_runtime_megatron_bridge.py).
-Step 3 needs Megatron-Bridge, Transformer Engine and GPUs inside NVIDIA's container, which this project's
-machines do not have: it has not been run by this project.
+``FinetuningDatasetConfig``). Steps 1 and 2 are tested here (tests/test_runtime_megatron_bridge.py). Of
+step 3, :func:`_recipe` and :func:`_apply` run with the real upstream sources on a CPU in the contract tests
+(tests/contract/test_megatron_bridge.py: the recipe builders, the provider AutoBridge makes, the routing
+check, ``ConfigContainer.validate()`` at the job's world size; tests/contract/test_megatron_core.py:
+Megatron-Core's ``TransformerConfig.__post_init__`` through the provider's ``finalize()``). ``pretrain`` /
+``finetune`` need Transformer Engine and GPUs inside NVIDIA's container: not run by this project.
 
 Stdlib only at import time (step 1 reads ``blend.json`` with :mod:`nemotron.runtime.pretrain_data`, numpy).
 """
@@ -65,7 +74,7 @@ PASS_THROUGH = ("model", "train", "validation", "optimizer", "scheduler", "ddp",
 #: Mixed-precision fields that keep layers in BF16 around NVFP4/FP8 GEMMs (Megatron-Bridge MixedPrecisionConfig;
 #: NVIDIA-NeMo/Nemotron ultra3 train.py sets them for NVFP4 pretraining).
 BF16_LAYER_KEYS = ("first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
-#: Our pack-spec keys (dataset.packed_sequence_specs.*) = PackedSequenceSpecs fields (Megatron-Bridge 0.5.0).
+#: Our pack-spec keys (dataset.packed_sequence_specs.*) = PackedSequenceSpecs fields (Megatron-Bridge 4588417).
 PACK_KEYS = ("packed_sequence_size", "packed_train_data_path", "packed_val_data_path", "packed_metadata_path",
              "pad_seq_to_mult", "pad_cu_seqlens", "tokenizer_model_name")
 
@@ -78,7 +87,8 @@ class BridgeConfig:
         stage: ``pretrain`` | ``sft`` | ``convert``.
         recipe: Megatron-Bridge recipe function (``recipe.name``) the ``ConfigContainer`` starts from; None
             for convert.
-        hf_model_id: the HF repo or folder whose ``config.json`` AutoBridge turns into the model provider.
+        hf_model_id: ``recipe.hf_model_id``: the HF repo id or local folder of the model (its ``config.json``
+            for the full model; the tokenizer fallback).
         model_name: our catalogue entry (the routing check's expectations).
         sections: ConfigContainer section → {field: value}, set on the recipe's objects in order.
         dataset_kind: ``gpt`` (pretrain: ``GPTDatasetConfig``) or ``finetuning`` (SFT: ``FinetuningDatasetConfig``).
@@ -89,6 +99,14 @@ class BridgeConfig:
         train_iters: ``train.train_iters`` (the exit code compares the last saved iteration with it).
         checkpoint_dir: ``checkpoint.save``.
         convert: convert's settings (direction, source, output_dir, hf_config_form, device) or None.
+        hf_config: for an ``<N>layer`` slice, the HF ``config.json`` (a dict) of the slice, from our catalogue
+            (:func:`nemotron.catalogue.hf_config`: the layer count, hybrid pattern and MTP block the memory
+            estimate describes): the job writes it to a folder (:func:`hf_source`) and builds the recipe with
+            ``hf_path`` = that folder, so AutoBridge makes the slice's provider. None for a full model: the recipe
+            reads ``recipe.hf_model_id``'s own ``config.json``.
+        trust_remote_code: ``recipe.trust_remote_code``: passed to AutoBridge only when true, as Megatron-Bridge's
+            ``examples/conversion/convert_checkpoints.py`` passes ``--trust-remote-code``.
+        seq_length: ``model.seq_length`` (the recipe builder's ``seq_length``).
     """
 
     stage: str
@@ -104,6 +122,14 @@ class BridgeConfig:
     train_iters: int | None = None
     checkpoint_dir: str | None = None
     convert: dict[str, Any] | None = None
+    hf_config: dict[str, Any] | None = None
+    trust_remote_code: bool = False
+    seq_length: int | None = None
+
+
+#: The classes the job constructs itself from a section of our config (not the recipe's object set field by field),
+#: per stage: their required fields (no default) must be in the config (:func:`nemotron.keys.missing_keys`).
+CONSTRUCTED = {"sft": {"dataset": "FinetuningDatasetConfig"}}
 
 
 class TranslateError(ValueError):
@@ -136,12 +162,13 @@ def _strip_own(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | None = None,
-              data_tokenizer: str | None = None, data_version: str | None = None) -> BridgeConfig:
+              data_tokenizer: dict[str, Any] | str | None = None, data_version: str | None = None) -> BridgeConfig:
     """The Megatron-Bridge form of the compiled ``cfg`` of ``stage`` (see the module docstring, step 2).
 
     ``blend``: pretrain's parsed blend.json (:func:`nemotron.runtime.pretrain_data.read_blend`);
-    ``data_tokenizer``: the tokenizer the data was prepared with (its manifest), used when
-    ``tokenizer.tokenizer_model`` is null; ``data_version``: the data folder's version (W&B run name).
+    ``data_tokenizer``: the tokenizer the data was prepared with, used when ``tokenizer.tokenizer_model`` is
+    null: the ``TokenizerConfig`` fields of its manifest (:func:`nemotron.data.outputs.megatron_tokenizer`), or a
+    tokenizer path; ``data_version``: the data folder's version (W&B run name).
 
     Raises:
         TranslateError: a value Megatron-Bridge cannot take as it is (the message names the key).
@@ -153,8 +180,12 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
     own = _strip_own(cfg)
     hf_model_id = get(cfg, "recipe.hf_model_id")
     if not hf_model_id:
-        raise TranslateError("recipe.hf_model_id is not set: AutoBridge builds the model provider from that HF config")
+        raise TranslateError("recipe.hf_model_id is not set: AutoBridge builds the model provider from that HF config "
+                             "(a Hugging Face repo id, or a local folder holding its config.json)")
     model_name = str(get(cfg, "model.name", "ultra"))
+    trust = get(cfg, "recipe.trust_remote_code", False)
+    if not isinstance(trust, bool):
+        raise TranslateError(f"recipe.trust_remote_code={trust!r}: must be true or false")
     if stage == "convert":
         conv = dict(cfg.get("convert") or {})
         direction = conv.get("direction")
@@ -167,7 +198,7 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
                 raise TranslateError(f"convert.{key}={value!r}: must be set (a checkpoint folder)")
         model = {k: v for k, v in (own.get("model") or {}).items() if k.endswith("_parallel_size")}
         return BridgeConfig(stage=stage, recipe=None, hf_model_id=str(hf_model_id), model_name=model_name,
-                            sections={"model": model}, convert=conv)
+                            sections={"model": model}, convert=conv, trust_remote_code=trust)
 
     sections: dict[str, dict[str, Any]] = {}
     for name in PASS_THROUGH:
@@ -187,11 +218,26 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
     if not save or "${" in str(save):
         raise TranslateError(f"checkpoint.save={save!r}: a run needs a stable checkpoint folder")
     ckpt["load"] = ckpt.get("load") or save
-    if tok.get("tokenizer_model") is None:
-        tok["tokenizer_model"] = data_tokenizer or str(hf_model_id)
+    if tok.get("tokenizer_model") is None:  # the data's tokenizer: TokenizerConfig fields (type and folder)
+        tok.update(data_tokenizer if isinstance(data_tokenizer, dict) else
+                   {"tokenizer_model": data_tokenizer or str(hf_model_id)})
     seq = get(cfg, "model.seq_length")
     if seq is None:
         raise TranslateError("model.seq_length is not set")
+    from nemotron import catalogue
+
+    try:
+        spec = catalogue.get(model_name)
+    except catalogue.CatalogueError as exc:
+        raise TranslateError(f"model.name={model_name!r}: {exc}") from None
+    # the MTP block the memory estimate counts (nemotron.validation.memory: model.mtp_num_layers, else the
+    # catalogue's depth; one shared set of weights when the catalogue says so) is the one the provider gets
+    if model.get("mtp_num_layers") is None:
+        model["mtp_num_layers"] = spec.mtp_depths
+    if spec.mtp_depths and model.get("mtp_use_repeated_layer") is None:
+        model["mtp_use_repeated_layer"] = spec.mtp_shared_weights
+    # a slice has no HF repo of its own: its config.json comes from the catalogue (the slice the estimate describes)
+    hf_config = catalogue.hf_config(spec) if spec.is_slice else None
 
     mp = cfg.get("mixed_precision")
     overrides = {k: model.pop(k) for k in BF16_LAYER_KEYS if k in model}
@@ -250,7 +296,8 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
     return BridgeConfig(stage=stage, recipe=get(cfg, "recipe.name"), hf_model_id=str(hf_model_id),
                         model_name=model_name, sections=sections, dataset_kind=kind, dataset=dataset,
                         mixed_precision=str(mp) if mp else None, mixed_precision_overrides=overrides, env=env,
-                        train_iters=get(cfg, "train.train_iters"), checkpoint_dir=str(save))
+                        train_iters=get(cfg, "train.train_iters"), checkpoint_dir=str(save), hf_config=hf_config,
+                        trust_remote_code=trust, seq_length=seq)
 
 
 # ------------------------------------------------------------------------------------ checks (no heavy import)
@@ -259,13 +306,22 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
 FRAMEWORKS = {"megatron_bridge": "megatron-bridge", "megatron_core": "megatron-core"}
 
 
-def framework_problems(installed: dict[str, str | None] | None = None) -> list[str]:
+def framework_problems(installed: dict[str, str | None] | None = None,
+                       commits: dict[str, str | None] | None = None) -> list[str]:
     """One line per framework of :data:`FRAMEWORKS` whose installed version (``installed``, default the real
-    ones) is not the ``[nemo]`` pin (:func:`nemotron.runtime.prestart.version_problems`)."""
+    ones) is not the ``[nemo]`` pin (:func:`nemotron.runtime.prestart.version_problems`), or which was installed
+    from another git commit than ``[nemo].commits`` records (``commits``, default the real ones: the commit pip
+    records for a git install, :func:`nemotron.runtime.prestart.installed_commits`). Megatron-Core's commit is the
+    one that tells the Ultra branch's pin (``c8288b6``) from the base image's own build of the same version
+    ``0.18.0``; a package that records no commit is checked by its version alone."""
     installed = prestart.installed_versions(FRAMEWORKS) if installed is None else installed
-    return prestart.version_problems(
-        installed, prestart.pinned_versions("nemo", tuple(FRAMEWORKS)), "nemo", "the configs and the key list",
-        "run in that image, or regenerate the key list for it (scripts/megatron_bridge_keys.py) and update the pin")
+    commits = prestart.installed_commits(FRAMEWORKS) if commits is None else commits
+    fix = "run in that image, or regenerate the key list for it (scripts/megatron_bridge_keys.py) and update the pin"
+    checked = "the configs and the key list"
+    return (prestart.version_problems(installed, prestart.pinned_versions("nemo", tuple(FRAMEWORKS)), "nemo", checked,
+                                      fix)
+            + prestart.commit_problems(commits, prestart.pinned_commits("nemo", tuple(FRAMEWORKS)), "nemo", checked,
+                                       "run in the image stages/docker/nemo.Dockerfile builds"))
 
 
 def _exists(key: str, value: Any, problems: list[str], kind: str = "file") -> Path | None:
@@ -374,30 +430,121 @@ def exit_code(checkpoint_dir: str | os.PathLike[str], train_iters: int | None) -
     return 0 if train_iters is None or it >= train_iters else EXIT_REQUEUE
 
 
-def _recipe(name: str | None, stage: str) -> Any:  # pragma: no cover - needs Megatron-Bridge
+def train_exit_code(train: Any, stage: str, checkpoint_dir: str | os.PathLike[str] | None, train_iters: int | None,
+                    env: dict[str, str] | None = None) -> int:
+    """Run ``train()`` (Megatron-Bridge's ``pretrain`` / ``finetune`` on the container) and return the run's exit
+    code from what it saved (:func:`exit_code`), not from how it ended.
+
+    Megatron-Bridge's training loop (``training/train.py``, ``checkpoint_and_decide_exit``) saves on the exit
+    signal (SIGTERM: Slurm's warning ``run.signal_before_s`` before the time limit), leaves the loop and ends
+    the process with ``sys.exit(exit_code)``, 0 unless its rerun state machine set another: a run stopped early
+    looks like a finished one. So a ``SystemExit`` of 0 (or None) is taken as an ordinary return, any other is
+    let through; then an early save (the last saved iteration below ``train_iters``) is 75: said in the job
+    log and written to the requeue marker (:func:`nemotron.entry.mark_stopped`, global rank 0), from which the
+    job's batch script requeues the job (``run.requeue``) or ends it with 75 (``run.chain``).
+    """
+    try:
+        train()
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+    code = exit_code(checkpoint_dir, train_iters) if checkpoint_dir else 1
+    if code == EXIT_REQUEUE:
+        detail = f"saved at iteration {last_saved_iteration(checkpoint_dir)} of {train_iters} and stopped"
+        _say(stage, f"{detail}; the next job of this run resumes there")
+        from nemotron.entry import mark_stopped
+
+        mark_stopped(f"ultra3 {stage}", detail, env)
+    return code
+
+
+def hf_source(bc: BridgeConfig, folder: str | os.PathLike[str] | None = None) -> str:
+    """What the recipe builder gets as ``hf_path``: ``recipe.hf_model_id`` (a Hugging Face repo id, or a local
+    folder holding its ``config.json``: offline clusters give a folder), or, for an ``<N>layer`` slice
+    (``bc.hf_config`` set), ``folder`` (default: a new temporary folder of this process) after writing the
+    slice's ``config.json`` there. Nothing is downloaded for a slice: only the configuration is read
+    (``load_weights=False``), so the slice builds offline."""
+    if bc.hf_config is None:
+        return bc.hf_model_id
+    import json
+    import tempfile
+
+    out = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix=f"nemotron-{bc.model_name}-hf-"))
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".config.json.tmp"
+    tmp.write_text(json.dumps(bc.hf_config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, out / "config.json")
+    return str(out)
+
+
+def recipe_kwargs(bc: BridgeConfig, params: Any, hf_path: str) -> dict[str, Any]:
+    """Keyword arguments for the recipe builder ``recipe.name`` whose keyword parameters are ``params`` (the real
+    signature in the job; the key list's ``recipes`` in the dry-run): ``hf_path`` (required: without it the recipe
+    builds its provider from its own HF id, not ours or the slice), ``seq_length``, and ``trust_remote_code``
+    only when true.
+
+    Raises:
+        TranslateError: the builder takes no ``hf_path``, or ``recipe.trust_remote_code`` is true and the builder
+            takes no ``trust_remote_code`` (the Ultra recipes load ``hf_path`` with transformers' own NemotronH).
+    """
+    params = set(params)
+    if "hf_path" not in params:
+        raise TranslateError(f"recipe.name={bc.recipe}: this recipe takes no hf_path, so neither recipe.hf_model_id "
+                             "nor an <N>layer slice would reach its model provider; use one that does "
+                             "(megatron.bridge.recipes.nemotronh.nemotron_3_ultra_*)")
+    kwargs: dict[str, Any] = {"hf_path": hf_path}
+    if "seq_length" in params and bc.seq_length is not None:
+        kwargs["seq_length"] = bc.seq_length
+    if bc.trust_remote_code:
+        if "trust_remote_code" not in params:
+            raise TranslateError(f"recipe.trust_remote_code=true: recipe {bc.recipe} takes no trust_remote_code (it "
+                                 "loads hf_path's config.json with transformers' own classes); set it false")
+        kwargs["trust_remote_code"] = True
+    return kwargs
+
+
+def _recipe(bc: BridgeConfig, hf_path: str | None = None) -> Any:
+    """The ``ConfigContainer`` of the recipe ``recipe.name`` (looked up in ``megatron.bridge.recipes.nemotronh``,
+    then ``megatron.bridge.recipes``), built with ``hf_path`` (:func:`hf_source`; the slice's folder for an
+    ``<N>layer`` model) and ``seq_length``; a name neither has: Megatron-Bridge's common pretrain/SFT defaults
+    with no model (:func:`_apply` builds it from ``hf_path``). Needs Megatron-Bridge (run on a CPU by
+    ``tests/contract/test_megatron_bridge.py``).
+
+    Raises:
+        TranslateError: see :func:`recipe_kwargs`.
+    """
     import importlib
 
+    hf_path = hf_source(bc) if hf_path is None else hf_path
     for module in ("megatron.bridge.recipes.nemotronh", "megatron.bridge.recipes"):
         try:
             mod = importlib.import_module(module)
         except ImportError:
             continue
-        if name and hasattr(mod, name):
-            return getattr(mod, name)()
+        if bc.recipe and hasattr(mod, bc.recipe):
+            import inspect
+
+            builder = getattr(mod, bc.recipe)
+            return builder(**recipe_kwargs(bc, inspect.signature(builder).parameters, hf_path))
     from megatron.bridge.recipes.common import _pretrain_common, _sft_common
 
-    print(f"ultra3 {stage}: recipe.name={name!r} is not in this Megatron-Bridge's recipes; starting from its common "
-          f"{'pretrain' if stage == 'pretrain' else 'SFT'} defaults", flush=True)
-    container = _pretrain_common() if stage == "pretrain" else _sft_common()
-    container.model = None  # built from recipe.hf_model_id by AutoBridge (_apply)
+    print(f"ultra3 {bc.stage}: recipe.name={bc.recipe!r} is not in this Megatron-Bridge's recipes; starting from its "
+          f"common {'pretrain' if bc.stage == 'pretrain' else 'SFT'} defaults", flush=True)
+    container = _pretrain_common() if bc.stage == "pretrain" else _sft_common()
+    container.model = None  # built from hf_path by AutoBridge (_apply)
     return container
 
 
-def _apply(container: Any, bc: BridgeConfig) -> None:  # pragma: no cover - needs Megatron-Bridge
-    from megatron.bridge import AutoBridge
-
+def _apply(container: Any, bc: BridgeConfig, hf_path: str | None = None) -> None:
+    """Our values on the recipe's ``ConfigContainer`` (module docstring, step 2): the sections field by field, the
+    dataset, the mixed-precision preset. A container without a model gets AutoBridge's provider for ``hf_path``
+    (``trust_remote_code`` passed only when true, as ``examples/conversion/convert_checkpoints.py`` does)."""
     if getattr(container, "model", None) is None:
-        container.model = AutoBridge.from_hf_pretrained(bc.hf_model_id).to_megatron_provider(load_weights=False)
+        from megatron.bridge import AutoBridge
+
+        extra = {"trust_remote_code": True} if bc.trust_remote_code else {}
+        container.model = AutoBridge.from_hf_pretrained(hf_source(bc) if hf_path is None else hf_path,
+                                                        **extra).to_megatron_provider(load_weights=False)
     for section, values in bc.sections.items():
         target = getattr(container, section, None)
         if target is None:
@@ -443,24 +590,29 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
     elif stage == "sft":
         sources = [get(cfg, "dataset.packed_sequence_specs.packed_train_data_path")]
     if sources:  # the same on every rank: read, never written here
-        from nemotron.validation.views import manifest_field, read_manifest
+        from nemotron.data.outputs import data_manifest, megatron_tokenizer
+        from nemotron.errors import ConfigError
 
-        manifest, where = read_manifest(str(sources[0]))
-        tokenizer = manifest_field(manifest, "tokenizer.name")
+        manifest, where = data_manifest(sources[0])  # beside blend.json; one level above the packed Parquet
+        try:  # the TokenizerConfig fields that load the data's own tokenizer (only when none is configured)
+            tokenizer = megatron_tokenizer(manifest, where) if get(cfg, "tokenizer.tokenizer_model") is None else None
+        except ConfigError as exc:
+            return prestart.refuse(f"ultra3 {stage}", [f"{exc.message}; {exc.hint}"])
         version = str(Path(where).parent) if where else None
     try:
         bc = translate(cfg, stage, blend=blend, data_tokenizer=tokenizer, data_version=version)
     except TranslateError as exc:
         return prestart.refuse(f"ultra3 {stage}", [str(exc)])
     if stage == "convert":
-        return _convert(bc)
+        return _convert(bc, get(cfg, "dist.distributed_timeout_minutes"))
     os.environ.update(bc.env)
     from nemotron import catalogue
     from nemotron.runtime.routing import RoutingError, require_routing
 
-    container = _recipe(bc.recipe, stage)
     try:
-        _apply(container, bc)
+        hf_path = hf_source(bc)  # a slice: its config.json, from the catalogue, in a folder of this process
+        container = _recipe(bc, hf_path)
+        _apply(container, bc, hf_path)
         require_routing(container.model, catalogue.get(bc.model_name))
     except (TranslateError, RoutingError) as exc:
         return prestart.refuse(f"ultra3 {stage}", [str(exc)])
@@ -474,36 +626,61 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
     from megatron.bridge.training.gpt_step import forward_step
 
     if stage == "pretrain":
-        from megatron.bridge.training.pretrain import pretrain
-
-        pretrain(container, forward_step)
+        from megatron.bridge.training.pretrain import pretrain as train
     else:
-        from megatron.bridge.training.finetune import finetune
-
-        finetune(container, forward_step)
-    code = exit_code(bc.checkpoint_dir, bc.train_iters)
-    if code == EXIT_REQUEUE:
-        _say(stage, f"saved at iteration {last_saved_iteration(bc.checkpoint_dir)} of {bc.train_iters} and stopped; "
-                    "the next job of this run resumes there")
-    return code
+        from megatron.bridge.training.finetune import finetune as train
+    return train_exit_code(lambda: train(container, forward_step), stage, bc.checkpoint_dir, bc.train_iters)
 
 
-def _convert(bc: BridgeConfig) -> int:  # pragma: no cover - needs Megatron-Bridge
-    """HF <-> Megatron with AutoBridge. ``convert.device: cpu``: one process, ``AutoBridge.import_ckpt`` /
-    ``export_ckpt``. ``gpu``: every torchrun rank builds the provider at the config's TP/PP/EP/ETP, then
-    ``provide_distributed_model`` + ``save_megatron_model`` (import) or ``load_megatron_model`` +
+#: Minutes a collective of the GPU conversion may wait when ``dist.distributed_timeout_minutes`` is unset: torch's
+#: own default for NCCL process groups (``kProcessGroupNCCLDefaultTimeout``, 10 minutes; every config of ours sets
+#: the key: ``stages/ultra3/convert/default.yaml`` 30, from Megatron-Bridge's Ultra README conversion example).
+DEFAULT_TIMEOUT_MINUTES = 10
+
+
+def process_group_options(timeout_minutes: Any) -> dict[str, Any]:
+    """Keyword arguments of ``torch.distributed.init_process_group`` for the GPU conversion: NCCL, and the
+    config's ``dist.distributed_timeout_minutes`` as its ``timeout`` (a ``datetime.timedelta``; unset:
+    :data:`DEFAULT_TIMEOUT_MINUTES`), as Megatron-Bridge's ``examples/conversion/convert_checkpoints_multi_gpu.py``
+    passes its ``--distributed-timeout-minutes``. Loading a 1.1 TB checkpoint keeps ranks waiting on each other
+    for longer than torch's default allows.
+
+    Raises:
+        TranslateError: the value is not a positive number of minutes.
+    """
+    import datetime
+
+    minutes = DEFAULT_TIMEOUT_MINUTES if timeout_minutes is None else timeout_minutes
+    if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or minutes <= 0:
+        raise TranslateError(f"dist.distributed_timeout_minutes={timeout_minutes!r}: must be a positive number of "
+                             "minutes")
+    return {"backend": "nccl", "timeout": datetime.timedelta(minutes=minutes)}
+
+
+def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: no cover - needs Megatron-Bridge
+    """HF <-> Megatron with AutoBridge. ``convert.device: cpu``: one process (the submission plans one task and
+    no GPUs; under a hand-made multi-process launch only global rank 0 converts), ``AutoBridge.import_ckpt`` /
+    ``export_ckpt``. ``gpu``: the process group with ``dist.distributed_timeout_minutes``
+    (:func:`process_group_options`), then every torchrun rank builds the provider at the config's TP/PP/EP/ETP,
+    then ``provide_distributed_model`` + ``save_megatron_model`` (import) or ``load_megatron_model`` +
     ``save_hf_pretrained`` (export) — the calls of Megatron-Bridge 0.5.0's
     ``examples/conversion/convert_checkpoints_multi_gpu.py``."""
-    import torch
-    from megatron.bridge import AutoBridge
-
     conv = bc.convert or {}
     src, out = str(conv["source"]), str(conv["output_dir"])
     direction = conv["direction"]
+    rank0 = (os.environ.get("RANK") or "0") == "0"
+    if conv.get("device") == "cpu" and not rank0:  # one conversion writes the output folder, not one per process
+        return 0
+    try:
+        pg_options = None if conv.get("device") == "cpu" else process_group_options(timeout_minutes)
+    except TranslateError as exc:
+        return prestart.refuse("ultra3 convert", [str(exc)])
+    import torch
+    from megatron.bridge import AutoBridge
+
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
         str(conv.get("dtype") or "bfloat16")]
-    rank0 = (os.environ.get("RANK") or "0") == "0"
-    if conv.get("device") == "cpu":
+    if pg_options is None:
         if direction == "hf_to_megatron":
             AutoBridge.import_ckpt(src, out, torch_dtype=dtype)
         else:
@@ -511,7 +688,7 @@ def _convert(bc: BridgeConfig) -> int:  # pragma: no cover - needs Megatron-Brid
     else:
         if not torch.distributed.is_initialized():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-            torch.distributed.init_process_group("nccl")
+            torch.distributed.init_process_group(**pg_options)
         layout = {k: int(v) for k, v in bc.sections["model"].items() if k in (
             "tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
             "expert_tensor_parallel_size")}

@@ -57,8 +57,9 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
     * ``model.name`` ending in ``<N>layer``: the slice fits one node, so the layout becomes TP=1,
       PP=1, CP=1, ETP=1, EP = all GPUs of the node (else the largest divisor of both the expert count and the
       GPUs per node),
-      sequence parallel off, ``run.env.nodes`` = 1 — except keys in ``user_keys`` (set by ``-c`` or an
-      override), which are kept and named in the note.
+      sequence parallel off (on when a TP you kept is above 1 on an MoE model, which Megatron-Core requires),
+      ``run.env.nodes`` = 1 — except keys in ``user_keys`` (set by ``-c`` or an override), which are kept and
+      named in the note.
     * MOPD: unset teacher slots (``_teachers.<slot>`` null) are filled with the general teacher.
     * NeMo RL stages: a null ``cluster.gpus_per_node`` takes the node shape.
     """
@@ -83,6 +84,11 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
                 layout["run.env.nodes"] = 1
             for key, value in layout.items():
                 value = ep if value == "ep" else value
+                if key.endswith(".sequence_parallel"):
+                    # with a TP you kept above 1 an MoE model needs sequence parallel (rule moe-tp-needs-sp): the
+                    # preparation must not write a value that validation then refuses
+                    tp = as_int(get(cfg, key.replace(".sequence_parallel", ".tensor_model_parallel_size"))) or 1
+                    value = bool(tp > 1 and spec.is_moe)
                 if key in user_keys:
                     if get(cfg, key) != value:
                         kept.append(f"{key}={get(cfg, key)!r}")
@@ -152,6 +158,7 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
         problems += _passthrough_keys(cfg)
     elif kind == "rl" and checks.backend(cfg) != checks.LOCAL:
         problems += _passthrough_keys(cfg, "nemo-rl")
+        problems += _nemo_rl_rules(cfg)
     if getattr(stage, "name", "") == "pretrain":
         problems += _blend_mix(cfg)
     if kind == "quantize":
@@ -259,15 +266,17 @@ def _blend_mix(cfg: dict) -> list[Problem]:
 def _passthrough_keys(cfg: dict, framework: str = "megatron-bridge") -> list[Problem]:
     """Keys passed through to the framework must exist in its config at the version pinned to the
     stage's container (stages/images.toml; key lists in nemotron/keylists): Megatron-Bridge's
-    ConfigContainer (scripts/megatron_bridge_keys.py, from the released wheels) or NeMo RL's
-    MasterConfig (scripts/nemo_rl_keys.py, from a source checkout at the pinned commit)."""
+    ConfigContainer (scripts/megatron_bridge_keys.py, from the same source archives the contract tests run)
+    or NeMo RL's MasterConfig (scripts/nemo_rl_keys.py, from a source checkout at the pinned commit). Required
+    fields of the classes the Megatron-Bridge job constructs itself are checked on its translation
+    (:func:`nemotron.validation.checks.bridge_translation`)."""
     from nemotron import keys
-    from nemotron.validation.views import framework_version
+    from nemotron.validation.views import keylist_version
 
     if framework == "nemo-rl":
-        version, own, rid, label = framework_version("nemo-rl", "nemo_rl"), keys.NEMO_RL_OWN_KEYS, "nemo-rl-keys", "NeMo RL"
+        version, own, rid, label = keylist_version("nemo-rl", "nemo_rl"), keys.NEMO_RL_OWN_KEYS, "nemo-rl-keys", "NeMo RL"
     else:
-        version, own, rid, label = framework_version("nemo", "megatron_bridge"), keys.OWN_KEYS, "mb-keys", "Megatron-Bridge"
+        version, own, rid, label = keylist_version("nemo", "megatron_bridge"), keys.OWN_KEYS, "mb-keys", "Megatron-Bridge"
     try:
         keylist = keys.load_keylist(version or "", framework)
     except KeyError as exc:
@@ -282,6 +291,21 @@ def _passthrough_keys(cfg: dict, framework: str = "megatron-bridge") -> list[Pro
         out.append(Problem(key=p.key, value=_resolve_path(cfg, _split_key(p.key)), rule=rid, message=message,
                            valid=f"did you mean '{p.suggestion}'?" if p.suggestion else ", ".join(p.valid)))
     return out
+
+
+def _nemo_rl_rules(cfg: dict) -> list[Problem]:
+    """NeMo RL's own refusals of the config its entry receives (required keys, the entry's reads, the checkpoint
+    metric, rollout-path settings): :func:`nemotron.validation.nemo_rl.validate_nemo_rl`, against the key list
+    of the pinned commit (a missing key list is ``_passthrough_keys``'s warning)."""
+    from nemotron import keys
+    from nemotron.validation.nemo_rl import validate_nemo_rl
+    from nemotron.validation.views import framework_version
+
+    try:
+        keylist = keys.load_keylist(framework_version("nemo-rl", "nemo_rl") or "", "nemo-rl")
+    except KeyError:
+        return []
+    return validate_nemo_rl(cfg, keylist)
 
 
 def describe(stage: Any, cfg: dict, profile: Any) -> list[Table]:

@@ -20,6 +20,7 @@ from nemotron.validation.views import (
     as_int,
     framework_version,
     get,
+    keylist_version,
     manifest_field,
     megatron_view,
     node_shape,
@@ -125,12 +126,19 @@ def resource_rules(stage: Any, cfg: dict, shape: NodeShape, world_needed: int | 
         out.append(Problem("run.env.gpus_per_node", raw_gpn, "must be a number of GPUs, or null for the profile's",
                            "null, 1, 2, 4, 8, ...", rule="positive-int"))
     nodes = as_int(get(cfg, "run.env.nodes")) or 1
+    if _cpu_conversion(stage, cfg):  # no GPU asked for (nemotron.plan.cpu_only): any node shape will do
+        return out
     out += rules.node_shape(shape.config_gpus_per_node, shape.profile_gpus_per_node, shape.profile_name, nodes,
                             world_needed)
     if getattr(stage, "gpu", False) and shape.has_profile and not shape.profile_gpus_per_node:
         out += rules.gpu_stage_needs_gpus(getattr(stage, "title", getattr(stage, "name", "stage")),
                                           shape.profile_gpus_per_node, shape.profile_name)
     return out
+
+
+def _cpu_conversion(stage: Any, cfg: dict) -> bool:
+    """A conversion with ``convert.device: cpu``: one process on one node, no GPU."""
+    return getattr(stage, "kind", "") == "convert" and str(get(cfg, "convert.device", "gpu")).lower() == "cpu"
 
 
 # ------------------------------------------------------------------------------------ Megatron stages
@@ -164,13 +172,13 @@ def _megatron_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec 
     v = megatron_layout(cfg, shape)
     planned_world = v.nodes * (shape.config_gpus_per_node or shape.gpus_per_node)
     out += resource_rules(stage, cfg, shape, planned_world)
-    if model is None or (shape.has_profile and not shape.gpus_per_node):
-        return out
     kind = getattr(stage, "kind", "")
-    if kind == "convert" and str(get(cfg, "convert.device", "gpu")).lower() == "cpu":
+    if _cpu_conversion(stage, cfg):
         nodes = as_int(get(cfg, "run.env.nodes")) or 1
         if nodes != 1:
             out.append(Problem("run.env.nodes", nodes, "a CPU conversion runs on one node", "1", "convert-cpu"))
+        return out
+    if model is None or (shape.has_profile and not shape.gpus_per_node):
         return out
     inference = kind in ("convert", "quantize")
     out += training_rules(model, v, mcore_version(stage), batch_check=kind != "convert", nodes=v.nodes,
@@ -182,7 +190,7 @@ def _megatron_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec 
     if kind == "quantize":
         out += quantize_rules(model, cfg, v, shape)
     if kind == "megatron":
-        out += optimizer_rules(cfg, *bridge_precisions())
+        out += optimizer_rules(cfg, *bridge_precisions()) + offload_rules(cfg)
     if getattr(stage, "name", "") in ("pretrain", "sft", "convert") and backend(cfg) == "megatron-bridge":
         out += bridge_translation(stage.name, cfg)
     if getattr(stage, "name", "") == "sft":
@@ -201,12 +209,39 @@ def bridge_precisions() -> tuple[list[str], str]:
     key list), and that version's label; no names (no check) when no key list is stored for it."""
     from nemotron import keys
 
-    version = framework_version("nemo", "megatron_bridge") or ""
+    version = keylist_version("nemo", "megatron_bridge") or ""
     try:
         names = keys.load_keylist(version).get("mixed_precision_recipes") or []
     except KeyError:  # the pass-through key check already reports the missing key list
         names = []
     return list(names), f"Megatron-Bridge {version}"
+
+
+def bridge_preset(name: Any) -> dict[str, Any] | None:
+    """The literal fields the Megatron-Bridge mixed-precision preset ``name`` sets (``fp8_recipe``,
+    ``fp8_param_gather``, ...) over ``MixedPrecisionConfig``'s defaults, from the pinned key list
+    (``scripts/megatron_bridge_keys.py`` reads ``training/mixed_precision.py``); None: no preset named (the
+    recipe's own precision) or not in the key list (rule ``mixed-precision`` says so)."""
+    from nemotron import keys
+
+    if not isinstance(name, str) or not name:
+        return None
+    try:
+        kl = keys.load_keylist(keylist_version("nemo", "megatron_bridge") or "")
+    except KeyError:
+        return None
+    preset = (kl.get("mixed_precision_presets") or {}).get(name.replace("-", "_"))
+    return None if preset is None else {**(kl.get("mixed_precision_defaults") or {}), **preset}
+
+
+def offload_rules(cfg: dict) -> list[Problem]:
+    """Rule ``optimizer-offload`` on a Megatron-Bridge training config: optimizer CPU offload and the
+    precision-aware optimizer, with the FP8 parameter gather of its ``mixed_precision`` preset."""
+    preset = bridge_preset(get(cfg, "mixed_precision")) or {}
+    return rules.optimizer_offload(get(cfg, "optimizer.optimizer_cpu_offload"),
+                                   get(cfg, "optimizer.use_precision_aware_optimizer"), get(cfg, "optimizer.optimizer"),
+                                   get(cfg, "optimizer.use_distributed_optimizer"), preset.get("fp8_param_gather"),
+                                   preset.get("fp8_recipe"), get(cfg, "mixed_precision"))
 
 
 def optimizer_rules(cfg: dict, precisions: list[str], where: str) -> list[Problem]:
@@ -229,18 +264,49 @@ def optimizer_rules(cfg: dict, precisions: list[str], where: str) -> list[Proble
 def bridge_translation(stage_name: str, cfg: dict) -> list[Problem]:
     """Rule ``bridge-translate``: the config translates into Megatron-Bridge's form as the job will translate it
     (:func:`nemotron.runtime.megatron_bridge.translate`, pure; the first refusal), e.g. ``recipe.hf_model_id``
-    unset, ``dataset.dataset_kwargs.answer_only_loss=false``, an unknown ``convert.direction``. The blend.json
+    unset, ``dataset.dataset_kwargs.answer_only_loss=false``, an unknown ``convert.direction``; and the classes the
+    job builds from that translation (:data:`nemotron.runtime.megatron_bridge.CONSTRUCTED`: SFT's
+    ``FinetuningDatasetConfig``) get every field they require (:func:`nemotron.keys.missing_keys`). The blend.json
     is read by the job (here: an empty blend); a value still waiting for an artifact is the dry-run's warning."""
-    from nemotron.runtime.megatron_bridge import TranslateError, translate
+    from nemotron import keys
+    from nemotron.runtime.megatron_bridge import CONSTRUCTED, TranslateError, recipe_kwargs, translate
 
     try:
-        translate(cfg, stage_name, blend={} if stage_name == "pretrain" else None)
+        bc = translate(cfg, stage_name, blend={} if stage_name == "pretrain" else None)
     except TranslateError as exc:
         message = str(exc)
         if "${" in message or "unresolved" in message:
             return []
         return [Problem(key="", value=None, message=message, rule="bridge-translate")]
-    return []
+    # the classes the job constructs from the translation itself (not the recipe's objects): every field they
+    # require (a dataclass field without a default), as the pinned key list records
+    try:
+        kl = keys.load_keylist(keylist_version("nemo", "megatron_bridge") or "")
+    except KeyError:  # the pass-through key check reports the missing key list
+        return []
+    out = [Problem(key=p.key, value=None, message=p.message.removeprefix(f"{p.key}: "), rule="bridge-translate",
+                   valid="a value (the job's translation does not set it)")
+           for p in keys.missing_keys({"dataset": bc.dataset}, kl, CONSTRUCTED.get(stage_name, {}))]
+    if stage_name == "convert":
+        return out
+    # the recipe builder by its signature, as the job calls it (the key list records the pinned recipes')
+    recipe = (kl.get("recipes") or {}).get(str(bc.recipe))
+    if recipe is None:
+        out.append(Problem(key="recipe.name", value=bc.recipe, rule="bridge-translate", severity="warning",
+                           message=f"not a recipe of megatron.bridge.recipes.nemotronh (Megatron-Bridge "
+                                   f"{kl.get('version')}): the job looks in megatron.bridge.recipes, else starts from "
+                                   "the common defaults with a provider built from recipe.hf_model_id",
+                           valid=", ".join(n for n in kl.get("recipes") or {} if "ultra" in n)))
+        return out
+    try:
+        recipe_kwargs(bc, recipe.get("params") or [], "hf_path")
+    except TranslateError as exc:  # "recipe.<key>=<value>: why"
+        head, _, why = str(exc).partition(": ")
+        key = head.split("=")[0]
+        valid = "false" if key == "recipe.trust_remote_code" else ", ".join(
+            n for n, r in (kl.get("recipes") or {}).items() if "hf_path" in (r.get("params") or []))
+        out.append(Problem(key=key, value=get(cfg, key), message=why, valid=valid, rule="bridge-translate"))
+    return out
 
 
 def rl_translation(cfg: dict) -> list[Problem]:
@@ -331,6 +397,9 @@ def sft_data_rules(cfg: dict, v: TrainView) -> list[Problem]:
     out: list[Problem] = rules.sft_validation_data(get(cfg, f"{specs}.packed_train_data_path"),
                                                    get(cfg, f"{specs}.packed_val_data_path"),
                                                    f"{specs}.packed_val_data_path")
+    # the job always packs (nemotron.runtime.megatron_bridge.translate: packed_sequence_size = model.seq_length)
+    pack = as_int(get(cfg, f"{specs}.packed_sequence_size")) or as_int(get(cfg, "model.seq_length"))
+    out += rules.packed_micro_batch(pack, get(cfg, "train.micro_batch_size"), get(cfg, "train.global_batch_size"))
     if not v.ok:
         return out
     required = rules.pack_pad_multiple(v.tp, v.cp, v.sp)
@@ -356,8 +425,17 @@ def data_tokenizer_rules(stage: Any, cfg: dict, model: ModelSpec) -> list[Proble
     tok = manifest_field(manifest, "tokenizer")
     if not isinstance(tok, dict):
         return []
-    return rules.data_tokenizer_matches(tok, get(cfg, "tokenizer.tokenizer_model"), model.vocab_size,
-                                        get(cfg, "tokenizer.vocab_sha256"), "tokenizer.tokenizer_model", where)
+    out = rules.data_tokenizer_matches(tok, get(cfg, "tokenizer.tokenizer_model"), model.vocab_size,
+                                       get(cfg, "tokenizer.vocab_sha256"), "tokenizer.tokenizer_model", where)
+    if get(cfg, "backend") == "megatron-bridge" and get(cfg, "tokenizer.tokenizer_model") is None:
+        from nemotron.data.outputs import megatron_tokenizer  # what the run loads (megatron_bridge.main): the same check
+        from nemotron.errors import ConfigError
+
+        try:
+            megatron_tokenizer(manifest, where)
+        except ConfigError as exc:
+            out.append(Problem("tokenizer.tokenizer_model", None, exc.message, exc.hint or "", rule="data-tokenizer"))
+    return out
 
 
 def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) -> list[Problem]:
@@ -647,14 +725,14 @@ def describe_megatron(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, li
         rows = [["model", model.describe()], ["parameters", f"{pc['total'] / 1e6:.1f} M ({pc['embedding'] / 1e6:.1f} M embedding)"],
                 ["runs", "one process on this machine (CPU, or one GPU when visible)"]]
         return [("local run", ["", "value"], rows)]
+    if _cpu_conversion(stage, cfg):
+        return [("conversion", ["", "value"], [["device", "CPU (one process on one node; the host RAM holds the model)"],
+                                          ["model", model.describe()]])]
     shape = node_shape(cfg, profile)
     v = megatron_layout(cfg, shape)
     if not v.ok or not shape.gpus_per_node:
         return []
     kind = getattr(stage, "kind", "")
-    if kind == "convert" and str(get(cfg, "convert.device", "gpu")).lower() == "cpu":
-        return [("conversion", ["", "value"], [["device", "CPU (one node; the host RAM holds the model)"],
-                                          ["model", model.describe()]])]
     if model.num_layers % v.pp == 0 or v.first is not None or v.last is not None:
         tables.append(pipeline_table(model, v.pp, v.first, v.last, v.mtp_depths, f"pipeline stages of {model.name}"))
     tables.append(("parallel layout", ["", "value"], layout_rows(model, v, mcore_version(stage), shape.gpus_per_node,

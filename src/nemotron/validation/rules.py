@@ -717,6 +717,58 @@ def sft_validation_data(train_path: Any, val_path: Any, key: str) -> list[Proble
                   "sft-validation-data")]
 
 
+@rule("packed-micro-batch", "packed SFT trains one pack per micro-batch: train.micro_batch_size = 1",
+      "Megatron-Bridge training/config.py ConfigContainer.validate raises ValueError ('Micro batch size should be 1 "
+      "when training with packed sequence') when a FinetuningDatasetConfig has packed_sequence_specs with "
+      "packed_sequence_size > 0 and micro_batch_size > 1", "Megatron-Bridge nemotron_3_ultra 4588417 (0.5.0)")
+def packed_micro_batch(pack_size: Any, mbs: Any, gbs: Any, mbs_key: str = "train.micro_batch_size") -> list[Problem]:
+    """One pack is one sequence: a micro-batch of ``mbs`` packs is refused at start; the equivalent is
+    ``mbs = 1``, ``gbs / mbs`` and packs ``mbs`` times longer (Megatron-Bridge says the same)."""
+    size, m = _iters(pack_size), _iters(mbs)
+    if size is None or size <= 0 or m is None or m <= 1:
+        return []
+    g = _iters(gbs)
+    same = (f"; the same tokens per step: micro batch 1, global batch {g // m} and packs of {size * m} tokens"
+            if g is not None else "")
+    return [_err(mbs_key, mbs, f"packed SFT takes one pack of {size} tokens per micro-batch (Megatron-Bridge refuses "
+                               f"a larger micro batch at start){same}", "1", "packed-micro-batch")]
+
+
+@rule("optimizer-offload", "optimizer CPU offload needs the precision-aware optimizer (and, with FP8 parameter "
+      "gather, delayed FP8 scaling); the precision-aware optimizer needs Adam and the distributed optimizer",
+      "Megatron-LM megatron/training/arguments.py validate_args asserts use_precision_aware_optimizer (and "
+      "fp8_param_gather only with fp8_recipe 'delayed') when optimizer_cpu_offload is on: the hybrid CPU/GPU optimizer "
+      "reuses the precision-aware path; megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__ "
+      "asserts optimizer 'adam' and use_distributed_optimizer with use_precision_aware_optimizer",
+      "Megatron-LM c8288b6 (megatron-core 0.18.0)")
+def optimizer_offload(offload: Any, precision_aware: Any, optimizer: Any, distributed: Any, fp8_param_gather: Any,
+                      fp8_recipe: Any, preset: Any, prefix: str = "optimizer") -> list[Problem]:
+    """``offload`` / ``precision_aware`` / ``distributed``: the config's ``optimizer_cpu_offload``,
+    ``use_precision_aware_optimizer``, ``use_distributed_optimizer`` (None: unset, the recipe's); ``optimizer``
+    its ``optimizer`` name (None: ``adam``); ``fp8_param_gather`` / ``fp8_recipe``: what the mixed-precision
+    ``preset`` sets (None: unknown)."""
+    rid = "optimizer-offload"
+    out: list[Problem] = []
+    if offload is True and precision_aware is not True:
+        out.append(_err(f"{prefix}.use_precision_aware_optimizer", precision_aware,
+                        f"{prefix}.optimizer_cpu_offload=true needs the precision-aware optimizer: Megatron-LM asserts "
+                        "it (its hybrid CPU/GPU optimizer reuses that code path)", "true", rid))
+    if offload is True and fp8_param_gather is True and fp8_recipe != "delayed":
+        out.append(_err(f"{prefix}.optimizer_cpu_offload", offload,
+                        f"the mixed-precision preset {preset} gathers FP8 parameters with the {fp8_recipe!r} recipe: "
+                        "Megatron-LM allows optimizer CPU offload with FP8 parameter gather only for delayed scaling",
+                        "false, or a preset without fp8_param_gather (e.g. bf16_mixed), or a delayed-scaling one", rid))
+    if precision_aware is True:
+        if optimizer not in (None, "adam"):
+            out.append(_err(f"{prefix}.optimizer", optimizer, "the precision-aware optimizer runs Adam only "
+                                                              "(Megatron-Core asserts it)", "adam", rid))
+        if distributed is False:
+            out.append(_err(f"{prefix}.use_distributed_optimizer", distributed,
+                            "the precision-aware optimizer runs only with the distributed optimizer (Megatron-Core "
+                            "asserts it)", "true", rid))
+    return out
+
+
 # ------------------------------------------------------------------------------------ optimizer schedule, precision
 #: Megatron-Core's learning-rate decay styles and WSD annealing styles (``OptimizerParamScheduler.get_lr`` in
 #: ``megatron/core/optimizer_param_scheduler.py``, the same names in 0.12-0.20): any other name raises

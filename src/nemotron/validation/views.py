@@ -233,6 +233,18 @@ def framework_version(image_key: str, framework: str) -> str | None:
     return str(value) if value is not None else None
 
 
+def keylist_version(image_key: str, framework: str) -> str | None:
+    """The name of the stored key list (``keylists/<framework>-<name>.json``) for what ``stages/images.toml``
+    pins: the version, followed by the short commit of ``[image_key].commits`` when one is pinned and the
+    version does not already end in it (``[nemo]``: Megatron-Bridge ``0.5.0`` at ``4588417...`` →
+    ``0.5.0-4588417``, the branch commit the key list was generated from; ``[nemo-rl]``: ``main-7ea279a``)."""
+    version = framework_version(image_key, framework)
+    commit = str(((image_table().get(image_key) or {}).get("commits") or {}).get(framework) or "")[:7]
+    if version is None or not commit or version.endswith(commit):
+        return version
+    return f"{version}-{commit}"
+
+
 # ------------------------------------------------------------------------------------ data metadata
 MANIFEST_NAMES = ("manifest.json", "metadata.json", "packing_metadata.json", "nemotron_manifest.json")
 
