@@ -56,6 +56,81 @@ def test_tekken_conversion_matches_mistral_common(tekken):
     assert with_specials[0] == 1 and with_specials[-1] == 2
 
 
+def test_tokenizer_folder_loads_in_transformers_to_our_ids(tekken, tmp_path):
+    """The folder an output carries (tokenizer.json + tokenizer_config.json) is what AutoTokenizer -- and so
+    Megatron's HuggingFaceTokenizer -- loads: same ids (control-token strings in text stay text, as data prep
+    tokenized them), BOS/EOS named, no BOS/EOS added. The pinned Megatron-Bridge's own loading of it is
+    tests/contract/test_megatron_data.py."""
+    from transformers import AutoTokenizer
+
+    from nemotron.data import tokenizer as tk
+
+    info, _cache = tekken
+    record = tk.write_folder(tmp_path / "tokenizer", info)
+    assert record == {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": str(tmp_path / "tokenizer")}
+    hf = AutoTokenizer.from_pretrained(str(tmp_path / "tokenizer"))
+    assert (hf.bos_token_id, hf.eos_token_id, len(hf)) == (info.bos_id, info.eos_id, info.vocab_size)
+    texts = [p.read_text(encoding="utf-8") for p in sorted(STDLIB.glob("*.py"))[:20]]
+    texts += ["<s> </s> [INST] literal control-token strings", "héllo 你好 🙂", "  a\n\r\n\tb  "]
+    for text, ours in zip(texts, tk.encode_documents(tk.load(info), texts, None, None), strict=True):
+        assert hf(text).input_ids == ours, text[:60]
+
+
+def test_megatron_tokenizer_is_the_manifest_record_and_old_manifests_are_refused(tmp_path):
+    from nemotron.data.outputs import megatron_tokenizer
+    from nemotron.errors import ConfigError
+
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text("{}")
+    record = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": str(folder)}
+    assert megatron_tokenizer({"tokenizer": {"name": "x", "megatron": record}}, "m.json") == record
+    assert megatron_tokenizer(None) is None
+    with pytest.raises(ConfigError, match=r"m.json: tokenizer.megatron is missing .*tokenizer.name='/x/tekken.json'"):
+        megatron_tokenizer({"tokenizer": {"name": "/x/tekken.json"}}, "m.json")
+    gone = dict(record, tokenizer_model=str(tmp_path / "gone"))
+    with pytest.raises(ConfigError, match=r"tokenizer.megatron.tokenizer_model=.*gone' holds no tokenizer.json"):
+        megatron_tokenizer({"tokenizer": {"megatron": gone}}, "m.json")
+
+
+def test_data_manifest_is_found_from_what_a_training_stage_is_given(tmp_path):
+    """blend.json sits beside the manifest, the SFT packed Parquet one level below it (data/)."""
+    from nemotron.data.outputs import data_manifest
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "manifest.json").write_text(json.dumps({"stage": "data-prep-sft"}))
+    for f in ("blend.json", "data/training_4096.idx.parquet"):
+        (tmp_path / f).write_text("x")
+        assert data_manifest(str(tmp_path / f)) == ({"stage": "data-prep-sft"}, str(tmp_path / "manifest.json"))
+    assert data_manifest(str(tmp_path)) == ({"stage": "data-prep-sft"}, str(tmp_path / "manifest.json"))
+    assert data_manifest(str(tmp_path / "absent.json")) == (None, "")
+    assert data_manifest("${art:sft-data,train_path}") == (None, "")
+
+
+def test_dry_run_refuses_an_old_data_manifest_as_the_run_does(tmp_path):
+    """Parity: the Megatron-Bridge run (megatron_bridge.main) refuses data whose manifest names no Megatron tokenizer
+    when tokenizer.tokenizer_model is null; validation (the dry-run) applies the same check; a record passes."""
+    from config_support import compile_stage
+    from nemotron import catalogue
+    from nemotron.registry import get_stage
+    from nemotron.validation.checks import data_tokenizer_rules
+
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer" / "tokenizer.json").write_text("{}")
+    (tmp_path / "blend.json").write_text(json.dumps({"train": [1.0, str(tmp_path / "x")]}))
+    tok = {"name": "/x/tekken_240911.json", "vocab_size": 131072, "vocab_sha256": "a" * 64}
+    (tmp_path / "manifest.json").write_text(json.dumps({"tokenizer": tok}))
+    cfg = compile_stage("pretrain", "tiny", data__per_split_data_args_path=str(tmp_path / "blend.json"))
+    assert cfg["tokenizer"]["tokenizer_model"] is None and cfg["backend"] == "megatron-bridge"
+    model = catalogue.get("ultra4layer")
+    problems = data_tokenizer_rules(get_stage("pretrain"), cfg, model)
+    assert [p.key for p in problems] == ["tokenizer.tokenizer_model"]
+    assert "tokenizer.megatron is missing" in problems[0].message and problems[0].rule == "data-tokenizer"
+    tok["megatron"] = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": str(tmp_path / "tokenizer")}
+    (tmp_path / "manifest.json").write_text(json.dumps({"tokenizer": tok}))
+    assert data_tokenizer_rules(get_stage("pretrain"), cfg, model) == []
+
+
 def test_tekken_conversion_is_cached_by_source_hash(tekken):
     from nemotron.data import tokenizer as tk
 

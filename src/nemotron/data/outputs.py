@@ -305,3 +305,61 @@ def read_receipt(prefix: str | Path, key: str) -> dict[str, Any] | None:
 def write_receipt(prefix: str | Path, receipt: dict[str, Any]) -> None:
     """Write a shard's receipt atomically (after its data files are in place)."""
     atomic_write_json(receipt_path(prefix), receipt)
+
+
+# --------------------------------------------------------------------------------------------------
+# what a training stage reads from an output's manifest
+
+
+def data_manifest(path: str | os.PathLike[str] | None) -> tuple[dict[str, Any] | None, str]:
+    """The manifest of the data prep output that holds ``path``, and the manifest's path; ``(None, "")``
+    when there is none (``path`` empty, absent, or outside a data prep output).
+
+    ``path`` is what a training stage is given: a version folder, pretraining's ``blend.json`` (beside the
+    manifest) or an SFT packed Parquet / metadata file (in ``<version>/data/``, one level below it). The
+    folder of ``path`` and its parent are searched for :data:`MANIFEST`; a manifest that is not a JSON object
+    is skipped.
+    """
+    if not path or "${" in str(path):
+        return None, ""
+    p = Path(os.path.expanduser(str(path)))
+    if not p.exists():
+        return None, ""
+    start = p if p.is_dir() else p.parent
+    for folder in (start, start.parent):
+        f = folder / MANIFEST
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data, str(f)
+    return None, ""
+
+
+def megatron_tokenizer(manifest: dict[str, Any] | None, where: str = "") -> dict[str, Any] | None:
+    """The Megatron-Bridge ``TokenizerConfig`` fields (``tokenizer_type``, ``tokenizer_model``) that load the
+    tokenizer a data prep output was made with: its manifest's ``tokenizer.megatron`` record (written by
+    :func:`nemotron.data.tokenizer.write_folder`: the output's own ``tokenizer/`` folder, which
+    ``HuggingFaceTokenizer`` loads and which encodes to the ids in the data). ``None`` without a manifest.
+
+    Raises:
+        ConfigError: the manifest (``where``) has no such record (an output of an older data prep, whose
+            ``tokenizer.name`` may be a file Megatron cannot load, such as a Tekken vocabulary), or the
+            folder it names is gone.
+    """
+    if not manifest:
+        return None
+    tok = manifest.get("tokenizer") if isinstance(manifest.get("tokenizer"), dict) else {}
+    record = tok.get("megatron")
+    name = tok.get("name")
+    if not isinstance(record, dict) or not record.get("tokenizer_type") or not record.get("tokenizer_model"):
+        raise ConfigError(f"{where or 'manifest.json'}: tokenizer.megatron is missing (data prepared by an older data "
+                          f"prep; its tokenizer.name={name!r} may be a file Megatron's tokenizers cannot load)",
+                          "re-run the data prep stage with force=true, or set tokenizer.tokenizer_model")
+    model = Path(str(record["tokenizer_model"]))
+    if not (model / "tokenizer.json").is_file():
+        raise ConfigError(f"{where or 'manifest.json'}: tokenizer.megatron.tokenizer_model={str(model)!r} holds no "
+                          "tokenizer.json",
+                          "re-run the data prep stage with force=true, or set tokenizer.tokenizer_model")
+    return {"tokenizer_type": str(record["tokenizer_type"]), "tokenizer_model": str(model)}

@@ -522,7 +522,9 @@ def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[st
     done = driver.reuse_or_reset(run, plan_key, not_found, _print_summary)
     if done is not None:
         return done
-    driver.copy_tokenizer(vdir / "tokenizer", info)
+    from nemotron.data import tokenizer as tk
+
+    tk.write_folder(vdir / "tokenizer", info)
     atomic_write_json(vdir / outputs.PLAN, plan_doc)
 
     receipts, todo = driver.split_done(shards)
@@ -549,6 +551,8 @@ def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[st
 def _finish(run: driver.Run, blend: Blend, plans: list[DatasetPlan], shards: list[dict[str, Any]],
             receipts: dict[str, dict[str, Any]], info, dtype: str, plan_key: str, not_found: list[str],
             run_info: dict[str, Any]) -> dict[str, Any]:
+    from nemotron.data import tokenizer as tk
+
     s, vdir = run.s, run.vdir
     by_ds: dict[str, list[dict[str, Any]]] = {}
     for sh in shards:
@@ -585,6 +589,7 @@ def _finish(run: driver.Run, blend: Blend, plans: list[DatasetPlan], shards: lis
     total_tokens = {k: sum(d["tokens"][k] for d in datasets) for k in SPLITS}
     tok_info = info.to_dict()
     tok_info["json_path"] = "tokenizer/tokenizer.json"
+    tok_info["megatron"] = tk.megatron_fields(vdir / "tokenizer")  # read by the training stages: keep the name
     manifest = {
         **driver.manifest_head(run, STAGE, "pretrain-data", "megatron-indexed-dataset", plan_key),
         "blend": driver.blend_record(blend, not_found, missing_categories=blend.missing,

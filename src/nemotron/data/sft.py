@@ -719,15 +719,16 @@ def _tail_windows(s: Settings, vdir: Path, plan: _Plan, windows: list[dict[str, 
 
 
 def _write_tokenizer(folder: Path, tok: ChatTokenizer, template: str) -> None:
-    """The tokenizer the data was made with, plus a tokenizer_config.json carrying the chat template."""
-    driver.copy_tokenizer(folder, tok.info)
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": tok.info.bos_token,
-              "eos_token": tok.info.eos_token, "chat_template": Path(template).read_text(encoding="utf-8")}
-    atomic_write_json(folder / "tokenizer_config.json", config)
+    """The tokenizer the data was made with as a folder transformers and Megatron load, its
+    tokenizer_config.json carrying the chat template (:func:`nemotron.data.tokenizer.write_folder`)."""
+    from nemotron.data import tokenizer as tk
+
+    tk.write_folder(folder, tok.info, chat_template=Path(template).read_text(encoding="utf-8"))
 
 
 def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict[str, Any]], passes: dict[str, float],
             windows: list[dict[str, Any]], parts: dict[str, dict[str, Any]], run_info: dict[str, Any]) -> dict[str, Any]:
+    from nemotron.data import tokenizer as tk
     from nemotron.data.packing import PackStats
 
     s, vdir = run.s, run.vdir
@@ -778,6 +779,7 @@ def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict
     tok_info["name"] = s.tokenizer_name
     tok_info["added_special_tokens"] = plan.tok.added
     tok_info["source"] = plan.tok.source
+    tok_info["megatron"] = tk.megatron_fields(vdir / "tokenizer")  # read by the training stages: keep the name
     seconds = round(time.monotonic() - run.t_start, 3)
     packing = {}
     for k in SPLITS:

@@ -129,6 +129,51 @@ def vocab_hash(tok) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# the tokenizer folder an output carries, and what the training frameworks build from it
+
+#: The Megatron tokenizer type that loads an output's ``tokenizer/`` folder: Megatron-Core's
+#: ``HuggingFaceTokenizer`` (``transformers.AutoTokenizer.from_pretrained`` on the folder), the type the
+#: Megatron-Bridge recipes start from. Megatron's ``TikTokenizer`` is not used for Tekken sources: it
+#: reads a plain list of ranked tokens (not a Tekken file), knows two fixed split patterns only and
+#: requires ``<mask>``/``<cls>``/``<sep>`` among the control tokens, which a Tekken vocabulary lacks.
+MEGATRON_TOKENIZER_TYPE = "HuggingFaceTokenizer"
+
+
+def write_folder(folder: Path, info: TokenizerInfo, chat_template: str | None = None) -> dict[str, Any]:
+    """Write the tokenizer the data was made with as a folder ``transformers.AutoTokenizer`` loads, and
+    return what Megatron builds it from (recorded in the manifest as ``tokenizer.megatron``).
+
+    Files: ``folder/tokenizer.json`` (a copy of ``info.json_path``, kept when its SHA-256 already
+    matches) and ``folder/tokenizer_config.json``: ``tokenizer_class`` ``PreTrainedTokenizerFast``, the
+    BOS/EOS token strings (Megatron's EOD and EOS ids come from them; null when the tokenizer has none),
+    ``split_special_tokens`` as data prep tokenized (so ``AutoTokenizer`` treats control-token strings in
+    text as data prep did), ``clean_up_tokenization_spaces`` false (decoding gives back the text), and
+    ``chat_template`` when given. The tokenizer.json has no post-processor, so the loaded tokenizer adds no
+    BOS/EOS of its own: encoding a document gives its ids without the BOS/EOS data prep appends.
+
+    Returns:
+        ``{"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": "<absolute folder>"}``: the
+        Megatron-Bridge ``TokenizerConfig`` fields (names unchanged) the training stage passes on.
+    """
+    from nemotron.data.driver import copy_tokenizer
+
+    copy_tokenizer(folder, info)
+    config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": info.bos_token,
+                              "eos_token": info.eos_token, "split_special_tokens": info.split_special_tokens,
+                              "clean_up_tokenization_spaces": False}
+    if chat_template is not None:
+        config["chat_template"] = chat_template
+    atomic_write_json(folder / "tokenizer_config.json", config)
+    return megatron_fields(folder)
+
+
+def megatron_fields(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """The Megatron-Bridge ``TokenizerConfig`` fields that load the tokenizer folder ``folder``
+    (:func:`write_folder`): ``tokenizer_type`` and ``tokenizer_model`` (the folder, absolute)."""
+    return {"tokenizer_type": MEGATRON_TOKENIZER_TYPE, "tokenizer_model": str(Path(folder).absolute())}
+
+
+# --------------------------------------------------------------------------------------------------
 # resolving a configured source into a local tokenizer.json
 
 
