@@ -152,3 +152,15 @@ def test_cpu_conversion_job_on_slurm_gets_no_gpu_and_one_process(slurm, tmp_path
     assert alloc and "gpu" not in alloc, alloc
     log = "".join(p.read_text() for p in (tmp_path / "jobs").rglob(f"log-*_{job}_*.out"))
     assert log.count("megatron.bridge is not importable here") == 1, log
+
+
+@pytest.mark.parametrize("device", ["tpu", "GPU", "cuda"])
+def test_unknown_convert_device_is_refused_by_the_dry_run(tmp_path, monkeypatch, capsys, device):
+    """Only `gpu` and `cpu` are conversions the entry knows; anything else used to render an 8-GPU torchrun job."""
+    src = tmp_path / "hf"
+    src.mkdir()
+    (src / "config.json").write_text("{}", encoding="utf-8")
+    code, out = _dry_run(tmp_path, monkeypatch, capsys, "convert", "-c", "tiny", f"convert.device={device}",
+                         f"convert.source={src}")
+    assert code == 2
+    assert f"convert.device='{device}': valid: gpu" in out

@@ -192,6 +192,10 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
         if direction not in ("hf_to_megatron", "megatron_to_hf"):
             raise TranslateError(f"convert.direction={direction!r}: the Megatron-Bridge backend converts "
                                  "hf_to_megatron or megatron_to_hf (hf_v5_to_v4 is the local backend's)")
+        device = conv.get("device", "gpu")
+        if device not in ("gpu", "cpu"):
+            raise TranslateError(f"convert.device={device!r}: valid: gpu (torchrun at the config's layout) or cpu "
+                                 "(one process; host RAM holds the model)")
         for key in ("source", "output_dir"):
             value = conv.get(key)
             if not value or "${" in str(value):
