@@ -52,7 +52,7 @@ def test_pipe_quantize_after_mopd_takes_the_planned_checkpoint(capsys):
     assert code == 0, err[-2000:]
     quantize = out[out.index("[2/2] ultra3 quantize"):]
     source = re.search(r"^\s+source: (\S+)\s.*\(planned", quantize, re.M)
-    assert source and source.group(1).endswith("ultra3-mopd-tiny"), quantize[:3000]
+    assert source and source.group(1).endswith("ultra3-mopd-tiny/hf/latest"), quantize[:3000]  # its HF form
     code, out, err = run_cli(capsys, "ultra3", "quantize", "-c", "tiny", f"quantization.source={source.group(1)}",
                              "--dry-run")
     assert code == 2 and f"error: quantization.source='{source.group(1)}': no such folder" in out + err

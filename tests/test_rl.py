@@ -1,11 +1,12 @@
-"""The RLVR and MOPD stages on NeMo RL: configs, node arithmetic of the published shapes, the teacher panel
-and routing, environments, the NeMo RL key list, and the cluster runtime's checks and translation.
+"""The RLVR and MOPD stages on NeMo RL: configs layered on NeMo RL's recipes, node arithmetic of the published
+shapes, the teacher panel and routing, environments, the NeMo RL key list and rules, the cluster runtime's checks,
+translation and output checkpoint.
 
-NeMo RL (with vLLM and Megatron-Bridge) runs only inside NVIDIA's container on GPUs, so its GRPO entry is
-never called here: the tests stop at what our runtime hands it (the translated config, the checks before
-it). Everything else is real: the project's config compiler, validation, artifact store and entry script,
-NeMo RL's key list generated from its real source (stored in src/nemotron/keylists), and, with
-NEMOTRON_TEST_SLURM=1, a submission to the local Slurm cluster.
+NeMo RL (with vLLM and Megatron-Bridge) runs only inside NVIDIA's container on GPUs, so its GRPO entry is never
+run here: tests/contract/test_nemo_rl.py runs NeMo RL's own code (pinned archive, CPU) on what these tests show
+our runtime hands it. Everything else is real: the project's config compiler, validation, artifact store and entry
+script, NeMo RL's key list and recipes generated from its real source (stored in src/nemotron/keylists), and,
+with NEMOTRON_TEST_SLURM=1, a submission to the local Slurm cluster.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def test_teacher_configs_record_teacher_artifacts_and_start_from_the_student():
         c = compiled("rlvr", f"teacher-{slot}")
         out = planned_outputs(c)
         assert list(out) == [f"teacher-{slot}"]
-        assert out[f"teacher-{slot}"]["path"].endswith(f"ultra3-teacher-{slot}")
+        assert out[f"teacher-{slot}"]["path"].endswith(f"ultra3-teacher-{slot}/hf/latest")  # the HF form (finish)
+        assert out[f"teacher-{slot}"]["checkpoint_dir"].endswith(f"ultra3-teacher-{slot}")
         assert c.config["policy"]["model_name"] == "${art:rl-checkpoint,path}"  # the Student RLVR output
     assert list(planned_outputs(compiled("rlvr"))) == ["rl-checkpoint"]
 
@@ -155,7 +157,7 @@ SHAPES = {
     # 16-node segment (test_validation.py checks that the dry-run says so); on 8-GPU nodes:
     "mopd-105x8-general-only": ("mopd", "default", {}, B200, (32, 71, 0, 2, 105)),
     "mopd-113x8-full-panel": ("mopd", "full-panel", {}, B200, (32, 71, 0, 10, 113)),
-    "mopd-tiny-2x8": ("mopd", "tiny", {}, H200, (1, 0, 0, 1, 2)),
+    "mopd-tiny-3x8": ("mopd", "tiny", {}, H200, (1, 1, 0, 1, 3)),
     "rlvr-tiny-1x8": ("rlvr", "tiny", {}, H200, (1, 0, 0, 0, 1)),
 }
 
@@ -258,7 +260,8 @@ def test_environment_problems_are_named(case):
 def test_judge_with_endpoint_is_wired_into_nemo_gym():
     cfg, _, problems = checked("rlvr", "default", {
         "environments.genrm.enabled": True, "environments.genrm.endpoint": "http://genrm:8000/v1",
-        "environments.instruction_following.enabled": True, "env.should_use_nemo_gym": True})
+        "environments.instruction_following.enabled": True, "env.should_use_nemo_gym": True,
+        "grpo.max_val_samples": None})  # the Gym entry validates on the whole set
     assert not errors(problems)
     gym = nemo_rl.translate(cfg)["env"]["nemo_gym"]
     assert gym["config_paths"] == [nemo_rl.GYM_POLICY_MODEL,
@@ -349,9 +352,183 @@ def test_key_list_generator_reads_typeddicts_models_and_example_yamls(tmp_path):
     assert set(gen) == {"backend", "max_new_tokens", "vllm_cfg"}  # VllmConfig extends GenerationConfig
     assert set(gen["vllm_cfg"]["fields"]) == {"tensor_parallel_size"}
     assert s["env"]["mapping"] is True and "sif_dir" in s and "defaults" not in s
+    req = data["required"]["classes"]
+    assert data["required"]["root"] == "nemo_rl.algorithms.grpo.MasterConfig"
+    assert req["nemo_rl.algorithms.grpo.MasterConfig"]["required"] == ["env", "grpo", "policy"]
+    assert req["nemo_rl.models.PolicyConfig"]["required"] == ["model_name"]  # generation: NotRequired
+    assert req["nemo_rl.models.PolicyConfig"]["fields"]["generation"] == ["nemo_rl.models.GenerationConfig"]
+    assert req["nemo_rl.algorithms.grpo.GRPOConfig"]["required"] == []  # a default: not required
+    assert req["nemo_rl.models.GenerationConfig"]["required"] == ["backend", "max_new_tokens"]
+    assert data["recipes"] == {} and data["entry_reads"] == {} and data["metrics"]["val"] == []
+    missing = keys.missing_required_keys({"policy": {"generation": {"backend": "x"}}, "env": {}}, data)
+    assert [p.key for p in missing] == ["grpo", "policy.model_name", "policy.generation.max_new_tokens"]
     problems = keys.unknown_keys({"grpo": {"num_prompt_per_step": 1}, "env": {"anything": {"x": 1}}}, data)
     assert [(p.key, p.suggestion) for p in problems] == [("grpo.num_prompt_per_step", "grpo.num_prompts_per_step")]
     assert "NeMo RL main-aaaaaaa" in problems[0].message
+
+
+# ------------------------------------------------------------------------------------------ the base recipe
+BASES = {("rlvr", "default"): "student_rlvr1.yaml", ("rlvr", "tiny"): "student_rlvr1.yaml",
+         ("rlvr", "phase2"): "student_rlvr2.yaml", ("rlvr", "teacher-reasoning"): "reasoning_teacher.yaml",
+         ("rlvr", "teacher-rlhf"): "rlhf_teacher.yaml", ("rlvr", "teacher-ifbench"): "ifbench_teacher.yaml",
+         ("rlvr", "teacher-swe"): "swe_teacher.yaml", ("mopd", "default"): "mopd.yaml", ("mopd", "tiny"): "mopd.yaml",
+         ("mopd", "full-panel"): "mopd.yaml"}
+
+
+@pytest.mark.parametrize(("stage", "config"), list(BASES), ids=[f"{s}-{c}" for s, c in BASES])
+def test_configs_are_layered_on_nemo_rls_recipe(stage, config):
+    """The lowest layer is NeMo RL's own recipe (stored with the key list); the keys we do not set keep its values
+    and say so in the provenance; `env` is ours (nemo_rl.replace)."""
+    c = compiled(stage, config)
+    label = f"nemo-rl:{BASES[(stage, config)]}"
+    assert c.layers[:3] == ["schema", label, "default.yaml"]
+    recipe = nemo_rl.keylist()["recipes"][f"examples/nemo_gym/nemotron-3-ultra/{BASES[(stage, config)]}"]
+    assert c.provenance["policy.megatron_cfg.pipeline_dtype"] == label
+    assert c.config["policy"]["megatron_cfg"]["optimizer"]["clip_grad"] == recipe["policy"]["max_grad_norm"]
+    assert c.config["policy"]["dynamic_batching"]["enabled"] is False  # a required key we never wrote
+    assert c.provenance["env.should_use_nemo_gym"] != label  # env is ours
+    assert "nemo_rl" not in nemo_rl.translate(c.config)
+
+
+def test_phase2_takes_its_context_from_student_rlvr2():
+    c = compiled("rlvr", "phase2")
+    assert c.provenance["policy.max_total_sequence_length"] == "nemo-rl:student_rlvr2.yaml"
+    assert c.config["policy"]["sequence_packing"]["train_mb_tokens"] == 65536  # the recipe's ${mul:...}, resolved
+
+
+def test_an_unknown_base_recipe_is_an_error_with_a_did_you_mean():
+    from nemotron.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not a NeMo RL recipe") as exc:
+        compiled("rlvr", "default", {"nemo_rl.base": "examples/nemo_gym/nemotron-3-ultra/student_rlvr3.yaml"})
+    assert "student_rlvr1.yaml" in (exc.value.hint or "")
+
+
+def test_tilde_required_key_is_a_dry_run_error(capsys):
+    """`~policy.dynamic_batching` deletes a key of the recipe layer; NeMo RL's MasterConfig requires it (the
+    contract test shows it refuses), and so does the dry-run: exit 2, rule nemo-rl-required."""
+    from nemotron.cli import main
+
+    code = main(["ultra3", "rlvr", "-c", "tiny", "--dry-run", "~policy.dynamic_batching"])
+    text = capsys.readouterr()
+    assert code == 2
+    assert "policy.dynamic_batching: required by PolicyConfig (NeMo RL main-7ea279a)" in text.out + text.err
+
+
+METRICS = {  # metric_name -> (rule severity or None, a piece of the message), on rlvr -c default (no Gym)
+    "val:accuracy": (None, ""),
+    "val:pass_k": (None, ""),  # the recipe validates 2 generations per prompt
+    "val_reward": ("error", "the old form: now 'val:reward'"),
+    "val:acurracy": ("error", "'Metric acurracy not found in val metrics'"),
+    "val:total_reward/mean": ("error", "NeMo RL's validation reports accuracy, avg_length, pass_k"),
+    "train:loss": (None, ""),
+    "train:token_mult_prob_error": ("warning", "added at run time"),
+}
+
+
+@pytest.mark.parametrize("value", list(METRICS))
+def test_checkpoint_metric_name_rule(value):
+    _, _, problems = checked("rlvr", "default", {"checkpointing.metric_name": value})
+    found = [p for p in problems if p.rule == "nemo-rl-metric"]
+    severity, text = METRICS[value]
+    if severity is None:
+        assert not found, [p.render() for p in found]
+    else:
+        assert [p.severity for p in found] == [severity] and text in found[0].render(), [p.render() for p in found]
+
+
+def test_a_gym_metric_name_is_a_warning_with_gym():
+    _, _, problems = checked("rlvr", "teacher-rlhf", {"checkpointing.metric_name": "val:total_reward/mean"})
+    assert [p.severity for p in problems if p.rule == "nemo-rl-metric"] == ["warning"]
+
+
+# ------------------------------------------------------------------------------------------ the output checkpoint
+def _nemo_rl_steps(ckdir: Path, steps: list[int]) -> None:
+    """The folders NeMo RL's CheckpointManager and policy save leave (tests/contract/test_nemo_rl.py makes them
+    with the real CheckpointManager): step_N/{training_info.json, config.yaml, policy/weights/iter_0000000,
+    policy/tokenizer}, plus a save in progress (tmp_step_M)."""
+    for n in steps:
+        step = ckdir / f"step_{n}"
+        (step / "policy" / "weights" / "iter_0000000").mkdir(parents=True)
+        (step / "policy" / "tokenizer").mkdir(parents=True)
+        (step / "policy" / "tokenizer" / "tokenizer.json").write_text("{}")
+        (step / "training_info.json").write_text("{}")
+        (step / "config.yaml").write_text("policy: {model_name: /x, tokenizer: {name: /x}}\n")
+    (ckdir / f"tmp_step_{max(steps) + 1}").mkdir()
+
+
+def test_finish_converts_the_newest_step_and_records_the_hf_folder(tmp_path, monkeypatch):
+    """After NeMo RL exits 0: NeMo RL's converter (here: a stand-in for its run, which needs Megatron-Bridge and
+    the step's weights) writes step_N's Hugging Face form to hf/step_N; the tokenizer NeMo RL saved with the step
+    is copied in, hf/latest points at it, and outputs.json records it as the run's artifact; a resubmitted job
+    that finds the folder converted does not convert again."""
+    monkeypatch.setenv("NEMOTRON_RUN_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir()
+    ck = tmp_path / "ckpt"
+    _nemo_rl_steps(ck, [2, 10, 9])
+    cfg, _, _ = checked("rlvr", "tiny", {"checkpointing.checkpoint_dir": str(ck)})
+    calls = []
+
+    def converter(cmd, cwd):
+        calls.append(cmd)
+        out = Path(cmd[cmd.index("--hf-ckpt-path") + 1])
+        out.mkdir(parents=True)
+        (out / "config.json").write_text(json.dumps({"model_type": "nemotron_h"}))
+        (out / "model.safetensors").write_bytes(b"w")
+        return 0
+
+    root = tmp_path / "RL"
+    assert nemo_rl.finish(cfg, "ultra3 rlvr", root, run=converter) == 0
+    assert len(calls) == 1 and calls[0][1] == str(root / "examples" / "converters" / "convert_megatron_to_hf.py")
+    assert calls[0][calls[0].index("--megatron-ckpt-path") + 1] == str(ck / "step_10" / "policy" / "weights" / "iter_0000000")
+    hf = ck / "hf" / "step_10"
+    assert (hf / "config.json").is_file() and (hf / "tokenizer.json").is_file()
+    assert (ck / "hf" / "latest").resolve() == hf.resolve()
+    outputs = json.loads((tmp_path / "run" / "outputs.json").read_text())
+    assert outputs == {"rl-checkpoint": {"path": str(hf), "step": 10, "checkpoint_dir": str(ck),
+                                         "source": str(ck / "step_10")}}
+    assert nemo_rl.finish(cfg, "ultra3 rlvr", root, run=converter) == 0 and len(calls) == 1  # already converted
+
+
+def test_a_run_without_checkpoints_is_refused_at_dry_run():
+    _, _, problems = checked("rlvr", "tiny", {"checkpointing.enabled": False})
+    assert [p.rule for p in errors(problems)] == ["rl-output"]
+
+
+def test_finish_without_a_step_or_with_a_failed_converter_exits_non_zero(tmp_path, capsys):
+    cfg, _, _ = checked("rlvr", "tiny", {"checkpointing.checkpoint_dir": str(tmp_path / "none")})
+    assert nemo_rl.finish(cfg, "ultra3 rlvr", tmp_path, run=lambda c, w: 0) == 1
+    assert "without a step_N checkpoint" in capsys.readouterr().err
+    _nemo_rl_steps(tmp_path / "ck", [3])
+    cfg, _, _ = checked("rlvr", "tiny", {"checkpointing.checkpoint_dir": str(tmp_path / "ck")})
+    assert nemo_rl.finish(cfg, "ultra3 rlvr", tmp_path, run=lambda c, w: 3) == 3
+    assert not (tmp_path / "ck" / "hf" / "step_3").exists()
+
+
+def test_the_recorded_hf_checkpoint_feeds_the_next_stage(tmp_path, monkeypatch):
+    """rlvr's record (planned hf/latest, updated from outputs.json to hf/step_N) is what mopd's student and general
+    teacher resolve to, and the run's checks accept it: a folder with a config.json."""
+    from nemotron import artifacts
+    from nemotron.plan import planned_outputs
+
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(artifacts, "PLANNED", {})
+    ck = tmp_path / "ckpt"
+    planned = planned_outputs(compiled("rlvr", "default", {"checkpointing.checkpoint_dir": str(ck)}))
+    assert planned["rl-checkpoint"]["path"] == str(ck / "hf" / "latest")
+    hf = ck / "hf" / "step_128"
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text(json.dumps({"model_type": "nemotron_h", "hybrid_override_pattern": "ME*E"}))
+    actual = json.dumps({"rl-checkpoint": {"path": str(hf), "step": 128}})
+    for name, fields in artifacts.merge_outputs(planned, actual).items():
+        artifacts.record(name, {**fields, "config": "default"})
+    cfg, _, problems = checked("mopd", "default", {"data.train.data_path": str(tmp_path / "t.jsonl"),
+                                                  "data.validation.data_path": str(tmp_path / "v.jsonl")})
+    assert cfg["policy"]["model_name"] == str(hf) == cfg["_teachers"]["general"]
+    (tmp_path / "t.jsonl").write_text("")
+    (tmp_path / "v.jsonl").write_text("")
+    lines = nemo_rl.precheck(cfg, importable=lambda m: True, gpus=8)
+    assert not [line for line in lines if "checkpoint" in line or "config.json" in line], lines
 
 
 # ------------------------------------------------------------------------------------------ the runtime

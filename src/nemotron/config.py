@@ -3,6 +3,7 @@
 Layers, lowest to highest:
 
 1. ``schema`` — :data:`SCHEMA_DEFAULTS`, the keys every stage has (its resource request, ``run.env``);
+   for a NeMo RL stage, the NeMo RL recipe its config names (``nemo_rl.base``, layer ``nemo-rl:<file>``) above it;
 2. the stage's ``default.yaml`` — every other key the stage knows (a key absent from it is unknown);
 3. the ``-c NAME|PATH`` config and the configs it inherits through ``defaults:`` (parents first);
 4. command-line overrides: ``key=value`` (key must exist), ``+key=value`` (add a key),
@@ -169,6 +170,24 @@ def config_artifacts(stage: Stage, config: str | None = None) -> tuple[tuple[str
     named = tree.get("output_artifact")
     produces = (named,) if isinstance(named, str) and named else stage.produces
     return tuple(consumes), produces
+
+
+def _base_layer(stage: Stage, config: str | None, overrides: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """``(label, data)`` of the framework recipe ``stage -c config`` is layered on, or None: for NeMo RL stages
+    the recipe its ``nemo_rl.base`` names (:func:`nemotron.runtime.nemo_rl.base_layer`; a ``nemo_rl.*``
+    override counts). It sits below ``default.yaml``: the stage's files and the overrides may set any key it
+    has.
+
+    Raises:
+        ConfigError: an unknown recipe; an unreadable config file.
+    """
+    if stage.kind != "rl":
+        return None
+    from nemotron.runtime.nemo_rl import BASE_KEY, base_layer
+
+    given = {ov.path[1]: ov.value for ov in (parse_override(o) for o in overrides)
+             if len(ov.path) == 2 and ov.path[0] == BASE_KEY and ov.op in ("set", "add")}
+    return base_layer(_raw_tree(stage, config), given)
 
 
 def _resolve_config_ref(stage: Stage, ref: str, relative_to: Path | None) -> Path:
@@ -548,8 +567,13 @@ def _register_resolvers() -> None:
     def stdlib() -> str:
         return sysconfig.get_paths()["stdlib"]
 
+    # NeMo RL's recipes (a NeMo RL stage's base layer) compute with these (nemo_rl/utils/config.py
+    # register_omegaconf_resolvers: ${mul:a,b} and friends)
+    arith = (("add", lambda a, b: a + b), ("mul", lambda a, b: a * b), ("div", lambda a, b: a / b),
+             ("max", lambda a, b: max(a, b)))
     register = getattr(OmegaConf, "register_resolver", None)  # OmegaConf >= 2.4
-    for rname, fn in (("oc.env", env), ("art", art), ("stages", stages), ("pkgdata", pkgdata), ("stdlib", stdlib)):
+    for rname, fn in (("oc.env", env), ("art", art), ("stages", stages), ("pkgdata", pkgdata), ("stdlib", stdlib),
+                      *arith):
         if register is not None:
             register(rname, fn, replace=True, use_cache=False, annotation_validation="off")
         else:  # OmegaConf 2.3
@@ -699,6 +723,15 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     default_path = stages_dir() / stage.config_dir / "default.yaml"
     default_data = _read_config(default_path)
     default_data.pop("defaults", None)
+    # the sections ``~key`` may not delete: the schema's and default.yaml's (not a base recipe's)
+    sections = _sections(SCHEMA_DEFAULTS) | _sections(default_data)
+    base = _base_layer(stage, config, overrides)
+    base_open: frozenset = frozenset()
+    if base is not None:  # a framework's own recipe, below default.yaml (NeMo RL stages: nemo_rl.base)
+        base_label, base_data = base
+        _merge(tree, base_data, base_label, prov, errors, strict=False, where=base_label, root=tree)
+        layers.append(base_label)
+        base_open = _open_mappings(base_data)
     run_section = default_data.pop("run", None)
     _merge(tree, default_data, "default.yaml", prov, errors, strict=False, where=str(default_path), root=tree)
     if run_section is not None:
@@ -710,8 +743,7 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
             run_section = {k: v for k, v in run_section.items() if k == "env"}
         _merge(tree, {"run": run_section}, "default.yaml", prov, errors, strict=True, where=str(default_path), root=tree)
     layers.append("default.yaml")
-    open_paths = _open_mappings(default_data)
-    sections = _sections(tree)
+    open_paths = _open_mappings(default_data) | base_open
 
     name = config or "default"
     for f in _chain(stage, name):
@@ -746,7 +778,7 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
         ARTIFACTS_USED.clear()
     artifact_keys = {k: used[ref] for k, v in leaves(tree) if isinstance(v, str)
                      for ref in used if f"${{art:{ref}," in v or f"${{art:{ref}}}" in v}
-    default_labels = {SCHEMA, "default.yaml"}
+    default_labels = {SCHEMA, "default.yaml"} | ({base[0]} if base is not None else set())
     user_keys = {k for k, label in prov.items() if label not in default_labels}
     compiled = Compiled(stage=stage, config=resolved, provenance=prov, layers=layers, config_name=name,
                         unresolved=unresolved, user_keys=user_keys, profile_overrides=profile_overrides(overrides),

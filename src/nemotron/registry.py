@@ -32,7 +32,9 @@ class Stage:
             files (:func:`nemotron.config.config_artifacts`, shown by ``list``); ``pipe`` wires a stage through
             the ``${art:...}`` values of its compiled config and the planned outputs of the stages before it
             (:func:`nemotron.plan.planned_outputs`).
-        gpu: whether the stage needs GPUs (a GPU stage on a profile without GPUs is an error).
+        gpu: whether the stage needs GPUs (a GPU stage on a profile without GPUs is an error); a stage without
+            them, and ``convert`` with ``convert.device: cpu``, is planned with no GPU and one process
+            (:func:`nemotron.plan.cpu_only`).
         summary: one line for ``--help``.
         outputs: the fields of the artifact the stage produces, as templates over its config keys
             (``(("path", "{output_dir}"), ("blend_path", "{output_dir}/blend.json"))``): where the output
@@ -96,10 +98,11 @@ STAGES: tuple[Stage, ...] = (
            {"path": "{convert.output_dir}"}),
     _stage("rlvr", "rlvr", "rl", "ray", "nemo-rl", "hf-checkpoint rl-data", "rl-checkpoint", True,
            "Reinforcement learning with verifiable rewards (GRPO) on NeMo RL; -c teacher-<slot> trains MOPD teachers.",
-           {"path": "{checkpointing.checkpoint_dir}"}),
+           # the Hugging Face form of the newest step (nemotron.runtime.nemo_rl.finish; the run records hf/step_N)
+           {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"}),
     _stage("mopd", "mopd", "rl", "ray", "nemo-rl", "rl-checkpoint rl-data", "mopd-checkpoint", True,
            "Multi-teacher on-policy distillation on NeMo RL.",
-           {"path": "{checkpointing.checkpoint_dir}"}),
+           {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"}),
     _stage("quantize", "quantize", "quantize", "torchrun", "nemo", "mopd-checkpoint", "quantized-checkpoint", True,
            "NVFP4 + FP8 post-training quantization with NVIDIA Model Optimizer.",
            {"path": "{export.output_dir}"}),

@@ -19,10 +19,17 @@ the NeMo RL container, on the Ray head of the job's Ray cluster:
    of the installed checkout (``examples/run_grpo.py``; ``examples/nemo_gym/run_grpo_nemo_gym.py`` when
    NeMo Gym is on — the script NVIDIA's Ultra launcher runs for every Ultra RL stage, MOPD included:
    on-policy distillation is part of NeMo RL's GRPO loop, ``nemo_rl/algorithms/grpo.py`` + ``opd.py``)
-   with ``--config``; its exit code is the stage's.
+   with ``--config``; a non-zero exit code is the stage's.
+5. :func:`finish` — NeMo RL's own converter turns the newest ``step_N`` into a Hugging Face folder
+   (``<checkpoint_dir>/hf/step_N``, linked from ``hf/latest``), which is what the run records as its artifact.
 
-Steps 1-3 are tested here (tests/test_rl.py). Step 4 needs NeMo RL, vLLM and GPUs, which this project's
-test machines do not have: it has not been run by this project.
+The config is layered on NeMo RL's own Ultra recipe (``nemo_rl.base``: :func:`base_recipe`, the lowest layer of
+:func:`nemotron.config.compile_config`), and what step 4 hands NeMo RL (:func:`job_yaml`) is what
+tests/contract/test_nemo_rl.py runs NeMo RL's own entry code on at the pinned commit (loading, ``MasterConfig``,
+the entry's and ``setup()``'s checks that need no GPU). Steps 1-3 and 5 (with a stand-in for the converter's
+run) are tested here (tests/test_rl.py); the converter's command line against its real argument parser and the
+``step_N`` layout of NeMo RL's real ``CheckpointManager`` in the contract tests. Steps 4 and 5's conversion
+need NeMo RL, vLLM, Megatron-Bridge and GPUs: they have not been run by this project.
 
 Stdlib only at import time.
 """
@@ -52,6 +59,12 @@ GYM_POLICY_MODEL = "responses_api_models/vllm_model/configs/vllm_model_for_train
 
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
+#: Our key (dropped before NeMo RL sees the config): ``nemo_rl.base`` names the NeMo RL recipe the stage config
+#: is layered on (a path inside NeMo RL's checkout, ``examples/nemo_gym/nemotron-3-ultra/<name>.yaml``), and
+#: ``nemo_rl.replace`` the top-level sections of it that the stage config replaces whole instead of merging
+#: into (``env``: the recipe's NeMo Gym server set names judges this project does not start).
+BASE_KEY = "nemo_rl"
+
 
 class PrecheckError(NemotronError):
     """The container or the inputs are not what the stage needs (exit 1); ``problems`` one line each."""
@@ -62,6 +75,104 @@ class PrecheckError(NemotronError):
         super().__init__(problems[0] if len(problems) == 1 else f"{len(problems)} problems before NeMo RL could start",
                          "; ".join(problems[1:]) if len(problems) > 1 else None)
         self.problems = problems
+
+
+# ------------------------------------------------------------------------------------ base recipes
+def keylist() -> dict:
+    """NeMo RL's key list at the commit ``stages/images.toml`` pins for the ``nemo-rl`` image (it carries the
+    resolved recipes, ``recipes``; :mod:`nemotron.keys`).
+
+    Raises:
+        KeyError: no key list is stored for the pinned commit.
+    """
+    from nemotron.keys import load_keylist
+    from nemotron.validation.views import keylist_version
+
+    return load_keylist(keylist_version("nemo-rl", "nemo_rl") or "", "nemo-rl")
+
+
+def base_recipe(name: str, replace: list | tuple = ()) -> tuple[str, dict]:
+    """``(label, config)``: NeMo RL's recipe ``name`` (``examples/nemo_gym/nemotron-3-ultra/student_rlvr1.yaml``)
+    as NeMo RL's own loader composes it (``nemo_rl.utils.config.load_config``; stored in the key list by
+    ``scripts/nemo_rl_keys.py``, interpolations as written: they resolve with the compiled config), without
+    the top-level sections in ``replace``. ``label`` is the layer name ``--dry-run`` shows
+    (``nemo-rl:student_rlvr1.yaml``).
+
+    Raises:
+        ConfigError: ``name`` is not one of the stored recipes (the message lists them), or ``replace`` names
+            something that is not a section of it.
+    """
+    recipes = keylist().get("recipes") or {}
+    if name not in recipes:
+        import difflib
+
+        close = difflib.get_close_matches(str(name), list(recipes), n=1)
+        raise ConfigError(f"{BASE_KEY}.base={name!r}: not a NeMo RL recipe stored for the pinned commit",
+                          (f"did you mean '{close[0]}'? " if close else "") + f"recipes: {', '.join(recipes) or 'none'}")
+    data = copy.deepcopy(recipes[name])
+    for section in replace or ():
+        if section not in data:
+            raise ConfigError(f"{BASE_KEY}.replace: {section!r} is not a section of {name}",
+                              f"sections: {', '.join(data)}")
+        del data[section]
+    return f"nemo-rl:{Path(name).name}", data
+
+
+def base_layer(raw: dict, overrides: dict | None = None) -> tuple[str, dict] | None:
+    """The recipe layer of a stage config: ``raw`` is the stage's config files merged, nothing resolved
+    (``default.yaml`` and the ``-c`` chain), ``overrides`` the command line's ``nemo_rl.*`` values. None when
+    the config names no base (``nemo_rl.base: null``).
+
+    Raises:
+        ConfigError: see :func:`base_recipe`; ``nemo_rl.replace`` that is not a list of names.
+    """
+    own = dict(raw.get(BASE_KEY) or {}) if isinstance(raw.get(BASE_KEY), dict) else {}
+    own.update(overrides or {})
+    name = own.get("base")
+    if not name:
+        return None
+    replace = own.get("replace") or []
+    if not (isinstance(replace, list) and all(isinstance(r, str) for r in replace)):
+        raise ConfigError(f"{BASE_KEY}.replace={replace!r}: expected a list of section names", "e.g. [env]")
+    return base_recipe(str(name), replace)
+
+
+def recipe_drift(cfg: dict, root: Path) -> list[str]:
+    """Inside the NeMo RL container: the base recipe of ``cfg`` (``nemo_rl.base``) composed from the container's
+    own checkout ``root`` by NeMo RL's ``load_config`` must be the one the config was validated against (the key
+    list's copy, :func:`base_recipe`); one line when it is not (another NeMo RL commit in the image: the config's
+    values were checked against a different recipe). Empty when ``cfg`` names no base.
+
+    Imports ``nemo_rl.utils.config`` and ``omegaconf`` (the container has both)."""
+    own = cfg.get(BASE_KEY) if isinstance(cfg.get(BASE_KEY), dict) else {}
+    name = own.get("base")
+    if not name:
+        return []
+    path = Path(root) / str(name)
+    if not path.is_file():
+        return [f"{BASE_KEY}.base={name}: not in this container's NeMo RL checkout ({root}); the image is not the "
+                "pinned NeMo RL commit (stages/images.toml nemo-rl)"]
+    from nemo_rl.utils.config import load_config
+    from omegaconf import OmegaConf
+
+    here = OmegaConf.to_container(load_config(path), resolve=False)
+    stored = (keylist().get("recipes") or {}).get(str(name))
+    if here == stored:
+        return []
+    diffs = _differences(stored, here)
+    shown = "; ".join(f"{k}: {a!r} validated, {b!r} here" for k, a, b in diffs[:3])
+    return [f"{BASE_KEY}.base={name}: this container's NeMo RL ({root}) composes it differently from the copy the "
+            f"config was validated against ({keylist().get('version')}): {len(diffs)} key(s), {shown}; build the "
+            "image at the pinned commit, or regenerate the key list (scripts/nemo_rl_keys.py) for this one"]
+
+
+def _differences(a, b, prefix: str = "") -> list[tuple[str, object, object]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in list(a) + [k for k in b if k not in a]:
+            out += _differences(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return [] if a == b else [(prefix, a, b)]
 
 
 # ------------------------------------------------------------------------------------ checkpoints
@@ -91,7 +202,7 @@ def is_local_path(value: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------ checks
-def precheck(cfg: dict, importable=None, gpus: int | None = None) -> list[str]:
+def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path | None = None) -> list[str]:
     """Every reason the cluster run cannot start here, one line each (empty: ready).
 
     ``importable(module) -> bool`` and ``gpus`` (GPUs visible on this node) default to the real ones;
@@ -99,7 +210,8 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None) -> list[str]:
     ``stages/images.toml`` ``nemo-rl``); each local checkpoint path of :func:`checkpoint_paths` exists and
     holds a ``config.json``; the data files (``data.train/validation.data_path``) exist; ``gpus`` equals ``cluster.gpus_per_node`` (NeMo RL places
     ``cluster.num_nodes`` x that many GPUs with Ray placement groups; a node that shows fewer cannot
-    hold its bundles).
+    hold its bundles); the base recipe in the container's NeMo RL checkout (``checkout``, default: the one
+    ``nemo_rl`` is imported from) is the one the config was validated against (:func:`recipe_drift`).
     """
     if importable is None:
         from nemotron.entry import _importable as importable
@@ -108,6 +220,10 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None) -> list[str]:
     for module in ("nemo_rl", "vllm"):
         if not importable(module):
             problems.append(_not_available(module, image))
+    if checkout is None and importable("nemo_rl"):
+        checkout = _checkout_root()
+    if checkout is not None:
+        problems += recipe_drift(cfg, checkout)
     for key, value in checkpoint_paths(cfg).items():
         if key == "policy.tokenizer.name" and value == _get(cfg, "policy.model_name"):
             continue
@@ -131,6 +247,20 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None) -> list[str]:
     problems += prestart.gpu_problems(_get(cfg, "cluster.num_nodes"), _get(cfg, "cluster.gpus_per_node"), env, gpus,
                                       "cluster.num_nodes", "cluster.gpus_per_node")
     return problems
+
+
+def _checkout_root() -> Path | None:
+    """The NeMo RL checkout the installed ``nemo_rl`` package comes from (the folder above it), or None."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("nemo_rl")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    root = Path(spec.origin).resolve().parent.parent
+    return root if (root / "examples").is_dir() else None
 
 
 def _not_available(module: str, image: str | None = None) -> str:
@@ -290,7 +420,26 @@ def translate(cfg: dict, checkpoint_views: dict[str, str] | None = None) -> dict
     return out
 
 
+def job_yaml(master: dict) -> str:
+    """The text of ``nemo_rl_config.yaml``, the file the job hands NeMo RL's entry (``--config``): ``master``
+    (:func:`translate`'s output) as YAML, keys in config order. The contract tests
+    (tests/contract/test_nemo_rl.py) run NeMo RL's own loading of exactly this text."""
+    import yaml
+
+    return yaml.safe_dump(master, sort_keys=False)
+
+
 # ------------------------------------------------------------------------------------ launch
+def entry_relpath(cfg: dict) -> str:
+    """NeMo RL's GRPO entry script for ``cfg``, relative to its checkout: ``examples/nemo_gym/run_grpo_nemo_gym.py``
+    with NeMo Gym on (``env.should_use_nemo_gym``: the script NVIDIA's Ultra launcher runs for every stage, MOPD
+    included), else ``examples/run_grpo.py`` (on-policy distillation runs in either: its teachers are part of
+    GRPO's setup and loop)."""
+    from nemotron.validation.nemo_rl import GYM_ENTRY, NATIVE_ENTRY
+
+    return GYM_ENTRY if _get(cfg, "env.should_use_nemo_gym", False) else NATIVE_ENTRY
+
+
 def entry_script(cfg: dict) -> tuple[Path, Path]:
     """``(script, checkout root)``: NeMo RL's GRPO entry script in the installed checkout (the folder above
     the ``nemo_rl`` package): ``examples/nemo_gym/run_grpo_nemo_gym.py`` with NeMo Gym on, else
@@ -305,8 +454,7 @@ def entry_script(cfg: dict) -> tuple[Path, Path]:
     if spec is None or not spec.origin:
         raise PrecheckError([_not_available("nemo_rl")])
     root = Path(spec.origin).resolve().parent.parent
-    rel = "examples/nemo_gym/run_grpo_nemo_gym.py" if _get(cfg, "env.should_use_nemo_gym", False) else "examples/run_grpo.py"
-    script = root / rel
+    script = root / entry_relpath(cfg)
     if not script.is_file():
         raise PrecheckError([(f"{script}: NeMo RL's GRPO entry is missing from the installed checkout ({root}); "
                               "the nemo-rl image must hold the NeMo RL source tree, as NVIDIA's Dockerfile builds it")])
@@ -326,15 +474,137 @@ def launch(cfg: dict, stage: str) -> int:
     except ConfigFormError as exc:
         print(f"{stage}: a checkpoint's config.json cannot be read as NemotronH: {exc}", file=sys.stderr)
         return 1
-    master = translate(cfg, views)
-    import yaml
-
     path = run_dir / "nemo_rl_config.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(master, sort_keys=False), encoding="utf-8")
+    path.write_text(job_yaml(translate(cfg, views)), encoding="utf-8")
     script, root = entry_script(cfg)
     print(f"{stage}: NeMo RL {script.relative_to(root)} --config {path}", flush=True)
-    return subprocess.call([sys.executable, str(script), "--config", str(path)], cwd=str(root))
+    code = subprocess.call([sys.executable, str(script), "--config", str(path)], cwd=str(root))
+    if code != 0:
+        return code
+    return finish(cfg, stage, root)
+
+
+# ------------------------------------------------------------------------------------ the output checkpoint
+#: Under ``checkpointing.checkpoint_dir``: the Hugging Face form of each converted step (``hf/step_N``) and
+#: ``hf/latest``, a link to the newest one (the planned artifact path, ``nemotron.registry``).
+HF_FOLDER, HF_LATEST = "hf", "latest"
+_STEP = re.compile(r"step_(\d+)")
+#: Tokenizer files NeMo RL saves with each step (``step_N/policy/tokenizer``; its converters do not write them).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                    "chat_template.jinja", "chat_template.json", "vocab.json", "merges.txt", "added_tokens.json")
+
+
+def latest_step(checkpoint_dir: str | Path) -> tuple[int, Path] | None:
+    """``(N, path)`` of the newest finished checkpoint NeMo RL's ``CheckpointManager`` wrote under
+    ``checkpoint_dir`` (folders named exactly ``step_<N>``, the highest N; the ``tmp_step_N`` of a save in
+    progress does not count), as ``CheckpointManager.get_latest_checkpoint_path`` picks it
+    (nemo_rl/utils/checkpoint.py); None when there is none."""
+    folder = Path(checkpoint_dir)
+    steps = [(int(m.group(1)), p) for p in (folder.iterdir() if folder.is_dir() else ())
+             if p.is_dir() and (m := _STEP.fullmatch(p.name))]
+    return max(steps) if steps else None
+
+
+def hf_output(checkpoint_dir: str | Path, step: int | None = None) -> Path:
+    """Where the Hugging Face form of step ``step`` goes (``<checkpoint_dir>/hf/step_<N>``), or with ``step``
+    None the link to the newest one (``<checkpoint_dir>/hf/latest``: the path a ``pipe`` wires the next stage
+    to before the run)."""
+    base = Path(checkpoint_dir) / HF_FOLDER
+    return base / (HF_LATEST if step is None else f"step_{step}")
+
+
+def converter_command(cfg: dict, step_dir: Path, out: Path, root: Path) -> list[str]:
+    """NeMo RL's own converter of a step's policy weights to a Hugging Face folder (examples/converters of its
+    checkout), as its usage line gives it: ``convert_megatron_to_hf.py --config step_N/config.yaml
+    --megatron-ckpt-path step_N/policy/weights/iter_XXXXXXX --hf-ckpt-path OUT`` for the Megatron backend
+    (``policy.megatron_cfg.enabled``; the iteration folder Megatron-Bridge wrote, the highest ``iter_*``), else
+    ``convert_dcp_to_hf.py --config ... --dcp-ckpt-path step_N/policy/weights --hf-ckpt-path OUT``. The
+    converter reads the model's architecture from ``policy.model_name`` of the step's ``config.yaml`` (what
+    ``CheckpointManager`` saved: the run's own config)."""
+    weights = step_dir / "policy" / "weights"
+    config = step_dir / "config.yaml"
+    if _get(cfg, "policy.megatron_cfg.enabled", False):
+        iters = sorted(p.name for p in weights.glob("iter_*") if p.is_dir()) if weights.is_dir() else []
+        megatron = weights / (iters[-1] if iters else "iter_0000000")
+        return [sys.executable, str(root / "examples" / "converters" / "convert_megatron_to_hf.py"), "--config",
+                str(config), "--megatron-ckpt-path", str(megatron), "--hf-ckpt-path", str(out)]
+    return [sys.executable, str(root / "examples" / "converters" / "convert_dcp_to_hf.py"), "--config", str(config),
+            "--dcp-ckpt-path", str(weights), "--hf-ckpt-path", str(out)]
+
+
+def output_artifacts(cfg: dict) -> list[str]:
+    """The artifact names the run records (``output_artifact``: ``rl-checkpoint``, ``teacher-<slot>``,
+    ``mopd-checkpoint``)."""
+    name = cfg.get("output_artifact")
+    return [str(name)] if isinstance(name, str) and name else []
+
+
+def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
+    """After NeMo RL's entry exited 0: the newest step (:func:`latest_step`) in Hugging Face form, the artifact
+    the later stages read (teachers, MOPD and quantize load Hugging Face folders with a ``config.json``, not
+    NeMo RL's ``step_N``).
+
+    1. ``<checkpoint_dir>/hf/step_N`` is made with NeMo RL's converter (:func:`converter_command`; ``run(cmd,
+       cwd)`` runs it, default ``subprocess.call``) into a temporary folder, the tokenizer files NeMo RL saved
+       with the step (``step_N/policy/tokenizer``) are copied in, and the folder is renamed into place; a step
+       already converted (a ``config.json`` there: a resubmitted job) is kept.
+    2. ``<checkpoint_dir>/hf/latest`` points at it (replaced atomically).
+    3. ``outputs.json`` in the run folder (:func:`nemotron.artifacts.write_outputs`) records each artifact of
+       :func:`output_artifacts` with ``path`` = ``hf/step_N``, ``step``, ``checkpoint_dir`` and ``source`` (the
+       step folder).
+
+    Returns the stage's exit code: 0; 1 when checkpointing is off or no step was saved (nothing to record: the
+    message says so), or the converter's non-zero exit code.
+    """
+    import shutil
+
+    from nemotron import artifacts
+
+    run = run or (lambda cmd, cwd: subprocess.call(cmd, cwd=cwd))
+    ckdir = _get(cfg, "checkpointing.checkpoint_dir")
+    if not _get(cfg, "checkpointing.enabled", True) or not ckdir:
+        print(f"{stage}: checkpointing.enabled is false: no checkpoint to record as "
+              f"{', '.join(output_artifacts(cfg)) or 'an artifact'}", file=sys.stderr)
+        return 1
+    found = latest_step(ckdir)
+    if found is None:
+        print(f"{stage}: NeMo RL finished without a step_N checkpoint in {ckdir}: nothing to record "
+              "(grpo.max_num_steps below checkpointing.save_period?)", file=sys.stderr)
+        return 1
+    step, step_dir = found
+    out = hf_output(ckdir, step)
+    if not (out / "config.json").is_file():
+        tmp = out.with_name(f".{out.name}.tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        cmd = converter_command(cfg, step_dir, tmp, root)
+        print(f"{stage}: converting {step_dir} to Hugging Face form: {' '.join(cmd[1:])}", flush=True)
+        code = run(cmd, str(root))
+        if code != 0:
+            print(f"{stage}: NeMo RL's converter exited {code}; {step_dir} is kept as NeMo RL wrote it", file=sys.stderr)
+            return code
+        if not (tmp / "config.json").is_file():
+            print(f"{stage}: NeMo RL's converter wrote no config.json in {tmp}", file=sys.stderr)
+            return 1
+        tok = step_dir / "policy" / "tokenizer"
+        for name in _TOKENIZER_FILES:
+            if (tok / name).is_file() and not (tmp / name).exists():
+                shutil.copy2(tok / name, tmp / name)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    latest = hf_output(ckdir)
+    link = latest.with_name(f".{latest.name}.tmp")
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(out.name)
+    os.replace(link, latest)
+    fields = {"path": str(out), "step": step, "checkpoint_dir": str(ckdir), "source": str(step_dir)}
+    artifacts.write_outputs({name: dict(fields) for name in output_artifacts(cfg)})
+    print(f"{stage}: step {step} in Hugging Face form: {out}", flush=True)
+    return 0
 
 
 def rlvr_main(cfg: dict) -> int:
@@ -348,8 +618,18 @@ def mopd_main(cfg: dict) -> int:
 
 
 __all__ = [
+    "BASE_KEY",
     "DEFAULT_TEACHER_ALIAS",
     "PrecheckError",
+    "base_layer",
+    "base_recipe",
+    "converter_command",
+    "entry_relpath",
+    "finish",
+    "hf_output",
+    "job_yaml",
+    "latest_step",
+    "recipe_drift",
     "checkpoint_paths",
     "enabled_environments",
     "entry_script",
