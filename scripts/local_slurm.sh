@@ -211,7 +211,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$MUNGE_SOCKET
+# cred_expire: a requeued job waits this long before it may start again (Slurm default 120 s)
+AuthInfo=socket=$MUNGE_SOCKET,cred_expire=10
 StateSaveLocation=$STATE/ctld
 SlurmdSpoolDir=$STATE/d
 SlurmctldPidFile=$RUN/slurmctld.pid
@@ -224,7 +225,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=1,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 # use the node shape declared below as-is (the test machine has fewer CPUs and no GPUs)

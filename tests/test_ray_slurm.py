@@ -164,7 +164,7 @@ def test_warning_reaches_only_the_driver_and_logs_append_across_a_requeue(slurm,
             assert time.monotonic() < deadline, (tmp_path / f"batch-{job}.out").read_text(errors="replace")[-3000:]
             time.sleep(0.5)
         slurm.run("scancel", "--batch", "--signal=TERM", job)
-        state = slurm.wait(job, timeout=400)  # the requeued run starts after Slurm's hold (about two minutes)
+        state = slurm.wait(job, timeout=400)  # the requeued run starts after Slurm's hold (cred_expire)
     finally:
         slurm.run("scancel", job, check=False)
     batch = (tmp_path / f"batch-{job}.out").read_text(errors="replace")
