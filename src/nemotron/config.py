@@ -29,6 +29,7 @@ import copy
 import difflib
 import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -571,7 +572,11 @@ def _register_resolvers() -> None:
     # register_omegaconf_resolvers: ${mul:a,b} and friends)
     arith = (("add", lambda a, b: a + b), ("mul", lambda a, b: a * b), ("div", lambda a, b: a / b),
              ("max", lambda a, b: max(a, b)))
-    register = getattr(OmegaConf, "register_resolver", None)  # OmegaConf >= 2.4
+    # OmegaConf 2.4's register_resolver takes replace/use_cache/annotation_validation; 2.3's register_resolver is
+    # the deprecated 2.0 API (name, resolver) and register_new_resolver the one to call there
+    register = getattr(OmegaConf, "register_resolver", None)
+    if register is not None and "annotation_validation" not in inspect.signature(register).parameters:
+        register = None
     for rname, fn in (("oc.env", env), ("art", art), ("stages", stages), ("pkgdata", pkgdata), ("stdlib", stdlib),
                       *arith):
         if register is not None:

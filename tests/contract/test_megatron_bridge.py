@@ -52,6 +52,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from gpu_megatron import ONE_GPU  # noqa: E402  (the config of the one-GPU run, checked here in CI)
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -62,6 +65,7 @@ SHIPPED = [("pretrain", "default"), ("pretrain", "tiny"), ("pretrain", "long_con
 VARIANTS = {
     "sft-tiny-mbs2": ("sft", "tiny", ["train.micro_batch_size=2"]),          # packed SFT, micro batch 2
     "pretrain-tiny-tp2": ("pretrain", "tiny", ["model.tensor_model_parallel_size=2"]),   # the slice kept at TP 2
+    "pretrain-tiny-1gpu": ("pretrain", "tiny", list(ONE_GPU)),   # bench/gpu_megatron.py's one-GPU run
 }
 #: Fields set off before validate() because their check needs Transformer Engine itself (see the docstring).
 TE_ONLY = {"moe_permute_fusion": False}
@@ -157,7 +161,7 @@ def provider_facts(m):
             "seq_length", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "num_moe_experts",
             "moe_router_topk", "moe_ffn_hidden_size", "moe_latent_size", "moe_shared_expert_intermediate_size",
             "mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "vocab_size",
-            "recompute_granularity", "mtp_loss_scaling_factor")
+            "recompute_granularity", "mtp_loss_scaling_factor", "use_mamba_mem_eff_path")
     return {"type": type(m).__name__, **{k: getattr(m, k, None) for k in keys}}
 '''
 
@@ -425,3 +429,26 @@ def test_keylist_matches_the_real_classes(results):
     assert kl["required"]["FinetuningDatasetConfig"] == stored["sections"]["dataset"]["required"]["FinetuningDatasetConfig"]
     assert kl["presets"] == {}
     assert kl["recipes"]["stored"] == kl["recipes"]["real"]
+
+
+def test_the_one_gpu_run_builds_the_small_model_from_the_catalogue(results, shipped):
+    """The config of ``bench/gpu_megatron.py`` (``-c tiny`` with ``model.name=small`` on one GPU): the recipe is
+    built from the catalogue's own ``config.json`` for ``small`` (no HF repo: never ``recipe.hf_model_id``, which
+    would give the full 108-layer Ultra), the provider has every Ultra block type, and ``validate()`` passes at
+    world size 1."""
+    from nemotron import catalogue
+
+    rec = _built(results, "pretrain-tiny-1gpu")
+    spec = catalogue.get("small")
+    assert shipped["pretrain-tiny-1gpu"]["world"] == 1
+    assert rec["hf_config_written"]
+    p = rec["provider"]
+    assert (p["num_layers"], p["hybrid_layer_pattern"], p["mtp_hybrid_override_pattern"]) == \
+        (spec.num_layers, spec.pattern, spec.mtp_pattern)
+    assert (p["num_moe_experts"], p["moe_latent_size"], p["moe_shared_expert_intermediate_size"]) == \
+        (spec.num_experts, spec.moe_latent_size, spec.moe_shared_expert_intermediate_size)
+    assert p["recompute_granularity"] is None and p["sequence_parallel"] is False
+    assert p["use_mamba_mem_eff_path"] is False  # the unfused Mamba path: no causal-conv1d CUDA extension there
+    assert rec["routing"] == []
+    assert rec["validate"]["ok"], rec["validate"]
+    assert rec["validate"]["data_parallel_size"] == 1

@@ -1,0 +1,276 @@
+"""One real GPU run of the cluster training path (a script for a machine with one NVIDIA GPU; never a CI test).
+
+    python bench/gpu_megatron.py --blend output/ultra3/pretrain-data/tiny/blend.json --out gpu-run [--iters 60]
+
+What runs is the job a cluster node runs for ``nemotron ultra3 pretrain -c tiny``, on one GPU:
+
+* the config: ``-c tiny`` compiled, prepared and validated by our own compiler and dry-run rules, with
+  :data:`ONE_GPU` on top (the catalogue's ``small`` NemotronH — every Ultra block type: Mamba-2, attention, latent
+  MoE with a shared expert and sigmoid routing with expert bias, the shared-weight MTP block — at TP1 PP1 EP1 on
+  one GPU); ``nemotron ultra3 pretrain --dry-run`` with the same overrides gives the per-GPU memory estimate;
+* the entry: ``stages/ultra3/pretrain/run.py --config train.yaml`` (``backend: megatron-bridge``), i.e.
+  :func:`nemotron.runtime.megatron_bridge.main`: our pre-start checks, our translation, Megatron-Bridge's Ultra
+  recipe built from the model's catalogue ``config.json``, AutoBridge's provider, then Megatron-Bridge's own
+  ``pretrain()`` with its ``forward_step`` (recorded by :mod:`nemotron.runtime.batch_log`), Megatron-Core's GPT
+  dataset builder over our ``.bin/.idx`` blend, its distributed checkpointing;
+* the stack it needs from the host: Megatron-Bridge and Megatron-Core source at the pinned commits, Transformer
+  Engine, mamba-ssm's Python package (its Triton kernels), on ``PYTHONPATH``. The pinned versions are those of the
+  NeMo image, which a bare GPU machine does not have, so the script sets ``NEMOTRON_SKIP_FRAMEWORK_CHECK=1`` and
+  reports the mismatches our pre-start check prints as warnings.
+
+Runs, all in this one invocation:
+
+1. **reference**: ``--iters`` steps uninterrupted (checkpoint folder ``ref``);
+2. **signalled**: the same config in folder ``sig``; SIGTERM once step ``--signal-at`` has begun (the warning
+   Slurm sends before the time limit). Expected: a checkpoint at the step that was running, exit code 75;
+3. **resumed**: the same command again. Expected: it resumes at the saved step, ends with exit 0, and every step
+   from there on draws the same samples (SHA-256 of each sample's token ids) as the reference run did;
+4. **plain loop**: a plain PyTorch loop (forward with labels, backward, fused AdamW; BF16 autocast) of the same
+   model built by transformers, same micro-batch, sequence and global batch, on random tokens — the local
+   backend's reference (``bench/train_tiny.py``). It has no MTP block (transformers builds none), so it does less
+   work per token than the Megatron run.
+
+Figures: the loss curve (first/last steps), tokens/s of the Megatron run (steady-state, from the recorded step times
+after ``--warmup`` steps) against the plain loop's, the peak GPU memory allocated by the training process (the CUDA
+caching allocator's ``max_memory_allocated``) against our estimate. Everything lands in ``--out``:
+``summary.json``, ``summary.md``, and the logs of each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+#: ``-c tiny`` made to fit one GPU: the catalogue's ``small`` model at TP1 PP1 EP1 (the layout validation would
+#: otherwise derive for a slice on an 8-GPU node), the optimizer on the GPU (tiny offloads it for the 32 B-parameter
+#: slice), no recompute (the small model needs none; the plain loop has none), sequence 1,024 tokens, global batch 16
+#: of micro-batches of 4 (4 micro-batches per step), evaluation off, a checkpoint every 20 steps, Mamba's unfused
+#: path (below). The contract test
+#: ``tests/contract/test_megatron_bridge.py`` builds this exact config with Megatron-Bridge's recipe and validates it
+#: on the CPU in CI.
+ONE_GPU = [
+    "model.name=small", "model.seq_length=1024", "run.env.gpus_per_node=1",
+    "model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=1",
+    "model.expert_model_parallel_size=1", "model.sequence_parallel=false",
+    "model.recompute_granularity=null", "model.recompute_method=null", "model.recompute_num_layers=null",
+    "train.global_batch_size=16", "train.micro_batch_size=4",
+    "optimizer.optimizer_cpu_offload=false", "optimizer.use_precision_aware_optimizer=false",
+    "validation.eval_iters=0", "checkpoint.save_interval=20", "scheduler.lr_warmup_iters=5",
+    # Megatron-Core's fused Mamba path (mamba_split_conv1d_scan_combined) needs causal-conv1d's CUDA extension,
+    # which has no wheel for this torch; the unfused path runs the same Mamba-2 layer with torch's conv1d and
+    # mamba-ssm's Triton chunked scan (megatron/core/ssm/mamba_mixer.py, use_mem_eff_path=False)
+    "+model.use_mamba_mem_eff_path=false",
+]
+
+
+def overrides(blend: Path, ckpt: Path, iters: int) -> list[str]:
+    return [*ONE_GPU, f"data.per_split_data_args_path={blend}", f"checkpoint.save={ckpt}",
+            f"train.train_iters={iters}", f"scheduler.lr_decay_iters={iters}",
+            f"scheduler.lr_wsd_decay_iters={max(1, iters // 5)}"]
+
+
+def compile_job(blend: Path, ckpt: Path, iters: int, path: Path) -> dict:
+    """``train.yaml`` for the job, as the CLI writes it (compiled, prepared, validated: any error stops here)."""
+    from nemotron import validation
+    from nemotron.config import compile_config, write_yaml
+    from nemotron.registry import get_stage
+
+    stage = get_stage("pretrain")
+    compiled = compile_config(stage, "tiny", overrides(blend, ckpt, iters))
+    validation.prepare(stage, compiled.config, compiled.user_keys, None)
+    errors = [f"{p.key}={p.value!r}: {p.message}" for p in validation.validate(stage, compiled.config, None)
+              if p.severity == "error"]
+    if errors:
+        sys.exit("the one-GPU config does not validate:\n  " + "\n  ".join(errors))
+    write_yaml(compiled, path)
+    return compiled.config
+
+
+def estimate(blend: Path, ckpt: Path, iters: int, out: Path) -> float | None:
+    """The dry-run's per-GPU memory estimate (GB = 1e9 bytes, ``total on the peak stage``) for the same command."""
+    argv = [sys.executable, "-m", "nemotron", "ultra3", "pretrain", "-c", "tiny", "--dry-run",
+            *overrides(blend, ckpt, iters)]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "160"})
+    (out / "dry-run.txt").write_text(proc.stdout + proc.stderr)
+    m = re.search(r"total on the peak stage\s+([\d.]+) GB", proc.stdout + proc.stderr)
+    return float(m.group(1)) if m else None
+
+
+def job_env(log: Path) -> dict[str, str]:
+    """The environment torchrun gives one rank of a one-GPU job, plus the batch record and the framework waiver."""
+    return {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": os.environ.get("MASTER_PORT", "29533"),
+            "CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONUNBUFFERED": "1",
+            "NEMOTRON_BATCH_LOG": str(log), "NEMOTRON_SKIP_FRAMEWORK_CHECK": "1"}
+
+
+def _steps_begun(log: Path) -> int:
+    if not log.is_file():
+        return -1
+    steps = [json.loads(x)["step"] for x in log.read_text().splitlines() if '"kind": "batch"' in x]
+    return max(steps, default=-1)
+
+
+def train(config: Path, log: Path, out: Path, name: str, signal_at: int | None = None,
+          timeout: float = 420) -> dict:
+    """Run the job's entry once; with ``signal_at``, SIGTERM it once that step has begun. Returns
+    ``{"rc", "seconds", "log"}``; the process output is in ``<out>/<name>.log``."""
+    text = out / f"{name}.log"
+    t0 = time.monotonic()
+    with text.open("w") as fh:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "stages/ultra3/pretrain/run.py"), "--config", str(config)],
+                                cwd=ROOT, env=job_env(log), stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        signalled = None
+        while proc.poll() is None:
+            if time.monotonic() - t0 > timeout:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+            if signal_at is not None and signalled is None and _steps_begun(log) >= signal_at:
+                proc.send_signal(signal.SIGTERM)
+                signalled = _steps_begun(log)
+            time.sleep(0.2)
+        proc.wait()
+    return {"rc": proc.returncode, "seconds": round(time.monotonic() - t0, 1), "signalled_at_step": signalled,
+            "tail": text.read_text(errors="replace")[-1500:]}
+
+
+def tokens_per_s(rec: dict, tokens_per_step: int, warmup: int) -> float | None:
+    """Steady-state throughput from the recorded start time of each step (steps after ``warmup``)."""
+    t = sorted(rec["times"].items())
+    t = [(s, v) for s, v in t if s >= warmup]
+    if len(t) < 3:
+        return None
+    # consecutive steps of one process only (a resumed run's clock restarts)
+    pairs = [(b[1] - a[1]) for a, b in zip(t, t[1:]) if b[0] == a[0] + 1 and b[1] > a[1]]
+    return tokens_per_step * len(pairs) / sum(pairs) if pairs else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--blend", type=Path, required=True, help="blend.json of `nemotron ultra3 data prep pretrain -c tiny`")
+    ap.add_argument("--out", type=Path, required=True, help="folder for summary.json, summary.md and the logs")
+    ap.add_argument("--work", type=Path, default=None, help="folder for configs and checkpoints (default: OUT/work)")
+    ap.add_argument("--iters", type=int, default=60)
+    ap.add_argument("--signal-at", type=int, default=30, help="SIGTERM once this step (0-based) has begun")
+    ap.add_argument("--warmup", type=int, default=5, help="steps left out of the throughput figure")
+    ap.add_argument("--plain-steps", type=int, default=30)
+    ap.add_argument("--skip", default="", help="comma list of runs to skip: reference,signal,plain")
+    args = ap.parse_args()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    work = (args.work or out / "work").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    skip = set(filter(None, args.skip.split(",")))
+    from nemotron.runtime import batch_log
+
+    summary: dict = {"iters": args.iters, "signal_at": args.signal_at}
+    try:
+        import torch
+
+        summary["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+        summary["torch"] = torch.__version__
+    except ImportError:
+        summary["gpu"] = None
+    for mod in ("megatron.bridge", "megatron.core", "transformer_engine", "mamba_ssm", "transformers"):
+        try:
+            m = __import__(mod, fromlist=["__version__"])
+            summary.setdefault("stack", {})[mod] = getattr(m, "__version__", "?")
+        except Exception as exc:  # the job's own pre-start check says the same, in its log
+            summary.setdefault("stack", {})[mod] = f"not importable: {type(exc).__name__}: {exc}"[:300]
+
+    blend = args.blend.resolve()
+    tokens_per_step = 16 * 1024
+    summary["estimate_gb"] = estimate(blend, work / "ref", args.iters, out)
+    runs: dict = {}
+    recs: dict = {}
+    if "reference" not in skip:
+        cfg = work / "ref.yaml"
+        compile_job(blend, work / "ref", args.iters, cfg)
+        runs["reference"] = train(cfg, out / "ref.jsonl", out, "reference")
+        recs["reference"] = batch_log.read(out / "ref.jsonl") if (out / "ref.jsonl").is_file() else None
+    if "signal" not in skip:
+        cfg = work / "sig.yaml"
+        compile_job(blend, work / "sig", args.iters, cfg)
+        runs["signalled"] = train(cfg, out / "sig.jsonl", out, "signalled", signal_at=args.signal_at)
+        saved = (work / "sig" / "latest_checkpointed_iteration.txt")
+        runs["signalled"]["saved_iteration"] = int(saved.read_text().strip()) if saved.is_file() else None
+        lines_before = len((out / "sig.jsonl").read_text().splitlines()) if (out / "sig.jsonl").is_file() else 0
+        runs["resumed"] = train(cfg, out / "sig.jsonl", out, "resumed")
+        recs["signalled"] = batch_log.read(out / "sig.jsonl") if (out / "sig.jsonl").is_file() else None
+        later = (out / "sig.jsonl").read_text().splitlines()[lines_before:] if (out / "sig.jsonl").is_file() else []
+        firsts = [json.loads(x)["step"] for x in later if '"kind": "batch"' in x][:1]
+        runs["resumed"]["first_step"] = firsts[0] if firsts else None  # the step the resumed process began with
+        resumed_log = (out / "resumed.log").read_text(errors="replace") if (out / "resumed.log").is_file() else ""
+        m = re.search(r"load\w* checkpoint from .*?at iteration (\d+)", resumed_log)
+        runs["resumed"]["loaded_iteration"] = int(m.group(1)) if m else None
+    summary["runs"] = runs
+
+    ref, sig = recs.get("reference"), recs.get("signalled")
+    if ref:
+        losses = [ref["loss"][s] for s in sorted(ref["loss"])]
+        summary["loss"] = {"first": losses[:3], "last": losses[-3:], "steps": len(losses)}
+        summary["peak_allocated_gib"] = ref["max_allocated_gib"]
+        summary["peak_reserved_gib"] = ref["max_reserved_gib"]
+        summary["tokens_per_s"] = tokens_per_s(ref, tokens_per_step, args.warmup)
+    if ref and sig:
+        saved = runs["signalled"].get("saved_iteration")
+        after = [s for s in sorted(ref["samples"]) if saved is not None and s >= saved]
+        same = [s for s in after if sig["samples"].get(s) == ref["samples"][s]]
+        before = [s for s in sorted(ref["samples"]) if saved is not None and s < saved]
+        summary["resume"] = {
+            "saved_iteration": saved, "exit_codes": [runs["signalled"]["rc"], runs["resumed"]["rc"]],
+            "loaded_iteration": runs["resumed"].get("loaded_iteration"),
+            "resumed_first_step": runs["resumed"].get("first_step"),
+            "steps_after_resume": len(after), "steps_with_the_reference_samples": len(same),
+            "first_step_after_resume_samples": sig["samples"].get(saved, [])[:4] if saved is not None else None,
+            "reference_samples_at_that_step": ref["samples"].get(saved, [])[:4] if saved is not None else None,
+            "steps_before_signal_matching": sum(sig["samples"].get(s) == ref["samples"][s] for s in before),
+            "steps_before_signal": len(before),
+            "max_loss_difference_after_resume": max((abs(sig["loss"][s] - ref["loss"][s]) for s in after
+                                                     if s in sig["loss"] and s in ref["loss"]), default=None),
+        }
+    if "plain" not in skip:
+        try:
+            from train_tiny import reference as plain_loop
+
+            from nemotron import catalogue
+
+            best = max(plain_loop(catalogue.get("small"), 1024, 16, 4, args.plain_steps, "cuda", "bf16")
+                       for _ in range(2))
+            summary["plain_loop_tokens_per_s"] = best
+        except Exception as exc:
+            summary["plain_loop_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    (out / "summary.md").write_text(markdown(summary))
+    print(markdown(summary))
+    ok = bool(ref) and (sig is None or (summary.get("resume", {}).get("exit_codes") == [75, 0]
+                                       and summary["resume"]["steps_with_the_reference_samples"]
+                                       == summary["resume"]["steps_after_resume"] > 0))
+    return 0 if ok else 1
+
+
+def markdown(s: dict) -> str:
+    lines = ["| figure | value |", "|---|---|"]
+    for k in ("gpu", "torch", "stack", "loss", "tokens_per_s", "plain_loop_tokens_per_s", "peak_allocated_gib",
+              "peak_reserved_gib", "estimate_gb", "resume"):
+        if k in s:
+            lines.append(f"| {k} | `{json.dumps(s[k])}` |")
+    for name, r in (s.get("runs") or {}).items():
+        lines.append(f"| run {name} | rc {r['rc']}, {r['seconds']} s |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The Megatron stack for bench/gpu_megatron.py on a machine with one NVIDIA GPU, CUDA's compiler and PyTorch but
+# no package index, from files carried to it (see docs/gpu_run.md for how they are made):
+#
+#   bash bench/gpu_stack.sh receive DIR    # keep the carried files of DIR (TE archive parts, wheels, kit) in the stash
+#   bash bench/gpu_stack.sh install-kit    # install the wheels and the kit, relocate the data
+#   bash bench/gpu_stack.sh install-te     # join + check the Transformer Engine archive, unpack it, build its
+#                                          # PyTorch extension (C++ against this torch; sm_90 only)
+#   bash bench/gpu_stack.sh probe          # import the training path; name every module still missing
+#   bash bench/gpu_stack.sh run [ARGS]     # python bench/gpu_megatron.py --blend <the data> --out $OUT/gpu-run ARGS
+#
+# The stash (NEMOTRON_GPU_STASH, default /tmp/nemotron-gpu) holds site/ (a --target install on PYTHONPATH),
+# in/ (what was received) and build/. The kit (kit_src.tar.xz) holds Megatron-Bridge's and Megatron-Core's
+# source at the pinned commits, mamba-ssm's Python package, Transformer Engine's PyTorch sdist and the tiny
+# data prep output (data.tar).
+set -euo pipefail
+
+STASH=${NEMOTRON_GPU_STASH:-/tmp/nemotron-gpu}
+SITE=$STASH/site
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=${PYTHON:-python3}
+mkdir -p "$STASH/in" "$SITE"
+
+say() { echo "[gpu-stack] $*"; }
+
+case "${1:-}" in
+  receive)
+    src=${2:?usage: gpu_stack.sh receive DIR}
+    cp -r "$src"/. "$STASH/in/"
+    say "received $(du -sh "$src" | cut -f1) from $src; stash: $(du -sh "$STASH/in" | cut -f1)"
+    ;;
+  install-kit)
+    cd "$STASH/in"
+    t0=$SECONDS
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" wheels/*.whl
+    mkdir -p "$STASH/build"
+    tar -xJf kit_src.tar.xz -C "$STASH/build"
+    cp -r "$STASH/build/src/." "$SITE/"
+    (cd "$REPO" && tar -xf "$STASH/build/data.tar")
+    # the data prep output names its files by absolute path: move the prefix to where it now lies
+    "$PY" - "$REPO/output/ultra3/pretrain-data/tiny" <<'EOF'
+import json, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+blend = json.loads((root / "blend.json").read_text())
+old = next(p for v in blend.values() for p in v if isinstance(p, str)).split("/output/ultra3/pretrain-data/tiny")[0]
+new = str(root).split("/output/ultra3/pretrain-data/tiny")[0]
+for f in root.rglob("*.json"):
+    text = f.read_text()
+    if old in text:
+        f.write_text(text.replace(old, new))
+print(f"[gpu-stack] data relocated: {old} -> {new}")
+EOF
+    say "wheels and kit installed ($((SECONDS - t0)) s)"
+    "$PY" -c 'import sysconfig, os, sys; i = sysconfig.get_paths()["include"]; print("[gpu-stack] python", sys.version.split()[0], "headers", i, os.path.isfile(i + "/Python.h"))'
+    (nvcc --version | tail -2; g++ --version | head -1; nproc) 2>&1 | sed 's/^/[gpu-stack] /'
+    ;;
+  install-te)
+    cd "$STASH/in"
+    t0=$SECONDS
+    cat $(ls te.part* | sort -V) > "$STASH/te.tar.xz"
+    want=$(cat te.sha256)
+    got=$(sha256sum "$STASH/te.tar.xz" | cut -c1-64)
+    [[ "$want" == "$got" ]] || { say "Transformer Engine archive: sha256 $got, expected $want (a part is missing)"; exit 1; }
+    tar -xJf "$STASH/te.tar.xz" -C "$SITE"
+    say "Transformer Engine core unpacked ($((SECONDS - t0)) s)"
+    # Transformer Engine's PyTorch extension: C++ only (CppExtension), against this torch; cuDNN and NCCL headers
+    # come from the NVIDIA wheels next to torch
+    tar -xzf "$STASH/build/transformer_engine_torch-2.20.2.tar.gz" -C "$STASH/build"
+    inc=$("$PY" -c 'import nvidia; print("\n".join(nvidia.__path__))' | while read -r d; do find "$d" -maxdepth 3 -type d -name include 2>/dev/null || true; done | paste -sd: || true)
+    (cd "$STASH/build/transformer_engine_torch-2.20.2" &&
+      CPLUS_INCLUDE_PATH="$inc${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}" PYTHONPATH="$SITE" \
+      NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_CUDA_ARCHS=90 NVTE_WITH_NCCL_EP=0 NVTE_FRAMEWORK=pytorch \
+      MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+      "$PY" -m pip wheel --no-build-isolation --no-index --no-deps --no-cache-dir -w "$STASH/build/wheel" . \
+      > "$STASH/te-build.log" 2>&1) || { tail -40 "$STASH/te-build.log"; say "Transformer Engine's PyTorch extension did not build"; exit 1; }
+    # unpacked beside transformer_engine/ (where it looks for transformer_engine_torch*.so first)
+    (cd "$SITE" && "$PY" -m zipfile -e "$STASH"/build/wheel/transformer_engine_torch-*.whl .)
+    so=$(ls "$SITE"/transformer_engine_torch*.so "$SITE"/transformer_engine/transformer_engine_torch*.so 2>/dev/null || true)
+    [[ -n "$so" ]] || { grep -n "\.so\|error" "$STASH/te-build.log" | tail -20; say "no transformer_engine_torch*.so in the built wheel"; exit 1; }
+    say "Transformer Engine's PyTorch extension built: $(basename "$so") ($((SECONDS - t0)) s in all)"
+    PYTHONPATH="$SITE" "$PY" -c 'import transformer_engine.pytorch as te, transformer_engine; print("[gpu-stack] transformer_engine", transformer_engine.__version__, "imports")'
+    ;;
+  probe)
+    cd "$REPO"
+    PYTHONPATH="$SITE:$REPO/src" "$PY" - <<'EOF'
+# Import the training path; for each module that is missing, record it and go on with an empty module (for this
+# listing only: nothing of it runs), so one pass names every missing package.
+import importlib, sys, traceback, types
+missing = []
+targets = ["transformer_engine.pytorch", "megatron.core", "mamba_ssm", "megatron.bridge",
+           "megatron.bridge.recipes.nemotronh", "megatron.bridge.training.gpt_step",
+           "megatron.bridge.training.pretrain", "nemotron.runtime.megatron_bridge"]
+for t in targets:
+    for _ in range(60):
+        try:
+            importlib.import_module(t)
+            print(f"[gpu-stack] import {t}: ok")
+            break
+        except ModuleNotFoundError as exc:
+            name = exc.name or str(exc)
+            missing.append((t, name))
+            sys.modules[name] = types.ModuleType(name)
+        except Exception as exc:
+            print(f"[gpu-stack] import {t}: {type(exc).__name__}: {exc}")
+            traceback.print_exc(limit=4)
+            break
+for t, name in missing:
+    print(f"[gpu-stack] missing for {t}: {name}")
+EOF
+    ;;
+  run)
+    shift
+    cd "$REPO"
+    out=${OUT:-$REPO/gpu-run-out}/gpu-run
+    PYTHONPATH="$SITE:$REPO/src" "$PY" bench/gpu_megatron.py \
+      --blend "$REPO/output/ultra3/pretrain-data/tiny/blend.json" --out "$out" --work "$STASH/work" "$@"
+    ;;
+  *)
+    sed -n '2,16p' "$0"
+    exit 2
+    ;;
+esac
