@@ -259,3 +259,24 @@ def test_recipe_arguments_follow_the_builder_signature(tmp_path):
                                                                                  "trust_remote_code": True}
     with pytest.raises(mb.TranslateError, match="recipe.trust_remote_code='yes'"):
         mb.translate(dict(cfg, recipe={**cfg["recipe"], "trust_remote_code": "yes"}), "pretrain", blend={})
+
+
+def test_framework_mismatch_is_refused_unless_waived_and_then_said(tmp_path, capsys):
+    """Other Megatron-Bridge / Megatron-Core versions than the [nemo] pins are refused; with
+    NEMOTRON_SKIP_FRAMEWORK_CHECK=1 (the one-GPU bench outside the image) they are printed as warnings and every other
+    check stays (here: the GPU count)."""
+    from config_support import compile_stage
+    from nemotron.runtime import megatron_bridge as mb
+    from nemotron.runtime import prestart
+
+    blend = write_pretrain_data(tmp_path / "data", docs=20, valid_docs=5)
+    cfg = compile_stage("pretrain", "tiny", data__per_split_data_args_path=str(blend),
+                        run__env__gpus_per_node=8, checkpoint__save=str(tmp_path / "ckpt"))
+    installed = {**prestart.pinned_versions("nemo", tuple(mb.FRAMEWORKS)), "megatron_core": "0.16.1"}
+    base = {"importable": lambda m: True, "gpus": 4, "installed": installed}
+    refused = mb.precheck(cfg, "pretrain", **base, env={"WORLD_SIZE": "8"})
+    assert any("0.16.1" in p for p in refused)
+    waived = mb.precheck(cfg, "pretrain", **base, env={"WORLD_SIZE": "8", mb.SKIP_FRAMEWORK_CHECK: "1"})
+    assert not any("0.16.1" in p for p in waived)
+    assert any("this node shows 4 GPU(s)" in p for p in waived)  # the other checks stay
+    assert "warning (NEMOTRON_SKIP_FRAMEWORK_CHECK=1)" in capsys.readouterr().out
