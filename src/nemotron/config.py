@@ -29,7 +29,6 @@ import copy
 import difflib
 import hashlib
 import importlib.util
-import inspect
 import json
 import os
 import re
@@ -574,6 +573,8 @@ def _register_resolvers() -> None:
              ("max", lambda a, b: max(a, b)))
     # OmegaConf 2.4's register_resolver takes replace/use_cache/annotation_validation; 2.3's register_resolver is
     # the deprecated 2.0 API (name, resolver) and register_new_resolver the one to call there
+    import inspect  # here, not at module level: the CLI's start-up imports this module
+
     register = getattr(OmegaConf, "register_resolver", None)
     if register is not None and "annotation_validation" not in inspect.signature(register).parameters:
         register = None
