@@ -166,6 +166,7 @@ def main() -> int:
     ap.add_argument("--signal-at", type=int, default=30, help="SIGTERM once this step (0-based) has begun")
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the throughput figure")
     ap.add_argument("--plain-steps", type=int, default=30)
+    ap.add_argument("--timeout", type=float, default=420, help="seconds each training process may run")
     ap.add_argument("--skip", default="", help="comma list of runs to skip: reference,signal,plain")
     args = ap.parse_args()
     out = args.out.resolve()
@@ -198,16 +199,17 @@ def main() -> int:
     if "reference" not in skip:
         cfg = work / "ref.yaml"
         compile_job(blend, work / "ref", args.iters, cfg)
-        runs["reference"] = train(cfg, out / "ref.jsonl", out, "reference")
+        runs["reference"] = train(cfg, out / "ref.jsonl", out, "reference", timeout=args.timeout)
         recs["reference"] = batch_log.read(out / "ref.jsonl") if (out / "ref.jsonl").is_file() else None
     if "signal" not in skip:
         cfg = work / "sig.yaml"
         compile_job(blend, work / "sig", args.iters, cfg)
-        runs["signalled"] = train(cfg, out / "sig.jsonl", out, "signalled", signal_at=args.signal_at)
+        runs["signalled"] = train(cfg, out / "sig.jsonl", out, "signalled", signal_at=args.signal_at,
+                                    timeout=args.timeout)
         saved = (work / "sig" / "latest_checkpointed_iteration.txt")
         runs["signalled"]["saved_iteration"] = int(saved.read_text().strip()) if saved.is_file() else None
         lines_before = len((out / "sig.jsonl").read_text().splitlines()) if (out / "sig.jsonl").is_file() else 0
-        runs["resumed"] = train(cfg, out / "sig.jsonl", out, "resumed")
+        runs["resumed"] = train(cfg, out / "sig.jsonl", out, "resumed", timeout=args.timeout)
         recs["signalled"] = batch_log.read(out / "sig.jsonl") if (out / "sig.jsonl").is_file() else None
         later = (out / "sig.jsonl").read_text().splitlines()[lines_before:] if (out / "sig.jsonl").is_file() else []
         firsts = [json.loads(x)["step"] for x in later if '"kind": "batch"' in x][:1]

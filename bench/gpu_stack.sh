@@ -4,6 +4,7 @@
 #
 #   bash bench/gpu_stack.sh receive DIR    # keep the carried files of DIR (TE archive parts, wheels, kit) in the stash
 #   bash bench/gpu_stack.sh install-kit    # install the wheels and the kit, relocate the data
+#   bash bench/gpu_stack.sh install-missing  # the extra wheels (in/extra) of distributions this Python lacks
 #   bash bench/gpu_stack.sh install-te     # join + check the Transformer Engine archive, unpack it, build its
 #                                          # PyTorch extension (C++ against this torch; sm_90 only)
 #   bash bench/gpu_stack.sh probe          # import the training path; name every module still missing
@@ -17,6 +18,7 @@ set -euo pipefail
 
 STASH=${NEMOTRON_GPU_STASH:-/tmp/nemotron-gpu}
 SITE=$STASH/site
+EXTRA=$STASH/site-extra
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
 mkdir -p "$STASH/in" "$SITE"
@@ -54,6 +56,26 @@ EOF
     "$PY" -c 'import sysconfig, os, sys; i = sysconfig.get_paths()["include"]; print("[gpu-stack] python", sys.version.split()[0], "headers", i, os.path.isfile(i + "/Python.h"))'
     (nvcc --version | tail -2; g++ --version | head -1; nproc) 2>&1 | sed 's/^/[gpu-stack] /'
     ;;
+  install-missing)
+    # the wheels under in/extra (Megatron-Bridge's import-time dependencies: diffusers, datasets and theirs), each
+    # installed only where this Python lacks that distribution: the machine's own numpy, torch, ... stay
+    cd "$STASH/in"
+    want=$(PYTHONPATH="$SITE:$EXTRA" "$PY" - extra/*.whl <<'EOF'
+import importlib.metadata as md, re, sys
+for whl in sys.argv[1:]:
+    dist = re.split(r"-\d", whl.rsplit("/", 1)[-1], maxsplit=1)[0]
+    try:
+        md.version(dist)
+    except md.PackageNotFoundError:
+        print(whl)
+EOF
+)
+    # shellcheck disable=SC2086  # one wheel path per word
+    # into a folder of their own, after site/ on PYTHONPATH: `pip --target --upgrade` replaces a top-level folder it
+    # shares (megatron-energon's megatron/ would replace the kit's megatron/ with bridge/ and core/)
+    [[ -z "$want" ]] || "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$EXTRA" $want
+    say "installed $(echo $want | wc -w) of $(ls extra/*.whl | wc -l) extra wheels: $(for w in $want; do basename "$w" | cut -d- -f1; done | paste -sd' ')"
+    ;;
   install-te)
     cd "$STASH/in"
     t0=$SECONDS
@@ -65,6 +87,11 @@ EOF
     say "Transformer Engine core unpacked ($((SECONDS - t0)) s)"
     # Transformer Engine's PyTorch extension: C++ only (CppExtension), against this torch; cuDNN and NCCL headers
     # come from the NVIDIA wheels next to torch
+    mkdir -p "$STASH/build/wheel"
+    if compgen -G "$STASH/in/transformer_engine_torch-*.whl" >/dev/null; then
+      # built on an earlier machine of the same image (install-te leaves it in OUT): no build
+      cp "$STASH"/in/transformer_engine_torch-*.whl "$STASH/build/wheel/"
+    else
     tar -xzf "$STASH/build/transformer_engine_torch-2.20.2.tar.gz" -C "$STASH/build"
     inc=$("$PY" -c 'import nvidia; print("\n".join(nvidia.__path__))' | while read -r d; do find "$d" -maxdepth 3 -type d -name include 2>/dev/null || true; done | paste -sd: || true)
     (cd "$STASH/build/transformer_engine_torch-2.20.2" &&
@@ -73,16 +100,20 @@ EOF
       MAX_JOBS=${MAX_JOBS:-$(nproc)} \
       "$PY" -m pip wheel --no-build-isolation --no-index --no-deps --no-cache-dir -w "$STASH/build/wheel" . \
       > "$STASH/te-build.log" 2>&1) || { tail -40 "$STASH/te-build.log"; say "Transformer Engine's PyTorch extension did not build"; exit 1; }
+    fi
     # unpacked beside transformer_engine/ (where it looks for transformer_engine_torch*.so first)
     (cd "$SITE" && "$PY" -m zipfile -e "$STASH"/build/wheel/transformer_engine_torch-*.whl .)
-    so=$(ls "$SITE"/transformer_engine_torch*.so "$SITE"/transformer_engine/transformer_engine_torch*.so 2>/dev/null || true)
-    [[ -n "$so" ]] || { grep -n "\.so\|error" "$STASH/te-build.log" | tail -20; say "no transformer_engine_torch*.so in the built wheel"; exit 1; }
+    # kept where the caller collects files (OUT), so that a later machine can skip the build
+    [[ -z "${OUT:-}" ]] || cp "$STASH"/build/wheel/transformer_engine_torch-*.whl "$OUT/" 2>/dev/null || true
+    # the wheel puts it under transformer_engine/wheel_lib/, where transformer_engine looks for it
+    so=$(find "$SITE/transformer_engine" -maxdepth 2 -name 'transformer_engine_torch*.so' | head -1)
+    [[ -n "$so" ]] || { grep -n "\.so\|error" "$STASH/te-build.log" 2>/dev/null | tail -20; say "no transformer_engine_torch*.so in the built wheel"; exit 1; }
     say "Transformer Engine's PyTorch extension built: $(basename "$so") ($((SECONDS - t0)) s in all)"
-    PYTHONPATH="$SITE" "$PY" -c 'import transformer_engine.pytorch as te, transformer_engine; print("[gpu-stack] transformer_engine", transformer_engine.__version__, "imports")'
+    PYTHONPATH="$SITE:$EXTRA" "$PY" -c 'import transformer_engine.pytorch as te, transformer_engine; print("[gpu-stack] transformer_engine", transformer_engine.__version__, "imports")'
     ;;
   probe)
     cd "$REPO"
-    PYTHONPATH="$SITE:$REPO/src" "$PY" - <<'EOF'
+    PYTHONPATH="$SITE:$EXTRA:$REPO/src" "$PY" - <<'EOF'
 # Import the training path; for each module that is missing, record it and go on with an empty module (for this
 # listing only: nothing of it runs), so one pass names every missing package.
 import importlib, sys, traceback, types
@@ -112,7 +143,7 @@ EOF
     shift
     cd "$REPO"
     out=${OUT:-$REPO/gpu-run-out}/gpu-run
-    PYTHONPATH="$SITE:$REPO/src" "$PY" bench/gpu_megatron.py \
+    PYTHONPATH="$SITE:$EXTRA:$REPO/src" "$PY" bench/gpu_megatron.py \
       --blend "$REPO/output/ultra3/pretrain-data/tiny/blend.json" --out "$out" --work "$STASH/work" "$@"
     ;;
   *)

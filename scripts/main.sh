@@ -6,5 +6,6 @@
 #   bash scripts/main.sh [ARGS...]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup.sh
+# data prep needs only the base install (no torch); a venv that scripts/test.sh set up with every extra is kept
+NEMOTRON_EXTRAS="${NEMOTRON_EXTRAS-}" bash scripts/setup.sh
 exec .venv/bin/nemotron ultra3 data prep pretrain -c tiny "$@"

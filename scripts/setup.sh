@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Set up the project's virtual environment in <repo>/.venv and install nemotron with all extras.
+# Set up the project's virtual environment in <repo>/.venv and install nemotron (editable).
 #
 #   bash scripts/setup.sh            # idempotent: a second run only checks and returns
 #
+# The base install runs every command but local training and quantization: submission (NeMo-Run) and
+# data prep (Ray, the tokenizers). Those two need the `local` extra (torch, transformers, Model Optimizer).
+#
 # Environment:
 #   NEMOTRON_PYTHON       interpreter used to create the venv (default: python3)
-#   NEMOTRON_TORCH_SPEC   what to install for torch before the project (default: torch==2.13.0).
-#                         Set it empty to skip; a torch already in the venv that satisfies the
-#                         project's range (torch>=2.6,<3) is always kept.
+#   NEMOTRON_EXTRAS       extras to install, comma-separated (default: all = local,wandb,test; empty: the base
+#                         install only, no torch). A venv set up with `all` also serves any smaller request.
+#   NEMOTRON_TORCH_SPEC   what to install for torch before the project when the extras include torch
+#                         (default: torch==2.13.0). Set it empty to skip; a torch already in the venv that
+#                         satisfies the project's range (torch>=2.6,<3) is always kept.
 #   NEMOTRON_SETUP_FORCE  set to 1 to reinstall even if nothing changed.
 set -euo pipefail
 
@@ -17,6 +22,13 @@ VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
 PYTHON="${NEMOTRON_PYTHON:-python3}"
 TORCH_SPEC="${NEMOTRON_TORCH_SPEC-torch==2.13.0}"
+EXTRAS="${NEMOTRON_EXTRAS-all}"
+EXTRAS="${EXTRAS// /}"
+case ",$EXTRAS," in
+  *,all,*|*,local,*) WANT_TORCH=1 ;;
+  *) WANT_TORCH=0 ;;
+esac
+[[ $WANT_TORCH == 1 ]] || TORCH_SPEC=""
 STAMP="$VENV/.nemotron-setup"
 
 step() { printf '[setup] %s\n' "$*"; }
@@ -49,8 +61,12 @@ if [[ ! -d "$VENV" ]]; then
 fi
 
 # Skip the pip work when nothing that decides it has changed since the last good run.
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) torch=${TORCH_SPEC}"
-if [[ "${NEMOTRON_SETUP_FORCE:-0}" != 1 && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] \
+hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+want="$hash extras=${EXTRAS} torch=${TORCH_SPEC}"
+have_stamp="$(cat "$STAMP" 2>/dev/null || true)"
+covered=0  # the venv already holds this request: the same one, or `all` (what test.sh installs) for the same files
+[[ -n "$have_stamp" && ( "$have_stamp" == "$want" || "$have_stamp" == "$hash extras=all "* ) ]] && covered=1
+if [[ "${NEMOTRON_SETUP_FORCE:-0}" != 1 && $covered == 1 ]] \
    && "$PY" -c 'import nemotron' >/dev/null 2>&1 && [[ -x "$VENV/bin/nemotron" ]]; then
   step "up to date ($VENV)"
   exit 0
@@ -68,8 +84,10 @@ pip_q() {
 step "upgrading pip"
 pip_q install --upgrade pip
 
-# 2. torch first: an exact pin lets a local CPU wheel win over a multi-GB CUDA download
-if have=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) \
+# 2. torch first (only for the local extra): an exact pin lets a local CPU wheel win over a multi-GB CUDA download
+if [[ $WANT_TORCH == 0 ]]; then
+  step "extras '${EXTRAS:-none}': no torch (local training and quantization need NEMOTRON_EXTRAS=local or all)"
+elif have=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null) \
    && "$PY" - "$have" <<'PYEOF'
 import sys
 v = tuple(int(p) for p in sys.argv[1].split("+")[0].split(".")[:2])
@@ -84,9 +102,11 @@ else
   step "NEMOTRON_TORCH_SPEC is empty: torch comes from the project's requirements"
 fi
 
-# 3. the project, editable, with every extra
-step "installing nemotron-cli[all] (editable)"
-pip_q install -e ".[all]"
+# 3. the project, editable, with the extras asked for
+target="."
+[[ -n "$EXTRAS" ]] && target=".[${EXTRAS}]"
+step "installing nemotron-cli${target#.} (editable)"
+pip_q install -e "$target"
 
 "$PY" -c 'import nemotron' || die "nemotron does not import after install"
 printf '%s\n' "$want" > "$STAMP"

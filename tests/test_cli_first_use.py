@@ -18,6 +18,11 @@ from nemotron.config import compile_config
 from nemotron.registry import get_stage
 from test_cli import _isolated_home, run_cli  # noqa: F401 - the autouse fixture isolates NEMOTRON_HOME here too
 
+FIXTURE_ENV = str(__import__("pathlib").Path(__file__).resolve().parent / "fixtures" / "env.toml")
+#: the cluster stack (-c tiny) checked for a Slurm profile: without one the run starts on this machine, which
+#: needs its GPUs and framework (rule gpus-here / framework-here, tests/test_dryrun_this_machine.py)
+ON_SAMPLE = ("--batch", "sample", "--env-file", FIXTURE_ENV)
+
 SHORT_PROFILE = """\
 [short]
 executor = "slurm"
@@ -34,7 +39,7 @@ gpu_memory = 141
 # ------------------------------------------------------------------------------ 1. pipe lists its problems
 def test_pipe_without_dry_run_prints_the_problems_it_refuses_for(capsys, tmp_path):
     code, _, err = run_cli(capsys, "ultra3", "pipe", "pretrain", "sft", "-c", "tiny",
-                           "pretrain:train.global_batch_size=-16")
+                           "pretrain:train.global_batch_size=-16", *ON_SAMPLE)
     assert code == 2, err
     lines = err.splitlines()
     at = lines.index("ultra3 pretrain (tiny):")
@@ -48,7 +53,7 @@ def test_pipe_without_dry_run_prints_the_problems_it_refuses_for(capsys, tmp_pat
 def test_pipe_quantize_after_mopd_takes_the_planned_checkpoint(capsys):
     """The cluster backend's ``quantization.source`` is the MOPD checkpoint the chain will write: accepted in the
     chain, while the same missing folder given alone is refused."""
-    code, out, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "tiny", "--dry-run")
+    code, out, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "tiny", "--dry-run", *ON_SAMPLE)
     assert code == 0, err[-2000:]
     quantize = out[out.index("[2/2] ultra3 quantize"):]
     source = re.search(r"^\s+source: (\S+)\s.*\(planned", quantize, re.M)
@@ -59,9 +64,9 @@ def test_pipe_quantize_after_mopd_takes_the_planned_checkpoint(capsys):
 
 
 def test_pipe_mopd_quantize_without_dry_run_stops_at_mopds_missing_inputs(capsys, tmp_path):
-    code, _, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "tiny")
+    code, _, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "tiny", *ON_SAMPLE)
     assert code == 2
-    assert "error: refusing to start ultra3 mopd with 5 unresolved value(s): policy.model_name: artifact " \
+    assert "error: refusing to start ultra3 mopd with 5 unresolved values: policy.model_name: artifact " \
            "rl-checkpoint does not exist yet by a tiny run" in err, err
     assert "quantization.source" not in err
     assert not (tmp_path / "home" / "runs").exists()
@@ -124,9 +129,11 @@ def test_slice_layout_takes_an_ep_that_divides_experts_and_gpus(gpn, ep):
         assert f"(largest divisor of both 512 experts and {gpn} GPUs)" in notes[0]
 
 
-def test_three_gpu_tiny_dry_run_is_valid_when_dp_divides_the_batch(capsys):
-    code, out, _ = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "run.env.gpus_per_node=3",
-                           "train.global_batch_size=15", "--dry-run")
+def test_three_gpu_tiny_dry_run_is_valid_when_dp_divides_the_batch(capsys, tmp_path):
+    env = tmp_path / "env.toml"
+    env.write_text(SHORT_PROFILE.replace("gpus_per_node = 8", "gpus_per_node = 3").replace('"00:05:00"', '"01:00:00"'))
+    code, out, _ = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "train.global_batch_size=15", "--dry-run",
+                           "--run", "short", "--env-file", str(env))
     assert code == 0, out[-2000:]
     assert "expert_model_parallel_size=1" in out
 
@@ -174,16 +181,21 @@ def test_submission_still_refuses_a_signal_past_the_limit():
 
 # -------------------------------------------------------------------- 6. several nodes, no profile
 def test_nodes_without_a_profile_is_said_to_be_one_machine(capsys):
+    """The warning says the layout is one machine's; the cluster runtime's own world-size check then refuses it (an
+    error, as the run would: rule gpus-here)."""
     code, out, _ = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "run.env.nodes=2", "--dry-run")
-    assert code == 0
+    assert code == 2
     assert ("warning: run.env.nodes=2: without a profile the job runs on this one machine (one node); the layout is "
             "checked for 2 nodes as configured; valid: --run/--batch with a Slurm profile for several nodes, or "
             "run.env.nodes=1") in out.splitlines()
+    assert any(line.startswith("error: without a profile the run starts here: ")
+               and "torchrun started 8 processes; run.env.nodes x gpus_per_node = 2 x 8 = 16" in line
+               for line in out.splitlines()), out[-3000:]
     assert "--nnodes 1" in out
 
 
 def test_one_node_without_a_profile_has_no_such_warning(capsys):
-    code, out, _ = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run")
+    code, out, _ = run_cli(capsys, "ultra3", "pretrain", "-c", "local", "--dry-run")
     assert code == 0 and "one machine" not in out
 
 
@@ -200,7 +212,24 @@ def test_pipe_override_without_a_stage_says_how_to_write_it(capsys):
     assert err.splitlines() == [
         "error: 'train.global_batch_size=16': a pipe override names the stage it is for: "
         "STAGE:train.global_batch_size=16",
-        "hint: e.g. pretrain:train.global_batch_size=16 (docs/execution.md, Pipelines)"]
+        "hint: e.g. pretrain:train.global_batch_size=16 or sft:train.global_batch_size=16 (docs/execution.md, "
+        "Pipelines)"]
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["data-prep-pretrain", "pretrain", "-c", "tiny", "train.train_iters=5"],
+     "hint: e.g. pretrain:train.train_iters=5 (docs/execution.md, Pipelines)"),
+    (["data-prep-pretrain", "pretrain", "-c", "tiny", "output_dir=/x"],
+     "hint: e.g. data-prep-pretrain:output_dir=/x (docs/execution.md, Pipelines)"),
+    (["data-prep-pretrain", "pretrain", "-c", "tiny", "train.train_itrs=5"],
+     "hint: no config of the stages named has the key 'train.train_itrs': check its spelling (docs/execution.md, "
+     "Pipelines)"),
+])
+def test_pipe_override_hint_names_a_stage_that_has_the_key(capsys, argv, hint):
+    """Issue 15: the hint named data-prep-pretrain for a key only pretrain has."""
+    code, _, err = run_cli(capsys, "ultra3", "pipe", *argv, "--dry-run")
+    assert code == 2
+    assert err.splitlines()[1] == hint, err
 
 
 @pytest.mark.parametrize("argv", [["pretrain", "-c", "tiny", "--run", ""], ["pretrain", "-c", "tiny", "--batch", " "],
@@ -224,7 +253,7 @@ def test_layered_configs_through_a_yaml_file(capsys, tmp_path):
     """What the error's hint says to do instead works: a file with ``defaults: [tiny]`` plus a key."""
     mine = tmp_path / "mine.yaml"
     mine.write_text("defaults: [tiny]\ntrain:\n  global_batch_size: 32\n")
-    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", str(mine), "--dry-run")
+    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", str(mine), "--dry-run", *ON_SAMPLE)
     assert code == 0, err
     assert re.search(r"^\s+global_batch_size: 32\b", out, re.M)
     assert re.search(r"^\s+name: ultra4layer\b", out, re.M)  # from tiny

@@ -116,7 +116,10 @@ def test_ctrl_c_on_a_data_prep_run_prints_one_line_exits_130_and_leaves_nothing(
     for pid in (int(p.split()[0]) for p in left):  # never leave them behind a failed assertion
         os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 130, err[-2000:]
-    assert [line for line in err.splitlines() if line.strip()] == ["interrupted"], err[-2000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    # one line, which says that a rerun resumes (issue 15: it said only "interrupted")
+    assert len(lines) == 1 and lines[0].startswith("interrupted"), err[-2000:]
+    assert "run the same command again to resume" in lines[0], err[-2000:]
     assert not left, f"processes of the interrupted run still alive: {left}"
     files = [p for p in out_dir.rglob("*") if p.is_file()]
     assert not [p for p in files if ".tmp-" in p.name], files
@@ -166,6 +169,7 @@ time = {time}
 gpus_per_node = 8
 gpu_arch = "hopper"
 gpu_memory = 141
+mounts = ["{mount}:{mount}"]
 """
 
 
@@ -173,7 +177,7 @@ def _dry_run(capsys, tmp_path, time_value: str, *overrides: str) -> tuple[int, s
     from nemotron.cli import main
 
     env_file = tmp_path / "env.toml"
-    env_file.write_text(_ENV_TOML.format(time=time_value))
+    env_file.write_text(_ENV_TOML.format(time=time_value, mount=tmp_path))  # the nodes see tmp_path (output_dir)
     code = main(["ultra3", "data", "prep", "rl", "-c", "tiny", "--dry-run", "--batch", "cluster",
                  "--env-file", str(env_file), f"output_dir={tmp_path / 'o'}", *overrides])
     cap = capsys.readouterr()
@@ -274,7 +278,8 @@ def test_warmup_past_the_run_with_a_longer_decay_is_a_warning(capsys, tmp_path, 
     """Megatron-Core accepts it (warmup < decay), but the run ends before the learning rate peaks."""
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     code, err = _stage_dry_run(capsys, "ultra3", "pretrain", "-c", "tiny", "scheduler.lr_decay_iters=1000",
-                               "scheduler.lr_warmup_iters=100")
+                               "scheduler.lr_warmup_iters=100", "--batch", "sample", "--env-file",
+                               str(ROOT / "tests" / "fixtures" / "env.toml"))
     assert code == 0, err
     assert "warning: scheduler.lr_warmup_iters=100: the run ends (train.train_iters = 20) before the warmup does" in err
 

@@ -133,7 +133,7 @@ def test_cpu_conversion_job_on_slurm_gets_no_gpu_and_one_process(slurm, tmp_path
     """On the local cluster (8 GPUs declared): the job of `convert -c tiny convert.device=cpu` is allocated no GPU
     (sacct's AllocTRES has no gres/gpu) and runs one process, which stops at its container check (Megatron-Bridge
     cannot load here): its line is in the log once, not once per GPU."""
-    pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (pip install 'nemotron-cli[run]')")
+    pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (a base dependency: reinstall nemotron-cli)")
     import re
 
     from submit_support import nemotron_runner, write_slurm_profile

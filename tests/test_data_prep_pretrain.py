@@ -328,12 +328,14 @@ def test_no_training_tokens_says_why_and_which_key(ray_instance, tok_cache, tmp_
         run(tiny(tmp_path / "a", tok_cache, blend_path=blend, max_doc_tokens=8, on_bad={"too_long": "skip"}))
     assert err.value.message == ("dataset d produced no training tokens: 30 records skipped (too_long 30), "
                                  "0 held out for validation and 0 for test")
-    assert err.value.hint == "max_doc_tokens=8 is below every document's length: raise it, or set on_bad.too_long=truncate"
+    assert err.value.hint.startswith("max_doc_tokens=8 is below every document's length: raise it, or set "
+                                     "on_bad.too_long=truncate; first skipped: ")
+    assert err.value.hint.count(": too_long: ") == 3  # the records it names (the summary is never printed)
     short = tmp_path / "short.jsonl"
     short.write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(15)))
     with pytest.raises(RuntimeFailure) as err:
         run(tiny(tmp_path / "b", tok_cache, blend_path=blend_file(tmp_path, [{"name": "s", "path": str(short), "weight": 1}])))
     assert err.value.message == ("dataset s produced no training tokens: 0 records skipped, 10 held out for "
                                  "validation and 5 for test")
-    assert err.value.hint == ("the dataset has no records after the first split.valid_docs=10 + split.test_docs=10, "
-                              "which are held out: lower them")
+    assert err.value.hint == ("the dataset has 15 records, all held out by split.valid_docs=10 + split.test_docs=10: "
+                              "lower them below 15 together")

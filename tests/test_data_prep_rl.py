@@ -140,7 +140,7 @@ def test_summary_lines_say_what_they_mean(ray_instance, tmp_path, capsys):
     assert [c.strip() for c in total.strip().strip("|").split("|")] == ["total", "", "17", "5", "0", "", "10", "2"]
     assert sum(ln.startswith("[rl prompts] 100.0%") for ln in lines) == 1, out
     r = m["run"]
-    assert (f"work: 1 of 1 shards read: 17 records in {r['work_seconds']:.1f}s ({human(17 / r['work_seconds'])} "
+    assert (f"work: 1 of 1 shard read: 17 records in {r['work_seconds']:.1f}s ({human(17 / r['work_seconds'])} "
             f"records/s); {r['seconds']:.1f}s in all") in lines
     assert [ln for ln in lines if ln.startswith("skipped: ")][2:] == [
         f"skipped: ... and 3 more of p (counts by reason in {tmp_path / 'o' / 'manifest.json'}; raise "

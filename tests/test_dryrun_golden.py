@@ -20,7 +20,7 @@ import pytest
 from nemotron.cli import main
 from nemotron.registry import STAGES
 
-pytest.importorskip("nemo_run", reason="the golden dry-runs are rendered by NeMo-Run (pip install 'nemotron-cli[run]')")
+pytest.importorskip("nemo_run", reason="the golden dry-runs are rendered by NeMo-Run (a base dependency: reinstall nemotron-cli)")
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -34,6 +34,7 @@ def normalise(text: str, home: Path) -> str:
     text = re.sub(r"ultra3-[a-z0-9_-]+-\d{8}-\d{6}-[0-9a-f]{6}", "<EXPERIMENT_ID>", text)
     text = text.replace(str(home), "<NEMOTRON_HOME>").replace(str(home.parent), "<CWD>")
     text = text.replace(str(home.parent.parent), "<CWD>/..")
+    text = text.replace(str(ROOT.parent.resolve() / "shared"), "<ROOT>/../shared")
     text = text.replace(str(ROOT), "<ROOT>").replace(sys.executable, "<PYTHON>")
     text = re.sub(r"\S*/site-packages/", "<SITE_PACKAGES>/", text)
     text = text.replace(sysconfig.get_paths()["stdlib"], "<STDLIB>")

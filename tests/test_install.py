@@ -25,9 +25,188 @@ def test_wheel_carries_stages_and_runs(tmp_path):
     zipfile.ZipFile(wheel).extractall(target)
     env = {**os.environ, "PYTHONPATH": str(target), "NEMOTRON_HOME": str(tmp_path / "home")}
     code = ("import nemotron.paths as p, sys; from nemotron.cli import main; "
-            "print(p.stages_dir()); sys.exit(main(['ultra3', 'pretrain', '-c', 'tiny', '--dry-run']))")
+            "print(p.stages_dir()); sys.exit(main(['ultra3', 'data', 'prep', 'pretrain', '-c', 'tiny', '--dry-run']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines()[0] == str(target / "nemotron" / "_stages")
     assert "dry run: valid" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fresh installs: `pip install .` and `uv run` from a copy of the checkout give a tool that runs every command its
+# install promises (submission and data prep in the base install; local training and quantization say in one
+# line that they need the `local` extra). The base install must not need torch.
+
+import json  # noqa: E402
+import shutil  # noqa: E402
+import urllib.request  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def _fresh_copy(dst: Path) -> Path:
+    """The checkout as a fresh clone would have it plus the uncommitted work: tracked and untracked files that git
+    does not ignore (no .venv, no build outputs, no lock that is not in the repository)."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: cannot list the checkout's files")
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
+                            capture_output=True, timeout=60)
+    if listed.returncode != 0:
+        pytest.skip(f"not a git checkout: {listed.stderr.decode()[-300:]}")
+    for rel in filter(None, listed.stdout.decode().split("\0")):
+        src = ROOT / rel
+        if src.is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / rel)
+    return dst
+
+
+def _user_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "NEMOTRON_ENV_FILE", "CONDA_PREFIX")}
+    env.update(NEMOTRON_HOME=str(tmp_path / "home"), NEMOTRON_DATA_DIR=str(tmp_path / "data"), COLUMNS="200",
+               **extra)
+    return env
+
+
+def _pypi_reachable() -> bool:
+    try:
+        with urllib.request.urlopen("https://pypi.org/simple/nemo-run/", timeout=10) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _one_line_needs_local(proc: subprocess.CompletedProcess) -> None:
+    """A local training/quantization run without the `local` extra: exit 1, one line naming the extra."""
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    said = [ln for ln in text.splitlines() if "nemotron-cli[local]" in ln]
+    assert len(said) == 1 and "No module named" in said[0], text[-3000:]
+
+
+def _check_promised_commands(nemotron: list[str], cwd: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """The commands an install promises, run as a user types them (``nemotron`` is the argv prefix)."""
+    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([*nemotron, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    proc = run("ultra3", "list")
+    assert proc.returncode == 0 and "data prep pretrain" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = run("ultra3", "data", "prep", "pretrain", "-c", "tiny", "--dry-run")
+    assert proc.returncode == 0 and "dry run: valid" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # submission: NeMo-Run renders the sbatch script of the README's cluster profile
+    shutil.copy(cwd / "env.toml.example", cwd / "env.toml")
+    proc = run("ultra3", "pretrain", "-c", "tiny", "--dry-run", "--run", "cluster")
+    assert proc.returncode == 0 and "#SBATCH" in proc.stdout and "dry run: " in proc.stdout, \
+        proc.stdout[-3000:] + proc.stderr[-3000:]
+    # data prep for real, on local Ray (the offline tiny sample, tokenizer from mistral-common's package data)
+    proc = run("ultra3", "data", "prep", "rl", "-c", "tiny", f"output_dir={tmp_path / 'rl'}", timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (tmp_path / "rl" / "train.jsonl").is_file()
+    # local training / quantization need the `local` extra: one line each, never a traceback
+    from local_runtime_support import write_pretrain_data
+
+    blend = write_pretrain_data(tmp_path / "pdata", docs=20, valid_docs=5)
+    _one_line_needs_local(run("ultra3", "pretrain", "-c", "local", f"data.per_split_data_args_path={blend}",
+                              "train.train_iters=2", f"checkpoint.save={tmp_path / 'ckpt'}"))
+    model = tmp_path / "hf-model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "nemotron_h"}), encoding="utf-8")
+    (model / "model.safetensors").write_bytes(b"")
+    _one_line_needs_local(run("ultra3", "quantize", "-c", "local", f"quantization.source={model}",
+                              f"quantization.calib_dataset={blend}", f"quantization.output_dir={tmp_path / 'q'}"))
+
+
+@pytest.mark.slow
+def test_pip_install_fresh_copy_runs_what_it_promises(tmp_path):
+    """`pip install .` into a fresh venv: no torch, and every base command works."""
+    src = _fresh_copy(tmp_path / "src")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = _user_env(tmp_path)
+    inst = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(src)], env=env,
+                          capture_output=True, text=True, timeout=1200)
+    if inst.returncode != 0 and any(s in inst.stderr for s in ("NewConnectionError", "Could not fetch URL",
+                                                               "Temporary failure in name resolution")):
+        pytest.skip(f"the package index is unreachable: {inst.stderr.strip().splitlines()[-1]}")
+    assert inst.returncode == 0, inst.stderr[-3000:]
+    py = str(venv / "bin" / "python")
+    probe = subprocess.run([py, "-c", "import importlib.util as u; print([m for m in ('torch', 'transformers', "
+                            "'modelopt', 'nemo_run', 'ray', 'pyarrow', 'mistral_common', 'tokenizers', 'jinja2') "
+                            "if u.find_spec(m)])"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert probe.stdout.strip() == "['nemo_run', 'ray', 'pyarrow', 'mistral_common', 'tokenizers', 'jinja2']", \
+        probe.stdout + probe.stderr
+    work = tmp_path / "work"  # a folder of the user's, outside the source tree
+    work.mkdir()
+    shutil.copy(src / "env.toml.example", work / "env.toml.example")
+    _check_promised_commands([str(venv / "bin" / "nemotron")], work, env, tmp_path)
+
+
+def _uv(tmp_path: Path) -> str:
+    """A uv executable: on PATH, else installed with pip into a scratch venv; skips when neither works."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    venv = tmp_path / "uv-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    inst = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "uv"], capture_output=True,
+                          text=True, timeout=600)
+    if inst.returncode != 0:
+        pytest.skip(f"uv is not installed and `pip install uv` failed: {inst.stderr.strip()[-300:]}")
+    return str(venv / "bin" / "uv")
+
+
+@pytest.mark.slow
+def test_uv_run_fresh_copy_runs_what_it_promises(tmp_path):
+    """The seed's way: `uv run nemotron ...` in a fresh clone resolves the base dependencies (no torch) and runs
+    submission and data prep; `uv sync` installs the same. Needs PyPI (uv does not read pip's local indexes)."""
+    if not _pypi_reachable():
+        pytest.skip("PyPI is unreachable: uv resolves the project from it")
+    uv = _uv(tmp_path)
+    src = _fresh_copy(tmp_path / "src")
+    base_python = getattr(sys, "_base_executable", None) or sys.executable
+    env = _user_env(tmp_path, UV_PYTHON=base_python, UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1")
+    if (src / "uv.lock").is_file():  # a committed lock must match pyproject.toml
+        check = subprocess.run([uv, "lock", "--check"], cwd=src, env=env, capture_output=True, text=True, timeout=600)
+        assert check.returncode == 0, check.stderr[-2000:]
+    sync = subprocess.run([uv, "sync"], cwd=src, env=env, capture_output=True, text=True, timeout=1800)
+    assert sync.returncode == 0, sync.stderr[-3000:]
+    site = list((src / ".venv" / "lib").glob("python3*/site-packages"))
+    assert site and not (site[0] / "torch").exists(), "the base install must not pull torch"
+    assert (site[0] / "nemo_run").is_dir() and (site[0] / "mistral_common").is_dir()
+    _check_promised_commands([uv, "run", "--project", str(src), "nemotron"], src, env, tmp_path)
+
+
+def test_gitignore_covers_what_runs_write():
+    """checkpoints/ (local runs), env.toml (the user's profiles) and output/ are ignored; the committed test
+    fixture env.toml is not."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = ["checkpoints/pretrain-local/model.safetensors", "env.toml", "output/x/blend.json",
+             "tests/fixtures/env.toml"]
+    proc = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", *paths], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.stdout.split() == paths[:3], proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_main_script_sets_up_the_base_install_and_runs(tmp_path):
+    """README's first command on a fresh copy: `bash scripts/main.sh` creates .venv with the base install (no
+    torch: the main job is data prep) and runs the data prep; a second run only checks the venv."""
+    src = _fresh_copy(tmp_path / "src")
+    env = _user_env(tmp_path, NEMOTRON_PYTHON=getattr(sys, "_base_executable", None) or sys.executable)
+    env.pop("NEMOTRON_EXTRAS", None)
+    proc = subprocess.run(["bash", "scripts/main.sh", "--dry-run"], cwd=src, env=env, capture_output=True, text=True,
+                          timeout=1800)
+    if proc.returncode != 0 and "Could not fetch URL" in proc.stdout + proc.stderr:
+        pytest.skip("the package index is unreachable")
+    assert proc.returncode == 0 and "dry run: valid" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "no torch" in proc.stdout and "installing nemotron-cli (editable)" in proc.stdout, proc.stdout[-3000:]
+    site = list((src / ".venv" / "lib").glob("python3*/site-packages"))
+    assert site and not (site[0] / "torch").exists() and (site[0] / "nemo_run").is_dir()
+    again = subprocess.run(["bash", "scripts/setup.sh"], cwd=src, env={**env, "NEMOTRON_EXTRAS": ""},
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "up to date" in again.stdout, again.stdout + again.stderr

@@ -22,7 +22,7 @@ import pytest
 from local_runtime_support import write_pretrain_data
 from submit_support import nemotron_runner
 
-pytest.importorskip("nemo_run", reason="the local executor is NeMo-Run's (pip install 'nemotron-cli[run]')")
+pytest.importorskip("nemo_run", reason="the local executor is NeMo-Run's (a base dependency: reinstall nemotron-cli)")
 
 SECRET = "s3cret-local-value-5521"
 

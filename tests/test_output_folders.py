@@ -100,8 +100,11 @@ def test_output_folder_below_a_file_and_on_a_local_profile(cli, a_file):
 
 
 def test_cluster_profile_paths_are_not_checked_here(cli, a_file):
-    """A Slurm profile's paths live on the cluster's file system: nothing to check on this machine."""
-    proc = cli("ultra3", "pretrain", "-c", "tiny", f"checkpoint.save={a_file}/sub", "--dry-run",
+    """A Slurm profile's paths live on the cluster's file system: nothing to check on this machine (a folder under
+    the profile's checkpoint_root, which this machine does not have)."""
+    assert not Path("/shared/jobs").exists()
+    proc = cli("ultra3", "pretrain", "-c", "tiny", f"checkpoint.save=/shared/jobs/checkpoints/{a_file.name}/sub",
+               "checkpoint.load=null", "--dry-run",
                "--run", "sample", "--env-file", str(FIXTURE_ENV))
     assert "cannot create" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -404,7 +404,9 @@ def test_secret_resolution_and_redaction(tmp_path, monkeypatch):
     assert values == {"WANDB_API_KEY": "wandb-from-shell-123", "INLINE_KEY": "inline-secret-value",
                       "RENAMED": "renamed-secret-456", "HF_TOKEN": "hf_env_token_value"}
     assert child.missing_secrets() == ["NOT_SET_ANYWHERE"]
-    assert child.public_env_vars() == {"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN"}
+    root = child.job_dir  # a container profile's storage defaults on its job root (docs/profiles.md)
+    assert child.public_env_vars() == {"NEMOTRON_DATA_DIR": f"{root}/data", "NEMOTRON_CKPT_ROOT": f"{root}/checkpoints",
+                                       "TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN"}
 
     red = child.redacted()
     assert red["secrets"] == {"WANDB_API_KEY": "***", "NOT_SET_ANYWHERE": "<unset $NOT_SET_ANYWHERE>",

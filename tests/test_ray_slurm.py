@@ -18,7 +18,7 @@ import pytest
 
 from nemotron.cli import main
 
-pytest.importorskip("nemo_run", reason="the job script is rendered by NeMo-Run (pip install 'nemotron-cli[run]')")
+pytest.importorskip("nemo_run", reason="the job script is rendered by NeMo-Run (a base dependency: reinstall nemotron-cli)")
 
 SECRET = "ray-template-secret-5150"
 

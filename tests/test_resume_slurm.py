@@ -26,7 +26,7 @@ import pytest
 from local_runtime_support import write_pretrain_data
 from test_submit_slurm import cli, env_file  # noqa: F401  (fixtures: the CI profile and the CLI runner)
 
-pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (pip install 'nemotron-cli[run]')")
+pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (a base dependency: reinstall nemotron-cli)")
 pytest.importorskip("transformers", reason="the local runtime needs transformers (pip install 'nemotron-cli[local]')")
 
 ITERS = 6

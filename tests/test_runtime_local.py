@@ -99,7 +99,15 @@ def test_gpt_samples_cut_the_shuffled_document_stream(tmp_path):
     shuffled = GPTSamples(shard, L, n, seed=3)
     first_epoch = shuffled.doc_order[:len(shard)].tolist()
     assert sorted(first_epoch) == list(range(len(shard))) and first_epoch != list(range(len(shard)))
-    assert sorted(shuffled.sample_order.tolist()) == list(range(n))
+    # windows shuffled one epoch's worth at a time: every full block is a permutation of its windows ...
+    B = shuffled.per_block
+    full = (n // B) * B
+    assert B == shard.tokens // L and sorted(shuffled.sample_order[:full].tolist()) == list(range(full))
+    assert len(set(shuffled.sample_order.tolist())) == n
+    # ... and the order does not depend on the total: a longer run starts with the same samples
+    longer = GPTSamples(shard, L, 3 * n, seed=3)
+    for i in range(n):
+        np.testing.assert_array_equal(longer[i], shuffled[i])
 
 
 def test_blend_follows_the_weights_at_every_prefix():

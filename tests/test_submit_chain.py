@@ -12,7 +12,7 @@ import pytest
 from test_resume_slurm import ITERS, _overrides, submitted  # noqa: F401  (fixture: cancels what is left)
 from test_submit_slurm import cli, env_file  # noqa: F401  (fixtures: the CI profile and the CLI runner)
 
-pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (pip install 'nemotron-cli[run]')")
+pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (a base dependency: reinstall nemotron-cli)")
 pytest.importorskip("transformers", reason="the local runtime needs transformers (pip install 'nemotron-cli[local]')")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ray.job_submission", reason="needs Ray (pip install 'nemotron-cli[data]')")
+pytest.importorskip("ray.job_submission", reason="needs Ray (a base dependency: reinstall nemotron-cli)")
 
 SECRET = "ray-secret-value-5566"
 

@@ -18,7 +18,7 @@ import pytest
 
 from submit_support import nemotron_runner, write_slurm_profile
 
-pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (pip install 'nemotron-cli[run]')")
+pytest.importorskip("nemo_run", reason="submission needs NeMo-Run (a base dependency: reinstall nemotron-cli)")
 
 SECRET = "s3cret-over-ssh-9031"
 

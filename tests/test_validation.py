@@ -513,7 +513,7 @@ def test_slice_switches_to_one_node_and_says_so():
     assert views.get(cfg, "model.expert_model_parallel_size") == 8
     assert views.get(cfg, "model.sequence_parallel") is False
     assert views.get(cfg, "run.env.nodes") == 1
-    assert notes and "ultra4layer" in notes[0] and "one node of 8 GPUs" in notes[0]
+    assert notes and "ultra4layer" in notes[0] and "runs on one node (8 GPUs)" in notes[0]
 
 
 def test_slice_kept_at_tp2_gets_sequence_parallel():

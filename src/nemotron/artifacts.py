@@ -101,6 +101,52 @@ def accepted_configs(config: str) -> set[str]:
     return {config}
 
 
+def producer_command(name: str, config: str | None = None) -> str | None:
+    """The command that (re)makes artifact ``name``: ``nemotron ultra3 data prep pretrain -c tiny``. The stage is
+    the registry's producer of ``name``, else a stage shipping a config named ``name`` (``rlvr -c
+    teacher-reasoning`` records ``teacher-reasoning``); ``config`` is the producer's config (the consumer's
+    ``-c`` when None is recorded). None when no stage makes it."""
+    from nemotron.config import config_names
+    from nemotron.registry import STAGES
+
+    for stage in STAGES:
+        if name in stage.produces:
+            return f"nemotron {stage.recipe} {' '.join(stage.command)}" + (f" -c {config}" if config else "")
+    for stage in STAGES:
+        if name in config_names(stage):
+            return f"nemotron {stage.recipe} {' '.join(stage.command)} -c {name}"
+    return None
+
+
+def _present(rec: dict[str, Any]) -> bool:
+    path = rec.get("path")
+    return not isinstance(path, str) or not path or Path(path).expanduser().exists()
+
+
+def check_present(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` when what it records is still there; a record of a run on this machine (``job_id`` ``local``)
+    whose ``path`` is gone is an error naming the artifact, its version and record, and what to do: rerun the
+    producer (its command) or pin a version whose folder exists. The store is shared by every checkout and
+    working folder that uses the same ``$NEMOTRON_HOME``, so a record can outlive the folder it points at. A
+    cluster job's record is left to the job (its path is on the cluster's storage).
+
+    Raises:
+        ConfigError: the recorded folder of a local record does not exist.
+    """
+    if str(rec.get("job_id", "")) != "local" or _present(rec):
+        return rec
+    name, version = str(rec.get("name", "?")), rec.get("version")
+    where = store() / name / f"v{version}.json"
+    present = [str(r.get("version")) for r in _newest_first(name) if r.get("version") != version and _present(r)
+               and str(r.get("job_id", "")) == "local"]
+    command = producer_command(name, rec.get("config"))
+    fix = f"rerun its producer: {command} (it records the output again)" if command else "rerun the stage that made it"
+    pin = (f"or pin a version whose folder exists: ${{art:{name}:{present[0]},FIELD}} (present: "
+           f"{', '.join('v' + v for v in present)})" if present else "no other version of it has its folder")
+    raise ConfigError(f"artifact {name} v{version}: its folder {rec['path']} no longer exists (record {where})",
+                      f"{fix}; {pin}")
+
+
 def lookup(name: str, version: int | None = None, config: str | None = None) -> dict[str, Any] | None:
     """The record of artifact ``name``, or None.
 
@@ -111,19 +157,23 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
     given by path), or one named after the config that made it. A planned artifact (:data:`PLANNED`)
     wins when no version is asked for.
 
+    The record found is checked with :func:`check_present`: a record of this machine whose folder was deleted is
+    an error, never silently replaced by an older version.
+
     Raises:
-        ConfigError: when a record exists but is not valid JSON (names the file).
+        ConfigError: when a record exists but is not valid JSON (names the file), or its folder is gone.
     """
     if version is None and name in PLANNED:
         return PLANNED[name]
     if version is not None:
-        return _read(name, version)
+        rec = _read(name, version)
+        return None if rec is None else check_present(rec)
     for rec in _newest_first(name):
         # An artifact named after the config that made it (``teacher-reasoning`` by ``-c teacher-reasoning``)
         # is that config's only product: every consumer takes it.
         if rec is not None and (config is None or rec.get("config") in accepted_configs(config)
                                 or rec.get("config") == name):
-            return rec
+            return check_present(rec)
     return None
 
 

@@ -32,21 +32,30 @@ def _one_config(ctx: click.Context, _param: click.Parameter, value: tuple[str, .
     return value[0] if value else None
 
 
-def _profile_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """``--run``/``--batch`` PROFILE: a name, never empty (an empty one would silently run on this machine)."""
-    if value is not None and (not value.strip() or value.startswith("-")):
-        raise UsageError(f"--{str(param.name).removesuffix('_profile')} needs a profile name, got {value!r}",
-                         "list them with: nemotron profiles (leave the option out to run on this machine)")
-    return value
+def check_profile_names(kwargs: dict[str, Any]) -> None:
+    """``--run``/``--batch`` PROFILE: a name, never empty (an empty one would silently run on this machine).
+    Checked once every option is parsed, so that the hint's command carries the ``--env-file`` given.
+
+    Raises:
+        UsageError: an empty name, or one that starts with ``-`` (an option taken as the name).
+    """
+    from nemotron.profiles import env_file_option
+
+    for option in ("run", "batch"):
+        value = kwargs.get(f"{option}_profile")
+        if value is not None and (not value.strip() or value.startswith("-")):
+            raise UsageError(f"--{option} needs a profile name, got {value!r}",
+                             f"list them with: nemotron profiles{env_file_option(kwargs.get('env_file'))} "
+                             "(leave the option out to run on this machine)")
 
 
 def _stage_params() -> list[click.Parameter]:
     return [
         click.Option(["-c", "--config"], metavar="NAME|PATH", multiple=True, callback=_one_config,
                      help="Config of the stage (default, tiny, local, ...) or a YAML file; default: default."),
-        click.Option(["--run", "run_profile"], metavar="PROFILE", callback=_profile_name,
+        click.Option(["--run", "run_profile"], metavar="PROFILE",
                      help="Run attached on this env.toml profile: stream logs, exit with the job's result."),
-        click.Option(["--batch", "batch_profile"], metavar="PROFILE", callback=_profile_name,
+        click.Option(["--batch", "batch_profile"], metavar="PROFILE",
                      help="Submit detached on this env.toml profile and print the job id."),
         click.Option(["--dry-run"], is_flag=True,
                      help="Compile, validate and show the config, resources and exact job; submit nothing."),
@@ -62,6 +71,7 @@ def _stage_command(stage: Stage) -> click.Command:
     def callback(**kwargs: Any) -> int:
         from nemotron.pipeline import StageRequest, run_stage
 
+        check_profile_names(kwargs)
         return run_stage(StageRequest.from_cli(stage, kwargs))
 
     help_text = (
@@ -147,9 +157,9 @@ def _recipe_group(recipe: str) -> click.Group:
     @click.argument("stages", nargs=-1, metavar="[STAGE...] [STAGE:key=value...]")
     @click.option("-c", "--config", metavar="NAME", multiple=True, callback=_one_config,
                   help="Config name used for every stage (default: default).")
-    @click.option("--run", "run_profile", metavar="PROFILE", callback=_profile_name,
+    @click.option("--run", "run_profile", metavar="PROFILE",
                   help="Run the chain attached on this profile.")
-    @click.option("--batch", "batch_profile", metavar="PROFILE", callback=_profile_name,
+    @click.option("--batch", "batch_profile", metavar="PROFILE",
                   help="Submit the chain detached on this profile.")
     @click.option("--dry-run", is_flag=True, help="Show the whole chain; submit nothing.")
     @click.option("--env-file", metavar="PATH", help="env.toml to read profiles from.")
@@ -162,6 +172,7 @@ def _recipe_group(recipe: str) -> click.Group:
         """
         from nemotron.pipeline import run_pipe
 
+        check_profile_names(kwargs)
         return run_pipe(recipe, kwargs)
 
     return group

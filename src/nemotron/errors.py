@@ -16,6 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word`` in the number it takes: ``plural(1, "node")`` is ``"1 node"``, ``plural(2, "node")``
+    ``"2 nodes"``; ``many`` for an irregular plural (``plural(2, "process", "processes")``)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 class NemotronError(Exception):
     """Base class. ``message`` is one line; ``hint`` says what to do about it."""
 
@@ -84,10 +90,9 @@ class ValidationError(NemotronError):
 
     def __post_init__(self) -> None:
         errors = [p for p in self.problems if p.severity == "error"]
-        n = len(errors)
         NemotronError.__init__(
             self,
-            f"{n} problem{'s' if n != 1 else ''} found before anything was queued",
+            f"{plural(len(errors), 'problem')} found before anything was queued",
             "fix the keys listed above (or override them: key=value) and run again with --dry-run",
         )
 

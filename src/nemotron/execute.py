@@ -35,20 +35,59 @@ def run_dir(plan: Any) -> Path:
     return home() / "runs" / plan.experiment_id
 
 
-def git_commit() -> str | None:
-    """The checkout's commit (with ``-dirty`` when it has changes), or None outside a checkout."""
-    root = repo_root()
+#: Folders of the checkout (from its root) that the job's code snapshot ships (:func:`nemotron.submit.code_snapshot`).
+SHIPPED = ("src/nemotron", "stages")
+
+
+def git_state(root: Path | None = None, shipped: tuple[str, ...] = SHIPPED) -> dict[str, Any] | None:
+    """The checkout's state for ``job.yaml``: ``{"commit": SHA[-dirty], "changed": [...], "untracked": [...]}``,
+    or None outside a git checkout (an installed package) or without git.
+
+    ``changed``: tracked files with changes, staged or not (paths from the checkout's root); ``untracked``:
+    files git does not track inside the folders the code snapshot ships (``shipped``), which the job runs
+    although no commit has them. ``-dirty`` is added when either list is not empty. ``root`` defaults to
+    the checkout this package runs from."""
+    root = repo_root() if root is None else Path(root)
     if root is None or not (root / ".git").exists():
         return None
+
+    def git(*args: str) -> str | None:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        return done.stdout if done.returncode == 0 else None
+
     try:
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        if sha.returncode != 0:
+        sha = git("rev-parse", "HEAD")
+        if sha is None:
             return None
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
-        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+        status = git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".") or ""
     except (OSError, subprocess.TimeoutExpired):
         return None
+    changed, untracked = [], []
+    entries = status.split("\0")
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        code, path = entry[:2], entry[3:]
+        if code[0] in "RC":  # a rename or copy: the next entry is its source
+            i += 1
+        if code == "??":
+            if any(path == d or path.startswith(d.rstrip("/") + "/") for d in shipped):
+                untracked.append(path)
+        elif code != "!!":
+            changed.append(path)
+    dirty = bool(changed or untracked)
+    return {"commit": sha.strip() + ("-dirty" if dirty else ""), "changed": sorted(changed),
+            "untracked": sorted(untracked)}
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, with ``-dirty`` when a tracked file changed or the code snapshot ships an
+    untracked file (:func:`git_state`); None outside a checkout."""
+    state = git_state()
+    return state["commit"] if state else None
 
 
 def provenance(req: Any, compiled: Any, profile: Any, plan: Any) -> dict[str, Any]:
@@ -63,7 +102,7 @@ def provenance(req: Any, compiled: Any, profile: Any, plan: Any) -> dict[str, An
         "layers": compiled.layers,
         "overrides": compiled.overrides,
         "config_hash": compiled.config_hash(),
-        "git_commit": git_commit(),
+        **_git_fields(),
         "profile": plan.profile,
         "profile_values": profile.redacted() if profile is not None else None,
         "executor": plan.executor,
@@ -80,6 +119,18 @@ def provenance(req: Any, compiled: Any, profile: Any, plan: Any) -> dict[str, An
         text = redact_text(yamlio.dumps(record), profile.secret_values().values())
         return yamlio.loads(text)
     return record
+
+
+def _git_fields() -> dict[str, Any]:
+    """``git_commit`` (SHA, ``-dirty`` when it applies) and, when dirty, ``git_changed`` and ``git_untracked``
+    (the files that differ from that commit in what the job runs) for ``job.yaml``."""
+    state = git_state()
+    if state is None:
+        return {"git_commit": None}
+    out: dict[str, Any] = {"git_commit": state["commit"]}
+    if state["changed"] or state["untracked"]:
+        out.update(git_changed=state["changed"], git_untracked=state["untracked"])
+    return out
 
 
 def render(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
@@ -102,7 +153,7 @@ def render(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
         from nemotron import local_job
 
         return local_job.render(profile, plan)
-    return f"# in {run_dir(plan)} (train.yaml and job.yaml are written there)\n" + (f"{prefix} " if prefix else "") + cmd
+    return f"# in {run_dir(plan)} (the run writes train.yaml and job.yaml there; a dry run writes nothing)\n" + (f"{prefix} " if prefix else "") + cmd
 
 
 def _job_env(profile: Any, for_display: bool = False) -> dict[str, str]:

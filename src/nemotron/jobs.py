@@ -136,7 +136,9 @@ def ray_client(address: str, secrets: dict[str, str] | None = None):
     try:
         from ray.job_submission import JobSubmissionClient
     except ImportError as exc:
-        raise RuntimeFailure(f"Ray is not importable ({exc})", "pip install 'nemotron-cli[data]'") from None
+        raise RuntimeFailure(f"Ray is not importable ({exc})",
+                             "Ray is part of nemotron-cli's base install: reinstall it (pip install nemotron-cli, "
+                             "or uv sync in a checkout)") from None
     try:
         return JobSubmissionClient(address)
     except Exception as exc:  # connection refused, wrong address, authentication
@@ -157,26 +159,103 @@ def _ray_client(rec: JobRecord):
     return ray_client(str(rec.host), _profile_secrets(rec))
 
 
+#: What the folder check of :func:`_folder_check` prints for a folder that is not there.
+_MISSING_TAG = "nemotron-missing-folder:"
+
+
+class JobFilesMissing(RuntimeFailure):
+    """The folders a job record names are gone (moved or deleted): status and logs cannot be told."""
+
+
+def _job_folders(rec: JobRecord, logs_only: bool = False) -> list[tuple[str, str]]:
+    """``(what, path)`` of the folders the record names: the run folder (train.yaml, job.yaml; a ``local``
+    profile's ``local-job.json``) and the log folder."""
+    out = [] if logs_only else [("run folder", rec.run_dir)]
+    if rec.log_dir and rec.log_dir != rec.run_dir:
+        out.append(("log folder", rec.log_dir))
+    return out
+
+
+def _folder_check(rec: JobRecord, logs_only: bool = False) -> str:
+    """A shell line that prints :data:`_MISSING_TAG` + the path for each of the job's folders that is missing
+    (appended to the command already sent to the cluster, so the check costs no extra round trip)."""
+    return "; ".join(f"test -d {shlex.quote(path)} || echo {shlex.quote(_MISSING_TAG + path)}"
+                     for _, path in _job_folders(rec, logs_only))
+
+
+def _missing_error(rec: JobRecord, missing: list[str], known: str = "") -> JobFilesMissing:
+    names = dict((path, what) for what, path in _job_folders(rec))
+    where = "; ".join(f"its {names.get(p, 'folder')} {p} does not exist" for p in missing)
+    where_host = f" on {rec.host}" if rec.tunnel == "ssh" and rec.host else ""
+    return JobFilesMissing(
+        f"job {rec.job_id} ({rec.experiment_id}){known}: {where}{where_host} (moved or deleted?)",
+        f"move it back to that path to read the job's state and logs; the record is "
+        f"{_folder() / (rec.experiment_id + '.json')}")
+
+
+def _split_missing(stdout: str) -> tuple[list[str], list[str]]:
+    """``(other lines, missing folders)`` of a command's output that ended with :func:`_folder_check`."""
+    lines, missing = [], []
+    for ln in stdout.splitlines():
+        (missing.append(ln[len(_MISSING_TAG):]) if ln.startswith(_MISSING_TAG) else lines.append(ln))
+    return lines, missing
+
+
+def _local_missing(rec: JobRecord, logs_only: bool = False) -> list[str]:
+    """The job's folders that are missing on this machine (a ``local`` profile's job); the run folder counts as
+    missing when its ``local-job.json`` is gone (the job's state lives there)."""
+    from nemotron import local_job
+
+    missing = [path for _, path in _job_folders(rec, logs_only) if not os.path.isdir(path)]
+    state_file = os.path.join(rec.run_dir, local_job.STATE_FILE)
+    if not missing and not os.path.isfile(state_file):
+        missing.append(state_file)
+    return missing
+
+
 def state(rec: JobRecord) -> tuple[str, str]:
     """``(state, exit code)`` of the job's allocation from sacct (``PENDING``/``RUNNING`` from squeue
     while sacct has no record yet, which happens for a second or so after sbatch returns). For a job
-    on a Ray cluster, the Ray job status in the same words (SUCCEEDED is COMPLETED, STOPPED CANCELLED)."""
+    on a Ray cluster, the Ray job status in the same words (SUCCEEDED is COMPLETED, STOPPED CANCELLED).
+
+    Raises:
+        JobFilesMissing: the job's run folder or log folder (or a ``local`` profile's ``local-job.json``) is
+            gone: the message names the path and the state Slurm reports, if any.
+        RuntimeFailure: Slurm or the Ray cluster cannot be asked.
+    """
     if rec.tunnel == "ray":
         status = str(_ray_client(rec).get_job_status(rec.job_id)).rsplit(".", 1)[-1]
         return _RAY_STATES.get(status, status), ""
     if rec.tunnel == LOCAL_EXECUTOR:
         from nemotron import local_job
 
+        missing = _local_missing(rec)
+        if missing:
+            raise _missing_error(rec, missing)
         st, code = local_job.status(rec.run_dir)
         return st, "" if code is None else str(code)
-    out = _remote(rec, f"sacct -n -X -P -j {shlex.quote(rec.job_id)} -o State,ExitCode")
-    line = next((ln for ln in out.stdout.splitlines() if ln.strip()), "")
+    out = _remote(rec, f"sacct -n -X -P -j {shlex.quote(rec.job_id)} -o State,ExitCode; {_folder_check(rec)}")
+    lines, missing = _split_missing(out.stdout)
+    line = next((ln for ln in lines if ln.strip()), "")
     if line:
         st, _, code = line.partition("|")
-        return st.split()[0], code
-    q = _remote(rec, f"squeue -h -j {shlex.quote(rec.job_id)} -o %T")
-    st = q.stdout.strip().splitlines()[0] if q.stdout.strip() else "UNKNOWN"
-    return st, ""
+        st = st.split()[0]
+    else:
+        q = _remote(rec, f"squeue -h -j {shlex.quote(rec.job_id)} -o %T")
+        st, code = (q.stdout.strip().splitlines()[0] if q.stdout.strip() else "UNKNOWN"), ""
+    if missing:
+        known = f", Slurm state {st}" + (f" (exit code {code})" if code else "") if st != "UNKNOWN" else ""
+        raise _missing_error(rec, missing, known)
+    return st, code
+
+
+def status_lines(rec: JobRecord, st: str, code: str) -> list[str]:
+    """What ``status`` prints: ``name: value`` lines, one per field, so that no terminal width ever wraps a job
+    id, an experiment id or a path in the middle (they are copied into ``logs``/``cancel`` and shells)."""
+    fields = [("job", rec.job_id), ("experiment", rec.experiment_id), ("stage", rec.title), ("profile", rec.profile),
+              ("state", st), ("exit code", code or "-"), ("run folder", rec.run_dir), ("logs", rec.log_dir)]
+    width = max(len(k) for k, _ in fields) + 1
+    return [f"{k + ':':<{width}} {v}" for k, v in fields]
 
 
 def started(rec: JobRecord) -> bool:
@@ -192,17 +271,29 @@ def started(rec: JobRecord) -> bool:
 def log_files(rec: JobRecord) -> list[str]:
     """The job's log files on the cluster: the task's output (``log-*``; a Ray stage's driver output
     ``ray-job.log``) then the batch script's (``sbatch_*``). A job on an existing Ray cluster has one
-    log, kept by the Ray cluster (named ``log-ray``)."""
+    log, kept by the Ray cluster (named ``log-ray``). Empty: the job has written none yet.
+
+    Raises:
+        JobFilesMissing: the log folder (a ``local`` profile's job: also its run folder or ``local-job.json``)
+            is gone; the message names the path.
+    """
     if rec.tunnel == "ray":
         return ["log-ray"]
     if rec.tunnel == LOCAL_EXECUTOR:  # NeMo-Run's (torchx's) files of the task: stdout, then stderr
         from nemotron import local_job
 
-        state = local_job.read_state(rec.run_dir)
+        missing = _local_missing(rec)
+        if missing:
+            raise _missing_error(rec, missing)
+        state = local_job.read_state(rec.run_dir)  # files inside the (present) log folder: absent = not written yet
         return [p for p in (state.get("stdout"), state.get("stderr")) if p and os.path.isfile(p)]
     d = shlex.quote(rec.log_dir)
-    out = _remote(rec, f"ls -1 {d}/log-*_{rec.job_id}_*.out {d}/{RAY_DRIVER_LOG} {d}/sbatch_*_{rec.job_id}.out 2>/dev/null")
-    return [ln for ln in out.stdout.splitlines() if ln.strip()]
+    out = _remote(rec, f"ls -1 {d}/log-*_{rec.job_id}_*.out {d}/{RAY_DRIVER_LOG} {d}/sbatch_*_{rec.job_id}.out "
+                       f"2>/dev/null; {_folder_check(rec, logs_only=True)}")
+    lines, missing = _split_missing(out.stdout)
+    if missing:
+        raise _missing_error(rec, missing)
+    return [ln for ln in lines if ln.strip()]
 
 
 def read_log(rec: JobRecord, path: str, offset: int = 0) -> str:

@@ -133,10 +133,10 @@ def read_secrets(path: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     out: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        words = shlex.split(line)
-        if words and "=" in words[0]:
-            name, _, value = words[0].partition("=")
+    # the whole file at once: a quoted value may hold a newline
+    for word in shlex.split(path.read_text(encoding="utf-8")):
+        if "=" in word:
+            name, _, value = word.partition("=")
             out[name] = value
     return out
 

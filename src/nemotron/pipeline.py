@@ -105,6 +105,7 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     from nemotron import validation
     from nemotron.config import compile_config, leaves, profile_overrides
     from nemotron.plan import plan_job
+    from nemotron.validation.cluster import check as cluster_checks
     from nemotron.validation.views import get
 
     # 1. compile: layers, overrides, interpolation (with the profile's storage roots), provenance
@@ -133,6 +134,10 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
                                 valid=valid, severity="warning" if req.dry_run else "error"))
     # 3. plan: pure
     plan = plan_job(compiled, profile, experiment_id)
+    # what a run on this machine (no profile, or a local one) would be refused for here: its GPUs, its Python.
+    # Errors for the dry run too: it must not call valid what the run refuses (one set of refusals)
+    problems += validation.this_machine(req.stage, compiled.config, plan)
+    cluster_checks(compiled, profile, plan, problems, notes)  # the profile's nodes, tasks and storage (cluster.py)
     return Prepared(req, compiled, profile, plan, problems, notes)
 
 
@@ -159,17 +164,44 @@ def run_stage(req: StageRequest) -> int:
     return execute.start(req, p.compiled, p.profile, p.plan)
 
 
+def unresolved_refusal(compiled: Any) -> ConfigError | None:
+    """The refusal of a run whose config still holds unresolved values (an artifact no run has made yet, an unset
+    environment variable), or None. A run raises it (:func:`_check_startable`); a dry run, which may validate a
+    stage before its inputs exist, shows it as its last line and still exits 0 (:func:`nemotron.report.dry_run`).
+    The hint names the command that makes a missing artifact (:func:`nemotron.artifacts.producer_command`) and
+    the ``pipe`` that chains it."""
+    import re
+
+    from nemotron.artifacts import producer_command
+    from nemotron.errors import plural
+
+    if not compiled.unresolved:
+        return None
+    key, why = next(iter(compiled.unresolved.items()))
+    stage = compiled.stage
+    hint = "set the key explicitly (key=value), or export the variable it reads"
+    m = re.search(r"artifact ([^\s:,]+)", str(why))
+    config = compiled.config_name if "/" not in compiled.config_name and not compiled.config_name.endswith(".yaml") \
+        else None
+    command = producer_command(m.group(1), config) if m else None
+    if command:
+        producer = next((s for s in STAGES if m and m.group(1) in s.produces), None)
+        chain = (f"; or chain both: nemotron {stage.recipe} pipe {producer.name} {stage.name}"
+                 + (f" -c {config}" if config else "")) if producer is not None else ""
+        hint = f"make it first: {command}{chain}; or set {key} explicitly"
+    return ConfigError(f"refusing to start {stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}: "
+                       f"{key}: {why}", hint)
+
+
 def _check_startable(p: Prepared) -> None:
     from nemotron import report
 
     report.problems(p.problems)
     if p.errors:
         raise ValidationError(problems=p.problems)
-    if p.compiled.unresolved:
-        key, why = next(iter(p.compiled.unresolved.items()))
-        raise ConfigError(f"refusing to start {p.req.stage.title} with {len(p.compiled.unresolved)} unresolved "
-                          f"value(s): {key}: {why}",
-                          "run the upstream stage first, set the key explicitly, or use `pipe` to chain the stages")
+    refusal = unresolved_refusal(p.compiled)
+    if refusal is not None:
+        raise refusal
 
 
 def list_stages(recipe: str) -> int:
@@ -212,7 +244,7 @@ def show_profiles(name: str | None, env_file: str | None) -> int:
         raise ConfigError("no env.toml found", "copy env.toml.example to ./env.toml, or pass --env-file PATH")
     loaded = profiles.load_profiles(path)
     if name is None:
-        report.out(profiles.profiles_table(loaded))
+        report.out(profiles.profiles_table(loaded, env_file=env_file))
     else:
         report.out(profiles.profile_yaml(loaded.get(name)), plain=True)
     return 0
@@ -226,9 +258,7 @@ def job_status(ident: str | None) -> int:
     st, code = jobs.state(rec)
     if st == "COMPLETED":
         jobs.record_outputs(rec)
-    report.table(None, ["job", "experiment", "stage", "profile", "state", "exit code"],
-                 [[rec.job_id, rec.experiment_id, rec.title, rec.profile, st, code or "-"]])
-    report.out(f"run folder: {rec.run_dir}\nlogs: {rec.log_dir}", plain=True)
+    report.out("\n".join(jobs.status_lines(rec, st, code)), plain=True)
     return 0
 
 
@@ -298,6 +328,31 @@ def _pipe_chain(recipe: str, names: list[str], config: str | None) -> list[Stage
     return chain
 
 
+def _override_hint(recipe: str, names: list[str], arg: str, config: str | None) -> str:
+    """The hint for a pipe override given without its stage: ``STAGE:arg`` for the stages (those named so far, else
+    every stage of the recipe) whose ``-c config`` has the key (``+key`` adds one: any named stage takes it), or
+    that no such stage has it."""
+    from nemotron.config import compile_config, leaves
+
+    key = arg.lstrip("~+").partition("=")[0].strip()
+    named = [get_stage(n) for n in names] or [s for s in STAGES if s.recipe == recipe]
+    if arg.startswith("+"):
+        return f"e.g. {named[0].name}:{arg} (docs/execution.md, Pipelines)"
+    having = []
+    for stage in named:
+        try:
+            cfg = compile_config(stage, config, [], check_paths=False).config
+        except Exception:  # noqa: BLE001 - a hint only: a stage whose config does not compile is left out
+            continue
+        flat = {k for k, _ in leaves(cfg)}
+        if key in flat or any(k.startswith(key + ".") or k.startswith(key + "[") for k in flat):
+            having.append(stage.name)
+    if having:
+        return f"e.g. {' or '.join(f'{n}:{arg}' for n in having[:3])} (docs/execution.md, Pipelines)"
+    where = "the stages named" if names else f"any {recipe} stage"
+    return f"no config of {where} has the key {key!r}: check its spelling (docs/execution.md, Pipelines)"
+
+
 def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     """``nemotron RECIPE pipe [STAGES...]``: each stage in order, each consuming the one before.
 
@@ -323,9 +378,8 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                 raise UsageError(f"{arg!r}: {exc.args[0]}") from None
             continue
         if not sep and ("=" in arg or arg.startswith(("~", "+"))):
-            example = next((s.name for s in STAGES if s.name in names), "pretrain")
             raise UsageError(f"{arg!r}: a pipe override names the stage it is for: STAGE:{arg}",
-                             f"e.g. {example}:{arg} (docs/execution.md, Pipelines)")
+                             _override_hint(recipe, names, arg, kw.get("config")))
         try:
             names.append(get_stage(arg).name)
         except KeyError as exc:
@@ -413,4 +467,4 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     return 0
 
 
-__all__ = ["StageRequest", "list_stages", "load_profile", "run_pipe", "run_stage", "show_profiles"]
+__all__ = ["StageRequest", "list_stages", "load_profile", "run_pipe", "run_stage", "show_profiles", "unresolved_refusal"]

@@ -241,6 +241,9 @@ class SlurmSettings(_Common):
     mounts: list[str] = []
     setup: list[str] = []
     tunnel: Literal["local", "ssh"] = "local"
+    # the seed profile's keys, one meaning each (the stage owns its node count and its launch; docs/profiles.md):
+    nodes: int | None = Field(None, ge=1)  # the most nodes a stage on this profile may use
+    ntasks_per_node: int | None = Field(None, ge=1)  # processes per node the stage's launch must start
     host: str | None = None
     user: str | None = None
     identity: str | None = None
@@ -269,9 +272,15 @@ class SlurmSettings(_Common):
     @field_validator("mounts")
     @classmethod
     def _mounts(cls, value: list[str]) -> list[str]:
-        bad = [m for m in value if not _MOUNT.fullmatch(m)]
-        if bad:
-            raise ValueError(f"{', '.join(map(repr, bad))}: a mount is 'SRC:/DST' or 'SRC:/DST:ro'")
+        for mount in value:
+            unsafe = _unsafe_chars(mount.replace(":", ""))
+            if unsafe:
+                raise ValueError(f"{mount!r}: contains {unsafe}; NeMo-Run writes container mounts into the job's srun "
+                                 "line unquoted (and pyxis splits them at commas), so the job would not start; mount a "
+                                 "folder whose path has none, e.g. a parent folder or a symlink to it")
+            if not _MOUNT.fullmatch(mount):
+                raise ValueError(f"{mount!r}: a mount is 'SRC:/DST' or 'SRC:/DST:FLAGS' (e.g. '/lustre:/lustre:ro'), "
+                                 "DST an absolute path")
         return value
 
     @field_validator("images")
@@ -283,16 +292,47 @@ class SlurmSettings(_Common):
                 raise ValueError(f"unknown image {name!r}{_suggest(name, known)}; known images: {', '.join(known)}")
             if not path.strip():
                 raise ValueError(f"image {name!r} has an empty path")
+            unsafe = _unsafe_chars(path)
+            if unsafe:
+                raise ValueError(f"image {name!r} = {path!r}: contains {unsafe}; NeMo-Run writes --container-image "
+                                 "into the job's srun line unquoted; use a path without them (e.g. a symlink)")
         return value
 
 
 _MODELS: dict[str, type[_Common]] = {"slurm": SlurmSettings, "local": LocalSettings, "ray": RaySettings}
 _ALL_FIELDS = {k for m in _MODELS.values() for k in m.model_fields}
 _ORDER = ("executor", "account", "partition", "run_partition", "batch_partition", "qos", "reservation", "time",
-          "exclusive", "address", "tunnel", "host", "user", "identity", "port", "job_dir", "gpus_per_node", "gpu",
+          "exclusive", "address", "tunnel", "host", "user", "identity", "port", "job_dir", "nodes", "ntasks_per_node",
+          "gpus_per_node", "gpu",
           "gpu_arch", "gpu_memory", "cpus_per_node", "mem", "container", "images", "mounts", "setup", "env_vars")
-_PARSED = {"gpus_per_node", "gpu_memory", "cpus_per_node", "exclusive", "container", "port", "mem", "hf_offline",
+_PARSED = {"nodes", "ntasks_per_node", "gpus_per_node", "gpu_memory", "cpus_per_node", "exclusive", "container", "port", "mem", "hf_offline",
            "mounts", "setup", "images", "env_vars"}
+
+
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9._/+@%=-]+")
+
+
+def _unsafe_chars(text: str) -> str:
+    """The characters of ``text`` a shell line or a pyxis mount list would split or expand, described
+    (``"a space, ','"``); empty when there is none."""
+    found = sorted({c for c in text if not re.fullmatch(r"[A-Za-z0-9._/+@%=:-]", c)})
+    return ", ".join("a space" if c == " " else "a newline" if c == "\n" else repr(c) for c in found)
+
+
+def shell_safe_root(path: str) -> str:
+    """``path`` (a job root) as a shell line and a container mount list can carry it unquoted: itself when it
+    has only ``[A-Za-z0-9._/+@%=-]``, else ``<nearest safe ancestor>/.nemotron-jobs-<hash>``, a symlink to it that
+    submission makes (NeMo-Run puts paths into shell commands unquoted)."""
+    import hashlib
+
+    root = path.rstrip("/") or "/"
+    if _SHELL_SAFE.fullmatch(root):
+        return root
+    parent = root
+    while parent not in ("", "/") and not _SHELL_SAFE.fullmatch(parent):
+        parent = parent.rsplit("/", 1)[0]
+    digest = hashlib.sha1(root.encode()).hexdigest()[:10]
+    return f"{parent.rstrip('/')}/.nemotron-jobs-{digest}"
 
 
 def _image_names() -> list[str]:
@@ -638,6 +678,14 @@ def _build(name: str, chain: list[str], source: Path, merged: dict, prov: dict[s
 
             updates["job_dir"] = str(home() / "jobs")
         prov.setdefault("job_dir", _DEFAULT)
+    if isinstance(settings, SlurmSettings) and (settings.container or ssh):
+        # nodes that do not run on this machine's file system as it is: storage defaults on the job root, which
+        # they see (docs/profiles.md); through its shell-safe name, which is mounted into the container
+        root = shell_safe_root(str(updates.get("job_dir") or settings.job_dir))
+        for key, sub in (("data_root", "data"), ("checkpoint_root", "checkpoints")):
+            if getattr(settings, key) is None:
+                updates[key] = f"{root}/{sub}"
+                prov.setdefault(key, _DEFAULT)
     if problems:
         raise _error(source, name, problems, prov, merged, text)
     return Profile(name, list(chain), source, settings.model_copy(update=updates), prov, merged, overridden, text)
@@ -962,10 +1010,19 @@ class Profile:
 
 
 # --------------------------------------------------------------------------- display
-def profiles_table(profiles: Profiles):
+def env_file_option(env_file: str | Path | None) -> str:
+    """`` --env-file PATH`` (shell-quoted) for a command shown in a hint, when the user gave ``--env-file``;
+    empty otherwise (the command then finds the same env.toml by discovery)."""
+    import shlex
+
+    return f" --env-file {shlex.quote(str(env_file))}" if env_file not in (None, "") else ""
+
+
+def profiles_table(profiles: Profiles, env_file: str | Path | None = None):
     """A ``rich.table.Table``: name, executor, extends chain, partition or address, GPUs/node x GPU, file.
 
-    A profile that does not validate is listed as ``invalid`` (``nemotron profiles NAME`` shows why).
+    A profile that does not validate is listed as ``invalid`` with the command that shows why
+    (``nemotron profiles NAME``, with ``--env-file`` when ``env_file``, the one the user gave, is set).
     """
     from rich.markup import escape
     from rich.table import Table
@@ -977,7 +1034,7 @@ def profiles_table(profiles: Profiles):
         try:
             p = profiles.get(name)
         except ConfigError:
-            table.add_row(escape(name), "[red]invalid[/red]", "", escape(f"see: nemotron profiles {name}"), "",
+            table.add_row(escape(name), "[red]invalid[/red]", "", escape(f"see: nemotron profiles {name}{env_file_option(env_file)}"), "",
                           escape(str(profiles.source)))
             continue
         where = p.address if p.executor == "ray" else p.partition or ("this machine" if p.executor == "local" else "-")

@@ -108,7 +108,16 @@ def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Proble
             out(f"{p.severity}: {p.render()}", plain=True)
     n_err = sum(p.severity == "error" for p in found)
     if not n_err:
-        out(f"dry run: valid ({len(found)} warning(s)); nothing was submitted", plain=True)
+        from nemotron.errors import plural
+        from nemotron.pipeline import unresolved_refusal
+
+        refusal = unresolved_refusal(compiled)
+        if refusal is not None:  # the run's own refusal (nemotron.pipeline._check_startable), said as such
+            out(f"dry run: the config is valid ({plural(len(found), 'warning')}), but the run would refuse to start: "
+                f"{refusal.message.removeprefix('refusing to start ')}; {refusal.hint}; nothing was submitted",
+                plain=True)
+        else:
+            out(f"dry run: valid ({plural(len(found), 'warning')}); nothing was submitted", plain=True)
 
 
 _PROFILE_KEYS = ("executor", "account", "partition", "run_partition", "batch_partition", "qos", "reservation", "time",

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import io
 import os
-import re
 import shlex
 import sys
 import tarfile
@@ -36,26 +34,33 @@ def _import_nemo_run() -> Any:
 
     NeMo-Run imports torch (about 1.3 s here) only to teach its YAML dumper about ``torch.dtype``,
     inside a ``try``; we never serialise a dtype, so torch is hidden while NeMo-Run loads (measured by
-    bench/cli_startup.py). If NeMo-Run ever needs torch for real, it is imported normally instead.
+    bench/cli_startup.py). If NeMo-Run fails to import with torch hidden, it is imported once more with
+    torch visible (it may need it for real) before giving up.
+
+    Raises:
+        RuntimeFailure: NeMo-Run cannot be imported (one line naming the install that provides it).
     """
-    hide = "torch" not in sys.modules
-    if hide:
-        sys.modules["torch"] = None  # type: ignore[assignment]  # makes `import torch` raise ImportError
-    try:
-        import nemo_run as run
-    except ImportError as exc:
+    if "nemo_run" in sys.modules and sys.modules["nemo_run"] is not None:
+        return sys.modules["nemo_run"]
+    for hide in ("torch" not in sys.modules, False):
+        if hide:
+            sys.modules["torch"] = None  # type: ignore[assignment]  # makes `import torch` raise ImportError
+        try:
+            import nemo_run as run
+
+            return run
+        except ImportError as exc:
+            error = exc
+            for name in [m for m in sys.modules if m == "nemo_run" or m.startswith("nemo_run.")]:
+                del sys.modules[name]
+        finally:
+            if hide and sys.modules.get("torch", 0) is None:
+                del sys.modules["torch"]
         if not hide:
-            raise RuntimeFailure(f"NeMo-Run is not importable ({exc})",
-                                 "install the submission extra: pip install 'nemotron-cli[run]'") from None
-        for name in [m for m in sys.modules if m == "nemo_run" or m.startswith("nemo_run.")]:
-            del sys.modules[name]
-        del sys.modules["torch"]
-        hide = False
-        return _import_nemo_run()
-    finally:
-        if hide and sys.modules.get("torch", 0) is None:
-            del sys.modules["torch"]
-    return run
+            break
+    raise RuntimeFailure(f"NeMo-Run is not importable: {error}",
+                         "NeMo-Run is a base dependency: reinstall the tool (pip install nemotron-cli, or in a "
+                         "checkout: uv sync / pip install -e .)")
 
 
 def job_root(profile: Any) -> str:
@@ -63,21 +68,14 @@ def job_root(profile: Any) -> str:
     return str(profile.job_dir)
 
 
-_SHELL_SAFE = re.compile(r"[A-Za-z0-9._/+@%=,-]+")
-
-
 def safe_root(profile: Any) -> str:
     """The job root as NeMo-Run gets it. NeMo-Run puts paths into shell commands unquoted, so a
     ``job_dir`` with spaces or other shell characters is reached through a symlink without them, made
-    beside its nearest safe ancestor on the same file system: ``<ancestor>/.nemotron-jobs-<hash>``."""
-    root = job_root(profile).rstrip("/") or "/"
-    if _SHELL_SAFE.fullmatch(root):
-        return root
-    parent = root
-    while parent not in ("", "/") and not _SHELL_SAFE.fullmatch(parent):
-        parent = parent.rsplit("/", 1)[0]
-    digest = hashlib.sha1(root.encode()).hexdigest()[:10]
-    return f"{parent.rstrip('/')}/.nemotron-jobs-{digest}"
+    beside its nearest safe ancestor on the same file system: ``<ancestor>/.nemotron-jobs-<hash>``
+    (:func:`nemotron.profiles.shell_safe_root`)."""
+    from nemotron.profiles import shell_safe_root
+
+    return shell_safe_root(job_root(profile))
 
 
 def remote_run_dir(profile: Any, plan: Any) -> str:
@@ -209,14 +207,12 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
     additional: dict[str, Any] = {}
     if getattr(profile, "reservation", None):
         additional["reservation"] = profile.reservation
-    mounts = list(getattr(profile, "mounts", None) or []) if _uses_container(plan) else []
-    if _uses_container(plan):
-        mounts.append(f"{job_root(profile)}:{job_root(profile)}")
-        if safe_root(profile) != job_root(profile):
-            mounts.append(f"{safe_root(profile)}:{safe_root(profile)}")
+    mounts = container_mounts(profile) if _uses_container(plan) else []
+    script_env, exports = script_env_vars(env_vars, substituted=plan.launch != "ray")
+    if exports:  # names NeMo-Run would upper-case: exported here, as written
+        setup.insert(0, "\n".join(exports))
     mem = getattr(profile, "mem", None)
     kwargs: dict[str, Any] = dict(
-        account=getattr(profile, "account", None),
         partition=profile.partition_for(mode) if mode in ("run", "batch") else profile.partition,
         qos=getattr(profile, "qos", None),
         time=getattr(profile, "time", None) or DEFAULT_TIME,
@@ -228,7 +224,7 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
         mem=f"{mem}M" if isinstance(mem, int) else mem,
         container_image=plan.image,
         container_mounts=mounts,
-        env_vars=env_vars,
+        env_vars=script_env,
         setup_lines="\n".join(setup) or None,
         additional_parameters=additional or None,
         tunnel=_tunnel(run, profile, f"{root}/experiments/{plan.job_name}"),
@@ -236,7 +232,10 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
         # NeMo-Run names the job <prefix><task name>; its default prefix derives from the account
         job_name_prefix=f"{plan.stage.recipe}-",
     )
-    executor = run.SlurmExecutor(**{k: v for k, v in kwargs.items() if v is not None})
+    # account is optional (the cluster's default account then applies) but a required argument of NeMo-Run's
+    # executor: None renders no --account
+    executor = run.SlurmExecutor(account=getattr(profile, "account", None),
+                                 **{k: v for k, v in kwargs.items() if v is not None})
     if plan.launch == "torchrun":
         executor.launcher = "torchrun"
     elif plan.launch == "ray":
@@ -246,6 +245,52 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
         # logs/, does not exist yet when Slurm opens the batch script's output file)
         executor.job_details.folder = f"{root}/experiments/{plan.job_name}/{plan.experiment_id}/{task_name(plan)}"
     return executor
+
+
+def container_mounts(profile: Any) -> list[str]:
+    """The container mounts of a job on ``profile``: its ``mounts``, the job root (through its shell-safe
+    name, :func:`safe_root`, when ``job_dir`` has shell characters: NeMo-Run writes mounts into the srun line
+    unquoted), then each storage root (``data_root``, ``checkpoint_root``, ``index_cache_dir``, ``hf_home``)
+    that no earlier mount covers, at the same path."""
+    from nemotron.validation.cluster import _under
+
+    mounts = list(getattr(profile, "mounts", None) or [])
+    safe = safe_root(profile)  # the job root itself when it has no shell characters
+    mounts.append(f"{safe}:{safe}")
+    for key in ("data_root", "checkpoint_root", "index_cache_dir", "hf_home"):
+        value = getattr(profile, key, None)
+        if value and not any(_under(str(value), m.split(":", 1)[0]) for m in mounts):
+            mounts.append(f"{value}:{value}")
+    return mounts
+
+
+def shell_word(name: str, value: str) -> str:
+    """``value`` as the right-hand side of ``export NAME=...`` in a job script, read back by bash as exactly
+    ``value`` (:func:`shlex.quote`); the one exception, a ``PATH`` ending in ``$PATH`` (a host Python's folder
+    first, :func:`job_env_vars`), keeps that reference expandable."""
+    if name == "PATH" and value.endswith("$PATH"):
+        head = value.removesuffix("$PATH")
+        return (shlex.quote(head) if head else "") + '"$PATH"'
+    return shlex.quote(value)
+
+
+def script_env_vars(env_vars: dict[str, str], substituted: bool = True) -> tuple[dict[str, str], list[str]]:
+    """The job's environment as NeMo-Run's Slurm executor gets it, and the ``export`` lines we write ourselves.
+
+    NeMo-Run writes each variable as ``export {NAME.upper()}={value}``, unquoted, and (for a non-Ray job,
+    ``substituted``) runs every value through torchx's ``Template.safe_substitute`` first (``$$`` becomes
+    ``$``, ``${app_id}`` its id). So each value is quoted (:func:`shell_word`) and, when substituted, its
+    ``$`` doubled; a name that is not all upper case (``http_proxy``) is not given to NeMo-Run, which would
+    upper-case it, but returned as an ``export`` line of its own, for the batch script's setup.
+    Returns ``(env_vars for NeMo-Run, export lines)``."""
+    given, exports = {}, []
+    for name, value in env_vars.items():
+        word = shell_word(name, value)
+        if name != name.upper():
+            exports.append(f"export {name}={word}")
+        else:
+            given[name] = word.replace("$", "$$") if substituted else word
+    return given, exports
 
 
 def task_spec(plan: Any, profile: Any) -> dict[str, Any]:

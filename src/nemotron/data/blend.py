@@ -316,9 +316,35 @@ def read_blend_pairs(path: str | os.PathLike[str]) -> dict[str, list[tuple[float
             prefix = Path(str(p))
             if not prefix.is_absolute() and not Path(str(prefix) + ".idx").exists():
                 prefix = path.parent / prefix
+            bad = prefix_problem(prefix)
+            if bad:
+                raise BlendFileError(f"split {split!r}: {bad}")
             pairs.append((float(w), prefix))
         out[split] = pairs
     return out
+
+
+def prefix_problem(prefix: Path) -> str | None:
+    """Why ``prefix`` is not a Megatron path prefix (the path of ``<prefix>.bin``/``<prefix>.idx`` without the
+    suffix, which Megatron-Core appends itself), with the prefix to write instead; ``None`` when it is one (or
+    when ``<prefix>.idx`` exists: a prefix may itself end in ``.bin``).
+
+    Refused: a path ending in ``.bin`` or ``.idx`` (Megatron would open ``X.bin.bin``), and a folder (the
+    prefixes are the shard files inside it, or a blend.json there lists them)."""
+    if Path(str(prefix) + ".idx").exists():
+        return None
+    if prefix.suffix in (".bin", ".idx"):
+        bare = prefix.with_suffix("")
+        return (f"{str(prefix)!r} names the {prefix.suffix} file, not a prefix (Megatron appends .bin and .idx "
+                f"itself and would open {prefix.name}{'.bin'}); write {str(bare)!r}")
+    if prefix.is_dir():
+        found = sorted(str(p)[:-4] for p in prefix.rglob("*.idx"))
+        hint = ("; the prefixes in it are " + ", ".join(repr(f) for f in found[:3])
+                + (f" and {len(found) - 3} more" if len(found) > 3 else "")) if found else "; it holds no .idx file"
+        if (prefix / "blend.json").is_file():
+            hint += f"; or point the config at {str(prefix / 'blend.json')!r}, which lists them"
+        return f"{str(prefix)!r} is a folder, not a prefix (a prefix is a shard's path without .bin/.idx){hint}"
+    return None
 
 
 def mix_blend_files(primary: str | os.PathLike[str], mix_with: list[Any] | None,

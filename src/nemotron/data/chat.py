@@ -47,7 +47,23 @@ from typing import Any
 
 from nemotron.errors import ConfigError
 
-CHAT_SCHEMAS = ("messages", "sharegpt", "alpaca")
+CHAT_SCHEMAS = ("messages", "sharegpt", "alpaca", "transcript")
+#: The record shapes the SFT stage reads, as messages name them.
+ACCEPTED_SHAPES = ("OpenAI 'messages' [{role, content}], ShareGPT 'conversations' [{from, value}], Alpaca "
+                   "'instruction'/'input'/'output', or a transcript text field (text, transcript, dialogue, chat, "
+                   "conversation) with 'User:'/'Assistant:' speaker prefixes")
+#: Text fields a transcript record may keep its turns in (the first one present is read).
+TRANSCRIPT_FIELDS = ("text", "transcript", "dialogue", "chat", "conversation")
+#: Speaker prefixes of a transcript (a line starting with one of them, then ``:``, starts a turn), by role;
+#: matched case-insensitively, optionally after ``#``/``*`` markers (``### Human:``, ``**User:**``).
+TRANSCRIPT_SPEAKERS = {
+    "system": ("system",),
+    "user": ("user", "human", "question", "prompt", "customer", "patient", "student"),
+    "assistant": ("assistant", "gpt", "ai", "bot", "model", "chatbot", "answer", "agent", "response"),
+}
+_SPEAKER_ROLE = {name: role for role, names in TRANSCRIPT_SPEAKERS.items() for name in names}
+_SPEAKER_LINE = re.compile(r"^[ \t]*(?:#+[ \t]*|\*\*)?(" + "|".join(sorted(_SPEAKER_ROLE, key=len, reverse=True))
+                           + r")[ \t]*(?:\*\*)?[ \t]*:(?:\*\*)?[ \t]?", re.I | re.M)
 #: Summary reasons of records that become no training sample (each counted, each message names file:line).
 REASONS = ("bad_record", "unknown_role", "empty_content", "consecutive_same_role", "no_assistant_turn",
            "template_mismatch", "too_long")
@@ -94,14 +110,54 @@ class ChatPolicy:
 
 
 def detect_schema(obj: dict[str, Any]) -> str | None:
-    """The chat form of a record: ``messages``, ``sharegpt``, ``alpaca`` or ``None``."""
+    """The chat form of a record: ``messages``, ``sharegpt``, ``alpaca``, ``transcript`` (a text field of
+    :data:`TRANSCRIPT_FIELDS` that starts with a speaker prefix, :data:`TRANSCRIPT_SPEAKERS`) or ``None``."""
     if isinstance(obj.get("messages"), list):
         return "messages"
     if isinstance(obj.get("conversations"), list) or isinstance(obj.get("conversation"), list):
         return "sharegpt"
     if "instruction" in obj:
         return "alpaca"
+    text = _transcript_text(obj)
+    if text is not None and _SPEAKER_LINE.match(text.lstrip("\ufeff\n\r ")):
+        return "transcript"
     return None
+
+
+def _transcript_text(obj: dict[str, Any]) -> str | None:
+    for name in TRANSCRIPT_FIELDS:
+        if isinstance(obj.get(name), str):
+            return obj[name]
+    return None
+
+
+def _transcript(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The turns of a transcript record: each line that starts with a speaker prefix (``User:``,
+    ``Assistant:``, ``### Human:``, ... see :data:`TRANSCRIPT_SPEAKERS`) starts a turn of that speaker's role;
+    the text up to the next such line (stripped) is its content. Text before the first prefix is a problem."""
+    text = _transcript_text(obj)
+    if text is None:
+        raise RecordProblem("bad_record", f"no transcript text field ({', '.join(TRANSCRIPT_FIELDS)})")
+    text = text.lstrip("\ufeff")
+    marks = list(_SPEAKER_LINE.finditer(text))
+    if not marks:
+        raise RecordProblem("bad_record", "the transcript has no speaker prefix (User:, Assistant:, ...) "
+                                          f"at a line start: {preview(text)}")
+    if text[:marks[0].start()].strip():
+        raise RecordProblem("bad_record", f"text before the first speaker prefix: {preview(text[:marks[0].start()])}")
+    out = []
+    for k, m in enumerate(marks):
+        end = marks[k + 1].start() if k + 1 < len(marks) else len(text)
+        out.append({"role": _SPEAKER_ROLE[m.group(1).lower()], "content": text[m.end():end].strip()})
+    return out
+
+
+def preview(value: Any, limit: int = 160) -> str:
+    """``value`` as one line of at most ``limit`` characters (JSON for a record; ``...`` where cut), for a
+    message that shows the record it is about."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return repr(text if len(text) <= limit else text[:limit - 3] + "...")
 
 
 def normalise(obj: dict[str, Any], schema: str | None, policy: ChatPolicy = ChatPolicy()) -> tuple[list[dict[str, Any]], list[Any] | None]:
@@ -122,8 +178,12 @@ def normalise(obj: dict[str, Any], schema: str | None, policy: ChatPolicy = Chat
         raw = obj.get("conversations") if isinstance(obj.get("conversations"), list) else obj.get("conversation")
     elif form == "alpaca":
         raw = _alpaca(obj)
+    elif form == "transcript":
+        raw = _transcript(obj)
     else:
-        raise RecordProblem("bad_record", "no 'messages', 'conversations' or 'instruction' field")
+        keys = ", ".join(repr(k) for k in list(obj)[:8]) + (", ..." if len(obj) > 8 else "") if obj else "none"
+        raise RecordProblem("bad_record", f"a record of no chat shape the SFT stage reads (fields: {keys}): "
+                                          f"{preview(obj)}; accepted: {ACCEPTED_SHAPES}")
     if not isinstance(raw, list) or not raw:
         raise RecordProblem("bad_record", f"the {form} field is empty or not a list")
     tools = _tools(obj.get("tools"))
@@ -148,7 +208,10 @@ def normalise(obj: dict[str, Any], schema: str | None, policy: ChatPolicy = Chat
     while msgs and msgs[-1]["role"] != "assistant":
         msgs.pop()
     if not any(m["role"] == "assistant" for m in msgs):
-        raise RecordProblem("no_assistant_turn", "the conversation has no assistant turn to learn")
+        roles = " > ".join(m["role"] for m in kept) or "none"
+        raise RecordProblem("no_assistant_turn", f"the conversation has no assistant turn to learn (turns: {roles}): "
+                                                 f"{preview(obj)}; SFT learns assistant answers: a prompt-only record "
+                                                 "belongs in data prep rl, or give each prompt its answer")
     if msgs[0]["role"] != "system":
         msgs.insert(0, {"role": "system", "content": ""})
     return msgs, tools

@@ -272,22 +272,57 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
             :func:`nemotron.artifacts.write_outputs` (what later stages read).
 
     Returns:
-        The exit code, 0.
+        The exit code: 0 done; after a Ctrl-C (SIGINT) :func:`interrupted_resumably`'s code.
 
     Raises:
         ConfigError: a config, blend or input problem found before any work (exit 2), among them an
             input that the run would write or delete (:func:`check_inputs`).
         RuntimeFailure: a failure while working, or another run writing the same folder (exit 1).
+        StopRequested: SIGTERM (the entry turns it into exit 75, resumable).
     """
     s = settings_cls.from_config(cfg)
     for problem in check_inputs(s, stage_blend(s)):
         raise problem  # before the lock file is written: an input is never touched
     with outputs.writer_lock(s.output_dir):  # one writing run per output folder
-        manifest = prepare(s)
+        try:
+            manifest = prepare(s)
+        except KeyboardInterrupt as exc:
+            from nemotron.errors import StopRequested, stop_signal
+
+            if isinstance(exc, StopRequested) or stop_signal() is not None:
+                raise  # SIGTERM: the entry's own "stopped by SIGTERM ... resume" line and exit 75
+            return interrupted_resumably(s)
     from nemotron.artifacts import write_outputs
 
     write_outputs(artifacts(manifest))
     return 0
+
+
+def interrupted_resumably(s: Any) -> int:
+    """After a Ctrl-C: say that the finished work is kept and that the same command resumes it.
+
+    Every finished shard (and SFT window) keeps its receipt, so a rerun with the same config redoes only
+    what was in flight. When the CLI started this process (:data:`nemotron.entry.INTERRUPT_REPORTED_BY_PARENT`),
+    the exit code is the resumable 75 and the CLI prints the one line (``interrupted: ... run the same command
+    again to resume``, its own exit 130); run directly (``python run.py --config ...``) this prints
+    ``<stage>: interrupted; ... run the same command again to resume`` on stderr and returns 130.
+    """
+    import sys
+
+    from nemotron.entry import EXIT_INTERRUPTED, INTERRUPT_REPORTED_BY_PARENT
+    from nemotron.execute import RESUMABLE
+
+    if os.environ.get(INTERRUPT_REPORTED_BY_PARENT) == "1":
+        return RESUMABLE
+    config = f"python {sys.argv[0]} {' '.join(sys.argv[1:])}".strip() if sys.argv and sys.argv[0] else "the same command"
+    print(f"{STAGE_TITLES.get(type(s).__module__, 'data prep')}: interrupted; the shards finished so far are kept in "
+          f"{s.output_dir}: run the same command again to resume ({config})", file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED
+
+
+#: The stage title of each stage module, for messages printed by the driver itself.
+STAGE_TITLES = {"nemotron.data.pretrain": "ultra3 data prep pretrain", "nemotron.data.sft": "ultra3 data prep sft",
+                "nemotron.data.rl": "ultra3 data prep rl"}
 
 
 def stage_blend(s: Any) -> Blend:
@@ -489,9 +524,9 @@ def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
 
     A ``rebuild`` run clears the folder's owned files (:func:`nemotron.data.outputs.clear_version`, with
     the stage's :data:`StageSettings.OUTPUT_NAMES`); a folder whose complete manifest has this
-    ``plan_key`` is up to date: the notes (one per ``not_found`` line) and its summary are printed
+    ``plan_key`` is up to date: the warnings (one per ``not_found`` line: a dataset left out) and its summary are printed
     (unless quiet; its work line reads ``work: none (up to date)``, see :func:`work_line`) and the old
-    manifest is returned (nothing is done). Otherwise the notes are said, the folder is created and
+    manifest is returned (nothing is done). Otherwise the warnings are said, the folder is created and
     ``None`` returned; receipts decide what is redone. A first run (no plan, no manifest) into a folder
     that holds files the stage does not write (:func:`nemotron.data.outputs.foreign_files`) says so in
     one note; those files are never deleted.
@@ -511,8 +546,8 @@ def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
     current = bool(old_manifest and old_manifest.get("complete") and old_manifest.get("plan_key") == plan_key)
     if run.reuse_only and not current:
         raise PlanMismatch(f"output_dir={vdir} is not up to date with this plan ({plan_key})", hint)
-    for line in not_found:
-        run.say(f"note: {line}")
+    for line in not_found:  # a dataset left out (optional, or empty_glob=skip): said as the dry-run says it
+        run.say(f"warning: {line}")
     if s.force and run.why != "rebuild" and run.version > 1:
         run.say(f"note: {run.why}: {vdir}")
     foreign = outputs.foreign_files(vdir, type(s).OUTPUT_NAMES) if run.why == "new" else []
@@ -535,6 +570,12 @@ def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
 # planning
 
 
+def count(n: int, nouns: str) -> str:
+    """``n`` with ``nouns`` (a plural: ``"shards"``, ``"final windows"``) in agreement: ``count(1, "shards")``
+    is ``"1 shard"``, ``count(3, "shards")`` ``"3 shards"`` (thousands separated)."""
+    return f"{n:,} {nouns[:-1] if n == 1 and nouns.endswith('s') else nouns}"
+
+
 def unmatched(blend: Blend, spec: DatasetSpec, policy: str, section: str) -> str:
     """The note for a dataset whose path matches no file, when the run goes on without it.
 
@@ -546,15 +587,57 @@ def unmatched(blend: Blend, spec: DatasetSpec, policy: str, section: str) -> str
     """
     message = unmatched_message(blend.path, spec)
     if spec.optional:
-        return f"{spec.name}: optional, nothing at {spec.path}"
+        return optional_missing(blend.path, spec) + relative_note(spec)
     if policy == "skip":
         return f"{message}; dataset skipped ({section}.empty_glob=skip)"
     raise ConfigError(message, f"fix the path, mark the dataset optional, or set {section}.empty_glob=skip")
 
 
 def unmatched_message(blend_path: str, spec: DatasetSpec) -> str:
-    """``<blend>:<line>: datasets (<name>): path '<path>' matches no file``."""
-    return f"{blend_path}:{spec.line}: datasets ({spec.name}): path {spec.path!r} matches no file"
+    """``<blend>:<line>: datasets (<name>): path '<path>' matches no file``; for a relative path, plus
+    where it was looked for (:func:`relative_note`)."""
+    return f"{blend_path}:{spec.line}: datasets ({spec.name}): path {spec.path!r} matches no file{relative_note(spec)}"
+
+
+def optional_missing(blend_path: str, spec: DatasetSpec) -> str:
+    """The warning for an ``optional`` dataset whose path matches no file (the run goes on without it):
+    ``<blend>:<line>: datasets (<name>): optional dataset left out: path '<path>' matches no file ...``.
+    The dry-run shows it as a warning and the run prints it before any work (one text for both)."""
+    return (f"{blend_path}:{spec.line}: datasets ({spec.name}): optional dataset left out: path {spec.path!r} "
+            "matches no file")
+
+
+def relative_note(spec: DatasetSpec) -> str:
+    """Where a local dataset path that matches nothing was looked for, and where it would match.
+
+    The rule (documented in the data prep docs): a dataset path — after ``{placeholder}`` substitution from
+    ``path_vars`` — that is relative is taken from the directory the command runs in, like any path given on
+    a command line (config values such as ``path_vars.shared_data: ../shared/data`` are made absolute from
+    there when the config is compiled). So the same command run from another folder finds other files. The
+    note says `` (relative paths are taken from the working directory, <cwd>)`` for a relative path, and —
+    where the path, taken relative to the working directory, does match from the project checkout instead
+    (a stage config's ``../shared`` path run from another folder) — that folder and what to do. Empty for a
+    remote path, or an absolute one that matches from nowhere else.
+    """
+    from nemotron.data.sources import expand, is_remote
+
+    path = os.path.expanduser(spec.path)
+    if is_remote(path):
+        return ""
+    cwd = os.getcwd()
+    note = "" if os.path.isabs(path) else f" (relative paths are taken from the working directory, {cwd})"
+    from nemotron.paths import repo_root
+
+    root = repo_root()
+    if root is None or os.path.realpath(root) == os.path.realpath(cwd):
+        return note
+    rel = os.path.relpath(os.path.join(cwd, path), cwd)
+    there = os.path.normpath(os.path.join(root, rel))
+    with contextlib.suppress(ConfigError, OSError):
+        if expand(there, exclude=list(spec.exclude)):
+            note += (f"; run from the project folder {root} it matches {there}: run the command there, or give "
+                     "that path (or its path_vars value) as an absolute path")
+    return note
 
 
 def require_datasets(blend: Blend, datasets: list[Any]) -> None:
@@ -628,7 +711,7 @@ def split_done(items: list[dict[str, Any]], say: Callable[..., Any] | None = Non
         else:
             todo.append(it)
     if say is not None and receipts and todo:
-        say(f"resuming: {len(receipts)} of {len(items)} {noun} already done")
+        say(f"resuming: {len(receipts)} of {count(len(items), noun)} already done")
     return receipts, todo
 
 
@@ -684,7 +767,7 @@ def stream(run: Run, fn: Callable[..., Any], todo: list[dict[str, Any]], opts: d
     from nemotron.data.raypool import run_streaming
 
     if not run.quiet:
-        print(f"{verb} {len(todo)} {noun} on {workers} workers{detail}", flush=True)
+        print(f"{verb} {count(len(todo), noun)} on {count(workers, 'workers')}{detail}", flush=True)
     order = sorted(todo, key=lambda it: (-units(it), it["id"]))
     seen: dict[str, dict[str, Any]] = {}
     zero = {progress_key: 0, "tokens": 0, "docs": 0}
@@ -754,6 +837,28 @@ def publish(run: Run, manifest: dict[str, Any], summary: Callable[[dict[str, Any
     return manifest
 
 
+def no_contribution(name: str, weight: str, receipts: list[dict[str, Any]], unit: str, max_key: str,
+                    max_examples: int, shown: int = 3) -> tuple[str, str]:
+    """The message and hint of a dataset that contributes nothing: ``dataset <name> (<weight>) contributes
+    nothing: N <unit> read, all rejected (top reasons: no_assistant_turn 40, bad_record 2)``; the hint shows the
+    first ``shown`` rejected records that the receipts kept (``file:line: reason: detail``, each cut to one line)
+    — or, where none were kept (``max_key`` = 0), says to raise ``max_key`` — and what to do."""
+    skipped, examples = problems_of(receipts, max(max_examples, shown))
+    read = sum(r.get("records", r.get("documents", 0)) or 0 for r in receipts)
+    top = ", ".join(f"{k} {v:,}" for k, v in skipped.most_common(3)) or "none"
+    message = (f"dataset {name} ({weight}) contributes nothing: {count(read, unit)} read"
+               + (f", all rejected (top reasons: {top})" if skipped else ", no record found"))
+    if examples:
+        cut = [e if len(e) <= 600 else e[:597] + "..." for e in examples[:shown]]
+        hint = ("first rejected: " + " | ".join(cut) + "; fix the records (or the dataset's format in the blend), "
+                "or remove the dataset from the blend")
+    elif skipped:
+        hint = f"{max_key}={max_examples} keeps no examples: set {max_key}=3 to see rejected records; then fix the dataset"
+    else:
+        hint = "the dataset's files hold no records: check its path and format"
+    return message, hint
+
+
 def print_examples(m: dict[str, Any], max_key: str) -> Any:
     """Print the manifest's kept examples of skipped records (``skipped: <file>:<line>: ...``);
     returns the console, for the summary's last line.
@@ -811,10 +916,11 @@ def work_line(r: dict[str, Any], steps: list[tuple[str, str]], what: str, rate: 
     total = f"{r['seconds']:.1f}s in all"
     if "work_seconds" not in r or f"{what}_built" not in r:
         return f"run: {total}"
-    done = " and ".join(f"{r[f'{n}_built']:,} of {r[f'{n}_built'] + r[f'{n}_reused']:,} {n} {verb}" for n, verb in steps)
+    done = " and ".join(f"{r[f'{n}_built']:,} of {count(r[f'{n}_built'] + r[f'{n}_reused'], n)} {verb}"
+                        for n, verb in steps)
     secs, amount = r["work_seconds"], r[f"{what}_built"]
     line = f"work: {done}: {human(amount)} {what} in {secs:.1f}s" + (f" ({human(amount / secs)} {rate})" if secs else "")
-    reused = [f"{r[f'{n}_reused']:,} {n}" for n, _verb in steps if r[f"{n}_reused"]]
+    reused = [count(r[f"{n}_reused"], n) for n, _verb in steps if r[f"{n}_reused"]]
     if reused:
         line += f"; reused from a previous run: {', '.join(reused)}, {human(r[f'{what}_reused'])} {what}"
     return f"{line}; {total}"

@@ -169,6 +169,31 @@ class DatasetPlan:
     shards: list[dict[str, Any]] = field(default_factory=list)
 
 
+def text_documents_problem(blend_path: str, spec: DatasetSpec, fmt: str, n_files: int, s: Settings) -> ConfigError | None:
+    """The refusal of a plain-text dataset too small for the held-out split, or ``None``.
+
+    The rule for plain text (``format: text``, or a file that is not JSONL/JSON/Parquet): **one file is one
+    document** — its whole text, never split at lines or blank lines (a source file or a book stays whole).
+    The first ``split.valid_docs + split.test_docs`` documents of each dataset are held out, so a text dataset
+    needs more files than that (``sample`` counts files too). A single ``.txt`` file is one document: it is
+    refused here, before any work, in the run and the dry-run alike, with what to do instead (records: a
+    JSONL file with one ``{"text": ...}`` per document).
+    """
+    if fmt != "text":
+        return None
+    held = s.valid_docs + s.test_docs
+    n = min(n_files, s.sample) if s.sample else n_files
+    if n > held:
+        return None
+    return ConfigError(
+        f"{blend_path}:{spec.line}: datasets ({spec.name}): plain text is one document per file, so its "
+        f"{driver.count(n, 'files')} {'is one document' if n == 1 else f'are {n} documents'}, and the first "
+        f"split.valid_docs={s.valid_docs} + split.test_docs={s.test_docs} documents are held out: none is left "
+        "to train on",
+        "write the text as records, one document per line of a JSONL file ({\"text\": \"...\"}; e.g. one per "
+        f"paragraph or article), or give the dataset more than {held} text files")
+
+
 def _piece_from_scan(path: str, fmt: str, scan, i: int, j: int, est_total: int, rows_total: int) -> Piece:
     k = len(scan.starts)
     if fmt == "jsonl":
@@ -490,6 +515,9 @@ def _plan_all(s: Settings, blend: Blend, vdir: Path) -> tuple[Any, ...]:
         if not files:
             not_found.append(driver.unmatched(blend, spec, s.on_bad["empty_glob"], "on_bad"))
             continue
+        problem = text_documents_problem(blend.path, spec, fmt, len(files), s)
+        if problem is not None:
+            raise problem
         plans.append(plan_dataset(spec, files, fmt, s, tok, data_dir))
     driver.require_datasets(blend, plans)
 
@@ -529,7 +557,7 @@ def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[st
 
     receipts, todo = driver.split_done(shards)
     if receipts:
-        run.say(f"resuming {vdir}: {len(receipts)} of {len(shards)} shards already done")
+        run.say(f"resuming {vdir}: {len(receipts)} of {driver.count(len(shards), 'shards')} already done")
 
     run_info: dict[str, Any] = {}
     t_work = time.monotonic()
@@ -538,7 +566,7 @@ def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[st
             with driver.ray_workers(run) as (workers, ray_info):
                 driver.stream(run, build_shard, todo, opts, workers, receipts, title="pretrain data",
                               verb="tokenizing", noun="shards", units=lambda sh: max(sh["est_bytes"], 1),
-                              detail=f" (Ray: {ray_info['ray']}, {ray_info['ray_cpus']} CPUs)", progress_key="chars")
+                              detail=f" (Ray: {ray_info['ray']}, {driver.count(ray_info['ray_cpus'], 'CPUs')})", progress_key="chars")
             run_info.update(ray_info)
     finally:  # also on Ctrl-C or a failure: only finished shards (renamed into place) stay
         remove_tmp_files(vdir / "data")
@@ -568,7 +596,10 @@ def _finish(run: driver.Run, blend: Blend, plans: list[DatasetPlan], shards: lis
         docs = {k: sum(r["documents"] for sh, r in recs if sh["split"] == k) for k in SPLITS}
         skipped, examples = driver.problems_of((r for _sh, r in recs), s.max_examples)
         if tokens["train"] == 0:
-            raise RuntimeFailure(*_no_train_tokens(s, dp, docs, skipped))
+            message, hint = _no_train_tokens(s, dp, docs, skipped)
+            if examples:  # the records it names, not a promise of them (the summary is never printed)
+                hint += "; first skipped: " + " | ".join(e if len(e) <= 400 else e[:397] + "..." for e in examples[:3])
+            raise RuntimeFailure(message, hint)
         for split in SPLITS:
             good = [(sh, r) for sh, r in recs if sh["split"] == split and r["tokens"] > 0]
             for w, (sh, _r) in zip(prefix_weights(dp.spec.weight, [r["tokens"] for _sh, r in good]), good, strict=True):
@@ -615,7 +646,7 @@ def _no_train_tokens(s: Settings, dp: DatasetPlan, docs: dict[str, int], skipped
     """The message and hint of a dataset that wrote no training token: what its records became, and the
     key to change for the reason that took them all."""
     name = dp.spec.name
-    message = (f"dataset {name} produced no training tokens: {sum(skipped.values()):,} records skipped"
+    message = (f"dataset {name} produced no training tokens: {driver.count(sum(skipped.values()), 'records')} skipped"
                f"{' (' + fmt_counts(skipped) + ')' if skipped else ''}, {docs['valid']:,} held out for validation "
                f"and {docs['test']:,} for test")
     top = max(skipped, key=lambda k: skipped[k]) if skipped else None
@@ -629,8 +660,11 @@ def _no_train_tokens(s: Settings, dp: DatasetPlan, docs: dict[str, int], skipped
     elif top is not None:
         hint = f"every training record was skipped as {top}: check the dataset's path and format"
     else:
-        hint = (f"the dataset has no records after the first split.valid_docs={s.valid_docs} + "
-                f"split.test_docs={s.test_docs}, which are held out: lower them" + (" or raise sample" if s.sample else ""))
+        n = docs["valid"] + docs["test"]
+        hint = (f"the dataset has {driver.count(n, 'records')}, all held out by split.valid_docs={s.valid_docs} + "
+                f"split.test_docs={s.test_docs}: "
+                + (f"lower them below {n} together" + (" or raise sample" if s.sample else "") if n > 2
+                   else "give it more records (each split needs at least one)"))
     return message, hint
 
 

@@ -1,8 +1,10 @@
 """Ray for the data stages: start or join a cluster, run tasks with bounded concurrency.
 
 * :func:`ray_session` — use the Ray instance that is already initialised in this process; else join
-  the cluster ``RAY_ADDRESS`` names (a Ray cluster that a Slurm job started); else start a local one
-  with ``num_cpus`` CPUs, no dashboard and quiet logs. Only what it started or joined is shut down.
+  the cluster ``RAY_ADDRESS`` names (a Ray cluster that a Slurm job started), after a TCP probe of
+  its address (:func:`probe_address`: a stale address fails in seconds, not after Ray's own minutes
+  of retries); else start a local one with ``num_cpus`` CPUs, no dashboard and quiet logs. Only what
+  it started or joined is shut down.
 * :func:`run_streaming` — run one streaming-generator task per work item, at most ``max_in_flight``
   at a time, handing each yielded progress message and each final result to callbacks as they come.
   A task's exception is re-raised in the driver as the original exception (a ``NemotronError``
@@ -15,11 +17,53 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from nemotron.errors import NemotronError, RuntimeFailure, request_stop
+
+
+#: Seconds :func:`probe_address` keeps trying to connect to a ``RAY_ADDRESS`` (a head still starting gets
+#: this long; a Slurm job's driver starts only after its head answered).
+PROBE_SECONDS = 5.0
+#: The port of a ``ray://`` client address without one (Ray Client's default).
+_CLIENT_PORT = 10001
+
+
+def probe_address(address: str, timeout_s: float = PROBE_SECONDS) -> str | None:
+    """Why the Ray cluster at ``address`` (the value of ``RAY_ADDRESS``) cannot be joined, or ``None``.
+
+    ``host:port`` (the GCS address ``ray start --head`` prints) and ``ray://host[:port]`` (Ray Client,
+    port 10001 by default) are probed with TCP connects for up to ``timeout_s`` seconds; ``auto`` and
+    ``local`` are left to Ray (they name no host). Only opens and closes a socket; never raises.
+    """
+    address = address.strip()
+    if address in ("auto", "local") or not address:
+        return None
+    rest = address[len("ray://"):] if address.startswith("ray://") else address
+    rest = rest.split("/", 1)[0]
+    host, sep, port_text = rest.rpartition(":")
+    if not sep:
+        host, port_text = rest, str(_CLIENT_PORT) if address.startswith("ray://") else ""
+    host = host.strip("[]")
+    if not host or not port_text.isdigit():
+        return f"{address!r} is not host:port (or ray://host:port, auto)"
+    port = int(port_text)
+    deadline = time.monotonic() + timeout_s
+    reason = "no answer"
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(min(left, 2.0), 0.1)):
+                return None
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+        if time.monotonic() + 0.5 >= deadline:
+            return f"nothing answers at {host}:{port} ({reason}, tried for {timeout_s:g}s)"
+        time.sleep(0.5)
 
 
 @contextlib.contextmanager
@@ -31,18 +75,26 @@ def ray_session(num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
             joining an existing cluster, whose size is its own.
 
     Raises:
-        RuntimeFailure: Ray is not installed, or cannot start / connect.
+        RuntimeFailure: Ray is not installed, or cannot start / connect; a ``RAY_ADDRESS`` where nothing
+            answers (:func:`probe_address`) is said within seconds, with the hint to unset the variable.
     """
     try:
         import ray
     except ImportError:
         raise RuntimeFailure("data prep needs Ray, which is not installed",
-                             "pip install 'nemotron-cli[data]'") from None
+                             "Ray is a base dependency: reinstall the tool (pip install nemotron-cli, or in a checkout: uv sync / "
+                             "pip install -e .)") from None
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     started = False
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
         kwargs: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=True, configure_logging=True)
+        if address:
+            problem = probe_address(address)
+            if problem is not None:
+                raise RuntimeFailure(f"cannot join the Ray cluster at RAY_ADDRESS={address}: {problem}",
+                                     "unset RAY_ADDRESS (`unset RAY_ADDRESS`) to start a local Ray on this machine, "
+                                     "or set it to the address of a running Ray head (ray start --head prints it)")
         try:
             if address:
                 ray.init(address=address, **kwargs)

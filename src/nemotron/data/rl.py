@@ -432,7 +432,7 @@ def _no_rows(s: Settings, recs: list[dict[str, Any]]) -> tuple[str, str]:
     from nemotron.data.progress import fmt_counts
 
     skipped = driver.problems_of(recs, 0)[0]
-    message = (f"no usable prompt was found, so no training rows ({sum(r['records'] for r in recs):,} records read; "
+    message = (f"no usable prompt was found, so no training rows ({driver.count(sum(r['records'] for r in recs), 'records')} read; "
                f"skipped: {fmt_counts(skipped) or 'none'})")
     top = max(skipped, key=lambda k: skipped[k]) if skipped else None
     if top == "missing_answer":

@@ -548,6 +548,7 @@ def _execute(run: driver.Run, blend: Blend, plan: _Plan) -> dict[str, Any]:
             run, "sft sequences", tokenize_shard, plan.shards, plan.opts, workers,
             units=lambda sh: max(sh["est_bytes"], 1), verb="tokenizing", noun="shards", built=built)
         run_info["tokenize_seconds"] = round(time.monotonic() - t1, 3)
+        _require_contributions(s, plan, receipts)
         passes = _passes(plan, receipts, s.mixing)
         windows = _windows(s, vdir, plan, receipts, passes)
         atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": plan.key, "shards": plan.shards,
@@ -585,6 +586,22 @@ def _run_stage(run: driver.Run, title: str, fn: Any, items: list[dict[str, Any]]
     if todo:
         driver.stream(run, fn, todo, opts, workers, receipts, title=title, verb=verb, noun=noun, units=units)
     return receipts
+
+
+def _require_contributions(s: Settings, plan: _Plan, receipts: dict[str, dict[str, Any]]) -> None:
+    """Refuse a dataset of the blend that gave no sequence at all (every record rejected, or none read), under
+    either mixing: its blend weight would silently become a 0 % share.
+
+    Raises:
+        RuntimeFailure: naming the dataset, its records read, the top rejection reasons with their counts, and
+            (in the hint) the first rejected records as ``file:line: reason: detail``.
+    """
+    for ds in plan.datasets:
+        recs = [r for r in receipts.values() if r["dataset"] == ds.spec.name]
+        if sum(r["sequences"]["train"] + r["sequences"]["valid"] for r in recs):
+            continue
+        raise RuntimeFailure(*driver.no_contribution(ds.spec.name, f"weight {ds.spec.weight:g}", recs, "records",
+                                                      "policies.max_examples", s.max_examples))
 
 
 def _passes(plan: _Plan, receipts: dict[str, dict[str, Any]], mixing: str) -> dict[str, float]:
@@ -830,8 +847,8 @@ def _no_training(s: Settings, recs: list[dict[str, Any]]) -> tuple[str, str]:
 
     skipped = driver.problems_of(recs, 0)[0]
     valid = sum(r["sequences"]["valid"] for r in recs)
-    message = (f"no training sequence was produced ({sum(r['records'] for r in recs):,} records read; skipped: "
-               f"{fmt_counts(skipped) or 'none'}; {valid:,} sequences held out for validation)")
+    message = (f"no training sequence was produced ({driver.count(sum(r['records'] for r in recs), 'records')} read; skipped: "
+               f"{fmt_counts(skipped) or 'none'}; {driver.count(valid, 'sequences')} held out for validation)")
     shortest = min((r["shortest_dropped"] for r in recs if r.get("shortest_dropped")), default=None)
     top = max(skipped, key=lambda k: skipped[k]) if skipped else None
     if top == "too_long" and shortest is not None:

@@ -206,7 +206,8 @@ def _run_locked(stage: str, cfg: dict[str, Any], settings: LocalSettings, title:
 
         return run(settings)
 
-    return run_heavy(title, settings.cpus, ("nemotron.runtime.trainer",), "torch and transformers>=5.2", train)
+    return run_heavy(title, settings.cpus, ("torch", "transformers", "nemotron.runtime.trainer"),
+                     "torch and transformers>=5.2", train)
 
 
 def run_heavy(title: str, cpus: int | None, modules: tuple[str, ...], needs: str, work: Callable[[], int],

@@ -48,9 +48,22 @@ def build(spec: ModelSpec, seed: int) -> Any:
     return NemotronHForCausalLM(transformers_config(spec))
 
 
-def checkpoints(folder: Path) -> list[tuple[int, Path]]:
-    """``(step, path)`` of the ``checkpoint-<step>`` folders in ``folder`` holding a complete model,
-    sorted by step."""
+#: The newest completed save of a run folder, written after the checkpoint and its record (as Megatron writes it).
+MARKER = "latest_checkpointed_iteration.txt"
+#: What a save wrote, in ``checkpoint-<step>/``: each file's size and SHA-256, and the sample stream's position.
+RECORD = "nemotron_checkpoint.json"
+
+
+def marker_step(folder: Path) -> int | None:
+    """The step in ``folder/latest_checkpointed_iteration.txt``, or None when it is absent or unreadable."""
+    try:
+        text = (Path(folder) / MARKER).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _all_checkpoints(folder: Path) -> list[tuple[int, Path]]:
     out = []
     if folder.is_dir():
         for p in folder.iterdir():
@@ -58,6 +71,164 @@ def checkpoints(folder: Path) -> list[tuple[int, Path]]:
             if m and p.is_dir() and (p / "trainer_state.json").is_file() and _has_weights(p):
                 out.append((int(m.group(1)), p))
     return sorted(out)
+
+
+def checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of the ``checkpoint-<step>`` folders in ``folder`` holding a complete model, sorted by
+    step. A folder newer than the step ``latest_checkpointed_iteration.txt`` names is left out: its save did not
+    finish (the marker is written last)."""
+    top = marker_step(folder)
+    return [(step, p) for step, p in _all_checkpoints(folder) if top is None or step <= top]
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_record(checkpoint: Path, extra: dict[str, Any]) -> Path:
+    """Write ``checkpoint/nemotron_checkpoint.json``: ``{"files": {name: {"bytes", "sha256"}}, **extra}`` for
+    every file of the checkpoint (atomically: a temp file, then a rename). Returns its path."""
+    import json
+    import os
+
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(Path(checkpoint).iterdir()) if p.is_file() and p.name != RECORD
+             and not p.name.startswith(".")}
+    path = Path(checkpoint) / RECORD
+    tmp = path.with_name(f".{RECORD}.tmp")
+    tmp.write_text(json.dumps({"files": files, **extra}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_record(checkpoint: Path) -> dict[str, Any] | None:
+    """``checkpoint/nemotron_checkpoint.json`` (None: absent or unreadable, e.g. a save of an older version)."""
+    import json
+
+    try:
+        data = json.loads((Path(checkpoint) / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def damage(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from, or None when it checks out.
+
+    With its record (:func:`write_record`): every recorded file present with its size and SHA-256. Without one
+    (saved by an older version): each ``*.safetensors`` header parses and describes exactly the file's bytes, each
+    ``*.pt``/``*.pth`` (zip archives) passes its CRC check, and ``trainer_state.json`` parses.
+    """
+    import json
+    import zipfile
+
+    checkpoint = Path(checkpoint)
+    record = read_record(checkpoint)
+    if record is not None and isinstance(record.get("files"), dict):
+        for name, want in sorted(record["files"].items()):
+            p = checkpoint / name
+            if not p.is_file():
+                return f"{name} is missing"
+            size = p.stat().st_size
+            if size != want.get("bytes"):
+                return f"{name} has {size:,} bytes, the save wrote {want.get('bytes'):,}"
+            if _sha256(p) != want.get("sha256"):
+                return f"{name} differs from what the save wrote (SHA-256)"
+        return None
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"trainer_state.json is unreadable ({exc})"
+    for p in sorted(checkpoint.glob("*.safetensors")):
+        problem = _safetensors_problem(p)
+        if problem:
+            return f"{p.name}: {problem}"
+    for p in sorted([*checkpoint.glob("*.pt"), *checkpoint.glob("*.pth")]):
+        try:
+            with zipfile.ZipFile(p) as zf:
+                bad = zf.testzip()
+        except (OSError, zipfile.BadZipFile) as exc:
+            return f"{p.name}: not a readable archive ({exc})"
+        if bad is not None:
+            return f"{p.name}: member {bad} fails its CRC check"
+    return None
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """The safetensors layout check: an 8-byte header length, a JSON header, tensors' offsets that tile the data
+    exactly up to the end of the file."""
+    import json
+    import struct
+
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return "shorter than a safetensors header"
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                return f"header length {n:,} beyond the file's {size:,} bytes"
+            header = json.loads(fh.read(n))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        return f"unreadable header ({exc})"
+    ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
+    data = size - 8 - n
+    if max(ends, default=0) != data:
+        return f"its tensors end at byte {max(ends, default=0):,} of {data:,} bytes of data (truncated or damaged)"
+    return None
+
+
+def set_aside(checkpoint: Path, why: str) -> Path:
+    """Rename ``checkpoint-<step>`` to ``<why>-checkpoint-<step>`` (then ``-2``, ``-3`` ... when taken): out of
+    every checkpoint listing (ours and transformers', which would otherwise rotate it away), never deleted."""
+    checkpoint = Path(checkpoint)
+    target = checkpoint.with_name(f"{why}-{checkpoint.name}")
+    n = 2
+    while target.exists():
+        target = checkpoint.with_name(f"{why}-{checkpoint.name}-{n}")
+        n += 1
+    checkpoint.rename(target)
+    return target
+
+
+def resumable(folder: Path, say: Any = print) -> tuple[int, Path] | None:
+    """The checkpoint a run in ``folder`` resumes from: the newest complete one that
+    ``latest_checkpointed_iteration.txt`` covers and that passes :func:`damage`. Each one passed over is set
+    aside (:func:`set_aside`: ``incomplete-`` when newer than the marker, ``damaged-`` when its files do not
+    check out) and ``say`` gets one warning line for it. None: nothing to resume.
+
+    Raises:
+        ModelError: there were checkpoints, and every one is damaged (all set aside; the message names them).
+    """
+    folder = Path(folder)
+    top = marker_step(folder)
+    for step, path in reversed(_all_checkpoints(folder)):
+        if top is not None and step > top:
+            moved = set_aside(path, "incomplete")
+            say(f"warning: {path.name} is newer than step {top} in {folder / MARKER}: its save did not finish; "
+                f"set aside as {moved.name}")
+    tried = []
+    for step, path in reversed(checkpoints(folder)):
+        problem = damage(path)
+        if problem is None:
+            if tried:
+                say(f"warning: resuming from {path.name}, the newest checkpoint that checks out")
+            return step, path
+        moved = set_aside(path, "damaged")
+        tried.append(f"{path.name} ({problem})")
+        say(f"warning: {path.name} is damaged: {problem}; set aside as {moved.name}")
+    if tried:
+        raise ModelError(f"{folder}: no checkpoint to resume from checks out: {'; '.join(tried)}; each was set "
+                         "aside as damaged-checkpoint-<step> (kept); use checkpoint.save=<a new folder> to start a "
+                         "new run, or restore a good copy as checkpoint-<step>")
+    return None
 
 
 def _has_weights(folder: Path) -> bool:
@@ -112,4 +283,5 @@ def load(spec: ModelSpec, path: Path) -> Any:
     return NemotronHForCausalLM.from_pretrained(folder, dtype=torch.float32)
 
 
-__all__ = ["ModelError", "build", "check_compatible", "checkpoints", "load", "resolve_weights", "transformers_config"]
+__all__ = ["MARKER", "RECORD", "ModelError", "build", "check_compatible", "checkpoints", "damage", "load", "marker_step",
+           "read_record", "resolve_weights", "resumable", "set_aside", "transformers_config", "write_record"]

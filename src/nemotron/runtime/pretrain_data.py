@@ -3,11 +3,12 @@
 Semantics follow Megatron-Core's ``GPTDataset`` + ``BlendedDataset`` (megatron/core/datasets/, 0.16):
 
 * **one dataset per prefix**: its documents (the ``.idx`` sequences) are shuffled once per epoch with a
-  seeded permutation and concatenated; sample ``i`` is tokens ``[i·L, i·L + L + 1)`` of that stream
-  (``L = seq_length``; consecutive samples share one token — ``add_extra_token_to_sequence``), and may
+  seeded permutation and concatenated; window ``j`` is tokens ``[j·L, j·L + L + 1)`` of that stream
+  (``L = seq_length``; consecutive windows share one token — ``add_extra_token_to_sequence``), and may
   span documents (data prep ends each document with EOS, as Megatron expects). As many epochs as the
-  sample count needs are built (a small dataset is repeated, never down-sampled); the samples are then
-  shuffled;
+  sample count needs are built (a small dataset is repeated, never down-sampled); the windows are then
+  shuffled, one epoch's worth at a time, so that the order never depends on the total (:class:`GPTSamples`:
+  a resumed run with more iterations or another batch size continues the same stream);
 * **blend**: the weights are normalised and sample ``i`` of the blend is taken from the dataset whose
   count lags its share the most (``argmax(w_d·(i+1) − n_d)``, Megatron-Core's ``build_blending_indices``),
   so every prefix of the blended stream follows the weights;
@@ -105,21 +106,41 @@ class Shard:
 class GPTSamples:
     """``num_samples`` samples of ``seq_length + 1`` tokens from one shard (see the module docstring).
 
-    Memory: one int64 per document per epoch built (document order and cumulative offsets).
+    The order does not depend on ``num_samples``: sample ``i`` is the same for every total that includes it, so a
+    run extended from 10 to 20 iterations (or resumed at another batch size, by consumed-sample count) continues
+    the stream it started, without repeating or skipping a sample. What makes that so:
+
+    * the documents of epoch ``e`` are permuted with a generator seeded by ``(seed, e, 0)``;
+    * the sample windows are shuffled in blocks of ``per_block`` consecutive windows (one epoch's worth:
+      ``max(1, tokens // seq_length)``), block ``b`` permuted with a generator seeded by ``(seed, b, 1)``.
+
+    (Megatron-Core shuffles all ``num_samples`` windows at once, so its order changes with the total; this is the
+    one place we differ from it on purpose.) ``shuffle=False``: windows in stream order, documents in file order.
+
+    Memory: one int64 per document per epoch built (document order and cumulative offsets) and one per sample.
     """
 
     def __init__(self, shard: Shard, seq_length: int, num_samples: int, seed: int, shuffle: bool = True) -> None:
         if len(shard) == 0 or shard.tokens < 2:
             raise DataError(f"{shard.prefix}: no tokens")
         self.shard, self.seq_length, self.num_samples = shard, seq_length, num_samples
-        need = num_samples * seq_length + 1
+        self.seed, self.shuffle = seed % 2**32, shuffle
+        self.per_block = max(1, shard.tokens // seq_length)
+        if shuffle:
+            blocks = max(1, math.ceil(num_samples / self.per_block))
+            self.sample_order = np.concatenate(
+                [b * self.per_block + np.random.RandomState([self.seed, b, 1]).permutation(self.per_block)
+                 for b in range(blocks)])[:num_samples].astype(np.int64)
+        else:
+            self.sample_order = np.arange(num_samples, dtype=np.int64)
+        top = int(self.sample_order.max()) if num_samples else 0  # the last window any sample reads
+        need = (top + 1) * seq_length + 1
         epochs = max(1, math.ceil(need / shard.tokens))
-        rng = np.random.RandomState(seed % 2**32)
-        order = [rng.permutation(len(shard)) if shuffle else np.arange(len(shard)) for _ in range(epochs)]
+        order = [np.random.RandomState([self.seed, e, 0]).permutation(len(shard)) if shuffle
+                 else np.arange(len(shard)) for e in range(epochs)]
         self.doc_order = np.concatenate(order).astype(np.int64)
         self.doc_ends = np.cumsum(shard.lengths[self.doc_order])
         self.epochs = epochs
-        self.sample_order = rng.permutation(num_samples) if shuffle else np.arange(num_samples)
 
     def __len__(self) -> int:
         return self.num_samples
@@ -181,10 +202,13 @@ class BlendedSamples:
         return self.datasets[int(self.ds_index[i])][int(self.ds_sample[i])]
 
     def __getitem__(self, i: int) -> dict[str, Any]:
+        """Sample ``i`` as the trainer's item; ``sample_index`` (int64 scalar) is ``i``, the sample's position in
+        the stream (what the batch log records)."""
         import torch
 
         s = torch.from_numpy(self.sample(i))
-        return {"input_ids": s[:-1], "labels": s[1:], "shift_labels": s[1:]}
+        return {"input_ids": s[:-1], "labels": s[1:], "shift_labels": s[1:],
+                "sample_index": torch.tensor(i, dtype=torch.int64)}
 
     def summary(self) -> list[dict[str, Any]]:
         """Per prefix: weight share, samples drawn, tokens on disk, epochs built."""

@@ -223,17 +223,31 @@ def choose_layout(device_type: str, requested: str | None = None) -> str:
     raise DataError(f"SFT layout {requested!r}: valid: auto, rows, packed")
 
 
+class PackRow(int):
+    """A pack's row index as :class:`PackDataset` hands it to the collator, carrying ``stream_index``: the
+    position of this draw in the sample stream (what the batch log records)."""
+
+    stream_index: int
+
+    def __new__(cls, row: int, stream_index: int) -> "PackRow":
+        obj = super().__new__(cls, row)
+        obj.stream_index = stream_index
+        return obj
+
+
 class PackDataset:
-    """``num_samples`` packs drawn from ``rows`` epoch after epoch (each epoch a seeded permutation, as
-    Megatron-Bridge's SFT sample mapping repeats a small set); item = the pack's row index."""
+    """``num_samples`` packs drawn from ``rows`` epoch after epoch (each epoch a permutation seeded by
+    ``(seed, epoch)``, as Megatron-Bridge's SFT sample mapping repeats a small set); item ``i`` = the pack's row
+    index (a :class:`PackRow`). The order does not depend on ``num_samples``: a longer run (or one resumed at
+    another batch size, by consumed-sample count) continues the same stream."""
 
     def __init__(self, rows: PackedRows, num_samples: int, seed: int, shuffle: bool = True) -> None:
         if len(rows) == 0:
             raise DataError(f"{rows.path}: no packs")
         self.rows = rows
         epochs = max(1, -(-num_samples // len(rows)))
-        rng = np.random.RandomState(seed % 2**32)
-        order = [rng.permutation(len(rows)) if shuffle else np.arange(len(rows)) for _ in range(epochs)]
+        order = [np.random.RandomState([seed % 2**32, e]).permutation(len(rows)) if shuffle
+                 else np.arange(len(rows)) for e in range(epochs)]
         self.order = np.concatenate(order)[:num_samples]
         self.epochs = epochs
 
@@ -241,7 +255,7 @@ class PackDataset:
         return len(self.order)
 
     def __getitem__(self, i: int) -> int:
-        return int(self.order[i])
+        return PackRow(int(self.order[i]), i)
 
 
 class PackCollator:
@@ -264,6 +278,14 @@ class PackCollator:
         self.budget = budget
 
     def __call__(self, batch: list[int]) -> dict[str, Any]:
+        out = self._collate(batch)
+        if all(isinstance(r, PackRow) for r in batch):  # the training stream: each pack's position in it
+            import torch
+
+            out["sample_index"] = torch.tensor([r.stream_index for r in batch], dtype=torch.int64)
+        return out
+
+    def _collate(self, batch: list[int]) -> dict[str, Any]:
         import torch
 
         if self.layout == "packed":
@@ -308,6 +330,7 @@ __all__ = [
     "IGNORE",
     "PackCollator",
     "PackDataset",
+    "PackRow",
     "PackedRows",
     "choose_layout",
     "find_packed_file",

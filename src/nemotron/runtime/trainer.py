@@ -9,7 +9,11 @@ What it does, in order:
    CUDA Mamba kernels can keep packs apart; token ids are checked against the model's vocabulary, and
    the data folder gets a ``consumed_by`` record (it becomes immutable to data prep);
 3. the model: resumed from the newest ``checkpoint-<step>`` in ``checkpoint.load`` (= ``checkpoint.save``,
-   a stable folder per run name) when there is one; else ``checkpoint.pretrained_checkpoint`` (SFT starts
+   a stable folder per run name) that ``latest_checkpointed_iteration.txt`` covers and whose files match their
+   record (:func:`nemotron.runtime.model.resumable`: others are renamed ``incomplete-``/``damaged-``, never
+   deleted, with a warning), continuing the sample stream at the consumed-sample count it recorded
+   (:class:`SampleStream`: another ``train_iters`` or ``global_batch_size`` neither repeats nor skips a
+   sample); else ``checkpoint.pretrained_checkpoint`` (SFT starts
    from pretrain's output); else freshly initialised;
 4. ``Trainer`` with the token-level loss of :mod:`~nemotron.runtime.loss`, AdamW (β, ε, weight decay from the config; fused on CPU and GPU), gradient clipping,
    Megatron-Core's LR schedule (:class:`~nemotron.runtime.settings.Schedule`, exactly), gradient
@@ -29,9 +33,10 @@ What it does, in order:
 Checkpoint folder layout (``checkpoint.save``)::
 
     checkpoint-<step>/   model.safetensors, config.json, optimizer.pt, scheduler.pt, rng_state.pth,
-                         trainer_state.json  (transformers' resumable checkpoint)
+                         trainer_state.json  (transformers' resumable checkpoint), nemotron_checkpoint.json
+                         (each file's size and SHA-256, consumed samples: written after the save)
     config.json, model.safetensors, generation_config.json   the final model (after a complete run)
-    latest_checkpointed_iteration.txt   the newest saved step (as Megatron writes it)
+    latest_checkpointed_iteration.txt   the newest completed save (as Megatron writes it; written last)
     metrics.jsonl, summary.json, lineage.json   (lineage.json: what the run started on, and each input
                                                  a resume was allowed to change: nemotron.runtime.lineage)
 """
@@ -49,6 +54,23 @@ from typing import Any
 from nemotron.runtime.settings import EXIT_REQUEUE, LocalSettings, thread_count
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
+
+#: What this loop needs beyond the base install (the ``local`` extra). Importing this module checks that they
+#: are installed (``find_spec``: nothing is loaded), so that the entry's ``run_heavy`` reports a missing one as
+#: one line naming the extra, not as a traceback from inside :func:`run`.
+NEEDS = ("torch", "transformers")
+
+
+def _check_installed(modules: tuple[str, ...] = NEEDS) -> None:
+    """Raise ``ModuleNotFoundError`` (``name`` set) for the first of ``modules`` that is not installed."""
+    import importlib.util
+
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+_check_installed()
 
 
 def _say(msg: str) -> None:
@@ -104,7 +126,9 @@ class _Data:
         self.tokens_per_sample, self.describe, self.source = tokens_per_sample, describe, source
 
 
-def pretrain_data(s: LocalSettings, vocab_size: int) -> _Data:
+def pretrain_data(s: LocalSettings, vocab_size: int, num_samples: int | None = None) -> _Data:
+    """The blend's samples: ``num_samples`` of the train split (default ``train_iters × global_batch_size``; a
+    resumed run asks for the samples it has consumed plus those it will), the held-out set, the description."""
     from nemotron.runtime.pretrain_data import BlendedSamples, DataError, max_token_id, read_blend
 
     assert s.blend_path is not None
@@ -113,7 +137,7 @@ def pretrain_data(s: LocalSettings, vocab_size: int) -> _Data:
     if top >= vocab_size:
         raise DataError(f"{s.blend_path}: token id {top} does not fit the model's vocabulary of {vocab_size:,} "
                         f"(model {s.model_name}); prepare the data with the model's tokenizer")
-    train = BlendedSamples(blend["train"], s.seq_length, s.train_iters * s.global_batch_size, s.seed)
+    train = BlendedSamples(blend["train"], s.seq_length, num_samples or s.train_iters * s.global_batch_size, s.seed)
     evals = None
     if s.eval_iters and s.eval_interval and "valid" in blend:
         evals = BlendedSamples(blend["valid"], s.seq_length, s.eval_iters * s.global_batch_size, s.seed + 1,
@@ -126,7 +150,9 @@ def pretrain_data(s: LocalSettings, vocab_size: int) -> _Data:
     return _Data(train, evals, None, s.seq_length, lines, s.blend_path)
 
 
-def sft_data(s: LocalSettings, vocab_size: int, device: str) -> _Data:
+def sft_data(s: LocalSettings, vocab_size: int, device: str, num_samples: int | None = None) -> _Data:
+    """The packed SFT data: ``num_samples`` packs drawn (default ``train_iters × global_batch_size``), the
+    held-out packs, the collators, the description."""
     from nemotron.runtime.pretrain_data import DataError
     from nemotron.runtime.settings import get
     from nemotron.runtime.sft_data import PackCollator, PackDataset, choose_layout, find_packed_file, read_packed
@@ -144,7 +170,7 @@ def sft_data(s: LocalSettings, vocab_size: int, device: str) -> _Data:
         if rows is not None and len(rows.ids) and int(rows.ids.max()) >= vocab_size:
             raise DataError(f"{rows.path}: token id {int(rows.ids.max())} does not fit the model's vocabulary "
                             f"of {vocab_size:,}")
-    train = PackDataset(train_rows, s.train_iters * s.global_batch_size, s.seed)
+    train = PackDataset(train_rows, num_samples or s.train_iters * s.global_batch_size, s.seed)
     evals = None
     if valid_rows is not None and s.eval_iters and s.eval_interval:
         evals = PackDataset(valid_rows, s.eval_iters * s.global_batch_size, s.seed + 1, shuffle=False)
@@ -152,7 +178,7 @@ def sft_data(s: LocalSettings, vocab_size: int, device: str) -> _Data:
     eval_collate = PackCollator(valid_rows, layout, s.answer_only_loss) if valid_rows is not None else None
     lines = [f"packed SFT data {train_path}: {len(train_rows)} packs, {train_rows.tokens:,} tokens, "
              f"{train_rows.loss_tokens():,} in the loss; {train.epochs} epoch(s) for "
-             f"{s.train_iters * s.global_batch_size} packs",
+             f"{len(train)} packs",
              f"layout: {layout} ({'one row per sub-sequence, padding masked' if layout == 'rows' else 'real boundaries via seq_idx'})",
              f"validation: {valid_path} ({len(valid_rows)} packs)" if valid_rows is not None
              else "validation: none found (no held-out loss)"]
@@ -187,20 +213,23 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     transformers.set_seed(s.seed)
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    data = pretrain_data(s, spec.vocab_size) if s.stage == "pretrain" else sft_data(s, spec.vocab_size, device)
-
     s.save_dir.mkdir(parents=True, exist_ok=True)
-    found = modelmod.checkpoints(s.load_dir) if s.load_dir else []
-    resume = found[-1][1] if found else None
-    changes = lineage.check_resume(s, found[-1][0] if found else None)
-    if found and found[-1][0] >= s.train_iters and (s.save_dir / "model.safetensors").is_file():
+    picked = modelmod.resumable(s.load_dir, say=_say) if s.load_dir else None
+    step0, resume = picked if picked else (0, None)
+    found = [picked] if picked else []
+    changes = lineage.check_resume(s, step0 if picked else None)
+    if picked and step0 >= s.train_iters and (s.save_dir / "model.safetensors").is_file():
         # a continuation job (run.chain) or a rerun of a finished run: nothing left to do
         _say(f"{s.stage}: already complete: {resume} is at train.train_iters={s.train_iters}; final model in "
              f"{s.save_dir}")
         return 0
+    stream = SampleStream.resumed(s, step0, resume)
+    data = (pretrain_data(s, spec.vocab_size, stream.total) if s.stage == "pretrain"
+            else sft_data(s, spec.vocab_size, device, stream.total))
+    stream.base = data.train
     if resume is not None:
         model = modelmod.build(spec, s.seed)
-        start = f"resuming from {resume} (step {found[-1][0]})"
+        start = f"resuming from {resume} (step {step0})"
         if s.pretrained_checkpoint:
             start += f"; checkpoint.pretrained_checkpoint={s.pretrained_checkpoint} is not used when resuming"
     elif s.pretrained_checkpoint is not None:
@@ -212,6 +241,8 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     params = sum(p.numel() for p in model.parameters())
     _say(f"{s.stage}: model {spec.name} ({params / 1e6:.1f} M parameters in transformers' NemotronH, MTP not "
          f"built) on {device} ({precision}, {torch.get_num_threads()} thread(s)); {start}")
+    if resume is not None:
+        _say(stream.describe())
     for line in data.describe:
         _say(line)
     data_version = None
@@ -278,6 +309,9 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
 
         def compute_loss(self, model: Any, inputs: dict, return_outputs: bool = False,
                          num_items_in_batch: Any = None) -> Any:
+            index = inputs.pop("sample_index", None)
+            if index is not None and batch_log is not None and model.training:
+                batch_log.write(self.state.global_step, index, inputs)
             loss = selected_token_loss(self.accelerator.unwrap_model(model), inputs, num_items_in_batch, autocast)
             return (loss, {"loss": loss}) if return_outputs else loss
 
@@ -300,7 +334,8 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
             finally:
                 self.data_collator = saved
 
-    stopper = _SignalStop()
+    stopper = _SignalStop(stream.record)
+    batch_log = _BatchLog.from_env(stream)
     metrics = _Metrics(s, data, stopper, TrainerCallback)
     callbacks = [stopper.callback(TrainerCallback), metrics.callback]
     if spec.is_moe and spec.moe_router_enable_expert_bias and s.expert_bias_rate > 0:
@@ -316,7 +351,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
         callbacks.insert(0, ExpertBias())
         _say(f"expert bias: updated after every step at rate {s.expert_bias_rate:g} in {len(updater.routers)} "
              "router(s) (Megatron-Core's aux-loss-free balancing)")
-    trainer = _Trainer(model=model, args=args, train_dataset=data.train, eval_dataset=data.eval,
+    trainer = _Trainer(model=model, args=args, train_dataset=stream, eval_dataset=data.eval,
                        data_collator=data.collator, callbacks=callbacks)
     for cb in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(cb)
@@ -355,14 +390,18 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _write_latest(folder: Path) -> None:
-    from nemotron.runtime.model import checkpoints
+def _write_latest(folder: Path, step: int | None = None) -> None:
+    """Name ``step`` (default: the newest ``checkpoint-<step>`` with all its files) in
+    ``latest_checkpointed_iteration.txt``, atomically: the completion marker, written after the save."""
+    from nemotron.runtime.model import MARKER, _all_checkpoints
 
-    found = checkpoints(folder)
-    if found:
-        tmp = folder / ".latest_checkpointed_iteration.txt.tmp"
-        tmp.write_text(f"{found[-1][0]}\n", encoding="utf-8")
-        os.replace(tmp, folder / "latest_checkpointed_iteration.txt")
+    if step is None:
+        found = _all_checkpoints(folder)
+        step = found[-1][0] if found else None
+    if step is not None:
+        tmp = folder / f".{MARKER}.tmp"
+        tmp.write_text(f"{step}\n", encoding="utf-8")
+        os.replace(tmp, folder / MARKER)
 
 
 def _reporting(s: LocalSettings, data_version: Path | None) -> tuple[list[str], str | None]:
@@ -405,12 +444,127 @@ def _finish_wandb(report_to: list[str]) -> None:
             wandb.finish()
 
 
-class _SignalStop:
-    """Turns SIGTERM/SIGUSR1/SIGINT into "save at the end of this step, then stop"."""
+#: The sample order this version writes (recorded in each checkpoint): per-epoch permutations seeded by (seed, epoch),
+#: independent of the run's total (:class:`~nemotron.runtime.pretrain_data.GPTSamples`, ``PackDataset``).
+SAMPLE_ORDER = "epochwise-v1"
 
-    def __init__(self) -> None:
+
+class SampleStream:
+    """The training samples as the Trainer indexes them, continuing the stream by consumed-sample count.
+
+    transformers' Trainer resumes step ``S`` by skipping the first ``S × gradient_accumulation`` micro-batches
+    of its (sequential) sampler: ``S × global_batch_size`` indices at *this* run's batch size. Index ``i`` of this
+    view is therefore sample ``start + (i − skip)`` of the stream (``skip = S × global_batch_size``, ``start`` the
+    samples consumed by step ``S``, from the checkpoint's record), so a resumed run goes on exactly where the
+    saved one stopped, whatever ``train.global_batch_size`` and ``train.train_iters`` are now (Megatron's
+    consumed-samples rule). Length: ``train_iters × global_batch_size``.
+    """
+
+    def __init__(self, s: LocalSettings, step0: int, start: int, saved_gbs: int | None, note: str | None) -> None:
+        self.s, self.step0, self.start, self.saved_gbs, self.note = s, step0, start, saved_gbs, note
+        self.skip = step0 * s.global_batch_size
+        self.total = start + (s.train_iters - step0) * s.global_batch_size
+        self.base: Any = None
+
+    @classmethod
+    def resumed(cls, s: LocalSettings, step0: int, checkpoint: Path | None) -> "SampleStream":
+        """The stream of a run starting at ``step0`` from ``checkpoint`` (None: a fresh run).
+
+        Raises:
+            ResumeConflict: the checkpoint was trained on another ``rng.seed`` or ``model.seq_length`` (its
+                stream is another one: nothing to continue).
+        """
+        from nemotron.runtime import lineage
+        from nemotron.runtime.model import read_record
+
+        if checkpoint is None:
+            return cls(s, 0, 0, None, None)
+        rec = read_record(checkpoint) or {}
+        for key, name, now in (("seed", "rng.seed", s.seed), ("seq_length", "model.seq_length", s.seq_length)):
+            if rec.get(key) is not None and rec[key] != now:
+                raise lineage.ResumeConflict(
+                    f"{name}={now}: {checkpoint} was trained with {name}={rec[key]}, whose sample stream this run "
+                    f"cannot continue; set {name}={rec[key]}, or checkpoint.save=<a new folder> for a new run")
+        if isinstance(rec.get("consumed_samples"), int) and rec.get("order") == SAMPLE_ORDER:
+            return cls(s, step0, rec["consumed_samples"], rec.get("global_batch_size"), None)
+        note = (f"{checkpoint.name} does not record the samples it consumed (saved by an older version): "
+                f"assuming step {step0} x train.global_batch_size={s.global_batch_size}")
+        return cls(s, step0, step0 * s.global_batch_size, None, note)
+
+    def describe(self) -> str:
+        text = f"continuing the sample stream at sample {self.start:,}"
+        if self.saved_gbs is not None and self.saved_gbs != self.s.global_batch_size:
+            text += (f"; train.global_batch_size {self.saved_gbs} -> {self.s.global_batch_size}: continued by "
+                     "consumed samples, as Megatron does")
+        if self.note:
+            text += f"; warning: {self.note}"
+        return text
+
+    def consumed(self, step: int) -> int:
+        """Samples consumed once step ``step`` is done."""
+        return self.start + (step - self.step0) * self.s.global_batch_size
+
+    def position(self, i: int) -> int:
+        """The stream position of the Trainer's index ``i``."""
+        return self.start + (i - self.skip) if i >= self.skip else i
+
+    def __len__(self) -> int:
+        return self.s.train_iters * self.s.global_batch_size
+
+    def __getitem__(self, i: int) -> Any:
+        return self.base[self.position(i)]
+
+    def record(self, checkpoint: Path, step: int) -> None:
+        """Write ``checkpoint``'s record (:func:`nemotron.runtime.model.write_record`): its files' sizes and
+        SHA-256, and where the stream stands."""
+        from nemotron.runtime.model import write_record
+
+        if checkpoint.is_dir():
+            write_record(checkpoint, {"step": step, "consumed_samples": self.consumed(step), "order": SAMPLE_ORDER,
+                                      "global_batch_size": self.s.global_batch_size, "seed": self.s.seed,
+                                      "seq_length": self.s.seq_length, "stage": self.s.stage})
+
+
+class _BatchLog:
+    """``NEMOTRON_BATCH_LOG=<file.jsonl>``: the samples each step trained on, one ``batch`` record per micro-batch
+    (:mod:`nemotron.runtime.batch_log`'s format: ``step`` = the step before its update, ``samples`` = SHA-256
+    ids of the samples' tokens, plus ``index``: their positions in the sample stream). Off by default."""
+
+    def __init__(self, path: str, stream: SampleStream) -> None:
+        from nemotron.runtime.batch_log import BatchLog
+
+        self.log, self.stream = BatchLog(path), stream
+
+    @classmethod
+    def from_env(cls, stream: SampleStream) -> "_BatchLog | None":
+        from nemotron.runtime.batch_log import ENV
+
+        path = os.environ.get(ENV)
+        return cls(path, stream) if path else None
+
+    def write(self, step: int, index: Any, inputs: dict) -> None:
+        from nemotron.runtime.batch_log import sample_ids
+
+        positions = [int(i) for i in index.reshape(-1).tolist()]
+        if "input_ids" in inputs:  # pretraining: the samples' tokens
+            ids = sample_ids(inputs["input_ids"])
+        else:  # SFT: the packs' tokens
+            rows = self.stream.base.rows
+            ids = [sample_ids(rows.row(int(self.stream.base.order[p]))[0])[0] for p in positions]
+        last, n = self.log._micro
+        n = n + 1 if last == step else 0
+        self.log._micro = (step, n)
+        self.log.write({"kind": "batch", "step": step, "micro_batch": n, "samples": ids, "index": positions})
+
+
+class _SignalStop:
+    """Turns SIGTERM/SIGUSR1/SIGINT into "save at the end of this step, then stop". ``on_saved(checkpoint, step)``
+    runs after each save, before ``latest_checkpointed_iteration.txt`` names it (the marker comes last)."""
+
+    def __init__(self, on_saved: Any = None) -> None:
         self.signal: str | None = None
         self._old: dict[int, Any] = {}
+        self.on_saved = on_saved
 
     def _handle(self, signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name
@@ -447,7 +601,9 @@ class _SignalStop:
                 return control
 
             def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
-                _write_latest(Path(args.output_dir))
+                if stopper.on_saved is not None:
+                    stopper.on_saved(Path(args.output_dir) / f"checkpoint-{state.global_step}", state.global_step)
+                _write_latest(Path(args.output_dir), state.global_step)
                 _say(f"saved checkpoint-{state.global_step}")
                 return control
 

@@ -6,7 +6,11 @@ The CLI calls exactly three functions, in this order, on the compiled config (pl
   one-node layout; unset MOPD teacher slots fall back to the general teacher);
 * :func:`validate` — every problem at once, each in the user's terms (key, value, why, valid values);
 * :func:`describe` — the tables ``--dry-run`` shows (pipeline stages, parallel layout, memory,
-  RL node arithmetic).
+  RL node arithmetic);
+
+and, once the job is planned, :func:`this_machine` — the refusals of a run on this machine (no profile, or a
+``local`` one) that depend on the machine: its GPUs and whether its Python has the stage's framework. The
+dry run and the run both get every one of them through :func:`nemotron.pipeline.prepare_stage`.
 
 Stdlib only (plus :mod:`nemotron.catalogue` and :mod:`nemotron.errors`): importing this package costs
 nothing at start-up. The rules live in :mod:`nemotron.validation.rules` (one pure function each, with
@@ -21,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from nemotron import catalogue
-from nemotron.errors import Problem
+from nemotron.errors import Problem, plural
 from nemotron.validation import checks, rules
 from nemotron.validation.views import as_int, get, node_shape, put
 
@@ -98,8 +102,8 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
                     short = key.removeprefix("model.").removeprefix("policy.megatron_cfg.")
                     changed.append(f"{short}={value}")
             if changed:
-                why = "" if ep == gpn else f" (largest divisor of both {spec.num_experts} experts and {gpn} GPUs)"
-                msg = (f"model.name={name}: a {n}-layer slice fits one node of {gpn} GPUs; layout set to "
+                why = "" if ep == gpn else f" (largest divisor of both {spec.num_experts} experts and {plural(gpn, 'GPU')})"
+                msg = (f"model.name={name}: a {n}-layer slice runs on one node ({plural(gpn, 'GPU')}); layout set to "
                        f"{', '.join(changed)}{why}")
                 if kept:
                     msg += f"; kept your {', '.join(kept)}"
@@ -161,11 +165,95 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
         problems += _nemo_rl_rules(cfg)
     if getattr(stage, "name", "") == "pretrain":
         problems += _blend_mix(cfg)
+    if getattr(stage, "name", "") in ("pretrain", "sft"):
+        from nemotron.validation.data import training_data_problems
+
+        problems += training_data_problems(stage.name, cfg)
     if kind == "quantize":
         from nemotron.validation.quantize import validate_quantize
 
         problems += validate_quantize(cfg, profile)
     return _dedupe(missing + problems + _run_keys(cfg, profile))
+
+
+#: The module a cluster backend's runtime imports first, per ``stages/images.toml`` image key: the runtimes
+#: (:mod:`nemotron.runtime.megatron_bridge`, :mod:`nemotron.runtime.nemo_rl`) refuse to start without it.
+FRAMEWORK_MODULES = {"nemo": "megatron.bridge", "nemo-rl": "nemo_rl"}
+
+
+def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus: int | None = None) -> list[Problem]:
+    """The refusals of a run on this machine (``plan.executor`` ``direct``: no profile, or ``local``), as errors, so
+    that a dry run never calls valid what the run then refuses. Empty for a cluster profile (its nodes are checked
+    when the job starts there) and for the data stages (CPU, local Ray).
+
+    * rule ``gpus-here``: the GPUs this machine shows (:func:`nemotron.runtime.prestart.visible_gpus`, or ``gpus``)
+      against the plan's GPUs per node. A cluster backend (anything but ``backend: local``) runs one process per
+      GPU and its runtime refuses any other count (:func:`nemotron.runtime.prestart.gpu_problems`, the function
+      called here); the ``local`` backend needs at least as many as a multi-GPU plan asks for.
+    * rule ``framework-here``: a cluster backend runs in a container (``stages/images.toml``); on this machine
+      the job runs this Python, so the framework its runtime imports first (:data:`FRAMEWORK_MODULES`) must be
+      importable here (:func:`nemotron.runtime.prestart.missing_modules`, the runtimes' own check).
+
+    ``importable(module)`` and ``gpus`` default to the real ones (tests of other machines pass their own).
+    """
+    if getattr(plan, "executor", None) not in ("direct", "local") or getattr(stage, "kind", "") == "data":
+        return []
+    from nemotron.runtime import prestart
+
+    out: list[Problem] = []
+    local = checks.backend(cfg) == checks.LOCAL
+    gpn = int(getattr(plan, "gpus_per_node", 0) or 0)
+    have = prestart.visible_gpus() if gpus is None else gpus
+    where = "without a profile the run starts here" if plan.executor == "direct" else \
+        f"profile {plan.profile} runs it here"
+    cluster = "--run PROFILE with a Slurm profile"
+    here = _local_config(stage)
+    title = getattr(stage, "title", getattr(stage, "name", "stage"))
+    if local:
+        if plan.launch == "torchrun" and gpn > 1 and have < gpn:
+            out.append(Problem("run.env.gpus_per_node", gpn, rule="gpus-here",
+                               message=f"{where}: {title} -c {plan.config_name} needs {plural(gpn, 'GPU')} per node; "
+                                       f"this machine has {have} visible, and the local backend uses at most one",
+                               valid="run.env.gpus_per_node=1"))
+    elif gpn > 0:
+        nodes = as_int(get(cfg, "run.env.nodes")) or 1
+        import os
+
+        env = {"LOCAL_WORLD_SIZE": str(gpn), **({"WORLD_SIZE": str(gpn)} if plan.launch == "torchrun" else {}),
+               **{k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}}
+        keys = ("cluster.num_nodes", "cluster.gpus_per_node") if getattr(stage, "kind", "") == "rl" else \
+            ("run.env.nodes", "run.env.gpus_per_node")
+        for line in prestart.gpu_problems(nodes if plan.launch == "torchrun" else 1, gpn, env, have, *keys):
+            if have < gpn and f"shows {have} GPU" in line:  # said as the run's own check says it (execute.check_gpus)
+                line = (f"{title} -c {plan.config_name} needs {plural(gpn, 'GPU')} per node; this machine has "
+                        f"{have} visible ({keys[1]}; CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+            out.append(Problem("", None, rule="gpus-here", message=f"{where}: {line}",
+                               valid=cluster + (f", or {here} (this machine)" if here else "")))
+        module = FRAMEWORK_MODULES.get(str(getattr(plan, "image_key", "")))
+        if module:
+            missing = prestart.missing_modules({module: ""}, plan.image_key, _CONTAINER_LABEL.get(plan.image_key, ""),
+                                               importable)
+            if missing:
+                out.append(Problem("backend", checks.backend(cfg) or None, rule="framework-here",
+                                   message=f"{where}, in this Python: {missing[0]}",
+                                   valid=f"{cluster} (its container)" + (f", or {here} (backend local)" if here else "")))
+    return out
+
+
+_CONTAINER_LABEL = {"nemo": "NeMo", "nemo-rl": "NeMo RL"}
+
+
+def _local_config(stage: Any) -> str | None:
+    """``"-c local"`` when the stage ships a ``local`` config whose backend has a runtime in this version."""
+    from nemotron.config import config_backend, config_names
+    from nemotron.entry import missing_runtime
+
+    try:
+        if "local" in config_names(stage) and missing_runtime(stage, config_backend(stage, "local")) is None:
+            return "-c local"
+    except Exception:  # noqa: BLE001 - a hint only; the stage's own checks report a broken config
+        return None
+    return None
 
 
 def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
@@ -334,4 +422,4 @@ def _dedupe(problems: list[Problem]) -> list[Problem]:
     return out
 
 
-__all__ = ["Problem", "as_int", "describe", "prepare", "rules", "validate"]
+__all__ = ["FRAMEWORK_MODULES", "Problem", "as_int", "describe", "prepare", "rules", "this_machine", "validate"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from nemotron import catalogue
 from nemotron.catalogue import ModelSpec
-from nemotron.errors import Problem
+from nemotron.errors import Problem, plural
 from nemotron.validation import memory, rules
 from nemotron.validation.views import (
     NodeShape,
@@ -107,6 +107,13 @@ def setup_of(v: TrainView, inference: bool = False) -> memory.TrainSetup:
 
 
 def memory_problem(est: memory.Estimate, key: str, value: Any, what: str = "") -> list[Problem]:
+    """Rule ``memory`` (a warning: the estimate is a first version): the peak stage's estimate above the GPU memory,
+    or not checkable because no GPU memory is declared (said with where it would come from)."""
+    if est.fits is None:
+        return [Problem(key=key, value=value, rule="memory", severity="warning",
+                        message=f"memory estimate{what}: {est.peak.total_gb:.0f} GB per GPU, not checked: "
+                                f"{est.memory_source or 'no GPU memory declared'}",
+                        valid="declare the GPU in the profile: gpu = \"H100\" (or gpu_memory = GB)")]
     if est.fits is False:
         return [Problem(key=key, value=value, message=f"memory estimate{what}: {est.verdict()} — see the memory "
                                                       "table in --dry-run", valid="more PP/EP/TP, recompute, optimizer "
@@ -200,6 +207,7 @@ def _megatron_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec 
     if v.ok and not any(p.severity == "error" for p in out):
         est = memory.estimate(model, setup_of(v, inference=inference), shape.gpu_memory_gb,
                               label="inference" if inference else "training")
+        est.memory_source = shape.memory_source
         out += memory_problem(est, v.keys["pp"], v.pp)
     return out
 
@@ -452,8 +460,8 @@ def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) 
         out += rules.ep_divides_experts(model, ev["ep"], ek["ep"])
         need = ev["pp"] * max(ev["tp"], ev["ep"] * ev["etp"])
         if need > v.world:
-            out.append(Problem(ek["pp"], ev["pp"], f"the export layout needs PP x max(TP, EP x ETP) = {need} GPUs, more "
-                                                   f"than the job's {v.world}", f"a layout within {v.world} GPUs",
+            out.append(Problem(ek["pp"], ev["pp"], f"the export layout needs PP x max(TP, EP x ETP) = {plural(need, 'GPU')}, more "
+                                                   f"than the job's {v.world}", f"a layout within {plural(v.world, 'GPU')}",
                                rule="world-layout"))
         elif shape.gpu_memory_gb and not any(p.severity == "error" for p in out):
             w = memory.inference_weights_gb(model, ev["tp"], ev["ep"] * ev["etp"], ev["pp"]) + memory.OVERHEAD_GB
@@ -598,8 +606,8 @@ def _rl_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec | None
     if plan.train_nodes >= 1:
         others = plan.teacher_nodes + (0 if plan.colocated else plan.gen_nodes)
         what = (f"training gets cluster.num_nodes - generation - teachers = {plan.cluster_nodes} - "
-                f"{0 if plan.colocated else plan.gen_nodes} - {plan.teacher_nodes} = {plan.train_nodes} nodes x "
-                f"{plan.gpn} GPUs") if others else "cluster.num_nodes x GPUs per node"
+                f"{0 if plan.colocated else plan.gen_nodes} - {plan.teacher_nodes} = {plural(plan.train_nodes, 'node')} x "
+                f"{plural(plan.gpn, 'GPU')}") if others else "cluster.num_nodes x GPUs per node"
         out += training_rules(model, v, mcore_version(stage), nodes=plan.cluster_nodes, gpn=plan.gpn,
                               extra_nodes=others, world_what=what)
     # rule 8: generation engines, checked apart from training
@@ -627,7 +635,7 @@ def _rl_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec | None
         declared = as_int(get(cfg, "policy.generation.sglang_cfg.sglang_server_config.num_gpus"))
         if declared is not None and declared != plan.gen_gpus:
             out.append(Problem("policy.generation.sglang_cfg.sglang_server_config.num_gpus", declared,
-                               f"the generation side has {plan.gen_gpus} GPUs", str(plan.gen_gpus), rule="engine-layout"))
+                               f"the generation side has {plural(plan.gen_gpus, 'GPU')}", str(plan.gen_gpus), rule="engine-layout"))
     out += rules.engine_layout(model, plan.gen_gpus, eng["per"], eng["dp"], eng["attn_tp"], eng["keys"], eng["values"])
     out += engine_memory(model, eng, shape)
     # rule 9: GRPO batch
@@ -643,7 +651,7 @@ def _rl_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec | None
                                                                                 f"the layout needs a multiple of {need} "
                                                                                 "(2 x CP x TP)", str(need), rule="cp-seq"))
     if v.ok and plan.train_nodes >= 1 and not any(p.severity == "error" for p in out):
-        est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb)
+        est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb, memory_source=shape.memory_source)
         out += memory_problem(est, v.keys["pp"], v.pp, " (policy training)")
     return out
 
@@ -695,7 +703,7 @@ def layout_rows(model: ModelSpec, v: TrainView, mcore: str | None, gpn: int, tra
     ex = v.pp * v.ep * v.etp
     edp = v.world // ex if ex and v.world % ex == 0 else None
     rows = [
-        ["world", f"{v.world} GPUs ({v.world // gpn if gpn else '?'} nodes x {gpn})" if gpn else str(v.world)],
+        ["world", f"{plural(v.world, 'GPU')} ({plural(v.world // gpn, 'node')} x {gpn})" if gpn else str(v.world)],
         ["TP / PP / CP", f"{v.tp} / {v.pp} / {v.cp}" + (" (sequence parallel)" if v.sp and v.tp > 1 else "")],
         ["EP / ETP", f"{v.ep} / {v.etp}" + (f" ({model.num_experts // v.ep} experts per rank)" if model.is_moe and model.num_experts % v.ep == 0 else "")],
         ["DP = world / (TP x PP x CP)", str(dp) if dp else "not an integer"],
@@ -746,7 +754,7 @@ def describe_megatron(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, li
     if model.num_layers % v.pp == 0 or v.first is not None or v.last is not None:
         inference = kind in ("convert", "quantize")
         est = memory.estimate(model, setup_of(v, inference=inference), shape.gpu_memory_gb,
-                              label="inference" if inference else "training")
+                              label="inference" if inference else "training", memory_source=shape.memory_source)
         suffix = {"convert": " — weights only (conversion)", "quantize": " — weights and calibration forward"}.get(kind, "")
         tables.append(memory_table(est, "memory per GPU (estimate)" + suffix))
     return tables
@@ -761,12 +769,12 @@ def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str
     shape = node_shape(cfg, profile)
     v, plan = rl_layout(cfg, shape)
     tables = []
-    rows = [["training", f"{plan.train_nodes} nodes ({plan.train_nodes * plan.gpn} GPUs)" +
+    rows = [["training", f"{plural(plan.train_nodes, 'node')} ({plural(plan.train_nodes * plan.gpn, 'GPU')})" +
              (" (generation colocated)" if plan.colocated else "")],
-            ["generation", "colocated with training" if plan.colocated else f"{plan.gen_nodes} nodes ({plan.gen_gpus} GPUs)"],
-            ["NeMo Gym", f"{plan.gym_nodes} nodes"]]
+            ["generation", "colocated with training" if plan.colocated else f"{plural(plan.gen_nodes, 'node')} ({plural(plan.gen_gpus, 'GPU')})"],
+            ["NeMo Gym", plural(plan.gym_nodes, "node")]]
     if plan.opd:
-        rows.append(["teachers", f"{plan.unique_teachers} unique x {plan.t_nodes} nodes = {plan.teacher_nodes} nodes"
+        rows.append(["teachers", f"{plan.unique_teachers} unique x {plural(plan.t_nodes, 'node')} = {plural(plan.teacher_nodes, 'node')}"
                      + ("" if plan.non_colocated_teachers else " (colocated)")])
     rows.append(["cluster.num_nodes (NeMo RL)", str(plan.cluster_nodes)])
     rows.append(["total = run.env.nodes", f"{plan.total} (asked: {plan.run_nodes})"])
@@ -813,14 +821,14 @@ def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str
             tables.append(("teacher layout", ["", "value"], [
                 ["TP / CP / PP / EP", " / ".join(str(tv[k]) for k in ("tensor_model_parallel_size", "context_parallel_size",
                                                                      "pipeline_model_parallel_size", "expert_model_parallel_size"))],
-                ["GPUs per teacher", f"{plan.t_nodes} nodes x {plan.t_gpn} = {plan.t_nodes * plan.t_gpn}"],
+                ["GPUs per teacher", f"{plural(plan.t_nodes, 'node')} x {plan.t_gpn} = {plan.t_nodes * plan.t_gpn}"],
                 ["weights per GPU (BF16, inference)", f"{w:.0f} GB" + (f" of {shape.gpu_memory_gb:.0f} GB" if shape.gpu_memory_gb else "")],
             ]))
     if v.ok and plan.train_nodes >= 1 and (model.num_layers % v.pp == 0 or v.first is not None):
         tables.append(pipeline_table(model, v.pp, v.first, v.last, v.mtp_depths,
                                      f"policy pipeline stages of {model.name}"))
         tables.append(("policy training layout", ["", "value"], layout_rows(model, v, mcore_version(stage), plan.gpn)))
-        est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb)
+        est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb, memory_source=shape.memory_source)
         tables.append(memory_table(est, "policy training memory per GPU (estimate)"))
     return tables
 

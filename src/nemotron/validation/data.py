@@ -77,7 +77,7 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
     blend_path = getattr(s, "blend_path", None)
     if not blend_path:
         return problems
-    from nemotron.data.driver import check_inputs, stage_blend
+    from nemotron.data.driver import check_inputs, relative_note, stage_blend, unmatched
     from nemotron.data.sources import FORMATS, expand, is_remote
 
     try:
@@ -86,15 +86,180 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
         return [*problems, *(_problem(ConfigError(m, exc.hint), "data-blend")
                              for m in getattr(exc, "problems", None) or [exc.message])]
     problems += [_problem(exc, "data-inputs") for exc in check_inputs(s, blend)]
+    on_bad = getattr(s, "on_bad", None) or {}
+    section = "on_bad" if "empty_glob" in on_bad else "policies"
+    policy = (on_bad if section == "on_bad" else getattr(s, "policies", None) or {}).get("empty_glob", "fail")
     for ds in blend.datasets:
-        if ds.optional or is_remote(ds.path):
+        if is_remote(ds.path):
             continue
         try:
             found = expand(ds.path, exclude=list(ds.exclude), fmt=ds.format if ds.format in FORMATS else None)
         except ConfigError as exc:
             problems.append(_problem(exc, "data-inputs"))
             continue
-        if not found:
-            problems.append(Problem(f"{blend_path}:{ds.line} datasets ({ds.name})", ds.path, "matches no file",
+        if found:
+            if getattr(stage, "name", "") == "data-prep-pretrain":  # the run's own refusal of too little plain text
+                from nemotron.data.pretrain import text_documents_problem
+                from nemotron.data.sources import detect_format
+
+                refused = text_documents_problem(blend_path, ds, detect_format(found[0], ds.format), len(found), s)
+                if refused is not None:
+                    problems.append(_problem(refused, "data-text"))
+            continue
+        if ds.optional or policy == "skip":  # the run leaves it out and says so: the same line, a warning here
+            problems.append(Problem("", None, unmatched(blend, ds, policy, section),
+                                    rule="data-inputs", severity="warning",
+                                    valid="an existing file, folder or glob (absolute, or relative to the working "
+                                          "directory)"))
+        else:
+            problems.append(Problem(f"{blend_path}:{ds.line} datasets ({ds.name})", ds.path,
+                                    "matches no file" + relative_note(ds),
                                     "an existing file, folder or glob; or mark the dataset optional", rule="data-inputs"))
-    return problems
+    return problems + ray_address_problems()
+
+
+def ray_address_problems(env: dict[str, str] | None = None) -> list[Problem]:
+    """Rule ``data-ray``: a warning when ``RAY_ADDRESS`` is set in this shell and nothing answers there
+    (:func:`nemotron.data.raypool.probe_address`, a TCP connect of at most 2 s): a run on this machine would
+    join that address and fail (the run itself refuses it the same way, in seconds). A Slurm job sets its own
+    ``RAY_ADDRESS``, so this is only a warning."""
+    from nemotron.data.raypool import probe_address
+
+    address = (os.environ if env is None else env).get("RAY_ADDRESS")
+    if not address:
+        return []
+    problem = probe_address(address, timeout_s=2.0)
+    if problem is None:
+        return []
+    return [Problem("RAY_ADDRESS", address, f"{problem}; a run on this machine joins RAY_ADDRESS and would fail",
+                    "unset RAY_ADDRESS (a local Ray is then started), or the address of a running Ray head",
+                    rule="data-ray", severity="warning")]
+
+
+# ------------------------------------------------------------------------------------ training stages' data
+def training_sources(stage_name: str, cfg: dict) -> list[tuple[str, str]]:
+    """``(config key, path)`` of every data input a training stage reads, the one its tokenizer comes from first.
+
+    pretrain: ``data.per_split_data_args_path``, then each ``data.mix_with[i].blend`` (the mix the run trains
+    on, :func:`nemotron.data.blend.training_blend`). SFT: ``dataset.packed_sequence_specs.packed_train_data_path``
+    (the run loads the tokenizer of its output), ``dataset.dataset_root`` and ``packed_val_data_path``. Values
+    that are not set, or still hold ``${...}``, are left out."""
+    from nemotron.validation.views import get
+
+    if stage_name == "pretrain":
+        pairs = [("data.per_split_data_args_path", get(cfg, "data.per_split_data_args_path"))]
+        for i, item in enumerate(get(cfg, "data.mix_with") or []):
+            pairs.append((f"data.mix_with[{i}].blend", item.get("blend") if isinstance(item, dict) else None))
+    elif stage_name == "sft":
+        specs = "dataset.packed_sequence_specs"
+        pairs = [(f"{specs}.packed_train_data_path", get(cfg, f"{specs}.packed_train_data_path")),
+                 ("dataset.dataset_root", get(cfg, "dataset.dataset_root")),
+                 (f"{specs}.packed_val_data_path", get(cfg, f"{specs}.packed_val_data_path"))]
+    else:
+        return []
+    return [(k, os.path.expanduser(v)) for k, v in pairs if isinstance(v, str) and v and "${" not in v]
+
+
+def training_data_problems(stage_name: str, cfg: dict) -> list[Problem]:
+    """What the pretrain and SFT runs refuse about the data they read, found before anything is queued.
+
+    * Rule ``blend-prefix`` (pretrain): every blend.json the run reads (the main one and each ``data.mix_with``
+      blend) parses (:func:`nemotron.data.blend.read_blend_pairs`, the run's own reader: a prefix ending in
+      ``.bin``/``.idx`` or naming a folder is refused with the prefix to write) and every prefix has its
+      ``.bin`` and ``.idx`` (the run's message: ``split 'train': <prefix>.bin does not exist``). With a
+      ``data.mix_with`` on a readable main blend the parse errors are :func:`nemotron.validation._blend_mix`'s.
+    * Rule ``data-tokenizer`` for every input after the first (:func:`training_sources`): its data prep
+      manifest's tokenizer (``vocab_sha256``) is the one the stage trains with — ``tokenizer.vocab_sha256``
+      when set, else the first input's (whose tokenizer the run loads when ``tokenizer.tokenizer_model`` is
+      null) — and its vocabulary fits the model's (``model.name`` in the catalogue). The first input's own
+      check is :func:`nemotron.validation.rules.data_tokenizer_matches`.
+
+    Only reads local files; a path that does not exist here is left to the checks that say so.
+    """
+    from nemotron.data.blend import BlendFileError, read_blend_pairs
+    from nemotron.data.outputs import data_manifest
+    from nemotron.validation.views import get
+
+    sources = training_sources(stage_name, cfg)
+    out: list[Problem] = []
+    if stage_name == "pretrain":
+        mixed = bool(get(cfg, "data.mix_with")) and bool(sources) and Path(sources[0][1]).is_file()
+        for key, path in sources:
+            if not Path(path).is_file():
+                continue
+            try:
+                splits = read_blend_pairs(path)
+            except BlendFileError as exc:
+                if not mixed:
+                    out.append(Problem(key, path, str(exc), "a blend.json of weight, prefix pairs: the prefixes "
+                                       "without .bin/.idx (data prep pretrain writes one)", rule="blend-prefix"))
+                continue
+            for split, pairs in splits.items():
+                missing = [f"{prefix}{suffix}" for _w, prefix in pairs for suffix in (".bin", ".idx")
+                           if not Path(f"{prefix}{suffix}").is_file()]
+                if missing:
+                    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+                    out.append(Problem(key, path, f"split {split!r}: {missing[0]} does not exist{more}",
+                                       "prefixes whose .bin and .idx exist (paths relative to the blend file's folder "
+                                       "are taken from there)", rule="blend-prefix"))
+                    break
+    manifests = []
+    seen: set[str] = set()
+    for key, path in sources:
+        manifest, where = data_manifest(path)
+        tok = manifest.get("tokenizer") if isinstance(manifest, dict) else None
+        if isinstance(tok, dict) and where not in seen:
+            seen.add(where)
+            manifests.append((key, path, tok, where))
+    if not manifests:
+        return out
+    model_vocab = _model_vocab(get(cfg, "model.name"))
+    expected = get(cfg, "tokenizer.vocab_sha256")
+    first_key, _first_path, first_tok, _ = manifests[0]
+    ref_sha = expected or first_tok.get("vocab_sha256")
+    ref = (f"tokenizer.vocab_sha256={str(expected)[:12]}..." if expected else
+           f"the tokenizer of {first_key} ({_describe(first_tok)})")
+    shares = _mix_shares(cfg)
+    for key, path, tok, where in manifests[1:]:  # the first one's own check: rules.data_tokenizer_matches
+        dsha = tok.get("vocab_sha256")
+        if ref_sha and dsha and dsha != ref_sha:
+            share = f" ({shares[key]:.0%} of the training samples)" if key in shares else ""
+            out.append(Problem(key, path, f"the data{share} was tokenized with {_describe(tok)}, not with {ref}; "
+                                          f"its token ids mean other tokens to this model (manifest {where})",
+                               f"re-run data prep for it with the stage's tokenizer, or drop it from {key.split('[')[0]}"
+                               if key in shares else "data prepared with the stage's tokenizer (one data prep output)",
+                               rule="data-tokenizer"))
+        dvocab = tok.get("vocab_size")
+        if isinstance(dvocab, int) and model_vocab and dvocab > model_vocab:
+            out.append(Problem(key, path, f"the data's vocabulary ({dvocab:,} ids) is larger than the model's "
+                                          f"({model_vocab:,}); token ids would overflow the embedding",
+                               f"a tokenizer with at most {model_vocab:,} ids", rule="data-tokenizer"))
+    return out
+
+
+def _describe(tok: dict[str, Any]) -> str:
+    vocab = tok.get("vocab_size")
+    sha = str(tok.get("vocab_sha256") or "")[:12]
+    return (f"{tok.get('name')!r}" + (f", {vocab:,} ids" if isinstance(vocab, int) else "")
+            + (f", vocab hash {sha}..." if sha else ""))
+
+
+def _model_vocab(name: Any) -> int | None:
+    from nemotron import catalogue
+
+    try:
+        return catalogue.get(name).vocab_size if isinstance(name, str) else None
+    except catalogue.CatalogueError:
+        return None
+
+
+def _mix_shares(cfg: dict) -> dict[str, float]:
+    """``{"data.mix_with[i].blend": share}`` of a well-formed pretrain mix (else empty)."""
+    from nemotron.data.blend import parse_mix
+    from nemotron.validation.views import get
+
+    try:
+        _rest, entries = parse_mix(get(cfg, "data.mix_with"))
+    except ConfigError:
+        return {}
+    return {where: share for share, _path, where in entries}

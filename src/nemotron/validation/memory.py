@@ -137,6 +137,8 @@ class Estimate:
     stages: list[StageMemory]
     gpu_memory_gb: float | None
     label: str = "training"
+    #: where ``gpu_memory_gb`` comes from (:attr:`nemotron.validation.views.NodeShape.memory_source`); "" unknown
+    memory_source: str = ""
 
     @property
     def peak(self) -> StageMemory:
@@ -149,7 +151,7 @@ class Estimate:
     def verdict(self) -> str:
         p = self.peak
         if not self.gpu_memory_gb:
-            return f"{p.total_gb:.0f} GB per GPU (no GPU memory declared)"
+            return f"{p.total_gb:.0f} GB per GPU, not checked: no GPU memory declared"
         share = p.total_gb / self.gpu_memory_gb
         word = "fits" if share <= 1 else "does NOT fit"
         return f"{word}: {p.total_gb:.0f} GB of {self.gpu_memory_gb:.0f} GB per GPU ({share:.0%}, peak on PP stage {p.stage})"
@@ -164,7 +166,8 @@ class Estimate:
             ["logits (FP32, main + MTP heads)", f"{p.logits_gb:.1f} GB"],
             ["fixed allowance (context, NCCL, fragmentation)", f"{p.overhead_gb:.1f} GB"],
             ["total on the peak stage", f"{p.total_gb:.1f} GB (PP stage {p.stage})"],
-            ["GPU memory (profile)", f"{self.gpu_memory_gb:.0f} GB" if self.gpu_memory_gb else "unknown"],
+            ["GPU memory", (f"{self.gpu_memory_gb:.0f} GB" if self.gpu_memory_gb else "unknown")
+             + (f" ({self.memory_source})" if self.memory_source else "")],
             ["verdict", self.verdict()],
         ]
         for note in p.notes:
@@ -314,7 +317,8 @@ def stage_activation_bytes(spec: ModelSpec, s: TrainSetup, pattern: str, mtp: bo
 
 
 # ------------------------------------------------------------------------------------ estimate
-def estimate(spec: ModelSpec, s: TrainSetup, gpu_memory_gb: float | None, label: str = "training") -> Estimate:
+def estimate(spec: ModelSpec, s: TrainSetup, gpu_memory_gb: float | None, label: str = "training",
+             memory_source: str = "") -> Estimate:
     """The per-GPU estimate for every pipeline stage of ``spec`` under ``s``."""
     stages = []
     for i, (dense, expert, pattern, mtp) in enumerate(stage_param_counts(spec, s)):
@@ -327,7 +331,7 @@ def estimate(spec: ModelSpec, s: TrainSetup, gpu_memory_gb: float | None, label:
             notes.append(f"{s.precision.upper()} quantized weight copies included ({LOWP_BYTES[s.precision]} B/param)")
         stages.append(StageMemory(stage=i, dense_params=dense, expert_params=expert, weights_gb=weights / GB,
                                   activations_gb=acts / GB, logits_gb=logits / GB, inflight=inflight, notes=notes))
-    return Estimate(stages=stages, gpu_memory_gb=gpu_memory_gb, label=label)
+    return Estimate(stages=stages, gpu_memory_gb=gpu_memory_gb, label=label, memory_source=memory_source)
 
 
 def inference_weights_gb(spec: ModelSpec, tp: int, ep: int, pp: int = 1) -> float:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nemotron.catalogue import ModelSpec
-from nemotron.errors import Problem
+from nemotron.errors import Problem, plural
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def kv_note(model: ModelSpec, tp: int, mcore_version: str | None) -> str:
     """How the KV groups are laid out at this TP (for the dry-run's layout table)."""
     g = model.num_query_groups
     if tp <= g:
-        return f"{g // tp} KV group(s) per rank (groups divisible by TP: holds for every Megatron-Core version)"
+        return f"{plural(g // tp, 'KV group')} per rank (groups divisible by TP: holds for every Megatron-Core version)"
     return (f"KV heads replicated x{tp // g} (TP {tp} > {g} groups: needs Megatron-Core >= 0.16; "
             f"pinned {mcore_version or 'unknown'})")
 
@@ -229,7 +229,7 @@ def expert_fills_world(model: ModelSpec, world: int, pp: int, ep: int, etp: int,
         return []
     valid = [d for d in divisors(per_stage) if model.num_experts % d == 0]
     return [_err(ep_key, ep, f"EP x ETP = {ep * etp} must divide world / PP = {world} / {pp} = {per_stage} "
-                             f"(the expert side PP x EP x ETP x EDP must fill the same {world} GPUs)",
+                             f"(the expert side PP x EP x ETP x EDP must fill the same {plural(world, 'GPU')})",
                  f"EP in {fmt(valid)} (with ETP={etp})" if etp == 1 else f"EP x ETP dividing {per_stage}",
                  "expert-world")]
 
@@ -258,7 +258,7 @@ def pp_splits_layers(model: ModelSpec, pp: int, first: int | None, last: int | N
     if middle_stages < 0 or middle < 0 or (middle_stages == 0 and middle != 0) or (middle_stages > 0 and (middle % middle_stages or middle == 0)):
         return [_err(first_key or key, first, f"with PP={pp}, first stage {first} and last stage {last} layers, the "
                                               f"remaining {middle} layers cannot be split evenly over {middle_stages} "
-                                              f"middle stage(s) of {model.name}'s {n} layers",
+                                              f"middle {'stage' if middle_stages == 1 else 'stages'} of {model.name}'s {n} layers",
                      "first + last + k x (PP - stages given) = layers", "pp-layers")]
     return []
 
@@ -303,9 +303,9 @@ def world_divides(world: int, tp: int, pp: int, cp: int, ep: int, etp: int, node
     current = world // gpus_per_node if gpus_per_node else 0
     ok_nodes = sorted(sorted(ok, key=lambda k: (abs(k - current), k))[:4])
     ok_nodes = [k + extra_nodes for k in ok_nodes]
-    reason = (f"{what} = {world} GPUs, which TP x PP x CP = {tp} x {pp} x {cp} = {need} does not divide"
-              if world % need else f"{what} = {world} GPUs, fewer than the layout's minimum PP x max(TP x CP, EP x ETP) = {minimum}")
-    valid = f"{nodes_key} in {fmt(ok_nodes)}, ..." if ok_nodes else f"a multiple of {step} GPUs"
+    reason = (f"{what} = {plural(world, 'GPU')}, which TP x PP x CP = {tp} x {pp} x {cp} = {need} does not divide"
+              if world % need else f"{what} = {plural(world, 'GPU')}, fewer than the layout's minimum PP x max(TP x CP, EP x ETP) = {minimum}")
+    valid = f"{nodes_key} in {fmt(ok_nodes)}, ..." if ok_nodes else f"a multiple of {plural(step, 'GPU')}"
     return [_err(nodes_key, nodes, reason, valid, "world-layout")]
 
 
@@ -406,7 +406,7 @@ def engine_layout(model: ModelSpec, total_gpus: int, gpus_per_engine: int, dp_at
                                                           f"GPUs per engine ({gpus_per_engine})",
                         fmt([d for d in divisors(total_gpus) if d <= 64]), "engine-layout"))
     if dp_attention < 1 or gpus_per_engine % dp_attention:
-        out.append(_err(keys["dp"], values["dp"], f"an engine of {gpus_per_engine} GPUs must be divisible by its "
+        out.append(_err(keys["dp"], values["dp"], f"an engine of {plural(gpus_per_engine, 'GPU')} must be divisible by its "
                                                   f"DP-attention size ({dp_attention})",
                         fmt(divisors(gpus_per_engine)), "engine-layout"))
     elif attn_tp and model.mamba_num_groups and model.mamba_num_groups % attn_tp:
@@ -478,11 +478,11 @@ def teacher_layout(model: ModelSpec, tp: int, cp: int, pp: int, ep: int, nodes: 
     gpus = nodes * gpus_per_node
     if gpus_per_node > cluster_gpus_per_node:
         out.append(_err(f"{prefix}.gpus_per_node", gpus_per_node, f"a teacher's placement group must fit one node of "
-                                                                  f"{cluster_gpus_per_node} GPUs",
+                                                                  f"{plural(cluster_gpus_per_node, 'GPU')}",
                         f"<= {cluster_gpus_per_node}", "mopd-teacher-layout"))
     if gpus % (tp * cp * pp):
         out.append(_err(f"{prefix}.tensor_model_parallel_size", tp,
-                        f"a teacher has num_nodes x gpus_per_node = {nodes} x {gpus_per_node} = {gpus} GPUs, which "
+                        f"a teacher has num_nodes x gpus_per_node = {nodes} x {gpus_per_node} = {plural(gpus, 'GPU')}, which "
                         f"TP x CP x PP = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide",
                         f"TP x CP x PP dividing {gpus}", "mopd-teacher-layout"))
     elif (gpus // pp) % ep:
@@ -510,7 +510,7 @@ def rl_node_total(run_nodes: int, cluster_nodes: int, gen_nodes: int, gym_nodes:
         out.append(_err("run.env.nodes", run_nodes,
                         f"the job must ask for cluster.num_nodes ({cluster_nodes} = training {max(train, 0)} + "
                         f"{'' if colocated else f'generation {gen_nodes} + '}teachers {teacher_nodes}) + gym "
-                        f"{gym_nodes} nodes", str(cluster_nodes + gym_nodes), "rl-node-total"))
+                        f"{plural(gym_nodes, 'node')}", str(cluster_nodes + gym_nodes), "rl-node-total"))
     return out
 
 
@@ -642,10 +642,10 @@ def node_shape(config_gpn: int | None, profile_gpn: int | None, profile_name: st
         return []
     hint = ""
     if world_needed and profile_gpn and world_needed % profile_gpn == 0:
-        hint = f" (the layout's {world_needed} GPUs = {world_needed // profile_gpn} nodes of {profile_gpn})"
+        hint = f" (the layout's {plural(world_needed, 'GPU')} = {plural(world_needed // profile_gpn, 'node')} of {profile_gpn})"
     return [_err("run.env.gpus_per_node", config_gpn,
-                 f"this config was laid out for {nodes} nodes of {config_gpn} GPUs, but the profile "
-                 f"{profile_name or ''} has {profile_gpn} GPUs per node{hint}",
+                 f"this config was laid out for {plural(nodes, 'node')} of {plural(config_gpn, 'GPU')}, but the profile "
+                 f"{profile_name or ''} has {plural(profile_gpn, 'GPU')} per node{hint}",
                  f"{profile_gpn}, or null to take the profile's; then set run.env.nodes", "node-shape")]
 
 

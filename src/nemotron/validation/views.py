@@ -78,6 +78,9 @@ class NodeShape:
     gpu_memory_gb: float | None
     declared_arch: bool
     has_profile: bool
+    #: where ``gpu_memory_gb`` comes from, for the dry run's memory table: ``profile cluster (gpu = "H100")``,
+    #: ``assumed: no profile, an 8-GPU H200 node``, or why it is unknown.
+    memory_source: str = ""
 
 
 def node_shape(cfg: dict, profile: Any) -> NodeShape:
@@ -90,9 +93,15 @@ def node_shape(cfg: dict, profile: Any) -> NodeShape:
         cfg_gpn = None  # reported by the resource rules
     if profile is None:
         gpn = cfg_gpn or DEFAULT_GPUS_PER_NODE
-        return NodeShape(gpn, cfg_gpn, None, None, DEFAULT_GPU_ARCH, DEFAULT_GPU_MEMORY_GB, False, False)
+        return NodeShape(gpn, cfg_gpn, None, None, DEFAULT_GPU_ARCH, DEFAULT_GPU_MEMORY_GB, False, False,
+                         f"assumed: no profile, so an H200 node ({DEFAULT_GPU_MEMORY_GB:.0f} GB a GPU)")
     gpn = cfg_gpn if cfg_gpn is not None else (prof_gpn if prof_gpn is not None else 0)
-    return NodeShape(gpn, cfg_gpn, prof_gpn, name, arch, float(mem) if mem else None, arch is not None, True)
+    gpu = getattr(profile, "gpu", None)
+    if mem:
+        source = f'profile {name}, gpu = "{gpu}"' if gpu else f"profile {name}, gpu_memory"
+    else:
+        source = f'profile {name} declares no GPU memory (gpu = "H100" or gpu_memory = 80 sets it)'
+    return NodeShape(gpn, cfg_gpn, prof_gpn, name, arch, float(mem) if mem else None, arch is not None, True, source)
 
 
 @dataclass

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Build, on a machine with PyPI, the files that bench/gpu_stack.sh installs on a GPU machine without a package
+# index (Python 3.12, x86_64, CUDA 13), split into folders of at most 60 MiB (one transfer each):
+#
+#   bash bench/gpu_pack.sh [OUT]      # default OUT: <repo>/.gpukit  ->  OUT/c0 ... OUT/cN
+#
+# c0 holds the wheels, the kit (kit_src.tar.xz) and snapshot.tar.gz (git archive of HEAD); then come the parts of
+# Transformer Engine's core archive (te.sha256 beside the last) and the extra wheels. Needs: the upstream archives in
+# ../shared/upstream, the project's .venv (for the `data prep pretrain -c tiny` output it packs), network to PyPI.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${1:-$REPO/.gpukit}
+UPSTREAM=${NEMOTRON_UPSTREAM:-$REPO/../shared/upstream}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+say() { echo "[gpu-pack] $*"; }
+PART=$((58 * 1024 * 1024))
+TE_VERSION=2.20.2
+
+# wheels for CPython 3.12 on manylinux x86_64 (the GPU machine's torch, numpy, einops, triton are kept)
+dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+         --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_39_x86_64 --platform any -d "$WORK/wheels" "$@"; }
+mkdir -p "$WORK/wheels" "$WORK/kit/src"
+dl "omegaconf==2.3.*" "pydantic==2.*" pydantic-core annotated-types typing-inspection \
+   "nvidia-modelopt==0.47.0" "pulp==3.3.*" "nvidia-resiliency-ext==0.7.0" defusedxml \
+   "transformers==5.8.*" "tokenizers==0.22.*" "transformer-engine==$TE_VERSION"
+# pydantic-core must be the one this pydantic pins
+pc=$(unzip -p "$WORK"/wheels/pydantic-2*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==\([^ ;]*\).*/\1/p')
+rm -f "$WORK"/wheels/pydantic_core-*.whl
+dl "pydantic-core==$pc"
+# antlr4's runtime (omegaconf's parser) exists as an sdist only: build its pure-Python wheel here
+python3 -m pip wheel -q --no-deps -w "$WORK/wheels" "antlr4-python3-runtime==4.9.3"
+say "wheels: $(ls "$WORK/wheels" | wc -l), $(du -sh "$WORK/wheels" | cut -f1)"
+
+# the kit: Megatron-Bridge and Megatron-LM source at the pinned refs, mamba-ssm's Python package, TE's torch sdist
+tar -xzf "$UPSTREAM"/megatron-bridge-nemotron_3_ultra-*.tgz -C "$WORK"
+tar -xzf "$UPSTREAM"/megatron-lm-*.tgz -C "$WORK"
+mkdir -p "$WORK/kit/src/megatron"
+cp -r "$WORK/Megatron-Bridge/src/megatron/bridge" "$WORK/kit/src/megatron/"
+cp -r "$WORK/Megatron-LM/megatron/core" "$WORK/Megatron-LM/megatron/training" "$WORK/kit/src/megatron/"
+# sdists are fetched by URL: pip would run their setup.py (which imports torch) just to download them
+sdist() {  # sdist NAME VERSION -> $WORK/sdist/<file>.tar.gz, from PyPI's JSON API
+  python3 - "$1" "$2" "$WORK/sdist" <<'PY'
+import json, pathlib, sys, urllib.parse, urllib.request
+name, version, out = sys.argv[1:]
+index = f"https://pypi.org/pypi/{name}/json"
+meta = json.load(urllib.request.urlopen(index, timeout=60))
+src = next(u for u in meta["releases"][version] if u["packagetype"] == "sdist")
+pathlib.Path(out).mkdir(parents=True, exist_ok=True)
+urllib.request.urlretrieve(urllib.parse.urljoin(index, src["url"]), f"{out}/{src['filename']}")
+PY
+}
+sdist mamba-ssm 2.3.2.post1
+sdist transformer-engine-torch "$TE_VERSION"
+tar -xzf "$WORK"/sdist/mamba_ssm-*.tar.gz -C "$WORK/sdist"
+cp -r "$WORK"/sdist/mamba_ssm-*/mamba_ssm "$WORK/kit/src/"
+cp "$WORK"/sdist/transformer_engine_torch-*.tar.gz "$WORK/kit/"
+# the pretraining data: our own `data prep pretrain -c tiny` output (paths are relocated by install-kit)
+(cd "$REPO" && [[ -f output/ultra3/pretrain-data/tiny/blend.json ]] || .venv/bin/nemotron ultra3 data prep pretrain -c tiny >/dev/null)
+(cd "$REPO" && tar -cf "$WORK/kit/data.tar" output/ultra3/pretrain-data/tiny)
+(cd "$WORK/kit" && tar -cJf "$WORK/kit_src.tar.xz" src data.tar transformer_engine_torch-*.tar.gz)
+say "kit: $(du -sh "$WORK/kit_src.tar.xz" | cut -f1)"
+
+# Transformer Engine's core (the cu13 wheel is larger than one transfer): unpacked, re-archived as xz, split
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+  -d "$WORK/te" "transformer-engine-cu13==$TE_VERSION"
+mkdir -p "$WORK/te/tree"
+python3 -m zipfile -e "$WORK"/te/transformer_engine_cu13-*.whl "$WORK/te/tree"
+(cd "$WORK/te/tree" && tar -cf - . | xz -T0 -6 > "$WORK/te.tar.xz")
+say "Transformer Engine core: $(du -sh "$WORK/te.tar.xz" | cut -f1)"
+
+# folders of one transfer each: c0 the wheels, the kit and a snapshot of this checkout's HEAD (run it from there on
+# the GPU machine, so that work in progress in the checkout does not ride along); then the parts of Transformer
+# Engine's core (te.sha256 beside the last); then the extra wheels
+rm -rf "$OUT"
+mkdir -p "$OUT/c0"
+cp -r "$WORK/wheels" "$WORK/kit_src.tar.xz" "$OUT/c0/"
+(cd "$REPO" && git archive --format=tar.gz -o "$OUT/c0/snapshot.tar.gz" HEAD)
+split -b "$PART" -d -a 2 "$WORK/te.tar.xz" "$WORK/te.part"
+i=1
+for p in "$WORK"/te.part*; do
+  mkdir -p "$OUT/c$i"
+  mv "$p" "$OUT/c$i/"
+  i=$((i + 1))
+done
+sha256sum "$WORK/te.tar.xz" | cut -c1-64 > "$OUT/c$((i - 1))/te.sha256"
+# Megatron-Bridge's import-time dependencies outside the NeMo image (its recipes package imports the diffusion
+# recipes: diffusers, megatron-energon; its training step imports datasets), resolved together; what the GPU
+# machine's own PyTorch install brings is left out, and install-missing installs only what that machine lacks
+python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any \
+  -d "$WORK/extra" "diffusers==0.42.1" "datasets==5.2.0" "megatron-energon==7.4.1"
+size=$PART
+for w in $(ls -S "$WORK"/extra/*.whl); do
+  case $(basename "$w" | cut -d- -f1) in
+    torch|nvidia_*|triton|cuda_*|numpy|sympy|mpmath|networkx|setuptools|jinja2|markupsafe) continue ;;
+  esac
+  n=$(stat -c %s "$w")
+  if ((size + n > PART)); then mkdir -p "$OUT/c$i/extra"; cur=$OUT/c$i/extra; i=$((i + 1)); size=0; fi
+  mv "$w" "$cur/"
+  size=$((size + n))
+done
+for d in "$OUT"/c*; do say "$(basename "$d"): $(du -sh "$d" | cut -f1)"; done

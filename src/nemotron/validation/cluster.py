@@ -1,0 +1,138 @@
+"""Checks of a job against the cluster its profile describes: the profile's node budget and task shape
+(``nodes``, ``ntasks_per_node``) and the storage the cluster's nodes see.
+
+Called once per stage by the command path, after planning (:func:`check`), for the dry run and the run
+alike: what it finds is listed with every other problem, and a run refuses to start on an error.
+
+Standard library only (plus :mod:`nemotron.errors`): importing it costs nothing at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from nemotron.errors import Problem
+
+#: Config keys (besides :data:`nemotron.paths.OUTPUT_FOLDER_KEYS` and every key an artifact fills) that name
+#: a file or folder a training job reads or writes.
+PATH_KEYS = ("checkpoint.load", "checkpoint.pretrained_checkpoint", "logger.tensorboard_dir", "logger.log_dir",
+             "data.per_split_data_args_path")
+
+
+def check(compiled: Any, profile: Any, plan: Any, problems: list[Problem], notes: list[str]) -> None:
+    """Append to ``problems`` and ``notes`` what the profile says about the planned job ``plan``.
+
+    * ``nodes`` (a Slurm profile's node budget): a stage planned on more nodes (``run.env.nodes``) is an
+      error naming both numbers; one planned on fewer runs on its own count, said as a note.
+    * ``ntasks_per_node``: must equal the processes per node the stage starts: one per GPU for a
+      ``torchrun`` stage (Slurm gets one task per node, torchrun spawning one process per GPU), one per node
+      for a ``ray`` or ``python`` stage. Anything else is an error with the reason.
+    * storage (:func:`storage_problems`): on a Slurm profile whose nodes do not share this machine's file
+      system as it is (a container, or an ``ssh`` tunnel), every path the job reads or writes lies on storage
+      the profile declares.
+    """
+    if profile is None or getattr(profile, "executor", None) != "slurm":
+        return
+    problems.extend(shape_problems(profile, plan, notes))
+    problems.extend(storage_problems(compiled, profile, plan))
+
+
+def shape_problems(profile: Any, plan: Any, notes: list[str]) -> list[Problem]:
+    """Problems (and, in ``notes``, remarks) of the profile's ``nodes`` and ``ntasks_per_node`` for ``plan``."""
+    out: list[Problem] = []
+    budget = getattr(profile, "nodes", None)
+    if budget is not None:
+        if plan.nodes > budget:
+            out.append(Problem("run.env.nodes", plan.nodes, rule="profile-nodes",
+                               message=f"{plan.stage.title} needs {plan.nodes} nodes; profile {profile.name} allows at "
+                                       f"most {budget} (its key nodes)",
+                               valid=f"run.env.nodes <= {budget} with a layout that fits, or a profile with nodes >= "
+                                     f"{plan.nodes} (profile.nodes={plan.nodes} for this command)"))
+        elif plan.nodes < budget:
+            notes.append(f"profile {profile.name} allows up to {budget} nodes (its key nodes); {plan.stage.title} "
+                         f"runs on the {plan.nodes} node{'s' if plan.nodes != 1 else ''} its layout needs "
+                         "(run.env.nodes)")
+    tasks = getattr(profile, "ntasks_per_node", None)
+    if tasks is not None:
+        if plan.launch == "torchrun" and plan.gpus_per_node:
+            want, why = plan.gpus_per_node, (f"{plan.stage.title} starts one process per GPU ({plan.gpus_per_node} "
+                                             "GPUs per node) through torchrun, which Slurm sees as one task per node")
+        else:
+            want, why = 1, f"{plan.stage.title} starts one process per node (launch {plan.launch})"
+        if tasks != want:
+            out.append(Problem(f"profile.{profile.name}.ntasks_per_node", tasks, rule="profile-ntasks",
+                               message=f"disagrees with the stage's launch: {why}",
+                               valid=f"{want}, or leave ntasks_per_node out of the profile (the stage's launch "
+                                     f"decides; profile.ntasks_per_node=null for this command)"))
+    return out
+
+
+def visible_roots(profile: Any) -> list[tuple[str, str]]:
+    """``(folder, the profile key that declares it)`` of the storage a Slurm profile's nodes see: each
+    mount's host side, ``data_root``, ``checkpoint_root``, ``index_cache_dir``, ``hf_home`` and ``job_dir``
+    (as written and as the job reaches it)."""
+    from nemotron.profiles import shell_safe_root
+
+    roots: list[tuple[str, str]] = []
+    for i, mount in enumerate(getattr(profile, "mounts", None) or []):
+        roots.append((mount.split(":", 1)[0], f"mounts[{i}]"))
+    for key in ("data_root", "checkpoint_root", "index_cache_dir", "hf_home"):
+        value = getattr(profile, key, None)
+        if value:
+            roots.append((str(value), key))
+    job_dir = getattr(profile, "job_dir", None)
+    if job_dir:
+        roots.append((str(job_dir), "job_dir"))
+        roots.append((shell_safe_root(str(job_dir)), "job_dir"))
+    return roots
+
+
+def _under(path: str, root: str) -> bool:
+    path, root = os.path.normpath(path), os.path.normpath(root)
+    return root == os.sep or path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def storage_problems(compiled: Any, profile: Any, plan: Any) -> list[Problem]:
+    """An error for each path the job reads or writes that lies outside the storage the profile says its
+    nodes see (:func:`visible_roots`), naming the path, the config key and the artifact (name and version)
+    it came from. Checked keys: every key an artifact fills (``${art:...}``), the output and checkpoint
+    folders (:data:`nemotron.paths.OUTPUT_FOLDER_KEYS`, :data:`PATH_KEYS`) and every absolute path set on
+    the command line. Only for a job in a container or submitted over ``ssh``: a host-Python job through
+    a local tunnel runs on nodes that share this machine's file system."""
+    if plan.image is None and getattr(profile, "tunnel", "local") != "ssh":
+        return []
+    from nemotron.config import OVERRIDE, leaves
+    from nemotron.paths import OUTPUT_FOLDER_KEYS
+
+    keys = set(OUTPUT_FOLDER_KEYS) | set(PATH_KEYS) | set(compiled.artifact_keys) | _artifact_wired(compiled)
+    roots = visible_roots(profile)
+    out = []
+    for key, value in leaves(compiled.config):
+        if not isinstance(value, str) or not value.startswith("/") or "${" in value:
+            continue
+        if key not in keys and compiled.provenance.get(key) != OVERRIDE:
+            continue
+        if any(_under(value, root) for root, _ in roots):
+            continue
+        artifact = compiled.artifact_keys.get(key)
+        origin = f"from artifact {artifact}" if artifact else f"set by {compiled.provenance.get(key, 'the config')}"
+        declared = ", ".join(f"{k} {r}" for r, k in roots) or "none"
+        out.append(Problem(key, value, rule="cluster-storage",
+                           message=f"({origin}) is not on storage the nodes of profile {profile.name} see "
+                                   f"(declared: {declared}); the job would not find it",
+                           valid="a path under the profile's mounts, data_root, checkpoint_root or job_dir: run the "
+                                 "producing stage on this profile so its artifact lands there, set the key to a "
+                                 "cluster path, or add a mount"))
+    return out
+
+
+def _artifact_wired(compiled: Any) -> set[str]:
+    """Keys the config's files wire to an artifact (``${art:...}``), resolved or not."""
+    try:
+        from nemotron.config import _raw_tree, leaves
+
+        return {k for k, v in leaves(_raw_tree(compiled.stage, compiled.config_name))
+                if isinstance(v, str) and "${art:" in v}
+    except Exception:  # the compile already reported a broken config chain
+        return set()
