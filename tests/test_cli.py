@@ -21,6 +21,9 @@ from nemotron.errors import ConfigError, UsageError
 from nemotron.registry import STAGES, get_stage
 
 ROOT = Path(__file__).resolve().parents[1]
+#: A cluster profile (tests/fixtures/env.toml, never submitted to): without a profile ``-c tiny`` (8 GPUs, the NeMo
+#: container) runs on this machine and is refused here, the dry run too (validation.this_machine).
+ON_CLUSTER = ("--batch", "sample", "--env-file", str(ROOT / "tests" / "fixtures" / "env.toml"))
 
 
 @pytest.fixture(autouse=True)
@@ -187,14 +190,14 @@ def test_unresolved_artifact_warns_and_dry_run_exits_zero(capsys):
     c = compile_config(stage, "tiny", ["data.per_split_data_args_path=${art:never-made,blend_path}"])
     assert "data.per_split_data_args_path" in c.unresolved
     assert [w.rule for w in c.warnings()] == ["unresolved"] * len(c.unresolved)
-    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run",
+    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", *ON_CLUSTER,
                              "data.per_split_data_args_path=${art:never-made,blend_path}")
     assert code == 0, err
     assert "unresolved" in out and "never-made" in out
 
 
 def test_unresolved_value_blocks_a_real_run(capsys):
-    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny",
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", *ON_CLUSTER,
                            "data.per_split_data_args_path=${oc.env:NEMOTRON_TEST_UNSET_VAR}")
     assert code == 2
     assert "refusing to start" in err and "NEMOTRON_TEST_UNSET_VAR" in err
@@ -299,7 +302,8 @@ def test_pipe_wires_quantize_local_to_the_planned_sft_checkpoint_and_data(capsys
 
 
 def test_pipe_dry_run_shows_the_chain(capsys):
-    code, out, err = run_cli(capsys, "ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "tiny", "--dry-run")
+    code, out, err = run_cli(capsys, "ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "tiny", "--dry-run",
+                             *ON_CLUSTER)
     assert code == 0, err
     assert "[1/2] ultra3 data prep pretrain" in out and "[2/2] ultra3 pretrain" in out
 
@@ -313,7 +317,7 @@ def test_pipe_rejects_unknown_stage(capsys):
 HEAVY = ("nemo_run", "ray", "torch", "transformers", "megatron", "nemo_rl", "pyarrow", "tokenizers", "numpy")
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["ultra3", "pretrain", "-c", "tiny", "--dry-run"],
+@pytest.mark.parametrize("argv", [["--help"], ["ultra3", "pretrain", "-c", "tiny", "--dry-run", *ON_CLUSTER],
                                   ["ultra3", "data", "prep", "pretrain", "-c", "tiny", "--dry-run"]])
 def test_import_boundary(argv, tmp_path):
     code = (

@@ -15,7 +15,7 @@ import pytest
 
 from nemotron.errors import ConfigError
 from nemotron.profiles import _MODELS, MAX_GPUS_PER_NODE, load_profiles, parse_slurm_time
-from test_cli import _isolated_home, run_cli  # noqa: F401 - the autouse fixture isolates NEMOTRON_HOME here too
+from test_cli import ON_CLUSTER, _isolated_home, run_cli  # noqa: F401 - the autouse fixture isolates NEMOTRON_HOME here too
 
 REPO = Path(__file__).resolve().parent.parent
 UNSET = "NEMOTRON_TEST_NEVER_SET_SECRET"
@@ -212,7 +212,7 @@ def test_deleting_a_section_is_refused_naming_it(capsys):
     assert _error_lines(err) == ["error: override '~train': 'train' is a section of the stage and cannot be "
                                  "deleted (its keys would fall back to values you never set)"], err
     assert "global_batch_size" not in err
-    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "~run.env.cpus", "--dry-run")
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "~run.env.cpus", "--dry-run", *ON_CLUSTER)
     assert code == 0, err  # one key still may be deleted
 
 
@@ -238,7 +238,7 @@ def test_pipe_refuses_reordering_and_duplicates(capsys, stages, line):
 def test_pipe_runs_a_valid_order_as_named(capsys):
     """The README's chain names data-prep-sft after pretrain: a valid order (each stage after its inputs)."""
     code, out, err = run_cli(capsys, "ultra3", "pipe", "data-prep-pretrain", "pretrain", "data-prep-sft", "sft",
-                             "-c", "tiny", "--dry-run")
+                             "-c", "local", "--dry-run")
     assert code == 0, err[-3000:]
     heads = [line for line in out.splitlines() if line.lstrip().startswith("[") and "/4] ultra3" in line]
     assert [h.split("] ")[1].split(" ─")[0].strip() for h in heads] == [

@@ -38,6 +38,7 @@ def _local_pretrain_data(tmp_path: Path) -> Path:
     out = tmp_path / "output" / "ultra3" / "pretrain-data" / "tiny"
     out.mkdir(parents=True)
     (out / "shard_000.bin").write_bytes(b"\0" * 8)
+    (out / "shard_000.idx").write_bytes(b"\0" * 8)
     blend = out / "blend.json"
     blend.write_text(json.dumps({"train": [1.0, str(out / "shard_000")]}), encoding="utf-8")
     code = (f"from nemotron import artifacts; artifacts.record('pretrain-data', {{'path': {str(out)!r}, "
@@ -70,6 +71,24 @@ def test_path_on_the_profiles_storage_passes_and_one_off_it_from_the_command_lin
                 "checkpoint.save=/tmp/ckpt")
     assert done.returncode == 2
     assert "error: checkpoint.save='/tmp/ckpt': (set by override) is not on storage" in done.stdout + done.stderr
+
+
+def test_input_on_the_storage_of_an_ssh_cluster_is_not_looked_for_on_this_machine(tmp_path):
+    """Submitted over ssh, the nodes' storage is not this machine's: an input under the profile's data_root that
+    exists only there is not refused by a local existence check; one off the declared storage still is."""
+    key = tmp_path / "id_ed25519"
+    key.write_text("a key\n")
+    (tmp_path / "env.toml").write_text(CLUSTER + f'tunnel = "ssh"\nhost = "login"\nuser = "me"\nidentity = "{key}"\n',
+                                       encoding="utf-8")
+    done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "cluster", "--dry-run",
+                "data.per_split_data_args_path=/lustre/proj/data/pretrain/blend.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "input path does not exist" not in done.stdout + done.stderr
+    done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "cluster", "--dry-run",
+                "data.per_split_data_args_path=/scratch/blend.json")
+    assert done.returncode == 2
+    assert ("error: data.per_split_data_args_path='/scratch/blend.json': (set by override) is not on storage"
+            in done.stdout + done.stderr)
 
 
 def test_container_profile_without_storage_roots_defaults_them_on_the_job_dir(tmp_path):

@@ -110,7 +110,10 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
 
     # 1. compile: layers, overrides, interpolation (with the profile's storage roots), provenance
     profile = load_profile(req.profile, req.env_file, profile_overrides(list(req.overrides)))
-    compiled = compile_config(req.stage, req.config, list(req.overrides),
+    # inputs are checked for existence here unless the job's nodes are reached over ssh: then this machine
+    # cannot see their storage, and validation.cluster checks that each path lies on storage they declare
+    remote = profile is not None and getattr(profile, "tunnel", "local") == "ssh"
+    compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
                               env={**profile.storage_env(), **(getattr(profile, "tracking_env", None) or {})}
                               if profile is not None else None)
     if profile is not None:  # a default the [wandb] section filled in is labelled as env.toml's, not default.yaml's

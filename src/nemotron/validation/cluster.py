@@ -57,7 +57,7 @@ def shape_problems(profile: Any, plan: Any, notes: list[str]) -> list[Problem]:
     if tasks is not None:
         if plan.launch == "torchrun" and plan.gpus_per_node:
             want, why = plan.gpus_per_node, (f"{plan.stage.title} starts one process per GPU ({plan.gpus_per_node} "
-                                             "GPUs per node) through torchrun, which Slurm sees as one task per node")
+                                             "GPUs per node)")
         else:
             want, why = 1, f"{plan.stage.title} starts one process per node (launch {plan.launch})"
         if tasks != want:
