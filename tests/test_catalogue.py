@@ -121,3 +121,13 @@ def test_layer_params_split():
     assert lp[MOE]["rep"] > 2 * 8192 * 2048  # latent projections are replicated (mcore 'duplicated')
     assert lp[MAMBA]["expert"] == 0 and lp[ATTENTION]["expert"] == 0
     assert catalogue.padded_vocab(catalogue.get("ultra"), tp=8) % (128 * 8) == 0
+
+
+@pytest.mark.parametrize("name, canonical", [
+    ("NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16-4layer", "ultra4layer"),  # the miles recipe's --model-name
+    ("Nemotron-3-Ultra-550B-A55B-BF16-4layer", "ultra4layer"),         # its model table
+    ("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", "ultra"),
+])
+def test_a_hugging_face_model_name_is_refused_naming_the_catalogue_name(name, canonical):
+    with pytest.raises(catalogue.CatalogueError, match=f"the Hugging Face name of {canonical}: write {canonical}"):
+        catalogue.get(name)

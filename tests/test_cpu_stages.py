@@ -33,6 +33,10 @@ gpus_per_node = 0
 job_dir = "/shared/jobs"
 """
 
+#: The checkpoint to convert, on the cluster: under the profiles' checkpoint_root (<job_dir>/checkpoints). A cluster
+#: job may read only storage its profile says the nodes see, so a folder of this machine's /tmp is refused.
+CLUSTER_CKPT = "/shared/jobs/checkpoints/megatron-ckpt"
+
 
 def _dry_run(tmp_path, monkeypatch, capsys, *argv: str) -> tuple[int, str]:
     pytest.importorskip("nemo_run", reason="the sbatch script is rendered by NeMo-Run")
@@ -52,8 +56,7 @@ def _script(out: str) -> str:
 def test_cpu_conversion_is_one_process_without_gpus(tmp_path, monkeypatch, capsys):
     """`convert -c tiny convert.device=cpu` on an 8-GPU profile: one task, one process (no torchrun), no GPU
     request; the GPU conversion of the same config keeps torchrun over the node's 8 GPUs."""
-    src = tmp_path / "megatron-ckpt"
-    src.mkdir()
+    src = CLUSTER_CKPT
     code, out = _dry_run(tmp_path, monkeypatch, capsys, "convert", "-c", "tiny", "convert.device=cpu",
                          f"convert.source={src}", "--batch", "sample", "--env-file", str(ENV_FILE))
     assert code == 0, out[-3000:]
@@ -76,8 +79,7 @@ def test_cpu_conversion_runs_on_a_profile_without_gpus(tmp_path, monkeypatch, ca
     node-shape disagreement with the GPU layout's run.env.gpus_per_node), and still refuses the GPU one."""
     env = tmp_path / "env.toml"
     env.write_text(CPU_PROFILE)
-    src = tmp_path / "megatron-ckpt"
-    src.mkdir()
+    src = CLUSTER_CKPT
     code, out = _dry_run(tmp_path, monkeypatch, capsys, "convert", "convert.device=cpu", "run.env.nodes=1",
                          f"convert.source={src}", "--batch", "cpu-only", "--env-file", str(env))
     assert code == 0, out[-3000:]

@@ -289,7 +289,12 @@ def test_summary_tells_this_runs_work_and_warns_without_validation(ray_instance,
     # the sft stage's dry-run on that data (its artifact has valid_path: null) warns
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     specs = "dataset.packed_sequence_specs"
-    code = main(["ultra3", "sft", "-c", "tiny", "--dry-run", f"dataset.dataset_root={out}",
+    # on a cluster profile whose nodes mount that folder (without a profile `-c tiny` is refused on this machine)
+    env = tmp_path / "env.toml"
+    env.write_text(f'[cluster]\nexecutor = "slurm"\naccount = "acct"\npartition = "batch"\ngpus_per_node = 8\n'
+                   f'gpu = "H100"\njob_dir = "/shared/jobs"\nmounts = ["{out}:{out}"]\n', encoding="utf-8")
+    code = main(["ultra3", "sft", "-c", "tiny", "--dry-run", "--batch", "cluster", "--env-file", str(env),
+                 f"dataset.dataset_root={out}",
                  f"{specs}.packed_train_data_path={m2['loader']['packed_train_data_path']}",
                  f"{specs}.packed_metadata_path={m2['loader']['packed_metadata_path']}", f"{specs}.packed_val_data_path=null"])
     dry = capsys.readouterr()
@@ -317,12 +322,15 @@ def test_no_training_sequence_says_why_and_which_key(ray_instance, tok_cache, tm
     with pytest.raises(RuntimeFailure) as err:
         prepare(Settings.from_config(config(tmp_path / "p", tok_cache, sample=10, pack__pack_size=16)),
                 live_progress=False)
+    # every record is too long for the pack: the blend's first dataset is named as contributing nothing (its
+    # counts, its reason) and the hint names the key to change, not the records
     receipts = [json.loads(p.read_text()) for p in sorted((tmp_path / "p" / "data" / "sequences").rglob("*.receipt.json"))]
+    receipts = [r for r in receipts if r["dataset"] == "chat-sample"]
     records = sum(r["records"] for r in receipts)
     too_long = sum(r["skipped"].get("too_long", 0) for r in receipts)
     shortest = min(r["shortest_dropped"] for r in receipts if r["shortest_dropped"])
     assert records and too_long >= records and shortest > 16
-    assert err.value.message == (f"no training sequence was produced ({records:,} records read; skipped: too_long "
-                                 f"{too_long:,}; 0 sequences held out for validation)")
+    assert err.value.message == (f"dataset chat-sample (weight 1) contributes nothing: {records:,} records read, all "
+                                 f"rejected (top reasons: too_long {too_long:,})")
     assert err.value.hint == (f"pack.pack_size=16 is smaller than every sample (the shortest dropped one has "
                               f"{shortest:,} tokens): set pack.pack_size to at least {shortest}")

@@ -271,6 +271,20 @@ def names() -> list[str]:
     return [*BASE_MODELS, *PUBLISHED_SLICES, "ultra<N>layer"]
 
 
+def _hf_name(key: str) -> str | None:
+    """The catalogue name for a lower-cased Hugging Face repo name of a base model, with or without the owner
+    and an ``-<N>layer`` suffix (``nvidia-nemotron-3-ultra-550b-a55b-bf16-4layer`` → ``ultra4layer``), else None."""
+    for base, spec in BASE_MODELS.items():
+        if not spec.hf_model_id:
+            continue
+        repo = spec.hf_model_id.lower().split("/")[-1]
+        for alias in (repo, repo.removeprefix("nvidia-")):
+            m = re.fullmatch(re.escape(alias) + r"(?:-(\d+)layer)?", key.split("/")[-1])
+            if m:
+                return base + (f"{m.group(1)}layer" if m.group(1) else "")
+    return None
+
+
 @lru_cache(maxsize=64)
 def get(name: str) -> ModelSpec:
     """The spec for ``name``: ``ultra``, ``small``, or ``<base><N>layer`` (e.g. ``ultra4layer``).
@@ -288,6 +302,9 @@ def get(name: str) -> ModelSpec:
         return make_slice(BASE_MODELS[m.group("base")], int(m.group("n")))
     close = difflib.get_close_matches(key, [*BASE_MODELS, *PUBLISHED_SLICES], n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
+    hf = _hf_name(key)
+    if hf is not None:  # a Hugging Face repo name, as the miles recipe writes its slice (...-BF16-4layer)
+        hint = f" (the Hugging Face name of {hf}: write {hf})"
     raise CatalogueError(f"unknown model {name!r}{hint}; valid: {', '.join(names())}")
 
 

@@ -654,6 +654,7 @@ class Compiled:
         user_keys: keys set by the ``-c`` config chain or by overrides (not by default.yaml).
         profile_overrides: ``profile.KEY=VALUE`` overrides, KEY → value.
         overrides: the override arguments as typed.
+        launch_args: the command's ``--run``/``--batch`` and ``--env-file`` options, for hints that name a command.
     """
 
     stage: Stage
@@ -667,6 +668,8 @@ class Compiled:
     overrides: list[str] = field(default_factory=list)
     planned_keys: set[str] = field(default_factory=set)
     artifact_keys: dict[str, str] = field(default_factory=dict)
+    #: where the command sends the job, as options to repeat in a hint (`` --run P --env-file F``; empty: here)
+    launch_args: str = ""
 
     def warnings(self) -> list[Problem]:
         """One warning per unresolved value."""

@@ -90,7 +90,8 @@ def load(ident: str | None) -> JobRecord:
         except (json.JSONDecodeError, TypeError):
             continue
     if not records:
-        raise ConfigError("no job has been submitted from this machine yet", "submit one with --batch PROFILE or --run PROFILE")
+        raise ConfigError((f"no job {ident!r}: " if ident else "") + "no job has been submitted from this machine yet "
+                          f"(records: {folder})", "submit one with --batch PROFILE or --run PROFILE")
     records.sort(key=lambda r: r.submitted)
     if ident is None:
         return records[-1]

@@ -116,6 +116,11 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
                               env={**profile.storage_env(), **(getattr(profile, "tracking_env", None) or {})}
                               if profile is not None else None)
+    if req.profile:
+        import shlex
+
+        compiled.launch_args = (f" --{'batch' if req.mode == 'batch' else 'run'} {shlex.quote(req.profile)}"
+                                + (f" --env-file {shlex.quote(req.env_file)}" if req.env_file else ""))
     if profile is not None:  # a default the [wandb] section filled in is labelled as env.toml's, not default.yaml's
         from nemotron.profiles import tracking_provenance
 
@@ -187,13 +192,34 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
     config = compiled.config_name if "/" not in compiled.config_name and not compiled.config_name.endswith(".yaml") \
         else None
     command = producer_command(m.group(1), config) if m else None
+    # the producer goes where this job goes: made here, a cluster job could not read it
+    launch = getattr(compiled, "launch_args", "")
+    command = command + launch if command else None
+    producer = next((s for s in STAGES if m and m.group(1) in s.produces), None)
+    if command and config and producer is not None and not _takes_config(producer, config):
+        # the producer ships no config of that name (pretrain -c long_context reads data prep's output): naming
+        # `-c <config>` for it would be a command that fails
+        return ConfigError(f"refusing to start {stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}: "
+                           f"{key}: {why}",
+                           f"set {key} explicitly: {producer.title} has no config named {config}, so no run of it "
+                           f"makes this artifact for -c {config} (run it with a config of yours and give its output here)")
     if command:
-        producer = next((s for s in STAGES if m and m.group(1) in s.produces), None)
         chain = (f"; or chain both: nemotron {stage.recipe} pipe {producer.name} {stage.name}"
-                 + (f" -c {config}" if config else "")) if producer is not None else ""
+                 + (f" -c {config}" if config else "") + launch) if producer is not None else ""
         hint = f"make it first: {command}{chain}; or set {key} explicitly"
     return ConfigError(f"refusing to start {stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}: "
                        f"{key}: {why}", hint)
+
+
+def _takes_config(stage: Any, config: str) -> bool:
+    """Whether ``-c config`` names a config of ``stage`` (``local`` of a data prep stage is its ``tiny``)."""
+    from nemotron.config import _resolve_config_ref
+
+    try:
+        _resolve_config_ref(stage, config, None)
+    except ConfigError:
+        return False
+    return True
 
 
 def _check_startable(p: Prepared) -> None:

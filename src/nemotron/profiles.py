@@ -658,6 +658,7 @@ def _build(name: str, chain: list[str], source: Path, merged: dict, prov: dict[s
         if key in settings.env_vars:
             problems.append((f"env_vars.{key}", "also declared in secrets; keep it in one place"))
     problems += _copied_secrets(settings)
+    problems += _setup_syntax(getattr(settings, "setup", None) or [])
     ssh = isinstance(settings, SlurmSettings) and settings.tunnel == "ssh"
     if isinstance(settings, SlurmSettings):
         for key in ("host", "user", "identity", "port"):
@@ -689,6 +690,28 @@ def _build(name: str, chain: list[str], source: Path, merged: dict, prov: dict[s
     if problems:
         raise _error(source, name, problems, prov, merged, text)
     return Profile(name, list(chain), source, settings.model_copy(update=updates), prov, merged, overridden, text)
+
+
+def _setup_syntax(lines: list[str]) -> list[tuple[str, str]]:
+    """Problems for ``setup`` lines that bash cannot parse (``bash -n``: syntax only, nothing runs), each checked
+    alone and all together: the lines go verbatim into the job script, where one unbalanced quote breaks the
+    whole script at submission. Without bash on this machine nothing is checked."""
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash")
+    if not bash or not lines:
+        return []
+    out: list[tuple[str, str]] = []
+    for i, line in enumerate(lines):
+        done = subprocess.run([bash, "-n", "-c", line], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            import re
+
+            why = re.sub(r"^.*?line \d+: ", "", (done.stderr.strip().splitlines() or ["a syntax error"])[0])
+            out.append((f"setup[{i}]", f"is not a bash command line ({why}); it is written verbatim into the job "
+                                       "script: balance its quotes and brackets"))
+    return out
 
 
 def _copied_secrets(settings: _Common) -> list[tuple[str, str]]:

@@ -600,8 +600,9 @@ def _require_contributions(s: Settings, plan: _Plan, receipts: dict[str, dict[st
         recs = [r for r in receipts.values() if r["dataset"] == ds.spec.name]
         if sum(r["sequences"]["train"] + r["sequences"]["valid"] for r in recs):
             continue
-        raise RuntimeFailure(*driver.no_contribution(ds.spec.name, f"weight {ds.spec.weight:g}", recs, "records",
-                                                      "policies.max_examples", s.max_examples))
+        message, hint = driver.no_contribution(ds.spec.name, f"weight {ds.spec.weight:g}", recs, "records",
+                                               "policies.max_examples", s.max_examples)
+        raise RuntimeFailure(message, _pack_size_hint(s, recs) or hint)
 
 
 def _passes(plan: _Plan, receipts: dict[str, dict[str, Any]], mixing: str) -> dict[str, float]:
@@ -849,12 +850,10 @@ def _no_training(s: Settings, recs: list[dict[str, Any]]) -> tuple[str, str]:
     valid = sum(r["sequences"]["valid"] for r in recs)
     message = (f"no training sequence was produced ({driver.count(sum(r['records'] for r in recs), 'records')} read; skipped: "
                f"{fmt_counts(skipped) or 'none'}; {driver.count(valid, 'sequences')} held out for validation)")
-    shortest = min((r["shortest_dropped"] for r in recs if r.get("shortest_dropped")), default=None)
     top = max(skipped, key=lambda k: skipped[k]) if skipped else None
-    if top == "too_long" and shortest is not None:
-        need = math.ceil((shortest + s.pad_to_multiple - 1) / s.pad_to_multiple) * s.pad_to_multiple
-        hint = (f"pack.pack_size={s.pack_size} is smaller than every sample (the shortest dropped one has "
-                f"{shortest:,} tokens): set pack.pack_size to at least {max(need, 16)}")
+    pack_hint = _pack_size_hint(s, recs)
+    if pack_hint:
+        hint = pack_hint
     elif valid:
         hint = f"split.validation_fraction={s.validation_fraction} held out every sequence: lower it"
     elif top is not None:
@@ -863,6 +862,18 @@ def _no_training(s: Settings, recs: list[dict[str, Any]]) -> tuple[str, str]:
     else:
         hint = "the inputs hold no records: check the dataset paths (and sample)"
     return message, hint
+
+
+def _pack_size_hint(s: Settings, recs: list[dict[str, Any]]) -> str | None:
+    """The hint when most of the receipts' skipped samples were ``too_long`` for the pack (the records are fine,
+    ``pack.pack_size`` is the key to change), or ``None``."""
+    skipped = driver.problems_of(recs, 0)[0]
+    shortest = min((r["shortest_dropped"] for r in recs if r.get("shortest_dropped")), default=None)
+    if not skipped or max(skipped, key=lambda k: skipped[k]) != "too_long" or shortest is None:
+        return None
+    need = math.ceil((shortest + s.pad_to_multiple - 1) / s.pad_to_multiple) * s.pad_to_multiple
+    return (f"pack.pack_size={s.pack_size} is smaller than every sample (the shortest dropped one has "
+            f"{shortest:,} tokens): set pack.pack_size to at least {max(need, 16)}")
 
 
 def _no_validation_warning(m: dict[str, Any]) -> str | None:

@@ -210,7 +210,11 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
     here = _local_config(stage)
     title = getattr(stage, "title", getattr(stage, "name", "stage"))
     if local:
-        if plan.launch == "torchrun" and gpn > 1 and have < gpn:
+        # a config value above 1 is already refused by the local backend's own rule (local-layout, whatever this
+        # machine has: checks.validate_local): one refusal, said once. What is left here is a plan that takes more
+        # GPUs from the profile's node shape (run.env.gpus_per_node null or deleted)
+        own = as_int(get(cfg, "run.env.gpus_per_node"))
+        if plan.launch == "torchrun" and gpn > 1 and have < gpn and not (own is not None and own > 1):
             out.append(Problem("run.env.gpus_per_node", gpn, rule="gpus-here",
                                message=f"{where}: {title} -c {plan.config_name} needs {plural(gpn, 'GPU')} per node; "
                                        f"this machine has {have} visible, and the local backend uses at most one",

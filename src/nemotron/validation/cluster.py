@@ -59,7 +59,9 @@ def shape_problems(profile: Any, plan: Any, notes: list[str]) -> list[Problem]:
             want, why = plan.gpus_per_node, (f"{plan.stage.title} starts one process per GPU ({plan.gpus_per_node} "
                                              "GPUs per node)")
         else:
-            want, why = 1, f"{plan.stage.title} starts one process per node (launch {plan.launch})"
+            want, why = 1, (f"{plan.stage.title} starts one process per node (launch {plan.launch}): give it a "
+                            f"profile of its own, e.g. [{profile.name}-ray] with extends = \"{profile.name}\" and "
+                            "ntasks_per_node = 1")
         if tasks != want:
             out.append(Problem(f"profile.{profile.name}.ntasks_per_node", tasks, rule="profile-ntasks",
                                message=f"disagrees with the stage's launch: {why}",
@@ -117,13 +119,20 @@ def storage_problems(compiled: Any, profile: Any, plan: Any) -> list[Problem]:
             continue
         artifact = compiled.artifact_keys.get(key)
         origin = f"from artifact {artifact}" if artifact else f"set by {compiled.provenance.get(key, 'the config')}"
-        declared = ", ".join(f"{k} {r}" for r, k in roots) or "none"
+        declared = ", ".join(dict.fromkeys(f"{k} {r}" for r, k in roots)) or "none"  # job_dir once when shell-safe
+        make = ""
+        if artifact:
+            from nemotron.artifacts import producer_command
+
+            command = producer_command(artifact.split()[0], compiled.config_name)
+            if command:
+                make = f"make it on this profile: {command}{getattr(compiled, 'launch_args', '')}; or "
         out.append(Problem(key, value, rule="cluster-storage",
                            message=f"({origin}) is not on storage the nodes of profile {profile.name} see "
                                    f"(declared: {declared}); the job would not find it",
-                           valid="a path under the profile's mounts, data_root, checkpoint_root or job_dir: run the "
-                                 "producing stage on this profile so its artifact lands there, set the key to a "
-                                 "cluster path, or add a mount"))
+                           valid=f"a path under the profile's mounts, data_root, checkpoint_root or job_dir: {make}"
+                                 "set the key to a cluster path (an artifact version made there: "
+                                 "${art:NAME:VERSION,FIELD}), or add a mount"))
     return out
 
 
