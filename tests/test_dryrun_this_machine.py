@@ -127,7 +127,8 @@ def test_dry_run_says_the_run_would_refuse_an_unresolved_artifact(capsys):
     assert last.startswith("dry run: the config is valid (1 warning), but the run would refuse to start: ultra3 "
                            "pretrain with 1 unresolved value: data.per_split_data_args_path: artifact pretrain-data "
                            "does not exist yet by a tiny run; make it first: nemotron ultra3 data prep pretrain -c "
-                           "tiny; or chain both: nemotron ultra3 pipe data-prep-pretrain pretrain -c tiny"), last
+                           f"tiny --batch sample --env-file {FIXTURE_ENV}; or chain both: nemotron ultra3 pipe "
+                           f"data-prep-pretrain pretrain -c tiny --batch sample --env-file {FIXTURE_ENV}"), last
 
 
 # --------------------------------------------------------------------------- 3. a deleted artifact folder

@@ -126,14 +126,19 @@ def test_run_completes_with_the_slurm_package_and_records_the_artifact(cli, env_
 
 
 def test_failure_returns_the_stage_exit_code(cli, env_file, tmp_path):
+    # shards that exist but are damaged: the dry run's prefix check passes (a missing shard is refused before the
+    # start, exit 2), the stage itself fails reading the index
+    (tmp_path / "damaged").mkdir()
+    for ext in (".bin", ".idx"):
+        (tmp_path / "damaged" / f"shard{ext}").write_bytes(b"garbage")
     bad = tmp_path / "blend.json"
-    bad.write_text(json.dumps({"train": [1.0, str(tmp_path / "missing" / "shard")]}))
+    bad.write_text(json.dumps({"train": [1.0, str(tmp_path / "damaged" / "shard")]}))
     args = ["ultra3", "pretrain", "-c", "local", f"data.per_split_data_args_path={bad}"]
     direct = cli(*args)
     assert direct.returncode not in (0, 2), direct.stderr[-1500:]  # 2 would mean refused before starting
     proc = cli(*args, "--run", "here", "--env-file", str(env_file))
     assert proc.returncode == direct.returncode, proc.stderr[-2000:]
-    assert "missing/shard.bin does not exist" in proc.stderr  # the stage's own message, streamed
+    assert "damaged/shard.idx: bad magic" in proc.stderr  # the stage's own message, streamed
     assert f"ended FAILED with exit code {direct.returncode}" in proc.stderr
     assert "artifact" not in proc.stderr
     status = cli("ultra3", "status")

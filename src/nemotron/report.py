@@ -14,13 +14,15 @@ from nemotron.errors import NemotronError, Problem
 def console(stderr: bool = False) -> Any:
     """A rich console on the current stdout (or stderr); made per call so that redirected streams
     are honoured."""
+    import os
     import sys
 
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
-    return Console(file=stream, width=None if tty else 120, no_color=not tty, highlight=False,
+    # not a terminal: 120 columns, unless COLUMNS says otherwise (as nemotron.data.progress.console)
+    return Console(file=stream, width=None if tty or "COLUMNS" in os.environ else 120, no_color=not tty, highlight=False,
                    soft_wrap=not tty, emoji=False)
 
 

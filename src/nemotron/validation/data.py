@@ -108,7 +108,7 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
             continue
         if ds.optional or policy == "skip":  # the run leaves it out and says so: the same line, a warning here
             problems.append(Problem("", None, unmatched(blend, ds, policy, section),
-                                    rule="data-inputs", severity="warning",
+                                    rule="data-left-out", severity="warning",
                                     valid="an existing file, folder or glob (absolute, or relative to the working "
                                           "directory)"))
         else:
