@@ -693,22 +693,30 @@ def _build(name: str, chain: list[str], source: Path, merged: dict, prov: dict[s
 
 
 def _setup_syntax(lines: list[str]) -> list[tuple[str, str]]:
-    """Problems for ``setup`` lines that bash cannot parse (``bash -n``: syntax only, nothing runs), each checked
-    alone and all together: the lines go verbatim into the job script, where one unbalanced quote breaks the
-    whole script at submission. Without bash on this machine nothing is checked."""
+    """Problems for ``setup`` lines that bash cannot parse (``bash -n``: syntax only, nothing runs): the lines go
+    verbatim into the job script, where one unbalanced quote breaks the whole script at submission. All lines are
+    checked in one ``bash -n``; only when that fails is each line checked alone, to name it. Without bash on this
+    machine nothing is checked."""
+    import re
     import shutil
     import subprocess
 
     bash = shutil.which("bash")
     if not bash or not lines:
         return []
+
+    def parse(text: str) -> str | None:
+        done = subprocess.run([bash, "-n", "-c", text], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if done.returncode == 0:
+            return None
+        return re.sub(r"^.*?line \d+: ", "", (done.stderr.strip().splitlines() or ["a syntax error"])[0])
+
+    if parse("\n".join(lines)) is None:
+        return []
     out: list[tuple[str, str]] = []
     for i, line in enumerate(lines):
-        done = subprocess.run([bash, "-n", "-c", line], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if done.returncode != 0:
-            import re
-
-            why = re.sub(r"^.*?line \d+: ", "", (done.stderr.strip().splitlines() or ["a syntax error"])[0])
+        why = parse(line)
+        if why is not None:
             out.append((f"setup[{i}]", f"is not a bash command line ({why}); it is written verbatim into the job "
                                        "script: balance its quotes and brackets"))
     return out

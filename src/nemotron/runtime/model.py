@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.catalogue import ModelSpec, hf_config
+from nemotron.data.files import sha256_file
 
 #: HF config fields that must agree between the catalogue entry and a checkpoint we load.
 ARCH_FIELDS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -81,15 +82,6 @@ def checkpoints(folder: Path) -> list[tuple[int, Path]]:
     return [(step, p) for step, p in _all_checkpoints(folder) if top is None or step <= top]
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def write_record(checkpoint: Path, extra: dict[str, Any]) -> Path:
     """Write ``checkpoint/nemotron_checkpoint.json``: ``{"files": {name: {"bytes", "sha256"}}, **extra}`` for
@@ -97,7 +89,7 @@ def write_record(checkpoint: Path, extra: dict[str, Any]) -> Path:
     import json
     import os
 
-    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
              for p in sorted(Path(checkpoint).iterdir()) if p.is_file() and p.name != RECORD
              and not p.name.startswith(".")}
     path = Path(checkpoint) / RECORD
@@ -138,7 +130,7 @@ def damage(checkpoint: Path) -> str | None:
             size = p.stat().st_size
             if size != want.get("bytes"):
                 return f"{name} has {size:,} bytes, the save wrote {want.get('bytes'):,}"
-            if _sha256(p) != want.get("sha256"):
+            if sha256_file(p) != want.get("sha256"):
                 return f"{name} differs from what the save wrote (SHA-256)"
         return None
     try:
