@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -199,10 +200,19 @@ def main() -> int:
     if "reference" not in skip:
         cfg = work / "ref.yaml"
         compile_job(blend, work / "ref", args.iters, cfg)
+        shutil.rmtree(work / "ref", ignore_errors=True)  # a fresh start, not a resume of an earlier reference
+        (out / "ref.jsonl").unlink(missing_ok=True)
         runs["reference"] = train(cfg, out / "ref.jsonl", out, "reference", timeout=args.timeout)
-        recs["reference"] = batch_log.read(out / "ref.jsonl") if (out / "ref.jsonl").is_file() else None
+    if (out / "ref.jsonl").is_file():  # this invocation's reference, or an earlier one's in the same --out
+        recs["reference"] = batch_log.read(out / "ref.jsonl")
+        if "reference" not in runs and (out / "summary.json").is_file():
+            earlier = json.loads((out / "summary.json").read_text()).get("runs", {}).get("reference")
+            if earlier:
+                runs["reference"] = earlier
     if "signal" not in skip:
         cfg = work / "sig.yaml"
+        shutil.rmtree(work / "sig", ignore_errors=True)
+        (out / "sig.jsonl").unlink(missing_ok=True)
         compile_job(blend, work / "sig", args.iters, cfg)
         runs["signalled"] = train(cfg, out / "sig.jsonl", out, "signalled", signal_at=args.signal_at,
                                     timeout=args.timeout)

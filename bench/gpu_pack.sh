@@ -23,7 +23,7 @@ dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version
 mkdir -p "$WORK/wheels" "$WORK/kit/src"
 dl "omegaconf==2.3.*" "pydantic==2.*" pydantic-core annotated-types typing-inspection \
    "nvidia-modelopt==0.47.0" "pulp==3.3.*" "nvidia-resiliency-ext==0.7.0" defusedxml \
-   "transformers==5.8.*" "tokenizers==0.22.*" "transformer-engine==$TE_VERSION"
+   "transformers==5.8.*" "tokenizers==0.22.*" "transformer-engine==$TE_VERSION" "pybind11==3.0.1"
 # pydantic-core must be the one this pydantic pins
 pc=$(unzip -p "$WORK"/wheels/pydantic-2*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==\([^ ;]*\).*/\1/p')
 rm -f "$WORK"/wheels/pydantic_core-*.whl
@@ -84,16 +84,22 @@ for p in "$WORK"/te.part*; do
   i=$((i + 1))
 done
 sha256sum "$WORK/te.tar.xz" | cut -c1-64 > "$OUT/c$((i - 1))/te.sha256"
-# Megatron-Bridge's import-time dependencies outside the NeMo image (its recipes package imports the diffusion
-# recipes: diffusers, megatron-energon; its training step imports datasets), resolved together; what the GPU
-# machine's own PyTorch install brings is left out, and install-missing installs only what that machine lacks
+# The import-time dependencies of the training path outside the NeMo image, resolved together with the kit's
+# transformers (so that huggingface-hub stays inside its <2 pin): Megatron-Bridge's recipes package imports the
+# diffusion recipes (diffusers, megatron-energon), its training step datasets and tensorboard; Model Optimizer
+# (installed without its dependencies above) imports rich and scipy; nvidia-resiliency-ext reads NVML through
+# nvidia-ml-py. Found by importing megatron.bridge.training.pretrain/finetune, gpt_step, the Nemotron-H recipes
+# and our runtime with every module outside this list made absent. What the GPU machine's own PyTorch install
+# brings is left out, and install-missing installs only what that machine lacks.
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any \
-  -d "$WORK/extra" "diffusers==0.42.1" "datasets==5.2.0" "megatron-energon==7.4.1"
+  -d "$WORK/extra" "diffusers==0.42.1" "datasets==5.2.0" "megatron-energon==7.4.1" "transformers==5.8.1" \
+  "tokenizers==0.22.2" "tensorboard" "rich" "scipy" "nvidia-ml-py" "ninja"
 size=$PART
 for w in $(ls -S "$WORK"/extra/*.whl); do
   case $(basename "$w" | cut -d- -f1) in
-    torch|nvidia_*|triton|cuda_*|numpy|sympy|mpmath|networkx|setuptools|jinja2|markupsafe) continue ;;
+    nvidia_ml_py) ;;
+    torch|nvidia_*|triton|cuda_*|numpy|sympy|mpmath|networkx|setuptools|jinja2|markupsafe|transformers|tokenizers) continue ;;
   esac
   n=$(stat -c %s "$w")
   if ((size + n > PART)); then mkdir -p "$OUT/c$i/extra"; cur=$OUT/c$i/extra; i=$((i + 1)); size=0; fi

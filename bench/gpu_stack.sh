@@ -52,7 +52,20 @@ for f in root.rglob("*.json"):
         f.write_text(text.replace(old, new))
 print(f"[gpu-stack] data relocated: {old} -> {new}")
 EOF
-    say "wheels and kit installed ($((SECONDS - t0)) s)"
+    # Megatron-Core's dataset index helpers (C++, pybind11): Megatron-Bridge's initialize runs `make` in that folder
+    # on every start; built here once, with this Python's extension suffix, `make` finds them up to date
+    ds=$SITE/megatron/core/datasets
+    ext=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+    g++ -O3 -Wall -shared -std=c++17 -fPIC $(PYTHONPATH="$SITE" "$PY" -m pybind11 --includes) "$ds/helpers.cpp" \
+      -o "$ds/helpers_cpp$ext" || { say "Megatron-Core's dataset helpers did not build"; exit 1; }
+    say "wheels and kit installed, dataset helpers built: helpers_cpp$ext ($((SECONDS - t0)) s)"
+    if ! command -v make >/dev/null; then  # a bare machine without make: the helpers above are what make would build
+      mkdir -p "$STASH/bin"
+      printf '#!/bin/sh\n# stands in for make on a machine without it: the dataset helpers were built by install-kit\nexit 0\n' > "$STASH/bin/make"
+      chmod +x "$STASH/bin/make"
+      say "no make on this machine: $STASH/bin/make stands in (the dataset helpers are built)"
+    fi
+    (command -v python3-config >/dev/null && python3-config --extension-suffix) | sed 's/^/[gpu-stack] python3-config: /' || say "no python3-config: make rebuilds the helpers under another name each start"
     "$PY" -c 'import sysconfig, os, sys; i = sysconfig.get_paths()["include"]; print("[gpu-stack] python", sys.version.split()[0], "headers", i, os.path.isfile(i + "/Python.h"))'
     (nvcc --version | tail -2; g++ --version | head -1; nproc) 2>&1 | sed 's/^/[gpu-stack] /'
     ;;
@@ -118,9 +131,9 @@ EOF
 # listing only: nothing of it runs), so one pass names every missing package.
 import importlib, sys, traceback, types
 missing = []
-targets = ["transformer_engine.pytorch", "megatron.core", "mamba_ssm", "megatron.bridge",
+targets = ["transformer_engine.pytorch", "megatron.core", "mamba_ssm", "nvidia_resiliency_ext.inprocess", "megatron.bridge",
            "megatron.bridge.recipes.nemotronh", "megatron.bridge.training.gpt_step",
-           "megatron.bridge.training.pretrain", "nemotron.runtime.megatron_bridge"]
+           "megatron.bridge.training.pretrain", "megatron.bridge.training.finetune", "nemotron.runtime.megatron_bridge"]
 for t in targets:
     for _ in range(60):
         try:
@@ -142,9 +155,14 @@ EOF
   run)
     shift
     cd "$REPO"
-    out=${OUT:-$REPO/gpu-run-out}/gpu-run
-    PYTHONPATH="$SITE:$EXTRA:$REPO/src" "$PY" bench/gpu_megatron.py \
-      --blend "$REPO/output/ultra3/pretrain-data/tiny/blend.json" --out "$out" --work "$STASH/work" "$@"
+    # RUN_OUT: a folder that outlives one command (the runs of one machine can be split over several commands:
+    # --skip reference in a later one reads the earlier reference's record from there); copied into OUT at the end
+    out=${RUN_OUT:-${OUT:-$REPO/gpu-run-out}/gpu-run}
+    rc=0
+    PATH="$STASH/bin:$PATH" PYTHONPATH="$SITE:$EXTRA:$REPO/src" "$PY" bench/gpu_megatron.py \
+      --blend "$REPO/output/ultra3/pretrain-data/tiny/blend.json" --out "$out" --work "$STASH/work" "$@" || rc=$?
+    [[ -z "${OUT:-}" || -z "${RUN_OUT:-}" ]] || cp -r "$out" "$OUT/"
+    exit $rc
     ;;
   *)
     sed -n '2,16p' "$0"
