@@ -72,6 +72,9 @@ ONE_GPU = [
     # which has no wheel for this torch; the unfused path runs the same Mamba-2 layer with torch's conv1d and
     # mamba-ssm's Triton chunked scan (megatron/core/ssm/mamba_mixer.py, use_mem_eff_path=False)
     "+model.use_mamba_mem_eff_path=false",
+    # the recipe fuses weight-gradient accumulation (APEX's fused_weight_gradient_mlp_cuda); no APEX build exists for
+    # this torch, and Megatron-Core refuses the fusion without it (tensor_parallel/layers.py)
+    "+model.gradient_accumulation_fusion=false",
 ]
 
 

@@ -59,6 +59,18 @@ EOF
     g++ -O3 -Wall -shared -std=c++17 -fPIC $(PYTHONPATH="$SITE" "$PY" -m pybind11 --includes) "$ds/helpers.cpp" \
       -o "$ds/helpers_cpp$ext" || { say "Megatron-Core's dataset helpers did not build"; exit 1; }
     say "wheels and kit installed, dataset helpers built: helpers_cpp$ext ($((SECONDS - t0)) s)"
+    # mamba-ssm's package __init__ imports selective_scan_cuda, its Mamba-1 CUDA kernel, which has no build for this
+    # torch; the Mamba-2 path Megatron-Core runs (mamba_ssm.ops.triton: chunked scan, gated RMSNorm) never calls
+    # it. A stand-in for that one module only: any call into it raises.
+    cat > "$SITE/selective_scan_cuda.py" <<'PY'
+"""Stand-in for mamba-ssm's Mamba-1 CUDA kernel (not built on this machine): the Mamba-2 path never calls it."""
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    def _absent(*args, **kwargs):
+        raise RuntimeError(f"selective_scan_cuda.{name}: mamba-ssm's Mamba-1 CUDA kernel is not built here")
+    return _absent
+PY
     if ! command -v make >/dev/null; then  # a bare machine without make: the helpers above are what make would build
       mkdir -p "$STASH/bin"
       printf '#!/bin/sh\n# stands in for make on a machine without it: the dataset helpers were built by install-kit\nexit 0\n' > "$STASH/bin/make"
