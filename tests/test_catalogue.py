@@ -6,8 +6,8 @@ import importlib.util
 
 import pytest
 
-from nemotron import catalogue
-from nemotron.catalogue import ATTENTION, MAMBA, MOE
+from nemotron.config import catalogue
+from nemotron.config.catalogue import ATTENTION, MAMBA, MOE
 
 
 def test_ultra_matches_table_1():

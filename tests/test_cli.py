@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from nemotron import artifacts
-from nemotron.cli import main
-from nemotron.config import compile_config, parse_override
+from nemotron.config import artifacts
+from nemotron.cli.main import main
+from nemotron.config.compile import compile_config, parse_override
 from nemotron.errors import ConfigError, UsageError
-from nemotron.registry import STAGES, get_stage
+from nemotron.config.registry import STAGES, get_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A cluster profile (tests/fixtures/env.toml, never submitted to): without a profile ``-c tiny`` (8 GPUs, the NeMo
@@ -232,7 +232,7 @@ def test_profile_override_without_profile_is_an_error(capsys):
 
 # ---------------------------------------------------------------------------------------------- #
 def test_every_stage_ships_default_and_tiny():
-    from nemotron.config import config_names
+    from nemotron.config.paths import config_names
 
     for stage in STAGES:
         names = config_names(stage)
@@ -257,7 +257,8 @@ def test_list_shows_configs_and_artifacts(capsys):
 def test_each_config_declares_what_it_consumes():
     """What a config consumes is read from its ``${art:...}`` values after its chain is merged; the
     registry's record of a stage is its default config's (so the two cannot drift apart)."""
-    from nemotron.config import config_artifacts, config_names
+    from nemotron.config.compile import config_artifacts
+    from nemotron.config.paths import config_names
 
     for stage in STAGES:
         consumes, produces = config_artifacts(stage, "default")
@@ -324,7 +325,7 @@ HEAVY = ("nemo_run", "ray", "torch", "transformers", "megatron", "nemo_rl", "pya
 def test_import_boundary(argv, tmp_path):
     code = (
         "import sys\n"
-        "from nemotron.cli import main\n"
+        "from nemotron.cli.main import main\n"
         f"rc = main({argv!r})\n"
         f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))\n"
         "print('HEAVY=' + ','.join(heavy))\n"
@@ -340,7 +341,7 @@ def test_readme_commands_resolve():
     """Every `nemotron ...` line of the README names a real command with valid options."""
     import click
 
-    from nemotron.cli import build_cli
+    from nemotron.cli.main import build_cli
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     lines = [m.group(1) for m in re.finditer(r"^\s*(?:\$ )?(nemotron(?: [^\n#`]*)?)", text, re.M)]
@@ -389,7 +390,7 @@ def test_bare_group_prints_its_help(capsys):
 def test_list_element_override_is_labelled_override(capsys):
     c = compile_config(get_stage("pretrain"), "tiny", ["+extra=[1, 2]", "extra[0]=5"])
     assert c.provenance["extra"] == "override"
-    from nemotron.config import annotated_yaml
+    from nemotron.config.compile import annotated_yaml
 
     assert re.search(r"extra: \[5, 2\]\s+# override", annotated_yaml(c))
 
@@ -420,7 +421,7 @@ def test_every_shipped_config_compiles_and_validates(stage):
     profile; unresolved upstream artifacts are warnings only. The configs whose backend has no runtime in this
     version (``rlvr``/``mopd -c local``) fail with that one error and no other."""
     from nemotron import validation
-    from nemotron.config import config_names
+    from nemotron.config.paths import config_names
 
     for name in config_names(stage):
         compiled = compile_config(stage, name, [])

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from nemotron.errors import ConfigError
-from nemotron.profiles import _MODELS, MAX_GPUS_PER_NODE, load_profiles, parse_slurm_time
+from nemotron.profiles.schema import _MODELS, MAX_GPUS_PER_NODE, parse_slurm_time
+from nemotron.profiles.load import load_profiles
 from test_cli import ON_CLUSTER, _isolated_home, run_cli  # noqa: F401 - the autouse fixture isolates NEMOTRON_HOME here too
 
 REPO = Path(__file__).resolve().parent.parent

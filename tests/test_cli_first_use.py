@@ -14,8 +14,8 @@ import re
 import pytest
 
 from nemotron import validation
-from nemotron.config import compile_config
-from nemotron.registry import get_stage
+from nemotron.config.compile import compile_config
+from nemotron.config.registry import get_stage
 from test_cli import _isolated_home, run_cli  # noqa: F401 - the autouse fixture isolates NEMOTRON_HOME here too
 
 FIXTURE_ENV = str(__import__("pathlib").Path(__file__).resolve().parent / "fixtures" / "env.toml")
@@ -108,8 +108,8 @@ def test_pipe_local_stops_before_running_anything(capsys, tmp_path):
 
 def test_every_backend_with_a_runtime_passes_the_rule():
     """The rule reads the entry scripts' own tables: only rlvr/mopd ``local`` lack a runtime."""
-    from nemotron.entry import missing_runtime, stage_backends
-    from nemotron.registry import STAGES
+    from nemotron.runtime.dispatch import missing_runtime, stage_backends
+    from nemotron.config.registry import STAGES
 
     missing = {(s.name, b) for s in STAGES for b in stage_backends(s)[0] if missing_runtime(s, b)}
     assert missing == {("rlvr", "local"), ("mopd", "local")}
@@ -169,7 +169,8 @@ def test_submission_still_refuses_a_signal_past_the_limit():
     from types import SimpleNamespace
 
     from nemotron.errors import ConfigError
-    from nemotron.submit import _warning_signal, warning_signal_problem
+    from nemotron.launch.submit import _warning_signal
+    from nemotron.validation.cluster import warning_signal_problem
 
     profile = SimpleNamespace(name="short", time="00:05:00")
     plan = SimpleNamespace(signal_before_s=300, launch="torchrun")

@@ -74,7 +74,7 @@ def _wait_for_tokenizing(proc: subprocess.Popen) -> None:
 
 
 def test_ctrl_c_while_python_loads_the_command_line_is_one_line_and_130():
-    """Ctrl-C in the first tens of milliseconds lands while ``nemotron.cli`` is being imported. An import hook
+    """Ctrl-C in the first tens of milliseconds lands while ``nemotron.cli.main`` is being imported. An import hook
     raises KeyboardInterrupt exactly there (what Python's SIGINT handler does), then the console script runs."""
     hook = ("import sys\n"
             "class Interrupt:\n"
@@ -174,7 +174,7 @@ mounts = ["{mount}:{mount}"]
 
 
 def _dry_run(capsys, tmp_path, time_value: str, *overrides: str) -> tuple[int, str, str]:
-    from nemotron.cli import main
+    from nemotron.cli.main import main
 
     env_file = tmp_path / "env.toml"
     env_file.write_text(_ENV_TOML.format(time=time_value, mount=tmp_path))  # the nodes see tmp_path (output_dir)
@@ -230,7 +230,7 @@ TEKKEN = "tekken_240911.json"  # 131,072 ids: mistral-common's Tekken vocabulary
 
 
 def _stage_dry_run(capsys, *argv: str) -> tuple[int, str]:
-    from nemotron.cli import main
+    from nemotron.cli.main import main
 
     code = main([*argv, "--dry-run"])
     cap = capsys.readouterr()
@@ -293,8 +293,8 @@ def test_local_runtime_refuses_with_the_same_rule_as_the_dry_run(overrides):
     with the very line --dry-run prints."""
     import copy
 
-    from nemotron.config import compile_config
-    from nemotron.registry import get_stage
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import get_stage
     from nemotron.runtime import settings
     from nemotron.validation import validate
 
@@ -309,7 +309,7 @@ def test_local_runtime_refuses_with_the_same_rule_as_the_dry_run(overrides):
 
 
 def test_shipped_mixed_precision_presets_are_in_the_pinned_key_list():
-    from nemotron.keys import load_keylist
+    from nemotron.config.keys import load_keylist
 
     names = load_keylist("0.5.0-4588417")["mixed_precision_recipes"]
     assert {"bf16_mixed", "bf16_with_nvfp4_mixed", "bf16-mixed"} <= set(names) and len(names) == 28
@@ -363,7 +363,7 @@ def test_vocab_size_hint_equals_the_resolved_size_and_decides_uint16(tmp_path, n
 
 def test_no_time_limit_lets_any_warning_signal_through(tmp_path, monkeypatch, capsys):
     """``profile.time=UNLIMITED`` (sbatch: no limit): a warning signal can come at any time before the end."""
-    from nemotron.cli import main
+    from nemotron.cli.main import main
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     env = ROOT / "tests" / "fixtures" / "env.toml"  # profile `sample`: time = 02:00:00
@@ -376,7 +376,7 @@ def test_no_time_limit_lets_any_warning_signal_through(tmp_path, monkeypatch, ca
 
 def test_stop_child_escalates_when_the_stage_does_not_stop(tmp_path):
     """A stage that ignores Ctrl-C gets SIGTERM after the grace period and never outlives the command."""
-    from nemotron.execute import stop_child
+    from nemotron.launch.execute import stop_child
 
     script = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nemotron import execute
+from nemotron.launch import backends
 from nemotron.errors import ConfigError
-from nemotron.pipeline import StageRequest, prepare_stage
-from nemotron.registry import STAGES
+from nemotron.cli.pipeline import StageRequest, prepare_stage
+from nemotron.config.registry import STAGES
 
 pytest.importorskip("nemo_run", reason="the sbatch scripts are rendered by NeMo-Run")
 
@@ -65,7 +65,7 @@ def _render(stage, profile: str | None, env_file: Path) -> str:
     req = StageRequest(stage=stage, config="tiny", overrides=(), mode="batch" if profile else "here", profile=profile,
                        dry_run=True, env_file=str(env_file))
     p = prepare_stage(req)
-    return execute.render(req, p.compiled, p.profile, p.plan)
+    return backends.render(req, p.compiled, p.profile, p.plan)
 
 
 def _bash_n(script: str) -> None:
@@ -102,7 +102,7 @@ def test_sbatch_script_is_bash_and_round_trips_env_vars(stage, profile, tmp_path
 
 
 def test_local_executor_command_is_bash_and_round_trips_env_vars(tmp_path, monkeypatch):
-    from nemotron import submit
+    from nemotron.launch import submit
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     stage = next(s for s in STAGES if s.name == "data-prep-pretrain")
@@ -133,7 +133,7 @@ def test_command_of_a_run_here_is_bash(tmp_path, monkeypatch):
     ("data", "a mount is 'SRC:/DST'"),
 ])
 def test_mount_that_would_split_the_srun_line_is_refused_with_the_reason(tmp_path, mount, says):
-    from nemotron.profiles import load_profiles
+    from nemotron.profiles.load import load_profiles
 
     path = tmp_path / "env.toml"
     path.write_text(f'[c]\nexecutor = "slurm"\nmounts = [{_toml_string(mount)}]\n', encoding="utf-8")
@@ -145,7 +145,7 @@ def test_mount_that_would_split_the_srun_line_is_refused_with_the_reason(tmp_pat
 
 
 def test_image_path_with_a_space_is_refused(tmp_path):
-    from nemotron.profiles import load_profiles
+    from nemotron.profiles.load import load_profiles
 
     path = tmp_path / "env.toml"
     path.write_text('[c]\nexecutor = "slurm"\n[c.images]\nnemo = "/my images/nemo.sqsh"\n', encoding="utf-8")

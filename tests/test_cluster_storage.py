@@ -41,7 +41,7 @@ def _local_pretrain_data(tmp_path: Path) -> Path:
     (out / "shard_000.idx").write_bytes(b"\0" * 8)
     blend = out / "blend.json"
     blend.write_text(json.dumps({"train": [1.0, str(out / "shard_000")]}), encoding="utf-8")
-    code = (f"from nemotron import artifacts; artifacts.record('pretrain-data', {{'path': {str(out)!r}, "
+    code = (f"from nemotron.config.compile import artifacts; artifacts.record('pretrain-data', {{'path': {str(out)!r}, "
             f"'blend_path': {str(blend)!r}, 'stage': 'data-prep-pretrain', 'config': 'tiny', 'job_id': 'local'}})")
     env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
@@ -125,7 +125,7 @@ def _git(repo: Path, *args: str) -> None:
 
 
 def test_git_state_marks_untracked_files_the_snapshot_ships(tmp_path):
-    from nemotron.execute import git_state
+    from nemotron.launch.execute import git_state
 
     repo = tmp_path / "repo"
     (repo / "src" / "nemotron").mkdir(parents=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from config_support import compile_stage
-from nemotron.plan import cpu_only, plan_job
-from nemotron.registry import get_stage
+from nemotron.launch.plan import cpu_only, plan_job
+from nemotron.config.registry import get_stage
 from nemotron.runtime import megatron_bridge as mb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ CLUSTER_CKPT = "/shared/jobs/checkpoints/megatron-ckpt"
 
 def _dry_run(tmp_path, monkeypatch, capsys, *argv: str) -> tuple[int, str]:
     pytest.importorskip("nemo_run", reason="the sbatch script is rendered by NeMo-Run")
-    from nemotron.cli import main
+    from nemotron.cli.main import main
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
@@ -105,7 +105,7 @@ def test_data_prep_asks_no_gpus(stage, tmp_path, monkeypatch, capsys):
 
 
 def test_plan_of_cpu_only_stages(tmp_path):
-    from nemotron.config import compile_config
+    from nemotron.config.compile import compile_config
 
     for name in ("data-prep-pretrain", "data-prep-sft", "data-prep-rl"):
         assert cpu_only(get_stage(name), {})

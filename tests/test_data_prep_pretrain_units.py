@@ -111,8 +111,8 @@ def test_dry_run_refuses_an_old_data_manifest_as_the_run_does(tmp_path):
     """Parity: the Megatron-Bridge run (megatron_bridge.main) refuses data whose manifest names no Megatron tokenizer
     when tokenizer.tokenizer_model is null; validation (the dry-run) applies the same check; a record passes."""
     from config_support import compile_stage
-    from nemotron import catalogue
-    from nemotron.registry import get_stage
+    from nemotron.config import catalogue
+    from nemotron.config.registry import get_stage
     from nemotron.validation.checks import data_tokenizer_rules
 
     (tmp_path / "tokenizer").mkdir()

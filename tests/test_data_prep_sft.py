@@ -107,7 +107,7 @@ def test_loss_mask_is_label_aligned_and_selects_exactly_the_assistant_output(ref
 
 
 def test_manifest_names_what_validation_reads(reference):
-    from nemotron.validation.views import manifest_field, read_manifest
+    from nemotron.layout.views import manifest_field, read_manifest
 
     out, m = reference
     found, where = read_manifest(str(out))
@@ -227,7 +227,7 @@ def test_cli_entry_reports_config_errors(tmp_path):
 
 
 def test_cli_dry_run(tmp_path, monkeypatch, capsys):
-    from nemotron.cli import main
+    from nemotron.cli.main import main
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", "--dry-run", "pack.pad_to_multiple=8"])
@@ -249,7 +249,7 @@ def _final_progress_counts(out: str) -> dict[str, int]:
 
 def test_summary_tells_this_runs_work_and_warns_without_validation(ray_instance, tok_cache, tmp_path, capsys,
                                                                    monkeypatch):
-    from nemotron.cli import main
+    from nemotron.cli.main import main
     from nemotron.data.progress import human
     from nemotron.data.sft import Settings, prepare
 

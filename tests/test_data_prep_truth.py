@@ -118,8 +118,8 @@ def test_every_problem_of_a_blend_in_one_report(tmp_path):
 
 
 def test_unknown_key_of_a_config_file_names_its_line(tmp_path):
-    from nemotron.config import compile_config
-    from nemotron.registry import get_stage
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import get_stage
 
     typo = tmp_path / "typo.yaml"
     typo.write_text("# a user's config\nsplit:\n  validation_rows: 4\n  validation_rws: 5\n")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.cli import main
-from nemotron.registry import STAGES
+from nemotron.cli.main import main
+from nemotron.config.registry import STAGES
 
 pytest.importorskip("nemo_run", reason="the golden dry-runs are rendered by NeMo-Run (a base dependency: reinstall nemotron-cli)")
 
@@ -69,11 +69,12 @@ def test_golden_dry_run(stage, tmp_path, monkeypatch, capsys):
 def test_secrets_absent_from_sbatch_script(tmp_path, monkeypatch):
     """The sbatch script NeMo-Run renders carries no secret value, only the path of the 0600 file
     the job sources."""
-    from nemotron import execute
-    from nemotron.config import compile_config
-    from nemotron.pipeline import StageRequest, load_profile
-    from nemotron.plan import plan_job
-    from nemotron.registry import get_stage
+    from nemotron.launch import backends
+    from nemotron.config.compile import compile_config
+    from nemotron.cli.pipeline import StageRequest
+    from nemotron.profiles.load import load_profile
+    from nemotron.launch.plan import plan_job
+    from nemotron.config.registry import get_stage
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path))
     stage = get_stage("pretrain")
@@ -82,7 +83,7 @@ def test_secrets_absent_from_sbatch_script(tmp_path, monkeypatch):
     plan = plan_job(compiled, profile)
     req = StageRequest(stage=stage, config="tiny", overrides=(), mode="batch", profile="sample", dry_run=True,
                        env_file=str(ENV_FILE))
-    script = execute.render(req, compiled, profile, plan)
+    script = backends.render(req, compiled, profile, plan)
     assert "#SBATCH" in script
     for secret in SECRETS:
         assert secret not in script

@@ -22,12 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from nemotron import artifacts, validation
-from nemotron.cli import main
-from nemotron.config import compile_config
+from nemotron.config import artifacts
+from nemotron import validation
+from nemotron.cli.main import main
+from nemotron.config.compile import compile_config
 from nemotron.errors import plural
-from nemotron.pipeline import StageRequest, prepare_stage
-from nemotron.registry import get_stage
+from nemotron.cli.pipeline import StageRequest, prepare_stage
+from nemotron.config.registry import get_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_ENV = str(ROOT / "tests" / "fixtures" / "env.toml")

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from nemotron import artifacts
+from nemotron.config import artifacts
 from nemotron.errors import ConfigError
-from nemotron.profiles import artifacts_root, load_profiles
+from nemotron.profiles.load import use_env_file
+from nemotron.profiles.sections import artifacts_root
+from nemotron.profiles.load import load_profiles
 from submit_support import nemotron_runner
 
 
@@ -82,11 +84,11 @@ def test_records_go_to_the_artifacts_root_and_are_read_from_it(cli, tmp_path):
 def test_use_env_file_switches_and_resets_the_store(tmp_path, monkeypatch):
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     try:
-        artifacts.use_env_file(_env(tmp_path, '[artifacts]\nroot = "store"\n'))
+        use_env_file(_env(tmp_path, '[artifacts]\nroot = "store"\n'))
         assert artifacts.store() == tmp_path / "store"
         rec = artifacts.record("x", {"path": "/p"})
         assert (tmp_path / "store" / "x" / f"v{rec['version']}.json").is_file()
-        artifacts.use_env_file(None)
+        use_env_file(None)
         assert artifacts.store() == tmp_path / "home" / "artifacts"
     finally:
-        artifacts.use_env_file(None)
+        use_env_file(None)

@@ -16,8 +16,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from nemotron.kit import squashfs_name
-from nemotron.plan import image_table
+from nemotron.launch.kit import squashfs_name
+from nemotron.config.images import image_table
 from nemotron.runtime import megatron_bridge as mb
 from nemotron.runtime import prestart
 from nemotron.runtime.quantize_cluster import MIN_MODELOPT

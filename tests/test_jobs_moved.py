@@ -93,9 +93,9 @@ def test_slurm_job_with_moved_folders_status_and_logs_exit_1(env, tmp_path):
 
 
 def test_status_lines_never_wrap_an_id(tmp_path):
-    """`status` prints name: value lines (nemotron.jobs.status_lines): a long id stays on one line whatever the
+    """`status` prints name: value lines (nemotron.launch.jobs.status_lines): a long id stays on one line whatever the
     terminal width, so it can be copied."""
-    from nemotron import jobs
+    from nemotron.launch import jobs
 
     rec = jobs.JobRecord(experiment_id="ultra3-data-prep-pretrain-tiny-20261202-054908-c0c5f7", job_id="ultra3-"
                          "data-prep-pretrain-q8x1kz7c9d", stage="data_prep_pretrain", title="ultra3 data prep pretrain",

@@ -1,5 +1,5 @@
 """The Megatron-Bridge key list (src/nemotron/keylists, made by scripts/megatron_bridge_keys.py) and the
-unknown-pass-through-key check (src/nemotron/keys.py)."""
+unknown-pass-through-key check (src/nemotron/config/keys.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from nemotron import keys
+from nemotron.config import keys
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _pinned(framework: str) -> str:
     """The key list name for the ``[nemo]`` pin: version and short commit (``0.5.0-4588417``)."""
-    from nemotron.validation.views import keylist_version
+    from nemotron.config.images import keylist_version
 
     return keylist_version("nemo", framework)
 
@@ -54,8 +54,8 @@ def test_every_stage_config_key_is_ours_or_megatron_bridges(stage):
 
 def test_unknown_pass_through_key_is_rejected_with_a_did_you_mean():
     """`+train.train_itres=5` gets past the config compiler (+ adds a key); the key list stops it."""
-    from nemotron.config import compile_config
-    from nemotron.registry import get_stage
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import get_stage
 
     cfg = compile_config(get_stage("pretrain"), "tiny", ["+train.train_itres=5", "+model.moe_router_topk_scalin=5.0",
                                                           "+optimzer.lr=1"], check_paths=False).config

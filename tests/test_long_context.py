@@ -14,7 +14,7 @@ import pytest
 
 from config_support import compile_stage
 from local_runtime_support import write_pretrain_data
-from nemotron.cli import main
+from nemotron.cli.main import main
 from nemotron.data.blend import mix_blend_files, training_blend
 from nemotron.errors import ConfigError
 

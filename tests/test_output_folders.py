@@ -1,5 +1,5 @@
 """Output folders that cannot be created: refused by validation for runs on this machine, and named by
-their config key when a runtime meets one anyway (nemotron.paths, nemotron.validation, nemotron.entry).
+their config key when a runtime meets one anyway (nemotron.config.paths, nemotron.validation, nemotron.runtime.dispatch).
 
 Real CLI in a subprocess, real stage configs, the real data prep runtime; /sys stands for a folder nobody
 may create entries in (the kernel's sysfs refuses mkdir even to root).
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from config_support import compile_stage
-from nemotron.paths import cannot_create_folder, folder_key
+from nemotron.config.paths import cannot_create_folder, folder_key
 from submit_support import nemotron_runner
 
 REPO = Path(__file__).resolve().parent.parent

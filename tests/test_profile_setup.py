@@ -42,9 +42,9 @@ def test_a_setup_line_bash_cannot_parse_is_refused_naming_it(tmp_path, line):
 
 def test_valid_setup_lines_render_into_a_script_bash_accepts(tmp_path, monkeypatch):
     pytest.importorskip("nemo_run", reason="the job script is rendered by NeMo-Run")
-    from nemotron import execute
-    from nemotron.pipeline import StageRequest, prepare_stage
-    from nemotron.registry import get_stage
+    from nemotron.launch import backends
+    from nemotron.cli.pipeline import StageRequest, prepare_stage
+    from nemotron.config.registry import get_stage
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     env = tmp_path / "env.toml"
@@ -53,7 +53,7 @@ def test_valid_setup_lines_render_into_a_script_bash_accepts(tmp_path, monkeypat
     req = StageRequest(stage=get_stage("data-prep-rl"), config="tiny", overrides=(), mode="batch", profile="c",
                        dry_run=True, env_file=str(env))
     p = prepare_stage(req)
-    script = execute.render(req, p.compiled, p.profile, p.plan)
+    script = backends.render(req, p.compiled, p.profile, p.plan)
     assert 'export A="b c"' in script
     check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr

@@ -12,16 +12,9 @@ import pytest
 import yaml
 
 from nemotron.errors import ConfigError
-from nemotron.profiles import (
-    find_env_file,
-    is_secret_name,
-    load_profiles,
-    parse_slurm_time,
-    profile_yaml,
-    profiles_table,
-    redact_text,
-    resolve_profile,
-)
+from nemotron.profiles.load import find_env_file, load_profiles, resolve_profile
+from nemotron.profiles.schema import is_secret_name, parse_slurm_time, redact_text
+from nemotron.profiles.show import profile_yaml, profiles_table
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -566,7 +559,7 @@ def test_profiles_table_lists_profiles_and_marks_invalid(tmp_path):
 
 
 def test_module_import_stays_light():
-    code = ("import sys, nemotron.profiles; "
+    code = ("import sys, nemotron.profiles.load; "
             "print(sorted(m for m in ('rich', 'nemo_run', 'torch', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.cli import main
+from nemotron.cli.main import main
 
 pytest.importorskip("nemo_run", reason="the job script is rendered by NeMo-Run (a base dependency: reinstall nemotron-cli)")
 
@@ -101,7 +101,7 @@ from pathlib import Path
 
 import ray
 
-from nemotron.entry import mark_stopped
+from nemotron.runtime.dispatch import mark_stopped
 
 marker = Path(sys.argv[1])
 if marker.exists():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.entry import REQUEUE_MARKER_ENV, mark_stopped
+from nemotron.runtime.dispatch import REQUEUE_MARKER_ENV, mark_stopped
 from nemotron.runtime import megatron_bridge as mb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,12 +85,12 @@ def test_entry_writes_the_marker_only_in_a_job_that_asks_and_only_on_rank_zero(t
 
 
 def test_entry_of_a_stage_that_returns_75_writes_the_marker(tmp_path):
-    """The real entry (`nemotron.entry.run`, as a stage's run.py calls it) of a runtime that saved and stopped
+    """The real entry (`nemotron.runtime.dispatch.run`, as a stage's run.py calls it) of a runtime that saved and stopped
     (exit 75) writes the marker itself and runs no Slurm command in the step."""
     marker = tmp_path / "requeue.marker"
     (tmp_path / "stopper.py").write_text("def main(cfg):\n    return 75\n")
     (tmp_path / "train.yaml").write_text("backend: stopper\n")
-    code = ("import sys; from nemotron.entry import Backend, run; "
+    code = ("import sys; from nemotron.runtime.dispatch import Backend, run; "
             "sys.exit(run('ultra3 pretrain', {'stopper': Backend('stopper:main')}, 'stopper', sys.argv[1:]))")
     env = {"PATH": "/nonexistent", "PYTHONPATH": f"{tmp_path}:{ROOT / 'src'}", REQUEUE_MARKER_ENV: str(marker),
            "SLURM_JOB_ID": "7", "NEMOTRON_SLURM_REQUEUE": "1"}  # no scontrol reachable: none is needed here
@@ -105,7 +105,7 @@ def test_dry_run_shows_the_host_side_decision_of_a_training_job(tmp_path, monkey
     """The rendered sbatch script of a training stage removes a stale marker before the step and decides after it
     (trap on exit, `scontrol requeue` in the batch script itself); a stage without run keys gets none of it."""
     pytest.importorskip("nemo_run", reason="the sbatch script is rendered by NeMo-Run")
-    from nemotron.cli import main
+    from nemotron.cli.main import main
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)

@@ -161,7 +161,7 @@ def test_chain_continuation_resumes_a_signalled_run(cli, env_file, slurm, submit
 def test_warning_signal_must_come_before_the_time_limit(tmp_path, monkeypatch, capsys):
     """No cluster needed: the dry-run refuses a warning at or past the profile's time, as one of its problems
     (listed with any others, the job not rendered)."""
-    from nemotron.cli import main
+    from nemotron.cli.main import main
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)

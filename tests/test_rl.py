@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemotron import keys, validation
-from nemotron.registry import get_stage
+from nemotron.config import keys
+from nemotron import validation
+from nemotron.config.registry import get_stage
 from nemotron.runtime import nemo_rl
 from nemotron.validation import checks
-from nemotron.validation.views import node_shape
+from nemotron.layout.views import node_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ROOT / "stages" / "ultra3"
@@ -43,7 +44,7 @@ GB200 = prof(4, "blackwell", 186.0, "gb200")
 def compiled(stage: str, config: str = "default", overrides: dict | None = None):
     """The config as the CLI compiles it (``key=value`` overrides as JSON flow values), upstream artifacts
     that do not exist left as ``${art:...}`` text."""
-    from nemotron.config import compile_config
+    from nemotron.config.compile import compile_config
 
     args = [f"{k}={json.dumps(v)}" for k, v in (overrides or {}).items()]
     return compile_config(get_stage(stage), config, args, check_paths=False)
@@ -62,7 +63,7 @@ def errors(problems):
 
 # ------------------------------------------------------------------------------------------ configs
 def test_rlvr_ships_phase2_and_one_config_per_teacher_slot():
-    from nemotron.config import config_names
+    from nemotron.config.paths import config_names
 
     names = set(config_names(get_stage("rlvr")))
     assert {"default", "tiny", "local", "phase2"} <= names
@@ -93,7 +94,7 @@ def test_every_rlvr_config_validates_on_b200(config):
 
 
 def test_teacher_configs_record_teacher_artifacts_and_start_from_the_student():
-    from nemotron.plan import planned_outputs
+    from nemotron.launch.plan import planned_outputs
 
     for slot in ("rlhf", "ifbench", "reasoning", "swe"):
         c = compiled("rlvr", f"teacher-{slot}")
@@ -108,7 +109,7 @@ def test_teacher_configs_record_teacher_artifacts_and_start_from_the_student():
 def test_teacher_artifact_reaches_the_mopd_panel(tmp_path, monkeypatch):
     """A teacher run records `teacher-reasoning` (config teacher-reasoning); `mopd` (config default) takes it,
     and a teacher config takes the Student RLVR output of the default run."""
-    from nemotron import artifacts
+    from nemotron.config import artifacts
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path))
     monkeypatch.setattr(artifacts, "PLANNED", {})
@@ -307,7 +308,7 @@ def test_every_rl_config_key_is_ours_or_nemo_rls(stage):
 
 
 def test_unknown_nemo_rl_key_is_rejected_at_dry_run_with_a_did_you_mean(capsys):
-    from nemotron.cli import main
+    from nemotron.cli.main import main
 
     code = main(["ultra3", "rlvr", "-c", "tiny", "--dry-run", "+policy.megatron_cfg.tensor_model_paralel_size=8",
                  "+grpo.num_prompt_per_step=3"])
@@ -407,7 +408,7 @@ def test_an_unknown_base_recipe_is_an_error_with_a_did_you_mean():
 def test_tilde_required_key_is_a_dry_run_error(capsys):
     """`~policy.dynamic_batching` deletes a key of the recipe layer; NeMo RL's MasterConfig requires it (the
     contract test shows it refuses), and so does the dry-run: exit 2, rule nemo-rl-required."""
-    from nemotron.cli import main
+    from nemotron.cli.main import main
 
     code = main(["ultra3", "rlvr", "-c", "tiny", "--dry-run", "~policy.dynamic_batching"])
     text = capsys.readouterr()
@@ -508,8 +509,8 @@ def test_finish_without_a_step_or_with_a_failed_converter_exits_non_zero(tmp_pat
 def test_the_recorded_hf_checkpoint_feeds_the_next_stage(tmp_path, monkeypatch):
     """rlvr's record (planned hf/latest, updated from outputs.json to hf/step_N) is what mopd's student and general
     teacher resolve to, and the run's checks accept it: a folder with a config.json."""
-    from nemotron import artifacts
-    from nemotron.plan import planned_outputs
+    from nemotron.config import artifacts
+    from nemotron.launch.plan import planned_outputs
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(artifacts, "PLANNED", {})
@@ -612,7 +613,7 @@ def test_entry_script_fails_with_one_clear_line_here(tmp_path):
 def _slurm_ray_launch_ready() -> bool:
     """Whether this tree can submit Ray stages to Slurm yet (another change brings NeMo-Run's Ray-on-Slurm
     launch; until then the plan renders 'NOT SUBMITTABLE YET')."""
-    text = (ROOT / "src" / "nemotron" / "submit.py").read_text()
+    text = (ROOT / "src" / "nemotron" / "launch" / "submit.py").read_text()
     return "NOT SUBMITTABLE YET" not in text
 
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from nemotron import catalogue
+from nemotron.config import catalogue
 from nemotron.runtime.convert import ConfigFormError, config_form, convert_checkpoint_config, v4_to_v5, v5_to_v4
 from nemotron.runtime.routing import RoutingError, check_routing, require_routing
 

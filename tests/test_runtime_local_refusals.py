@@ -19,8 +19,8 @@ import yaml
 
 from local_runtime_support import ROOT, compile_local, fast_overrides, small_spec, write_pretrain_data, write_sft_data
 from nemotron import validation
-from nemotron.cli import main as cli_main
-from nemotron.registry import get_stage
+from nemotron.cli.main import main as cli_main
+from nemotron.config.registry import get_stage
 from nemotron.runtime import settings as S
 from nemotron.runtime.entry import run_config
 
@@ -115,7 +115,7 @@ def test_local_backend_refuses_more_than_one_gpu(home, capsys, monkeypatch):
     """run.env.gpus_per_node=2 / run.env.nodes=2 with -c local: --dry-run refuses (one line naming the key);
     the run's own GPU check does not tell a local config to use -c local."""
     from nemotron.errors import ConfigError
-    from nemotron.execute import check_gpus
+    from nemotron.launch.execute import check_gpus
 
     for key in ("run.env.gpus_per_node", "run.env.nodes"):
         code, out = _dry_run(capsys, "pretrain", "-c", "local", f"{key}=2")

@@ -18,7 +18,7 @@ import pytest
 
 from config_support import compile_stage
 from local_runtime_support import ROOT, pack, write_packed_parquet, write_pretrain_data
-from nemotron import keys
+from nemotron.config import keys
 from nemotron.runtime import megatron_bridge as mb
 from nemotron.runtime.pretrain_data import read_blend
 from nemotron.runtime.tracking import wandb_run_id
@@ -218,7 +218,7 @@ def test_a_slice_carries_its_hf_config_from_the_catalogue(tmp_path):
     """``model.name: ultra4layer``: the translation carries the slice's HF config.json (4 layers ``ME*E``, the
     ``*E`` MTP block), the job writes it to a folder that becomes the recipe's ``hf_path``; MTP depth and shared
     weights are the ones the memory estimate counts. The full model has none: the recipe reads hf_model_id."""
-    from nemotron import catalogue
+    from nemotron.config import catalogue
 
     blend = write_pretrain_data(tmp_path / "data")
     cfg = compile_stage("pretrain", "tiny", data__per_split_data_args_path=str(blend), checkpoint__save=str(tmp_path / "c"))

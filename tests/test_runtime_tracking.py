@@ -20,12 +20,8 @@ from local_runtime_support import (
     write_pretrain_data,
 )
 from nemotron.runtime import settings as S
-from nemotron.runtime.tracking import (
-    data_label,
-    wandb_identity,
-    wandb_key_problem,
-    wandb_run_id,
-)
+from nemotron.runtime.tracking import data_label, wandb_identity, wandb_run_id
+from nemotron.profiles.sections import wandb_key_problem
 
 KEY = "wandb-key-for-tests-0123456789abcdef0123"
 TRACKING_ENV = ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_NAME", "WANDB_DIR",
@@ -120,7 +116,7 @@ def test_tensorboard_holds_the_loss_and_wandb_resumes_the_same_run(tmp_path, mon
 def test_env_toml_wandb_section_supplies_the_project(tmp_path, monkeypatch, capsys):
     """The [wandb] settings section fills logger.wandb_project / wandb_entity of a run on a profile; a
     config's own value wins; a misspelt key is refused with a did-you-mean."""
-    from nemotron.cli import main
+    from nemotron.cli.main import main
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)

@@ -116,7 +116,8 @@ def test_missing_nemo_run_is_one_line_naming_the_install(seed_env, tmp_path):
 def test_profiles_table_hint_carries_the_env_file_given(tmp_path):
     from rich.console import Console
 
-    from nemotron.profiles import load_profiles, profiles_table
+    from nemotron.profiles.load import load_profiles
+    from nemotron.profiles.show import profiles_table
 
     env = tmp_path / "my env.toml"
     env.write_text('[broken]\nexecutor = "slurm"\ngpus_per_node = "eight"\n', encoding="utf-8")

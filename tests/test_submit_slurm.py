@@ -99,7 +99,7 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 def nemo_image() -> str:
-    from nemotron.plan import image_table
+    from nemotron.config.images import image_table
 
     return str(image_table()["nemo"]["image"])
 
@@ -269,7 +269,7 @@ def test_image_build_job_reaches_the_node_and_says_what_is_missing(cli, env_file
 
 def test_stage_messages_dedupe_ranks_and_skip_the_launcher():
     """The failure summary's lines from a log as torchrun (--tee prefix) and srun --label write it."""
-    from nemotron.jobs import stage_messages
+    from nemotron.launch.jobs import stage_messages
 
     log = "\n".join([
         "I1130 torch/distributed/run.py:747] Using nproc_per_node=2.",

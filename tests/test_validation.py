@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemotron import catalogue, validation
-from nemotron.registry import get_stage
-from nemotron.validation import memory, rules, views
+from nemotron.config import catalogue
+from nemotron import validation
+from nemotron.config.registry import get_stage
+from nemotron.config import images, tree
+from nemotron.layout import memory, rules
 
 STAGES = Path(__file__).resolve().parents[1] / "stages" / "ultra3"
 
@@ -47,7 +49,7 @@ def _resolve(tree: dict, node=None):
         if isinstance(v, (dict, list)):
             _resolve(tree, v)
         elif isinstance(v, str) and (m := _REF.match(v)):
-            target = views.get(tree, m.group(1), v)
+            target = tree.get(tree, m.group(1), v)
             node[k] = target
     return tree
 
@@ -58,7 +60,7 @@ def load(folder: str, config: str = "default", overrides: dict | None = None) ->
     the config file or an override. Upstream artifacts that do not exist stay ``${art:...}`` text."""
     import json
 
-    from nemotron.config import compile_config
+    from nemotron.config.compile import compile_config
 
     args = [f"{k}={json.dumps(v)}" for k, v in (overrides or {}).items()]
     compiled = compile_config(get_stage(folder.replace("_", "-")), config, args, check_paths=False)
@@ -128,14 +130,14 @@ def test_tiny_validates_on_an_8gpu_h100_profile(folder):
     """tiny is one 8-GPU node (MOPD: three, see its YAML) and runs on Hopper."""
     problems, _, _, cfg = check(folder, "tiny", profile=H100)
     assert errors(problems) == [], [p.render() for p in errors(problems)]
-    assert views.as_int(views.get(cfg, "run.env.nodes")) == (3 if folder == "mopd" else 1)
+    assert tree.as_int(tree.get(cfg, "run.env.nodes")) == (3 if folder == "mopd" else 1)
 
 
 @pytest.mark.parametrize("folder", ["pretrain", "sft", "convert", "quantize"])
 def test_tiny_follows_a_4gpu_node_shape(folder):
     problems, notes, _, cfg = check(folder, "tiny", profile=GB200)
     assert errors(problems) == [], [p.render() for p in errors(problems)]
-    assert views.get(cfg, "model.expert_model_parallel_size") == 4
+    assert tree.get(cfg, "model.expert_model_parallel_size") == 4
     assert any("4 GPUs" in n for n in notes)
 
 
@@ -156,9 +158,9 @@ def test_other_configs_only_set_default_keys(folder, config):
     data.pop("defaults", None)
     known = _leaves(default)
     if isinstance(default.get("nemo_rl"), dict):  # a NeMo RL stage also has every key of its base recipe
-        from nemotron.runtime import nemo_rl
+        from nemotron.config import nemo_rl_base
 
-        known |= _leaves(nemo_rl.base_recipe(default["nemo_rl"]["base"])[1])
+        known |= _leaves(nemo_rl_base.base_recipe(default["nemo_rl"]["base"])[1])
     for key in _leaves(data):
         parts = key.split(".")
         assert any(".".join(parts[:i]) in known for i in range(1, len(parts) + 1)), \
@@ -395,7 +397,7 @@ def _run_bad(case, tmp_path, monkeypatch):
     overrides = overrides(tmp_path) if callable(overrides) else dict(overrides)
     mcore = overrides.pop("@mcore", None)
     if mcore:
-        real = views.framework_version
+        real = images.framework_version
         monkeypatch.setattr("nemotron.validation.checks.framework_version",
                             lambda image, fw: mcore if fw == "megatron_core" else real(image, fw))
     problems, _, _, _ = check(folder, config, overrides, profile)
@@ -508,11 +510,11 @@ def test_data_tokenizer_rule_by_hash_and_name():
 def test_slice_switches_to_one_node_and_says_so():
     cfg, user = load("pretrain", "default", {"model.name": "ultra4layer"})
     notes = validation.prepare(get_stage("pretrain"), cfg, user, H200)
-    assert views.get(cfg, "model.tensor_model_parallel_size") == 1
-    assert views.get(cfg, "model.pipeline_model_parallel_size") == 1
-    assert views.get(cfg, "model.expert_model_parallel_size") == 8
-    assert views.get(cfg, "model.sequence_parallel") is False
-    assert views.get(cfg, "run.env.nodes") == 1
+    assert tree.get(cfg, "model.tensor_model_parallel_size") == 1
+    assert tree.get(cfg, "model.pipeline_model_parallel_size") == 1
+    assert tree.get(cfg, "model.expert_model_parallel_size") == 8
+    assert tree.get(cfg, "model.sequence_parallel") is False
+    assert tree.get(cfg, "run.env.nodes") == 1
     assert notes and "ultra4layer" in notes[0] and "runs on one node (8 GPUs)" in notes[0]
 
 
@@ -523,7 +525,7 @@ def test_slice_kept_at_tp2_gets_sequence_parallel():
         cfg, user = load("pretrain", base, {"model.name": "ultra4layer", "model.tensor_model_parallel_size": 2,
                                             "mixed_precision": "bf16_mixed"})
         validation.prepare(get_stage("pretrain"), cfg, user, H200)
-        assert views.get(cfg, "model.sequence_parallel") is True
+        assert tree.get(cfg, "model.sequence_parallel") is True
         assert not errors(validation.validate(get_stage("pretrain"), cfg, H200))
     cfg, user = load("pretrain", "tiny", {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": False})
     notes = validation.prepare(get_stage("pretrain"), cfg, user, H200)
@@ -531,7 +533,7 @@ def test_slice_kept_at_tp2_gets_sequence_parallel():
     assert [p.rule for p in errors(validation.validate(get_stage("pretrain"), cfg, H200))] == ["moe-tp-needs-sp"]
     cfg, user = load("rlvr", "tiny", {"policy.megatron_cfg.tensor_model_parallel_size": 2})
     validation.prepare(get_stage("rlvr"), cfg, user, H200)
-    assert views.get(cfg, "policy.megatron_cfg.sequence_parallel") is True
+    assert tree.get(cfg, "policy.megatron_cfg.sequence_parallel") is True
 
 
 def test_packed_micro_batch_and_offload_rules():
@@ -563,21 +565,21 @@ def test_unknown_recipe_is_a_warning_naming_the_ultra_recipes():
 def test_slice_keeps_user_keys():
     cfg, user = load("pretrain", "default", {"model.name": "ultra4layer", "model.expert_model_parallel_size": 4})
     notes = validation.prepare(get_stage("pretrain"), cfg, user, H200)
-    assert views.get(cfg, "model.expert_model_parallel_size") == 4
+    assert tree.get(cfg, "model.expert_model_parallel_size") == 4
     assert "kept your model.expert_model_parallel_size=4" in notes[0]
 
 
 def test_slice_on_rl_sets_the_policy_layout():
     cfg, user = load("rlvr", "tiny")
     validation.prepare(get_stage("rlvr"), cfg, user, H200)
-    assert views.get(cfg, "policy.megatron_cfg.expert_model_parallel_size") == 8
-    assert views.get(cfg, "policy.megatron_cfg.tensor_model_parallel_size") == 1
+    assert tree.get(cfg, "policy.megatron_cfg.expert_model_parallel_size") == 8
+    assert tree.get(cfg, "policy.megatron_cfg.tensor_model_parallel_size") == 1
 
 
 def test_mopd_fallback_is_filled_and_said():
     cfg, user = load("mopd", "default", {"_teachers.general": "/ckpt/general"})
     notes = validation.prepare(get_stage("mopd"), cfg, user, B200)
-    assert views.get(cfg, "_teachers.swe") == "/ckpt/general"
+    assert tree.get(cfg, "_teachers.swe") == "/ckpt/general"
     assert any("fall back to the general teacher" in n for n in notes)
     assert any("any other task goes to the 'general' teacher" in n for n in notes)
 
@@ -651,7 +653,7 @@ def test_generation_engine_memory_warning_on_h200():
 
 # ------------------------------------------------------------------------------------------ import weight
 def test_validation_imports_no_heavy_or_config_libraries():
-    code = ("import sys, nemotron.validation, nemotron.catalogue; "
+    code = ("import sys, nemotron.validation, nemotron.config.catalogue; "
             "bad = [m for m in ('yaml', 'omegaconf', 'pydantic', 'torch', 'transformers', 'nemo_run', 'ray') "
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -10,12 +10,12 @@ The CLI calls exactly three functions, in this order, on the compiled config (pl
 
 and, once the job is planned, :func:`this_machine` — the refusals of a run on this machine (no profile, or a
 ``local`` one) that depend on the machine: its GPUs and whether its Python has the stage's framework. The
-dry run and the run both get every one of them through :func:`nemotron.pipeline.prepare_stage`.
+dry run and the run both get every one of them through :func:`nemotron.cli.pipeline.prepare_stage`.
 
-Stdlib only (plus :mod:`nemotron.catalogue` and :mod:`nemotron.errors`): importing this package costs
-nothing at start-up. The rules live in :mod:`nemotron.validation.rules` (one pure function each, with
+Stdlib only (plus :mod:`nemotron.config.catalogue` and :mod:`nemotron.errors`): importing this package costs
+nothing at start-up. The rules live in :mod:`nemotron.layout.rules` (one pure function each, with
 its source and the Megatron-Core versions it holds for), the estimate in
-:mod:`nemotron.validation.memory`. ``profile`` is None (no profile: an 8-GPU H200 node, 141 GB,
+:mod:`nemotron.layout.memory`. ``profile`` is None (no profile: an 8-GPU H200 node, 141 GB,
 Hopper, assumed) or an object with ``name``, ``executor``, ``gpus_per_node``, ``gpu_arch`` and
 ``gpu_memory`` (GB) attributes.
 """
@@ -24,10 +24,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemotron import catalogue
-from nemotron.errors import Problem, plural
-from nemotron.validation import checks, rules
-from nemotron.validation.views import as_int, get, node_shape, put
+from nemotron.config import catalogue, keys
+from nemotron.config.images import framework_version, keylist_version
+from nemotron.config.paths import OUTPUT_FOLDER_KEYS, cannot_create_folder, config_names
+from nemotron.config.tree import as_int, get, put
+from nemotron.errors import ConfigError, Problem, plural
+from nemotron.layout import rules
+from nemotron.layout.views import node_shape
+from nemotron.validation import checks
+from nemotron.validation.cluster import warning_signal_problem
 
 Table = tuple[str, list[str], list[list[str]]]
 
@@ -249,8 +254,8 @@ _CONTAINER_LABEL = {"nemo": "NeMo", "nemo-rl": "NeMo RL"}
 
 def _local_config(stage: Any) -> str | None:
     """``"-c local"`` when the stage ships a ``local`` config whose backend has a runtime in this version."""
-    from nemotron.config import config_backend, config_names
-    from nemotron.entry import missing_runtime
+    from nemotron.config.compile import config_backend
+    from nemotron.runtime.dispatch import missing_runtime
 
     try:
         if "local" in config_names(stage) and missing_runtime(stage, config_backend(stage, "local")) is None:
@@ -262,10 +267,10 @@ def _local_config(stage: Any) -> str | None:
 
 def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
     """``run.signal_before_s`` and ``run.chain`` (the training stages' submission keys, read by
-    :func:`nemotron.plan.plan_job`): whole numbers >= 0, and on a Slurm profile a warning signal that comes
-    before the job's time limit (:func:`nemotron.submit.warning_signal_problem`, the check submission makes).
+    :func:`nemotron.launch.plan.plan_job`): whole numbers >= 0, and on a Slurm profile a warning signal that comes
+    before the job's time limit (:func:`nemotron.validation.cluster.warning_signal_problem`, the check submission makes).
     ``run.env.nodes`` > 1 with no profile or a ``local`` profile: a warning that the run is one machine
-    (:meth:`nemotron.plan.JobPlan.command` and the local executor start ``torchrun --nnodes 1``)."""
+    (:meth:`nemotron.launch.plan.JobPlan.command` and the local executor start ``torchrun --nnodes 1``)."""
     run = cfg.get("run") if isinstance(cfg.get("run"), dict) else {}
     out = []
     for key in ("signal_before_s", "chain"):
@@ -275,7 +280,6 @@ def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
                                rule="run-keys"))
     executor = str(getattr(profile, "executor", "") or "") if profile is not None else ""
     if not out and executor == "slurm":
-        from nemotron.submit import warning_signal_problem
 
         problem = warning_signal_problem(run.get("signal_before_s"), profile)
         out += [problem] if problem is not None else []
@@ -293,12 +297,11 @@ def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
 
 def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
     """Rule ``output-folder``: for a run on this machine (no profile, or a ``local`` one), every output
-    folder the config names (:data:`nemotron.paths.OUTPUT_FOLDER_KEYS`) exists as a writable folder or
-    can be created (:func:`nemotron.paths.cannot_create_folder`: its nearest existing parent is a
+    folder the config names (:data:`nemotron.config.paths.OUTPUT_FOLDER_KEYS`) exists as a writable folder or
+    can be created (:func:`nemotron.config.paths.cannot_create_folder`: its nearest existing parent is a
     writable folder). Cluster profiles are not checked: their paths live on the cluster's file system."""
     if profile is not None and getattr(profile, "executor", None) != "local":
         return []
-    from nemotron.paths import OUTPUT_FOLDER_KEYS, cannot_create_folder
 
     out = []
     for key in OUTPUT_FOLDER_KEYS:
@@ -315,11 +318,11 @@ def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
 
 def _missing_runtime(stage: Any, cfg: dict) -> list[Problem]:
     """An error when the config's ``backend`` is one the stage's entry script has no runtime for in this version
-    (:func:`nemotron.entry.missing_runtime`: ``rlvr``/``mopd -c local``): its job would only say so and exit 1,
+    (:func:`nemotron.runtime.dispatch.missing_runtime`: ``rlvr``/``mopd -c local``): its job would only say so and exit 1,
     after the stages before it in a ``pipe`` had run."""
     if not getattr(stage, "entry", None):
         return []
-    from nemotron.entry import CONTAINERS, missing_runtime, stage_backends
+    from nemotron.runtime.dispatch import CONTAINERS, missing_runtime, stage_backends
 
     found = missing_runtime(stage, checks.backend(cfg) or None)
     if found is None:
@@ -343,7 +346,6 @@ def _blend_mix(cfg: dict) -> list[Problem]:
     from pathlib import Path
 
     from nemotron.data.blend import mix_blend_files, parse_mix
-    from nemotron.errors import ConfigError
 
     primary = data.get("per_split_data_args_path")
     try:
@@ -362,8 +364,6 @@ def _passthrough_keys(cfg: dict, framework: str = "megatron-bridge") -> list[Pro
     or NeMo RL's MasterConfig (scripts/nemo_rl_keys.py, from a source checkout at the pinned commit). Required
     fields of the classes the Megatron-Bridge job constructs itself are checked on its translation
     (:func:`nemotron.validation.checks.bridge_translation`)."""
-    from nemotron import keys
-    from nemotron.validation.views import keylist_version
 
     if framework == "nemo-rl":
         version, own, rid, label = keylist_version("nemo-rl", "nemo_rl"), keys.NEMO_RL_OWN_KEYS, "nemo-rl-keys", "NeMo RL"
@@ -373,7 +373,7 @@ def _passthrough_keys(cfg: dict, framework: str = "megatron-bridge") -> list[Pro
         keylist = keys.load_keylist(version or "", framework)
     except KeyError as exc:
         return [Problem(key="", value=None, message=str(exc.args[0]), rule=rid, severity="warning")]
-    from nemotron.config import _resolve_path, _split_key
+    from nemotron.config.compile import _resolve_path, _split_key
 
     out = []
     for p in keys.unknown_keys(cfg, keylist, own):
@@ -389,9 +389,7 @@ def _nemo_rl_rules(cfg: dict) -> list[Problem]:
     """NeMo RL's own refusals of the config its entry receives (required keys, the entry's reads, the checkpoint
     metric, rollout-path settings): :func:`nemotron.validation.nemo_rl.validate_nemo_rl`, against the key list
     of the pinned commit (a missing key list is ``_passthrough_keys``'s warning)."""
-    from nemotron import keys
     from nemotron.validation.nemo_rl import validate_nemo_rl
-    from nemotron.validation.views import framework_version
 
     try:
         keylist = keys.load_keylist(framework_version("nemo-rl", "nemo_rl") or "", "nemo-rl")

@@ -7,33 +7,18 @@ import re
 import secrets
 import sys
 import time
-import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from nemotron.config import Compiled
+from nemotron.config.compile import Compiled
+from nemotron.config.images import image_table
+from nemotron.config.paths import stages_dir
+from nemotron.config.registry import Stage
 from nemotron.errors import ConfigError
-from nemotron.paths import stages_dir
-from nemotron.registry import Stage
 
 #: GPUs per node assumed for a GPU stage when no profile says otherwise (an 8-GPU HGX/DGX node).
 DEFAULT_GPUS_PER_NODE = 8
-
-
-@lru_cache(maxsize=1)
-def image_table() -> dict[str, dict[str, Any]]:
-    """``stages/images.toml``: image key → {image, frameworks, used_by}.
-
-    Raises:
-        ConfigError: when the file is not valid TOML (names file and line).
-    """
-    path = stages_dir() / "images.toml"
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
 
 
 def safe_name(text: str) -> str:

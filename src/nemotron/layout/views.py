@@ -10,59 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-_MISSING = object()
+from nemotron.config.tree import as_int, get, unresolved
 
 #: Node shape assumed when no profile is given (DESIGN §3: an 8-GPU H200 node).
 DEFAULT_GPUS_PER_NODE = 8
 DEFAULT_GPU_MEMORY_GB = 141.0
 DEFAULT_GPU_ARCH = "hopper"
-
-
-def get(cfg: dict, key: str, default: Any = None) -> Any:
-    """Value at dotted ``key`` (``a.b.c``) or ``default`` when any segment is missing."""
-    node: Any = cfg
-    for seg in key.split("."):
-        if isinstance(node, dict) and seg in node:
-            node = node[seg]
-        else:
-            return default
-    return node
-
-
-def has(cfg: dict, key: str) -> bool:
-    return get(cfg, key, _MISSING) is not _MISSING
-
-
-def put(cfg: dict, key: str, value: Any) -> None:
-    """Set dotted ``key`` (creating mappings on the way)."""
-    node = cfg
-    parts = key.split(".")
-    for seg in parts[:-1]:
-        node = node.setdefault(seg, {})
-    node[parts[-1]] = value
-
-
-def as_int(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
-
-
-def unresolved(value: Any) -> bool:
-    """A ``${...}`` text the compiler could not resolve yet."""
-    return isinstance(value, str) and "${" in value
 
 
 @dataclass
@@ -224,34 +181,6 @@ def rl_view(cfg: dict) -> TrainView:
 
 
 # ------------------------------------------------------------------------------------ framework pins
-@lru_cache(maxsize=1)
-def image_table() -> dict[str, Any]:
-    """``stages/images.toml`` (empty when unreadable: the planner reports that file's errors)."""
-    try:
-        from nemotron.paths import stages_dir
-
-        return tomllib.loads((stages_dir() / "images.toml").read_text(encoding="utf-8"))
-    except Exception:  # validation must not fail on the image table; plan_job reports it
-        return {}
-
-
-def framework_version(image_key: str, framework: str) -> str | None:
-    """The version ``stages/images.toml`` pins for ``framework`` in image ``image_key``."""
-    entry = image_table().get(image_key) or {}
-    value = (entry.get("frameworks") or {}).get(framework)
-    return str(value) if value is not None else None
-
-
-def keylist_version(image_key: str, framework: str) -> str | None:
-    """The name of the stored key list (``keylists/<framework>-<name>.json``) for what ``stages/images.toml``
-    pins: the version, followed by the short commit of ``[image_key].commits`` when one is pinned and the
-    version does not already end in it (``[nemo]``: Megatron-Bridge ``0.5.0`` at ``4588417...`` →
-    ``0.5.0-4588417``, the branch commit the key list was generated from; ``[nemo-rl]``: ``main-7ea279a``)."""
-    version = framework_version(image_key, framework)
-    commit = str(((image_table().get(image_key) or {}).get("commits") or {}).get(framework) or "")[:7]
-    if version is None or not commit or version.endswith(commit):
-        return version
-    return f"{version}-{commit}"
 
 
 # ------------------------------------------------------------------------------------ data metadata

@@ -6,7 +6,7 @@
               → plan job (pure) → --dry-run: render | else: run here or submit → track artifacts
 
 :func:`run_stage` is that flow, kept in one function. Heavy frameworks (NeMo-Run, Ray, torch) are
-imported only by :mod:`nemotron.submit` and the stages' runtime entry scripts.
+imported only by :mod:`nemotron.launch.submit` and the stages' runtime entry scripts.
 """
 
 from __future__ import annotations
@@ -15,8 +15,23 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from nemotron.errors import ConfigError, Problem, UsageError, ValidationError
-from nemotron.registry import STAGES, Stage, get_stage
+from nemotron import report, validation
+from nemotron.cli import dryrun
+from nemotron.config import artifacts
+from nemotron.config.compile import compile_config, config_artifacts, config_backend, profile_overrides
+from nemotron.config.paths import config_names
+from nemotron.config.registry import STAGES, Stage, get_stage
+from nemotron.config.tree import get, leaves
+from nemotron.errors import ConfigError, Problem, RuntimeFailure, UsageError, ValidationError
+from nemotron.launch import backends, jobs, submit
+from nemotron.launch.plan import plan_job, planned_outputs
+from nemotron.profiles import load as profiles
+from nemotron.profiles import show
+from nemotron.profiles.load import load_profile
+from nemotron.profiles.sections import tracking_provenance
+from nemotron.runtime.dispatch import missing_runtime
+from nemotron.validation.cluster import check as cluster_checks
+from nemotron.validation.refusal import unresolved_refusal
 
 
 @dataclass(frozen=True)
@@ -52,34 +67,6 @@ class StageRequest:
                    argv=tuple(sys.argv))
 
 
-def load_profile(name: str | None, env_file: str | None, overrides: dict[str, Any]) -> Any | None:
-    """The env.toml profile ``name`` with ``profile.KEY=VALUE`` overrides applied (None without a name).
-
-    Raises:
-        ConfigError: no env.toml found, unknown profile, invalid profile, profile overrides given
-            without a profile, or an ``[artifacts] root`` that cannot be made on this machine.
-    """
-    from nemotron import artifacts, profiles
-
-    if name is None and overrides:
-        keys = ", ".join(f"profile.{k}" for k in overrides)
-        raise ConfigError(f"{keys} given, but no profile is used", "add --run PROFILE or --batch PROFILE")
-    path = profiles.find_env_file(env_file)
-    artifacts.use_env_file(path)  # [artifacts] root holds for runs here too
-    loaded = profiles.load_profiles(path) if path is not None else None
-    if loaded is not None:
-        profiles.check_artifacts_root(loaded)
-    if name is None:
-        return None
-    if loaded is None:
-        raise ConfigError(f"profile {name!r} requested but no env.toml was found",
-                          "copy env.toml.example to ./env.toml, or pass --env-file PATH (or set NEMOTRON_ENV_FILE)")
-    profile = loaded.get(name)
-    profile = profile.with_overrides(overrides) if overrides else profile
-    profile.tracking_env = profiles.tracking_env(loaded.sections, path)  # [wandb]: the configs' W&B fallback
-    return profile
-
-
 @dataclass
 class Prepared:
     """A stage compiled, validated and planned: everything but running it."""
@@ -102,11 +89,6 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     Raises:
         ConfigError / UsageError: config or command-line mistakes (exit 2).
     """
-    from nemotron import validation
-    from nemotron.config import compile_config, leaves, profile_overrides
-    from nemotron.plan import plan_job
-    from nemotron.validation.cluster import check as cluster_checks
-    from nemotron.validation.views import get
 
     # 1. compile: layers, overrides, interpolation (with the profile's storage roots), provenance
     profile = load_profile(req.profile, req.env_file, profile_overrides(list(req.overrides)))
@@ -122,7 +104,6 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         compiled.launch_args = (f" --{'batch' if req.mode == 'batch' else 'run'} {shlex.quote(req.profile)}"
                                 + (f" --env-file {shlex.quote(req.env_file)}" if req.env_file else ""))
     if profile is not None:  # a default the [wandb] section filled in is labelled as env.toml's, not default.yaml's
-        from nemotron.profiles import tracking_provenance
 
         compiled.provenance.update(tracking_provenance(compiled, profile))
     # 2. validate: the stage's own preparation (e.g. an <N>layer slice picks a one-node layout), then all rules
@@ -161,72 +142,20 @@ def run_stage(req: StageRequest) -> int:
         ValidationError: every validation error at once (exit 2), after printing them.
         RuntimeFailure: the job could not be started or submitted (exit 1).
     """
-    from nemotron import execute, report
 
     p = prepare_stage(req)
     # 4a. dry run: show everything, submit nothing
     if req.dry_run:
-        report.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
+        dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
         if p.errors:
             raise ValidationError(problems=p.problems)
         return 0
     _check_startable(p)
     # 4b. run here, or submit
-    return execute.start(req, p.compiled, p.profile, p.plan)
-
-
-def unresolved_refusal(compiled: Any) -> ConfigError | None:
-    """The refusal of a run whose config still holds unresolved values (an artifact no run has made yet, an unset
-    environment variable), or None. A run raises it (:func:`_check_startable`); a dry run, which may validate a
-    stage before its inputs exist, shows it as its last line and still exits 0 (:func:`nemotron.report.dry_run`).
-    The hint names the command that makes a missing artifact (:func:`nemotron.artifacts.producer_command`) and
-    the ``pipe`` that chains it."""
-    import re
-
-    from nemotron.artifacts import producer_command
-    from nemotron.errors import plural
-
-    if not compiled.unresolved:
-        return None
-    key, why = next(iter(compiled.unresolved.items()))
-    stage = compiled.stage
-    hint = "set the key explicitly (key=value), or export the variable it reads"
-    m = re.search(r"artifact ([^\s:,]+)", str(why))
-    config = compiled.config_name if "/" not in compiled.config_name and not compiled.config_name.endswith(".yaml") \
-        else None
-    command = producer_command(m.group(1), config) if m else None
-    # the producer goes where this job goes: made here, a cluster job could not read it
-    launch = getattr(compiled, "launch_args", "")
-    command = command + launch if command else None
-    producer = next((s for s in STAGES if m and m.group(1) in s.produces), None)
-    if command and config and producer is not None and not _takes_config(producer, config):
-        # the producer ships no config of that name (pretrain -c long_context reads data prep's output): naming
-        # `-c <config>` for it would be a command that fails
-        return ConfigError(f"refusing to start {stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}: "
-                           f"{key}: {why}",
-                           f"set {key} explicitly: {producer.title} has no config named {config}, so no run of it "
-                           f"makes this artifact for -c {config} (run it with a config of yours and give its output here)")
-    if command:
-        chain = (f"; or chain both: nemotron {stage.recipe} pipe {producer.name} {stage.name}"
-                 + (f" -c {config}" if config else "") + launch) if producer is not None else ""
-        hint = f"make it first: {command}{chain}; or set {key} explicitly"
-    return ConfigError(f"refusing to start {stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}: "
-                       f"{key}: {why}", hint)
-
-
-def _takes_config(stage: Any, config: str) -> bool:
-    """Whether ``-c config`` names a config of ``stage`` (``local`` of a data prep stage is its ``tiny``)."""
-    from nemotron.config import _resolve_config_ref
-
-    try:
-        _resolve_config_ref(stage, config, None)
-    except ConfigError:
-        return False
-    return True
+    return backends.start(req, p.compiled, p.profile, p.plan)
 
 
 def _check_startable(p: Prepared) -> None:
-    from nemotron import report
 
     report.problems(p.problems)
     if p.errors:
@@ -238,11 +167,8 @@ def _check_startable(p: Prepared) -> None:
 
 def list_stages(recipe: str) -> int:
     """Print the stages of ``recipe`` with their configs, inputs and outputs: one row per group of configs
-    that consume and produce the same artifacts (:func:`nemotron.config.config_artifacts`), so a config
+    that consume and produce the same artifacts (:func:`nemotron.config.compile.config_artifacts`), so a config
     that differs from the stage's default (``quantize -c local``, ``rlvr -c teacher-*``) shows its own."""
-    from nemotron import report
-    from nemotron.config import config_artifacts, config_backend, config_names
-    from nemotron.entry import missing_runtime
 
     rows = []
     unavailable = False
@@ -269,22 +195,20 @@ def show_profiles(name: str | None, env_file: str | None) -> int:
     Raises:
         ConfigError: no env.toml, an invalid file or an unknown profile.
     """
-    from nemotron import profiles, report
 
     path = profiles.find_env_file(env_file)
     if path is None:
         raise ConfigError("no env.toml found", "copy env.toml.example to ./env.toml, or pass --env-file PATH")
     loaded = profiles.load_profiles(path)
     if name is None:
-        report.out(profiles.profiles_table(loaded, env_file=env_file))
+        report.out(show.profiles_table(loaded, env_file=env_file))
     else:
-        report.out(profiles.profile_yaml(loaded.get(name)), plain=True)
+        report.out(show.profile_yaml(loaded.get(name)), plain=True)
     return 0
 
 
 def job_status(ident: str | None) -> int:
     """``status [ID]``: the job's Slurm state and where its files are."""
-    from nemotron import jobs, report
 
     rec = jobs.load(ident)
     st, code = jobs.state(rec)
@@ -297,11 +221,10 @@ def job_status(ident: str | None) -> int:
 def job_logs(ident: str | None, follow: bool) -> int:
     """``logs [ID] [-f]``: print the job's log; with ``-f`` stream it until the job ends (exit code as
     for an attached run)."""
-    from nemotron import execute, jobs
 
     rec = jobs.load(ident)
     if follow:
-        return execute.attach(rec)
+        return backends.attach(rec)
     files = jobs.log_files(rec)
     if not files:
         st, _ = jobs.state(rec)
@@ -315,8 +238,6 @@ def job_logs(ident: str | None, follow: bool) -> int:
 
 def job_cancel(ident: str) -> int:
     """``cancel ID``."""
-    from nemotron import jobs
-    from nemotron.errors import RuntimeFailure
 
     rec = jobs.load(ident)
     st, _ = jobs.state(rec)
@@ -334,7 +255,6 @@ def _pipe_chain(recipe: str, names: list[str], config: str | None) -> list[Stage
         UsageError: a stage named twice, or a stage named before one whose output it consumes (what each
             consumes and produces is read from its ``config``, as ``nemotron RECIPE list`` shows it).
     """
-    from nemotron.config import config_artifacts
 
     if not names:
         return [s for s in STAGES if s.recipe == recipe]
@@ -364,7 +284,6 @@ def _override_hint(recipe: str, names: list[str], arg: str, config: str | None) 
     """The hint for a pipe override given without its stage: ``STAGE:arg`` for the stages (those named so far, else
     every stage of the recipe) whose ``-c config`` has the key (``+key`` adds one: any named stage takes it), or
     that no such stage has it."""
-    from nemotron.config import compile_config, leaves
 
     key = arg.lstrip("~+").partition("=")[0].strip()
     named = [get_stage(n) for n in names] or [s for s in STAGES if s.recipe == recipe]
@@ -397,7 +316,6 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
             the chain, ``--run``/``--batch`` on a profile that is not a Slurm one (dry run included).
         ConfigError / ValidationError: a stage's config or profile problems, named by the stage.
     """
-    from nemotron import report
 
     names: list[str] = []
     per_stage: dict[str, list[str]] = {}
@@ -424,8 +342,6 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     if run and batch:
         raise UsageError("--run and --batch are mutually exclusive")
     mode = "run" if run else "batch" if batch else "here"
-    from nemotron import artifacts, execute
-    from nemotron.plan import planned_outputs
 
     # prepare every stage first, each wired to the planned outputs of the ones before it
     prepared: list[Prepared] = []
@@ -445,7 +361,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                                  "run the chain here without a profile, or use a slurm profile")
             if kw.get("dry_run"):
                 report.heading(f"[{i}/{len(chain)}] {stage.title}")
-                report.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
+                dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
             invalid += bool(p.errors)
             prepared.append(p)
             artifacts.PLANNED.update(planned_outputs(p.compiled))
@@ -471,12 +387,11 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
         _check_startable(p)
     if mode == "here":  # one after the other on this machine; stop at the first failure
         for p in prepared:
-            code = execute.start(p.req, p.compiled, p.profile, p.plan)
+            code = backends.start(p.req, p.compiled, p.profile, p.plan)
             if code != 0:
                 report.err(f"pipe stopped: {p.req.stage.title} exited {code}")
                 return code
         return 0
-    from nemotron import jobs, submit
 
     queued: list[str] = []  # every job accepted so far: a failed submission names them and how to cancel them
     chains: list[list[str]] = []  # per stage: its job, then its run.chain continuation jobs
@@ -493,7 +408,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
         print("\n".join(chain[0] for chain in chains))
         return 0
     for chain in chains:
-        code = execute.attach(jobs.load(chain[0]), chain=[jobs.load(job_id) for job_id in chain[1:]])
+        code = backends.attach(jobs.load(chain[0]), chain=[jobs.load(job_id) for job_id in chain[1:]])
         if code != 0:
             return code
     return 0

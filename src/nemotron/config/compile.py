@@ -37,10 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron import artifacts, yamlio
+from nemotron.config import artifacts, yamlio
+from nemotron.config.nemo_rl_base import BASE_KEY, base_layer
+from nemotron.config.paths import config_names, stages_dir
+from nemotron.config.registry import Stage
+from nemotron.config.tree import _leaves, dotted, leaves
 from nemotron.errors import ConfigError, Problem, UsageError
-from nemotron.paths import stages_dir
-from nemotron.registry import Stage
 
 #: Keys every stage has, below its default.yaml. ``run.env`` is the stage's resource request;
 #: everything else about the cluster belongs to the env.toml profile.
@@ -79,14 +81,6 @@ class Override:
         return dotted(self.path)
 
 
-def dotted(path: tuple[str | int, ...] | list[str | int]) -> str:
-    """``("a", "b", 0)`` → ``"a.b[0]"``."""
-    out = ""
-    for seg in path:
-        out += f"[{seg}]" if isinstance(seg, int) else (f".{seg}" if out else seg)
-    return out
-
-
 def _split_key(key: str) -> tuple[str | int, ...]:
     parts: list[str | int] = []
     for piece in re.findall(rf"{_SEGMENT}|\[\d+\]|\d+", key):
@@ -120,12 +114,6 @@ def parse_override(text: str) -> Override:
 # --------------------------------------------------------------------------------------------- #
 # config files and inheritance
 # --------------------------------------------------------------------------------------------- #
-def config_names(stage: Stage) -> list[str]:
-    """Names of the configs a stage ships (``default``, ``tiny``, ``local``, ...), sorted with
-    ``default`` first."""
-    folder = stages_dir() / stage.config_dir
-    names = sorted(p.stem for p in folder.glob("*.yaml"))
-    return sorted(names, key=lambda n: (n != "default", n != "tiny", n != "local", n))
 
 
 def _raw_tree(stage: Stage, config: str | None) -> dict[str, Any]:
@@ -155,7 +143,7 @@ def config_artifacts(stage: Stage, config: str | None = None) -> tuple[tuple[str
     order, once the config chain is merged over ``default.yaml`` (a config that re-points a key drops the
     default's reference: ``quantize -c local`` takes ``sft-checkpoint`` and ``pretrain-data``, not
     ``mopd-checkpoint``); produces are its ``output_artifact`` when set, else the registry's ``produces``
-    (as :func:`nemotron.plan.planned_outputs` records them).
+    (as :func:`nemotron.launch.plan.planned_outputs` records them).
 
     Raises:
         ConfigError: an unknown config, an unreadable file, an inheritance cycle.
@@ -174,7 +162,7 @@ def config_artifacts(stage: Stage, config: str | None = None) -> tuple[tuple[str
 
 def _base_layer(stage: Stage, config: str | None, overrides: list[str]) -> tuple[str, dict[str, Any]] | None:
     """``(label, data)`` of the framework recipe ``stage -c config`` is layered on, or None: for NeMo RL stages
-    the recipe its ``nemo_rl.base`` names (:func:`nemotron.runtime.nemo_rl.base_layer`; a ``nemo_rl.*``
+    the recipe its ``nemo_rl.base`` names (:func:`nemotron.runtime.nemo_rl_base.base_layer`; a ``nemo_rl.*``
     override counts). It sits below ``default.yaml``: the stage's files and the overrides may set any key it
     has.
 
@@ -183,7 +171,6 @@ def _base_layer(stage: Stage, config: str | None, overrides: list[str]) -> tuple
     """
     if stage.kind != "rl":
         return None
-    from nemotron.runtime.nemo_rl import BASE_KEY, base_layer
 
     given = {ov.path[1]: ov.value for ov in (parse_override(o) for o in overrides)
              if len(ov.path) == 2 and ov.path[0] == BASE_KEY and ov.op in ("set", "add")}
@@ -237,7 +224,7 @@ def _read_config(path: Path) -> dict[str, Any]:
 def _refuse_duplicate_keys(path: Path) -> dict[tuple, int]:
     """A config file that sets one key twice in the same mapping is refused: YAML loaders keep the last
     value silently, so the first one (perhaps the one the user edited) would be lost without a word.
-    Call after the file parsed (syntax errors are :func:`nemotron.yamlio.loads`'s to report).
+    Call after the file parsed (syntax errors are :func:`nemotron.config.yamlio.loads`'s to report).
 
     Returns:
         The 1-based line of every key of the file by its path (``("train", "train_iters") -> 12``), for
@@ -310,18 +297,6 @@ def _chain(stage: Stage, ref: str) -> list[_File]:
 # --------------------------------------------------------------------------------------------- #
 # merging with provenance
 # --------------------------------------------------------------------------------------------- #
-def _leaves(tree: Any, prefix: tuple = ()) -> list[tuple[tuple, Any]]:
-    if isinstance(tree, dict) and tree:
-        out = []
-        for k, v in tree.items():
-            out.extend(_leaves(v, (*prefix, k)))
-        return out
-    return [(prefix, tree)]
-
-
-def leaves(tree: Any) -> list[tuple[str, Any]]:
-    """``[(dotted key, value), ...]`` for every leaf of ``tree`` (lists are leaves)."""
-    return [(dotted(p), v) for p, v in _leaves(tree) if p]
 
 
 def _type_name(v: Any) -> str:

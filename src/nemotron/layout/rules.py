@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from nemotron.catalogue import ModelSpec
+from nemotron.config.catalogue import ModelSpec
 from nemotron.errors import Problem, plural
 
 

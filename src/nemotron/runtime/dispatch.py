@@ -23,6 +23,18 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from nemotron.config.images import image_table
+from nemotron.config.paths import folder_key, stages_dir
+from nemotron.config.tree import leaves
+from nemotron.errors import (
+    EXIT_INTERRUPTED,
+    INTERRUPT_REPORTED_BY_PARENT,
+    RESUMABLE,
+    ConfigError,
+    NemotronError,
+    stop_signal,
+)
+
 
 @dataclass(frozen=True)
 class Backend:
@@ -53,18 +65,10 @@ def _importable(module: str) -> bool:
 
 def _image_uri(key: str) -> str:
     try:
-        from nemotron.plan import image_table
 
         return str(image_table()[key]["image"])
     except Exception:  # the message stays useful without the table
         return key
-
-
-#: Set by the CLI for a stage it runs as its child (same process group, so both get the Ctrl-C): the CLI
-#: then prints the one ``interrupted`` line, the child stays quiet.
-INTERRUPT_REPORTED_BY_PARENT = "NEMOTRON_INTERRUPT_REPORTED_BY_PARENT"
-#: Exit code of a run stopped by Ctrl-C (128 + SIGINT, the shell's convention).
-EXIT_INTERRUPTED = 130
 
 
 def interrupted(title: str) -> int:
@@ -86,10 +90,10 @@ def _call(spec: str, cfg: dict[str, Any]) -> int:
     return int(getattr(importlib.import_module(module), function or "main")(cfg) or 0)
 
 
-#: Set by a Slurm submission of a resumable stage (:func:`nemotron.submit.job_env_vars`): the file the stage writes
+#: Set by a Slurm submission of a resumable stage (:func:`nemotron.launch.submit.job_env_vars`): the file the stage writes
 #: when it saved and stopped on a signal. The job's batch script reads it after the step and decides there, on
 #: the host, whether to requeue the job (``scontrol requeue``; the container has no Slurm client) and with which
-#: code to end (:func:`nemotron.submit.after_step_lines`).
+#: code to end (:func:`nemotron.launch.submit.after_step_lines`).
 REQUEUE_MARKER_ENV = "NEMOTRON_REQUEUE_MARKER"
 
 
@@ -128,8 +132,6 @@ def stage_backends(stage: Any) -> tuple[dict[str, Backend], str]:
     Raises:
         ConfigError: the entry script is missing or does not define ``BACKENDS`` and ``DEFAULT``.
     """
-    from nemotron.errors import ConfigError
-    from nemotron.paths import stages_dir
 
     path = stages_dir() / stage.entry
     spec = importlib.util.spec_from_file_location(f"_nemotron_entry_{stage.recipe}_{stage.name.replace('-', '_')}",
@@ -162,13 +164,11 @@ def _os_error(stage: str, cfg: Any, exc: OSError) -> int:
     else the path alone (exit 1)."""
     import os
 
-    from nemotron.paths import folder_key
 
     path = exc.filename
     reason = exc.strerror or str(exc)
     key = folder_key(cfg, path)
     if key is not None:
-        from nemotron.config import leaves
 
         value = dict(leaves(cfg))[key]
         verb = "cannot write" if os.path.isdir(os.path.expanduser(str(value))) else "cannot create"
@@ -190,7 +190,6 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
 
     import yaml
 
-    from nemotron.errors import NemotronError, stop_signal
 
     cfg: Any = None
     try:
@@ -210,7 +209,6 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
             print(f"{stage}: the {name} runtime of this stage is not available yet in this version", file=sys.stderr)
             return 1
         code = _call(backend.runtime, cfg)
-        from nemotron.execute import RESUMABLE
 
         if code == RESUMABLE:
             mark_stopped(stage)
@@ -221,7 +219,6 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
             return interrupted(stage)
         import signal as _signal
 
-        from nemotron.execute import RESUMABLE
 
         print(f"{stage}: stopped by {_signal.Signals(signum).name}; what was finished is kept, run the same "
               f"command again to resume", file=sys.stderr, flush=True)

@@ -8,6 +8,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from nemotron.config.registry import Stage
+from nemotron.config.tree import leaves
 from nemotron.errors import RuntimeFailure
 
 
@@ -21,7 +23,7 @@ def stages_dir() -> Path:
     Raises:
         RuntimeFailure: when neither exists (a broken install).
     """
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the nemotron package
     for candidate in (here / "_stages", here.parent.parent / "stages"):
         if (candidate / "images.toml").is_file():
             return candidate
@@ -33,7 +35,7 @@ def stages_dir() -> Path:
 
 def repo_root() -> Path | None:
     """The source checkout's root when running from one, else ``None``."""
-    root = Path(__file__).resolve().parent.parent.parent
+    root = Path(__file__).resolve().parents[3]
     return root if (root / "pyproject.toml").is_file() and (root / "stages").is_dir() else None
 
 
@@ -72,7 +74,6 @@ def folder_key(cfg: Any, path: str | os.PathLike | None) -> str | None:
     ``None`` when no string value of ``cfg`` matches."""
     if not path or not isinstance(cfg, dict):
         return None
-    from nemotron.config import leaves
 
     target = os.path.abspath(os.path.expanduser(str(path)))
     found = []
@@ -84,3 +85,11 @@ def folder_key(cfg: Any, path: str | os.PathLike | None) -> str | None:
                                  or folder.startswith(target + os.sep)):
             found.append((key not in OUTPUT_FOLDER_KEYS, -len(folder), key))
     return min(found)[2] if found else None
+
+
+def config_names(stage: Stage) -> list[str]:
+    """Names of the configs a stage ships (``default``, ``tiny``, ``local``, ...), sorted with
+    ``default`` first."""
+    folder = stages_dir() / stage.config_dir
+    names = sorted(p.stem for p in folder.glob("*.yaml"))
+    return sorted(names, key=lambda n: (n != "default", n != "tiny", n != "local", n))

@@ -18,9 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nemotron import report
+from nemotron.config.images import image_table
+from nemotron.config.paths import stages_dir
+from nemotron.config.registry import get_stage
 from nemotron.errors import ConfigError, UsageError
-from nemotron.paths import stages_dir
-from nemotron.registry import get_stage
+from nemotron.launch import backends, jobs, submit
+from nemotron.launch.nemo_run import _import_nemo_run
+from nemotron.launch.plan import JobPlan, new_experiment_id, safe_name
+from nemotron.profiles.load import load_profile
 
 
 def dockerfile(image_key: str) -> Path:
@@ -40,7 +46,6 @@ def squashfs_name(image_key: str, entry: dict[str, Any]) -> str:
     """The file name the build writes in ``image_cache``: ``<image key>-<tag of the stages/images.toml image>.sqsh``
     (``nemo-26.04.01.sqsh`` for ``nvcr.io/nvidia/nemo:26.04.01``), the name a profile's ``[PROFILE.images]`` maps
     the key to (env.toml.example)."""
-    from nemotron.plan import safe_name
 
     return f"{image_key}-{safe_name(str(entry['image']).rsplit(':', 1)[-1])}.sqsh"
 
@@ -75,9 +80,6 @@ def slurm_build(profile_name: str, recipe: str, stage_name: str, env_file: str |
         UsageError: unknown stage or recipe. ConfigError: profile not slurm, no ``image_cache``,
         no Dockerfile. RuntimeFailure: submission failed.
     """
-    from nemotron import execute, report
-    from nemotron.pipeline import load_profile
-    from nemotron.plan import JobPlan, image_table, new_experiment_id, safe_name
 
     try:
         stage = get_stage(stage_name)
@@ -100,7 +102,6 @@ def slurm_build(profile_name: str, recipe: str, stage_name: str, env_file: str |
                    gpus_per_node=0, world_size=1, launch="python", image=None, image_key=stage.image,
                    entry=docker, experiment_id=new_experiment_id(stage, f"build-{stage.image}"),
                    job_name=safe_name(f"{recipe}-build-{stage.image}"))
-    from nemotron import submit
 
     rdir = submit.remote_run_dir(profile, plan)
     manifest = {"image_key": stage.image, "base": entry["image"], "frameworks": entry.get("frameworks", {}),
@@ -113,7 +114,7 @@ def slurm_build(profile_name: str, recipe: str, stage_name: str, env_file: str |
         report.out(script, plain=True)
         report.out("dry run: nothing was submitted", plain=True)
         return 0
-    run = submit._import_nemo_run()
+    run = _import_nemo_run()
 
     def stage_files(executor: Any) -> None:
         submit.upload(executor.tunnel, profile, rdir, {"context/Dockerfile": text}, code_dir="context")
@@ -121,7 +122,6 @@ def slurm_build(profile_name: str, recipe: str, stage_name: str, env_file: str |
     def make_task() -> Any:
         return run.Script(inline=script)
 
-    from nemotron import jobs
 
     job_id = submit.sbatch(plan, profile, "batch", stage_files, make_task)
     root = submit.safe_root(profile)
@@ -133,4 +133,4 @@ def slurm_build(profile_name: str, recipe: str, stage_name: str, env_file: str |
         host=getattr(profile, "host", None), user=getattr(profile, "user", None),
     ))
     print(f"submitted image build: Slurm job {job_id}", file=sys.stderr)
-    return execute.attach(jobs.load(job_id))
+    return backends.attach(jobs.load(job_id))

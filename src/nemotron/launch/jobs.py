@@ -19,11 +19,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nemotron.artifacts import home
+from nemotron.config import artifacts
+from nemotron.config.artifacts import home
 from nemotron.errors import ConfigError, RuntimeFailure
+from nemotron.launch import local_job
+from nemotron.profiles.load import load_profiles, use_env_file
+from nemotron.profiles.schema import redact_text
 
 #: ``JobRecord.tunnel`` of a job of a ``local`` profile, run by NeMo-Run's local executor under a
-#: supervisor process on this machine (:mod:`nemotron.local_job`); its job id is NeMo-Run's app id.
+#: supervisor process on this machine (:mod:`nemotron.launch.local_job`); its job id is NeMo-Run's app id.
 LOCAL_EXECUTOR = "local-executor"
 
 #: The task log of a Ray stage's Slurm job (its driver's output), in the job's log folder next to
@@ -149,7 +153,6 @@ def ray_client(address: str, secrets: dict[str, str] | None = None):
 
 def _profile_secrets(rec: JobRecord) -> dict[str, str]:
     try:
-        from nemotron.profiles import load_profiles
 
         return load_profiles(Path(rec.env_file)).get(rec.profile).secret_values()
     except Exception:  # the profile may have changed or gone since the submission
@@ -205,7 +208,6 @@ def _split_missing(stdout: str) -> tuple[list[str], list[str]]:
 def _local_missing(rec: JobRecord, logs_only: bool = False) -> list[str]:
     """The job's folders that are missing on this machine (a ``local`` profile's job); the run folder counts as
     missing when its ``local-job.json`` is gone (the job's state lives there)."""
-    from nemotron import local_job
 
     missing = [path for _, path in _job_folders(rec, logs_only) if not os.path.isdir(path)]
     state_file = os.path.join(rec.run_dir, local_job.STATE_FILE)
@@ -228,7 +230,6 @@ def state(rec: JobRecord) -> tuple[str, str]:
         status = str(_ray_client(rec).get_job_status(rec.job_id)).rsplit(".", 1)[-1]
         return _RAY_STATES.get(status, status), ""
     if rec.tunnel == LOCAL_EXECUTOR:
-        from nemotron import local_job
 
         missing = _local_missing(rec)
         if missing:
@@ -281,7 +282,6 @@ def log_files(rec: JobRecord) -> list[str]:
     if rec.tunnel == "ray":
         return ["log-ray"]
     if rec.tunnel == LOCAL_EXECUTOR:  # NeMo-Run's (torchx's) files of the task: stdout, then stderr
-        from nemotron import local_job
 
         missing = _local_missing(rec)
         if missing:
@@ -321,7 +321,6 @@ def redactor(rec: JobRecord, keep_colour: bool = False):
     """A function that blanks the profile's secret values out of log text and, unless ``keep_colour``
     (output to a terminal), removes terminal escape sequences, so a log piped to a file or shown in a
     summary is plain text."""
-    from nemotron.profiles import redact_text
 
     secrets = list(_profile_secrets(rec).values())
 
@@ -363,7 +362,7 @@ _RANK_PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:|\d+: )")
 
 
 def stage_messages(text: str, title: str, n: int = 10) -> list[str]:
-    """The stage's own messages in a job log: the lines that :func:`nemotron.entry.run` and the runtimes
+    """The stage's own messages in a job log: the lines that :func:`nemotron.runtime.dispatch.run` and the runtimes
     print (``error: ...``, ``hint: ...``, ``<title>: ...``, e.g. ``ultra3 pretrain: ... megatron.bridge is
     not importable here``), the rank prefix removed, each once (the first ``n`` distinct), with
     ``(N ranks)`` when several ranks printed it. A launcher's own report (torchrun's failure summary)
@@ -406,7 +405,6 @@ def cancel(rec: JobRecord) -> None:
         _ray_client(rec).stop_job(rec.job_id)
         return
     if rec.tunnel == LOCAL_EXECUTOR:
-        from nemotron import local_job
 
         if not local_job.cancel(rec.run_dir):
             raise RuntimeFailure(f"local job {rec.job_id} has no supervisor process any more; nothing to cancel")
@@ -420,10 +418,9 @@ def record_outputs(rec: JobRecord) -> list[dict]:
     """Record the job's artifacts in the store (once), after Slurm reported COMPLETED."""
     if rec.recorded or not rec.outputs:
         return []
-    from nemotron import artifacts
 
     # where the submitting command kept its records: the [artifacts] root of the env.toml it read
-    artifacts.use_env_file(rec.env_file if rec.env_file and os.path.isfile(rec.env_file) else None)
+    use_env_file(rec.env_file if rec.env_file and os.path.isfile(rec.env_file) else None)
 
     actual = None if rec.tunnel == "ray" else _remote(rec, f"cat {shlex.quote(rec.run_dir + '/' + artifacts.OUTPUTS_FILE)} "
                                                            "2>/dev/null").stdout

@@ -1,6 +1,6 @@
 """The stage registry: every stage of every recipe, declared once, as data.
 
-One generic command path (:func:`nemotron.pipeline.run_stage`) serves all of them; there are no
+One generic command path (:func:`nemotron.cli.pipeline.run_stage`) serves all of them; there are no
 per-stage command modules. A stage's runtime entry script is only a path here: it is resolved
 and executed when the job runs, never imported by the CLI.
 """
@@ -29,12 +29,12 @@ class Stage:
         consumes / produces: artifact kinds of the stage's ``default`` config (``--help``). A config may take
             other ones (``quantize -c local`` consumes ``sft-checkpoint`` and ``pretrain-data``; ``rlvr -c
             teacher-*`` produces ``teacher-<slot>``): what each config consumes and produces is read from its
-            files (:func:`nemotron.config.config_artifacts`, shown by ``list``); ``pipe`` wires a stage through
+            files (:func:`nemotron.config.compile.config_artifacts`, shown by ``list``); ``pipe`` wires a stage through
             the ``${art:...}`` values of its compiled config and the planned outputs of the stages before it
-            (:func:`nemotron.plan.planned_outputs`).
+            (:func:`nemotron.launch.plan.planned_outputs`).
         gpu: whether the stage needs GPUs (a GPU stage on a profile without GPUs is an error); a stage without
             them, and ``convert`` with ``convert.device: cpu``, is planned with no GPU and one process
-            (:func:`nemotron.plan.cpu_only`).
+            (:func:`nemotron.launch.plan.cpu_only`).
         summary: one line for ``--help``.
         outputs: the fields of the artifact the stage produces, as templates over its config keys
             (``(("path", "{output_dir}"), ("blend_path", "{output_dir}/blend.json"))``): where the output

@@ -26,41 +26,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nemotron.errors import ConfigError, NemotronError, Problem, RuntimeFailure
-
-
-def _import_nemo_run() -> Any:
-    """Import NeMo-Run without torch.
-
-    NeMo-Run imports torch (about 1.3 s here) only to teach its YAML dumper about ``torch.dtype``,
-    inside a ``try``; we never serialise a dtype, so torch is hidden while NeMo-Run loads (measured by
-    bench/cli_startup.py). If NeMo-Run fails to import with torch hidden, it is imported once more with
-    torch visible (it may need it for real) before giving up.
-
-    Raises:
-        RuntimeFailure: NeMo-Run cannot be imported (one line naming the install that provides it).
-    """
-    if "nemo_run" in sys.modules and sys.modules["nemo_run"] is not None:
-        return sys.modules["nemo_run"]
-    for hide in ("torch" not in sys.modules, False):
-        if hide:
-            sys.modules["torch"] = None  # type: ignore[assignment]  # makes `import torch` raise ImportError
-        try:
-            import nemo_run as run
-
-            return run
-        except ImportError as exc:
-            error = exc
-            for name in [m for m in sys.modules if m == "nemo_run" or m.startswith("nemo_run.")]:
-                del sys.modules[name]
-        finally:
-            if hide and sys.modules.get("torch", 0) is None:
-                del sys.modules["torch"]
-        if not hide:
-            break
-    raise RuntimeFailure(f"NeMo-Run is not importable: {error}",
-                         "NeMo-Run is a base dependency: reinstall the tool (pip install nemotron-cli, or in a "
-                         "checkout: uv sync / pip install -e .)")
+from nemotron.config import yamlio
+from nemotron.config.artifacts import home
+from nemotron.config.paths import stages_dir
+from nemotron.errors import ConfigError, NemotronError, RuntimeFailure
+from nemotron.launch import execute, jobs
+from nemotron.launch.nemo_run import _import_nemo_run
+from nemotron.launch.plan import planned_outputs
+from nemotron.profiles.schema import DEFAULT_TIME, shell_safe_root
+from nemotron.runtime.dispatch import REQUEUE_MARKER_ENV
+from nemotron.validation.cluster import _under, warning_signal_problem
 
 
 def job_root(profile: Any) -> str:
@@ -72,8 +47,7 @@ def safe_root(profile: Any) -> str:
     """The job root as NeMo-Run gets it. NeMo-Run puts paths into shell commands unquoted, so a
     ``job_dir`` with spaces or other shell characters is reached through a symlink without them, made
     beside its nearest safe ancestor on the same file system: ``<ancestor>/.nemotron-jobs-<hash>``
-    (:func:`nemotron.profiles.shell_safe_root`)."""
-    from nemotron.profiles import shell_safe_root
+    (:func:`nemotron.profiles.load.shell_safe_root`)."""
 
     return shell_safe_root(job_root(profile))
 
@@ -119,7 +93,6 @@ def job_env_vars(profile: Any, plan: Any) -> dict[str, str]:
     if getattr(plan, "requeue", False):  # the batch script requeues a job that saved on the warning signal
         env_vars["NEMOTRON_SLURM_REQUEUE"] = "1"
     if resumable(plan):  # the stage says here that it saved and stopped; the batch script reads it after the step
-        from nemotron.entry import REQUEUE_MARKER_ENV
 
         env_vars[REQUEUE_MARKER_ENV] = f"{rdir}/{REQUEUE_MARKER}"
     if getattr(plan, "signal_before_s", None) and plan.launch == "torchrun":
@@ -134,7 +107,7 @@ def job_env_vars(profile: Any, plan: Any) -> dict[str, str]:
 
 
 #: The file in the job's run folder (``ROOT/runs/<experiment id>/``, shared by every start of a requeued job) that
-#: the stage writes when it saved and stopped on a signal (:func:`nemotron.entry.mark_stopped`).
+#: the stage writes when it saved and stopped on a signal (:func:`nemotron.runtime.dispatch.mark_stopped`).
 REQUEUE_MARKER = "requeue.marker"
 
 
@@ -252,7 +225,6 @@ def container_mounts(profile: Any) -> list[str]:
     name, :func:`safe_root`, when ``job_dir`` has shell characters: NeMo-Run writes mounts into the srun line
     unquoted), then each storage root (``data_root``, ``checkpoint_root``, ``index_cache_dir``, ``hf_home``)
     that no earlier mount covers, at the same path."""
-    from nemotron.validation.cluster import _under
 
     mounts = list(getattr(profile, "mounts", None) or [])
     safe = safe_root(profile)  # the job root itself when it has no shell characters
@@ -304,10 +276,6 @@ def task_spec(plan: Any, profile: Any) -> dict[str, Any]:
     return {"path": entry, "args": ["--config", f"{rdir}/train.yaml"], "entrypoint": python}
 
 
-#: Time limit NeMo-Run's job gets when the profile sets none.
-DEFAULT_TIME = "01:00:00"
-
-
 def _warning_signal(plan: Any, profile: Any) -> str | None:
     """``TERM@N`` for ``sbatch --signal`` when the stage asks for a warning ``N = run.signal_before_s``
     seconds before the time limit (SIGTERM: what Megatron-Bridge's exit-signal handler and our local
@@ -328,30 +296,11 @@ def _warning_signal(plan: Any, profile: Any) -> str | None:
     return f"{'B:' if plan.launch == 'ray' else ''}TERM@{seconds}"
 
 
-def warning_signal_problem(seconds: Any, profile: Any) -> Problem | None:
-    """The error of a warning signal ``seconds`` (``run.signal_before_s``) that would come at or before the start
-    of a Slurm job on ``profile`` (its ``time``, else :data:`DEFAULT_TIME`); None when it comes before the limit,
-    the profile has no limit, or ``seconds`` is unset. Validation lists it with every other problem; submission
-    refuses with it (:func:`_warning_signal`)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
-        return None
-    from nemotron.profiles import parse_slurm_time
-
-    limit_text = getattr(profile, "time", None) or DEFAULT_TIME
-    limit = parse_slurm_time(limit_text)
-    if limit is None or seconds < limit:  # None: no time limit, any warning time comes before it
-        return None
-    return Problem("run.signal_before_s", seconds, rule="signal-before-limit",
-                   message=f"the warning signal must come before the job's time limit ({limit_text} = {limit} s, "
-                           f"profile {profile.name} key time)",
-                   valid=f"set run.signal_before_s below {limit} or give the profile a longer time")
-
-
 #: The sbatch template of Ray stages (``launch: ray``), rendered by NeMo-Run's Ray-on-Slurm request: a
 #: Ray cluster over the allocation (head on the first node, one worker per other node), then the
 #: stage's entry script on the head with ``RAY_ADDRESS`` set. Host Python, or the stage's container
 #: through the pyxis flags NeMo-Run renders (docs/execution.md).
-RAY_TEMPLATE = Path(__file__).resolve().parent / "templates" / "ray_slurm.sub.j2"
+RAY_TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "ray_slurm.sub.j2"
 
 def _task(run: Any, plan: Any, profile: Any) -> Any:
     if plan.launch == "ray":  # NeMo-Run renders the job with its Ray-on-Slurm request and RAY_TEMPLATE
@@ -405,9 +354,8 @@ def render_sbatch(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
 def code_snapshot(dest: Path) -> Path:
     """Write ``dest`` (a .tar.gz) holding the ``nemotron`` package with its stage definitions as
     ``nemotron/_stages`` — what the job puts on its ``PYTHONPATH``."""
-    from nemotron.paths import stages_dir
 
-    pkg = Path(__file__).resolve().parent
+    pkg = Path(__file__).resolve().parents[1]  # the nemotron package
 
     def skip(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         name = info.name.rsplit("/", 1)[-1]
@@ -447,7 +395,6 @@ def upload(tunnel: Any, profile: Any, rdir: str, files: dict[str, str], code_dir
 def stage_files(tunnel: Any, req: Any, compiled: Any, profile: Any, plan: Any) -> None:
     """train.yaml, job.yaml, secrets.env and the code snapshot into the job's run folder, through
     ``tunnel`` (a NeMo-Run tunnel: local copy or SSH)."""
-    from nemotron import execute, yamlio
 
     files = {"train.yaml": yamlio.dumps(compiled.config),
              "job.yaml": yamlio.dumps(execute.provenance(req, compiled, profile, plan))}
@@ -463,7 +410,7 @@ def _stage_files(executor: Any, req: Any, compiled: Any, profile: Any, plan: Any
 
 def require_secrets(profile: Any) -> None:
     """Refuse to start a job whose profile declares a secret this shell does not set. The CLI reports it
-    earlier, as a validation error (:meth:`nemotron.profiles.Profile.launch_problems`); this guards the
+    earlier, as a validation error (:meth:`nemotron.profiles.load.Profile.launch_problems`); this guards the
     submission functions when called directly.
 
     Raises:
@@ -504,7 +451,6 @@ def sbatch(plan: Any, profile: Any, mode: str, stage_files: Any, make_task: Any,
             stage_files(executor)
             # NeMo-Run writes the experiment folder here first; over SSH it then rsyncs it to the cluster's
             # ROOT/experiments, so its local copy must live on this machine, not at the cluster's path
-            from nemotron.artifacts import home
 
             base = str(home() / "ssh-staging") if getattr(profile, "tunnel", None) == "ssh" else root
             with run.Experiment(plan.job_name, id=plan.experiment_id, executor=executor, log_level="ERROR",
@@ -559,7 +505,6 @@ def _remove_unaccepted(executor: Any, exp: Any, profile: Any, plan: Any, sink: i
     ``runs``/``experiments`` parents stay. A folder that cannot be removed is named on stderr."""
     import shutil
 
-    from nemotron.artifacts import home
 
     if executor is None or (exp is not None and exp.jobs and _job_id(exp.jobs[0].handle)):
         return
@@ -579,7 +524,7 @@ def _remove_unaccepted(executor: Any, exp: Any, profile: Any, plan: Any, sink: i
 
 def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[str] | None = None,
            chain_ids: list[str] | None = None) -> str:
-    """Submit the job to Slurm; returns the Slurm job id. Records the job (see :mod:`nemotron.jobs`).
+    """Submit the job to Slurm; returns the Slurm job id. Records the job (see :mod:`nemotron.launch.jobs`).
 
     ``dependencies``: Slurm job ids this job must wait for (``afterok``; a failed dependency cancels
     this job: ``--kill-on-invalid-dep=yes``). With ``run.chain = N`` (``plan.chain``), N continuation
@@ -608,8 +553,6 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
 
 def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[str] | None, run: Any,
                   root: str, ids: list[str]) -> None:
-    from nemotron import jobs
-    from nemotron.plan import planned_outputs
 
     for i in range(1 + plan.chain):
         p = plan if i == 0 else dataclasses.replace(plan, experiment_id=f"{plan.experiment_id}-c{i}")
@@ -653,8 +596,6 @@ def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
     Raises:
         RuntimeFailure: Ray missing, cluster unreachable, or submission refused.
     """
-    from nemotron import execute, jobs, yamlio
-    from nemotron.plan import planned_outputs
 
     require_secrets(profile)
     client = jobs.ray_client(profile.address, profile.secret_values())

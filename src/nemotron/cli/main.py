@@ -1,7 +1,7 @@
 """The ``nemotron`` command line.
 
-Every stage command is generated from the registry (:mod:`nemotron.registry`); they all take the
-same options and go through one function, :func:`nemotron.pipeline.run_stage`. This module imports
+Every stage command is generated from the registry (:mod:`nemotron.config.registry`); they all take the
+same options and go through one function, :func:`nemotron.cli.pipeline.run_stage`. This module imports
 only click and the registry, so ``nemotron --help`` stays fast; everything else is imported when a
 command runs.
 """
@@ -15,8 +15,8 @@ from typing import Any
 import click
 
 from nemotron import __version__
+from nemotron.config.registry import STAGES, Stage, recipes
 from nemotron.errors import NemotronError, UsageError
-from nemotron.registry import STAGES, Stage, recipes
 
 _GROUP_HELP = {"data": "Data stages.", "prep": "Data preparation: raw text, chat data and RL prompts into training formats."}
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
@@ -39,7 +39,7 @@ def check_profile_names(kwargs: dict[str, Any]) -> None:
     Raises:
         UsageError: an empty name, or one that starts with ``-`` (an option taken as the name).
     """
-    from nemotron.profiles import env_file_option
+    from nemotron.profiles.show import env_file_option
 
     for option in ("run", "batch"):
         value = kwargs.get(f"{option}_profile")
@@ -69,7 +69,7 @@ def _stage_params() -> list[click.Parameter]:
 
 def _stage_command(stage: Stage) -> click.Command:
     def callback(**kwargs: Any) -> int:
-        from nemotron.pipeline import StageRequest, run_stage
+        from nemotron.cli.pipeline import StageRequest, run_stage
 
         check_profile_names(kwargs)
         return run_stage(StageRequest.from_cli(stage, kwargs))
@@ -121,7 +121,7 @@ def _recipe_group(recipe: str) -> click.Group:
     @group.command("list", context_settings=_CONTEXT)
     def list_stages() -> int:
         """List the stages, their configs and what each consumes and produces."""
-        from nemotron.pipeline import list_stages as show
+        from nemotron.cli.pipeline import list_stages as show
 
         return show(recipe)
 
@@ -130,7 +130,7 @@ def _recipe_group(recipe: str) -> click.Group:
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
     def status(ident: str | None, debug: bool) -> int:
         """State of a submitted job (experiment id or Slurm job id; default: the most recent)."""
-        from nemotron.pipeline import job_status
+        from nemotron.cli.pipeline import job_status
 
         return job_status(ident)
 
@@ -140,7 +140,7 @@ def _recipe_group(recipe: str) -> click.Group:
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
     def logs(ident: str | None, follow: bool, debug: bool) -> int:
         """Logs of a submitted job (default: the most recent)."""
-        from nemotron.pipeline import job_logs
+        from nemotron.cli.pipeline import job_logs
 
         return job_logs(ident, follow)
 
@@ -149,7 +149,7 @@ def _recipe_group(recipe: str) -> click.Group:
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
     def cancel(ident: str, debug: bool) -> int:
         """Cancel a submitted job (experiment id or Slurm job id)."""
-        from nemotron.pipeline import job_cancel
+        from nemotron.cli.pipeline import job_cancel
 
         return job_cancel(ident)
 
@@ -170,7 +170,7 @@ def _recipe_group(recipe: str) -> click.Group:
         STAGE names: data-prep-pretrain, pretrain, sft, ... (all stages when none given).
         Per-stage overrides: STAGE:key=value, e.g. pretrain:train.global_batch_size=8.
         """
-        from nemotron.pipeline import run_pipe
+        from nemotron.cli.pipeline import run_pipe
 
         check_profile_names(kwargs)
         return run_pipe(recipe, kwargs)
@@ -208,7 +208,7 @@ def build_cli() -> click.Group:
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
     def build(profile: str, recipe: str, stage_name: str, dry_run: bool, env_file: str | None, debug: bool) -> int:
         """Build a stage's container image on a compute node (podman + enroot) into the profile's image_cache."""
-        from nemotron.kit import slurm_build
+        from nemotron.launch.kit import slurm_build
 
         return slurm_build(profile, recipe, stage_name, env_file, dry_run)
 
@@ -218,7 +218,7 @@ def build_cli() -> click.Group:
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
     def profiles(name: str | None, env_file: str | None, debug: bool) -> int:
         """List env.toml profiles, or show one fully resolved (secrets redacted)."""
-        from nemotron.pipeline import show_profiles
+        from nemotron.cli.pipeline import show_profiles
 
         return show_profiles(name, env_file)
 

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nemotron.config.paths import config_names
+from nemotron.config.registry import STAGES
 from nemotron.errors import ConfigError
 
 
@@ -28,33 +30,21 @@ def home() -> Path:
     return Path(os.environ.get("NEMOTRON_HOME") or Path.home() / ".nemotron").expanduser()
 
 
-#: ``[artifacts] root`` of the env.toml this command reads (:func:`use_env_file`); None: the default store.
+#: ``[artifacts] root`` of the env.toml this command reads (:func:`nemotron.profiles.load.use_env_file`); None: the default store.
 _ROOT: Path | None = None
+
+
+def set_root(root: Path | None) -> None:
+    """Keep this command's records under ``root`` (an env.toml's ``[artifacts] root``), or in the default store
+    when None (:func:`nemotron.profiles.load.use_env_file` reads the env.toml and calls this)."""
+    global _ROOT
+    _ROOT = root
 
 
 def store() -> Path:
     """The artifact store folder (may not exist yet): ``[artifacts] root`` of the env.toml the command
-    reads (:func:`use_env_file`), else ``$NEMOTRON_HOME/artifacts`` (default ``~/.nemotron/artifacts``)."""
+    reads (:func:`nemotron.profiles.load.use_env_file`), else ``$NEMOTRON_HOME/artifacts`` (default ``~/.nemotron/artifacts``)."""
     return _ROOT if _ROOT is not None else home() / "artifacts"
-
-
-def use_env_file(path: str | Path | None) -> None:
-    """Keep records where env.toml ``path`` says (its ``[artifacts] root``), or in the default store when
-    ``path`` is None or has no such section. Called for every stage command (with the env.toml it
-    found: ``--env-file``, ``$NEMOTRON_ENV_FILE`` or discovery) and, when a batch job's outputs are
-    recorded later, with the env.toml the job was submitted from.
-
-    Raises:
-        ConfigError: the env.toml cannot be read or its settings sections are invalid.
-    """
-    global _ROOT
-    if path is None:
-        _ROOT = None
-        return
-    from nemotron.profiles import artifacts_root, load_profiles
-
-    loaded = load_profiles(Path(path))
-    _ROOT = artifacts_root(loaded.sections, loaded.source)
 
 
 def _versions(name: str) -> list[int]:
@@ -106,8 +96,6 @@ def producer_command(name: str, config: str | None = None) -> str | None:
     the registry's producer of ``name``, else a stage shipping a config named ``name`` (``rlvr -c
     teacher-reasoning`` records ``teacher-reasoning``); ``config`` is the producer's config (the consumer's
     ``-c`` when None is recorded). None when no stage makes it."""
-    from nemotron.config import config_names
-    from nemotron.registry import STAGES
 
     for stage in STAGES:
         if name in stage.produces:

@@ -9,7 +9,7 @@ Units: parameters and tokens are counts; memory is in bytes internally and repor
 (10^9 bytes, the unit GPU vendors quote: H100 80 GB, H200 141 GB, GB200 186 GB).
 
 **Parameters per GPU** (for the most loaded pipeline stage). Layer parameter counts come from
-:func:`nemotron.catalogue.layer_params`. On a rank of stage *i*:
+:func:`nemotron.config.catalogue.layer_params`. On a rank of stage *i*:
 
 * dense = Σ over the stage's layers of (TP-split part / TP + replicated part), where attention's KV
   projection keeps ``max(1, groups / TP)`` groups per rank (replication when TP > groups);
@@ -63,8 +63,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nemotron.catalogue import ATTENTION, MAMBA, MLP, MOE, ModelSpec, layer_params, padded_vocab
-from nemotron.validation.rules import stage_layers
+from nemotron.config.catalogue import ATTENTION, MAMBA, MLP, MOE, ModelSpec, layer_params, padded_vocab, param_count
+from nemotron.layout.rules import stage_layers
 
 GB = 1e9
 OVERHEAD_GB = 5.0
@@ -137,7 +137,7 @@ class Estimate:
     stages: list[StageMemory]
     gpu_memory_gb: float | None
     label: str = "training"
-    #: where ``gpu_memory_gb`` comes from (:attr:`nemotron.validation.views.NodeShape.memory_source`); "" unknown
+    #: where ``gpu_memory_gb`` comes from (:attr:`nemotron.layout.views.NodeShape.memory_source`); "" unknown
     memory_source: str = ""
 
     @property
@@ -337,7 +337,6 @@ def estimate(spec: ModelSpec, s: TrainSetup, gpu_memory_gb: float | None, label:
 def inference_weights_gb(spec: ModelSpec, tp: int, ep: int, pp: int = 1) -> float:
     """BF16 weights per GPU of an inference engine/teacher: dense / (TP x PP) + experts / (EP x PP), in GB.
     (Dense attention/Mamba weights are replicated across an engine's DP-attention ranks.)"""
-    from nemotron.catalogue import param_count
 
     pc = param_count(spec)
     lp = layer_params(spec)
