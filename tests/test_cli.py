@@ -302,6 +302,52 @@ def test_pipe_wires_quantize_local_to_the_planned_sft_checkpoint_and_data(capsys
     assert calib.group(1).endswith("/blend.json") and not Path(calib.group(1)).exists()
 
 
+def test_pipe_wires_the_next_stage_to_the_newest_data_version(capsys, tmp_path, monkeypatch):
+    """Once ``output_dir/v2`` exists (a consumed v1 was rebuilt), a data prep run writes (and resumes) there: the
+    stage after it in a ``pipe`` is wired to v2's files, the names the writer itself uses
+    (nemotron.data.outputs), not to v1's."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    out_dir = tmp_path / "output" / "ultra3" / "pretrain-data" / "tiny"  # -c local of data prep is its tiny
+    for version in (out_dir, out_dir / "v2"):
+        version.mkdir(parents=True, exist_ok=True)
+        (version / "manifest.json").write_text("{}")
+    code, out, err = run_cli(capsys, "ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "local", "--dry-run")
+    assert code == 0, err[-2000:]
+    pretrain = out[out.index("[2/2] ultra3 pretrain"):]
+    blend = re.search(r"^\s+per_split_data_args_path: (\S+)\s.*\(planned", pretrain, re.M)
+    assert blend, pretrain[:3000]
+    assert blend.group(1) == str(out_dir / "v2" / "blend.json")
+
+
+def test_planned_outputs_follow_the_version_the_writer_picks(tmp_path):
+    """One source of truth: the planned SFT files are the writer's own (sft.split_path) in the version folder
+    select_version picks: v1 while unconsumed, v2 after a consumed v1 is forced to rebuild."""
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import get_stage
+    from nemotron.data import outputs, sft
+    from nemotron.launch.plan import planned_outputs
+
+    out_dir = tmp_path / "sft-data"
+
+    def planned(force: bool) -> dict:
+        compiled = compile_config(get_stage("data-prep-sft"), "tiny", [f"output_dir={out_dir}", f"force={force}"],
+                                  check_paths=False)
+        return planned_outputs(compiled)["sft-data"]
+
+    first = planned(False)
+    assert first["path"] == str(out_dir)
+    out_dir.mkdir()
+    (out_dir / "manifest.json").write_text("{}")
+    outputs.record_consumer(out_dir, stage="sft", run_id="r1")
+    assert planned(False)["path"] == str(out_dir)  # resumed / up to date: the latest version
+    second = planned(True)  # consumed and forced: a new version
+    assert second["path"] == str(out_dir / "v2")
+    settings = type("S", (), {"pack_size": int(second["pack_size"])})()
+    assert second["train_path"] == str(sft.split_path(out_dir / "v2", settings, "train"))
+    assert second["valid_path"] == str(sft.split_path(out_dir / "v2", settings, "valid"))
+
+
 def test_pipe_dry_run_shows_the_chain(capsys):
     code, out, err = run_cli(capsys, "ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "tiny", "--dry-run",
                              *ON_CLUSTER)

@@ -39,6 +39,9 @@ class Stage:
         outputs: the fields of the artifact the stage produces, as templates over its config keys
             (``(("path", "{output_dir}"), ("blend_path", "{output_dir}/blend.json"))``): where the output
             will be, known before the job runs, so ``pipe`` can wire the next stage to it.
+        output_files: instead of templates, the writer's own path function (``"module:function"``, called with
+            the compiled config): a data stage writes a new version folder (``output_dir/v2``) once the latest
+            one was consumed, and only its writer knows which folder and file names a run will write.
     """
 
     name: str
@@ -54,6 +57,7 @@ class Stage:
     gpu: bool
     summary: str
     outputs: tuple[tuple[str, str], ...] = ()
+    output_files: str | None = None
 
     @property
     def title(self) -> str:
@@ -62,30 +66,27 @@ class Stage:
 
 
 def _stage(name: str, command: str, kind: str, launch: str, image: str, consumes: str, produces: str,
-           gpu: bool, summary: str, outputs: dict[str, str], recipe: str = "ultra3") -> Stage:
+           gpu: bool, summary: str, outputs: dict[str, str] | str, recipe: str = "ultra3") -> Stage:
     folder = name.replace("-", "_")
     return Stage(
         name=name, command=tuple(command.split()), recipe=recipe, kind=kind,
         config_dir=f"{recipe}/{folder}", entry=f"{recipe}/{folder}/run.py", launch=launch, image=image,
         consumes=tuple(consumes.split()), produces=tuple(produces.split()), gpu=gpu, summary=summary,
-        outputs=tuple(outputs.items()),
+        outputs=tuple(outputs.items()) if isinstance(outputs, dict) else (),
+        output_files=outputs if isinstance(outputs, str) else None,
     )
 
 
 STAGES: tuple[Stage, ...] = (
     _stage("data-prep-pretrain", "data prep pretrain", "data", "ray", "data", "", "pretrain-data", False,
            "Tokenize a blend of raw text into Megatron .bin/.idx shards and blend.json (Ray).",
-           {"path": "{output_dir}", "blend_path": "{output_dir}/blend.json"}),
+           "nemotron.data.outputs:pretrain_files"),
     _stage("data-prep-sft", "data prep sft", "data", "ray", "data", "", "sft-data", False,
            "Render chat data with the Nemotron 3 template, mask the loss and pack it into Parquet (Ray).",
-           {"path": "{output_dir}", "pack_size": "{pack.pack_size}",
-            "train_path": "{output_dir}/data/training_{pack.pack_size}.idx.parquet",
-            "valid_path": "{output_dir}/data/validation_{pack.pack_size}.idx.parquet",
-            "metadata_path": "{output_dir}/data/{pack.pack_size}_metadata.jsonl"}),
+           "nemotron.data.outputs:sft_files"),
     _stage("data-prep-rl", "data prep rl", "data", "ray", "data", "", "rl-data", False,
            "Turn prompts with verifiable answers into the RL JSONL files (train and validation).",
-           {"path": "{output_dir}", "train_path": "{output_dir}/train.jsonl",
-            "validation_path": "{output_dir}/validation.jsonl"}),
+           "nemotron.data.outputs:rl_files"),
     _stage("pretrain", "pretrain", "megatron", "torchrun", "nemo", "pretrain-data", "pretrain-checkpoint", True,
            "Pretrain Nemotron 3 Ultra on a blend.json: Megatron-Bridge (default, tiny), or -c local on this machine.",
            {"path": "{checkpoint.save}"}),

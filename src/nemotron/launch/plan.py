@@ -3,6 +3,7 @@ of heavy frameworks — so ``--dry-run`` and submission share it."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import secrets
 import sys
@@ -162,6 +163,9 @@ def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
         ConfigError: when a template names a key the config does not have.
     """
     fields: dict[str, Any] = {}
+    if compiled.stage.output_files:  # the writer's own path function (a data stage's version folder)
+        module, func = compiled.stage.output_files.split(":")
+        fields.update(getattr(importlib.import_module(module), func)(compiled.config))
     for name, template in compiled.stage.outputs:
         def value(m: re.Match, name: str = name) -> str:
             v = compiled.get(m.group(1))
