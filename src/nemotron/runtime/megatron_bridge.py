@@ -44,7 +44,7 @@ nemotron_3_ultra.py`` ``nemotron_3_ultra_pretrain_config(hf_path=, seq_length=)`
 ``training/mixed_precision.py`` ``get_mixed_precision_config``, ``models/conversion/auto_bridge.py``
 ``AutoBridge.from_hf_pretrained / to_megatron_provider / import_ckpt / export_ckpt``,
 ``data/datasets/packed_sequence.py`` ``PackedSequenceSpecs``, ``training/config.py``
-``FinetuningDatasetConfig``). Steps 1 and 2 are tested here (tests/test_runtime_megatron_bridge.py). Of
+``FinetuningDatasetConfig``). Steps 1 and 2 are tested here (tests/runtime/test_runtime_megatron_bridge.py). Of
 step 3, :func:`_recipe` and :func:`_apply` run with the real upstream sources on a CPU in the contract tests
 (tests/contract/test_megatron_bridge.py: the recipe builders, the provider AutoBridge makes, the routing
 check, ``ConfigContainer.validate()`` at the job's world size; tests/contract/test_megatron_core.py:

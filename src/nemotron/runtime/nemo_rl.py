@@ -27,7 +27,7 @@ The config is layered on NeMo RL's own Ultra recipe (``nemo_rl.base``: :func:`ba
 :func:`nemotron.config.compile.compile_config`), and what step 4 hands NeMo RL (:func:`job_yaml`) is what
 tests/contract/test_nemo_rl.py runs NeMo RL's own entry code on at the pinned commit (loading, ``MasterConfig``,
 the entry's and ``setup()``'s checks that need no GPU). Steps 1-3 and 5 (with a stand-in for the converter's
-run) are tested here (tests/test_rl.py); the converter's command line against its real argument parser and the
+run) are tested here (tests/runtime/test_rl.py); the converter's command line against its real argument parser and the
 ``step_N`` layout of NeMo RL's real ``CheckpointManager`` in the contract tests. Steps 4 and 5's conversion
 need NeMo RL, vLLM, Megatron-Bridge and GPUs: they have not been run by this project.
 
