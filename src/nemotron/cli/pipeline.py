@@ -346,9 +346,9 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     # prepare every stage first, each wired to the planned outputs of the ones before it
     prepared: list[Prepared] = []
     invalid = 0
-    saved = dict(artifacts.PLANNED)
-    try:
-        for i, stage in enumerate(chain, 1):
+    planned: dict[str, dict[str, Any]] = {}  # what the stages so far will write: the next ones are wired to it
+    for i, stage in enumerate(chain, 1):
+        with artifacts.planning(planned):
             req = StageRequest(stage=stage, config=kw.get("config"), overrides=tuple(per_stage.get(stage.name, ())),
                                mode=mode, profile=run or batch, dry_run=bool(kw.get("dry_run")),
                                env_file=kw.get("env_file"), argv=tuple(sys.argv))
@@ -364,10 +364,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                 dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
             invalid += bool(p.errors)
             prepared.append(p)
-            artifacts.PLANNED.update(planned_outputs(p.compiled))
-    finally:
-        artifacts.PLANNED.clear()
-        artifacts.PLANNED.update(saved)
+        planned.update(planned_outputs(p.compiled))
     if kw.get("dry_run"):
         how = "afterok; a failure cancels the rest" if mode != "here" else "when it succeeded"
         report.table("the chain", ["#", "stage", "config", "executor", "nodes x GPUs", "starts", "problems"],

@@ -12,11 +12,14 @@ takes an input from a record says so in one line (:func:`used_line`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,15 +62,32 @@ def _versions(name: str) -> list[int]:
     return sorted(out)
 
 
-#: Artifacts that earlier stages of a ``pipe`` will produce: name → fields (planned paths). Looked up
-#: before the store, so a chain is wired to where its upstream stage will write, not to an older run.
-PLANNED: dict[str, dict[str, Any]] = {}
+#: Artifacts that earlier stages of a ``pipe`` will produce: name → fields (planned paths), set only inside
+#: :func:`planning`. Looked up before the store, so a chain is wired to where its upstream stage will write, not
+#: to an older run.
+_PLANNED: contextvars.ContextVar[Mapping[str, dict[str, Any]]] = contextvars.ContextVar("planned", default={})
+
+
+@contextlib.contextmanager
+def planning(planned: Mapping[str, dict[str, Any]]) -> Iterator[None]:
+    """Within the ``with``: the artifacts in ``planned`` (what the stages before this one in a ``pipe`` will write)
+    are found by :func:`lookup` before the store, and their fields count as :func:`is_planned`."""
+    token = _PLANNED.set(planned)
+    try:
+        yield
+    finally:
+        _PLANNED.reset(token)
+
+
+def planned() -> Mapping[str, dict[str, Any]]:
+    """The planned artifacts in effect (empty outside :func:`planning`)."""
+    return _PLANNED.get()
 
 
 def is_planned(value: Any) -> bool:
-    """Whether ``value`` is a field of a :data:`PLANNED` artifact: a path an earlier stage of the ``pipe``
+    """Whether ``value`` is a field of a planned artifact (:func:`planning`): a path an earlier stage of the ``pipe``
     will write, which a later stage's checks must not require to exist yet."""
-    return isinstance(value, str) and any(value == str(v) for rec in PLANNED.values() for v in rec.values())
+    return isinstance(value, str) and any(value == str(v) for rec in planned().values() for v in rec.values())
 
 
 def _read(name: str, v: int) -> dict[str, Any] | None:
@@ -142,7 +162,7 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
     found an older version's output up to date makes that version the latest again) produced by a config that ``config``
     accepts (:func:`accepted_configs`) — so ``pretrain -c default`` never trains on the ``tiny``
     sample that happened to run last —, or the latest of all when ``config`` is None (a config file
-    given by path), or one named after the config that made it. A planned artifact (:data:`PLANNED`)
+    given by path), or one named after the config that made it. A planned artifact (:func:`planning`)
     wins when no version is asked for.
 
     The record found is checked with :func:`check_present`: a record of this machine whose folder was deleted is
@@ -151,8 +171,8 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
     Raises:
         ConfigError: when a record exists but is not valid JSON (names the file), or its folder is gone.
     """
-    if version is None and name in PLANNED:
-        return PLANNED[name]
+    if version is None and name in planned():
+        return planned()[name]
     if version is not None:
         rec = _read(name, version)
         return None if rec is None else check_present(rec)

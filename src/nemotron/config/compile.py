@@ -25,6 +25,7 @@ Every leaf remembers the layer that set it (:attr:`Compiled.provenance`), which 
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import difflib
 import hashlib
@@ -492,13 +493,20 @@ class Unresolved(Exception):
 
 _RESOLVERS_READY = False
 
-#: Environment seen by ``${oc.env:...}`` before ``os.environ``: the active profile's storage variables
-#: (data root, checkpoint root, caches), which the profile owns. Set only while a config compiles.
-ENV_OVERLAY: dict[str, str] = {}
-#: ``{"config": NAME}`` while a shipped config compiles: ``${art:...}`` takes artifacts made by the same config.
-ARTIFACT_CONFIG: dict[str, str] = {}
-#: Artifact references resolved during the current compile: ref → "name vN".
-ARTIFACTS_USED: dict[str, str] = {}
+@dataclass
+class _Resolution:
+    """What the resolvers of one :func:`compile_config` read and record: ``env`` shadows ``os.environ`` for
+    ``${oc.env:...}`` (a profile's job environment), ``config`` is the config name artifacts are looked up for
+    (None: a config file given by path), ``used`` records ``{ref: "name vN" | "name (planned)"}`` of every
+    ``${art:...}`` resolved."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    config: str | None = None
+    used: dict[str, str] = field(default_factory=dict)
+
+
+#: The resolution in progress (OmegaConf's resolvers are registered once, process-wide; they read this).
+_RESOLUTION: contextvars.ContextVar[_Resolution] = contextvars.ContextVar("resolution")
 
 
 def _register_resolvers() -> None:
@@ -508,8 +516,9 @@ def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
     def env(name: str, default: Any = _MISSING) -> Any:
-        if name in ENV_OVERLAY:
-            return ENV_OVERLAY[name]
+        overlay = _RESOLUTION.get().env
+        if name in overlay:
+            return overlay[name]
         if name in os.environ:
             return os.environ[name]
         if default is _MISSING:
@@ -518,13 +527,13 @@ def _register_resolvers() -> None:
 
     def art(ref: str, fieldname: str = "path") -> Any:
         name, version = artifacts.parse_ref(str(ref))
-        config = ARTIFACT_CONFIG.get("config")
+        config = _RESOLUTION.get().config
         rec = artifacts.lookup(name, version, config)
         if rec is None:
             made_by = f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config and version is None else ""
             raise Unresolved(f"artifact {ref} does not exist yet{made_by}")
-        ARTIFACTS_USED[str(ref)] = (f"{name} (planned)" if rec.get("version") is None
-                                    else f"{name} v{rec['version']}")
+        _RESOLUTION.get().used[str(ref)] = (f"{name} (planned)" if rec.get("version") is None
+                                            else f"{name} v{rec['version']}")
         if fieldname not in rec:
             raise ConfigError(f"artifact {ref} has no field {fieldname!r}", f"fields: {', '.join(sorted(rec))}")
         return rec[fieldname]
@@ -747,19 +756,15 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     if parsed:
         layers.append(OVERRIDE)
 
-    ENV_OVERLAY.clear()
-    ENV_OVERLAY.update(env or {})
-    ARTIFACTS_USED.clear()
-    ARTIFACT_CONFIG.clear()
-    if name in config_names(stage) or (name == "local" and stage.kind == "data"):
-        ARTIFACT_CONFIG["config"] = name
+    resolution = _Resolution(env=dict(env or {}),
+                             config=name if name in config_names(stage) or (name == "local" and stage.kind == "data")
+                             else None)
+    token = _RESOLUTION.set(resolution)
     try:
         resolved, unresolved = _resolve(tree, prov)
-        used = dict(ARTIFACTS_USED)
     finally:
-        ENV_OVERLAY.clear()
-        ARTIFACT_CONFIG.clear()
-        ARTIFACTS_USED.clear()
+        _RESOLUTION.reset(token)
+    used = resolution.used
     artifact_keys = {k: used[ref] for k, v in leaves(tree) if isinstance(v, str)
                      for ref in used if f"${{art:{ref}," in v or f"${{art:{ref}}}" in v}
     default_labels = {SCHEMA, "default.yaml"} | ({base[0]} if base is not None else set())
@@ -770,7 +775,7 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
                         overrides=list(overrides))
     compiled.config = _absolute_paths(compiled.config)
     compiled.planned_keys = {k for k, v in leaves(tree) if isinstance(v, str)
-                             and any(f"${{art:{n}," in v or f"${{art:{n}}}" in v for n in artifacts.PLANNED)}
+                             and any(f"${{art:{n}," in v or f"${{art:{n}}}" in v for n in artifacts.planned())}
     if check_paths:
         _check_input_paths(compiled)
     return compiled

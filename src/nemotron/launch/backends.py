@@ -1,4 +1,5 @@
-"""One place that knows every executor: render, start and follow a planned job."""
+"""One backend per executor behind one protocol (:class:`Backend`): render, submit or run a planned job, and
+follow it (:func:`attach`). Chosen by ``plan.executor`` in one place, :func:`backend`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import shlex
 import signal
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from nemotron.config.artifacts import used_line
 from nemotron.errors import RESUMABLE
@@ -14,24 +16,131 @@ from nemotron.launch import jobs, local, local_job, submit
 from nemotron.launch.execute import _job_env, run_dir, run_here
 
 
+@dataclass(frozen=True)
+class Job:
+    """A planned job: what the command asked (``req``), the compiled config, the profile (None: this machine) and
+    the plan. The four travel together from planning to the backend."""
+
+    req: Any
+    compiled: Any
+    profile: Any
+    plan: Any
+
+
+class Backend(Protocol):
+    """What one executor does with a planned job (``plan.executor`` names it: ``direct``, ``slurm``, ``ray``,
+    ``local``). A new executor is one more class here and its row in :data:`BACKENDS`."""
+
+    executor: str
+    #: True when the job runs in this process's child and :meth:`run` returns its exit code; else :meth:`submit`.
+    runs_here: bool
+
+    def render(self, job: Job) -> str:
+        """The exact job that would run, as text (the ``--dry-run`` job section)."""
+        ...
+
+    def submit(self, job: Job, chain: list[str]) -> tuple[str, str]:
+        """Queue the job: ``(job id, where in words)``; ``chain`` receives every job id queued (``run.chain``).
+
+        Raises:
+            RuntimeFailure: the job could not be submitted.
+        """
+        ...
+
+    def run(self, job: Job) -> int:
+        """Run the job here, attached; its exit code."""
+        ...
+
+
+def _command_line(job: Job) -> tuple[str, str]:
+    cmd = shlex.join(job.plan.command(run_dir(job.plan) / "train.yaml"))
+    env = _job_env(job.profile, for_display=True)
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()), cmd
+
+
+class Here:
+    """No profile: the stage runs in a child of this process (:func:`nemotron.launch.execute.run_here`)."""
+
+    executor, runs_here = "direct", True
+
+    def render(self, job: Job) -> str:
+        prefix, cmd = _command_line(job)
+        return (f"# in {run_dir(job.plan)} (the run writes train.yaml and job.yaml there; a dry run writes nothing)\n"
+                + (f"{prefix} " if prefix else "") + cmd)
+
+    def run(self, job: Job) -> int:
+        return run_here(job.req, job.compiled, job.profile, job.plan)
+
+    def submit(self, job: Job, chain: list[str]) -> tuple[str, str]:
+        raise NotImplementedError("a job without a profile runs here")
+
+
+class Slurm:
+    """A Slurm profile: NeMo-Run's sbatch script, submitted through its tunnel (:mod:`nemotron.launch.submit`)."""
+
+    executor, runs_here = "slurm", False
+
+    def render(self, job: Job) -> str:
+        return submit.render_sbatch(job.req, job.compiled, job.profile, job.plan)
+
+    def submit(self, job: Job, chain: list[str]) -> tuple[str, str]:
+        with submit.reporting_queued(chain, job.plan.stage.recipe):
+            job_id = submit.submit(job.req, job.compiled, job.profile, job.plan, chain_ids=chain)
+        return job_id, f"Slurm job {job_id}"
+
+    def run(self, job: Job) -> int:
+        raise NotImplementedError("a Slurm job is submitted")
+
+
+class Ray:
+    """A Ray profile: Ray's job submission API to a running cluster (:func:`nemotron.launch.submit.submit_ray`)."""
+
+    executor, runs_here = "ray", False
+
+    def render(self, job: Job) -> str:
+        entry = f"nemotron/_stages/{job.plan.stage.entry}"
+        return (f"# submitted with Ray's job submission API to {job.profile.address}; working directory: the nemotron\n"
+                f"# package snapshot with train.yaml and job.yaml; the cluster is neither started nor stopped\n"
+                f"python {entry} --config train.yaml")
+
+    def submit(self, job: Job, chain: list[str]) -> tuple[str, str]:
+        job_id = submit.submit_ray(job.req, job.compiled, job.profile, job.plan)
+        return job_id, f"Ray job {job_id} on {job.profile.address}"
+
+    def run(self, job: Job) -> int:
+        raise NotImplementedError("a Ray job is submitted")
+
+
+class LocalJob:
+    """A ``local`` profile: NeMo-Run's LocalExecutor on this machine, under a supervisor
+    (:mod:`nemotron.launch.local`)."""
+
+    executor, runs_here = "local", False
+
+    def render(self, job: Job) -> str:
+        return local.render(job.profile, job.plan)
+
+    def submit(self, job: Job, chain: list[str]) -> tuple[str, str]:
+        job_id = local.submit_local(job.req, job.compiled, job.profile, job.plan)
+        return job_id, f"local job {job_id} (NeMo-Run local executor)"
+
+    def run(self, job: Job) -> int:
+        raise NotImplementedError("a local job is submitted")
+
+
+#: Every executor's backend, by ``plan.executor``.
+BACKENDS: dict[str, Backend] = {b.executor: b for b in (Here(), Slurm(), Ray(), LocalJob())}
+
+
+def backend(executor: str) -> Backend:
+    """The backend of ``executor`` (a planned job's ``plan.executor``)."""
+    return BACKENDS[executor]
+
+
 def render(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
     """The exact job that would run, as text: NeMo-Run's sbatch script for a Slurm profile, the
     command line otherwise."""
-    if plan.executor == "slurm":
-
-        return submit.render_sbatch(req, compiled, profile, plan)
-    config_path = run_dir(plan) / "train.yaml"
-    cmd = shlex.join(plan.command(config_path))
-    env = _job_env(profile, for_display=True)
-    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    if plan.executor == "ray":
-        entry = f"nemotron/_stages/{plan.stage.entry}"
-        return (f"# submitted with Ray's job submission API to {profile.address}; working directory: the nemotron\n"
-                f"# package snapshot with train.yaml and job.yaml; the cluster is neither started nor stopped\n"
-                f"python {entry} --config train.yaml")
-    if plan.executor == "local":
-        return local.render(profile, plan)
-    return f"# in {run_dir(plan)} (the run writes train.yaml and job.yaml there; a dry run writes nothing)\n" + (f"{prefix} " if prefix else "") + cmd
+    return backend(plan.executor).render(Job(req, compiled, profile, plan))
 
 
 def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
@@ -40,23 +149,13 @@ def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     Raises:
         RuntimeFailure: the job could not be started or submitted.
     """
-
     for key, artifact in sorted(compiled.artifact_keys.items()):  # what --dry-run tags "(from artifact ...)"
         print(used_line(key, artifact, compiled.get(key)), file=sys.stderr)
-    if plan.executor == "direct":
-        return run_here(req, compiled, profile, plan)
-
+    job, chosen = Job(req, compiled, profile, plan), backend(plan.executor)
+    if chosen.runs_here:
+        return chosen.run(job)
     chain: list[str] = []  # a Slurm job and its run.chain continuation jobs, first to last
-    if plan.executor == "local":
-        job_id = local.submit_local(req, compiled, profile, plan)
-        where = f"local job {job_id} (NeMo-Run local executor)"
-    elif plan.executor == "ray":
-        job_id = submit.submit_ray(req, compiled, profile, plan)
-        where = f"Ray job {job_id} on {profile.address}"
-    else:
-        with submit.reporting_queued(chain, plan.stage.recipe):
-            job_id = submit.submit(req, compiled, profile, plan, chain_ids=chain)
-        where = f"Slurm job {job_id}"
+    job_id, where = chosen.submit(job, chain)
     rec = jobs.load(plan.experiment_id)
     recipe = plan.stage.recipe
     print(f"submitted {plan.stage.title}: {where}, experiment {plan.experiment_id}", file=sys.stderr)
