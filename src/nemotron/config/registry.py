@@ -42,6 +42,8 @@ class Stage:
         output_files: instead of templates, the writer's own path function (``"module:function"``, called with
             the compiled config): a data stage writes a new version folder (``output_dir/v2``) once the latest
             one was consumed, and only its writer knows which folder and file names a run will write.
+        checks: the check sets validation runs on the stage's config, in order (names of
+            :data:`nemotron.validation.CHECK_SETS`: ``layout``, ``megatron-keys``, ``nemo-rl``, ``training-data``...).
     """
 
     name: str
@@ -58,6 +60,7 @@ class Stage:
     summary: str
     outputs: tuple[tuple[str, str], ...] = ()
     output_files: str | None = None
+    checks: tuple[str, ...] = ()
 
     @property
     def title(self) -> str:
@@ -66,47 +69,49 @@ class Stage:
 
 
 def _stage(name: str, command: str, kind: str, launch: str, image: str, consumes: str, produces: str,
-           gpu: bool, summary: str, outputs: dict[str, str] | str, recipe: str = "ultra3") -> Stage:
+           gpu: bool, summary: str, outputs: dict[str, str] | str, checks: str, recipe: str = "ultra3") -> Stage:
     folder = name.replace("-", "_")
     return Stage(
         name=name, command=tuple(command.split()), recipe=recipe, kind=kind,
         config_dir=f"{recipe}/{folder}", entry=f"{recipe}/{folder}/run.py", launch=launch, image=image,
         consumes=tuple(consumes.split()), produces=tuple(produces.split()), gpu=gpu, summary=summary,
         outputs=tuple(outputs.items()) if isinstance(outputs, dict) else (),
-        output_files=outputs if isinstance(outputs, str) else None,
+        output_files=outputs if isinstance(outputs, str) else None, checks=tuple(checks.split()),
     )
 
 
 STAGES: tuple[Stage, ...] = (
     _stage("data-prep-pretrain", "data prep pretrain", "data", "ray", "data", "", "pretrain-data", False,
            "Tokenize a blend of raw text into Megatron .bin/.idx shards and blend.json (Ray).",
-           "nemotron.data.outputs:pretrain_files"),
+           "nemotron.data.outputs:pretrain_files", "data"),
     _stage("data-prep-sft", "data prep sft", "data", "ray", "data", "", "sft-data", False,
            "Render chat data with the Nemotron 3 template, mask the loss and pack it into Parquet (Ray).",
-           "nemotron.data.outputs:sft_files"),
+           "nemotron.data.outputs:sft_files", "data"),
     _stage("data-prep-rl", "data prep rl", "data", "ray", "data", "", "rl-data", False,
            "Turn prompts with verifiable answers into the RL JSONL files (train and validation).",
-           "nemotron.data.outputs:rl_files"),
+           "nemotron.data.outputs:rl_files", "data"),
     _stage("pretrain", "pretrain", "megatron", "torchrun", "nemo", "pretrain-data", "pretrain-checkpoint", True,
            "Pretrain Nemotron 3 Ultra on a blend.json: Megatron-Bridge (default, tiny), or -c local on this machine.",
-           {"path": "{checkpoint.save}"}),
+           {"path": "{checkpoint.save}"}, "layout megatron-keys blend-mix training-data"),
     _stage("sft", "sft", "megatron", "torchrun", "nemo", "pretrain-checkpoint sft-data", "sft-checkpoint", True,
            "Supervised fine-tuning on packed Parquet (answer-only loss): Megatron-Bridge, or -c local on this machine.",
-           {"path": "{checkpoint.save}"}),
+           {"path": "{checkpoint.save}"}, "layout megatron-keys training-data"),
     _stage("convert", "convert", "convert", "torchrun", "nemo", "sft-checkpoint", "hf-checkpoint", True,
            "Convert checkpoints between the Hugging Face and Megatron forms: Megatron-Bridge's AutoBridge, or -c local "
            "on this machine.",
-           {"path": "{convert.output_dir}"}),
+           {"path": "{convert.output_dir}"}, "layout megatron-keys"),
     _stage("rlvr", "rlvr", "rl", "ray", "nemo-rl", "hf-checkpoint rl-data", "rl-checkpoint", True,
            "Reinforcement learning with verifiable rewards (GRPO) on NeMo RL; -c teacher-<slot> trains MOPD teachers.",
            # the Hugging Face form of the newest step (nemotron.runtime.nemo_rl.finish; the run records hf/step_N)
-           {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"}),
+           {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
+           "layout nemo-rl"),
     _stage("mopd", "mopd", "rl", "ray", "nemo-rl", "rl-checkpoint rl-data", "mopd-checkpoint", True,
            "Multi-teacher on-policy distillation on NeMo RL.",
-           {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"}),
+           {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
+           "layout nemo-rl"),
     _stage("quantize", "quantize", "quantize", "torchrun", "nemo", "mopd-checkpoint", "quantized-checkpoint", True,
            "NVFP4 + FP8 post-training quantization with NVIDIA Model Optimizer.",
-           {"path": "{export.output_dir}"}),
+           {"path": "{export.output_dir}"}, "layout quantize"),
 )
 
 #: The order ``pipe`` runs stages in when none are named.

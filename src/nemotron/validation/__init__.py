@@ -156,29 +156,48 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     Data stages run on CPUs through Ray and have no layout: their configs and inputs are checked by
     their runtimes' own parsers, called here (:mod:`nemotron.validation.data`).
     """
-    kind = getattr(stage, "kind", "")
     missing = _missing_runtime(stage, cfg) + _output_folders(cfg, profile)
-    if kind == "data":
-        from nemotron.validation.data import validate_data
-
-        return _dedupe(missing + validate_data(stage, cfg) + _run_keys(cfg, profile))
-    problems = checks.validate_training(stage, cfg, profile)
-    if getattr(stage, "name", "") in ("pretrain", "sft", "convert"):
-        problems += _passthrough_keys(cfg)
-    elif kind == "rl" and checks.backend(cfg) != checks.LOCAL:
-        problems += _passthrough_keys(cfg, "nemo-rl")
-        problems += _nemo_rl_rules(cfg)
-    if getattr(stage, "name", "") == "pretrain":
-        problems += _blend_mix(cfg)
-    if getattr(stage, "name", "") in ("pretrain", "sft"):
-        from nemotron.validation.data import training_data_problems
-
-        problems += training_data_problems(stage.name, cfg)
-    if kind == "quantize":
-        from nemotron.validation.quantize import validate_quantize
-
-        problems += validate_quantize(cfg, profile)
+    problems: list[Problem] = []
+    for name in stage.checks:  # the stage's registry row lists its check sets, in order
+        problems += CHECK_SETS[name](stage, cfg, profile)
     return _dedupe(missing + problems + _run_keys(cfg, profile))
+
+
+def _data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    from nemotron.validation.data import validate_data  # the data stages' own parsers (light, but only when asked)
+
+    return validate_data(stage, cfg)
+
+
+def _nemo_rl_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    if checks.backend(cfg) == checks.LOCAL:
+        return []
+    return _passthrough_keys(cfg, "nemo-rl") + _nemo_rl_rules(cfg)
+
+
+def _training_data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    from nemotron.validation.data import training_data_problems
+
+    return training_data_problems(stage.name, cfg)
+
+
+def _quantize_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    from nemotron.validation.quantize import validate_quantize
+
+    return validate_quantize(cfg, profile)
+
+
+#: The check sets a stage's registry row names (:attr:`nemotron.config.registry.Stage.checks`), each
+#: ``(stage, cfg, profile) -> [Problem]``.
+CHECK_SETS: dict[str, Any] = {
+    "data": _data_checks,
+    "layout": checks.validate_training,
+    "megatron-keys": lambda stage, cfg, profile: _passthrough_keys(cfg),
+    "nemo-rl": _nemo_rl_checks,
+    "blend-mix": lambda stage, cfg, profile: _blend_mix(cfg),
+    "training-data": _training_data_checks,
+    "quantize": _quantize_checks,
+}
 
 
 #: The module a cluster backend's runtime imports first, per ``stages/images.toml`` image key: the runtimes
