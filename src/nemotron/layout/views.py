@@ -119,6 +119,18 @@ RL_KEYS = {
 }
 
 
+#: The parallel-layout keys of a quantize stage's export (a second layout inside the same allocation).
+EXPORT_KEYS = {"tp": "export.tensor_model_parallel_size", "pp": "export.pipeline_model_parallel_size",
+               "ep": "export.expert_model_parallel_size", "etp": "export.expert_tensor_parallel_size"}
+
+
+def layout_keys(kind: str) -> dict[str, str]:
+    """The dotted keys of a stage's training layout (``tp``, ``pp``, ``ep``, ``etp``, ``cp``, ``sp``, ``seq``,
+    ``gbs``, ``mbs``, ``first``, ``last``): NeMo RL's ``policy.megatron_cfg.*`` for ``kind`` ``"rl"``, else
+    Megatron-Bridge's ``model.*`` / ``train.*``. The one place these key names are spelt."""
+    return dict(RL_KEYS if kind == "rl" else MB_KEYS)
+
+
 def _precision(mixed: Any, fp8_enabled: bool = False) -> str:
     text = str(mixed or "").lower()
     if "fp4" in text:

@@ -30,33 +30,22 @@ from nemotron.config.paths import OUTPUT_FOLDER_KEYS, cannot_create_folder, conf
 from nemotron.config.tree import as_int, get, put
 from nemotron.errors import ConfigError, Problem, plural
 from nemotron.layout import rules
-from nemotron.layout.views import node_shape
+from nemotron.layout.views import EXPORT_KEYS, layout_keys, node_shape
 from nemotron.validation import checks
 from nemotron.validation.cluster import warning_signal_problem
 
 Table = tuple[str, list[str], list[list[str]]]
 
 #: Keys an ``<N>layer`` slice sets (value: ``"ep"`` means all GPUs of the node).
-_MB_SLICE = {
-    "model.tensor_model_parallel_size": 1, "model.pipeline_model_parallel_size": 1,
-    "model.context_parallel_size": 1, "model.expert_tensor_parallel_size": 1,
-    "model.expert_model_parallel_size": "ep", "model.sequence_parallel": False,
-    "model.num_layers_in_first_pipeline_stage": None, "model.num_layers_in_last_pipeline_stage": None,
-}
-_QUANT_SLICE = {
-    "export.tensor_model_parallel_size": 1, "export.pipeline_model_parallel_size": 1,
-    "export.expert_model_parallel_size": "ep", "export.expert_tensor_parallel_size": 1,
-}
-_RL_SLICE = {k.replace("model.", "policy.megatron_cfg."): v for k, v in _MB_SLICE.items()}
+_SLICE = {"tp": 1, "pp": 1, "cp": 1, "etp": 1, "ep": "ep", "sp": False, "first": None, "last": None}
 
 
 def _slice_layout(stage: Any) -> dict[str, Any]:
     kind = getattr(stage, "kind", "")
-    if kind == "rl":
-        return dict(_RL_SLICE)
-    out = dict(_MB_SLICE)
+    keys = layout_keys(kind)
+    out = {keys[k]: v for k, v in _SLICE.items()}
     if kind == "quantize":
-        out.update(_QUANT_SLICE)
+        out.update({EXPORT_KEYS[k]: _SLICE[k] for k in EXPORT_KEYS})
     return out
 
 
@@ -93,10 +82,10 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
                 layout["run.env.nodes"] = 1
             for key, value in layout.items():
                 value = ep if value == "ep" else value
-                if key.endswith(".sequence_parallel"):
+                if key == layout_keys(getattr(stage, "kind", ""))["sp"]:
                     # with a TP you kept above 1 an MoE model needs sequence parallel (rule moe-tp-needs-sp): the
                     # preparation must not write a value that validation then refuses
-                    tp = as_int(get(cfg, key.replace(".sequence_parallel", ".tensor_model_parallel_size"))) or 1
+                    tp = as_int(get(cfg, layout_keys(getattr(stage, "kind", ""))["tp"])) or 1
                     value = bool(tp > 1 and spec.is_moe)
                 if key in user_keys:
                     if get(cfg, key) != value:

@@ -17,8 +17,10 @@ from nemotron.config.tree import as_int, get, unresolved
 from nemotron.errors import Problem, plural
 from nemotron.layout import memory, rules
 from nemotron.layout.views import (
+    EXPORT_KEYS,
     NodeShape,
     TrainView,
+    layout_keys,
     manifest_field,
     megatron_view,
     node_shape,
@@ -370,10 +372,8 @@ def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Probl
                                "the local runtime (no Transformer Engine: FP8/NVFP4 presets need a cluster backend)")
         if not out:  # the reader applies the rules above again: its first refusal would repeat them
             out += local_settings(stage.name, cfg)
-    keys = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
-            "model.expert_model_parallel_size", "model.context_parallel_size", "model.expert_tensor_parallel_size",
-            "policy.megatron_cfg.tensor_model_parallel_size", "policy.megatron_cfg.pipeline_model_parallel_size",
-            "policy.megatron_cfg.expert_model_parallel_size", "policy.megatron_cfg.context_parallel_size")
+    keys = tuple(layout_keys("megatron")[k] for k in ("tp", "pp", "ep", "cp", "etp")) + \
+        tuple(layout_keys("rl")[k] for k in ("tp", "pp", "ep", "cp"))
     for key in keys:
         val = get(cfg, key)
         if val is not None and as_int(val) != 1:
@@ -448,8 +448,7 @@ def data_tokenizer_rules(stage: Any, cfg: dict, model: ModelSpec) -> list[Proble
 def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) -> list[Problem]:
     """Export layout (a second layout inside the same allocation) and NVFP4 GEMMs vs hardware."""
     out: list[Problem] = []
-    ek = {"tp": "export.tensor_model_parallel_size", "pp": "export.pipeline_model_parallel_size",
-          "ep": "export.expert_model_parallel_size", "etp": "export.expert_tensor_parallel_size"}
+    ek = EXPORT_KEYS
     ev = {k: as_int(get(cfg, key, 1)) for k, key in ek.items()}
     bad = rules.positive_ints({ek[k]: (val if val is not None else get(cfg, ek[k])) for k, val in ev.items()})
     out += bad
