@@ -37,7 +37,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_data_prep_pretrain_support import STAGE_DIR, descendants, load_config, tree_rss_bytes  # noqa: E402
+from data_prep_pretrain_support import STAGE_DIR, descendants, load_config, tree_rss_bytes  # noqa: E402
 
 RAW_SCRIPT = r"""
 import json, os, sys, time

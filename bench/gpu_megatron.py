@@ -87,8 +87,8 @@ def overrides(blend: Path, ckpt: Path, iters: int) -> list[str]:
 def compile_job(blend: Path, ckpt: Path, iters: int, path: Path) -> dict:
     """``train.yaml`` for the job, as the CLI writes it (compiled, prepared, validated: any error stops here)."""
     from nemotron import validation
-    from nemotron.config import compile_config, write_yaml
-    from nemotron.registry import get_stage
+    from nemotron.config.compile import compile_config, write_yaml
+    from nemotron.config.registry import get_stage
 
     stage = get_stage("pretrain")
     compiled = compile_config(stage, "tiny", overrides(blend, ckpt, iters))
@@ -260,7 +260,7 @@ def main() -> int:
         try:
             from train_tiny import reference as plain_loop
 
-            from nemotron import catalogue
+            from nemotron.config import catalogue
 
             best = max(plain_loop(catalogue.get("small"), 1024, 16, 4, args.plain_steps, "cuda", "bf16")
                        for _ in range(2))

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from nemotron.data import chat, packing  # noqa: E402
-from test_data_prep_sft_support import SHARED_DATA, TEMPLATE, chat_tokenizer, compile_stage  # noqa: E402
+from data_prep_sft_support import SHARED_DATA, TEMPLATE, chat_tokenizer, compile_stage  # noqa: E402
 
 
 def peak_rss_mb() -> float:

@@ -13,7 +13,7 @@ Every figure is printed next to a reference measured in the same run:
 2. **reference**: a plain loop over the same model and batch shape — forward with labels, backward,
    fused AdamW step — on random tokens, no data path and no Trainer; measured before and after ours
    (the machine may be shared), best of the two reported;
-3. **memory**: the estimate of ``src/nemotron/validation/memory.py`` for the same model at TP1 PP1 (one
+3. **memory**: the estimate of ``src/nemotron/layout/memory.py`` for the same model at TP1 PP1 (one
    GPU, same sequence and micro-batch, MTP off) next to what the run used: peak GPU memory allocated by
    torch on a GPU, peak resident memory of the process on the CPU. The estimate assumes Megatron's
    BF16 weights + FP32 gradients + FP32 Adam (18 B/parameter) and flash attention; the local run keeps
@@ -97,7 +97,7 @@ def ours(spec, seq: int, batch: int, micro: int, steps: int, work: Path) -> dict
 
 def estimate_gb(spec, seq: int, micro: int, batch: int) -> float:
     """The launcher's per-GPU memory estimate for ``spec`` at TP1 PP1 on one GPU (MTP off)."""
-    from nemotron.validation import memory
+    from nemotron.layout import memory
 
     setup = memory.TrainSetup(tp=1, pp=1, cp=1, ep=1, etp=1, world=1, seq_length=seq, micro_batch=micro,
                               global_batch=batch, distributed_optimizer=False, grad_fp32=True, mtp_depths=0)
@@ -116,7 +116,7 @@ def main() -> int:
 
     import torch
 
-    from nemotron import catalogue
+    from nemotron.config import catalogue
     from nemotron.runtime.settings import thread_count
 
     torch.set_num_threads(thread_count(None))

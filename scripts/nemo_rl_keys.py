@@ -27,7 +27,7 @@ It also records, from the same checkout:
   by ``module.Class``, with the fields it ``required`` — a ``TypedDict`` field not marked ``NotRequired``
   (or ``Required`` in a ``total=False`` one), a pydantic/dataclass field without a default —, its
   ``literals`` (``enabled: Literal[True]``: what tells union members apart, e.g. ``MegatronConfig`` from
-  ``MegatronConfigDisabled``) and, per field, the config classes it may hold); :func:`nemotron.keys.missing_keys`
+  ``MegatronConfigDisabled``) and, per field, the config classes it may hold); :func:`nemotron.config.keys.missing_keys`
   walks a config against it;
 * ``recipes``: the Ultra recipes ``examples/nemo_gym/nemotron-3-ultra/*.yaml`` as NeMo RL's own loader
   (``nemo_rl.utils.config.load_config``, ``defaults:`` inheritance included) composes them, interpolations
@@ -42,7 +42,7 @@ It also records, from the same checkout:
   test (``config.policy["draft"]["enabled"]`` in ``examples/run_grpo.py``): a missing one is a
   ``KeyError`` before training.
 
-Output (JSON, the shape :mod:`nemotron.keys` reads): ``{"framework": "nemo-rl", "version", "commit",
+Output (JSON, the shape :mod:`nemotron.config.keys` reads): ``{"framework": "nemo-rl", "version", "commit",
 "root": "MasterConfig", "source", "sections": {NAME: {"types": [...], "fields": {FIELD: {"type": ...,
 ["fields": {...}], ["mapping": true]}}}}, "required", "recipes", "metrics", "entry_reads"}``; ``mapping``
 marks a dict-typed field (any sub-key).

@@ -9,8 +9,8 @@ from typing import Any
 def compile_stage(stage: str, name: str = "tiny", **overrides: Any) -> dict[str, Any]:
     """The resolved config `run.py` receives for `nemotron ... -c NAME key=value ...`. A nested key is
     written with double underscores (``pack__pack_size=...``); a mapping value sets each of its keys."""
-    from nemotron.config import compile_config
-    from nemotron.registry import get_stage
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import get_stage
 
     args: list[str] = []
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import tempfile
 import subprocess
 import time
 from dataclasses import dataclass
@@ -24,6 +26,25 @@ TERMINAL_STATES = {
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
     "PREEMPTED", "BOOT_FAIL", "DEADLINE",
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hermetic session: records, caches and jobs go to a fresh ``NEMOTRON_HOME`` (never ``~/.nemotron``, which may
+    hold artifacts of other checkouts), and SIGINT/SIGTERM have their default dispositions again. A shell starts a
+    background job (``nohup bash scripts/test.sh &``) with SIGINT ignored, and an ignored signal stays ignored in
+    every child it execs: the Ctrl-C tests' processes would never see theirs. A handler set here is reset to the
+    default in each child at exec."""
+    os.environ["NEMOTRON_HOME"] = tempfile.mkdtemp(prefix="nemotron-test-home-")
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@pytest.fixture(autouse=True)
+def _own_nemotron_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test its own ``NEMOTRON_HOME`` (a test may still set another one itself)."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path_factory.mktemp("home")))
 
 
 def _unavailable(reason: str) -> None:

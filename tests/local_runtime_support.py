@@ -20,7 +20,7 @@ BASE, V, EOS = 100, 48, 2
 
 def small_spec(vocab: int = 512) -> Any:
     """The catalogue's ``small`` NemotronH with a smaller vocabulary (same blocks; fast on 2 cores)."""
-    from nemotron import catalogue
+    from nemotron.config import catalogue
 
     return replace(catalogue.get("small"), vocab_size=vocab)
 
@@ -134,8 +134,8 @@ def write_sft_data(folder: Path, pack_size: int, packs: int = 24, valid_packs: i
 
 def compile_local(stage: str, overrides: dict[str, Any]) -> dict[str, Any]:
     """The resolved config ``run.py`` receives for ``nemotron ultra3 STAGE -c local key=value ...``."""
-    from nemotron.config import compile_config
-    from nemotron.registry import get_stage
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import get_stage
 
     args = [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
     return compile_config(get_stage(stage), "local", args).config

@@ -51,7 +51,7 @@ def small_checkpoint(folder: Path, seed: int = 7) -> Path:
     """The catalogue's ``small`` NemotronH (freshly initialised, seeded) saved in Hugging Face form, BF16."""
     import torch
 
-    from nemotron import catalogue
+    from nemotron.config import catalogue
     from nemotron.runtime import model as modelmod
 
     m = modelmod.build(catalogue.get("small"), seed).to(torch.bfloat16)
@@ -62,8 +62,8 @@ def small_checkpoint(folder: Path, seed: int = 7) -> Path:
 def compile_quantize(overrides: list[str], config: str = "local") -> dict[str, Any]:
     """``nemotron ultra3 quantize -c CONFIG overrides...`` compiled and prepared by the project's own code."""
     from nemotron import validation
-    from nemotron.config import compile_config
-    from nemotron.registry import get_stage
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import get_stage
 
     stage = get_stage("quantize")
     compiled = compile_config(stage, config, overrides)

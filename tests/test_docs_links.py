@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 import pytest
 
-from nemotron.cli import build_cli
+from nemotron.cli.main import build_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -24,7 +24,7 @@ def test_wheel_carries_stages_and_runs(tmp_path):
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
     env = {**os.environ, "PYTHONPATH": str(target), "NEMOTRON_HOME": str(tmp_path / "home")}
-    code = ("import nemotron.paths as p, sys; from nemotron.cli import main; "
+    code = ("import nemotron.config.paths as p, sys; from nemotron.cli.main import main; "
             "print(p.stages_dir()); sys.exit(main(['ultra3', 'data', 'prep', 'pretrain', '-c', 'tiny', '--dry-run']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=120)

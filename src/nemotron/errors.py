@@ -103,7 +103,7 @@ class StopRequested(KeyboardInterrupt):
 
     A ``KeyboardInterrupt``: Ray's blocking calls in the driver pass an interrupt raised by a signal
     handler on unchanged (another exception type raised there comes out as a ``SystemError``), and every
-    cleanup path that handles Ctrl-C handles this too. The entry (:func:`nemotron.entry.run`) turns it into
+    cleanup path that handles Ctrl-C handles this too. The entry (:func:`nemotron.runtime.dispatch.run`) turns it into
     exit 75, "stopped, run the same command again to resume" (the code the training runtimes use, and the
     one a Slurm job requeues on); :func:`stop_signal` tells it apart when Ray re-raises a plain interrupt.
     """
@@ -125,3 +125,17 @@ def request_stop(signum: int, _frame: Any = None) -> None:
 def stop_signal() -> int | None:
     """The signal :func:`request_stop` handled in this process, if any."""
     return _STOP_SIGNAL[0] if _STOP_SIGNAL else None
+
+
+#: Set by the CLI for a stage it runs as its child (same process group, so both get the Ctrl-C): the CLI
+#: then prints the one ``interrupted`` line, the child stays quiet.
+INTERRUPT_REPORTED_BY_PARENT = "NEMOTRON_INTERRUPT_REPORTED_BY_PARENT"
+
+
+#: Exit code of a run stopped by Ctrl-C (128 + SIGINT, the shell's convention).
+EXIT_INTERRUPTED = 130
+
+
+#: Exit code of a stage that saved a checkpoint and stopped on a signal (SIGTERM, SIGUSR1 before the
+#: Slurm time limit): not a failure, the next run resumes (the BSD EX_TEMPFAIL value).
+RESUMABLE = 75

@@ -75,7 +75,7 @@ TE_ONLY_FP4 = {"fp4": None, "fp4_param_gather": False}
 
 
 def keylist_path() -> Path:
-    from nemotron.validation.views import keylist_version
+    from nemotron.config.images import keylist_version
 
     return REPO / "src" / "nemotron" / "keylists" / f"megatron-bridge-{keylist_version('nemo', 'megatron_bridge')}.json"
 
@@ -84,7 +84,7 @@ def inputs(root: Path) -> dict[str, str]:
     """Real-shaped stand-ins for the artifacts the configs name: blend.json files over real shards, packed Parquet
     and its metadata, checkpoint folders, and a local HF folder holding the catalogue's Ultra ``config.json``."""
     from local_runtime_support import pack, write_packed_parquet, write_pretrain_data
-    from nemotron import catalogue
+    from nemotron.config import catalogue
 
     out = {"blend": str(write_pretrain_data(root / "data")), "phase2": str(write_pretrain_data(root / "phase2"))}
     sft = root / "sft"
@@ -105,10 +105,11 @@ def compile_shipped(stage: str, name: str, root: Path, files: dict[str, str],
     """``nemotron ultra3 <stage> -c <name> [extra] --dry-run`` without a profile, its artifacts given as
     ``files``: ``{"cfg": the prepared config the job gets, "errors": the dry-run's errors (rule, key, line),
     "world": nodes x GPUs per node, "notes": the preparation's notes}``."""
-    from nemotron import catalogue, validation
-    from nemotron.config import compile_config
-    from nemotron.registry import get_stage
-    from nemotron.validation.views import node_shape
+    from nemotron.config import catalogue
+    from nemotron import validation
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import get_stage
+    from nemotron.layout.views import node_shape
 
     over = [f"checkpoint.save={root / f'ckpt-{stage}-{name}'}"]
     if stage == "pretrain":
@@ -168,7 +169,7 @@ def provider_facts(m):
 SCRIPT = BUILD + r'''
 import dataclasses, importlib, inspect, traceback
 from upstream import read_payload, write_result
-from nemotron import catalogue
+from nemotron.config import catalogue
 from nemotron.runtime.routing import check_routing
 from megatron.bridge.training.config import runtime_config_update
 
@@ -285,8 +286,8 @@ def _ids(pairs):
 def test_recipe_builds_the_model_the_dry_run_describes(results, shipped, cid):
     """The real recipe builder with our translation yields the provider of the catalogue entry the dry-run's
     memory estimate describes: layers, hybrid pattern, MTP block and depth, dimensions, and our layout."""
-    from nemotron import catalogue
-    from nemotron.validation.views import megatron_view
+    from nemotron.config import catalogue
+    from nemotron.layout.views import megatron_view
 
     rec = _built(results, cid)
     cfg = shipped[cid]["cfg"]
@@ -436,7 +437,7 @@ def test_the_one_gpu_run_builds_the_small_model_from_the_catalogue(results, ship
     built from the catalogue's own ``config.json`` for ``small`` (no HF repo: never ``recipe.hf_model_id``, which
     would give the full 108-layer Ultra), the provider has every Ultra block type, and ``validate()`` passes at
     world size 1."""
-    from nemotron import catalogue
+    from nemotron.config import catalogue
 
     rec = _built(results, "pretrain-tiny-1gpu")
     spec = catalogue.get("small")

@@ -163,7 +163,7 @@ OFFLOAD_MARK = "optimizer cpu offload"
 def test_transformer_config_post_init_accepts_every_shipped_config(results, shipped, cid):
     """Megatron-Core's ``TransformerConfig.__post_init__`` (through the provider's ``finalize()``) accepts the model
     of every config our dry-run accepts, and ran to its end (it set ``init_method``)."""
-    from nemotron import catalogue
+    from nemotron.config import catalogue
 
     assert shipped[cid]["errors"] == []
     rec = _rec(results, cid)

@@ -94,7 +94,7 @@ def megatron_helpers(up: Upstream) -> Path:
 def _pretrain_texts(shared: Path, valid: int, test: int, sample: int) -> dict[str, dict[str, list[str]]]:
     """The records of the shared-data datasets of the tiny blend, split by the held-out rule (empty ones skipped),
     read here independently of the pipeline."""
-    from test_data_prep_pretrain_support import read_records
+    from data_prep_pretrain_support import read_records
 
     files = {"wikitext2": (shared / "pretrain" / "wikitext2-valid.jsonl", "jsonl", "text"),
              "tinyshakespeare": (shared / "pretrain" / "tinyshakespeare.parquet", "parquet", "content")}

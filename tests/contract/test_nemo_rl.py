@@ -29,7 +29,7 @@ The same harness runs bad configs (:data:`CASES`): upstream refuses each one at 
 (:func:`nemotron.validation.validate`) refuses it with the expected rule — and it accepts every shipped config,
 which upstream accepts too. A deletion sweep removes each key of four job configs in turn: ``MasterConfig``
 refuses ⇔ the dry-run's ``nemo-rl-required`` rule does (:func:`nemotron.validation.nemo_rl.schema`: the required
-keys the key list names, :func:`nemotron.keys.missing_required_keys`, and ``RewardPenaltyConfig``'s validator).
+keys the key list names, :func:`nemotron.config.keys.missing_required_keys`, and ``RewardPenaltyConfig``'s validator).
 
 The checkpoint chain: NeMo RL's real ``CheckpointManager`` writes ``step_N`` folders (and a ``tmp_step_N`` in
 progress); :func:`nemotron.runtime.nemo_rl.latest_step` picks the step ``get_latest_checkpoint_path`` picks; the
@@ -56,9 +56,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemotron import keys, validation
-from nemotron.config import compile_config, config_names
-from nemotron.registry import get_stage
+from nemotron.config import keys
+from nemotron import validation
+from nemotron.config.compile import compile_config
+from nemotron.config.paths import config_names
+from nemotron.config.registry import get_stage
 from nemotron.runtime import nemo_rl
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,7 +164,7 @@ def stmts(path, func, start, end=None, until=None, inside=None, branch="body"):
 
 import nemo_rl.algorithms.grpo as G
 from nemo_rl.algorithms.grpo import MasterConfig
-from nemotron import keys
+from nemotron.config import keys
 from nemotron.runtime import nemo_rl as ours
 from nemotron.validation.nemo_rl import schema
 

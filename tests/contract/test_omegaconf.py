@@ -7,8 +7,8 @@ from __future__ import annotations
 SCRIPT = r'''
 import omegaconf
 from upstream import read_payload, write_result
-from nemotron.config import compile_config
-from nemotron.registry import get_stage
+from nemotron.config.compile import compile_config
+from nemotron.config.registry import get_stage
 c = compile_config(get_stage("pretrain"), "tiny", ["model.name=small"], check_paths=False)
 write_result({"version": omegaconf.__version__, "name": c.config["model"]["name"],
               "save": c.config["checkpoint"]["save"]})

@@ -292,7 +292,7 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
             if isinstance(exc, StopRequested) or stop_signal() is not None:
                 raise  # SIGTERM: the entry's own "stopped by SIGTERM ... resume" line and exit 75
             return interrupted_resumably(s)
-    from nemotron.artifacts import write_outputs
+    from nemotron.config.artifacts import write_outputs
 
     write_outputs(artifacts(manifest))
     return 0
@@ -309,8 +309,7 @@ def interrupted_resumably(s: Any) -> int:
     """
     import sys
 
-    from nemotron.entry import EXIT_INTERRUPTED, INTERRUPT_REPORTED_BY_PARENT
-    from nemotron.execute import RESUMABLE
+    from nemotron.errors import EXIT_INTERRUPTED, INTERRUPT_REPORTED_BY_PARENT, RESUMABLE
 
     if os.environ.get(INTERRUPT_REPORTED_BY_PARENT) == "1":
         return RESUMABLE
@@ -626,7 +625,7 @@ def relative_note(spec: DatasetSpec) -> str:
         return ""
     cwd = os.getcwd()
     note = "" if os.path.isabs(path) else f" (relative paths are taken from the working directory, {cwd})"
-    from nemotron.paths import repo_root
+    from nemotron.config.paths import repo_root
 
     root = repo_root()
     if root is None or os.path.realpath(root) == os.path.realpath(cwd):

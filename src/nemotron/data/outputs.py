@@ -48,7 +48,9 @@ RECEIPT_SUFFIX = ".receipt.json"
 LOCK = ".nemotron-writer.lock"
 #: Names inside a version folder that a rebuild may touch: the files among them, and inside the folders
 #: ``data/`` and ``tokenizer/`` only the files the stage wrote (:func:`stage_files`); nothing else is removed.
-OWNED_NAMES = (MANIFEST, PLAN, "blend.json", "data", "tokenizer")
+#: The Megatron-Bridge blend a pretraining data version holds (:func:`pretrain_files`).
+BLEND = "blend.json"
+OWNED_NAMES = (MANIFEST, PLAN, BLEND, "data", "tokenizer")
 #: The files a data stage writes in a version's ``tokenizer/`` folder (SFT adds the config with its chat template).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -150,6 +152,52 @@ def select_version(output_dir: str | Path, force: bool) -> tuple[int, Path, str]
         who = ", ".join(str(u.get("run_id")) for u in used[:3])
         return n + 1, root / f"v{n + 1}", f"v{n} was consumed by {who}; writing a new version"
     return n, latest, "rebuild"
+
+
+# ------------------------------------------------------------------------------------ the files a version holds
+# One function per data stage names the files it writes into a version folder. The writers write there and the
+# planner (nemotron.launch.plan.planned_outputs, through the stage's registry row) wires the next stage of a
+# ``pipe`` to the same names, in the version folder the run will write (select_version): one source of truth.
+#: The RL data files of a version (nemotron.data.rl writes them).
+RL_TRAIN, RL_VALID = "train.jsonl", "validation.jsonl"
+#: Megatron-Bridge's names of the packed SFT splits: ``<name>_<pack_size>.idx.parquet`` under ``data/``.
+SFT_SPLIT_FILES = {"train": "training", "valid": "validation"}
+
+
+def sft_split_file(vdir: str | Path, pack_size: int, split: str) -> Path:
+    """The packed Parquet file of ``split`` (``"train"`` / ``"valid"``) in version folder ``vdir``."""
+    return Path(vdir) / "data" / f"{SFT_SPLIT_FILES[split]}_{pack_size}.idx.parquet"
+
+
+def sft_metadata_file(vdir: str | Path, pack_size: int) -> Path:
+    """Megatron-Bridge's packing metadata beside the splits."""
+    return Path(vdir) / "data" / f"{pack_size}_metadata.jsonl"
+
+
+def _planned_version(cfg: dict[str, Any]) -> Path:
+    """The version folder a run of ``cfg`` (its ``output_dir`` and ``force``) will write: :func:`select_version`."""
+    return select_version(cfg["output_dir"], bool(cfg.get("force")))[1]
+
+
+def pretrain_files(cfg: dict[str, Any]) -> dict[str, str]:
+    """The artifact fields of a pretraining data run of ``cfg``: ``{"path": version folder, "blend_path": its
+    blend.json}``."""
+    vdir = _planned_version(cfg)
+    return {"path": str(vdir), "blend_path": str(vdir / BLEND)}
+
+
+def sft_files(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The artifact fields of an SFT data run of ``cfg`` (``pack.pack_size`` tokens a pack)."""
+    vdir = _planned_version(cfg)
+    pack = cfg["pack"]["pack_size"]
+    return {"path": str(vdir), "pack_size": str(pack), "train_path": str(sft_split_file(vdir, pack, "train")),
+            "valid_path": str(sft_split_file(vdir, pack, "valid")), "metadata_path": str(sft_metadata_file(vdir, pack))}
+
+
+def rl_files(cfg: dict[str, Any]) -> dict[str, str]:
+    """The artifact fields of an RL data run of ``cfg``."""
+    vdir = _planned_version(cfg)
+    return {"path": str(vdir), "train_path": str(vdir / RL_TRAIN), "validation_path": str(vdir / RL_VALID)}
 
 
 def stage_files(folder: str | Path) -> set[Path]:

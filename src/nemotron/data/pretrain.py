@@ -616,7 +616,7 @@ def _finish(run: driver.Run, blend: Blend, plans: list[DatasetPlan], shards: lis
             "seconds": round(sum(r["seconds"] for _sh, r in recs), 3),
             "examples": examples,
         })
-    blend_out = write_megatron_blend(vdir / "blend.json", splits)
+    blend_out = write_megatron_blend(vdir / outputs.BLEND, splits)
     total_tokens = {k: sum(d["tokens"][k] for d in datasets) for k in SPLITS}
     tok_info = info.to_dict()
     tok_info["json_path"] = "tokenizer/tokenizer.json"
@@ -625,7 +625,7 @@ def _finish(run: driver.Run, blend: Blend, plans: list[DatasetPlan], shards: lis
         **driver.manifest_head(run, STAGE, "pretrain-data", "megatron-indexed-dataset", plan_key),
         "blend": driver.blend_record(blend, not_found, missing_categories=blend.missing,
                                      dropped=[m for _n, m in blend.dropped]),
-        "blend_json": str(vdir / "blend.json"),
+        "blend_json": str(vdir / outputs.BLEND),
         "tokenizer": tok_info, "dtype": dtype,
         "settings": {"add_bos": s.add_bos, "add_eos": s.add_eos, "min_doc_chars": s.min_doc_chars,
                      "max_doc_tokens": s.max_doc_tokens, "sample": s.sample, "valid_docs": s.valid_docs,

@@ -69,7 +69,7 @@ _SECTIONS = {
     "summary": ("progress_interval_s",),
 }
 _TOP = ("blend_path", "output_dir", "path_vars", "sample", "force", "mixing", "task_name", "answer_field", "dedupe")
-TRAIN, VALID = "train.jsonl", "validation.jsonl"
+TRAIN, VALID = outputs.RL_TRAIN, outputs.RL_VALID
 
 
 @dataclass

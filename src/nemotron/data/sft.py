@@ -52,7 +52,7 @@ from nemotron.errors import ConfigError, RuntimeFailure
 
 STAGE = "data-prep-sft"
 SPLITS = ("train", "valid")
-SPLIT_FILES = {"train": "training", "valid": "validation"}
+SPLIT_FILES = outputs.SFT_SPLIT_FILES
 #: Policies and the values each accepts (first = default).
 POLICIES: dict[str, tuple[str, ...]] = {
     "bad_record": ("skip", "fail"),
@@ -668,7 +668,7 @@ def _windows(s: Settings, vdir: Path, plan: _Plan, receipts: dict[str, dict[str,
 
 def split_path(vdir: Path, s: Settings, split: str) -> Path:
     """The packed Parquet file of ``split`` (Megatron-Bridge's default name)."""
-    return vdir / "data" / f"{SPLIT_FILES[split]}_{s.pack_size}.idx.parquet"
+    return outputs.sft_split_file(vdir, s.pack_size, split)
 
 
 def _join_key(windows: list[dict[str, Any]], split: str) -> str:
@@ -788,7 +788,7 @@ def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict
     kept = sum(sum(d["tokens"].values()) for d in datasets)
     lost = sum(d["truncated_tokens"] + d["dropped_tokens"] for d in datasets)
     data = vdir / "data"
-    meta_path = data / f"{s.pack_size}_metadata.jsonl"
+    meta_path = outputs.sft_metadata_file(vdir, s.pack_size)
     bridge_meta = [stats["train"].bridge_metadata()] + ([stats["valid"].bridge_metadata()] if stats["valid"].packs else [])
     atomic_write_json(meta_path, bridge_meta)
     paths = {k: str(split_path(vdir, s, k)) if stats[k].packs else None for k in SPLITS}

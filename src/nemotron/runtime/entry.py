@@ -115,7 +115,7 @@ def precheck(s: LocalSettings) -> None:
         raise SettingsError(f"checkpoint.pretrained_checkpoint={s.pretrained_checkpoint}: no such folder")
     if s.save_dir.exists() and not s.save_dir.is_dir():
         raise SettingsError(f"checkpoint.save={s.save_dir}: exists and is not a folder")
-    from nemotron.runtime.tracking import wandb_key_problem
+    from nemotron.profiles.sections import wandb_key_problem
 
     problem = wandb_key_problem(s.wandb_project, dict(os.environ))
     if problem and importlib.util.find_spec("wandb") is not None:  # without wandb the run says W&B is off
@@ -144,12 +144,12 @@ def main(stage: str, config_path: Path, title: str | None = None) -> int:
 
 
 def pretrain(cfg: dict[str, Any]) -> int:
-    """``backend: local`` of ``ultra3 pretrain`` (called by :func:`nemotron.entry.run`)."""
+    """``backend: local`` of ``ultra3 pretrain`` (called by :func:`nemotron.runtime.dispatch.run`)."""
     return run_config("pretrain", cfg)
 
 
 def sft(cfg: dict[str, Any]) -> int:
-    """``backend: local`` of ``ultra3 sft`` (called by :func:`nemotron.entry.run`)."""
+    """``backend: local`` of ``ultra3 sft`` (called by :func:`nemotron.runtime.dispatch.run`)."""
     return run_config("sft", cfg)
 
 
@@ -217,7 +217,7 @@ def run_heavy(title: str, cpus: int | None, modules: tuple[str, ...], needs: str
     ImportError: one line saying the backend needs ``needs``, exit 1), then ``work()``'s exit code. A
     :class:`~nemotron.runtime.pretrain_data.DataError`, :class:`~nemotron.runtime.model.ModelError`,
     :class:`~nemotron.runtime.settings.SettingsError` or one of ``errors`` is one line ``<title>: ...``,
-    exit 1; Ctrl-C is :func:`nemotron.entry.interrupted` (130)."""
+    exit 1; Ctrl-C is :func:`nemotron.runtime.dispatch.interrupted` (130)."""
     _limit_threads(cpus)
     try:
         for module in modules:
@@ -233,7 +233,7 @@ def run_heavy(title: str, cpus: int | None, modules: tuple[str, ...], needs: str
         print(f"{title}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        from nemotron.entry import interrupted
+        from nemotron.runtime.dispatch import interrupted
 
         return interrupted(title)
 

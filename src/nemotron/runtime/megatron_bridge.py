@@ -1,7 +1,7 @@
 """The cluster runtime of ``ultra3 pretrain``, ``ultra3 sft`` and ``ultra3 convert``: our compiled config →
 Megatron-Bridge, inside the NeMo container (``stages/images.toml`` ``nemo``).
 
-What the entry scripts (``stages/ultra3/{pretrain,sft,convert}/run.py``, through :mod:`nemotron.entry`) call
+What the entry scripts (``stages/ultra3/{pretrain,sft,convert}/run.py``, through :mod:`nemotron.runtime.dispatch`) call
 with ``backend: megatron-bridge``, on every rank that torchrun starts:
 
 1. :func:`precheck` — before any heavy import, one line per problem: Megatron-Bridge importable; the
@@ -13,7 +13,7 @@ with ``backend: megatron-bridge``, on every rank that torchrun starts:
    ``.bin/.idx`` it lists; SFT: the packed Parquet files and their metadata, and the starting checkpoint;
    convert: the source checkpoint).
 2. :func:`translate` — pure: the compiled config → what Megatron-Bridge's ``ConfigContainer`` gets
-   (:class:`BridgeConfig`): our own keys dropped (:data:`nemotron.keys.OWN_KEYS`), every other key passed
+   (:class:`BridgeConfig`): our own keys dropped (:data:`nemotron.config.keys.OWN_KEYS`), every other key passed
    through under its Megatron-Bridge name (``train.*``, ``model.*``, ``optimizer.*``, ``scheduler.*`` —
    WSD included —, ``ddp.*``, ``checkpoint.*``, ``logger.*``, ``rng.*``, ``dist.*``, ``validation.*``,
    ``tokenizer.*``); pretrain's ``blend.json`` turned into ``dataset.blend_per_split`` (the form
@@ -44,7 +44,7 @@ nemotron_3_ultra.py`` ``nemotron_3_ultra_pretrain_config(hf_path=, seq_length=)`
 ``training/mixed_precision.py`` ``get_mixed_precision_config``, ``models/conversion/auto_bridge.py``
 ``AutoBridge.from_hf_pretrained / to_megatron_provider / import_ckpt / export_ckpt``,
 ``data/datasets/packed_sequence.py`` ``PackedSequenceSpecs``, ``training/config.py``
-``FinetuningDatasetConfig``). Steps 1 and 2 are tested here (tests/test_runtime_megatron_bridge.py). Of
+``FinetuningDatasetConfig``). Steps 1 and 2 are tested here (tests/runtime/test_runtime_megatron_bridge.py). Of
 step 3, :func:`_recipe` and :func:`_apply` run with the real upstream sources on a CPU in the contract tests
 (tests/contract/test_megatron_bridge.py: the recipe builders, the provider AutoBridge makes, the routing
 check, ``ConfigContainer.validate()`` at the job's world size; tests/contract/test_megatron_core.py:
@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron.keys import OWN_KEYS
+from nemotron.config.keys import OWN_KEYS
 from nemotron.runtime import prestart
 from nemotron.runtime.settings import EXIT_REQUEUE, get
 
@@ -100,7 +100,7 @@ class BridgeConfig:
         checkpoint_dir: ``checkpoint.save``.
         convert: convert's settings (direction, source, output_dir, hf_config_form, device) or None.
         hf_config: for an ``<N>layer`` slice, the HF ``config.json`` (a dict) of the slice, from our catalogue
-            (:func:`nemotron.catalogue.hf_config`: the layer count, hybrid pattern and MTP block the memory
+            (:func:`nemotron.config.catalogue.hf_config`: the layer count, hybrid pattern and MTP block the memory
             estimate describes): the job writes it to a folder (:func:`hf_source`) and builds the recipe with
             ``hf_path`` = that folder, so AutoBridge makes the slice's provider. None for a full model: the recipe
             reads ``recipe.hf_model_id``'s own ``config.json``.
@@ -128,7 +128,7 @@ class BridgeConfig:
 
 
 #: The classes the job constructs itself from a section of our config (not the recipe's object set field by field),
-#: per stage: their required fields (no default) must be in the config (:func:`nemotron.keys.missing_keys`).
+#: per stage: their required fields (no default) must be in the config (:func:`nemotron.config.keys.missing_keys`).
 CONSTRUCTED = {"sft": {"dataset": "FinetuningDatasetConfig"}}
 
 
@@ -149,7 +149,7 @@ def blend_per_split(blend: dict[str, list[Any]]) -> list[tuple[list[str], list[f
 
 
 def _strip_own(cfg: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of ``cfg`` without our own keys (:data:`nemotron.keys.OWN_KEYS`)."""
+    """A deep copy of ``cfg`` without our own keys (:data:`nemotron.config.keys.OWN_KEYS`)."""
     out = copy.deepcopy(cfg)
     for key in OWN_KEYS:
         parts = key.split(".")
@@ -228,13 +228,13 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
     seq = get(cfg, "model.seq_length")
     if seq is None:
         raise TranslateError("model.seq_length is not set")
-    from nemotron import catalogue
+    from nemotron.config import catalogue
 
     try:
         spec = catalogue.get(model_name)
     except catalogue.CatalogueError as exc:
         raise TranslateError(f"model.name={model_name!r}: {exc}") from None
-    # the MTP block the memory estimate counts (nemotron.validation.memory: model.mtp_num_layers, else the
+    # the MTP block the memory estimate counts (nemotron.layout.memory: model.mtp_num_layers, else the
     # catalogue's depth; one shared set of weights when the catalogue says so) is the one the provider gets
     if model.get("mtp_num_layers") is None:
         model["mtp_num_layers"] = spec.mtp_depths
@@ -409,7 +409,7 @@ def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: i
             problems.append(f"convert.source={src}: a Hugging Face checkpoint, not a Megatron one "
                             "(convert.direction=megatron_to_hf)")
     if stage != "convert":
-        from nemotron.runtime.tracking import wandb_key_problem
+        from nemotron.profiles.sections import wandb_key_problem
 
         problem = wandb_key_problem(get(cfg, "logger.wandb_project"), dict(env))
         if problem:
@@ -455,7 +455,7 @@ def train_exit_code(train: Any, stage: str, checkpoint_dir: str | os.PathLike[st
     the process with ``sys.exit(exit_code)``, 0 unless its rerun state machine set another: a run stopped early
     looks like a finished one. So a ``SystemExit`` of 0 (or None) is taken as an ordinary return, any other is
     let through; then an early save (the last saved iteration below ``train_iters``) is 75: said in the job
-    log and written to the requeue marker (:func:`nemotron.entry.mark_stopped`, global rank 0), from which the
+    log and written to the requeue marker (:func:`nemotron.runtime.dispatch.mark_stopped`, global rank 0), from which the
     job's batch script requeues the job (``run.requeue``) or ends it with 75 (``run.chain``).
     """
     try:
@@ -467,7 +467,7 @@ def train_exit_code(train: Any, stage: str, checkpoint_dir: str | os.PathLike[st
     if code == EXIT_REQUEUE:
         detail = f"saved at iteration {last_saved_iteration(checkpoint_dir)} of {train_iters} and stopped"
         _say(stage, f"{detail}; the next job of this run resumes there")
-        from nemotron.entry import mark_stopped
+        from nemotron.runtime.dispatch import mark_stopped
 
         mark_stopped(f"ultra3 {stage}", detail, env)
     return code
@@ -621,7 +621,7 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
     if stage == "convert":
         return _convert(bc, get(cfg, "dist.distributed_timeout_minutes"))
     os.environ.update(bc.env)
-    from nemotron import catalogue
+    from nemotron.config import catalogue
     from nemotron.runtime.routing import RoutingError, require_routing
 
     try:
@@ -754,7 +754,7 @@ def rewrite_config_v4(folder: str | os.PathLike[str]) -> bool:
 
 
 def pretrain_main(cfg: dict[str, Any]) -> int:  # pragma: no cover - needs Megatron-Bridge
-    """``backend: megatron-bridge`` of ``ultra3 pretrain`` (called by :func:`nemotron.entry.run`)."""
+    """``backend: megatron-bridge`` of ``ultra3 pretrain`` (called by :func:`nemotron.runtime.dispatch.run`)."""
     return main(cfg, "pretrain")
 
 

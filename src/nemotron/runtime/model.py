@@ -1,6 +1,6 @@
 """Build or load the catalogue's NemotronH with Hugging Face transformers (5.x has ``NemotronH``).
 
-The architecture comes from :func:`nemotron.catalogue.hf_config` (v4 form with
+The architecture comes from :func:`nemotron.config.catalogue.hf_config` (v4 form with
 ``hybrid_override_pattern``, which transformers 5.x still reads). transformers does not build the MTP
 block, so a local run trains the main decoder only. A checkpoint folder is accepted in three forms:
 a Hugging Face model folder (``config.json`` + ``model.safetensors``), a run's ``checkpoint.save``
@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nemotron.catalogue import ModelSpec, hf_config
+from nemotron.config.catalogue import ModelSpec, hf_config
 from nemotron.data.files import sha256_file
 
 #: HF config fields that must agree between the catalogue entry and a checkpoint we load.

@@ -1,6 +1,6 @@
 """The cluster runtime of ``ultra3 rlvr`` and ``ultra3 mopd``: our compiled config → NeMo RL's GRPO entry.
 
-What the entry script (``stages/ultra3/{rlvr,mopd}/run.py``, through :mod:`nemotron.entry`) calls inside
+What the entry script (``stages/ultra3/{rlvr,mopd}/run.py``, through :mod:`nemotron.runtime.dispatch`) calls inside
 the NeMo RL container, on the Ray head of the job's Ray cluster:
 
 1. :func:`precheck` — before anything heavy, one line per problem: NeMo RL and vLLM importable, every
@@ -11,7 +11,7 @@ the NeMo RL container, on the Ray head of the job's Ray cluster:
    Megatron-Bridge import and vLLM read): a folder holding the rewritten ``config.json``
    (:func:`nemotron.runtime.convert.v5_to_v4`) and links to the checkpoint's other files (weights are
    not copied: 1.1 TB for Ultra).
-3. :func:`translate` — pure: drop our own keys (:data:`nemotron.keys.NEMO_RL_OWN_KEYS`), turn the teacher
+3. :func:`translate` — pure: drop our own keys (:data:`nemotron.config.keys.NEMO_RL_OWN_KEYS`), turn the teacher
    panel and routing table into ``on_policy_distillation.teacher_model_by_agent_name`` +
    ``default_teacher_alias``, fold the enabled NeMo Gym ``environments`` into ``env.nemo_gym``, and point
    checkpoint paths at their v4 views.
@@ -24,10 +24,10 @@ the NeMo RL container, on the Ray head of the job's Ray cluster:
    (``<checkpoint_dir>/hf/step_N``, linked from ``hf/latest``), which is what the run records as its artifact.
 
 The config is layered on NeMo RL's own Ultra recipe (``nemo_rl.base``: :func:`base_recipe`, the lowest layer of
-:func:`nemotron.config.compile_config`), and what step 4 hands NeMo RL (:func:`job_yaml`) is what
+:func:`nemotron.config.compile.compile_config`), and what step 4 hands NeMo RL (:func:`job_yaml`) is what
 tests/contract/test_nemo_rl.py runs NeMo RL's own entry code on at the pinned commit (loading, ``MasterConfig``,
 the entry's and ``setup()``'s checks that need no GPU). Steps 1-3 and 5 (with a stand-in for the converter's
-run) are tested here (tests/test_rl.py); the converter's command line against its real argument parser and the
+run) are tested here (tests/runtime/test_rl.py); the converter's command line against its real argument parser and the
 ``step_N`` layout of NeMo RL's real ``CheckpointManager`` in the contract tests. Steps 4 and 5's conversion
 need NeMo RL, vLLM, Megatron-Bridge and GPUs: they have not been run by this project.
 
@@ -44,6 +44,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nemotron.config.nemo_rl_base import BASE_KEY, keylist
 from nemotron.errors import ConfigError, NemotronError
 from nemotron.runtime import prestart
 from nemotron.runtime.settings import get as _get
@@ -59,12 +60,6 @@ GYM_POLICY_MODEL = "responses_api_models/vllm_model/configs/vllm_model_for_train
 
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
-#: Our key (dropped before NeMo RL sees the config): ``nemo_rl.base`` names the NeMo RL recipe the stage config
-#: is layered on (a path inside NeMo RL's checkout, ``examples/nemo_gym/nemotron-3-ultra/<name>.yaml``), and
-#: ``nemo_rl.replace`` the top-level sections of it that the stage config replaces whole instead of merging
-#: into (``env``: the recipe's NeMo Gym server set names judges this project does not start).
-BASE_KEY = "nemo_rl"
-
 
 class PrecheckError(NemotronError):
     """The container or the inputs are not what the stage needs (exit 1); ``problems`` one line each."""
@@ -78,63 +73,6 @@ class PrecheckError(NemotronError):
 
 
 # ------------------------------------------------------------------------------------ base recipes
-def keylist() -> dict:
-    """NeMo RL's key list at the commit ``stages/images.toml`` pins for the ``nemo-rl`` image (it carries the
-    resolved recipes, ``recipes``; :mod:`nemotron.keys`).
-
-    Raises:
-        KeyError: no key list is stored for the pinned commit.
-    """
-    from nemotron.keys import load_keylist
-    from nemotron.validation.views import keylist_version
-
-    return load_keylist(keylist_version("nemo-rl", "nemo_rl") or "", "nemo-rl")
-
-
-def base_recipe(name: str, replace: list | tuple = ()) -> tuple[str, dict]:
-    """``(label, config)``: NeMo RL's recipe ``name`` (``examples/nemo_gym/nemotron-3-ultra/student_rlvr1.yaml``)
-    as NeMo RL's own loader composes it (``nemo_rl.utils.config.load_config``; stored in the key list by
-    ``scripts/nemo_rl_keys.py``, interpolations as written: they resolve with the compiled config), without
-    the top-level sections in ``replace``. ``label`` is the layer name ``--dry-run`` shows
-    (``nemo-rl:student_rlvr1.yaml``).
-
-    Raises:
-        ConfigError: ``name`` is not one of the stored recipes (the message lists them), or ``replace`` names
-            something that is not a section of it.
-    """
-    recipes = keylist().get("recipes") or {}
-    if name not in recipes:
-        import difflib
-
-        close = difflib.get_close_matches(str(name), list(recipes), n=1)
-        raise ConfigError(f"{BASE_KEY}.base={name!r}: not a NeMo RL recipe stored for the pinned commit",
-                          (f"did you mean '{close[0]}'? " if close else "") + f"recipes: {', '.join(recipes) or 'none'}")
-    data = copy.deepcopy(recipes[name])
-    for section in replace or ():
-        if section not in data:
-            raise ConfigError(f"{BASE_KEY}.replace: {section!r} is not a section of {name}",
-                              f"sections: {', '.join(data)}")
-        del data[section]
-    return f"nemo-rl:{Path(name).name}", data
-
-
-def base_layer(raw: dict, overrides: dict | None = None) -> tuple[str, dict] | None:
-    """The recipe layer of a stage config: ``raw`` is the stage's config files merged, nothing resolved
-    (``default.yaml`` and the ``-c`` chain), ``overrides`` the command line's ``nemo_rl.*`` values. None when
-    the config names no base (``nemo_rl.base: null``).
-
-    Raises:
-        ConfigError: see :func:`base_recipe`; ``nemo_rl.replace`` that is not a list of names.
-    """
-    own = dict(raw.get(BASE_KEY) or {}) if isinstance(raw.get(BASE_KEY), dict) else {}
-    own.update(overrides or {})
-    name = own.get("base")
-    if not name:
-        return None
-    replace = own.get("replace") or []
-    if not (isinstance(replace, list) and all(isinstance(r, str) for r in replace)):
-        raise ConfigError(f"{BASE_KEY}.replace={replace!r}: expected a list of section names", "e.g. [env]")
-    return base_recipe(str(name), replace)
 
 
 def recipe_drift(cfg: dict, root: Path) -> list[str]:
@@ -180,7 +118,7 @@ def checkpoint_paths(cfg: dict) -> dict[str, str]:
     """The checkpoint paths the run reads, by config key: ``policy.model_name``, ``policy.tokenizer.name``
     and, for MOPD, the resolved panel's ``_teachers.<slot>`` (each slot once, unset slots fall back to
     ``general``). Values as written (local paths or Hugging Face repo ids)."""
-    from nemotron.validation.rules import resolve_teachers
+    from nemotron.layout.rules import resolve_teachers
 
     out: dict[str, str] = {}
     for key in ("policy.model_name", "policy.tokenizer.name"):
@@ -214,7 +152,7 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
     ``nemo_rl`` is imported from) is the one the config was validated against (:func:`recipe_drift`).
     """
     if importable is None:
-        from nemotron.entry import _importable as importable
+        from nemotron.runtime.dispatch import _importable as importable
     problems: list[str] = []
     image = _image()
     for module in ("nemo_rl", "vllm"):
@@ -270,7 +208,7 @@ def _not_available(module: str, image: str | None = None) -> str:
 
 def _image() -> str:
     try:
-        from nemotron.plan import image_table
+        from nemotron.config.images import image_table
 
         return str(image_table()["nemo-rl"]["image"])
     except Exception:  # the message stays useful without the table
@@ -329,7 +267,7 @@ def teacher_map(cfg: dict) -> tuple[dict[str, str], str | None]:
     Raises:
         ConfigError: a routed or default slot that is not in the panel (validation reports it first).
     """
-    from nemotron.validation.rules import resolve_teachers
+    from nemotron.layout.rules import resolve_teachers
 
     if not _get(cfg, "on_policy_distillation.enabled", False):
         return {}, None
@@ -367,7 +305,7 @@ def _deep_merge(into: dict, add: dict) -> None:
 def translate(cfg: dict, checkpoint_views: dict[str, str] | None = None) -> dict:
     """NeMo RL's ``MasterConfig`` (a new dict) from our compiled rlvr/mopd config. Pure.
 
-    * our keys (:data:`nemotron.keys.NEMO_RL_OWN_KEYS`: ``backend``, ``model``, ``run``, ``_teachers``,
+    * our keys (:data:`nemotron.config.keys.NEMO_RL_OWN_KEYS`: ``backend``, ``model``, ``run``, ``_teachers``,
       ``teacher_routing``, ``environments``, ``output_artifact``) are dropped;
     * MOPD: ``on_policy_distillation.teacher_model_by_agent_name`` / ``default_teacher_alias`` from
       :func:`teacher_map`;
@@ -379,7 +317,7 @@ def translate(cfg: dict, checkpoint_views: dict[str, str] | None = None) -> dict
     * ``checkpoint_views`` (``{path: v4 view}``, from :func:`v4_views`) replaces those paths in
       ``policy.model_name``, ``policy.tokenizer.name`` and the teacher map.
     """
-    from nemotron.keys import NEMO_RL_OWN_KEYS
+    from nemotron.config.keys import NEMO_RL_OWN_KEYS
 
     views = checkpoint_views or {}
     out = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in NEMO_RL_OWN_KEYS}
@@ -435,7 +373,7 @@ def entry_relpath(cfg: dict) -> str:
     with NeMo Gym on (``env.should_use_nemo_gym``: the script NVIDIA's Ultra launcher runs for every stage, MOPD
     included), else ``examples/run_grpo.py`` (on-policy distillation runs in either: its teachers are part of
     GRPO's setup and loop)."""
-    from nemotron.validation.nemo_rl import GYM_ENTRY, NATIVE_ENTRY
+    from nemotron.runtime.nemo_rl import GYM_ENTRY, NATIVE_ENTRY
 
     return GYM_ENTRY if _get(cfg, "env.should_use_nemo_gym", False) else NATIVE_ENTRY
 
@@ -487,7 +425,7 @@ def launch(cfg: dict, stage: str) -> int:
 
 # ------------------------------------------------------------------------------------ the output checkpoint
 #: Under ``checkpointing.checkpoint_dir``: the Hugging Face form of each converted step (``hf/step_N``) and
-#: ``hf/latest``, a link to the newest one (the planned artifact path, ``nemotron.registry``).
+#: ``hf/latest``, a link to the newest one (the planned artifact path, ``nemotron.config.registry``).
 HF_FOLDER, HF_LATEST = "hf", "latest"
 _STEP = re.compile(r"step_(\d+)")
 #: Tokenizer files NeMo RL saves with each step (``step_N/policy/tokenizer``; its converters do not write them).
@@ -550,7 +488,7 @@ def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
        with the step (``step_N/policy/tokenizer``) are copied in, and the folder is renamed into place; a step
        already converted (a ``config.json`` there: a resubmitted job) is kept.
     2. ``<checkpoint_dir>/hf/latest`` points at it (replaced atomically).
-    3. ``outputs.json`` in the run folder (:func:`nemotron.artifacts.write_outputs`) records each artifact of
+    3. ``outputs.json`` in the run folder (:func:`nemotron.config.artifacts.write_outputs`) records each artifact of
        :func:`output_artifacts` with ``path`` = ``hf/step_N``, ``step``, ``checkpoint_dir`` and ``source`` (the
        step folder).
 
@@ -559,7 +497,7 @@ def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
     """
     import shutil
 
-    from nemotron import artifacts
+    from nemotron.config import artifacts
 
     run = run or (lambda cmd, cwd: subprocess.call(cmd, cwd=cwd))
     ckdir = _get(cfg, "checkpointing.checkpoint_dir")
@@ -621,8 +559,6 @@ __all__ = [
     "BASE_KEY",
     "DEFAULT_TEACHER_ALIAS",
     "PrecheckError",
-    "base_layer",
-    "base_recipe",
     "converter_command",
     "entry_relpath",
     "finish",
@@ -641,3 +577,8 @@ __all__ = [
     "translate",
     "v4_views",
 ]
+
+
+#: The entry scripts of NeMo RL's checkout our runtime starts: without and with NeMo Gym
+#: (:func:`nemotron.runtime.nemo_rl.entry_relpath`).
+NATIVE_ENTRY, GYM_ENTRY = "examples/run_grpo.py", "examples/nemo_gym/run_grpo_nemo_gym.py"

@@ -22,7 +22,7 @@ tensor):
 One difference from the kernels, at the edge of the E4M3 range: a block whose scale falls below
 E4M3's smallest subnormal (2^-9; a block maximum under about 2e-6 of the tensor maximum) is clamped
 to 2^-9 here, as the exporter does, where the dynamic kernel treats it as zero. The comparison on a
-GPU (``tests/test_quantize_local.py::test_cpu_route_matches_cuda``) measures both paths on the same
+GPU (``tests/runtime/test_quantize_local.py::test_cpu_route_matches_cuda``) measures both paths on the same
 tensors.
 """
 

@@ -29,7 +29,7 @@ def visible_gpus() -> int:
 def pinned_versions(image: str, keys: tuple[str, ...]) -> dict[str, str]:
     """The framework versions ``stages/images.toml`` ``[image].frameworks`` pins for ``keys``
     (e.g. ``megatron_bridge``, ``megatron_core``); keys it does not list are left out."""
-    from nemotron.plan import image_table
+    from nemotron.config.images import image_table
 
     fw = image_table().get(image, {}).get("frameworks", {})
     return {k: str(fw[k]) for k in keys if k in fw}
@@ -51,7 +51,7 @@ def installed_versions(dists: Mapping[str, str]) -> dict[str, str | None]:
 def pinned_commits(image: str, keys: tuple[str, ...]) -> dict[str, str]:
     """The git commits ``stages/images.toml`` ``[image].commits`` records for ``keys`` (the commits the image's
     Dockerfile installs, e.g. ``megatron_bridge``, ``megatron_core``); keys it does not list are left out."""
-    from nemotron.plan import image_table
+    from nemotron.config.images import image_table
 
     commits = image_table().get(image, {}).get("commits", {})
     return {k: str(commits[k]) for k in keys if k in commits}
@@ -154,7 +154,7 @@ def missing_modules(modules: Mapping[str, str], image: str, label: str,
                     importable: Callable[[str], bool] | None = None) -> list[str]:
     """One line per module of ``{module: what it provides}`` that is not importable here, naming the
     container the stage runs in (``label``, image of ``stages/images.toml`` ``[image]``)."""
-    from nemotron.entry import _image_uri, _importable
+    from nemotron.runtime.dispatch import _image_uri, _importable
 
     importable = importable or _importable
     return [f"this stage runs inside the {label} container (image {_image_uri(image)}); {module} is not "

@@ -102,7 +102,7 @@ class Recipe:
 
 def recipes_dir() -> Path:
     """``stages/ultra3/quantize/recipes``."""
-    from nemotron.paths import stages_dir
+    from nemotron.config.paths import stages_dir
 
     return stages_dir() / "ultra3" / "quantize" / "recipes"
 

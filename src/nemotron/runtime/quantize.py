@@ -123,10 +123,10 @@ def load_tokenizer(s: QuantSettings) -> tuple[Any, int | None, int | None]:
     """``(tokenizers.Tokenizer or None, bos id, eos id)``: ``tokenizer.tokenizer_model`` when set, else the
     tokenizer recorded in the calibration data's manifest (the ids the model was trained on)."""
     from nemotron.data import tokenizer as tokmod
-    from nemotron.validation.views import read_manifest
+    from nemotron.layout.views import read_manifest
 
     if s.tokenizer:
-        from nemotron.artifacts import home
+        from nemotron.config.artifacts import home
 
         info = tokmod.resolve(s.tokenizer, cache_dir=home() / "cache" / "tokenizers")
         return tokmod.load(info), info.bos_id, info.eos_id
@@ -490,7 +490,7 @@ def run(s: QuantSettings, spec: Any = None) -> dict[str, Any]:
     import transformers
     from modelopt.torch.export import export_hf_checkpoint
 
-    from nemotron import catalogue
+    from nemotron.config import catalogue
     from nemotron.runtime.nvfp4_cpu import cpu_route
 
     transformers.logging.set_verbosity_error()
@@ -654,7 +654,7 @@ def _finish(s: QuantSettings, recipe: Any, spec: Any, origin: str, device: str, 
         _say(f"repaired {sum(repaired.values())} layer name(s) Model Optimizer 0.47 wrote with a placeholder "
              f"({', '.join(f'{k}: {v}' for k, v in repaired.items() if v)})")
     _say(f"done in {summary['seconds']} s: {out_dir} (Hugging Face checkpoint + hf_quant_config.json + summary.json)")
-    from nemotron.artifacts import write_outputs
+    from nemotron.config.artifacts import write_outputs
 
     write_outputs({"quantized-checkpoint": {"path": str(out_dir), "recipe": recipe.name, "source": origin}})
     return summary

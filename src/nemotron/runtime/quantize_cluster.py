@@ -144,7 +144,7 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
             print(f"[quantize] generation with real NVFP4 GEMMs is not part of this job (it needs Blackwell GPUs and "
                   f"vLLM); serve the export there: vllm serve {plan['export_dir']} --quantization modelopt_fp4 "
                   f"--tensor-parallel-size {gen.get('tensor_parallel_size') or 1}", flush=True)
-        from nemotron.artifacts import write_outputs
+        from nemotron.config.artifacts import write_outputs
 
         write_outputs({"quantized-checkpoint": {"path": plan["export_dir"], "recipe": plan["recipe"]}})
     return 0

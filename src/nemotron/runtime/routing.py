@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from nemotron.catalogue import ModelSpec
+from nemotron.config.catalogue import ModelSpec
 
 _MISSING = object()
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron.validation import rules
+from nemotron.layout import rules
 
 #: ``mixed_precision`` values the local runtime understands → autocast dtype (None = FP32 on the CPU,
 #: BF16 on a GPU). Megatron-Bridge preset names; FP8/NVFP4 presets need Transformer Engine.
@@ -212,7 +212,7 @@ def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> LocalSettings
     # unset: the whole decay, as Megatron-Bridge's ConfigContainer sets it (training/config.py, 0.5.0)
     wsd = _int(cfg, "scheduler.lr_wsd_decay_iters", decay, minimum=0)
     lr, min_lr = _float(cfg, "optimizer.lr"), _float(cfg, "optimizer.min_lr", 0.0)
-    # the launch rules --dry-run applies (nemotron.validation.rules), applied again here
+    # the launch rules --dry-run applies (nemotron.layout.rules), applied again here
     for problem in (rules.lr_warmup(train_iters, warmup, decay) + rules.lr_decay_style(style, wsd_style, wsd, decay)
                     + rules.lr_range(lr, min_lr)):
         if problem.severity == "error":

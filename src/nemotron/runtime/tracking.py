@@ -80,14 +80,4 @@ def wandb_identity(*, checkpoint_dir: Path | str, project: str | None, entity: s
                          save_dir=Path(save_dir) if save_dir else Path(checkpoint_dir) / "wandb")
 
 
-def wandb_key_problem(project: str | None, env: dict[str, str]) -> str | None:
-    """One line when W&B is on (``project``) but cannot log in without asking: no ``WANDB_API_KEY`` in the
-    environment and ``WANDB_MODE`` is not ``offline`` / ``disabled``; else None. The key's value is never
-    looked at beyond being non-empty."""
-    if not project or env.get("WANDB_MODE") in ("offline", "disabled", "dryrun") or env.get("WANDB_API_KEY"):
-        return None
-    return (f"logger.wandb_project={project!r}: WANDB_API_KEY is not set in the job's environment; declare it as a "
-            "profile secret (secrets = [\"WANDB_API_KEY\"] in env.toml), or set WANDB_MODE=offline")
-
-
-__all__ = ["WandbIdentity", "data_label", "wandb_identity", "wandb_key_problem", "wandb_run_id"]
+__all__ = ["WandbIdentity", "data_label", "wandb_identity", "wandb_run_id"]

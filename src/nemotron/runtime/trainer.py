@@ -202,7 +202,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     from transformers import Trainer, TrainerCallback, TrainingArguments
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from nemotron import catalogue
+    from nemotron.config import catalogue
     from nemotron.runtime import lineage
     from nemotron.runtime import model as modelmod
     from nemotron.runtime.loss import selected_token_loss

@@ -10,12 +10,12 @@ The CLI calls exactly three functions, in this order, on the compiled config (pl
 
 and, once the job is planned, :func:`this_machine` — the refusals of a run on this machine (no profile, or a
 ``local`` one) that depend on the machine: its GPUs and whether its Python has the stage's framework. The
-dry run and the run both get every one of them through :func:`nemotron.pipeline.prepare_stage`.
+dry run and the run both get every one of them through :func:`nemotron.cli.pipeline.prepare_stage`.
 
-Stdlib only (plus :mod:`nemotron.catalogue` and :mod:`nemotron.errors`): importing this package costs
-nothing at start-up. The rules live in :mod:`nemotron.validation.rules` (one pure function each, with
+Stdlib only (plus :mod:`nemotron.config.catalogue` and :mod:`nemotron.errors`): importing this package costs
+nothing at start-up. The rules live in :mod:`nemotron.layout.rules` (one pure function each, with
 its source and the Megatron-Core versions it holds for), the estimate in
-:mod:`nemotron.validation.memory`. ``profile`` is None (no profile: an 8-GPU H200 node, 141 GB,
+:mod:`nemotron.layout.memory`. ``profile`` is None (no profile: an 8-GPU H200 node, 141 GB,
 Hopper, assumed) or an object with ``name``, ``executor``, ``gpus_per_node``, ``gpu_arch`` and
 ``gpu_memory`` (GB) attributes.
 """
@@ -24,34 +24,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemotron import catalogue
-from nemotron.errors import Problem, plural
-from nemotron.validation import checks, rules
-from nemotron.validation.views import as_int, get, node_shape, put
+from nemotron.config import catalogue, keys
+from nemotron.config.images import framework_version, keylist_version
+from nemotron.config.paths import OUTPUT_FOLDER_KEYS, cannot_create_folder, config_names
+from nemotron.config.tree import as_int, get, put
+from nemotron.errors import ConfigError, Problem, plural
+from nemotron.layout import rules
+from nemotron.layout.views import EXPORT_KEYS, layout_keys, node_shape
+from nemotron.validation import checks
+from nemotron.validation.cluster import warning_signal_problem
 
 Table = tuple[str, list[str], list[list[str]]]
 
 #: Keys an ``<N>layer`` slice sets (value: ``"ep"`` means all GPUs of the node).
-_MB_SLICE = {
-    "model.tensor_model_parallel_size": 1, "model.pipeline_model_parallel_size": 1,
-    "model.context_parallel_size": 1, "model.expert_tensor_parallel_size": 1,
-    "model.expert_model_parallel_size": "ep", "model.sequence_parallel": False,
-    "model.num_layers_in_first_pipeline_stage": None, "model.num_layers_in_last_pipeline_stage": None,
-}
-_QUANT_SLICE = {
-    "export.tensor_model_parallel_size": 1, "export.pipeline_model_parallel_size": 1,
-    "export.expert_model_parallel_size": "ep", "export.expert_tensor_parallel_size": 1,
-}
-_RL_SLICE = {k.replace("model.", "policy.megatron_cfg."): v for k, v in _MB_SLICE.items()}
+_SLICE = {"tp": 1, "pp": 1, "cp": 1, "etp": 1, "ep": "ep", "sp": False, "first": None, "last": None}
 
 
 def _slice_layout(stage: Any) -> dict[str, Any]:
     kind = getattr(stage, "kind", "")
-    if kind == "rl":
-        return dict(_RL_SLICE)
-    out = dict(_MB_SLICE)
+    keys = layout_keys(kind)
+    out = {keys[k]: v for k, v in _SLICE.items()}
     if kind == "quantize":
-        out.update(_QUANT_SLICE)
+        out.update({EXPORT_KEYS[k]: _SLICE[k] for k in EXPORT_KEYS})
     return out
 
 
@@ -88,10 +82,10 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
                 layout["run.env.nodes"] = 1
             for key, value in layout.items():
                 value = ep if value == "ep" else value
-                if key.endswith(".sequence_parallel"):
+                if key == layout_keys(getattr(stage, "kind", ""))["sp"]:
                     # with a TP you kept above 1 an MoE model needs sequence parallel (rule moe-tp-needs-sp): the
                     # preparation must not write a value that validation then refuses
-                    tp = as_int(get(cfg, key.replace(".sequence_parallel", ".tensor_model_parallel_size"))) or 1
+                    tp = as_int(get(cfg, layout_keys(getattr(stage, "kind", ""))["tp"])) or 1
                     value = bool(tp > 1 and spec.is_moe)
                 if key in user_keys:
                     if get(cfg, key) != value:
@@ -151,29 +145,48 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     Data stages run on CPUs through Ray and have no layout: their configs and inputs are checked by
     their runtimes' own parsers, called here (:mod:`nemotron.validation.data`).
     """
-    kind = getattr(stage, "kind", "")
     missing = _missing_runtime(stage, cfg) + _output_folders(cfg, profile)
-    if kind == "data":
-        from nemotron.validation.data import validate_data
-
-        return _dedupe(missing + validate_data(stage, cfg) + _run_keys(cfg, profile))
-    problems = checks.validate_training(stage, cfg, profile)
-    if getattr(stage, "name", "") in ("pretrain", "sft", "convert"):
-        problems += _passthrough_keys(cfg)
-    elif kind == "rl" and checks.backend(cfg) != checks.LOCAL:
-        problems += _passthrough_keys(cfg, "nemo-rl")
-        problems += _nemo_rl_rules(cfg)
-    if getattr(stage, "name", "") == "pretrain":
-        problems += _blend_mix(cfg)
-    if getattr(stage, "name", "") in ("pretrain", "sft"):
-        from nemotron.validation.data import training_data_problems
-
-        problems += training_data_problems(stage.name, cfg)
-    if kind == "quantize":
-        from nemotron.validation.quantize import validate_quantize
-
-        problems += validate_quantize(cfg, profile)
+    problems: list[Problem] = []
+    for name in stage.checks:  # the stage's registry row lists its check sets, in order
+        problems += CHECK_SETS[name](stage, cfg, profile)
     return _dedupe(missing + problems + _run_keys(cfg, profile))
+
+
+def _data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    from nemotron.validation.data import validate_data  # the data stages' own parsers (light, but only when asked)
+
+    return validate_data(stage, cfg)
+
+
+def _nemo_rl_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    if checks.backend(cfg) == checks.LOCAL:
+        return []
+    return _passthrough_keys(cfg, "nemo-rl") + _nemo_rl_rules(cfg)
+
+
+def _training_data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    from nemotron.validation.data import training_data_problems
+
+    return training_data_problems(stage.name, cfg)
+
+
+def _quantize_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    from nemotron.validation.quantize import validate_quantize
+
+    return validate_quantize(cfg, profile)
+
+
+#: The check sets a stage's registry row names (:attr:`nemotron.config.registry.Stage.checks`), each
+#: ``(stage, cfg, profile) -> [Problem]``.
+CHECK_SETS: dict[str, Any] = {
+    "data": _data_checks,
+    "layout": checks.validate_training,
+    "megatron-keys": lambda stage, cfg, profile: _passthrough_keys(cfg),
+    "nemo-rl": _nemo_rl_checks,
+    "blend-mix": lambda stage, cfg, profile: _blend_mix(cfg),
+    "training-data": _training_data_checks,
+    "quantize": _quantize_checks,
+}
 
 
 #: The module a cluster backend's runtime imports first, per ``stages/images.toml`` image key: the runtimes
@@ -249,8 +262,8 @@ _CONTAINER_LABEL = {"nemo": "NeMo", "nemo-rl": "NeMo RL"}
 
 def _local_config(stage: Any) -> str | None:
     """``"-c local"`` when the stage ships a ``local`` config whose backend has a runtime in this version."""
-    from nemotron.config import config_backend, config_names
-    from nemotron.entry import missing_runtime
+    from nemotron.config.compile import config_backend
+    from nemotron.runtime.dispatch import missing_runtime
 
     try:
         if "local" in config_names(stage) and missing_runtime(stage, config_backend(stage, "local")) is None:
@@ -262,10 +275,10 @@ def _local_config(stage: Any) -> str | None:
 
 def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
     """``run.signal_before_s`` and ``run.chain`` (the training stages' submission keys, read by
-    :func:`nemotron.plan.plan_job`): whole numbers >= 0, and on a Slurm profile a warning signal that comes
-    before the job's time limit (:func:`nemotron.submit.warning_signal_problem`, the check submission makes).
+    :func:`nemotron.launch.plan.plan_job`): whole numbers >= 0, and on a Slurm profile a warning signal that comes
+    before the job's time limit (:func:`nemotron.validation.cluster.warning_signal_problem`, the check submission makes).
     ``run.env.nodes`` > 1 with no profile or a ``local`` profile: a warning that the run is one machine
-    (:meth:`nemotron.plan.JobPlan.command` and the local executor start ``torchrun --nnodes 1``)."""
+    (:meth:`nemotron.launch.plan.JobPlan.command` and the local executor start ``torchrun --nnodes 1``)."""
     run = cfg.get("run") if isinstance(cfg.get("run"), dict) else {}
     out = []
     for key in ("signal_before_s", "chain"):
@@ -275,7 +288,6 @@ def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
                                rule="run-keys"))
     executor = str(getattr(profile, "executor", "") or "") if profile is not None else ""
     if not out and executor == "slurm":
-        from nemotron.submit import warning_signal_problem
 
         problem = warning_signal_problem(run.get("signal_before_s"), profile)
         out += [problem] if problem is not None else []
@@ -293,12 +305,11 @@ def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
 
 def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
     """Rule ``output-folder``: for a run on this machine (no profile, or a ``local`` one), every output
-    folder the config names (:data:`nemotron.paths.OUTPUT_FOLDER_KEYS`) exists as a writable folder or
-    can be created (:func:`nemotron.paths.cannot_create_folder`: its nearest existing parent is a
+    folder the config names (:data:`nemotron.config.paths.OUTPUT_FOLDER_KEYS`) exists as a writable folder or
+    can be created (:func:`nemotron.config.paths.cannot_create_folder`: its nearest existing parent is a
     writable folder). Cluster profiles are not checked: their paths live on the cluster's file system."""
     if profile is not None and getattr(profile, "executor", None) != "local":
         return []
-    from nemotron.paths import OUTPUT_FOLDER_KEYS, cannot_create_folder
 
     out = []
     for key in OUTPUT_FOLDER_KEYS:
@@ -315,11 +326,11 @@ def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
 
 def _missing_runtime(stage: Any, cfg: dict) -> list[Problem]:
     """An error when the config's ``backend`` is one the stage's entry script has no runtime for in this version
-    (:func:`nemotron.entry.missing_runtime`: ``rlvr``/``mopd -c local``): its job would only say so and exit 1,
+    (:func:`nemotron.runtime.dispatch.missing_runtime`: ``rlvr``/``mopd -c local``): its job would only say so and exit 1,
     after the stages before it in a ``pipe`` had run."""
     if not getattr(stage, "entry", None):
         return []
-    from nemotron.entry import CONTAINERS, missing_runtime, stage_backends
+    from nemotron.runtime.dispatch import CONTAINERS, missing_runtime, stage_backends
 
     found = missing_runtime(stage, checks.backend(cfg) or None)
     if found is None:
@@ -343,7 +354,6 @@ def _blend_mix(cfg: dict) -> list[Problem]:
     from pathlib import Path
 
     from nemotron.data.blend import mix_blend_files, parse_mix
-    from nemotron.errors import ConfigError
 
     primary = data.get("per_split_data_args_path")
     try:
@@ -362,8 +372,6 @@ def _passthrough_keys(cfg: dict, framework: str = "megatron-bridge") -> list[Pro
     or NeMo RL's MasterConfig (scripts/nemo_rl_keys.py, from a source checkout at the pinned commit). Required
     fields of the classes the Megatron-Bridge job constructs itself are checked on its translation
     (:func:`nemotron.validation.checks.bridge_translation`)."""
-    from nemotron import keys
-    from nemotron.validation.views import keylist_version
 
     if framework == "nemo-rl":
         version, own, rid, label = keylist_version("nemo-rl", "nemo_rl"), keys.NEMO_RL_OWN_KEYS, "nemo-rl-keys", "NeMo RL"
@@ -373,7 +381,7 @@ def _passthrough_keys(cfg: dict, framework: str = "megatron-bridge") -> list[Pro
         keylist = keys.load_keylist(version or "", framework)
     except KeyError as exc:
         return [Problem(key="", value=None, message=str(exc.args[0]), rule=rid, severity="warning")]
-    from nemotron.config import _resolve_path, _split_key
+    from nemotron.config.compile import _resolve_path, _split_key
 
     out = []
     for p in keys.unknown_keys(cfg, keylist, own):
@@ -389,9 +397,7 @@ def _nemo_rl_rules(cfg: dict) -> list[Problem]:
     """NeMo RL's own refusals of the config its entry receives (required keys, the entry's reads, the checkpoint
     metric, rollout-path settings): :func:`nemotron.validation.nemo_rl.validate_nemo_rl`, against the key list
     of the pinned commit (a missing key list is ``_passthrough_keys``'s warning)."""
-    from nemotron import keys
     from nemotron.validation.nemo_rl import validate_nemo_rl
-    from nemotron.validation.views import framework_version
 
     try:
         keylist = keys.load_keylist(framework_version("nemo-rl", "nemo_rl") or "", "nemo-rl")

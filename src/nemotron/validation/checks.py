@@ -2,7 +2,7 @@
 
 :func:`validate_stage` and :func:`describe_stage` dispatch on the stage kind (``megatron``,
 ``convert``, ``quantize``, ``rl``, ``data``) and the config's ``backend`` (the cluster framework, or
-``local``). Everything is pure except :func:`nemotron.validation.views.read_manifest`, which reads
+``local``). Everything is pure except :func:`nemotron.layout.views.read_manifest`, which reads
 a data artifact's small JSON manifest when it exists on this machine.
 """
 
@@ -10,23 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemotron import catalogue
-from nemotron.catalogue import ModelSpec
+from nemotron.config import catalogue
+from nemotron.config.catalogue import ModelSpec
+from nemotron.config.images import framework_version, keylist_version
+from nemotron.config.tree import as_int, get, unresolved
 from nemotron.errors import Problem, plural
-from nemotron.validation import memory, rules
-from nemotron.validation.views import (
+from nemotron.layout import memory, rules
+from nemotron.layout.views import (
+    EXPORT_KEYS,
     NodeShape,
     TrainView,
-    as_int,
-    framework_version,
-    get,
-    keylist_version,
+    layout_keys,
     manifest_field,
     megatron_view,
     node_shape,
     read_manifest,
     rl_view,
-    unresolved,
 )
 
 LOCAL = "local"
@@ -133,7 +132,7 @@ def resource_rules(stage: Any, cfg: dict, shape: NodeShape, world_needed: int | 
         out.append(Problem("run.env.gpus_per_node", raw_gpn, "must be a number of GPUs, or null for the profile's",
                            "null, 1, 2, 4, 8, ...", rule="positive-int"))
     nodes = as_int(get(cfg, "run.env.nodes")) or 1
-    if _cpu_conversion(stage, cfg):  # no GPU asked for (nemotron.plan.cpu_only): any node shape will do
+    if _cpu_conversion(stage, cfg):  # no GPU asked for (nemotron.launch.plan.cpu_only): any node shape will do
         return out
     out += rules.node_shape(shape.config_gpus_per_node, shape.profile_gpus_per_node, shape.profile_name, nodes,
                             world_needed)
@@ -215,7 +214,7 @@ def _megatron_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec 
 def bridge_precisions() -> tuple[list[str], str]:
     """The ``mixed_precision`` preset names of the Megatron-Bridge version pinned for the ``nemo`` image (its
     key list), and that version's label; no names (no check) when no key list is stored for it."""
-    from nemotron import keys
+    from nemotron.config import keys
 
     version = keylist_version("nemo", "megatron_bridge") or ""
     try:
@@ -230,7 +229,7 @@ def bridge_preset(name: Any) -> dict[str, Any] | None:
     ``fp8_param_gather``, ...) over ``MixedPrecisionConfig``'s defaults, from the pinned key list
     (``scripts/megatron_bridge_keys.py`` reads ``training/mixed_precision.py``); None: no preset named (the
     recipe's own precision) or not in the key list (rule ``mixed-precision`` says so)."""
-    from nemotron import keys
+    from nemotron.config import keys
 
     if not isinstance(name, str) or not name:
         return None
@@ -274,9 +273,9 @@ def bridge_translation(stage_name: str, cfg: dict) -> list[Problem]:
     (:func:`nemotron.runtime.megatron_bridge.translate`, pure; the first refusal), e.g. ``recipe.hf_model_id``
     unset, ``dataset.dataset_kwargs.answer_only_loss=false``, an unknown ``convert.direction``; and the classes the
     job builds from that translation (:data:`nemotron.runtime.megatron_bridge.CONSTRUCTED`: SFT's
-    ``FinetuningDatasetConfig``) get every field they require (:func:`nemotron.keys.missing_keys`). The blend.json
+    ``FinetuningDatasetConfig``) get every field they require (:func:`nemotron.config.keys.missing_keys`). The blend.json
     is read by the job (here: an empty blend); a value still waiting for an artifact is the dry-run's warning."""
-    from nemotron import keys
+    from nemotron.config import keys
     from nemotron.runtime.megatron_bridge import CONSTRUCTED, TranslateError, recipe_kwargs, translate
 
     try:
@@ -373,10 +372,8 @@ def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Probl
                                "the local runtime (no Transformer Engine: FP8/NVFP4 presets need a cluster backend)")
         if not out:  # the reader applies the rules above again: its first refusal would repeat them
             out += local_settings(stage.name, cfg)
-    keys = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
-            "model.expert_model_parallel_size", "model.context_parallel_size", "model.expert_tensor_parallel_size",
-            "policy.megatron_cfg.tensor_model_parallel_size", "policy.megatron_cfg.pipeline_model_parallel_size",
-            "policy.megatron_cfg.expert_model_parallel_size", "policy.megatron_cfg.context_parallel_size")
+    keys = tuple(layout_keys("megatron")[k] for k in ("tp", "pp", "ep", "cp", "etp")) + \
+        tuple(layout_keys("rl")[k] for k in ("tp", "pp", "ep", "cp"))
     for key in keys:
         val = get(cfg, key)
         if val is not None and as_int(val) != 1:
@@ -436,7 +433,9 @@ def data_tokenizer_rules(stage: Any, cfg: dict, model: ModelSpec) -> list[Proble
     out = rules.data_tokenizer_matches(tok, get(cfg, "tokenizer.tokenizer_model"), model.vocab_size,
                                        get(cfg, "tokenizer.vocab_sha256"), "tokenizer.tokenizer_model", where)
     if get(cfg, "backend") == "megatron-bridge" and get(cfg, "tokenizer.tokenizer_model") is None:
-        from nemotron.data.outputs import megatron_tokenizer  # what the run loads (megatron_bridge.main): the same check
+        from nemotron.data.outputs import (
+            megatron_tokenizer,  # what the run loads (megatron_bridge.main): the same check
+        )
         from nemotron.errors import ConfigError
 
         try:
@@ -449,8 +448,7 @@ def data_tokenizer_rules(stage: Any, cfg: dict, model: ModelSpec) -> list[Proble
 def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) -> list[Problem]:
     """Export layout (a second layout inside the same allocation) and NVFP4 GEMMs vs hardware."""
     out: list[Problem] = []
-    ek = {"tp": "export.tensor_model_parallel_size", "pp": "export.pipeline_model_parallel_size",
-          "ep": "export.expert_model_parallel_size", "etp": "export.expert_tensor_parallel_size"}
+    ek = EXPORT_KEYS
     ev = {k: as_int(get(cfg, key, 1)) for k, key in ek.items()}
     bad = rules.positive_ints({ek[k]: (val if val is not None else get(cfg, ek[k])) for k, val in ev.items()})
     out += bad

@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from nemotron.config.artifacts import producer_command
+from nemotron.config.paths import OUTPUT_FOLDER_KEYS
+from nemotron.config.tree import leaves
 from nemotron.errors import Problem
 
-#: Config keys (besides :data:`nemotron.paths.OUTPUT_FOLDER_KEYS` and every key an artifact fills) that name
+#: Config keys (besides :data:`nemotron.config.paths.OUTPUT_FOLDER_KEYS` and every key an artifact fills) that name
 #: a file or folder a training job reads or writes.
 PATH_KEYS = ("checkpoint.load", "checkpoint.pretrained_checkpoint", "logger.tensorboard_dir", "logger.log_dir",
              "data.per_split_data_args_path")
@@ -74,7 +77,7 @@ def visible_roots(profile: Any) -> list[tuple[str, str]]:
     """``(folder, the profile key that declares it)`` of the storage a Slurm profile's nodes see: each
     mount's host side, ``data_root``, ``checkpoint_root``, ``index_cache_dir``, ``hf_home`` and ``job_dir``
     (as written and as the job reaches it)."""
-    from nemotron.profiles import shell_safe_root
+    from nemotron.profiles.schema import shell_safe_root
 
     roots: list[tuple[str, str]] = []
     for i, mount in enumerate(getattr(profile, "mounts", None) or []):
@@ -99,13 +102,12 @@ def storage_problems(compiled: Any, profile: Any, plan: Any) -> list[Problem]:
     """An error for each path the job reads or writes that lies outside the storage the profile says its
     nodes see (:func:`visible_roots`), naming the path, the config key and the artifact (name and version)
     it came from. Checked keys: every key an artifact fills (``${art:...}``), the output and checkpoint
-    folders (:data:`nemotron.paths.OUTPUT_FOLDER_KEYS`, :data:`PATH_KEYS`) and every absolute path set on
+    folders (:data:`nemotron.config.paths.OUTPUT_FOLDER_KEYS`, :data:`PATH_KEYS`) and every absolute path set on
     the command line. Only for a job in a container or submitted over ``ssh``: a host-Python job through
     a local tunnel runs on nodes that share this machine's file system."""
     if plan.image is None and getattr(profile, "tunnel", "local") != "ssh":
         return []
-    from nemotron.config import OVERRIDE, leaves
-    from nemotron.paths import OUTPUT_FOLDER_KEYS
+    from nemotron.config.compile import OVERRIDE
 
     keys = set(OUTPUT_FOLDER_KEYS) | set(PATH_KEYS) | set(compiled.artifact_keys) | _artifact_wired(compiled)
     roots = visible_roots(profile)
@@ -122,7 +124,6 @@ def storage_problems(compiled: Any, profile: Any, plan: Any) -> list[Problem]:
         declared = ", ".join(dict.fromkeys(f"{k} {r}" for r, k in roots)) or "none"  # job_dir once when shell-safe
         make = ""
         if artifact:
-            from nemotron.artifacts import producer_command
 
             command = producer_command(artifact.split()[0], compiled.config_name)
             if command:
@@ -139,9 +140,28 @@ def storage_problems(compiled: Any, profile: Any, plan: Any) -> list[Problem]:
 def _artifact_wired(compiled: Any) -> set[str]:
     """Keys the config's files wire to an artifact (``${art:...}``), resolved or not."""
     try:
-        from nemotron.config import _raw_tree, leaves
+        from nemotron.config.compile import _raw_tree
 
         return {k for k, v in leaves(_raw_tree(compiled.stage, compiled.config_name))
                 if isinstance(v, str) and "${art:" in v}
     except Exception:  # the compile already reported a broken config chain
         return set()
+
+
+def warning_signal_problem(seconds: Any, profile: Any) -> Problem | None:
+    """The error of a warning signal ``seconds`` (``run.signal_before_s``) that would come at or before the start
+    of a Slurm job on ``profile`` (its ``time``, else :data:`DEFAULT_TIME`); None when it comes before the limit,
+    the profile has no limit, or ``seconds`` is unset. Validation lists it with every other problem; submission
+    refuses with it (:func:`_warning_signal`)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
+        return None
+    from nemotron.profiles.schema import DEFAULT_TIME, parse_slurm_time  # pydantic: loaded only when asked
+
+    limit_text = getattr(profile, "time", None) or DEFAULT_TIME
+    limit = parse_slurm_time(limit_text)
+    if limit is None or seconds < limit:  # None: no time limit, any warning time comes before it
+        return None
+    return Problem("run.signal_before_s", seconds, rule="signal-before-limit",
+                   message=f"the warning signal must come before the job's time limit ({limit_text} = {limit} s, "
+                           f"profile {profile.name} key time)",
+                   valid=f"set run.signal_before_s below {limit} or give the profile a longer time")

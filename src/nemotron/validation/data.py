@@ -144,7 +144,7 @@ def training_sources(stage_name: str, cfg: dict) -> list[tuple[str, str]]:
     on, :func:`nemotron.data.blend.training_blend`). SFT: ``dataset.packed_sequence_specs.packed_train_data_path``
     (the run loads the tokenizer of its output), ``dataset.dataset_root`` and ``packed_val_data_path``. Values
     that are not set, or still hold ``${...}``, are left out."""
-    from nemotron.validation.views import get
+    from nemotron.config.tree import get
 
     if stage_name == "pretrain":
         pairs = [("data.per_split_data_args_path", get(cfg, "data.per_split_data_args_path"))]
@@ -172,13 +172,13 @@ def training_data_problems(stage_name: str, cfg: dict) -> list[Problem]:
       manifest's tokenizer (``vocab_sha256``) is the one the stage trains with — ``tokenizer.vocab_sha256``
       when set, else the first input's (whose tokenizer the run loads when ``tokenizer.tokenizer_model`` is
       null) — and its vocabulary fits the model's (``model.name`` in the catalogue). The first input's own
-      check is :func:`nemotron.validation.rules.data_tokenizer_matches`.
+      check is :func:`nemotron.layout.rules.data_tokenizer_matches`.
 
     Only reads local files; a path that does not exist here is left to the checks that say so.
     """
+    from nemotron.config.tree import get
     from nemotron.data.blend import BlendFileError, read_blend_pairs
     from nemotron.data.outputs import data_manifest
-    from nemotron.validation.views import get
 
     sources = training_sources(stage_name, cfg)
     out: list[Problem] = []
@@ -245,7 +245,7 @@ def _describe(tok: dict[str, Any]) -> str:
 
 
 def _model_vocab(name: Any) -> int | None:
-    from nemotron import catalogue
+    from nemotron.config import catalogue
 
     try:
         return catalogue.get(name).vocab_size if isinstance(name, str) else None
@@ -255,8 +255,8 @@ def _model_vocab(name: Any) -> int | None:
 
 def _mix_shares(cfg: dict) -> dict[str, float]:
     """``{"data.mix_with[i].blend": share}`` of a well-formed pretrain mix (else empty)."""
+    from nemotron.config.tree import get
     from nemotron.data.blend import parse_mix
-    from nemotron.validation.views import get
 
     try:
         _rest, entries = parse_mix(get(cfg, "data.mix_with"))

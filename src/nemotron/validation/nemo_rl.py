@@ -19,18 +19,15 @@ Stdlib only.
 
 from __future__ import annotations
 
+from nemotron.config import keys
+from nemotron.config.tree import get
 from nemotron.errors import ConfigError, Problem
-from nemotron.validation.views import get
-
-#: The entry scripts of NeMo RL's checkout our runtime starts: without and with NeMo Gym
-#: (:func:`nemotron.runtime.nemo_rl.entry_relpath`).
-NATIVE_ENTRY, GYM_ENTRY = "examples/run_grpo.py", "examples/nemo_gym/run_grpo_nemo_gym.py"
+from nemotron.runtime.nemo_rl import entry_relpath, translate
 
 
 def validate_nemo_rl(cfg: dict, keylist: dict) -> list[Problem]:
     """Every rule of this module on the compiled config ``cfg`` (translated as the job translates it).
-    ``keylist``: NeMo RL's key list at the pinned commit (:func:`nemotron.keys.load_keylist`)."""
-    from nemotron.runtime.nemo_rl import entry_relpath, translate
+    ``keylist``: NeMo RL's key list at the pinned commit (:func:`nemotron.config.keys.load_keylist`)."""
 
     try:
         master = translate(cfg)
@@ -61,9 +58,8 @@ def schema(master: dict, keylist: dict) -> list[Problem]:
 
 def required_keys(master: dict, keylist: dict) -> list[Problem]:
     """Rule ``nemo-rl-required``: every key ``MasterConfig`` requires is in ``master``
-    (:func:`nemotron.keys.missing_required_keys`; NeMo RL's entry builds ``MasterConfig(**config)`` first and
+    (:func:`nemotron.config.keys.missing_required_keys`; NeMo RL's entry builds ``MasterConfig(**config)`` first and
     pydantic refuses a missing required key: ``Field required``)."""
-    from nemotron import keys
 
     out = []
     for p in keys.missing_required_keys(master, keylist):
@@ -264,5 +260,5 @@ def async_colocated(master: dict) -> list[Problem]:
                     rule="nemo-rl-async")]
 
 
-__all__ = ["GYM_ENTRY", "NATIVE_ENTRY", "async_colocated", "entry_reads", "gym_only", "metric_name", "required_keys",
+__all__ = ["async_colocated", "entry_reads", "gym_only", "metric_name", "required_keys",
            "output_checkpoint", "reward_penalty_ids", "schema", "validate_nemo_rl"]

@@ -7,7 +7,7 @@ A checkpoint path of the ``megatron-bridge`` backend lives on the cluster: it is
 machine sees the cluster's files (no profile, a ``local`` executor, or a Slurm profile with ``tunnel =
 "local"``); through an SSH tunnel it cannot be, and the job's own check (before loading anything) says so.
 Values the compiler could not resolve yet (``${art:...}``) are left to its warning and to the refusal at
-submission; values an earlier stage of a ``pipe`` will write (:func:`nemotron.artifacts.is_planned`:
+submission; values an earlier stage of a ``pipe`` will write (:func:`nemotron.config.artifacts.is_planned`:
 ``quantize -c local`` after ``sft`` and ``data prep pretrain``) are not required to exist yet.
 """
 
@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nemotron.artifacts import is_planned
+from nemotron.config.artifacts import is_planned
+from nemotron.config.tree import get, unresolved
 from nemotron.errors import Problem
-from nemotron.validation.views import get, unresolved
 
 
 def _same_files(profile: Any) -> bool:

@@ -1,17 +1,17 @@
 """Runtime entry of `nemotron ultra3 convert`: ``python run.py --config train.yaml``.
 
 ``backend: local`` rewrites a Hugging Face NemotronH checkpoint's config to the v4 form NeMo RL reads
-(:func:`nemotron.runtime.convert.local_main`). ``backend: megatron-bridge`` (AutoBridge HF <-> Megatron,
+(:func:`nemotron.runtime.convert_local.local_main`). ``backend: megatron-bridge`` (AutoBridge HF <-> Megatron,
 :mod:`nemotron.runtime.megatron_bridge`) runs inside the NeMo container; it checks the container, the GPUs
 and the source checkpoint first.
 """
 
 import sys
 
-from nemotron.entry import Backend, run
+from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
-    "local": Backend("nemotron.runtime.convert:local_main"),
+    "local": Backend("nemotron.runtime.convert_local:local_main"),
     "megatron-bridge": Backend("nemotron.runtime.megatron_bridge:convert_main"),
 }
 DEFAULT = "megatron-bridge"

@@ -8,7 +8,7 @@ until then this entry says so in one line and exits 1.
 
 import sys
 
-from nemotron.entry import Backend, run
+from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
     "nemo-rl": Backend(runtime="nemotron.runtime.nemo_rl:mopd_main", image="nemo-rl"),

@@ -9,7 +9,7 @@ with ``run.requeue`` then requeues itself).
 
 import sys
 
-from nemotron.entry import Backend, run
+from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
     "local": Backend("nemotron.runtime.entry:pretrain"),

@@ -8,7 +8,7 @@ calibrate on real text, apply the recipe, export a Hugging Face checkpoint, comp
 
 import sys
 
-from nemotron.entry import Backend, run
+from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
     "megatron-bridge": Backend("nemotron.runtime.quantize_cluster:main", requires="megatron.bridge", image="nemo"),

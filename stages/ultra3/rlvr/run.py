@@ -8,7 +8,7 @@ GPUs on the node; one line each, exit 1), translates the config and runs NeMo RL
 
 import sys
 
-from nemotron.entry import Backend, run
+from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
     "nemo-rl": Backend(runtime="nemotron.runtime.nemo_rl:rlvr_main", image="nemo-rl"),

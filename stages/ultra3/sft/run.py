@@ -8,7 +8,7 @@ each with its checks first and exit 75 when saved and stopped on a signal.
 
 import sys
 
-from nemotron.entry import Backend, run
+from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
     "local": Backend("nemotron.runtime.entry:sft"),

@@ -1,0 +1,414 @@
+"""The one command path every stage goes through.
+
+::
+
+    parse argv → compile config (layers + provenance) → validate (all problems at once)
+              → plan job (pure) → --dry-run: render | else: run here or submit → track artifacts
+
+:func:`run_stage` is that flow, kept in one function. Heavy frameworks (NeMo-Run, Ray, torch) are
+imported only by :mod:`nemotron.launch.submit` and the stages' runtime entry scripts.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from nemotron import report, validation
+from nemotron.cli import dryrun
+from nemotron.config import artifacts
+from nemotron.config.compile import compile_config, config_artifacts, config_backend, profile_overrides
+from nemotron.config.paths import config_names
+from nemotron.config.registry import STAGES, Stage, get_stage
+from nemotron.config.tree import get, leaves
+from nemotron.errors import ConfigError, Problem, RuntimeFailure, UsageError, ValidationError
+from nemotron.launch import backends, jobs, submit
+from nemotron.launch.plan import plan_job, planned_outputs
+from nemotron.profiles import load as profiles
+from nemotron.profiles import show
+from nemotron.profiles.load import load_profile
+from nemotron.profiles.sections import tracking_provenance
+from nemotron.runtime.dispatch import missing_runtime
+from nemotron.validation.cluster import check as cluster_checks
+from nemotron.validation.refusal import unresolved_refusal
+
+
+@dataclass(frozen=True)
+class StageRequest:
+    """One invocation of a stage command, as parsed from the command line.
+
+    ``mode`` is ``"here"`` (no profile: run on this machine), ``"run"`` (attached) or ``"batch"``
+    (detached); ``profile`` the env.toml profile for ``run``/``batch``.
+    """
+
+    stage: Stage
+    config: str | None
+    overrides: tuple[str, ...]
+    mode: str
+    profile: str | None
+    dry_run: bool
+    env_file: str | None
+    argv: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_cli(cls, stage: Stage, kw: dict[str, Any]) -> StageRequest:
+        """Build from click's keyword arguments.
+
+        Raises:
+            UsageError: ``--run`` and ``--batch`` together.
+        """
+        run, batch = kw.get("run_profile"), kw.get("batch_profile")
+        if run and batch:
+            raise UsageError("--run and --batch are mutually exclusive", "--run waits for the job; --batch submits and returns")
+        mode = "run" if run else "batch" if batch else "here"
+        return cls(stage=stage, config=kw.get("config"), overrides=tuple(kw.get("overrides") or ()), mode=mode,
+                   profile=run or batch, dry_run=bool(kw.get("dry_run")), env_file=kw.get("env_file"),
+                   argv=tuple(sys.argv))
+
+
+@dataclass
+class Prepared:
+    """A stage compiled, validated and planned: everything but running it."""
+
+    req: StageRequest
+    compiled: Any
+    profile: Any
+    plan: Any
+    problems: list[Problem]
+    notes: list[str]
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+
+def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepared:
+    """Steps 1-3 of the flow: compile (layers + provenance), validate (all problems), plan (pure).
+
+    Raises:
+        ConfigError / UsageError: config or command-line mistakes (exit 2).
+    """
+
+    # 1. compile: layers, overrides, interpolation (with the profile's storage roots), provenance
+    profile = load_profile(req.profile, req.env_file, profile_overrides(list(req.overrides)))
+    # inputs are checked for existence here unless the job's nodes are reached over ssh: then this machine
+    # cannot see their storage, and validation.cluster checks that each path lies on storage they declare
+    remote = profile is not None and getattr(profile, "tunnel", "local") == "ssh"
+    compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
+                              env={**profile.storage_env(), **(getattr(profile, "tracking_env", None) or {})}
+                              if profile is not None else None)
+    if req.profile:
+        import shlex
+
+        compiled.launch_args = (f" --{'batch' if req.mode == 'batch' else 'run'} {shlex.quote(req.profile)}"
+                                + (f" --env-file {shlex.quote(req.env_file)}" if req.env_file else ""))
+    if profile is not None:  # a default the [wandb] section filled in is labelled as env.toml's, not default.yaml's
+
+        compiled.provenance.update(tracking_provenance(compiled, profile))
+    # 2. validate: the stage's own preparation (e.g. an <N>layer slice picks a one-node layout), then all rules
+    before = dict(leaves(compiled.config))
+    notes = validation.prepare(req.stage, compiled.config, compiled.user_keys, profile)
+    for key, value in leaves(compiled.config):
+        if key not in before or before[key] != value:
+            compiled.provenance[key] = "prepared by validation (see notes)"
+    problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
+    # what this shell lacks to start the job (a secret, an ssh key file): the run refuses it before anything is
+    # queued; a dry run only warns, since it validates the config, perhaps from another machine or shell
+    wandb_project = get(compiled.config, "logger.wandb_project")
+    for key, value, message, valid in ([*profile.launch_problems(), *profile.tracking_problems(wandb_project)]
+                                       if profile is not None else []):
+        problems.append(Problem(key=f"profile.{profile.name}.{key}", value=value, rule="profile",
+                                message=message + ("; the run will refuse to start" if req.dry_run else ""),
+                                valid=valid, severity="warning" if req.dry_run else "error"))
+    # 3. plan: pure
+    plan = plan_job(compiled, profile, experiment_id)
+    # what a run on this machine (no profile, or a local one) would be refused for here: its GPUs, its Python.
+    # Errors for the dry run too: it must not call valid what the run refuses (one set of refusals)
+    problems += validation.this_machine(req.stage, compiled.config, plan)
+    cluster_checks(compiled, profile, plan, problems, notes)  # the profile's nodes, tasks and storage (cluster.py)
+    if not req.dry_run and plan.executor == "direct":
+        # a data prep run here prints the datasets it leaves out itself, in the same words: once is enough
+        problems = [p for p in problems if p.rule != "data-left-out"]
+    return Prepared(req, compiled, profile, plan, problems, notes)
+
+
+def run_stage(req: StageRequest) -> int:
+    """The whole flow for one stage: prepare, then render (``--dry-run``), run here, or submit.
+    Returns the exit code.
+
+    Raises:
+        ConfigError / UsageError: config or command-line mistakes (exit 2).
+        ValidationError: every validation error at once (exit 2), after printing them.
+        RuntimeFailure: the job could not be started or submitted (exit 1).
+    """
+
+    p = prepare_stage(req)
+    # 4a. dry run: show everything, submit nothing
+    if req.dry_run:
+        dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
+        if p.errors:
+            raise ValidationError(problems=p.problems)
+        return 0
+    _check_startable(p)
+    # 4b. run here, or submit
+    return backends.start(req, p.compiled, p.profile, p.plan)
+
+
+def _check_startable(p: Prepared) -> None:
+
+    report.problems(p.problems)
+    if p.errors:
+        raise ValidationError(problems=p.problems)
+    refusal = unresolved_refusal(p.compiled)
+    if refusal is not None:
+        raise refusal
+
+
+def list_stages(recipe: str) -> int:
+    """Print the stages of ``recipe`` with their configs, inputs and outputs: one row per group of configs
+    that consume and produce the same artifacts (:func:`nemotron.config.compile.config_artifacts`), so a config
+    that differs from the stage's default (``quantize -c local``, ``rlvr -c teacher-*``) shows its own."""
+
+    rows = []
+    unavailable = False
+    for s in STAGES:
+        if s.recipe != recipe:
+            continue
+        groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
+        for name in config_names(s):
+            missing = missing_runtime(s, config_backend(s, name))
+            unavailable |= missing is not None
+            groups.setdefault(config_artifacts(s, name), []).append(f"{name}*" if missing else name)
+        for i, ((consumes, produces), names) in enumerate(groups.items()):
+            rows.append([s.title.removeprefix(recipe + " ") if i == 0 else "", ", ".join(names),
+                         ", ".join(consumes) or "-", ", ".join(produces), s.launch, "yes" if s.gpu else "no"])
+    report.table(f"nemotron {recipe} stages", ["stage", "configs", "consumes", "produces", "launch", "GPU"], rows)
+    if unavailable:
+        report.out("* no runtime for its backend in this version: the dry run and a run refuse it (exit 2)", plain=True)
+    return 0
+
+
+def show_profiles(name: str | None, env_file: str | None) -> int:
+    """``nemotron profiles [NAME]``: the table of profiles, or one resolved profile (secrets redacted).
+
+    Raises:
+        ConfigError: no env.toml, an invalid file or an unknown profile.
+    """
+
+    path = profiles.find_env_file(env_file)
+    if path is None:
+        raise ConfigError("no env.toml found", "copy env.toml.example to ./env.toml, or pass --env-file PATH")
+    loaded = profiles.load_profiles(path)
+    if name is None:
+        report.out(show.profiles_table(loaded, env_file=env_file))
+    else:
+        report.out(show.profile_yaml(loaded.get(name)), plain=True)
+    return 0
+
+
+def job_status(ident: str | None) -> int:
+    """``status [ID]``: the job's Slurm state and where its files are."""
+
+    rec = jobs.load(ident)
+    st, code = jobs.state(rec)
+    if st == "COMPLETED":
+        jobs.record_outputs(rec)
+    report.out("\n".join(jobs.status_lines(rec, st, code)), plain=True)
+    return 0
+
+
+def job_logs(ident: str | None, follow: bool) -> int:
+    """``logs [ID] [-f]``: print the job's log; with ``-f`` stream it until the job ends (exit code as
+    for an attached run)."""
+
+    rec = jobs.load(ident)
+    if follow:
+        return backends.attach(rec)
+    files = jobs.log_files(rec)
+    if not files:
+        st, _ = jobs.state(rec)
+        print(f"job {rec.job_id} ({st}) has written no log yet", file=sys.stderr)
+        return 0
+    redact = jobs.redactor(rec, keep_colour=sys.stdout.isatty())
+    for path in files:
+        sys.stdout.write(redact(jobs.read_log(rec, path)))
+    return 0
+
+
+def job_cancel(ident: str) -> int:
+    """``cancel ID``."""
+
+    rec = jobs.load(ident)
+    st, _ = jobs.state(rec)
+    if st in jobs.TERMINAL:
+        raise RuntimeFailure(f"job {rec.job_id} already ended ({st}); nothing to cancel")
+    jobs.cancel(rec)
+    print(f"cancelled job {rec.job_id} ({rec.experiment_id})", file=sys.stderr)
+    return 0
+
+
+def _pipe_chain(recipe: str, names: list[str], config: str | None) -> list[Stage]:
+    """The stages of a pipe in the order they run: ``names`` as given, or the whole recipe without any.
+
+    Raises:
+        UsageError: a stage named twice, or a stage named before one whose output it consumes (what each
+            consumes and produces is read from its ``config``, as ``nemotron RECIPE list`` shows it).
+    """
+
+    if not names:
+        return [s for s in STAGES if s.recipe == recipe]
+    in_order = " ".join(s.name for s in STAGES if s.name in names)
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise UsageError(f"pipe: stage {twice} is named twice; a pipe runs each stage once",
+                         f"name each stage once: pipe {in_order}")
+    chain = [get_stage(n) for n in names]
+    flows = {}
+    for s in chain:
+        try:
+            flows[s.name] = config_artifacts(s, config)
+        except ConfigError:  # an unknown config: the stage's own compile reports it, naming the stage
+            flows[s.name] = (s.consumes, s.produces)
+    for i, s in enumerate(chain):
+        for later in chain[i + 1:]:
+            made = [a for a in flows[later.name][1] if a in flows[s.name][0]]
+            if made:
+                raise UsageError(f"pipe: {s.name} is named before {later.name}, which produces its input {made[0]}; "
+                                 "stages run in the order named",
+                                 f"name them in pipeline order: pipe {in_order}")
+    return chain
+
+
+def _override_hint(recipe: str, names: list[str], arg: str, config: str | None) -> str:
+    """The hint for a pipe override given without its stage: ``STAGE:arg`` for the stages (those named so far, else
+    every stage of the recipe) whose ``-c config`` has the key (``+key`` adds one: any named stage takes it), or
+    that no such stage has it."""
+
+    key = arg.lstrip("~+").partition("=")[0].strip()
+    named = [get_stage(n) for n in names] or [s for s in STAGES if s.recipe == recipe]
+    if arg.startswith("+"):
+        return f"e.g. {named[0].name}:{arg} (docs/execution.md, Pipelines)"
+    having = []
+    for stage in named:
+        try:
+            cfg = compile_config(stage, config, [], check_paths=False).config
+        except Exception:  # noqa: BLE001 - a hint only: a stage whose config does not compile is left out
+            continue
+        flat = {k for k, _ in leaves(cfg)}
+        if key in flat or any(k.startswith(key + ".") or k.startswith(key + "[") for k in flat):
+            having.append(stage.name)
+    if having:
+        return f"e.g. {' or '.join(f'{n}:{arg}' for n in having[:3])} (docs/execution.md, Pipelines)"
+    where = "the stages named" if names else f"any {recipe} stage"
+    return f"no config of {where} has the key {key!r}: check its spelling (docs/execution.md, Pipelines)"
+
+
+def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
+    """``nemotron RECIPE pipe [STAGES...]``: each stage in order, each consuming the one before.
+
+    Stages run in the order named (all stages of the recipe, in registry order, when none is named), each
+    once. A stage named twice, or named before a stage that produces what it consumes (``pipe sft
+    pretrain``), is refused rather than deduplicated or reordered.
+
+    Raises:
+        UsageError: unknown stage names, a stage named twice or out of order, overrides for a stage not in
+            the chain, ``--run``/``--batch`` on a profile that is not a Slurm one (dry run included).
+        ConfigError / ValidationError: a stage's config or profile problems, named by the stage.
+    """
+
+    names: list[str] = []
+    per_stage: dict[str, list[str]] = {}
+    for arg in kw.get("stages") or ():
+        head, sep, rest = arg.partition(":")
+        if sep and ("=" in rest or rest.startswith(("~", "+"))):
+            try:
+                per_stage.setdefault(get_stage(head).name, []).append(rest)
+            except KeyError as exc:
+                raise UsageError(f"{arg!r}: {exc.args[0]}") from None
+            continue
+        if not sep and ("=" in arg or arg.startswith(("~", "+"))):
+            raise UsageError(f"{arg!r}: a pipe override names the stage it is for: STAGE:{arg}",
+                             _override_hint(recipe, names, arg, kw.get("config")))
+        try:
+            names.append(get_stage(arg).name)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0]), "per-stage overrides are written STAGE:key=value") from None
+    chain = _pipe_chain(recipe, names, kw.get("config"))
+    unknown = set(per_stage) - {s.name for s in chain}
+    if unknown:
+        raise UsageError(f"overrides for stages not in the chain: {', '.join(sorted(unknown))}")
+    run, batch = kw.get("run_profile"), kw.get("batch_profile")
+    if run and batch:
+        raise UsageError("--run and --batch are mutually exclusive")
+    mode = "run" if run else "batch" if batch else "here"
+
+    # prepare every stage first, each wired to the planned outputs of the ones before it
+    prepared: list[Prepared] = []
+    invalid = 0
+    planned: dict[str, dict[str, Any]] = {}  # what the stages so far will write: the next ones are wired to it
+    for i, stage in enumerate(chain, 1):
+        with artifacts.planning(planned):
+            req = StageRequest(stage=stage, config=kw.get("config"), overrides=tuple(per_stage.get(stage.name, ())),
+                               mode=mode, profile=run or batch, dry_run=bool(kw.get("dry_run")),
+                               env_file=kw.get("env_file"), argv=tuple(sys.argv))
+            try:
+                p = prepare_stage(req)
+            except (ConfigError, UsageError) as exc:  # name the stage: a pipe compiles several configs
+                raise type(exc)(f"{stage.title}: {exc.message}", exc.hint) from None
+            if i == 1 and mode != "here" and p.plan.executor != "slurm":  # before anything is shown or queued
+                raise UsageError(f"pipe --{mode} needs a slurm profile (got {p.plan.executor})",
+                                 "run the chain here without a profile, or use a slurm profile")
+            if kw.get("dry_run"):
+                report.heading(f"[{i}/{len(chain)}] {stage.title}")
+                dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
+            invalid += bool(p.errors)
+            prepared.append(p)
+        planned.update(planned_outputs(p.compiled))
+    if kw.get("dry_run"):
+        how = "afterok; a failure cancels the rest" if mode != "here" else "when it succeeded"
+        report.table("the chain", ["#", "stage", "config", "executor", "nodes x GPUs", "starts", "problems"],
+                     [[i, p.req.stage.title, p.compiled.config_name, p.plan.executor,
+                       f"{p.plan.nodes} x {p.plan.gpus_per_node}", "first" if i == 1 else f"after #{i - 1} ({how})",
+                       len(p.errors) or "-"] for i, p in enumerate(prepared, 1)])
+    if invalid:
+        if not kw.get("dry_run"):  # the dry run printed them already; here they are the only report
+            for p in prepared:
+                if p.problems:
+                    report.err(f"{p.req.stage.title} ({p.compiled.config_name}):")
+                    report.problems(p.problems)
+        raise ValidationError(problems=[q for p in prepared for q in p.problems])
+    if kw.get("dry_run"):
+        return 0
+    for p in prepared:
+        _check_startable(p)
+    if mode == "here":  # one after the other on this machine; stop at the first failure
+        for p in prepared:
+            code = backends.start(p.req, p.compiled, p.profile, p.plan)
+            if code != 0:
+                report.err(f"pipe stopped: {p.req.stage.title} exited {code}")
+                return code
+        return 0
+
+    queued: list[str] = []  # every job accepted so far: a failed submission names them and how to cancel them
+    chains: list[list[str]] = []  # per stage: its job, then its run.chain continuation jobs
+    with submit.reporting_queued(queued, recipe):
+        for p in prepared:  # afterok chain: a failed stage cancels the rest (--kill-on-invalid-dep=yes)
+            first = len(queued)
+            # after the job that ends the stage before: its last continuation job with run.chain
+            submit.submit(p.req, p.compiled, p.profile, p.plan, dependencies=chains[-1][-1:] if chains else None,
+                          chain_ids=queued)
+            chains.append(queued[first:])
+            print(f"submitted {p.req.stage.title}: Slurm job {chains[-1][0]}"
+                  + (f" (after {chains[-2][-1]})" if len(chains) > 1 else ""), file=sys.stderr)
+    if mode == "batch":
+        print("\n".join(chain[0] for chain in chains))
+        return 0
+    for chain in chains:
+        code = backends.attach(jobs.load(chain[0]), chain=[jobs.load(job_id) for job_id in chain[1:]])
+        if code != 0:
+            return code
+    return 0
+
+
+__all__ = ["StageRequest", "list_stages", "load_profile", "run_pipe", "run_stage", "show_profiles", "unresolved_refusal"]

@@ -1,0 +1,847 @@
+"""Config compilation: layers, overrides, interpolation and provenance.
+
+Layers, lowest to highest:
+
+1. ``schema`` — :data:`SCHEMA_DEFAULTS`, the keys every stage has (its resource request, ``run.env``);
+   for a NeMo RL stage, the NeMo RL recipe its config names (``nemo_rl.base``, layer ``nemo-rl:<file>``) above it;
+2. the stage's ``default.yaml`` — every other key the stage knows (a key absent from it is unknown);
+3. the ``-c NAME|PATH`` config and the configs it inherits through ``defaults:`` (parents first);
+4. command-line overrides: ``key=value`` (key must exist), ``+key=value`` (add a key),
+   ``~key`` (delete), ``key[0]=value`` / ``key.0=value`` (a list element).
+
+Overrides of the form ``profile.KEY=VALUE`` are not config: they override a key of the env.toml
+profile for this command (the profile owns cluster logistics and the node shape) and are returned
+separately.
+
+After merging, ``${...}`` interpolations are resolved with OmegaConf: references to other keys,
+``${oc.env:VAR[,default]}``, ``${art:NAME[:VERSION],FIELD}`` (an artifact record),
+``${stages:REL}`` (a file under ``stages/``), ``${pkgdata:PACKAGE,REL}`` (a file inside an installed
+package, found without importing it) and ``${stdlib:}`` (the standard library folder). An
+environment variable or artifact that does not exist yet leaves the value unresolved with a
+warning: ``--dry-run`` still succeeds, submission refuses.
+
+Every leaf remembers the layer that set it (:attr:`Compiled.provenance`), which ``--dry-run`` shows.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+import difflib
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nemotron.config import artifacts, yamlio
+from nemotron.config.nemo_rl_base import BASE_KEY, base_layer
+from nemotron.config.paths import config_names, stages_dir
+from nemotron.config.registry import Stage
+from nemotron.config.tree import _leaves, dotted, leaves
+from nemotron.errors import ConfigError, Problem, UsageError
+
+#: Keys every stage has, below its default.yaml. ``run.env`` is the stage's resource request;
+#: everything else about the cluster belongs to the env.toml profile.
+SCHEMA_DEFAULTS: dict[str, Any] = {
+    "run": {
+        "env": {
+            "nodes": 1,  # nodes the stage asks for; follows from its parallel layout
+            "gpus_per_node": None,  # null = the profile's node shape
+            "cpus": None,  # CPUs for a local Ray / process pool; null = all of this machine's
+        },
+    },
+}
+
+#: Label of each layer as shown by ``--dry-run``.
+SCHEMA, OVERRIDE = "schema", "override"
+
+_SEGMENT = r"[A-Za-z_][A-Za-z0-9_\-]*"
+_KEY_RE = re.compile(rf"^{_SEGMENT}(?:\.(?:{_SEGMENT}|\d+)|\[\d+\])*$")
+
+
+# --------------------------------------------------------------------------------------------- #
+# overrides
+# --------------------------------------------------------------------------------------------- #
+@dataclass(frozen=True)
+class Override:
+    """One parsed command-line override. ``op`` is ``set``, ``add`` or ``delete``; ``path`` the
+    segments (``str`` for mapping keys, ``int`` for list indices); ``text`` the original argument."""
+
+    op: str
+    path: tuple[str | int, ...]
+    value: Any
+    text: str
+
+    @property
+    def key(self) -> str:
+        return dotted(self.path)
+
+
+def _split_key(key: str) -> tuple[str | int, ...]:
+    parts: list[str | int] = []
+    for piece in re.findall(rf"{_SEGMENT}|\[\d+\]|\d+", key):
+        parts.append(int(piece.strip("[]")) if piece[0] in "[0123456789" else piece)
+    return tuple(parts)
+
+
+def parse_override(text: str) -> Override:
+    """Parse ``key=value``, ``+key=value``, ``~key`` (or ``~key=anything``).
+
+    Raises:
+        UsageError: for a malformed argument (says which forms are accepted).
+    """
+    op = "set"
+    body = text
+    if body.startswith("+"):
+        op, body = "add", body[1:]
+    elif body.startswith("~"):
+        op, body = "delete", body[1:]
+    key, eq, raw = body.partition("=")
+    key = key.strip()
+    if not _KEY_RE.match(key) or (op != "delete" and not eq):
+        raise UsageError(
+            f"cannot read the argument {text!r}",
+            "overrides look like key=value, +new.key=value, ~key or list.key[0]=value; options start with --",
+        )
+    value = None if op == "delete" else yamlio.parse_scalar(raw)
+    return Override(op=op, path=_split_key(key), value=value, text=text)
+
+
+# --------------------------------------------------------------------------------------------- #
+# config files and inheritance
+# --------------------------------------------------------------------------------------------- #
+
+
+def _raw_tree(stage: Stage, config: str | None) -> dict[str, Any]:
+    """``stage -c config``'s chain merged over ``default.yaml``, nothing resolved nor checked (shapes are checked
+    when it compiles)."""
+    tree: dict[str, Any] = {}
+    default_data = _read_config(stages_dir() / stage.config_dir / "default.yaml")
+    default_data.pop("defaults", None)
+    for data in [default_data, *(f.data for f in _chain(stage, config or "default"))]:
+        _merge(tree, data, "", {}, [], strict=False, where="", root=tree)
+    return tree
+
+
+def config_backend(stage: Stage, config: str | None = None) -> str | None:
+    """The ``backend`` key of ``stage -c config`` as written in its files (None: the stage's default backend).
+
+    Raises:
+        ConfigError: an unknown config, an unreadable file, an inheritance cycle.
+    """
+    value = _raw_tree(stage, config).get("backend")
+    return str(value) if isinstance(value, str) and value else None
+
+
+def config_artifacts(stage: Stage, config: str | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(consumes, produces)`` of ``stage -c config`` (None: ``default``), read from its files, nothing
+    resolved: consumes are the artifact names its ``${art:NAME[:VERSION],FIELD}`` values take, in key
+    order, once the config chain is merged over ``default.yaml`` (a config that re-points a key drops the
+    default's reference: ``quantize -c local`` takes ``sft-checkpoint`` and ``pretrain-data``, not
+    ``mopd-checkpoint``); produces are its ``output_artifact`` when set, else the registry's ``produces``
+    (as :func:`nemotron.launch.plan.planned_outputs` records them).
+
+    Raises:
+        ConfigError: an unknown config, an unreadable file, an inheritance cycle.
+    """
+    tree = _raw_tree(stage, config)
+    consumes: list[str] = []
+    for _, value in leaves(tree):
+        for ref in re.findall(r"\$\{art:([^,}]+)", value) if isinstance(value, str) else ():
+            name = artifacts.parse_ref(ref.strip())[0]
+            if name not in consumes:
+                consumes.append(name)
+    named = tree.get("output_artifact")
+    produces = (named,) if isinstance(named, str) and named else stage.produces
+    return tuple(consumes), produces
+
+
+def _base_layer(stage: Stage, config: str | None, overrides: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """``(label, data)`` of the framework recipe ``stage -c config`` is layered on, or None: for NeMo RL stages
+    the recipe its ``nemo_rl.base`` names (:func:`nemotron.runtime.nemo_rl_base.base_layer`; a ``nemo_rl.*``
+    override counts). It sits below ``default.yaml``: the stage's files and the overrides may set any key it
+    has.
+
+    Raises:
+        ConfigError: an unknown recipe; an unreadable config file.
+    """
+    if stage.kind != "rl":
+        return None
+
+    given = {ov.path[1]: ov.value for ov in (parse_override(o) for o in overrides)
+             if len(ov.path) == 2 and ov.path[0] == BASE_KEY and ov.op in ("set", "add")}
+    return base_layer(_raw_tree(stage, config), given)
+
+
+def _resolve_config_ref(stage: Stage, ref: str, relative_to: Path | None) -> Path:
+    folder = stages_dir() / stage.config_dir
+    looks_like_path = "/" in ref or ref.endswith((".yaml", ".yml"))
+    if looks_like_path:
+        candidates = [Path(ref).expanduser()]
+        if relative_to is not None and not Path(ref).is_absolute():
+            candidates.insert(0, relative_to / ref)
+        for c in candidates:
+            if c.is_file():
+                return c.resolve()
+        if any(c.is_dir() for c in candidates):
+            raise ConfigError(f"config file {ref}: is a folder, not a YAML file",
+                              f"pass the YAML file itself, or a config name: {', '.join(config_names(stage))}")
+        raise ConfigError(f"config file {ref} does not exist", f"configs of {stage.title}: {', '.join(config_names(stage))}")
+    candidate = folder / f"{ref}.yaml"
+    if candidate.is_file():
+        return candidate
+    if ref == "local" and stage.kind == "data" and (folder / "tiny.yaml").is_file():
+        return folder / "tiny.yaml"  # data prep's tiny sample runs anywhere: it is also its local
+    if relative_to is not None and (relative_to / f"{ref}.yaml").is_file():
+        return (relative_to / f"{ref}.yaml").resolve()
+    names = config_names(stage)
+    close = difflib.get_close_matches(ref, names, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise ConfigError(f"{stage.title} has no config {ref!r}", f"{hint}configs: {', '.join(names)}; or pass a path to a YAML file")
+
+
+@dataclass
+class _File:
+    path: Path
+    label: str
+    data: dict[str, Any]
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    data = yamlio.load_file(path)
+    _refuse_duplicate_keys(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a mapping of keys, not {type(data).__name__}")
+    return data
+
+
+def _refuse_duplicate_keys(path: Path) -> dict[tuple, int]:
+    """A config file that sets one key twice in the same mapping is refused: YAML loaders keep the last
+    value silently, so the first one (perhaps the one the user edited) would be lost without a word.
+    Call after the file parsed (syntax errors are :func:`nemotron.config.yamlio.loads`'s to report).
+
+    Returns:
+        The 1-based line of every key of the file by its path (``("train", "train_iters") -> 12``), for
+        messages that name a key's line.
+
+    Raises:
+        ConfigError: ``file:line: duplicate key 'a.b'`` for the second occurrence (and the first one's line).
+    """
+    import yaml
+
+    lines: dict[tuple, int] = {}
+
+    def walk(node: Any, prefix: tuple) -> None:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else None
+                if name is not None and name != "<<":
+                    line = key.start_mark.line + 1
+                    if name in seen:
+                        raise ConfigError(f"{path}:{line}: duplicate key '{dotted((*prefix, name))}' "
+                                          f"(first set at line {seen[name]}); YAML would silently keep the last",
+                                          "keep one of the two lines")
+                    seen[name] = line
+                    lines[(*prefix, name)] = line
+                walk(value, (*prefix, name if name is not None else "?"))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*prefix, i))
+
+    walk(yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader), ())
+    return lines
+
+
+def _chain(stage: Stage, ref: str) -> list[_File]:
+    """Config files for ``-c ref``, parents first; ``default.yaml`` itself excluded."""
+    default_path = (stages_dir() / stage.config_dir / "default.yaml").resolve()
+    out: list[_File] = []
+    seen: list[str] = []
+
+    def visit(r: str, rel: Path | None, trail: list[str]) -> None:
+        path = _resolve_config_ref(stage, r, rel).resolve()
+        if path == default_path:
+            return
+        label = path.name if path.parent == default_path.parent else str(path)
+        if label in trail:
+            raise ConfigError(
+                f"config inheritance cycle: {' -> '.join([*trail, label])}",
+                "remove one of the 'defaults:' entries so the chain ends at default",
+            )
+        if label in seen:
+            return
+        data = _read_config(path)
+        parents = data.pop("defaults", None)
+        if parents is None:
+            parents = []
+        elif isinstance(parents, str):
+            parents = [parents]
+        elif not (isinstance(parents, list) and all(isinstance(p, str) for p in parents)):
+            raise ConfigError(f"{path}: 'defaults' must be a config name or a list of names, got {parents!r}")
+        for parent in parents:
+            visit(parent, path.parent, [*trail, label])
+        seen.append(label)
+        out.append(_File(path=path, label=label, data=data))
+
+    visit(ref, None, [])
+    return out
+
+
+# --------------------------------------------------------------------------------------------- #
+# merging with provenance
+# --------------------------------------------------------------------------------------------- #
+
+
+def _type_name(v: Any) -> str:
+    return {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "mapping"}.get(type(v), type(v).__name__)
+
+
+def _compatible(old: Any, new: Any) -> bool:
+    if old is None or new is None:
+        return True
+    if (isinstance(new, str) and "${" in new) or (isinstance(old, str) and "${" in old):
+        return True
+    if isinstance(old, bool) or isinstance(new, bool):
+        return isinstance(old, bool) and isinstance(new, bool)
+    if isinstance(old, (int, float)) and isinstance(new, (int, float)):
+        return not (isinstance(old, int) and isinstance(new, float) and not new.is_integer())
+    return type(old) is type(new)
+
+
+def _suggest(key: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    if not close:
+        last = key.rsplit(".", 1)[-1]
+        close = [c for c in candidates if c.rsplit(".", 1)[-1] == last][:1]
+    return f"did you mean '{close[0]}'?" if close else ""
+
+
+def _known_keys(tree: dict) -> list[str]:
+    keys = []
+
+    def walk(node: Any, prefix: tuple) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                keys.append(dotted((*prefix, k)))
+                walk(v, (*prefix, k))
+
+    walk(tree, ())
+    return keys
+
+
+def _merge(base: dict, over: dict, label: str, prov: dict[str, str], errors: list[str], *, strict: bool,
+           where: str, root: dict, prefix: tuple = (), open_paths: frozenset = frozenset(),
+           lines: dict[tuple, int] | None = None) -> None:
+    for key, value in over.items():
+        path = (*prefix, key)
+        name = dotted(path)
+        if key not in base:
+            if strict and tuple(prefix) not in open_paths:
+                hint = _suggest(name, _known_keys(root))
+                at = f"{where}:{lines[path]}" if lines and path in lines else where
+                errors.append(f"{at}: unknown key '{name}'" + (f" ({hint})" if hint else ""))
+                continue
+            base[key] = copy.deepcopy(value)
+            for lp, _ in _leaves(value, path):
+                prov[dotted(lp)] = label
+            continue
+        old = base[key]
+        if isinstance(old, dict) and isinstance(value, dict):
+            _merge(old, value, label, prov, errors, strict=strict, where=where, root=root, prefix=path,
+                   open_paths=open_paths, lines=lines)
+            continue
+        if not _compatible(old, value) or (isinstance(old, dict) and old and value is not None):
+            errors.append(f"{where}: '{name}' expects {_type_name(old)}, got {_type_name(value)} {yamlio.flow(value)}")
+            continue
+        for stale in [k for k in prov if k == name or k.startswith((name + ".", name + "["))]:
+            del prov[stale]
+        base[key] = copy.deepcopy(value)
+        for lp, _ in _leaves(value, path):
+            prov[dotted(lp)] = label
+
+
+def _open_mappings(tree: Any, prefix: tuple = ()) -> frozenset:
+    """Paths of the empty mappings of default.yaml: free-form maps (``path_vars: {}``) whose keys are
+    the user's to choose."""
+    out: set[tuple] = set()
+    if isinstance(tree, dict):
+        if not tree and prefix:
+            out.add(prefix)
+        for k, v in tree.items():
+            out |= _open_mappings(v, (*prefix, k))
+    return frozenset(out)
+
+
+def _sections(tree: Any, prefix: tuple = ()) -> frozenset:
+    """Paths of the non-empty mappings of the schema and ``default.yaml``: the sections a stage is made of
+    (``train``, ``run.env``), which ``~key`` may not delete (free-form maps are empty there: their entries
+    may be deleted)."""
+    out: set[tuple] = set()
+    if isinstance(tree, dict) and tree:
+        if prefix:
+            out.add(prefix)
+        for k, v in tree.items():
+            out |= _sections(v, (*prefix, k))
+    return frozenset(out)
+
+
+def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: frozenset = frozenset(),
+                    sections: frozenset = frozenset()) -> None:
+    if ov.op == "set" and tuple(ov.path[:-1]) in open_paths:
+        ov = Override(op="add" if _child(_resolve_path(tree, ov.path[:-1]), ov.path[-1]) is _MISSING else "set",
+                      path=ov.path, value=ov.value, text=ov.text)
+    node: Any = tree
+    for i, seg in enumerate(ov.path[:-1]):
+        nxt = _child(node, seg)
+        if nxt is _MISSING:
+            if ov.op == "add" and isinstance(node, dict):
+                node[seg] = {}
+                nxt = node[seg]
+            else:
+                _unknown(tree, ov, ov.path[: i + 1])
+        node = nxt
+    last = ov.path[-1]
+    exists = _child(node, last) is not _MISSING
+    name = ov.key
+    if ov.op == "add":
+        if exists:
+            raise ConfigError(f"override {ov.text!r}: '{name}' already exists", f"drop the '+': {name}={ov.text.partition('=')[2]}")
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {ov.text!r}: '{dotted(ov.path[:-1])}' is not a mapping")
+        node[last] = ov.value
+    elif ov.op == "delete":
+        if not exists:
+            _unknown(tree, ov, ov.path)
+        if tuple(ov.path) in sections:
+            raise ConfigError(f"override {ov.text!r}: '{name}' is a section of the stage and cannot be deleted "
+                              "(its keys would fall back to values you never set)",
+                              f"set its keys instead ({name}.KEY=VALUE), or delete one key (~{name}.KEY)")
+        if isinstance(node, list):
+            node.pop(last)  # type: ignore[arg-type]
+        else:
+            del node[last]
+    else:
+        if not exists:
+            _unknown(tree, ov, ov.path)
+        old = node[last]
+        if not _compatible(old, ov.value) or (isinstance(old, dict) and old and ov.value is not None and not isinstance(ov.value, dict)):
+            raise ConfigError(
+                f"override {ov.text!r}: '{name}' expects {_type_name(old)} (now {yamlio.flow(old)}), got {_type_name(ov.value)}",
+                f"give a value of type {_type_name(old)}"
+                + (" (quote it for a string: key='\"...\"')" if isinstance(old, str) else ""),
+            )
+        node[last] = ov.value  # a mapping value replaces the mapping: its keys are the user's explicit choice
+    if any(isinstance(seg, int) for seg in ov.path):  # lists are leaves: the whole list is now an override
+        first = next(i for i, seg in enumerate(ov.path) if isinstance(seg, int))
+        prov[dotted(ov.path[:first])] = OVERRIDE
+        return
+    for stale in [k for k in prov if k == name or k.startswith((name + ".", name + "["))]:
+        del prov[stale]
+    if ov.op != "delete":
+        for lp, _ in _leaves(ov.value, tuple(ov.path)):
+            prov[dotted(lp)] = OVERRIDE
+
+
+_MISSING = object()
+
+
+def _child(node: Any, seg: str | int) -> Any:
+    if isinstance(node, dict):
+        if isinstance(seg, int) and seg not in node and str(seg) in node:
+            seg = str(seg)
+        return node.get(seg, _MISSING)
+    if isinstance(node, list) and isinstance(seg, int):
+        return node[seg] if -len(node) <= seg < len(node) else _MISSING
+    return _MISSING
+
+
+def _unknown(tree: dict, ov: Override, upto: tuple) -> None:
+    name = dotted(upto)
+    parent = _resolve_path(tree, upto[:-1])
+    if isinstance(parent, list):
+        raise ConfigError(f"override {ov.text!r}: '{dotted(upto[:-1])}' has {len(parent)} elements, no index {upto[-1]}")
+    hint = _suggest(name, _known_keys(tree))
+    raise ConfigError(
+        f"override {ov.text!r}: unknown key '{name}'",
+        (hint + " " if hint else "") + "use +key=value to add a key that the stage does not define",
+    )
+
+
+def _resolve_path(tree: Any, path: tuple) -> Any:
+    node = tree
+    for seg in path:
+        node = _child(node, seg)
+        if node is _MISSING:
+            return None
+    return node
+
+
+# --------------------------------------------------------------------------------------------- #
+# interpolation
+# --------------------------------------------------------------------------------------------- #
+class Unresolved(Exception):
+    """An interpolation whose input does not exist yet (env var, artifact)."""
+
+
+_RESOLVERS_READY = False
+
+@dataclass
+class _Resolution:
+    """What the resolvers of one :func:`compile_config` read and record: ``env`` shadows ``os.environ`` for
+    ``${oc.env:...}`` (a profile's job environment), ``config`` is the config name artifacts are looked up for
+    (None: a config file given by path), ``used`` records ``{ref: "name vN" | "name (planned)"}`` of every
+    ``${art:...}`` resolved."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    config: str | None = None
+    used: dict[str, str] = field(default_factory=dict)
+
+
+#: The resolution in progress (OmegaConf's resolvers are registered once, process-wide; they read this).
+_RESOLUTION: contextvars.ContextVar[_Resolution] = contextvars.ContextVar("resolution")
+
+
+def _register_resolvers() -> None:
+    global _RESOLVERS_READY
+    if _RESOLVERS_READY:
+        return
+    from omegaconf import OmegaConf
+
+    def env(name: str, default: Any = _MISSING) -> Any:
+        overlay = _RESOLUTION.get().env
+        if name in overlay:
+            return overlay[name]
+        if name in os.environ:
+            return os.environ[name]
+        if default is _MISSING:
+            raise Unresolved(f"environment variable {name} is not set")
+        return default
+
+    def art(ref: str, fieldname: str = "path") -> Any:
+        name, version = artifacts.parse_ref(str(ref))
+        config = _RESOLUTION.get().config
+        rec = artifacts.lookup(name, version, config)
+        if rec is None:
+            made_by = f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config and version is None else ""
+            raise Unresolved(f"artifact {ref} does not exist yet{made_by}")
+        _RESOLUTION.get().used[str(ref)] = (f"{name} (planned)" if rec.get("version") is None
+                                            else f"{name} v{rec['version']}")
+        if fieldname not in rec:
+            raise ConfigError(f"artifact {ref} has no field {fieldname!r}", f"fields: {', '.join(sorted(rec))}")
+        return rec[fieldname]
+
+    def stages(rel: str = "") -> str:
+        return str(stages_dir() / rel)
+
+    def pkgdata(package: str, rel: str = "") -> str:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ConfigError(f"${{pkgdata:{package},{rel}}}: Python package {package!r} is not installed",
+                              f"pip install {package.replace('_', '-')}")
+        return str(Path(next(iter(spec.submodule_search_locations))) / rel)
+
+    def stdlib() -> str:
+        return sysconfig.get_paths()["stdlib"]
+
+    # NeMo RL's recipes (a NeMo RL stage's base layer) compute with these (nemo_rl/utils/config.py
+    # register_omegaconf_resolvers: ${mul:a,b} and friends)
+    arith = (("add", lambda a, b: a + b), ("mul", lambda a, b: a * b), ("div", lambda a, b: a / b),
+             ("max", lambda a, b: max(a, b)))
+    # OmegaConf 2.4's register_resolver takes replace/use_cache/annotation_validation; 2.3's register_resolver is
+    # the deprecated 2.0 API (name, resolver) and register_new_resolver the one to call there
+    import inspect  # here, not at module level: the CLI's start-up imports this module
+
+    register = getattr(OmegaConf, "register_resolver", None)
+    if register is not None and "annotation_validation" not in inspect.signature(register).parameters:
+        register = None
+    for rname, fn in (("oc.env", env), ("art", art), ("stages", stages), ("pkgdata", pkgdata), ("stdlib", stdlib),
+                      *arith):
+        if register is not None:
+            register(rname, fn, replace=True, use_cache=False, annotation_validation="off")
+        else:  # OmegaConf 2.3
+            OmegaConf.register_new_resolver(rname, fn, replace=True, use_cache=False)
+    _RESOLVERS_READY = True
+
+
+def _resolve(tree: dict, prov: dict[str, str]) -> tuple[dict, dict[str, str]]:
+    """Resolve every interpolation. Returns the resolved tree and ``{key: reason}`` of values left
+    unresolved (kept as their ``${...}`` text).
+
+    Raises:
+        ConfigError: for an interpolation that is wrong rather than not-yet-available (a reference
+            to a key that does not exist, an unknown resolver).
+    """
+    if not any(isinstance(v, str) and "${" in v for _, v in _leaves(tree)):
+        return copy.deepcopy(tree), {}
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    _register_resolvers()
+    conf = OmegaConf.create(tree, flags={"allow_objects": False})
+    unresolved: dict[str, str] = {}
+
+    def walk(node: Any, raw: Any, path: tuple) -> Any:
+        if isinstance(raw, dict):
+            return {k: walk(node, v, (*path, k)) for k, v in raw.items()}
+        if isinstance(raw, list):
+            return [walk(node, v, (*path, i)) for i, v in enumerate(raw)]
+        if not (isinstance(raw, str) and "${" in raw):
+            return raw
+        container: Any = conf
+        for seg in path[:-1]:
+            container = container[seg]
+        try:
+            value = container[path[-1]]
+        except OmegaConfBaseException as exc:
+            cause = exc.__cause__ or exc.__context__
+            while cause is not None and not isinstance(cause, (Unresolved, ConfigError)):
+                cause = cause.__cause__ or cause.__context__
+            if isinstance(cause, Unresolved):
+                unresolved[dotted(path)] = str(cause)
+                return raw
+            if isinstance(cause, ConfigError):
+                raise ConfigError(f"'{dotted(path)}' ({prov.get(dotted(path), '?')}): {cause.message}", cause.hint) from None
+            msg = str(exc).splitlines()[0]
+            raise ConfigError(f"'{dotted(path)}' = {raw!r} ({prov.get(dotted(path), '?')}): cannot resolve: {msg}",
+                              "interpolations: ${other.key}, ${oc.env:VAR,default}, ${art:NAME,FIELD}") from None
+        if isinstance(value, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(value, resolve=True)
+        return value
+
+    return walk(conf, tree, ()), unresolved
+
+
+# --------------------------------------------------------------------------------------------- #
+# compile
+# --------------------------------------------------------------------------------------------- #
+@dataclass
+class Compiled:
+    """A stage's compiled config.
+
+    Attributes:
+        stage: the registry record.
+        config: the resolved config (plain dicts, lists and scalars); unresolved values keep their
+            ``${...}`` text.
+        provenance: dotted leaf key → layer label (``schema``, ``default.yaml``, ``tiny.yaml``,
+            a file path, ``override``, or a note from validation's preparation step).
+        layers: labels of the layers applied, lowest first.
+        config_name: the ``-c`` argument (``default`` when none).
+        unresolved: dotted key → why it is not resolved yet.
+        user_keys: keys set by the ``-c`` config chain or by overrides (not by default.yaml).
+        profile_overrides: ``profile.KEY=VALUE`` overrides, KEY → value.
+        overrides: the override arguments as typed.
+        launch_args: the command's ``--run``/``--batch`` and ``--env-file`` options, for hints that name a command.
+    """
+
+    stage: Stage
+    config: dict[str, Any]
+    provenance: dict[str, str]
+    layers: list[str]
+    config_name: str
+    unresolved: dict[str, str] = field(default_factory=dict)
+    user_keys: set[str] = field(default_factory=set)
+    profile_overrides: dict[str, Any] = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)
+    planned_keys: set[str] = field(default_factory=set)
+    artifact_keys: dict[str, str] = field(default_factory=dict)
+    #: where the command sends the job, as options to repeat in a hint (`` --run P --env-file F``; empty: here)
+    launch_args: str = ""
+
+    def warnings(self) -> list[Problem]:
+        """One warning per unresolved value."""
+        return [Problem(key=k, value=_resolve_path(self.config, _split_key(k)), message=f"unresolved: {why}",
+                        rule="unresolved", severity="warning") for k, why in sorted(self.unresolved.items())]
+
+    def config_hash(self) -> str:
+        """SHA-256 (first 16 hex digits) of the resolved config, key order independent."""
+        blob = json.dumps(self.config, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The resolved value at dotted ``key`` (``a.b[0]``), or ``default``."""
+        node = _resolve_path(self.config, _split_key(key))
+        return default if node is None else node
+
+
+def profile_overrides(overrides: list[str]) -> dict[str, Any]:
+    """The ``profile.KEY=VALUE`` overrides among the command-line overrides, KEY → value.
+
+    Raises:
+        UsageError: a malformed override.
+    """
+    out: dict[str, Any] = {}
+    for ov in (parse_override(o) for o in overrides):
+        if ov.path[0] == "profile":
+            if ov.op != "set" or len(ov.path) < 2 or any(isinstance(p, int) for p in ov.path):
+                raise UsageError(f"override {ov.text!r}: profile keys are set as profile.KEY=VALUE")
+            value = ov.value
+            if value is not None and not isinstance(value, str):
+                # the profile's schema types its values, not YAML: account=007 stays "007", time=30 is minutes;
+                # Profile.with_overrides parses the text of its non-string keys (gpus_per_node=4 -> 4)
+                value = ov.text.partition("=")[2]
+            out[".".join(str(p) for p in ov.path[1:])] = value
+    return out
+
+
+def compile_config(stage: Stage, config: str | None, overrides: list[str], *, check_paths: bool = True,
+                   env: dict[str, str] | None = None) -> Compiled:
+    """Compile a stage's config from its layers and the command-line overrides.
+
+    Args:
+        stage: the stage.
+        config: ``-c`` value (a config name of the stage or a path to a YAML file); None = ``default``.
+        overrides: command-line override arguments (see :func:`parse_override`).
+        check_paths: check that explicit ``*_path`` inputs exist.
+
+    Raises:
+        UsageError: a malformed override.
+        ConfigError: all unknown keys and type mismatches of the config files at once; an unknown
+            override key (with a did-you-mean); an inheritance cycle; a missing input path; an
+            interpolation that cannot resolve.
+    """
+    prov: dict[str, str] = {}
+    tree: dict[str, Any] = {}
+    errors: list[str] = []
+    _merge(tree, SCHEMA_DEFAULTS, SCHEMA, prov, errors, strict=False, where=SCHEMA, root=tree)
+    layers = [SCHEMA]
+
+    default_path = stages_dir() / stage.config_dir / "default.yaml"
+    default_data = _read_config(default_path)
+    default_data.pop("defaults", None)
+    # the sections ``~key`` may not delete: the schema's and default.yaml's (not a base recipe's)
+    sections = _sections(SCHEMA_DEFAULTS) | _sections(default_data)
+    base = _base_layer(stage, config, overrides)
+    base_open: frozenset = frozenset()
+    if base is not None:  # a framework's own recipe, below default.yaml (NeMo RL stages: nemo_rl.base)
+        base_label, base_data = base
+        _merge(tree, base_data, base_label, prov, errors, strict=False, where=base_label, root=tree)
+        layers.append(base_label)
+        base_open = _open_mappings(base_data)
+    run_section = default_data.pop("run", None)
+    _merge(tree, default_data, "default.yaml", prov, errors, strict=False, where=str(default_path), root=tree)
+    if run_section is not None:
+        # run.env is the schema's (strict: a misspelt resource key is an error); a stage may add its own
+        # run keys beside it (the training stages' run.requeue, run.signal_before_s, run.chain)
+        if isinstance(run_section, dict):
+            own = {k: v for k, v in run_section.items() if k != "env"}
+            _merge(tree, {"run": own}, "default.yaml", prov, errors, strict=False, where=str(default_path), root=tree)
+            run_section = {k: v for k, v in run_section.items() if k == "env"}
+        _merge(tree, {"run": run_section}, "default.yaml", prov, errors, strict=True, where=str(default_path), root=tree)
+    layers.append("default.yaml")
+    open_paths = _open_mappings(default_data) | base_open
+
+    name = config or "default"
+    for f in _chain(stage, name):
+        _merge(tree, f.data, f.label, prov, errors, strict=True, where=str(f.path), root=tree, open_paths=open_paths,
+               lines=_refuse_duplicate_keys(f.path))
+        layers.append(f.label)
+    if errors:
+        raise ConfigError(
+            "; ".join(errors) if len(errors) <= 3 else f"{len(errors)} problems: " + "; ".join(errors),
+            "a config may only set keys its stage defines in default.yaml; use +key=value on the command line to add one",
+        )
+
+    parsed = [parse_override(o) for o in overrides]
+    for ov in parsed:
+        if ov.path[0] != "profile":
+            _apply_override(tree, ov, prov, open_paths, sections)
+    if parsed:
+        layers.append(OVERRIDE)
+
+    resolution = _Resolution(env=dict(env or {}),
+                             config=name if name in config_names(stage) or (name == "local" and stage.kind == "data")
+                             else None)
+    token = _RESOLUTION.set(resolution)
+    try:
+        resolved, unresolved = _resolve(tree, prov)
+    finally:
+        _RESOLUTION.reset(token)
+    used = resolution.used
+    artifact_keys = {k: used[ref] for k, v in leaves(tree) if isinstance(v, str)
+                     for ref in used if f"${{art:{ref}," in v or f"${{art:{ref}}}" in v}
+    default_labels = {SCHEMA, "default.yaml"} | ({base[0]} if base is not None else set())
+    user_keys = {k for k, label in prov.items() if label not in default_labels}
+    compiled = Compiled(stage=stage, config=resolved, provenance=prov, layers=layers, config_name=name,
+                        unresolved=unresolved, user_keys=user_keys, profile_overrides=profile_overrides(overrides),
+                        artifact_keys=artifact_keys,
+                        overrides=list(overrides))
+    compiled.config = _absolute_paths(compiled.config)
+    compiled.planned_keys = {k for k, v in leaves(tree) if isinstance(v, str)
+                             and any(f"${{art:{n}," in v or f"${{art:{n}}}" in v for n in artifacts.planned())}
+    if check_paths:
+        _check_input_paths(compiled)
+    return compiled
+
+
+def _absolute_paths(tree: Any) -> Any:
+    """Values starting with ``./`` or ``../`` are paths relative to where the command runs; make them
+    absolute so that a job started elsewhere (a Slurm node, another working directory) finds them."""
+    if isinstance(tree, dict):
+        return {k: _absolute_paths(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_absolute_paths(v) for v in tree]
+    if isinstance(tree, str) and (tree.startswith(("./", "../")) or tree in (".", "..")):
+        return os.path.normpath(os.path.join(os.getcwd(), tree))
+    return tree
+
+
+def _check_input_paths(compiled: Compiled) -> None:
+    missing = []
+    for path, value in _leaves(compiled.config):
+        if not path or not isinstance(path[-1], str) or not path[-1].endswith("_path"):
+            continue
+        key = dotted(path)
+        if key in compiled.unresolved or key in compiled.planned_keys or not isinstance(value, str) or not value:
+            continue
+        if not Path(value).expanduser().exists():
+            missing.append(f"{key}={value} (set by {compiled.provenance.get(key, '?')})")
+    if missing:
+        raise ConfigError(f"input path does not exist: {'; '.join(missing)}",
+                          "point the key at an existing file or folder, or use ${art:NAME,FIELD} for an upstream stage's output")
+
+
+def write_yaml(compiled: Compiled, path: Path) -> Path:
+    """Write the resolved config (``train.yaml``) atomically; returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yamlio.dumps(compiled.config), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def annotated_yaml(compiled: Compiled) -> str:
+    """The resolved config as YAML, each leaf followed by ``# <layer>`` (and ``# unresolved``)."""
+    lines: list[str] = []
+
+    def emit(node: Any, path: tuple, indent: int) -> None:
+        pad = "  " * indent
+        for k, v in node.items():
+            p = (*path, k)
+            key = dotted(p)
+            if isinstance(v, dict) and v:
+                lines.append(f"{pad}{k}:")
+                emit(v, p, indent + 1)
+                continue
+            note = compiled.provenance.get(key)
+            if note is None and isinstance(v, list):
+                notes = {compiled.provenance.get(dotted(lp)) for lp, _ in _leaves(v, p)} - {None}
+                note = ", ".join(sorted(notes)) if notes else None
+            tag = f"  # {note}" if note else ""
+            if key in compiled.unresolved:
+                tag += "  (unresolved)"
+            elif key in compiled.planned_keys:
+                tag += "  (planned: an earlier stage of the pipe writes it)"
+            elif key in compiled.artifact_keys:
+                tag += f"  (from artifact {compiled.artifact_keys[key]})"
+            lines.append(f"{pad}{k}: {yamlio.flow(v)}{tag}")
+
+    emit(compiled.config, (), 0)
+    return "\n".join(lines)

@@ -1,0 +1,886 @@
+"""The launch rules: one small pure function each, with its source and the Megatron-Core versions
+it holds for.
+
+Every rule takes plain values (the model spec, numbers from the config, the dotted keys to name)
+and returns a list of :class:`~nemotron.errors.Problem` — empty when the rule holds. Nothing here
+reads files, the environment or the clock. :data:`RULES` lists them (id → :class:`RuleInfo`) for the
+docs and the tests; ``docs/validation.md`` is the user-facing table.
+
+Version statements were checked against the Megatron-LM tags ``core_v0.12.0`` … ``core_v0.19.0`` and
+the commits the Ultra containers pin (Megatron-Bridge branch ``nemotron_3_ultra`` → Megatron-LM
+``c8288b6``, package version 0.18.0; NeMo RL main → Megatron-Bridge ``8c46dc4`` → Megatron-LM
+``14346b6``, package version 0.20.0).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from nemotron.config.catalogue import ModelSpec
+from nemotron.errors import Problem, plural
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """A rule's metadata. ``holds_for`` is the Megatron-Core (or framework) range it was checked for."""
+
+    id: str
+    title: str
+    source: str
+    holds_for: str
+    func: Callable[..., list[Problem]]
+
+
+RULES: dict[str, RuleInfo] = {}
+
+
+def rule(rid: str, title: str, source: str, holds_for: str):
+    """Register a rule function under ``rid`` (see :data:`RULES`)."""
+
+    def wrap(func: Callable[..., list[Problem]]) -> Callable[..., list[Problem]]:
+        RULES[rid] = RuleInfo(rid, title, source, holds_for, func)
+        func.rule_id = rid  # type: ignore[attr-defined]
+        return func
+
+    return wrap
+
+
+def _err(key: str, value: Any, message: str, valid: str | None, rid: str) -> Problem:
+    return Problem(key=key, value=value, message=message, valid=valid, rule=rid, severity="error")
+
+
+def _warn(key: str, value: Any, message: str, valid: str | None, rid: str) -> Problem:
+    return Problem(key=key, value=value, message=message, valid=valid, rule=rid, severity="warning")
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n``, ascending."""
+    n = abs(int(n))
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def common_divisors(*ns: int) -> list[int]:
+    out = set(divisors(ns[0]))
+    for n in ns[1:]:
+        out &= set(divisors(n))
+    return sorted(out)
+
+
+def fmt(values: Iterable[int], limit: int = 14) -> str:
+    """``1, 2, 4, 8`` (long lists elided in the middle)."""
+    vals = list(values)
+    if len(vals) <= limit:
+        return ", ".join(map(str, vals))
+    return ", ".join(map(str, vals[: limit - 3])) + ", ..., " + ", ".join(map(str, vals[-2:]))
+
+
+def version_tuple(text: str | None) -> tuple[int, int]:
+    """``"0.18.0"`` → (0, 18); unknown → (0, 0)."""
+    if not text:
+        return (0, 0)
+    parts = [p for p in str(text).replace("rc", ".").split(".") if p.isdigit()]
+    return (int(parts[0]), int(parts[1])) if len(parts) >= 2 else (0, 0)
+
+
+def _positive(key: str, value: Any, rid: str) -> list[Problem]:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return [_err(key, value, "must be a positive integer", "1, 2, 3, ...", rid)]
+    return []
+
+
+@rule("positive-int", "parallel sizes and batch sizes are positive integers",
+      "Megatron-Core ModelParallelConfig / Megatron-Bridge TrainingConfig field types", "all versions")
+def positive_ints(values: dict[str, Any]) -> list[Problem]:
+    """Every ``key -> value`` given must be an int >= 1 (the other rules assume it)."""
+    out: list[Problem] = []
+    for key, value in values.items():
+        out += _positive(key, value, "positive-int")
+    return out
+
+
+# ------------------------------------------------------------------------------------ rule 1: TP
+@rule("tp-model", "TP divides the Mamba groups, the Mamba heads and the attention heads",
+      "megatron/core/ssm/mamba_mixer.py (MambaMixer.__init__ asserts nheads % tp == 0 and ngroups % tp == 0); "
+      "attention heads are split evenly across TP ranks (megatron/core/transformer/attention.py)",
+      "Megatron-Core 0.12 - 0.20")
+def tp_divides_model(model: ModelSpec, tp: int, key: str) -> list[Problem]:
+    """TP must divide Mamba ``n_groups`` (8 for Ultra), the Mamba heads (256) and the query heads (64).
+
+    Valid TP = the common divisors (1, 2, 4, 8 for Ultra): the Mamba groups cap tensor parallelism
+    at 8, which is why every published Ultra layout scales with PP and EP instead.
+    """
+    reasons = []
+    if model.mamba_num_groups and "M" in model.pattern + model.mtp_pattern and model.mamba_num_groups % tp:
+        reasons.append(f"Mamba n_groups is {model.mamba_num_groups} and must be divisible by TP")
+    if model.mamba_num_heads and "M" in model.pattern + model.mtp_pattern and model.mamba_num_heads % tp:
+        reasons.append(f"the {model.mamba_num_heads} Mamba heads must be divisible by TP")
+    if model.num_attention_heads % tp:
+        reasons.append(f"the {model.num_attention_heads} attention heads must be divisible by TP")
+    if not reasons:
+        return []
+    valid = common_divisors(model.mamba_num_groups, model.mamba_num_heads, model.num_attention_heads)
+    return [_err(key, tp, "; ".join(reasons), fmt(valid), "tp-model")]
+
+
+#: First Megatron-Core minor version that replicates KV heads when TP is a multiple of the groups.
+KV_REPLICATION_SINCE = (0, 16)
+
+
+@rule("tp-kv-groups", "TP versus the KV groups (divisor, or multiple with KV replication)",
+      "megatron/core/transformer/transformer_config.py (TransformerConfig.__post_init__): up to core_v0.15.x "
+      "'num_query_groups must be a multiple of tensor_model_parallel_size'; from core_v0.16.0 'a multiple or "
+      "divisor' (KV heads are replicated when TP > groups)",
+      "Megatron-Core <= 0.15: groups % TP == 0; >= 0.16 (0.16 - 0.20 checked): groups % TP == 0 or TP % groups == 0")
+def tp_vs_kv_groups(model: ModelSpec, tp: int, mcore_version: str | None, key: str) -> list[Problem]:
+    """Say which rule applied through the message; the version comes from ``stages/images.toml``."""
+    g = model.num_query_groups
+    ver = version_tuple(mcore_version)
+    replicate = ver >= KV_REPLICATION_SINCE or ver == (0, 0)
+    if g % tp == 0 or (replicate and tp % g == 0):
+        return []
+    if replicate:
+        valid = f"{fmt(divisors(g))} or any multiple of {g}"
+        msg = (f"TP must divide the {g} KV groups or be a multiple of them (Megatron-Core "
+               f"{mcore_version or '>= 0.16'} replicates KV heads when TP is a multiple of the groups)")
+        return [_err(key, tp, msg, valid, "tp-kv-groups")]
+    else:
+        valid = divisors(g)
+        msg = (f"the {g} KV groups must be divisible by TP: Megatron-Core {mcore_version} (< 0.16) does not "
+               f"replicate KV heads")
+    return [_err(key, tp, msg, fmt(valid), "tp-kv-groups")]
+
+
+def kv_note(model: ModelSpec, tp: int, mcore_version: str | None) -> str:
+    """How the KV groups are laid out at this TP (for the dry-run's layout table)."""
+    g = model.num_query_groups
+    if tp <= g:
+        return f"{plural(g // tp, 'KV group')} per rank (groups divisible by TP: holds for every Megatron-Core version)"
+    return (f"KV heads replicated x{tp // g} (TP {tp} > {g} groups: needs Megatron-Core >= 0.16; "
+            f"pinned {mcore_version or 'unknown'})")
+
+
+# ------------------------------------------------------------------------------------ rule 2: SP
+@rule("moe-tp-needs-sp", "MoE with TP > 1 requires sequence parallel",
+      "megatron/core/transformer/moe/moe_layer.py (MoELayer.forward raises ValueError in training when the "
+      "attention TP group is larger than 1 and sequence_parallel is off; model_parallel_config.py only warns)",
+      "Megatron-Core 0.12 - 0.20")
+def moe_tp_needs_sp(model: ModelSpec, tp: int, sp: bool, key: str) -> list[Problem]:
+    if model.is_moe and tp > 1 and not sp:
+        return [_err(key, sp, f"the model has MoE layers and TP={tp}: Megatron-Core refuses to train MoE with "
+                              "tensor parallel unless sequence parallel is on", "true", "moe-tp-needs-sp")]
+    return []
+
+
+@rule("sp-tp1", "sequence parallel with TP = 1 is a no-op (warning)",
+      "megatron/training/arguments.py ('Disabling sequence parallelism because tensor model parallelism is "
+      "disabled'); Megatron-Bridge's 24-GPU Ultra pretrain recipe sets sequence_parallel=True at TP=1",
+      "Megatron-Core 0.12 - 0.20")
+def sp_with_tp1(tp: int, sp: bool, key: str) -> list[Problem]:
+    if tp == 1 and sp:
+        return [_warn(key, sp, "sequence parallel has no effect at TP=1 (Megatron turns it off with a warning)",
+                      "false (or TP > 1)", "sp-tp1")]
+    return []
+
+
+# ------------------------------------------------------------------------------------ rule 3: EP
+@rule("ep-experts", "EP divides the number of experts",
+      "megatron/core/transformer/moe/moe_layer.py (assert num_moe_experts % ep_size == 0)",
+      "Megatron-Core 0.12 - 0.20")
+def ep_divides_experts(model: ModelSpec, ep: int, key: str) -> list[Problem]:
+    if not model.is_moe or model.num_experts % ep == 0:
+        return []
+    return [_err(key, ep, f"the {model.num_experts} experts must be divisible by EP", fmt(divisors(model.num_experts)),
+                 "ep-experts")]
+
+
+@rule("etp-ffn", "ETP divides the expert FFN and the latent size",
+      "megatron/core/transformer/moe/experts.py (expert fc1/fc2 are column/row-parallel over moe_ffn_hidden_size "
+      "by ETP: megatron.core.utils.divide asserts divisibility). The latent projections are replicated "
+      "(moe_layer.py, parallel_mode='duplicated'), so requiring ETP to divide the latent size is our conservative "
+      "addition; the ETP values it excludes (5, 10, 20, ... for 5120) are not sensible layouts",
+      "Megatron-Core 0.16 - 0.20 (latent MoE)")
+def etp_divides_ffn(model: ModelSpec, etp: int, key: str) -> list[Problem]:
+    if not model.is_moe:
+        return []
+    reasons = []
+    if model.moe_ffn_hidden_size % etp:
+        reasons.append(f"the expert FFN ({model.moe_ffn_hidden_size}) must be divisible by ETP")
+    if model.moe_latent_size and model.moe_latent_size % etp:
+        reasons.append(f"the MoE latent size ({model.moe_latent_size}) must be divisible by ETP")
+    if not reasons:
+        return []
+    dims = [model.moe_ffn_hidden_size] + ([model.moe_latent_size] if model.moe_latent_size else [])
+    return [_err(key, etp, "; ".join(reasons), fmt(common_divisors(*dims)), "etp-ffn")]
+
+
+@rule("expert-world", "EP x ETP divides world / PP; the expert side PP x EP x ETP x EDP fills the world",
+      "megatron/core/parallel_state.py (initialize_model_parallel builds the expert groups from "
+      "world / (PP x EP x ETP) and fails when it does not divide)",
+      "Megatron-Core 0.12 - 0.20")
+def expert_fills_world(model: ModelSpec, world: int, pp: int, ep: int, etp: int, ep_key: str) -> list[Problem]:
+    if not model.is_moe or world % pp:
+        return []  # the PP/world rule reports a world that PP does not divide
+    per_stage = world // pp
+    if per_stage % (ep * etp) == 0:
+        return []
+    valid = [d for d in divisors(per_stage) if model.num_experts % d == 0]
+    return [_err(ep_key, ep, f"EP x ETP = {ep * etp} must divide world / PP = {world} / {pp} = {per_stage} "
+                             f"(the expert side PP x EP x ETP x EDP must fill the same {plural(world, 'GPU')})",
+                 f"EP in {fmt(valid)} (with ETP={etp})" if etp == 1 else f"EP x ETP dividing {per_stage}",
+                 "expert-world")]
+
+
+# ------------------------------------------------------------------------------------ rule 4: PP
+@rule("pp-layers", "PP splits the layers evenly (or an explicit first/last stage size is given)",
+      "megatron/core/models/hybrid/hybrid_layer_allocation.py (select_pipeline_segment: 'Number of layers must be "
+      "evenly divisible by pipeline-model-parallel-size' unless num_layers_in_first/last_pipeline_stage or '|' "
+      "separators are given)",
+      "Megatron-Core 0.17 - 0.20 (hybrid model); earlier MambaModel has the same even-split requirement")
+def pp_splits_layers(model: ModelSpec, pp: int, first: int | None, last: int | None, key: str,
+                     first_key: str = "", last_key: str = "") -> list[Problem]:
+    n = model.num_layers
+    if pp > n:
+        return [_err(key, pp, f"PP={pp} is larger than the {n} layers of {model.name}", fmt(divisors(n)), "pp-layers")]
+    if first is None and last is None:
+        if n % pp:
+            return [_err(key, pp, f"{model.name} has {n} layers, which PP={pp} does not split evenly "
+                                  f"(or set {first_key or 'num_layers_in_first_pipeline_stage'} / "
+                                  f"{last_key or 'num_layers_in_last_pipeline_stage'})",
+                         fmt(divisors(n)), "pp-layers")]
+        return []
+    f, l_ = first or 0, last or 0
+    middle_stages = pp - (first is not None) - (last is not None)
+    middle = n - f - l_
+    if middle_stages < 0 or middle < 0 or (middle_stages == 0 and middle != 0) or (middle_stages > 0 and (middle % middle_stages or middle == 0)):
+        return [_err(first_key or key, first, f"with PP={pp}, first stage {first} and last stage {last} layers, the "
+                                              f"remaining {middle} layers cannot be split evenly over {middle_stages} "
+                                              f"middle {'stage' if middle_stages == 1 else 'stages'} of {model.name}'s {n} layers",
+                     "first + last + k x (PP - stages given) = layers", "pp-layers")]
+    return []
+
+
+def stage_layers(n_layers: int, pp: int, first: int | None = None, last: int | None = None) -> list[tuple[int, int]]:
+    """``[(start, stop), ...]`` layer ranges per pipeline stage (assumes :func:`pp_splits_layers` holds)."""
+    if pp <= 1:
+        return [(0, n_layers)]
+    f = first if first is not None else None
+    la = last if last is not None else None
+    middle_stages = pp - (f is not None) - (la is not None)
+    middle = n_layers - (f or 0) - (la or 0)
+    per = middle // middle_stages if middle_stages > 0 else 0
+    out, start = [], 0
+    for i in range(pp):
+        if i == 0 and f is not None:
+            size = f
+        elif i == pp - 1 and la is not None:
+            size = la
+        else:
+            size = per
+        out.append((start, start + size))
+        start += size
+    return out
+
+
+# ------------------------------------------------------------------------------------ rule 5: world
+@rule("world-layout", "world = nodes x GPUs per node = TP x PP x CP x DP; minimum GPUs = PP x max(TP x CP, EP x ETP)",
+      "megatron/core/parallel_state.py (initialize_model_parallel: world_size % (TP x PP x CP) == 0); minimum "
+      "from Megatron-Bridge examples/models/nemotron/nemotron_3/ultra/README.md",
+      "Megatron-Core 0.12 - 0.20")
+def world_divides(world: int, tp: int, pp: int, cp: int, ep: int, etp: int, nodes_key: str, nodes: int,
+                  gpus_per_node: int, what: str = "nodes x GPUs per node", extra_nodes: int = 0) -> list[Problem]:
+    """``extra_nodes``: nodes of the same job that are not this layout's (added to the valid counts)."""
+    need = tp * pp * cp
+    minimum = pp * max(tp * cp, ep * etp)
+    if world % need == 0 and world >= minimum:
+        return []
+    # the node counts that work, nearest to the current one first
+    step = _lcm(need, pp * ep * etp)
+    ok = [k for k in range(1, 100000) if (k * gpus_per_node) % step == 0 and k * gpus_per_node >= minimum][:64] if gpus_per_node else []
+    current = world // gpus_per_node if gpus_per_node else 0
+    ok_nodes = sorted(sorted(ok, key=lambda k: (abs(k - current), k))[:4])
+    ok_nodes = [k + extra_nodes for k in ok_nodes]
+    reason = (f"{what} = {plural(world, 'GPU')}, which TP x PP x CP = {tp} x {pp} x {cp} = {need} does not divide"
+              if world % need else f"{what} = {plural(world, 'GPU')}, fewer than the layout's minimum PP x max(TP x CP, EP x ETP) = {minimum}")
+    valid = f"{nodes_key} in {fmt(ok_nodes)}, ..." if ok_nodes else f"a multiple of {plural(step, 'GPU')}"
+    return [_err(nodes_key, nodes, reason, valid, "world-layout")]
+
+
+def _lcm(a: int, b: int) -> int:
+    from math import gcd
+
+    return a * b // gcd(a, b) if a and b else max(a, b)
+
+
+# ------------------------------------------------------------------------------------ rule 6: batch
+@rule("batch-dp", "global batch divisible by micro batch x DP",
+      "megatron/core/num_microbatches_calculator.py (ConstantNumMicroBatchesCalculator asserts 'global batch size "
+      "is not divisible by micro batch size times data parallel size' unless decrease_batch_size_if_needed)",
+      "Megatron-Core 0.12 - 0.20; NeMo RL policy training uses the same calculator")
+def batch_divisible(gbs: int, mbs: int, dp: int, gbs_key: str) -> list[Problem]:
+    step = mbs * dp
+    if step and gbs % step == 0:
+        return []
+    lo = max(step, (gbs // step) * step) if step else 1
+    return [_err(gbs_key, gbs, f"the global batch must be divisible by micro batch x DP = {mbs} x {dp} = {step}",
+                 f"multiples of {step}, e.g. {lo}, {lo + step}", "batch-dp")]
+
+
+# ------------------------------------------------------------------------------------ rule 7: CP
+def cp_multiple(tp: int, cp: int, sp: bool) -> int:
+    """The multiple every (sub-)sequence must have: 2 x CP when CP > 1 (Megatron splits each sequence into
+    2 x CP chunks for load balance), times TP with sequence parallel (each CP chunk is scattered over TP);
+    TP alone with SP and CP = 1; else 1. NeMo RL uses the same product (make_sequence_length_divisible_by =
+    CP x 2 x TP in its Ultra recipes)."""
+    m = 2 * cp if cp > 1 else 1
+    if sp and tp > 1:
+        m *= tp
+    return m
+
+
+def pack_pad_multiple(tp: int, cp: int, sp: bool) -> int:
+    """The multiple each packed sub-sequence is padded to: with CP > 1, 2 x CP (x TP with sequence
+    parallel) — Transformer Engine's THD attention splits every sub-sequence into 2 x CP chunks; with
+    CP = 1 no per-sub-sequence padding is needed (only the whole pack must divide by TP, which the
+    ``cp-seq`` rule checks on the sequence length)."""
+    return cp_multiple(tp, cp, sp) if cp > 1 else 1
+
+
+@rule("cp-seq", "sequence length divisible by 2 x CP (x TP with sequence parallel)",
+      "megatron/core/utils.py get_pretrain_batch_on_this_cp_rank (zigzag split of each sequence into 2 x CP chunks) "
+      "and get_sft_batch_on_this_cp_rank (THD, packed); sequence parallel scatters each rank's chunk over TP; "
+      "Megatron-Bridge PackedSequenceSpecs.pad_seq_to_mult documents CP x 2; NeMo RL's Ultra recipes pad to "
+      "CP x 2 x TP",
+      "Megatron-Core 0.12 - 0.20")
+def cp_seq_divisible(seq: int, tp: int, cp: int, sp: bool, seq_key: str) -> list[Problem]:
+    m = cp_multiple(tp, cp, sp)
+    if m <= 1 or seq % m == 0:
+        return []
+    lo = (seq // m) * m
+    if cp > 1 and sp and tp > 1:
+        detail = f"2 x CP x TP = 2 x {cp} x {tp} = {m} (context parallel, sequence parallel over TP)"
+    elif cp > 1:
+        detail = f"2 x CP = 2 x {cp} = {m} (context parallel splits each sequence into 2 x CP chunks)"
+    else:
+        detail = f"TP = {m} (sequence parallel)"
+    return [_err(seq_key, seq, f"the sequence length must be divisible by {detail}",
+                 f"multiples of {m}, e.g. {lo or m}, {lo + m}", "cp-seq")]
+
+
+@rule("sft-pad-multiple", "packed SFT data padded to the multiple the SFT layout needs",
+      "DESIGN §3 / Megatron-Bridge packed THD data: every sub-sequence padded to a multiple of 2 x CP (x TP with "
+      "SP) plus one token (the loader drops one token per sub-sequence)",
+      "Megatron-Bridge 0.5 (nemotron_3_ultra) packed Parquet loader")
+def sft_pad_matches(data_multiple: int | None, required: int, key: str, value: Any, source: str) -> list[Problem]:
+    if data_multiple is None or (required <= 1 and data_multiple in (None, 0, 1)):
+        return []
+    if data_multiple % required:
+        return [_err(key, value, f"the packed data ({source}) pads each sub-sequence to a multiple of "
+                                         f"{data_multiple}, but this SFT layout needs a multiple of {required}; "
+                                         "re-run data prep sft with the matching pad multiple",
+                     f"{required} (or a multiple of it)", "sft-pad-multiple")]
+    if data_multiple != required:
+        return [_warn(key, value, f"the packed data ({source}) pads to a multiple of {data_multiple}; this "
+                                          f"layout needs only {required} (extra padding wastes tokens)",
+                      str(required), "sft-pad-multiple")]
+    return []
+
+
+# ------------------------------------------------------------------------------------ rule 8: engines
+@rule("engine-layout", "generation engines: GPUs divisible by GPUs per engine, engine divisible by its "
+      "DP-attention size, attention TP divides the Mamba groups",
+      "radixark/miles scripts/run_nemotron_3_ultra_550b_a55b.py (_sglang_args asserts total % gpus_per_engine "
+      "and that attn_tp = gpus_per_engine / dp_size divides n_groups=8); NeMo RL "
+      "nemo_rl/models/generation/vllm/vllm_generation.py (world % (TP x PP) == 0, EP % TP == 0, EP != TP needs "
+      "async_engine=false)",
+      "miles (Aug 2026), NeMo RL main 7ea279a (vLLM 0.25)")
+def engine_layout(model: ModelSpec, total_gpus: int, gpus_per_engine: int, dp_attention: int, attn_tp: int,
+                  keys: dict[str, str], values: dict[str, Any]) -> list[Problem]:
+    """``keys``/``values``: ``total``, ``engine``, ``dp`` — the config keys that set those numbers."""
+    out: list[Problem] = []
+    if gpus_per_engine < 1 or total_gpus % gpus_per_engine:
+        out.append(_err(keys["engine"], values["engine"], f"the {total_gpus} generation GPUs must be divisible by the "
+                                                          f"GPUs per engine ({gpus_per_engine})",
+                        fmt([d for d in divisors(total_gpus) if d <= 64]), "engine-layout"))
+    if dp_attention < 1 or gpus_per_engine % dp_attention:
+        out.append(_err(keys["dp"], values["dp"], f"an engine of {plural(gpus_per_engine, 'GPU')} must be divisible by its "
+                                                  f"DP-attention size ({dp_attention})",
+                        fmt(divisors(gpus_per_engine)), "engine-layout"))
+    elif attn_tp and model.mamba_num_groups and model.mamba_num_groups % attn_tp:
+        valid = [d for d in divisors(gpus_per_engine) if model.mamba_num_groups % (gpus_per_engine // d) == 0]
+        out.append(_err(keys["dp"], values["dp"], f"attention TP inside an engine = {gpus_per_engine} / {dp_attention} "
+                                                  f"= {attn_tp} must divide Mamba n_groups = {model.mamba_num_groups}",
+                        f"DP-attention in {fmt(valid)}", "engine-layout"))
+    return out
+
+
+# ------------------------------------------------------------------------------------ rule 9: GRPO
+@rule("grpo-batch", "prompts per step x generations per prompt equals (or is a multiple of) the global batch",
+      "nemo_rl/algorithms/grpo.py (enforces a training batch of num_prompts_per_step x num_generations_per_prompt "
+      "samples, consumed in global batches of policy.train_global_batch_size)",
+      "NeMo RL main 7ea279a")
+def grpo_batch(prompts: int, generations: int, gbs: int, gbs_key: str, step: int = 1) -> list[Problem]:
+    """``step``: micro batch x DP of the training layout (a valid global batch is also a multiple of it)."""
+    samples = prompts * generations
+    if gbs and samples % gbs == 0:
+        return []
+    good = [d for d in divisors(samples) if d % max(step, 1) == 0]
+    near = sorted(sorted(good, key=lambda d: (abs(d - gbs), d))[:4])
+    valid = (f"a divisor of {samples} that is a multiple of micro batch x DP = {step}: {fmt(near)}" if near
+             else f"change the prompts or generations: no divisor of {samples} is a multiple of micro batch x DP = {step}")
+    return [_err(gbs_key, gbs, f"each step yields grpo.num_prompts_per_step x grpo.num_generations_per_prompt = "
+                               f"{prompts} x {generations} = {samples} samples, which the global batch does not divide",
+                 valid, "grpo-batch")]
+
+
+# ------------------------------------------------------------------------------------ rule 10: MOPD
+TEACHER_SLOTS = ("general", "rlhf", "ifbench", "reasoning", "swe")
+
+
+@rule("mopd-general-teacher", "MOPD needs a general teacher; other slots fall back to it",
+      "NVIDIA-NeMo/RL examples/nemo_gym/nemotron-3-ultra/mopd.yaml (_teachers.general required, others "
+      "${_teachers.general}) and ultra_launch.sh (NRL_GENERAL_TEACHER_PATH is required)",
+      "NeMo RL main 7ea279a")
+def mopd_general_teacher(teachers: dict[str, Any], key_prefix: str = "_teachers") -> list[Problem]:
+    general = teachers.get("general")
+    if general in (None, ""):
+        return [_err(f"{key_prefix}.general", general, "MOPD needs a general teacher (the Student RLVR checkpoint); "
+                                                      "the other teacher slots fall back to it",
+                     "a checkpoint path or ${art:rl-checkpoint,path}", "mopd-general-teacher")]
+    return []
+
+
+def resolve_teachers(teachers: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Fill unset slots with the general teacher. Returns (panel, slots that fell back)."""
+    general = teachers.get("general")
+    panel: dict[str, Any] = {}
+    fell: list[str] = []
+    for slot in [*TEACHER_SLOTS, *(s for s in teachers if s not in TEACHER_SLOTS)]:
+        value = teachers.get(slot)
+        if value in (None, "") and slot != "general":
+            panel[slot] = general
+            fell.append(slot)
+        else:
+            panel[slot] = value
+    return panel, fell
+
+
+@rule("mopd-teacher-layout", "each teacher's TP x CP x PP (and EP) fits its nodes' GPUs",
+      "nemo_rl/algorithms/opd.py (TeacherResourceConfig: num_nodes x gpus_per_node GPUs per teacher) and "
+      "nemo_rl/algorithms/grpo.py (teacher gpus_per_node <= cluster.gpus_per_node)",
+      "NeMo RL main 7ea279a; Megatron-Core 0.20")
+def teacher_layout(model: ModelSpec, tp: int, cp: int, pp: int, ep: int, nodes: int, gpus_per_node: int,
+                   cluster_gpus_per_node: int, prefix: str) -> list[Problem]:
+    out: list[Problem] = []
+    gpus = nodes * gpus_per_node
+    if gpus_per_node > cluster_gpus_per_node:
+        out.append(_err(f"{prefix}.gpus_per_node", gpus_per_node, f"a teacher's placement group must fit one node of "
+                                                                  f"{plural(cluster_gpus_per_node, 'GPU')}",
+                        f"<= {cluster_gpus_per_node}", "mopd-teacher-layout"))
+    if gpus % (tp * cp * pp):
+        out.append(_err(f"{prefix}.tensor_model_parallel_size", tp,
+                        f"a teacher has num_nodes x gpus_per_node = {nodes} x {gpus_per_node} = {plural(gpus, 'GPU')}, which "
+                        f"TP x CP x PP = {tp} x {cp} x {pp} = {tp * cp * pp} does not divide",
+                        f"TP x CP x PP dividing {gpus}", "mopd-teacher-layout"))
+    elif (gpus // pp) % ep:
+        out.append(_err(f"{prefix}.expert_model_parallel_size", ep,
+                        f"EP must divide a teacher's GPUs per pipeline stage ({gpus} / PP {pp} = {gpus // pp})",
+                        fmt([d for d in divisors(gpus // pp) if model.num_experts % d == 0]), "mopd-teacher-layout"))
+    return out
+
+
+@rule("rl-node-total", "nodes = training + generation + gym + teachers, and the job asks for that many",
+      "NVIDIA-NeMo/RL examples/nemo_gym/nemotron-3-ultra/ultra_launch.sh (cluster.num_nodes = train + generation "
+      "+ teachers; the allocation adds the gym nodes) and nemo_rl/algorithms/grpo.py (train nodes = "
+      "cluster.num_nodes - teacher nodes - generation nodes, must be > 0)",
+      "NeMo RL main 7ea279a")
+def rl_node_total(run_nodes: int, cluster_nodes: int, gen_nodes: int, gym_nodes: int, teacher_nodes: int,
+                  colocated: bool) -> list[Problem]:
+    out: list[Problem] = []
+    train = cluster_nodes - teacher_nodes - (0 if colocated else gen_nodes)
+    if train < 1:
+        parts = f"generation {gen_nodes} + " if not colocated else ""
+        out.append(_err("cluster.num_nodes", cluster_nodes,
+                        f"no nodes left for training: cluster.num_nodes must cover {parts}teachers {teacher_nodes} "
+                        "+ at least one training node", f">= {cluster_nodes - train + 1}", "rl-node-total"))
+    if run_nodes != cluster_nodes + gym_nodes:
+        out.append(_err("run.env.nodes", run_nodes,
+                        f"the job must ask for cluster.num_nodes ({cluster_nodes} = training {max(train, 0)} + "
+                        f"{'' if colocated else f'generation {gen_nodes} + '}teachers {teacher_nodes}) + gym "
+                        f"{plural(gym_nodes, 'node')}", str(cluster_nodes + gym_nodes), "rl-node-total"))
+    return out
+
+
+#: Environment kinds of our ``environments`` table: ``builtin`` = NeMo RL's own environment (math answer
+#: verification, ``env.math``: nemo_rl/environments/math_environment.py); the rest are NeMo Gym resources
+#: servers (``env.nemo_gym``): an LLM ``judge``, ``instruction_following`` verifiers, a code ``sandbox``.
+ENV_KINDS = ("builtin", "judge", "instruction_following", "sandbox")
+#: NeMo RL's built-in environments our stages use (the ``env.<name>`` section NeMo RL reads).
+BUILTIN_ENVS = ("math",)
+
+
+def _given(value: Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+@rule("rl-environments", "every environment the data needs is on and has what it needs; NeMo Gym ones need Gym on",
+      "NVIDIA-NeMo/RL examples/nemo_gym/nemotron-3-ultra/*.yaml and ultra_launch.sh (judge base_url or model, "
+      "sif_dir for SWE, env.should_use_nemo_gym, data.default.env_name nemo_gym) and nemo_rl/environments "
+      "(math_environment.py: the built-in math verifier)", "NeMo RL main 7ea279a")
+def rl_environments(envs: dict[str, Any], env_names: dict[str, Any], use_gym: bool, gym_nodes: int) -> list[Problem]:
+    """``envs``: our ``environments`` table; ``env_names``: data keys → the environment each data split
+    names (``data.default.env_name``); ``use_gym``: ``env.should_use_nemo_gym``; ``gym_nodes``:
+    ``env.nemo_gym.num_gpu_nodes``. A value still holding ``${...}`` (an unset variable, an artifact not
+    made yet) counts as given: the compiler warns about it and submission refuses it."""
+    out: list[Problem] = []
+    rid = "rl-environments"
+    enabled_gym = []
+    for name, e in envs.items():
+        key = f"environments.{name}"
+        if not isinstance(e, dict):
+            out.append(_err(key, e, "must be a mapping with kind and enabled", "see stages/ultra3/rlvr/default.yaml", rid))
+            continue
+        kind = e.get("kind")
+        if kind not in ENV_KINDS:
+            out.append(_err(f"{key}.kind", kind, "not an environment kind", ", ".join(ENV_KINDS), rid))
+            continue
+        if not e.get("enabled", False):
+            continue
+        if kind == "builtin":
+            if name not in BUILTIN_ENVS:
+                out.append(_err(f"{key}.kind", kind, f"NeMo RL has no built-in environment {name!r}",
+                                f"builtin only for {', '.join(BUILTIN_ENVS)}; other environments run in NeMo Gym", rid))
+            continue
+        enabled_gym.append(name)
+        if not _given(e.get("gym_config")):
+            out.append(_err(f"{key}.gym_config", e.get("gym_config"), "a NeMo Gym environment needs its resources "
+                                                                    "server config (a path in the NeMo Gym tree)",
+                            "e.g. resources_servers/genrm_compare/configs/genrm_compare.yaml", rid))
+        if kind == "judge":
+            endpoint, model = e.get("endpoint"), e.get("model")
+            if not _given(endpoint) and not _given(model):
+                out.append(_err(f"{key}.endpoint", endpoint, f"the {name} judge is on but has neither an endpoint nor "
+                                                            "a model to serve", f"{key}.endpoint=http://HOST:PORT/v1 "
+                                                                                f"or {key}.model=CHECKPOINT", rid))
+            elif _given(endpoint) and "${" not in endpoint and not endpoint.startswith(("http://", "https://")):
+                out.append(_err(f"{key}.endpoint", endpoint, "a judge endpoint is a base URL", "http://HOST:PORT/v1", rid))
+            elif not _given(endpoint) and gym_nodes < 1:
+                out.append(_err("env.nemo_gym.num_gpu_nodes", gym_nodes, f"the {name} judge is served inside NeMo Gym "
+                                                                        f"({key}.model) but Gym has no GPU nodes",
+                                f"1 or more (and add them to run.env.nodes), or {key}.endpoint=URL", rid))
+            if not _given(e.get("server")):
+                out.append(_err(f"{key}.server", e.get("server"), "the key under env.nemo_gym where the judge's "
+                                                                  "base_url/model go", "e.g. genrm_model.responses_api_models.genrm_model", rid))
+        if kind == "sandbox" and not _given(e.get("image")):
+            out.append(_err(f"{key}.image", e.get("image"), f"the {name} sandbox is on but names no container images",
+                            "a folder of .sif images or an image URI", rid))
+    if enabled_gym and not use_gym:
+        out.append(_err("env.should_use_nemo_gym", use_gym, f"NeMo Gym environments are on ({', '.join(enabled_gym)}) "
+                                                           "but NeMo Gym is off: they would be silently unused",
+                        f"true, or environments.<name>.enabled=false for {', '.join(enabled_gym)}", rid))
+    if use_gym and not enabled_gym:
+        out.append(_err("env.should_use_nemo_gym", use_gym, "NeMo Gym is on but no NeMo Gym environment is enabled",
+                        "enable one in environments (judge, instruction_following, sandbox), or false", rid))
+    for key, name in env_names.items():
+        if not _given(name) or "${" in name:
+            continue
+        if name == "nemo_gym":
+            if not use_gym:
+                out.append(_err(key, name, "the data is routed to NeMo Gym, which is off", "env.should_use_nemo_gym=true",
+                                rid))
+            continue
+        e = envs.get(name)
+        if not isinstance(e, dict) or not e.get("enabled", False):
+            on = [n for n, v in envs.items() if isinstance(v, dict) and v.get("enabled") and v.get("kind") == "builtin"]
+            out.append(_err(key, name, "the data's environment is " + ("off" if isinstance(e, dict) else "not defined")
+                            + " (its rewards would be missing)",
+                            ", ".join([*on, "nemo_gym"]) + (f", or environments.{name}.enabled=true" if isinstance(e, dict) else ""),
+                            rid))
+    return out
+
+
+@rule("segment-multiple", "on 4-GPU GB200 nodes the Ray nodes are a multiple of the NVLink segment (16)",
+      "NVIDIA-NeMo/RL examples/nemo_gym/nemotron-3-ultra/ultra_launch.sh (NUM_RAY_NODES % SEGMENT_SIZE, default "
+      "16, 'one NVLink domain group')",
+      "NeMo RL main 7ea279a")
+def segment_multiple(total_nodes: int, segment: int, key: str) -> list[Problem]:
+    if segment and total_nodes % segment:
+        lo = (total_nodes // segment) * segment
+        return [_err(key, total_nodes, f"training + generation + gym + teacher nodes must be a multiple of the "
+                                       f"NVLink segment size {segment} (GB200 NVL72: 4 GPUs a node)",
+                     f"{lo or segment}, {lo + segment}", "segment-multiple")]
+    return []
+
+
+# ------------------------------------------------------------------------------------ rule 11: precision
+@rule("nvfp4-blackwell", "NVFP4 training precision or NVFP4 GEMMs need Blackwell GPUs",
+      "Transformer Engine NVFP4 recipe (FP4 tensor cores exist on Blackwell only); Nemotron 3 Ultra model card "
+      "(Hopper runs the NVFP4 checkpoint as W4A16 only); Model Optimizer fake quantization runs anywhere",
+      "Transformer Engine 2.x")
+def nvfp4_needs_blackwell(uses_nvfp4: bool, arch: str | None, declared: bool, key: str, value: Any,
+                          what: str) -> list[Problem]:
+    if not uses_nvfp4 or arch == "blackwell":
+        return []
+    if not declared:
+        return [_warn(key, value, f"{what} needs Blackwell GPUs; no profile declares the GPU architecture, so this "
+                                  "is checked when you pass --run/--batch PROFILE",
+                      "a profile with gpu_arch = \"blackwell\" (B200, GB200, B300, GB300)", "nvfp4-blackwell")]
+    return [_err(key, value, f"{what} needs Blackwell GPUs, but the profile declares {arch} "
+                             "(Hopper and Ampere can only fake-quantize NVFP4)",
+                 "a Blackwell profile, or a BF16/FP8 setting", "nvfp4-blackwell")]
+
+
+# ------------------------------------------------------------------------------------ rule 12: resources
+@rule("node-shape", "the profile owns the node shape: run.env.gpus_per_node must agree with it",
+      "DESIGN §2 (each setting has one owner; a disagreement is an error, never a silent winner)", "all versions")
+def node_shape(config_gpn: int | None, profile_gpn: int | None, profile_name: str | None, nodes: int,
+               world_needed: int | None) -> list[Problem]:
+    if config_gpn is None or profile_gpn is None or config_gpn == profile_gpn:
+        return []
+    hint = ""
+    if world_needed and profile_gpn and world_needed % profile_gpn == 0:
+        hint = f" (the layout's {plural(world_needed, 'GPU')} = {plural(world_needed // profile_gpn, 'node')} of {profile_gpn})"
+    return [_err("run.env.gpus_per_node", config_gpn,
+                 f"this config was laid out for {plural(nodes, 'node')} of {plural(config_gpn, 'GPU')}, but the profile "
+                 f"{profile_name or ''} has {plural(profile_gpn, 'GPU')} per node{hint}",
+                 f"{profile_gpn}, or null to take the profile's; then set run.env.nodes", "node-shape")]
+
+
+@rule("gpu-stage", "a GPU stage needs a profile with GPUs",
+      "registry: the stage's gpu flag; the profile's gpus_per_node", "all versions")
+def gpu_stage_needs_gpus(stage_name: str, profile_gpn: int | None, profile_name: str | None) -> list[Problem]:
+    if profile_gpn:
+        return []
+    return [_err("run.env.gpus_per_node", profile_gpn,
+                 f"{stage_name} runs on GPUs, but the profile {profile_name or ''} declares "
+                 f"{'no' if profile_gpn is None else 0} GPUs per node",
+                 "a profile with gpus_per_node >= 1 (or -c local, which runs on one machine)", "gpu-stage")]
+
+
+# ------------------------------------------------------------------------------------ rule 13: data
+def _norm_tok(name: Any) -> str:
+    return str(name or "").strip().rstrip("/").lower().replace("--", "/").rsplit("/", 2)[-1] if name else ""
+
+
+@rule("data-tokenizer", "the data was tokenized with the model's tokenizer (name and vocabulary hash)",
+      "data artifact manifest (tokenizer name, vocab_size, vocab_sha256 written by data prep) versus the stage's "
+      "tokenizer and the model's vocabulary", "all versions")
+def data_tokenizer_matches(data_tok: dict[str, Any] | None, model_tok_name: str | None, model_vocab: int,
+                           expected_sha: str | None, key: str, source: str) -> list[Problem]:
+    if not data_tok:
+        return []
+    out: list[Problem] = []
+    dname, dsha, dvocab = data_tok.get("name"), data_tok.get("vocab_sha256"), data_tok.get("vocab_size")
+    if expected_sha and dsha and dsha != expected_sha:
+        out.append(_err(key, model_tok_name, f"the data ({source}) was tokenized with {dname!r} (vocab hash "
+                                             f"{str(dsha)[:12]}...), not this tokenizer (vocab hash {expected_sha[:12]}...)",
+                        f"re-run data prep with tokenizer {model_tok_name!r}", "data-tokenizer"))
+    elif not expected_sha and model_tok_name and dname and _norm_tok(dname) != _norm_tok(model_tok_name):
+        out.append(_err(key, model_tok_name, f"the data ({source}) was tokenized with {dname!r}, not {model_tok_name!r}",
+                        f"re-run data prep with tokenizer {model_tok_name!r}, or set {key}={dname!r}", "data-tokenizer"))
+    if isinstance(dvocab, int) and dvocab > model_vocab:
+        out.append(_err(key, model_tok_name, f"the data's vocabulary ({dvocab} ids) is larger than the model's "
+                                             f"({model_vocab}); token ids would overflow the embedding",
+                        f"a tokenizer with at most {model_vocab} ids", "data-tokenizer"))
+    return out
+
+
+@rule("sft-pack-size", "SFT's pack size matches the sequence length the config trains at",
+      "Megatron-Bridge PackedSequenceSpecs.packed_sequence_size vs model.seq_length; data prep sft's pack_size "
+      "(artifact metadata)", "Megatron-Bridge 0.5")
+def sft_pack_size(seq: int, spec_pack: int | None, data_pack: int | None, seq_key: str, spec_key: str,
+                  source: str) -> list[Problem]:
+    out: list[Problem] = []
+    if spec_pack not in (None, -1) and spec_pack != seq:
+        out.append(_err(spec_key, spec_pack, f"the pack size must equal {seq_key} = {seq}", str(seq), "sft-pack-size"))
+    if data_pack is not None and data_pack != seq:
+        out.append(_err(seq_key, seq, f"the packed data ({source}) was packed at {data_pack} tokens, but the config "
+                                      f"trains at {seq}", f"{data_pack}, or re-run data prep sft with pack_size={seq}",
+                        "sft-pack-size"))
+    return out
+
+
+@rule("sft-validation-data", "SFT has packed validation data (else no validation loss is computed)",
+      "data prep sft writes no validation file when its split is empty (split.validation_fraction=0 or too few "
+      "records); its artifact then has valid_path: null", "data prep sft (this project)")
+def sft_validation_data(train_path: Any, val_path: Any, key: str) -> list[Problem]:
+    """A warning when the training data is set but ``packed_val_data_path`` is null: the run computes
+    no validation loss (an unresolved training path is reported by the artifact check instead)."""
+    if val_path is not None or not isinstance(train_path, str) or "${" in train_path:
+        return []
+    return [_warn(key, None, "no validation data: the packed SFT data has no validation split, so this run "
+                             "computes no validation loss",
+                  "re-run data prep sft with split.validation_fraction > 0 and enough records for it",
+                  "sft-validation-data")]
+
+
+@rule("packed-micro-batch", "packed SFT trains one pack per micro-batch: train.micro_batch_size = 1",
+      "Megatron-Bridge training/config.py ConfigContainer.validate raises ValueError ('Micro batch size should be 1 "
+      "when training with packed sequence') when a FinetuningDatasetConfig has packed_sequence_specs with "
+      "packed_sequence_size > 0 and micro_batch_size > 1", "Megatron-Bridge nemotron_3_ultra 4588417 (0.5.0)")
+def packed_micro_batch(pack_size: Any, mbs: Any, gbs: Any, mbs_key: str = "train.micro_batch_size") -> list[Problem]:
+    """One pack is one sequence: a micro-batch of ``mbs`` packs is refused at start; the equivalent is
+    ``mbs = 1``, ``gbs / mbs`` and packs ``mbs`` times longer (Megatron-Bridge says the same)."""
+    size, m = _iters(pack_size), _iters(mbs)
+    if size is None or size <= 0 or m is None or m <= 1:
+        return []
+    g = _iters(gbs)
+    same = (f"; the same tokens per step: micro batch 1, global batch {g // m} and packs of {size * m} tokens"
+            if g is not None else "")
+    return [_err(mbs_key, mbs, f"packed SFT takes one pack of {size} tokens per micro-batch (Megatron-Bridge refuses "
+                               f"a larger micro batch at start){same}", "1", "packed-micro-batch")]
+
+
+@rule("optimizer-offload", "optimizer CPU offload needs the precision-aware optimizer (and, with FP8 parameter "
+      "gather, delayed FP8 scaling); the precision-aware optimizer needs Adam and the distributed optimizer",
+      "Megatron-LM megatron/training/arguments.py validate_args asserts use_precision_aware_optimizer (and "
+      "fp8_param_gather only with fp8_recipe 'delayed') when optimizer_cpu_offload is on: the hybrid CPU/GPU optimizer "
+      "reuses the precision-aware path; megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__ "
+      "asserts optimizer 'adam' and use_distributed_optimizer with use_precision_aware_optimizer",
+      "Megatron-LM c8288b6 (megatron-core 0.18.0)")
+def optimizer_offload(offload: Any, precision_aware: Any, optimizer: Any, distributed: Any, fp8_param_gather: Any,
+                      fp8_recipe: Any, preset: Any, prefix: str = "optimizer") -> list[Problem]:
+    """``offload`` / ``precision_aware`` / ``distributed``: the config's ``optimizer_cpu_offload``,
+    ``use_precision_aware_optimizer``, ``use_distributed_optimizer`` (None: unset, the recipe's); ``optimizer``
+    its ``optimizer`` name (None: ``adam``); ``fp8_param_gather`` / ``fp8_recipe``: what the mixed-precision
+    ``preset`` sets (None: unknown)."""
+    rid = "optimizer-offload"
+    out: list[Problem] = []
+    if offload is True and precision_aware is not True:
+        out.append(_err(f"{prefix}.use_precision_aware_optimizer", precision_aware,
+                        f"{prefix}.optimizer_cpu_offload=true needs the precision-aware optimizer: Megatron-LM asserts "
+                        "it (its hybrid CPU/GPU optimizer reuses that code path)", "true", rid))
+    if offload is True and fp8_param_gather is True and fp8_recipe != "delayed":
+        out.append(_err(f"{prefix}.optimizer_cpu_offload", offload,
+                        f"the mixed-precision preset {preset} gathers FP8 parameters with the {fp8_recipe!r} recipe: "
+                        "Megatron-LM allows optimizer CPU offload with FP8 parameter gather only for delayed scaling",
+                        "false, or a preset without fp8_param_gather (e.g. bf16_mixed), or a delayed-scaling one", rid))
+    if precision_aware is True:
+        if optimizer not in (None, "adam"):
+            out.append(_err(f"{prefix}.optimizer", optimizer, "the precision-aware optimizer runs Adam only "
+                                                              "(Megatron-Core asserts it)", "adam", rid))
+        if distributed is False:
+            out.append(_err(f"{prefix}.use_distributed_optimizer", distributed,
+                            "the precision-aware optimizer runs only with the distributed optimizer (Megatron-Core "
+                            "asserts it)", "true", rid))
+    return out
+
+
+# ------------------------------------------------------------------------------------ optimizer schedule, precision
+#: Megatron-Core's learning-rate decay styles and WSD annealing styles (``OptimizerParamScheduler.get_lr`` in
+#: ``megatron/core/optimizer_param_scheduler.py``, the same names in 0.12-0.20): any other name raises
+#: "... decay style is not supported" at the first training step. The local runtime implements the same set.
+DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
+WSD_STYLES = ("linear", "cosine", "exponential", "minus_sqrt")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _iters(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+@rule("lr-range", "the peak learning rate is above 0 and the minimum between 0 and the peak",
+      "megatron/core/optimizer_param_scheduler.py OptimizerParamScheduler.__init__ asserts min_lr >= 0 and "
+      "max_lr >= min_lr (checked in 0.16.1); a zero peak is ours: the weights would never move",
+      "Megatron-Core 0.12-0.20; the local runtime")
+def lr_range(lr: Any, min_lr: Any, lr_key: str = "optimizer.lr", min_key: str = "optimizer.min_lr") -> list[Problem]:
+    peak, low = _number(lr), _number(min_lr if min_lr is not None else 0.0)
+    if peak is None:
+        return [_err(lr_key, lr, "the peak learning rate must be a number", "e.g. 2.5e-4", "lr-range")]
+    if peak <= 0:
+        return [_err(lr_key, lr, "the peak learning rate must be above 0 (0 never moves the weights; Megatron-Core "
+                                 "asserts lr >= min_lr >= 0)", "a positive number, e.g. 2.5e-4", "lr-range")]
+    if low is None or not 0 <= low <= peak:
+        return [_err(min_key, min_lr, f"the minimum learning rate must lie between 0 and {lr_key} = {lr:g} "
+                                      "(Megatron-Core asserts 0 <= min_lr <= lr)", f"0 ... {lr:g}", "lr-range")]
+    return []
+
+
+@rule("lr-warmup", "warmup ends before the decay: lr_warmup_iters < lr_decay_iters (default train_iters); "
+      "warmup past train_iters with a longer decay is a warning",
+      "optimizer_param_scheduler.py asserts lr_decay_steps > 0 and lr_warmup_steps < lr_decay_steps; Megatron-Bridge "
+      "0.5 ConfigContainer caps the warmup at lr_decay_steps - 1 with a warning instead (the run would never decay); "
+      "the local runtime refuses it", "Megatron-Core 0.12-0.20, Megatron-Bridge 0.5; the local runtime")
+def lr_warmup(train_iters: Any, warmup: Any, decay: Any, train_key: str = "train.train_iters",
+              warmup_key: str = "scheduler.lr_warmup_iters", decay_key: str = "scheduler.lr_decay_iters") -> list[Problem]:
+    rid = "lr-warmup"
+    total = _iters(train_iters)
+    if total is None or total < 1:
+        return [_err(train_key, train_iters, "must be a positive number of iterations", "1, 2, 3, ...", rid)]
+    w = _iters(warmup if warmup is not None else 0)
+    if w is None or w < 0:
+        return [_err(warmup_key, warmup, "must be a number of iterations, 0 or more", f"0 ... {total - 1}", rid)]
+    d = _iters(decay if decay is not None else total)
+    if d is None or d < 1:
+        return [_err(decay_key, decay, "must be a positive number of iterations, or null for train.train_iters",
+                     f"null, or 1 ... (e.g. {total})", rid)]
+    decay_name = decay_key if decay is not None else f"{decay_key} (null: {train_key})"
+    if w >= d:
+        return [_err(warmup_key, warmup, f"the warmup must end before the decay does ({decay_name} = {d}): Megatron-Core "
+                                         "asserts it, Megatron-Bridge would cap the warmup and the learning rate would "
+                                         "never decay", f"0 ... {d - 1}", rid)]
+    if w >= total:
+        return [_warn(warmup_key, warmup, f"the run ends ({train_key} = {total}) before the warmup does: the learning "
+                                          "rate never reaches its peak", f"0 ... {total - 1}", rid)]
+    return []
+
+
+@rule("lr-decay-style", "the decay style is one Megatron-Core has; WSD: a known annealing style and "
+      "0 < lr_wsd_decay_iters <= lr_decay_iters",
+      "optimizer_param_scheduler.py OptimizerParamScheduler.get_lr raises on any other style at the first step; "
+      "__init__ asserts wsd_decay_steps is set for WSD", "Megatron-Core 0.12-0.20; the local runtime")
+def lr_decay_style(style: Any, wsd_style: Any, wsd_iters: Any, decay: int,
+                   style_key: str = "scheduler.lr_decay_style", wsd_style_key: str = "scheduler.lr_wsd_decay_style",
+                   wsd_key: str = "scheduler.lr_wsd_decay_iters") -> list[Problem]:
+    rid = "lr-decay-style"
+    if style is None:
+        return []
+    if style not in DECAY_STYLES:
+        hint = [s for s in DECAY_STYLES if str(style).lower() == s.lower()]
+        return [_err(style_key, style, "not a learning-rate decay style of Megatron-Core" +
+                     (f" (names are case-sensitive: {hint[0]})" if hint else ""), ", ".join(DECAY_STYLES), rid)]
+    if style != "WSD":
+        return []
+    out: list[Problem] = []
+    if wsd_style is not None and wsd_style not in WSD_STYLES:
+        out.append(_err(wsd_style_key, wsd_style, "not a WSD annealing style of Megatron-Core", ", ".join(WSD_STYLES), rid))
+    n = _iters(wsd_iters)
+    if wsd_iters is not None and (n is None or not 0 < n <= decay):
+        out.append(_err(wsd_key, wsd_iters, f"the WSD annealing phase must be 1 ... lr_decay_iters ({decay}) iterations",
+                        f"1 ... {decay}", rid))
+    return out
+
+
+@rule("mixed-precision", "mixed_precision names a preset the runtime has",
+      "Megatron-Bridge training/mixed_precision.py get_mixed_precision_config raises ValueError on an unknown name "
+      "(the names: the key list of the pinned version, scripts/megatron_bridge_keys.py); the local runtime's "
+      "LOCAL_PRECISIONS", "Megatron-Bridge 0.5.0; the local runtime")
+def mixed_precision_name(value: Any, valid: Iterable[str], where: str, key: str = "mixed_precision") -> list[Problem]:
+    names = [str(v) for v in valid]
+    if value is None or not names or str(value) in names:
+        return []
+    close = [n for n in names if str(value).replace("-", "_").lower() == n.replace("-", "_").lower()]
+    close = close or difflib.get_close_matches(str(value), names, n=1, cutoff=0.75)
+    shown = sorted({n for n in names if "-" not in n} or set(names))
+    return [_err(key, value, f"not a mixed-precision preset of {where}" + (f"; did you mean '{close[0]}'?" if close else ""),
+                 ", ".join(shown), "mixed-precision")]
+
+
+__all__ = ["RULES", "RuleInfo", "divisors", "common_divisors", "fmt", "version_tuple", "stage_layers", "cp_multiple",
+           "pack_pad_multiple",
+           "kv_note", "resolve_teachers", "TEACHER_SLOTS", "ENV_KINDS", "BUILTIN_ENVS", "DECAY_STYLES", "WSD_STYLES"] + [
+    r.func.__name__ for r in RULES.values()]

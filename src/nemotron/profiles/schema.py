@@ -1,0 +1,383 @@
+"""The typed schema of a profile (one pydantic model per executor) and the value helpers it needs (secrets, Slurm times)."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from nemotron.config.paths import stages_dir
+
+ENV_FILE_VAR = "NEMOTRON_ENV_FILE"
+
+
+ENV_FILE_NAME = "env.toml"
+
+
+SECTIONS = ("wandb", "artifacts")
+
+
+EXECUTORS = ("slurm", "local", "ray")
+
+
+GPU_ARCHS = ("ampere", "hopper", "blackwell")
+
+
+#: GPU model -> (architecture, default memory in GB). An explicit ``gpu_memory`` wins (e.g. A100 40 GB).
+GPU_MODELS: dict[str, tuple[str, float]] = {
+    "A100": ("ampere", 80.0), "H100": ("hopper", 80.0), "H200": ("hopper", 141.0),
+    "B200": ("blackwell", 180.0), "GB200": ("blackwell", 186.0),
+    "B300": ("blackwell", 288.0), "GB300": ("blackwell", 288.0),
+}
+
+
+#: The most GPUs a Slurm node can offer as ``gres/gpu``: 8 GPUs split into 7 MIG instances each (56; the
+#: largest whole-GPU node, NVIDIA's DGX-2 / HGX-2, has 16). ``gpus_per_node`` above it is a typo, not a node.
+MAX_GPUS_PER_NODE = 64
+
+
+#: Slurm adds a time limit's fields up in a C ``int`` of seconds (``time_str2secs`` in Slurm's
+#: ``src/common/parse_time.c``): a longer limit wraps around instead of being refused.
+MAX_SLURM_TIME_S = 2**31 - 1
+
+
+DEFAULT_JOB_DIR = "$NEMOTRON_HOME/jobs (default ~/.nemotron/jobs)"
+
+
+#: Profile storage keys and the environment variables they become, in the job and while a config is
+#: compiled for the profile (stage configs read them as ``${oc.env:NEMOTRON_CKPT_ROOT,...}``).
+STORAGE_ENV = {"data_root": "NEMOTRON_DATA_DIR", "checkpoint_root": "NEMOTRON_CKPT_ROOT",
+               "index_cache_dir": "NEMOTRON_INDEX_CACHE", "hf_home": "HF_HOME"}
+
+
+REDACTED = "***"
+
+
+SLURM_TIME_FORMS = ("minutes (30), MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 04:00:00, 1-00:00:00), "
+                    "or 0 / UNLIMITED for no limit")
+
+
+DOCS = "docs/profiles.md"
+
+
+_SECRET_NAME = re.compile(
+    r"(?i)(?:^|[_.-])(?:token|secret|password|passwd|credentials?)(?:$|[_.-])|api[_-]?key|private[_-]?key"
+)
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+
+
+_MOUNT = re.compile(r"[^:\s]+:/[^:\s]*(?::[A-Za-z+,]+)?")
+
+
+_ADDRESS = re.compile(r"(?:ray|https?)://[^\s/:]+(?::\d{1,5})?/?")
+
+
+_MEM = re.compile(r"\d+[KMGTkmgt]?")
+
+
+_DEFAULT, _OVERRIDE, _DERIVED = "default", "override", "derived from gpu"
+
+
+def is_secret_name(name: str) -> bool:
+    """True when a variable name looks like it holds a credential.
+
+    Matches a whole ``_``/``-``/``.``-separated word ``TOKEN``, ``SECRET``, ``PASSWORD``, ``PASSWD``,
+    ``CREDENTIAL(S)``, or ``API_KEY`` / ``PRIVATE_KEY`` anywhere (case-insensitive): ``HF_TOKEN`` and
+    ``WANDB_API_KEY`` are secret, ``TOKENIZERS_PARALLELISM`` and ``MAX_TOKENS`` are not.
+    """
+    return bool(_SECRET_NAME.search(name))
+
+
+def redact_text(text: str, secrets: Iterable[str]) -> str:
+    """Replace every occurrence of each secret value (length >= 4) in ``text`` with ``"***"``.
+
+    Longer values are replaced first, so a secret containing another one is hidden whole. Shorter
+    values are skipped: replacing ``"1"`` everywhere would garble the text and hide nothing.
+    """
+    for value in sorted({s for s in secrets if isinstance(s, str) and len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
+def parse_slurm_time(text: str | int) -> int | None:
+    """Seconds in a Slurm time limit, as ``sbatch --time`` reads it; ``None`` for no limit.
+
+    Accepted (Slurm's documented forms, ``man sbatch`` ``--time``; checked against ``sbatch --test-only``
+    of Slurm 22.05): minutes as an integer (``30``, also a TOML/YAML int) or the strings ``MM``,
+    ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``. Like Slurm, a field may exceed its
+    clock range (``90:00`` = 90 minutes, ``1-36`` = 60 hours). ``0`` (any all-zero form), ``-1``,
+    ``INFINITE`` and ``UNLIMITED`` (any case) mean no time limit (``None``); the partition's
+    ``MaxTime`` still applies. Slurm's resolution is one minute (it rounds seconds up); the seconds
+    are kept here because the warning signal (``run.signal_before_s``) is given in seconds. A field past
+    its clock range is accepted as sbatch accepts it (``25:99`` = 26 min 39 s, run as 27 minutes).
+
+    Raises:
+        ValueError: anything else (``4h``, ``1.5``, ``-5``, ``1-``, a bool), or a limit longer than
+            :data:`MAX_SLURM_TIME_S` (Slurm would wrap it around); the message lists the accepted forms.
+    """
+    bad = ValueError(f"{text!r} is not a Slurm time limit; use {SLURM_TIME_FORMS}")
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise bad
+    if isinstance(text, int):
+        text = str(text)
+    if text == "-1" or text.upper() in ("INFINITE", "UNLIMITED"):
+        return None
+    m = _TIME.fullmatch(text)
+    if not m:
+        raise bad
+    days, *rest = m.groups()
+    nums = [int(x) for x in rest if x is not None]
+    if days is not None:  # D-HH[:MM[:SS]]
+        h, mi, sec = ([*nums, 0, 0])[:3]
+        total = ((int(days) * 24 + h) * 60 + mi) * 60 + sec
+    elif len(nums) == 1:  # MM
+        total = nums[0] * 60
+    elif len(nums) == 2:  # MM:SS
+        total = nums[0] * 60 + nums[1]
+    else:  # HH:MM:SS
+        total = (nums[0] * 60 + nums[1]) * 60 + nums[2]
+    if total > MAX_SLURM_TIME_S:
+        raise ValueError(f"{text!r} is {total // 86400} days, longer than Slurm can hold "
+                         f"({MAX_SLURM_TIME_S // 86400} days); use UNLIMITED for no limit")
+    return total or None
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class SecretSpec(_Strict):
+    """Where one secret comes from: an inline ``value`` or the submitting shell's variable ``env``."""
+
+    value: str | None = None
+    env: str | None = None
+
+    def __repr_args__(self):  # never show an inline value
+        yield "value", None if self.value is None else REDACTED
+        yield "env", self.env
+
+
+class _Common(_Strict):
+    executor: str
+    env_vars: dict[str, str] = {}
+    secrets: dict[str, SecretSpec] = {}
+    job_dir: str | None = None
+    gpus_per_node: int | None = Field(None, ge=0, le=MAX_GPUS_PER_NODE)
+    gpu: str | None = None
+    gpu_arch: Literal["ampere", "hopper", "blackwell"] | None = None
+    gpu_memory: float | None = Field(None, gt=0)
+    # shared storage and caches (visible from login and compute nodes); see STORAGE_ENV
+    data_root: str | None = None
+    checkpoint_root: str | None = None
+    index_cache_dir: str | None = None
+    hf_home: str | None = None
+    hf_offline: bool = False
+
+    def hidden_values(self) -> dict[str, str]:
+        """Secret values, name -> value: secret-named ``env_vars``, inline secrets, and those read from
+        ``os.environ`` now (an unset variable is left out)."""
+        out = {k: v for k, v in self.env_vars.items() if is_secret_name(k)}
+        for key, spec in self.secrets.items():
+            value = spec.value if spec.value is not None else os.environ.get(spec.env or "")
+            if value is not None:
+                out[key] = value
+        return out
+
+    def __repr_args__(self):  # secret-named env vars stay hidden, whatever their length
+        for key, value in super().__repr_args__():
+            if key == "env_vars":
+                value = {k: REDACTED if is_secret_name(k) else v for k, v in value.items()}
+            yield key, value
+
+    def __repr__(self) -> str:  # and a secret value copied into any other key is scrubbed
+        return redact_text(super().__repr__(), self.hidden_values().values())
+
+    def __str__(self) -> str:
+        return redact_text(super().__str__(), self.hidden_values().values())
+
+    @field_validator("env_vars", "secrets")
+    @classmethod
+    def _env_names(cls, value: dict) -> dict:
+        bad = [k for k in value if not _ENV_NAME.fullmatch(k)]
+        if bad:
+            raise ValueError(f"{', '.join(map(repr, bad))}: not a valid environment variable name")
+        return value
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu_model(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value.upper() not in GPU_MODELS:
+            raise ValueError(f"unknown GPU model {value!r}; known: {', '.join(GPU_MODELS)} (or set gpu_arch and gpu_memory)")
+        return value.upper()
+
+
+class LocalSettings(_Common):
+    """``executor = "local"``: this machine; optional node shape, env_vars, secrets, job_dir."""
+
+    executor: Literal["local"]
+
+
+class RaySettings(_Common):
+    """``executor = "ray"``: an existing Ray cluster at ``address`` (``ray://host:10001``, ``http://host:8265``)."""
+
+    executor: Literal["ray"]
+    address: str
+    python: str = "python"  # the Python the job runs with on the cluster's nodes
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if value is None or not _ADDRESS.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Ray address; use ray://HOST:10001 or http://HOST:8265")
+        return value
+
+
+class SlurmSettings(_Common):
+    """``executor = "slurm"``: sbatch/srun through NeMo-Run, from this machine or over SSH."""
+
+    executor: Literal["slurm"]
+    python: str | None = None  # the job's Python: default "python" in a container, this Python without one
+    account: str | None = None
+    partition: str | None = None
+    run_partition: str | None = None
+    batch_partition: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    time: str | None = None
+    exclusive: bool | None = None
+    cpus_per_node: int | None = Field(None, ge=1)
+    mem: Any = None
+    images: dict[str, str] = {}
+    image_cache: str | None = None  # folder for images built by `nemotron kit slurm build`
+    container: bool = True
+    mounts: list[str] = []
+    setup: list[str] = []
+    tunnel: Literal["local", "ssh"] = "local"
+    # the seed profile's keys, one meaning each (the stage owns its node count and its launch; docs/profiles.md):
+    nodes: int | None = Field(None, ge=1)  # the most nodes a stage on this profile may use
+    ntasks_per_node: int | None = Field(None, ge=1)  # processes per node the stage's launch must start
+    host: str | None = None
+    user: str | None = None
+    identity: str | None = None
+    port: int | None = Field(None, ge=1, le=65535)
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time(cls, value: Any) -> str | None:
+        """Any form ``sbatch --time`` takes (:func:`parse_slurm_time`); an integer is minutes, kept as its text."""
+        if value is not None:
+            parse_slurm_time(value)
+            value = str(value)
+        return value
+
+    @field_validator("mem")
+    @classmethod
+    def _mem(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ValueError(f"expected a size string like '512G' or an integer in MB, got {value!r}")
+        if (isinstance(value, int) and value < 0) or (isinstance(value, str) and not _MEM.fullmatch(value)):
+            raise ValueError(f"{value!r} is not a Slurm memory size; use e.g. '512G', '500000M' or 0 (all of it)")
+        return value
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, value: list[str]) -> list[str]:
+        for mount in value:
+            unsafe = _unsafe_chars(mount.replace(":", ""))
+            if unsafe:
+                raise ValueError(f"{mount!r}: contains {unsafe}; NeMo-Run writes container mounts into the job's srun "
+                                 "line unquoted (and pyxis splits them at commas), so the job would not start; mount a "
+                                 "folder whose path has none, e.g. a parent folder or a symlink to it")
+            if not _MOUNT.fullmatch(mount):
+                raise ValueError(f"{mount!r}: a mount is 'SRC:/DST' or 'SRC:/DST:FLAGS' (e.g. '/lustre:/lustre:ro'), "
+                                 "DST an absolute path")
+        return value
+
+    @field_validator("images")
+    @classmethod
+    def _images(cls, value: dict[str, str]) -> dict[str, str]:
+        known = _image_names()
+        for name, path in value.items():
+            if known and name not in known:
+                raise ValueError(f"unknown image {name!r}{_suggest(name, known)}; known images: {', '.join(known)}")
+            if not path.strip():
+                raise ValueError(f"image {name!r} has an empty path")
+            unsafe = _unsafe_chars(path)
+            if unsafe:
+                raise ValueError(f"image {name!r} = {path!r}: contains {unsafe}; NeMo-Run writes --container-image "
+                                 "into the job's srun line unquoted; use a path without them (e.g. a symlink)")
+        return value
+
+
+_MODELS: dict[str, type[_Common]] = {"slurm": SlurmSettings, "local": LocalSettings, "ray": RaySettings}
+
+
+_ALL_FIELDS = {k for m in _MODELS.values() for k in m.model_fields}
+
+
+_ORDER = ("executor", "account", "partition", "run_partition", "batch_partition", "qos", "reservation", "time",
+          "exclusive", "address", "tunnel", "host", "user", "identity", "port", "job_dir", "nodes", "ntasks_per_node",
+          "gpus_per_node", "gpu",
+          "gpu_arch", "gpu_memory", "cpus_per_node", "mem", "container", "images", "mounts", "setup", "env_vars")
+
+
+_PARSED = {"nodes", "ntasks_per_node", "gpus_per_node", "gpu_memory", "cpus_per_node", "exclusive", "container", "port", "mem", "hf_offline",
+           "mounts", "setup", "images", "env_vars"}
+
+
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9._/+@%=-]+")
+
+
+def _unsafe_chars(text: str) -> str:
+    """The characters of ``text`` a shell line or a pyxis mount list would split or expand, described
+    (``"a space, ','"``); empty when there is none."""
+    found = sorted({c for c in text if not re.fullmatch(r"[A-Za-z0-9._/+@%=:-]", c)})
+    return ", ".join("a space" if c == " " else "a newline" if c == "\n" else repr(c) for c in found)
+
+
+def shell_safe_root(path: str) -> str:
+    """``path`` (a job root) as a shell line and a container mount list can carry it unquoted: itself when it
+    has only ``[A-Za-z0-9._/+@%=-]``, else ``<nearest safe ancestor>/.nemotron-jobs-<hash>``, a symlink to it that
+    submission makes (NeMo-Run puts paths into shell commands unquoted)."""
+    import hashlib
+
+    root = path.rstrip("/") or "/"
+    if _SHELL_SAFE.fullmatch(root):
+        return root
+    parent = root
+    while parent not in ("", "/") and not _SHELL_SAFE.fullmatch(parent):
+        parent = parent.rsplit("/", 1)[0]
+    digest = hashlib.sha1(root.encode()).hexdigest()[:10]
+    return f"{parent.rstrip('/')}/.nemotron-jobs-{digest}"
+
+
+def _image_names() -> list[str]:
+    """Image keys from ``stages/images.toml``; empty (no check) when the table cannot be read."""
+    try:
+
+        return list(tomllib.loads((stages_dir() / "images.toml").read_text(encoding="utf-8")))
+    except Exception:  # an image-name check is a courtesy; a broken install is reported elsewhere
+        return []
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+#: Time limit NeMo-Run's job gets when the profile sets none.
+DEFAULT_TIME = "01:00:00"

@@ -1,0 +1,57 @@
+"""The run's own refusal of a config whose artifact references are not resolved: one check for run and dry-run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nemotron.config.artifacts import producer_command
+from nemotron.config.compile import _resolve_config_ref
+from nemotron.config.registry import STAGES
+from nemotron.errors import ConfigError, plural
+
+
+def unresolved_refusal(compiled: Any) -> ConfigError | None:
+    """The refusal of a run whose config still holds unresolved values (an artifact no run has made yet, an unset
+    environment variable), or None. A run raises it (:func:`_check_startable`); a dry run, which may validate a
+    stage before its inputs exist, shows it as its last line and still exits 0 (:func:`nemotron.report.dry_run`).
+    The hint names the command that makes a missing artifact (:func:`nemotron.config.artifacts.producer_command`) and
+    the ``pipe`` that chains it."""
+    import re
+
+
+    if not compiled.unresolved:
+        return None
+    key, why = next(iter(compiled.unresolved.items()))
+    stage = compiled.stage
+    hint = "set the key explicitly (key=value), or export the variable it reads"
+    m = re.search(r"artifact ([^\s:,]+)", str(why))
+    config = compiled.config_name if "/" not in compiled.config_name and not compiled.config_name.endswith(".yaml") \
+        else None
+    command = producer_command(m.group(1), config) if m else None
+    # the producer goes where this job goes: made here, a cluster job could not read it
+    launch = getattr(compiled, "launch_args", "")
+    command = command + launch if command else None
+    producer = next((s for s in STAGES if m and m.group(1) in s.produces), None)
+    if command and config and producer is not None and not _takes_config(producer, config):
+        # the producer ships no config of that name (pretrain -c long_context reads data prep's output): naming
+        # `-c <config>` for it would be a command that fails
+        return ConfigError(f"refusing to start {stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}: "
+                           f"{key}: {why}",
+                           f"set {key} explicitly: {producer.title} has no config named {config}, so no run of it "
+                           f"makes this artifact for -c {config} (run it with a config of yours and give its output here)")
+    if command:
+        chain = (f"; or chain both: nemotron {stage.recipe} pipe {producer.name} {stage.name}"
+                 + (f" -c {config}" if config else "") + launch) if producer is not None else ""
+        hint = f"make it first: {command}{chain}; or set {key} explicitly"
+    return ConfigError(f"refusing to start {stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}: "
+                       f"{key}: {why}", hint)
+
+
+def _takes_config(stage: Any, config: str) -> bool:
+    """Whether ``-c config`` names a config of ``stage`` (``local`` of a data prep stage is its ``tiny``)."""
+
+    try:
+        _resolve_config_ref(stage, config, None)
+    except ConfigError:
+        return False
+    return True

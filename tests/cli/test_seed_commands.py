@@ -1,0 +1,147 @@
+"""Every ``nemotron ...`` command of the two seed documents (``../shared/seeds``), run as written.
+
+The seeds are the documents this project was started from: NVIDIA's "Nemotron 3 Ultra Training Recipe" page
+(the ``nemotron ultra3`` commands and an example ``env.toml`` profile) and the miles launch recipe for the same
+model (its commands are miles' own launcher and ``ray``/``hf``, none of them ours; its layouts are checked
+through our stages below). Each command is extracted from the seed text, ``uv run`` dropped (the install is
+tested in tests/test_install.py), ``--dry-run`` added where it would submit, train or tokenize a full dataset,
+and run with the real CLI in a temporary folder holding the seed's profile as ``env.toml``. It must exit 0, or
+exit 2 with a one-line ``error:`` that says what to change and a ``hint:`` — never a traceback. The commands
+expected to be refused are listed in :data:`REFUSED`, with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SEEDS = ROOT.parent / "shared" / "seeds"
+RECIPE = SEEDS / "001_318e44702299bc5d.txt"  # NVIDIA's Nemotron 3 Ultra recipe page
+MILES = SEEDS / "000_d1477b7aa9563c42.txt"  # the miles launch recipe
+
+pytestmark = pytest.mark.skipif(not RECIPE.is_file() or not MILES.is_file(),
+                                reason=f"the seed documents are not in {SEEDS} (see the project README)")
+
+#: Commands the seeds show that are expected to be refused (exit 2), and why: the refusal must say so.
+#: command as run -> (a phrase the error or hint must contain, why it is right to refuse)
+REFUSED = {
+    "nemotron kit slurm build": (
+        "missing argument 'PROFILE'",
+        "the seed names the tool in prose; a build needs the profile and --stage"),
+    "nemotron kit slurm build YOUR-CLUSTER --stage pretrain --dry-run": (
+        "has no image_cache",
+        "the seed's profile declares no image_cache, the folder the image is built into"),
+    "nemotron ultra3 rlvr -c tiny --run YOUR-CLUSTER --dry-run": (
+        "ntasks_per_node=8: disagrees with the stage's launch",
+        "the seed's profile asks for 8 tasks a node (torchrun-style); a Ray stage starts one process per node"),
+}
+
+#: The miles recipe's layouts, typed into our stages (its own commands run miles' launcher, not this tool).
+MILES_EQUIVALENTS = {
+    # 4.1 single-node smoke test: the 4-layer slice, TP1 PP1 EP8 on one 8-GPU node
+    "nemotron ultra3 rlvr -c tiny --run YOUR-CLUSTER --dry-run": "4-layer slice on one node (section 4.1, 5.1)",
+}
+
+
+def seed_profile() -> str:
+    """The example ``env.toml`` profile of the recipe page, as printed there."""
+    m = re.search(r"```toml\n(.*?)```", RECIPE.read_text(encoding="utf-8"), re.S)
+    assert m, f"no toml block in {RECIPE.name}"
+    return m.group(1)
+
+
+def seed_commands(path: Path) -> list[str]:
+    """Every ``nemotron ...`` command line of a seed: code-block lines and inline code, ``uv run`` dropped."""
+    text = path.read_text(encoding="utf-8")
+    found: list[str] = []
+    for block in re.findall(r"```[^\n]*\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip().removeprefix("uv run ")
+            if line.startswith("nemotron "):
+                found.append(line)
+    for m in re.finditer(r"`((?:uv run )?nemotron [^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S)):
+        found.append(m.group(1).removeprefix("uv run "))
+    return list(dict.fromkeys(found))
+
+
+def as_run(command: str) -> str:
+    """The command as the test runs it: ``--dry-run`` added to a stage command that would submit, train or
+    tokenize (the seed's data prep commands name the full open mixture, hundreds of GB from the Hub)."""
+    argv = command.split()
+    stage_command = len(argv) > 2 and argv[1] == "ultra3" and argv[2] not in ("status", "logs", "cancel", "list")
+    if stage_command and "--dry-run" not in argv:
+        argv.append("--dry-run")
+    return " ".join(argv)
+
+
+def test_the_seeds_name_the_commands_we_expect():
+    """The extraction itself: the recipe page's two validate commands, its two data prep commands and the image
+    build tool; the miles page has no command of this tool (its launcher is ``python scripts/run_...py``)."""
+    assert seed_commands(RECIPE) == [
+        "nemotron ultra3 pretrain -c tiny --run YOUR-CLUSTER --dry-run",
+        "nemotron ultra3 sft -c tiny --run YOUR-CLUSTER --dry-run",
+        "nemotron kit slurm build",
+        "nemotron ultra3 data prep pretrain",
+        "nemotron ultra3 data prep sft",
+    ]
+    assert seed_commands(MILES) == []
+    assert "nodes = 48" in seed_profile() and "ntasks_per_node = 8" in seed_profile()
+
+
+@pytest.fixture
+def seed_folder(tmp_path: Path) -> Path:
+    (tmp_path / "env.toml").write_text(seed_profile(), encoding="utf-8")
+    return tmp_path
+
+
+def run(command: str, folder: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NEMOTRON_HOME": str(folder / "home"), "NO_COLOR": "1"}
+    env.pop("NEMOTRON_ENV_FILE", None)
+    argv = command.split()[1:]
+    return subprocess.run([sys.executable, "-m", "nemotron", *argv], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def check(command: str, proc: subprocess.CompletedProcess) -> None:
+    """Exit 0, or exit 2 with one ``error:`` line and a ``hint:`` line (no traceback), as :data:`REFUSED` says."""
+    text = proc.stdout + proc.stderr
+    assert "Traceback" not in text, f"{command}: traceback\n{text[-3000:]}"
+    if command not in REFUSED:
+        assert proc.returncode == 0, f"{command}: exit {proc.returncode}\n{text[-3000:]}"
+        return
+    phrase, why = REFUSED[command]
+    assert proc.returncode == 2, f"{command} ({why}): exit {proc.returncode}\n{text[-3000:]}"
+    # a dry run lists its problems in its report (stdout), the verdict and hint on stderr
+    lines = [line for line in text.splitlines() if line.startswith(("error: ", "hint: "))]
+    assert any(phrase in line for line in lines if line.startswith("error: ")), \
+        f"{command}: expected an error line with {phrase!r} ({why})\n{text[-3000:]}"
+    assert proc.stderr.rstrip().splitlines()[-1].startswith("hint: "), f"{command}: no hint\n{proc.stderr}"
+
+
+SEED_RUNS = [as_run(c) for c in seed_commands(RECIPE)] if RECIPE.is_file() else []
+SEED_RUNS += [c for c in REFUSED if c not in SEED_RUNS and c not in MILES_EQUIVALENTS]
+
+
+@pytest.mark.parametrize("command", SEED_RUNS)
+def test_seed_command(command, seed_folder):
+    check(command, run(command, seed_folder))
+
+
+@pytest.mark.parametrize("command", list(MILES_EQUIVALENTS), ids=list(MILES_EQUIVALENTS.values()))
+def test_miles_layout_through_our_stage(command, seed_folder):
+    check(command, run(command, seed_folder))
+
+
+def test_the_seed_validate_command_says_what_the_run_needs(seed_folder):
+    """On a fresh folder the seed's pretrain validate command is valid, and its last line says what the run
+    still needs (the data prep artifact) and the command that makes it."""
+    proc = run("nemotron ultra3 pretrain -c tiny --run YOUR-CLUSTER --dry-run", seed_folder)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = proc.stdout.rstrip().splitlines()[-1]
+    assert "the run would refuse to start" in last and "nemotron ultra3 data prep pretrain -c tiny" in last, last

@@ -1,0 +1,329 @@
+"""Data that silently went wrong now stops or warns, on real files and real command lines.
+
+Real data prep outputs (WikiText-2 from ../shared/data, tokenized by the real data prep pipelines on a real
+local Ray), the stages' real configs (compiled as the CLI does), the stages' real ``run.py`` and the real CLI:
+
+* every blend a training stage reads is checked against the stage's tokenizer (a ``data.mix_with`` blend of
+  another vocabulary is refused), and every blend entry must be a bare prefix;
+* an SFT dataset that contributes nothing is an error naming it, its rejection reasons and examples;
+* chat transcripts with speaker prefixes are read; prompt-only and unknown shapes are refused with the record;
+* plain text is one document per file, and too few of them is refused up front;
+* a stale ``RAY_ADDRESS`` fails in seconds, naming the variable; Ctrl-C says that a rerun resumes;
+* optional datasets that are missing, and paths that only resolve from the project folder, are warned about.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nemotron.data import chat, driver, pretrain, sft
+from nemotron.data.blend import BlendFileError, load_blend, read_blend_pairs
+from nemotron.validation.data import training_data_problems
+from data_prep_sft_support import FIXTURES, compile_stage
+
+pytestmark = pytest.mark.timeout(600)
+ROOT = Path(__file__).resolve().parents[2]
+STAGE_DIRS = {"data-prep-pretrain": "data_prep_pretrain", "data-prep-sft": "data_prep_sft", "data-prep-rl": "data_prep_rl"}
+
+
+def write_blend(path: Path, datasets: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"datasets": datasets}))
+    return path
+
+
+def run_py(stage: str, cfg: dict, tmp_path: Path, env: dict | None = None, timeout: int = 240):
+    """The stage's run.py on a compiled config, as a job runs it: (completed process, seconds)."""
+    path = tmp_path / f"{stage}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run = ROOT / "stages" / "ultra3" / STAGE_DIRS[stage] / "run.py"
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, str(run), "--config", str(path)], capture_output=True, text=True,
+                       timeout=timeout, env={**os.environ, **(env or {})})
+    return r, time.monotonic() - t0
+
+
+def cli(*args: str, cwd: Path | None = None, home: Path, timeout: int = 180) -> tuple[int, str]:
+    r = subprocess.run([sys.executable, "-m", "nemotron", *args], capture_output=True, text=True, timeout=timeout,
+                       cwd=cwd, env={**os.environ, "NEMOTRON_HOME": str(home), "PYTHONPATH": str(ROOT / "src")})
+    return r.returncode, r.stdout + r.stderr
+
+
+def pretrain_output(folder: Path, blend: Path, tok_cache: str, **over) -> dict:
+    cfg = compile_stage("data-prep-pretrain", "tiny", blend_path=str(blend), output_dir=str(folder),
+                        tokenizer__cache_dir=tok_cache, sample=40, **over)
+    return pretrain.prepare(pretrain.Settings.from_config(cfg), quiet=True)
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory, ray_instance, tok_cache, shared_data):
+    """Three real pretrain outputs of WikiText-2: ``a`` and ``a2`` with Tekken (the tiny tokenizer), ``b`` with
+    the tokenizer a real SFT data prep wrote (Tekken plus the Nemotron chat tokens: another vocabulary hash)."""
+    root = tmp_path_factory.mktemp("two-tokenizers")
+    sft_cfg = compile_stage("data-prep-sft", "tiny", output_dir=str(root / "sft"), tokenizer__cache_dir=tok_cache,
+                            sample=20)
+    sft_m = sft.prepare(sft.Settings.from_config(sft_cfg), quiet=True)
+    blend = write_blend(root / "wiki.json", [{"name": "wiki", "path": str(shared_data / "pretrain" / "wikitext2-valid.jsonl"),
+                                               "text_field": "text", "weight": 1.0}])
+    a = pretrain_output(root / "a", blend, tok_cache)
+    a2 = pretrain_output(root / "a2", blend, tok_cache)
+    b = pretrain_output(root / "b", blend, tok_cache, tokenizer__name=str(Path(sft_m["path"]) / "tokenizer"))
+    assert a["tokenizer"]["vocab_sha256"] != b["tokenizer"]["vocab_sha256"]
+    assert a["tokenizer"]["vocab_sha256"] == a2["tokenizer"]["vocab_sha256"]
+    return {"a": a, "a2": a2, "b": b, "sft": sft_m, "root": root}
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. every blend a stage reads is checked against its tokenizer
+
+
+def mix_cfg(main: str, extra: str, share: float = 0.2) -> dict:
+    return {"model": {"name": "small"}, "tokenizer": {"tokenizer_model": None},
+            "data": {"per_split_data_args_path": main, "mix_with": [{"blend": extra, "share": share}]}}
+
+
+def test_a_mix_of_another_vocabulary_is_refused(outputs):
+    a, a2, b = outputs["a"], outputs["a2"], outputs["b"]
+    problems = training_data_problems("pretrain", mix_cfg(a["blend_json"], b["blend_json"]))
+    [p] = [p for p in problems if p.rule == "data-tokenizer"]
+    assert p.severity == "error" and p.key == "data.mix_with[0].blend" and p.value == b["blend_json"]
+    assert "20% of the training samples" in p.message and b["tokenizer"]["vocab_sha256"][:12] in p.message
+    assert a["tokenizer"]["vocab_sha256"][:12] in p.message and "re-run data prep" in p.valid
+    # the same tokenizer in two outputs: no problem; an explicit tokenizer.vocab_sha256 is the reference
+    assert training_data_problems("pretrain", mix_cfg(a["blend_json"], a2["blend_json"])) == []
+    pinned = {**mix_cfg(a["blend_json"], a2["blend_json"]), "tokenizer": {"vocab_sha256": b["tokenizer"]["vocab_sha256"]}}
+    assert [p.key for p in training_data_problems("pretrain", pinned)] == ["data.mix_with[0].blend"]
+
+
+def test_sft_inputs_of_other_outputs_are_checked(outputs, tmp_path):
+    """SFT reads dataset_root and the packed files: a packed file of another output (another vocabulary) is refused."""
+    sft_m = outputs["sft"]
+    cfg = {"model": {"name": "small"}, "dataset": {"dataset_root": outputs["a"]["path"], "packed_sequence_specs": {
+        "packed_train_data_path": sft_m["loader"]["packed_train_data_path"], "packed_val_data_path": None}}}
+    [p] = training_data_problems("sft", cfg)
+    assert p.key == "dataset.dataset_root" and "was tokenized with" in p.message and p.rule == "data-tokenizer"
+
+
+def test_mix_dry_run_refuses_another_vocabulary(outputs, tmp_path):
+    """The command line: ``pretrain -c local`` with a mix of another vocabulary exits 2 at --dry-run."""
+    a, b = outputs["a"], outputs["b"]
+    code, out = cli("ultra3", "pretrain", "-c", "local", f"data.per_split_data_args_path={a['blend_json']}",
+                    f"data.mix_with=[{{blend: {b['blend_json']}, share: 0.2}}]", "--dry-run", home=tmp_path)
+    assert code == 2 and "data.mix_with[0].blend" in out and "was tokenized with" in out, out[-2000:]
+    code, out = cli("ultra3", "pretrain", "-c", "local", f"data.per_split_data_args_path={a['blend_json']}",
+                    f"data.mix_with=[{{blend: {outputs['a2']['blend_json']}, share: 0.2}}]", "--dry-run", home=tmp_path)
+    assert "was tokenized with" not in out, out[-2000:]
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. a blend entry must be a bare prefix
+
+
+def test_blend_entry_that_is_not_a_prefix(outputs, tmp_path):
+    from nemotron.runtime.pretrain_data import DataError, read_blend
+
+    good = json.loads(Path(outputs["a"]["blend_json"]).read_text())
+    prefix = good["train"][1]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**good, "train": [1.0, prefix + ".bin"]}))
+    with pytest.raises(BlendFileError, match=r"names the \.bin file, not a prefix .* write '" + prefix + "'"):
+        read_blend_pairs(bad)
+    with pytest.raises(DataError, match="names the .bin file"):  # the run's reader
+        read_blend(bad)
+    folder = tmp_path / "folder.json"
+    folder.write_text(json.dumps({**good, "train": [1.0, str(Path(prefix).parent)]}))
+    with pytest.raises(BlendFileError, match=r"is a folder, not a prefix .*the prefixes in it are .*'" + prefix + "'"):
+        read_blend_pairs(folder)
+    [p] = training_data_problems("pretrain", {"data": {"per_split_data_args_path": str(bad)}})
+    assert p.rule == "blend-prefix" and p.key == "data.per_split_data_args_path" and "write '" + prefix in p.message
+    gone = tmp_path / "gone.json"
+    gone.write_text(json.dumps({**good, "train": [1.0, str(tmp_path / "nope" / "train_00000")]}))
+    [p] = training_data_problems("pretrain", {"data": {"per_split_data_args_path": str(gone)}})
+    assert "train_00000.bin does not exist" in p.message
+    assert training_data_problems("pretrain", {"data": {"per_split_data_args_path": outputs["a"]["blend_json"]}}) == []
+    code, out = cli("ultra3", "pretrain", "-c", "local", f"data.per_split_data_args_path={bad}", "--dry-run", home=tmp_path)
+    assert code == 2 and "names the .bin file" in out, out[-2000:]
+
+
+# --------------------------------------------------------------------------------------------------
+# 2 and 5. SFT: a dataset that contributes nothing; transcripts; prompt-only and unknown shapes
+
+
+def sft_cfg(tmp_path: Path, tok_cache: str, datasets: list[dict], **over) -> dict:
+    blend = write_blend(tmp_path / "blend.json", datasets)
+    return compile_stage("data-prep-sft", "tiny", blend_path=str(blend), output_dir=str(tmp_path / "out"),
+                         tokenizer__cache_dir=tok_cache, **over)
+
+
+def test_transcripts_are_read(tmp_path, ray_instance, tok_cache):
+    rows = [json.loads(x) for x in (FIXTURES / "transcripts.jsonl").read_text().splitlines()]
+    msgs, _tools = chat.normalise(rows[2], None)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant"]
+    assert msgs[4]["content"] == "Buenos días." and chat.normalise(rows[3], None)[0][0]["content"] == "You answer in one sentence."
+    cfg = sft_cfg(tmp_path, tok_cache, [{"name": "transcripts", "path": str(FIXTURES / "transcripts.jsonl"), "weight": 1.0}],
+                  split__validation_fraction=0.0)
+    m = sft.prepare(sft.Settings.from_config(cfg), quiet=True)
+    [d] = m["datasets"]
+    assert d["records"] == 4 and d["conversations"] == 4 and d["skipped"] == {}
+
+
+@pytest.mark.parametrize("fixture, reason, shows", [
+    ("prompt_only.jsonl", "no_assistant_turn", ["turns: user", "Summarise the plot of Hamlet", "data prep rl"]),
+    ("unknown_shape.jsonl", "bad_record", ["fields: 'prompt', 'completion'", "Explain what a hash map is.",
+                                           "accepted: OpenAI 'messages'", "speaker prefixes"]),
+])
+def test_dataset_that_contributes_nothing_is_an_error(tmp_path, tok_cache, fixture, reason, shows):
+    """Under mixing=weighted: exit 1 naming the dataset, the top reasons, and the rejected records themselves."""
+    cfg = sft_cfg(tmp_path, tok_cache, [
+        {"name": "chat-sample", "path": str(ROOT / "stages/ultra3/data_prep_sft/samples/chat_sample.jsonl"), "weight": 1.0},
+        {"name": "bad-shape", "path": str(FIXTURES / fixture), "weight": 1.0}], mixing="weighted")
+    r, _ = run_py("data-prep-sft", cfg, tmp_path)
+    assert r.returncode == 1, r.stderr[-2000:]
+    lines = [x for x in r.stderr.splitlines() if x.startswith(("error:", "hint:"))]
+    assert len(lines) == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    err, hint = lines
+    assert "dataset bad-shape (weight 1) contributes nothing" in err and f"all rejected (top reasons: {reason}" in err
+    assert f"{fixture}:1: {reason}:" in hint and "first rejected:" in hint
+    for text in shows:
+        assert text in hint, hint
+
+
+def test_no_contribution_hint_without_kept_examples():
+    recs = [{"records": 3, "skipped": {"bad_record": 3}, "examples": []}]
+    message, hint = driver.no_contribution("d", "weight 1", recs, "records", "policies.max_examples", 0)
+    assert "3 records read, all rejected (top reasons: bad_record 3)" in message
+    assert "policies.max_examples=0 keeps no examples: set policies.max_examples=3" in hint
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. plain text: one document per file; too few files is refused before work
+
+
+def test_single_text_file_is_refused_up_front(tmp_path, shared_data, tok_cache):
+    text = tmp_path / "wiki.txt"  # a real text: the WikiText-2 articles as one plain-text file
+    text.write_text("\n\n".join(json.loads(x)["text"] for x in (shared_data / "pretrain" / "wikitext2-valid.jsonl")
+                                .read_text().splitlines()[:20]))
+    blend = write_blend(tmp_path / "blend.json", [{"name": "wiki-text", "path": str(text), "weight": 1.0}])
+    cfg = compile_stage("data-prep-pretrain", "tiny", blend_path=str(blend), output_dir=str(tmp_path / "out"),
+                        tokenizer__cache_dir=tok_cache)
+    r, _ = run_py("data-prep-pretrain", cfg, tmp_path)
+    assert r.returncode == 2 and "plain text is one document per file, so its 1 file is one document" in r.stderr, r.stderr
+    assert "one document per line of a JSONL file" in r.stderr and not (tmp_path / "out" / "data").exists()
+    code, out = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", f"blend_path={blend}",
+                    f"output_dir={tmp_path / 'out'}", "--dry-run", home=tmp_path)
+    assert code == 2 and "plain text is one document per file" in out, out[-2000:]
+    s = pretrain.Settings.from_config(cfg)
+    spec = load_blend(str(blend)).datasets[0]  # 21 files: one document each, one left to train on
+    assert pretrain.text_documents_problem(str(blend), spec, "text", 21, s) is None
+
+
+def test_held_out_hint_can_be_followed():
+    s = pretrain.Settings.from_config(compile_stage("data-prep-pretrain", "tiny", output_dir="/nonexistent/o"))
+    spec = load_blend(str(ROOT / "stages/ultra3/data_prep_pretrain/blends/tiny.json"),
+                               path_vars={"stdlib": "/x", "shared_data": "/y"}).datasets[0]
+    dp = pretrain.DatasetPlan(spec, [], 0, 4.0)
+    _, hint = pretrain._no_train_tokens(s, dp, {"train": 0, "valid": 1, "test": 0}, Counter())
+    assert "1 record, all held out" in hint and "give it more records" in hint and "lower them" not in hint
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. a stale RAY_ADDRESS fails in seconds
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # closed again when the block ends: nothing listens there
+
+
+def test_stale_ray_address_fails_fast(tmp_path, tok_cache):
+    port = closed_port()
+    cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(tmp_path / "out"))
+    r, seconds = run_py("data-prep-rl", cfg, tmp_path, env={"RAY_ADDRESS": f"127.0.0.1:{port}"}, timeout=120)
+    assert r.returncode == 1 and seconds < 30, (seconds, r.stderr[-2000:])  # a correctness bound: not 800 s of retries
+    assert f"RAY_ADDRESS=127.0.0.1:{port}: nothing answers at 127.0.0.1:{port}" in r.stderr
+    assert "unset RAY_ADDRESS" in r.stderr and "Traceback" not in r.stderr
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}", "NEMOTRON_HOME": str(tmp_path)}
+    d = subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "rl", "-c", "tiny", "--dry-run"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert d.returncode == 0 and "warning: RAY_ADDRESS=" in d.stdout + d.stderr and "unset RAY_ADDRESS" in d.stdout + d.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# 7. Ctrl-C says that a rerun resumes
+
+
+def test_ctrl_c_says_rerun_resumes(tmp_path, tok_cache):
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "pretrain", "-c", "tiny", f"output_dir={out}",
+            f"tokenizer.cache_dir={tok_cache}", "shards.target_tokens=300000", "run.env.cpus=2"]
+    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # Ctrl-C as a terminal has it
+    deadline = time.monotonic() + 240
+    seen = ""
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        seen += line
+        if line.startswith("tokenizing") or not line:
+            break
+    assert "tokenizing" in seen, seen + proc.stderr.read()
+    while time.monotonic() < deadline and not list((out / "data").rglob("*.receipt.json")):
+        time.sleep(0.2)  # some shards finished: resumable work is there
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, stderr[-2000:])
+    assert "interrupted" in stderr and "run the same command again to resume" in stderr, stderr[-2000:]
+    again = subprocess.run(args, capture_output=True, text=True, env=env, timeout=400)
+    assert again.returncode == 0 and "resuming" in again.stdout, again.stdout[-2000:] + again.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------------------------------
+# 8 and 10. missing optional datasets and paths from another folder are warnings in the dry-run
+
+
+def test_dry_run_from_another_folder_warns(tmp_path, shared_data):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code, out = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", "--dry-run", cwd=elsewhere, home=tmp_path)
+    assert code == 0 and "2 warnings" in out, out[-2000:]
+    assert "datasets (wikitext2): optional dataset left out" in out
+    assert f"run from the project folder {ROOT} it matches {shared_data / 'pretrain' / 'wikitext2-valid.jsonl'}" in out
+    code, out = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", "--dry-run", cwd=ROOT, home=tmp_path)
+    assert code == 0 and "optional dataset left out" not in out, out[-2000:]
+
+
+def test_optional_missing_and_skipped_are_warnings_not_errors(tmp_path):
+    blend = write_blend(tmp_path / "b.json", [
+        {"name": "here", "path": str(ROOT / "stages/ultra3/data_prep_rl/samples/math_sample.jsonl"), "weight": 1.0},
+        {"name": "maybe", "path": str(tmp_path / "absent.jsonl"), "weight": 1.0, "optional": True}])
+    code, out = cli("ultra3", "data", "prep", "rl", "-c", "tiny", f"blend_path={blend}",
+                    f"output_dir={tmp_path / 'o'}", "--dry-run", home=tmp_path)
+    assert code == 0 and "warning: " in out and "datasets (maybe): optional dataset left out" in out, out[-2000:]
+
+
+# --------------------------------------------------------------------------------------------------
+# 9. plurals
+
+
+def test_counts_agree_with_their_nouns(tmp_path, ray_instance, tok_cache, capsys):
+    assert driver.count(1, "shards") == "1 shard" and driver.count(2, "shards") == "2 shards"
+    assert driver.count(1, "final windows") == "1 final window" and driver.count(1_000, "files") == "1,000 files"
+    cfg = sft_cfg(tmp_path, tok_cache, [{"name": "transcripts", "path": str(FIXTURES / "transcripts.jsonl"), "weight": 1.0}],
+                  split__validation_fraction=0.0)
+    sft.prepare(sft.Settings.from_config(cfg), live_progress=False)
+    out = capsys.readouterr().out
+    assert "tokenizing 1 shard on" in out and "1 of 1 shard tokenized" in out, out
+    assert "1 shards" not in out and "1 windows" not in out and "1 workers" not in out

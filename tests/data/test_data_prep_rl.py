@@ -1,0 +1,156 @@
+"""`nemotron ultra3 data prep rl`: prompts with verifiable answers into NeMo RL JSONL.
+
+Real data: our GSM8K-form sample shipped with the stage (always present) and GSM8K from
+../shared/data/rl when present. Each line must be what NeMo RL's ResponseDataset +
+math_hf_data_processor read: ``messages[0].content`` the problem, ``messages[1].content`` the ground truth.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nemotron.data import rl
+from nemotron.errors import RuntimeFailure
+from data_prep_sft_support import RL_DIR, SHARED_DATA, compile_stage
+
+pytestmark = pytest.mark.timeout(300)
+GSM8K = SHARED_DATA / "rl" / "gsm8k-train.jsonl"
+
+
+def run(out: Path, **overrides):
+    cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(out), path_vars__shared_data=str(SHARED_DATA),
+                        **overrides)
+    return rl.prepare(rl.Settings.from_config(cfg), quiet=True)
+
+
+def lines(path) -> list[dict]:
+    return [json.loads(x) for x in Path(path).read_text().splitlines()]
+
+
+def test_record_forms():
+    gsm = {"question": "2+3?", "answer": "Two plus three.\n#### 5"}
+    assert rl.extract(gsm, None) == ("2+3?", "5", 0)
+    dapo = {"data_source": "math_dapo", "prompt": [{"role": "user", "content": "Solve x+1=3."}], "ability": "MATH",
+            "reward_model": {"ground_truth": "2", "style": "rule-lighteval/MATH_v2"}, "extra_info": {"index": "7"}}
+    assert rl.extract(dapo, None) == ("Solve x+1=3.", "2", 0)
+    msgs = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "Q"},
+                         {"role": "assistant", "content": "42"}]}
+    assert rl.extract(msgs, None) == ("Q", "42", 1)
+    assert rl.extract({"messages": [{"role": "user", "content": "Q"}], "meta": {"ans": 7}}, "messages", "meta.ans") == ("Q", "7", 0)
+    for bad in ({"question": "q", "answer": "no marker"}, {"question": "q", "answer": "x ####  "},
+                {"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": ""}}):
+        with pytest.raises(rl.MissingAnswer):
+            rl.extract(bad, None)
+    with pytest.raises(rl.BadRecord):
+        rl.extract({"text": "nothing"}, None)
+
+
+def test_tiny_writes_train_and_validation_for_nemo_rl(ray_instance, tmp_path):
+    m = run(tmp_path / "a")
+    train, valid = lines(m["files"]["train"]["path"]), lines(m["files"]["validation"]["path"])
+    assert len(valid) == min(64, (len(train) + len(valid)) // 2) and len(train) == m["files"]["train"]["rows"]
+    for row in train[:50] + valid:
+        assert [x["role"] for x in row["messages"]] == ["user", "assistant"]
+        assert row["messages"][0]["content"].strip() and row["messages"][1]["content"].strip()
+        assert row["task"] == "math" and "task_name" not in row  # NeMo RL's ResponseDataset adds task_name itself
+    sample = {r["messages"][0]["content"]: r["messages"][1]["content"] for r in train + valid}
+    src = [json.loads(x) for x in (RL_DIR / "samples" / "math_sample.jsonl").read_text().splitlines()]
+    for rec in src:
+        assert sample[rec["question"]] == rec["answer"].rsplit("####", 1)[1].strip()
+    assert not {r["messages"][0]["content"] for r in valid} & {r["messages"][0]["content"] for r in train}
+    assert m["nemo_rl"]["processor"] == "math_hf_data_processor"
+
+
+def test_deterministic_and_up_to_date(ray_instance, tmp_path):
+    a = run(tmp_path / "a", workers__count=1)
+    b = run(tmp_path / "b", workers__count=2)
+    for k in ("train", "validation"):
+        assert a["files"][k]["sha256"] == b["files"][k]["sha256"]
+    again = run(tmp_path / "b", workers__count=2)
+    assert again["created"] == b["created"]
+
+
+def test_dedupe_missing_answers_and_bad_lines(ray_instance, tmp_path):
+    data = tmp_path / "p.jsonl"
+    rows = [{"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"} for i in range(10)]
+    text = [json.dumps(r) for r in rows] + [json.dumps(rows[0]), json.dumps(rows[1]),
+                                             json.dumps({"question": "no answer", "answer": "forty two"}),
+                                             "{broken", json.dumps({"foo": 1})]
+    data.write_text("\n".join(text) + "\n")
+    blend = tmp_path / "b.json"
+    blend.write_text(json.dumps({"datasets": [{"name": "p", "path": str(data), "weight": 1.0}]}))
+    m = run(tmp_path / "o", blend_path=str(blend), split__validation_rows=3, split__method="last")
+    d = m["datasets"][0]
+    assert d["records"] == 15 and d["duplicates"] == 2
+    assert d["skipped"] == {"bad_record": 1, "malformed_json": 1, "missing_answer": 1}
+    assert any(f"{data}:13: missing_answer" in e for e in d["examples"])
+    valid = lines(m["files"]["validation"]["path"])
+    assert [r["messages"][1]["content"] for r in valid] == ["14", "16", "18"]  # the last 3 unique rows
+    assert len(lines(m["files"]["train"]["path"])) == 7
+    with pytest.raises(RuntimeFailure, match=rf"{data}:13: missing_answer"):
+        run(tmp_path / "o2", blend_path=str(blend), policies__missing_answer="fail")
+
+
+def test_gsm8k_from_shared_data(ray_instance, tmp_path):
+    if not GSM8K.is_file():
+        pytest.skip(f"shared data folder absent ({GSM8K.parent})")
+    m = run(tmp_path / "g", sample=300)
+    d = {x["name"]: x for x in m["datasets"]}
+    assert d["gsm8k"]["records"] == 300 and not d["gsm8k"]["skipped"]
+    answers = [r["messages"][1]["content"] for r in lines(m["files"]["train"]["path"]) if r["dataset"] == "gsm8k"]
+    assert all(a.replace(",", "").lstrip("-").replace(".", "", 1).isdigit() for a in answers)
+
+
+def test_progress_counts_prompts_not_tokens(ray_instance, tmp_path, capsys):
+    """RL data prep writes no tokens: its progress lines count prompts read and prompts/s."""
+    from nemotron.data.progress import human
+
+    cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(tmp_path / "p"), path_vars__shared_data=str(SHARED_DATA))
+    m = rl.prepare(rl.Settings.from_config(cfg), live_progress=False)
+    final = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[rl prompts] 100.0%")]
+    read = sum(d["records"] for d in m["datasets"])
+    assert len(final) == 1 and f"  {human(read)} prompts  " in final[0] and "prompts/s" in final[0], final
+    assert "token" not in final[0], final
+
+
+def _one_file_blend(tmp_path: Path, text: list[str]) -> str:
+    data = tmp_path / "p.jsonl"
+    data.write_text("\n".join(text) + "\n")
+    blend = tmp_path / "b.json"
+    blend.write_text(json.dumps({"datasets": [{"name": "p", "path": str(data), "weight": 1.0}]}))
+    return str(blend)
+
+
+def test_summary_lines_say_what_they_mean(ray_instance, tmp_path, capsys):
+    """The total row has no seconds under "passes"; the run's work is its own line; the progress bar's
+    final line is printed once; capped examples end with how many more were skipped."""
+    from nemotron.data.progress import human
+
+    good = [json.dumps({"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"}) for i in range(12)]
+    blend = _one_file_blend(tmp_path, good + ["{broken"] * 2 + [json.dumps({"question": "q", "answer": "none"})] * 3)
+    cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(tmp_path / "o"), blend_path=blend,
+                        split__validation_rows=2, policies__max_examples=2)
+    m = rl.prepare(rl.Settings.from_config(cfg), live_progress=False)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    total = next(ln for ln in lines if ln.startswith("| total "))
+    assert [c.strip() for c in total.strip().strip("|").split("|")] == ["total", "", "17", "5", "0", "", "10", "2"]
+    assert sum(ln.startswith("[rl prompts] 100.0%") for ln in lines) == 1, out
+    r = m["run"]
+    assert (f"work: 1 of 1 shard read: 17 records in {r['work_seconds']:.1f}s ({human(17 / r['work_seconds'])} "
+            f"records/s); {r['seconds']:.1f}s in all") in lines
+    assert [ln for ln in lines if ln.startswith("skipped: ")][2:] == [
+        f"skipped: ... and 3 more of p (counts by reason in {tmp_path / 'o' / 'manifest.json'}; raise "
+        "policies.max_examples (now 2) to list more)"]
+
+
+def test_no_usable_prompt_says_why(ray_instance, tmp_path):
+    blend = _one_file_blend(tmp_path, [json.dumps({"question": f"q{i}", "answer": "no marker"}) for i in range(4)])
+    with pytest.raises(RuntimeFailure) as err:
+        run(tmp_path / "o", blend_path=blend)
+    assert err.value.message == "no usable prompt was found, so no training rows (4 records read; skipped: missing_answer 4)"
+    assert err.value.hint == ("no record has an expected answer at answer_field=the form default: set answer_field "
+                              "to the field that holds it")

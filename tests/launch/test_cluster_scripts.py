@@ -1,0 +1,153 @@
+"""Every job script the tool renders (NeMo-Run's sbatch script of each stage kind, the Ray-on-Slurm template,
+the local executor's command line, the command of a run here) is valid bash with hostile profile values, and
+each ``env_vars`` value read back by bash is the value written in env.toml (NeMo-Run writes
+``export KEY=value`` unquoted and upper-cases names; the tool quotes and exports them itself)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nemotron.launch import backends
+from nemotron.errors import ConfigError
+from nemotron.cli.pipeline import StageRequest, prepare_stage
+from nemotron.config.registry import STAGES
+
+pytest.importorskip("nemo_run", reason="the sbatch scripts are rendered by NeMo-Run")
+
+HOSTILE = {
+    "SPACES": "a b  c",
+    "QUOTES": "it's \"quoted\"",
+    "DOLLAR": "$HOME and $$ and ${app_id} and $(id)",
+    "TICKS": "`id` ;rm -rf /tmp/x; echo",
+    "NEWLINE": "line1\nline2\n",
+    "BACKSLASH": "C:\\dir\\ end\\",
+    "http_proxy": "http://proxy.example:3128",
+}
+
+
+def _toml_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _env_file(tmp_path: Path) -> Path:
+    env_vars = "\n".join(f"{k} = {_toml_string(v)}" for k, v in HOSTILE.items())
+    path = tmp_path / "env.toml"
+    path.write_text(f"""
+[hostile]
+executor = "slurm"
+account = "acct"
+partition = "batch"
+gpus_per_node = 8
+gpu = "H100"
+job_dir = "{tmp_path}/my jobs"
+mounts = ["/data:/data"]
+[hostile.env_vars]
+{env_vars}
+
+[hostile-host]
+extends = "hostile"
+container = false
+
+[hostile-local]
+executor = "local"
+gpus_per_node = 0
+job_dir = "{tmp_path}/local jobs"
+[hostile-local.env_vars]
+{env_vars}
+""", encoding="utf-8")
+    return path
+
+
+def _render(stage, profile: str | None, env_file: Path) -> str:
+    req = StageRequest(stage=stage, config="tiny", overrides=(), mode="batch" if profile else "here", profile=profile,
+                       dry_run=True, env_file=str(env_file))
+    p = prepare_stage(req)
+    return backends.render(req, p.compiled, p.profile, p.plan)
+
+
+def _bash_n(script: str) -> None:
+    done = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def _read_back(block: str, names: list[str]) -> list[str]:
+    """Run ``block`` (export lines) in bash and return the values of ``names``, NUL-separated as bash has them."""
+    script = block + "\nprintf '%s\\0' " + " ".join(f'"${{{n}}}"' for n in names)
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    return done.stdout.split("\0")[:-1]
+
+
+def _exports(script: str) -> str:
+    """The export statements of the hostile variables in ``script`` (values may span lines)."""
+    lines = script.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("export SPACES="))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("export PYTHONPATH="))
+    lower = [ln for ln in lines if ln.startswith("export http_proxy=")]
+    assert not any(ln.startswith("export HTTP_PROXY=") for ln in lines), "a lower-case name was upper-cased"
+    return "\n".join(lines[start:end] + lower)
+
+
+@pytest.mark.parametrize("profile", ["hostile", "hostile-host"])
+@pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
+def test_sbatch_script_is_bash_and_round_trips_env_vars(stage, profile, tmp_path, monkeypatch):
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    text = _render(stage, profile, _env_file(tmp_path))
+    script = text.split("# SBATCH_SCRIPT\n#----------------\n", 1)[1]
+    _bash_n(script)
+    assert _read_back(_exports(script), list(HOSTILE)) == list(HOSTILE.values())
+    assert "my jobs" not in script, "the job root with a space reached the script (it is reached by a safe symlink)"
+
+
+def test_local_executor_command_is_bash_and_round_trips_env_vars(tmp_path, monkeypatch):
+    from nemotron.launch import submit
+
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    stage = next(s for s in STAGES if s.name == "data-prep-pretrain")
+    text = _render(stage, "hostile-local", _env_file(tmp_path))
+    _bash_n(text)
+    line = text.rstrip("\n").split("\n# logs: ", 1)[1].split("\n", 1)[1]
+    req = StageRequest(stage=stage, config="tiny", overrides=(), mode="batch", profile="hostile-local", dry_run=True,
+                       env_file=str(tmp_path / "env.toml"))
+    p = prepare_stage(req)
+    entry = submit.task_spec(p.plan, p.profile)["entrypoint"]
+    prefix = line.rsplit(f" {entry} ", 1)[0]
+    values = _read_back(f"export {prefix}", list(HOSTILE))
+    assert values == list(HOSTILE.values())
+
+
+def test_command_of_a_run_here_is_bash(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    stage = next(s for s in STAGES if s.name == "data-prep-pretrain")
+    text = _render(stage, None, _env_file(tmp_path))
+    _bash_n(text)
+    assert "a dry run writes nothing" in text and "are written there" not in text
+
+
+@pytest.mark.parametrize("mount, says", [
+    ("/my data:/data", "a space"),
+    ("/data,x:/data", "','"),
+    ("/data:/da$ta", "'$'"),
+    ("data", "a mount is 'SRC:/DST'"),
+])
+def test_mount_that_would_split_the_srun_line_is_refused_with_the_reason(tmp_path, mount, says):
+    from nemotron.profiles.load import load_profiles
+
+    path = tmp_path / "env.toml"
+    path.write_text(f'[c]\nexecutor = "slurm"\nmounts = [{_toml_string(mount)}]\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_profiles(path).get("c")
+    assert says in info.value.message and "mounts" in info.value.message
+    if says != "a mount is 'SRC:/DST'":
+        assert "unquoted" in info.value.message  # the reason, not the shape rule
+
+
+def test_image_path_with_a_space_is_refused(tmp_path):
+    from nemotron.profiles.load import load_profiles
+
+    path = tmp_path / "env.toml"
+    path.write_text('[c]\nexecutor = "slurm"\n[c.images]\nnemo = "/my images/nemo.sqsh"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="a space.*unquoted"):
+        load_profiles(path).get("c")

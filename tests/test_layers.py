@@ -1,0 +1,147 @@
+"""The package's import graph: no circles, and every arrow points down the flow argv → compile → validate →
+plan → run/submit (docs/architecture.md).
+
+Every ``import`` / ``from ... import`` of every module under ``src/nemotron`` counts, wherever it stands (module
+level, inside a function, under ``if TYPE_CHECKING``): an import hidden in a function is still an arrow. The
+graph is read from the source with :mod:`ast`, nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "nemotron"
+
+#: The folders (and top-level modules) of ``nemotron``, lowest first. A module may import its own folder and any
+#: folder listed before it. ``errors`` and ``report`` (the error types, exit codes and terminal primitives) sit
+#: below everything; ``console`` is the console entry point.
+LAYERS = ("errors", "report", "config", "profiles", "layout", "data", "runtime", "validation", "launch", "cli",
+          "console", "__main__")
+
+#: Deliberate arrows from a lower layer to a higher one: (importer, imported). At most two may ever be listed.
+UPWARD_ALLOWED: frozenset[tuple[str, str]] = frozenset()
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = ["nemotron", *path.relative_to(PACKAGE).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        mods[".".join(parts)] = path
+    return mods
+
+
+def _targets(mod: str, is_pkg: bool, node: ast.Import | ast.ImportFrom, mods: dict[str, Path]) -> list[str]:
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        if node.level:
+            base = mod.split(".")[: len(mod.split(".")) - (node.level - (1 if is_pkg else 0))]
+            prefix = ".".join(base + ([node.module] if node.module else []))
+        else:
+            prefix = node.module or ""
+        # `from pkg import module` imports the module; `from module import name` the module
+        names = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in mods else prefix for a in node.names]
+    out = []
+    for name in names:
+        while name not in mods and "." in name:
+            name = name.rsplit(".", 1)[0]
+        if name in mods and name != mod:
+            out.append(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: {internal modules it imports}}`` over every import statement of every module."""
+    mods = _modules()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                graph[mod].update(_targets(mod, path.name == "__init__.py", node, mods))
+        graph.setdefault(mod, set())
+    return dict(graph)
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def layer(module: str) -> int:
+    """The rank of ``module``'s folder in :data:`LAYERS` (``nemotron`` itself, the package root, is -1)."""
+    parts = module.split(".")
+    return -1 if len(parts) == 1 else LAYERS.index(parts[1])
+
+
+def upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(a, b) for a, targets in graph.items() for b in targets if layer(b) > layer(a)}
+
+
+def test_graph_is_read():
+    graph = import_graph()
+    # a few arrows that must be seen, one of them inside a function body
+    assert "nemotron.config.compile" in graph["nemotron.cli.pipeline"]
+    assert "nemotron.runtime.megatron_bridge" in graph["nemotron.validation.checks"]  # imported inside functions
+    assert sum(map(len, graph.values())) > 300
+
+
+def test_every_folder_has_a_layer():
+    unplaced = sorted({m.split(".")[1] for m in import_graph() if "." in m} - set(LAYERS))
+    assert not unplaced, f"folders/modules of nemotron without a place in LAYERS: {unplaced}"
+
+
+def test_no_import_circles():
+    found = circles(import_graph())
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_arrows_point_down():
+    assert len(UPWARD_ALLOWED) <= 2
+    wrong = sorted(upward(import_graph()) - UPWARD_ALLOWED)
+    assert not wrong, "imports from a lower layer to a higher one:\n" + "\n".join(f"{a} -> {b}" for a, b in wrong)
+
+
+def test_checks_can_fail():
+    """The checks above on a graph made to break them."""
+    graph = {"nemotron.config.a": {"nemotron.config.b"}, "nemotron.config.b": {"nemotron.config.a"},
+             "nemotron.data.x": {"nemotron.cli.main"}, "nemotron.cli.main": set()}
+    assert circles(graph) == [["nemotron.config.a", "nemotron.config.b"]]
+    assert upward(graph) == {("nemotron.data.x", "nemotron.cli.main")}
