@@ -23,7 +23,7 @@ from typing import Any
 from nemotron.data import driver
 from nemotron.data.blend import Blend, DatasetSpec
 from nemotron.data.pretrain import _dataset_files, _local, _pack
-from nemotron.data.sources import FORMATS, Piece, is_remote, reading, scan_rows, split_file
+from nemotron.data.sources import FORMATS, Piece, is_remote, reading, scan_rows, split_file, split_json_array
 from nemotron.errors import ConfigError, RuntimeFailure
 
 
@@ -93,6 +93,9 @@ def plan_dataset(spec: DatasetSpec, s: Any, schemas: tuple[str, ...], target_byt
             else:
                 pieces.append(Piece(file, fmt, 0, None if scan.complete else k, 1, size))
             left -= k
+        elif fmt == "json" and not is_remote(file) and getattr(s, "SPLIT_JSON_ARRAYS", False):
+            with reading(file):
+                pieces.extend(split_json_array(file, target_bytes))
         elif is_remote(file) or fmt not in ("jsonl", "parquet"):
             pieces.append(Piece(file, fmt, 0, None, 1, size))
         else:

@@ -73,7 +73,7 @@ _SECTIONS = {
     "pack": ("pack_size", "pad_to_multiple", "algorithm", "window", "seed", "row_group_size", "compression"),
     "shards": ("target_bytes",),
     "split": ("validation_fraction", "seed"),
-    "workers": ("count", "cpus_per_task"),
+    "workers": ("count", "cpus_per_task", "engine", "in_process_max_bytes"),
     "remote": ("cache_dir",),
     "summary": ("progress_interval_s",),
 }
@@ -85,6 +85,9 @@ class Settings(driver.StageSettings):
     """The stage config, checked (field names follow the YAML keys; ``pack_size`` = ``pack.pack_size``)."""
 
     INPUT_KEYS = (("blend_path", "blend_path"), ("tokenizer.name", "tokenizer_name"), ("chat.template", "template"))
+    #: A JSON array file larger than 1.5 x ``shards.target_bytes`` is cut into element ranges (several
+    #: tasks), as a JSONL file is cut at line starts; the held-out split is keyed by element index, not by shard.
+    SPLIT_JSON_ARRAYS = True
 
     mixing: str = "weighted"
     tokenizer_name: str = ""
