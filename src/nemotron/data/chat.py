@@ -665,11 +665,22 @@ def add_chat_tokens(json_path: str, tokens: list[str] | tuple[str, ...], out_dir
     first, lowest id first, so the vocabulary size does not change; only when none is left is a new
     id appended. The result is written to ``out_dir/tokenizer.json``.
 
+    ``out_dir`` is a cache keyed by the source and the tokens (the caller names it so): where a complete
+    result is already there (``tokenizer.json`` and its ``added.json`` record), it is returned as it is.
+
     Returns:
         ``(path, {token: id})`` of what was added; ``(None, {})`` when nothing was missing.
     """
     from nemotron.data.files import atomic_write_bytes
 
+    out = out_dir / "tokenizer.json"
+    record = out_dir / "added.json"  # written after the tokenizer (both atomically): present = complete
+    if record.is_file() and out.is_file():
+        try:
+            done = json.loads(record.read_text(encoding="utf-8"))
+            return (out, {str(k): int(v) for k, v in done["added"].items()}) if done["added"] else (None, {})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
     doc = json.loads(Path(json_path).read_text(encoding="utf-8"))
     vocab: dict[str, int] = doc["model"]["vocab"]
     added = doc.get("added_tokens") or []
@@ -695,6 +706,6 @@ def add_chat_tokens(json_path: str, tokens: list[str] | tuple[str, ...], out_dir
             assigned[token] = next_id
             next_id += 1
     doc["added_tokens"] = sorted(added, key=lambda t: t["id"])
-    out = out_dir / "tokenizer.json"
     atomic_write_bytes(out, json.dumps(doc, ensure_ascii=False).encode())
+    atomic_write_bytes(record, json.dumps({"source": str(json_path), "added": assigned}).encode())
     return out, assigned

@@ -351,7 +351,7 @@ def build_shard(shard: dict[str, Any], opts: dict[str, Any]):
     os.environ["RAYON_NUM_THREADS"] = str(opts["cpus_per_task"])
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
     t0 = time.monotonic()
-    tok = tk.load(opts["tokenizer_json"], opts["split_special_tokens"])
+    tok = tk.load(opts["tokenizer_json"], opts["split_special_tokens"], sha256=opts.get("tokenizer_sha256"))
     bos, eos = opts["bos_id"], opts["eos_id"]
     n_extra = (bos is not None) + (eos is not None)
     max_tokens = opts["max_doc_tokens"]
@@ -548,7 +548,7 @@ def _plan_all(s: Settings, blend: Blend, vdir: Path) -> tuple[Any, ...]:
         "dtype": dtype, "max_doc_tokens": s.max_doc_tokens, "min_doc_chars": s.min_doc_chars,
         "on_bad": dict(s.on_bad), "max_examples": s.max_examples, "batch_bytes": s.batch_bytes,
         "cpus_per_task": s.cpus_per_task, "remote_cache_dir": os.path.expanduser(s.remote_cache_dir),
-        "report_s": 1.0,
+        "report_s": 1.0, "tokenizer_sha256": info.file_sha256,
     }
     output_settings = {k: opts[k] for k in ("split_special_tokens", "bos_id", "eos_id", "dtype", "max_doc_tokens",
                                             "min_doc_chars", "on_bad")}
