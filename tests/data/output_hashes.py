@@ -40,8 +40,9 @@ def pretrain_config(out: Path, tok_cache: str, **overrides: Any) -> dict[str, An
         {"name": "wiki", "path": str(WIKI), "weight": 1.0, "category": "web"},
         {"name": "shakespeare", "path": str(SHAKESPEARE), "weight": 1.0, "category": "books", "text_field": "content"},
     ]}))
+    overrides["shards"] = {"target_tokens": 60_000, **overrides.get("shards", {})}
     return compile_stage("data-prep-pretrain", "tiny", blend_path=str(blend), output_dir=str(out),
-                         tokenizer__cache_dir=tok_cache, shards={"target_tokens": 60_000}, **overrides)
+                         tokenizer__cache_dir=tok_cache, **overrides)
 
 
 def sft_config(out: Path, tok_cache: str, **overrides: Any) -> dict[str, Any]:

@@ -804,9 +804,21 @@ def ray_workers(run: Run) -> Iterator[tuple[int, dict[str, Any]]]:
     ``"threads"``) for the manifest's ``run`` record.
     """
     if run.engine == "in_process":
+        import signal
+        import threading
+
+        from nemotron.errors import request_stop
+
         workers = in_process_workers(run.s)
-        yield workers, {"engine": "in_process", "engine_reason": run.engine_reason, "workers": workers,
-                        "threads": workers * run.s.cpus_per_task, "ray": None, "ray_cpus": None}
+        # as a Ray session does: SIGTERM (kill, timeout, scancel) stops the run cleanly, exit 75 (resumable)
+        ours = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, request_stop) if ours else None
+        try:
+            yield workers, {"engine": "in_process", "engine_reason": run.engine_reason, "workers": workers,
+                            "threads": workers * run.s.cpus_per_task, "ray": None, "ray_cpus": None}
+        finally:
+            if ours:
+                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         return
     with contextlib.ExitStack() as stack:
         session = run.session
@@ -1031,7 +1043,8 @@ def work_line(r: dict[str, Any], steps: list[tuple[str, str]], what: str, rate: 
     ``steps`` are ``(noun, verb)`` pairs counted by :func:`account` (``("shards", "built")``); the rate
     is ``r["<what>_built"]`` over ``r["work_seconds"]`` (the seconds of this run's own work, not of the
     reused items). Example: ``work: 2 of 5 shards built: 4.64M tokens in 6.9s (667k tok/s); reused from
-    a previous run: 3 shards, 4.39M tokens; 9.8s in all``. A manifest without these counts (written by an
+    a previous run: 3 shards, 4.39M tokens; 9.8s in all``; an in-process run (``r["engine"]``) adds where it
+    ran before the total: ``; in this process, no Ray (2 threads; <engine_reason>)``. A manifest without these counts (written by an
     older version) gives ``run: 9.8s in all``; an ``r`` marked ``"up_to_date"`` (a rerun that found the
     output up to date, :func:`reuse_or_reset`) gives ``work: none (up to date)``.
     """
@@ -1049,8 +1062,6 @@ def work_line(r: dict[str, Any], steps: list[tuple[str, str]], what: str, rate: 
     reused = [count(r[f"{n}_reused"], n) for n, _verb in steps if r[f"{n}_reused"]]
     if reused:
         line += f"; reused from a previous run: {', '.join(reused)}, {human(r[f'{what}_reused'])} {what}"
-    if r.get("engine") == "in_process":
+    if r.get("engine") == "in_process":  # a Ray run names its cluster in the line before the progress bar
         line += f"; in this process, no Ray ({count(r.get('threads') or 1, 'threads')}; {r.get('engine_reason')})"
-    elif r.get("engine") == "ray" and r.get("ray"):
-        line += f"; Ray {r['ray']} ({r.get('engine_reason')})"
     return f"{line}; {total}"
