@@ -135,8 +135,13 @@ def tree_pss_bytes(pid: int) -> int:
     return sum(pss_bytes(p) for p in [pid, *descendants(pid)])
 
 
-def run_pipeline(cfg: dict, work: Path, name: str, kill_after_receipts: int | None = None) -> dict:
-    """Run `run.py` on ``cfg`` in a subprocess; sample the process tree's PSS and RSS every 200 ms."""
+def run_pipeline(cfg: dict, work: Path, name: str, kill_after_receipts: int | None = None, resume: bool = False) -> dict:
+    """Run `run.py` on ``cfg`` in a subprocess; sample the process tree's PSS and RSS every 200 ms.
+    The output folder is emptied first unless ``resume`` (a rerun of a work folder must redo the work)."""
+    if not resume:
+        import shutil
+
+        shutil.rmtree(cfg["output_dir"], ignore_errors=True)
     cfg_path = work / f"{name}.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     t0 = time.perf_counter()
@@ -159,7 +164,7 @@ def run_pipeline(cfg: dict, work: Path, name: str, kill_after_receipts: int | No
     if kill_after_receipts is not None:
         while proc.poll() is None:
             if len(list(out.rglob("*.receipt.json"))) >= kill_after_receipts:
-                in_flight = sorted({p.name.split(".")[0] for p in out.rglob("*.tmp-*")})
+                in_flight = sorted({f"{p.parent.name}/{p.name.split('.')[0]}" for p in out.rglob("*.tmp-*")})
                 for pid in [proc.pid, *descendants(proc.pid)]:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
@@ -350,8 +355,12 @@ def main() -> None:
         print("3. tokens/s per worker", flush=True)
         r1 = run_pipeline(cfg("x1-w1", files1, 1), work, "x1-w1")
         raw1 = (raw(1, files1)[0] + raw(1, files1)[0]) / 2
-        per1 = big["tokens"] / sum(d["seconds"] for d in r1["manifest"]["datasets"])
-        per2 = big["tokens"] / sum(d["seconds"] for d in m1["datasets"])
+        def per_worker(m: dict) -> float:
+            # a task's seconds; in process one task at a time holds every worker's threads
+            held = m["run"]["workers"] if m["run"].get("engine") == "in_process" else 1
+            return big["tokens"] / (sum(d["seconds"] for d in m["datasets"]) * held)
+
+        per1, per2 = per_worker(r1["manifest"]), per_worker(m1)
         line(("3. tokens/s per worker, 1 worker", f"{per1 / 1e6:.3f}M", f"raw 1 thread {raw1 / 1e6:.3f}M -> {per1 / raw1:.2f}"))
         line((f"   tokens/s per worker, {workers} workers", f"{per2 / 1e6:.3f}M",
               f"raw {big['raw'] / workers / 1e6:.3f}M per thread -> {per2 / (big['raw'] / workers):.2f}"))
@@ -381,10 +390,10 @@ def main() -> None:
         kcfg = cfg("kill", files1, workers)
         shards_total = len(m1["shards"])
         rk = run_pipeline(kcfg, work, "kill", kill_after_receipts=max(shards_total // 3, 1))
-        rr2 = run_pipeline(kcfg, work, "kill-resume")
+        rr2 = run_pipeline(kcfg, work, "kill-resume", resume=True)
         resumed = rr2["manifest"]["run"]
         same_after_resume = shard_bytes(work / "out" / "kill") == shard_bytes(work / "out" / "x1-0")
-        lost = sum(s["tokens"] for s in m1["shards"] if s["id"].split("/")[1] in rk["killed"].get("in_flight", []))
+        lost = sum(s["tokens"] for s in m1["shards"] if s["id"] in rk["killed"].get("in_flight", []))
         biggest = max(s["tokens"] for s in m1["shards"])
         line(("5. shards in flight when SIGKILLed", f"{len(rk['killed'].get('in_flight', []))}",
               f"workers {workers}; {rk['killed'].get('receipts')} of {shards_total} shards had receipts"))
