@@ -75,6 +75,9 @@ def loop_reference(tok_json: str, inputs: list[tuple[str, str | None]]) -> dict[
 
 def run_stage(cfg: dict[str, Any], work: Path, name: str) -> dict[str, Any]:
     """``run.py`` of the SFT stage on ``cfg`` in a subprocess: wall seconds and the manifest."""
+    import shutil
+
+    shutil.rmtree(cfg["output_dir"], ignore_errors=True)  # a rerun of a work folder must redo the work
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     t0 = time.perf_counter()

@@ -121,31 +121,3 @@ def test_engine_choice(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     assert driver.choose_engine(s(pretrain.Settings), blend) == ("ray", "RAY_ADDRESS is set")
 
-
-@needs_sft
-def test_one_encoding_per_sample_gives_the_ids_of_the_pieces_encoded_apart(tok_cache):
-    from test_data_prep_sft_support import chat_tokenizer
-
-    tok, _ct = chat_tokenizer(tok_cache)
-    template = chat.load_template(str(TEMPLATE))
-    segs = []
-    for obj, schema in _conversations():
-        try:
-            msgs, tools = chat.normalise(obj, schema)
-        except chat.RecordProblem:
-            continue
-        for keep in ("split", "keep"):
-            segs.extend(chat.segment(template, smp, tools) for smp in chat.training_samples(msgs, keep))
-    specials = chat._plain_special_tokens(tok)
-    assert sum(chat._cuts_at_special_tokens(s, specials) for s in segs) > len(segs) // 2  # most take the fast path
-    got = chat.tokenize_samples(tok, segs)
-    for s, t in zip(segs, got, strict=True):
-        apart = [e.ids for e in tok.encode_batch_fast(s.pieces, add_special_tokens=False)]
-        assert t.ids == [i for ids in apart for i in ids]
-        assert t.learned == [int(f) for ids, f in zip(apart, s.learned, strict=True) for _ in ids]
-        ends, n = [], 0  # a learned turn ends after the context piece (its "\n") that follows it
-        for k, ids in enumerate(apart):
-            n += len(ids)
-            if k and s.learned[k - 1] and not s.learned[k]:
-                ends.append(n)
-        assert t.turn_ends == ends

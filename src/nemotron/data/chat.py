@@ -631,87 +631,27 @@ class Tokenized:
     turn_ends: list[int]
 
 
-def _plain_special_tokens(tok) -> tuple[str, ...]:
-    """The special tokens of ``tok`` that are matched as they are (no strip, not normalised, not single-word):
-    text on either side of one is encoded apart from it, so a cut next to one changes no token."""
-    key = id(tok)
-    if key not in _PLAIN_SPECIALS:
-        _PLAIN_SPECIALS[key] = tuple(t.content for t in tok.get_added_tokens_decoder().values()
-                                     if t.special and not (t.lstrip or t.rstrip or t.single_word or t.normalized))
-    return _PLAIN_SPECIALS[key]
-
-
-_PLAIN_SPECIALS: dict[int, tuple[str, ...]] = {}
-
-
-def _cuts_at_special_tokens(s: Segmented, specials: tuple[str, ...]) -> bool:
-    """Whether every boundary between two pieces of ``s`` touches a special token (one ends or starts there)."""
-    return all(left.endswith(specials) or right.startswith(specials) for left, right in zip(s.pieces, s.pieces[1:]))
-
-
 def tokenize_samples(tok, segmented: list[Segmented]) -> list[Tokenized]:
-    """Encode the pieces of many samples in one batch (special tokens recognised, no BOS/EOS added).
-
-    The ids are those of each piece encoded on its own. Where every cut between a sample's pieces touches a
-    special token that the tokenizer matches as it is (the usual case: learned turns start after
-    ``<think></think>`` and end with ``<|im_end|>``, context starts with ``<|im_start|>``), the text on each
-    side is encoded apart anyway, so the sample is encoded as one text and its pieces found at their
-    character offsets (``Encoding.char_to_token``): the same ids, one encoding instead of one per piece.
-    """
-    if tok.encode_special_tokens:  # special-token text is text: no cut is safe
-        specials: tuple[str, ...] = ()
-    else:
-        specials = _plain_special_tokens(tok)
-    whole = [bool(specials) and _cuts_at_special_tokens(s, specials) for s in segmented]
-    texts = [s.text if w else p for s, w in zip(segmented, whole, strict=True) for p in ([s.text] if w else s.pieces)]
-    encs = tok.encode_batch_fast(texts, add_special_tokens=False) if texts else []
+    """Encode the pieces of many samples in one batch (special tokens recognised, no BOS/EOS added)."""
+    flat = [p for s in segmented for p in s.pieces]
+    encs = tok.encode_batch_fast(flat, add_special_tokens=False) if flat else []
     out: list[Tokenized] = []
     k = 0
-    for s, w in zip(segmented, whole, strict=True):
-        if w:
-            enc = encs[k]
+    for s in segmented:
+        ids: list[int] = []
+        mask: list[int] = []
+        ends: list[int] = []
+        after_learned = False
+        for piece_learned in s.learned:
+            piece_ids = encs[k].ids
             k += 1
-            counts = _piece_token_counts(enc, s)
-            if counts is not None:
-                out.append(_assemble(s, enc.ids, counts))
-                continue
-            piece_ids = [e.ids for e in tok.encode_batch_fast(s.pieces, add_special_tokens=False)]
-        else:
-            piece_ids = [e.ids for e in encs[k:k + len(s.pieces)]]
-            k += len(s.pieces)
-        out.append(_assemble(s, [t for ids in piece_ids for t in ids], [len(ids) for ids in piece_ids]))
+            ids.extend(piece_ids)
+            mask.extend([1 if piece_learned else 0] * len(piece_ids))
+            if after_learned and not piece_learned:
+                ends.append(len(ids))
+            after_learned = piece_learned
+        out.append(Tokenized(ids, mask, ends))
     return out
-
-
-def _piece_token_counts(enc: Any, s: Segmented) -> list[int] | None:
-    """Tokens per piece of ``s`` in the encoding ``enc`` of its whole text (``None`` where a piece start
-    maps to no token or the starts do not increase)."""
-    n = len(enc.ids)
-    starts, pos = [], 0
-    for piece in s.pieces:
-        if pos >= len(s.text) or not piece:
-            starts.append(n if pos >= len(s.text) else None)
-        else:
-            starts.append(enc.char_to_token(pos))
-        pos += len(piece)
-    if any(x is None for x in starts) or starts[0] != 0:
-        return None
-    bounds = [*starts, n]
-    counts = [b - a for a, b in zip(bounds, bounds[1:])]
-    return counts if all(c >= 0 for c in counts) else None
-
-
-def _assemble(s: Segmented, ids: list[int], counts: list[int]) -> Tokenized:
-    mask: list[int] = []
-    ends: list[int] = []
-    total, after_learned = 0, False
-    for piece_learned, c in zip(s.learned, counts, strict=True):
-        mask.extend([1 if piece_learned else 0] * c)
-        total += c
-        if after_learned and not piece_learned:
-            ends.append(total)
-        after_learned = piece_learned
-    return Tokenized(list(ids), mask, ends)
 
 
 # --------------------------------------------------------------------------------------------------
