@@ -249,6 +249,10 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
     def flush() -> None:
         segs = [g for group, _split, _at in pending for g in group]
         toks = chat.tokenize_samples(tok, segs)
+        # the batch's samples go to the files in one write each (ids, lengths, learned flags)
+        out_ids: list[int] = []
+        out_lens: list[int] = []
+        out_mask: list[int] = []
         k = 0
         for group, split, at in pending:
             for _ in group:
@@ -271,13 +275,17 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
                     counts["truncated_tokens"] += n - cut
                     t.ids, t.learned = t.ids[:cut], t.learned[:cut]
                     n = cut
-                writer.add_flat(np.asarray(t.ids, dtype=np.int64), np.asarray([n]))
-                mask_fh.write(np.asarray(t.learned, dtype=np.uint8).tobytes())
+                out_ids.extend(t.ids)
+                out_lens.append(n)
+                out_mask.extend(t.learned)
                 splits.append(split)
                 name = SPLITS[split]
                 tokens[name] += n
-                learned[name] += int(sum(t.learned))
+                learned[name] += sum(t.learned)
                 counts["samples"] += 1
+        if out_lens:
+            writer.add_flat(np.array(out_ids, dtype=np.int64), np.array(out_lens, dtype=np.int64))
+            mask_fh.write(np.array(out_mask, dtype=np.uint8).tobytes())
         pending.clear()
 
     try:
