@@ -30,7 +30,9 @@ Three steps, each usable alone (the tests pin every one of them):
    ``<|im_start|>assistant\\n<think></think>`` without): the reasoning, ``</think>``, the answer, the
    tool calls and the closing ``<|im_end|>``. It is found by rendering the conversation up to each
    learned turn (with the matching generation prompt) and up to its end, and both renderings must
-   be prefixes of the full one — otherwise :class:`TemplateMismatch` (never a silent drop).
+   be prefixes of the full one — otherwise :class:`TemplateMismatch` (never a silent drop). In practice
+   the conversation is rendered once and the spans read off it at the assistant headers, which gives the
+   same pieces (checked per template on probe conversations; :func:`segment_by_prefixes` otherwise).
    :func:`tokenize_samples` encodes the pieces (special tokens recognised) into ids and a per-token
    learned flag, with the token positions where each learned turn ends (after its ``\\n``) for
    truncation at a turn boundary.
@@ -401,11 +403,21 @@ class ChatTemplate:
             raise ConfigError(f"{name}:{exc.lineno}: chat template syntax error: {exc.message}") from None
         self.name = name
         self.text = text
+        self._one_render: bool | None = None
 
     def render(self, messages: list[dict[str, Any]], tools: list[Any] | None = None,
                add_generation_prompt: bool = False, **switches: Any) -> str:
         return self._template.render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                      **switches)
+
+    def one_render_agrees(self) -> bool:
+        """Whether this template's learned spans may be read off one rendering (:func:`one_render_spans`):
+        on a fixed set of probe conversations (:data:`_PROBES`) they equal the spans of the definition
+        (:func:`segment_by_prefixes`). Checked once per template object; a template that fails (or renders
+        a probe with an error) is always segmented by its prefixes."""
+        if self._one_render is None:
+            self._one_render = _probe_agrees(self)
+        return self._one_render
 
 
 @lru_cache(maxsize=4)
@@ -435,20 +447,114 @@ class Segmented:
 def segment(template: ChatTemplate, sample: Sample, tools: list[Any] | None) -> Segmented:
     """Render ``sample`` and cut it into context and learned pieces (see the module docstring).
 
+    The conversation is rendered once; each learned turn's span is found in that text from its assistant
+    header (:func:`one_render_spans`). Where that cannot be relied on — a message that carries a chat
+    control token as text, a template whose output is not one ``<|im_start|>assistant`` block per assistant
+    message, or a template that fails :meth:`ChatTemplate.one_render_agrees` — the spans come from rendering
+    the conversation up to each learned turn, with and without the generation prompt, as the definition
+    says (:func:`segment_by_prefixes`). Both give the same pieces wherever the first applies.
+
     Raises:
         TemplateMismatch: a prefix rendering is not a prefix of the full rendering, or a learned
             turn does not end with ``<|im_end|>\\n``.
         RecordProblem: ``bad_record`` when the template itself fails on the record.
     """
+    full = _render_full(template, sample, tools)
+    spans = one_render_spans(full, sample, tools) if template.one_render_agrees() else None
+    if spans is None:
+        return segment_by_prefixes(template, sample, tools, full)
+    return _cut(full, spans)
+
+
+def _render_full(template: ChatTemplate, sample: Sample, tools: list[Any] | None) -> str:
     import jinja2
 
-    switches = {"truncate_history_thinking": not sample.keep_history_reasoning}
-    msgs = sample.messages
     try:
-        full = template.render(msgs, tools, **switches)
+        return template.render(sample.messages, tools, truncate_history_thinking=not sample.keep_history_reasoning)
     except (jinja2.TemplateError, TypeError, ValueError) as exc:
         raise RecordProblem("bad_record", f"the chat template cannot render it ({type(exc).__name__}: {exc})") from None
+
+
+def _cut(full: str, spans: list[tuple[int, int]]) -> Segmented:
+    """``full`` cut at the learned ``[start, end)`` spans (each followed by its one-character ``"\\n"`` piece)."""
     out = Segmented(full)
+    pos = 0
+    for start, end in spans:
+        out.pieces += [full[pos:start], full[start:end], "\n"]
+        out.learned += [False, True, False]
+        pos = end + 1
+    if pos < len(full):
+        out.pieces.append(full[pos:])
+        out.learned.append(False)
+    return out
+
+
+_HEADER = "<|im_start|>assistant\n"
+_CONTROL = ("<|im_start|>", _END, "<think>", "</think>")
+
+
+def one_render_spans(full: str, sample: Sample, tools: list[Any] | None) -> list[tuple[int, int]] | None:
+    """The learned ``[start, end)`` character spans of ``sample`` in its one rendering ``full``, or ``None``
+    where they cannot be read off it.
+
+    Assistant message ``k`` (in order) is the ``k``-th ``<|im_start|>assistant\\n`` of ``full``; its learned
+    span starts after the generation prompt (that header, then ``<think>\\n`` when the turn has reasoning,
+    else ``<think></think>``) and ends after the first ``<|im_end|>`` that follows, which must be followed by
+    ``\\n``. ``None`` when a message, tool call or tool schema holds a chat control token as text
+    (``<|im_start|>``, ``<|im_end|>``, ``<think>``, ``</think>``: the markers would be ambiguous, and the
+    template treats think tags in answers specially), when the headers do not match the assistant messages
+    one to one, or a learned turn does not start or end as described.
+    """
+    msgs = sample.messages
+    for m in msgs:
+        for key in ("content", "reasoning_content"):
+            text = m.get(key)
+            if isinstance(text, str) and any(c in text for c in _CONTROL):
+                return None
+        if m.get("tool_calls") and any(c in json.dumps(m["tool_calls"], ensure_ascii=False) for c in _CONTROL):
+            return None
+    if tools and any(c in json.dumps(tools, ensure_ascii=False) for c in _CONTROL):
+        return None
+    heads = []
+    at = full.find(_HEADER)
+    while at >= 0:
+        heads.append(at)
+        at = full.find(_HEADER, at + 1)
+    assistants = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+    if len(heads) != len(assistants):
+        return None
+    spans = []
+    for b, i in zip(heads, assistants, strict=True):
+        if i < max(sample.first_learned, 1):
+            continue
+        head = _HEADER + ("<think>\n" if msgs[i].get("reasoning_content") else "<think></think>")
+        if not full.startswith(head, b):
+            return None
+        start = b + len(head)
+        close = full.find(_END, start)
+        if close < 0:
+            return None
+        end = close + len(_END)
+        if full[end:end + 1] != "\n" or end <= start:
+            return None
+        spans.append((start, end))
+    return spans
+
+
+def segment_by_prefixes(template: ChatTemplate, sample: Sample, tools: list[Any] | None,
+                        full: str | None = None) -> Segmented:
+    """:func:`segment` by definition: the conversation rendered up to each learned turn with the matching
+    generation prompt, and up to its end; both must be prefixes of the full rendering ``full`` (rendered
+    here when not given).
+
+    Raises:
+        TemplateMismatch, RecordProblem: as :func:`segment`.
+    """
+    switches = {"truncate_history_thinking": not sample.keep_history_reasoning}
+    msgs = sample.messages
+    if full is None:
+        full = _render_full(template, sample, tools)
+    spans: list[tuple[int, int]] = []
     pos = 0
     for i in range(max(sample.first_learned, 1), len(msgs)):
         m = msgs[i]
@@ -466,13 +572,45 @@ def segment(template: ChatTemplate, sample: Sample, tools: list[Any] | None) -> 
         start, end = len(prompt), len(upto) - 1
         if start < pos:
             raise TemplateMismatch(f"message {i} starts inside the previous learned turn")
-        out.pieces += [full[pos:start], full[start:end], "\n"]
-        out.learned += [False, True, False]
+        spans.append((start, end))
         pos = end + 1
-    if pos < len(full):
-        out.pieces.append(full[pos:])
-        out.learned.append(False)
-    return out
+    return _cut(full, spans)
+
+
+#: Conversations on which a template's one-render spans are compared with the definition
+#: (:meth:`ChatTemplate.one_render_agrees`): plain turns, several turns, reasoning (history dropped and
+#: kept), tool calls with their results, and a system prompt with tool schemas.
+_PROBES: tuple[tuple[list[dict[str, Any]], list[Any] | None], ...] = (
+    ([{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}], None),
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+      {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}], None),
+    ([{"role": "system", "content": ""}, {"role": "user", "content": "2+2?"},
+      {"role": "assistant", "content": "4", "reasoning_content": "Add them."}, {"role": "user", "content": "3+3?"},
+      {"role": "assistant", "content": "6", "reasoning_content": "Add again."}], None),
+    ([{"role": "system", "content": ""}, {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "w", "arguments": {"c": "x"}}}]},
+      {"role": "tool", "content": "sun"}, {"role": "tool", "content": "warm"}, {"role": "assistant", "content": "Sunny."}],
+     [{"type": "function", "function": {"name": "w", "description": "d", "parameters": {"type": "object",
+                                         "properties": {"c": {"type": "string"}}, "required": ["c"]}}}]),
+)
+
+
+def _probe_agrees(template: ChatTemplate) -> bool:
+    for msgs, tools in _PROBES:
+        for keep in ("split", "keep"):
+            for sample in training_samples(msgs, keep):
+                try:
+                    want = segment_by_prefixes(template, sample, tools)
+                except RecordProblem:
+                    return False
+                full = _render_full(template, sample, tools)
+                spans = one_render_spans(full, sample, tools)
+                if spans is None:
+                    continue
+                got = _cut(full, spans)
+                if (got.pieces, got.learned) != (want.pieces, want.learned):
+                    return False
+    return True
 
 
 def _first_difference(a: str, b: str) -> int:
@@ -527,11 +665,22 @@ def add_chat_tokens(json_path: str, tokens: list[str] | tuple[str, ...], out_dir
     first, lowest id first, so the vocabulary size does not change; only when none is left is a new
     id appended. The result is written to ``out_dir/tokenizer.json``.
 
+    ``out_dir`` is a cache keyed by the source and the tokens (the caller names it so): where a complete
+    result is already there (``tokenizer.json`` and its ``added.json`` record), it is returned as it is.
+
     Returns:
         ``(path, {token: id})`` of what was added; ``(None, {})`` when nothing was missing.
     """
     from nemotron.data.files import atomic_write_bytes
 
+    out = out_dir / "tokenizer.json"
+    record = out_dir / "added.json"  # written after the tokenizer (both atomically): present = complete
+    if record.is_file() and out.is_file():
+        try:
+            done = json.loads(record.read_text(encoding="utf-8"))
+            return (out, {str(k): int(v) for k, v in done["added"].items()}) if done["added"] else (None, {})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
     doc = json.loads(Path(json_path).read_text(encoding="utf-8"))
     vocab: dict[str, int] = doc["model"]["vocab"]
     added = doc.get("added_tokens") or []
@@ -557,6 +706,6 @@ def add_chat_tokens(json_path: str, tokens: list[str] | tuple[str, ...], out_dir
             assigned[token] = next_id
             next_id += 1
     doc["added_tokens"] = sorted(added, key=lambda t: t["id"])
-    out = out_dir / "tokenizer.json"
     atomic_write_bytes(out, json.dumps(doc, ensure_ascii=False).encode())
+    atomic_write_bytes(record, json.dumps({"source": str(json_path), "added": assigned}).encode())
     return out, assigned

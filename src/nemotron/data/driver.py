@@ -39,6 +39,14 @@ P = TypeVar("P")
 
 #: The manifest's pointer to how consumption of a version is recorded.
 CONSUMED_BY = f"records are files under {outputs.CONSUMED_DIR}/ (nemotron.data.outputs.record_consumer)"
+#: ``workers.engine`` values: ``auto`` (see :func:`choose_engine`), ``ray``, ``in_process``.
+ENGINES = ("auto", "ray", "in_process")
+#: ``workers.in_process_max_bytes`` default: under ``auto``, local input up to this size (1 GiB) runs in the
+#: driver process. Source: on the 2-core development machine a local Ray costs ~6 s to start and stop
+#: (issue 19's measurement) while 1 GiB of text takes ~150 s to tokenize on 2 threads, so above it Ray's
+#: start-up is under 4 % of the work and its processes scale; below it the start-up would dominate.
+IN_PROCESS_MAX_BYTES = 1 << 30
+
 #: The hint of a plan-key mismatch (an output folder holding data of other inputs or settings).
 MISMATCH_HINT = ("rerun with force=true to rebuild (a consumed version is kept; a new one is written), "
                  "or choose another output_dir")
@@ -169,7 +177,8 @@ class StageSettings:
     """The settings every data stage has, checked; a stage's ``Settings`` adds its own after these.
 
     YAML keys: ``blend_path``, ``output_dir`` (both made absolute), ``path_vars``, ``sample``, ``force``,
-    ``workers.count`` (``workers``), ``workers.cpus_per_task``, ``run.env.cpus`` (``ray_cpus``),
+    ``workers.count`` (``workers``), ``workers.cpus_per_task``, ``workers.engine`` (``engine``, see
+    :func:`choose_engine`), ``workers.in_process_max_bytes``, ``run.env.cpus`` (``ray_cpus``),
     ``remote.cache_dir`` and ``summary.progress_interval_s``. A stage supplies :meth:`reader` (its typed
     config reader, which knows the stage's keys), :meth:`read_own` (its own keys) and, where keys
     depend on each other, :meth:`check`; :data:`INPUT_KEYS` names its input files besides the blend's
@@ -182,6 +191,9 @@ class StageSettings:
     INPUT_KEYS: ClassVar[tuple[tuple[str, str], ...]] = (("blend_path", "blend_path"),)
     #: Names a version folder holds that the stage writes and deletes on a rebuild, besides OWNED_NAMES.
     OUTPUT_NAMES: ClassVar[tuple[str, ...]] = ()
+    #: Whether one task uses several workers' CPUs inside one process (pretraining: the tokenizer's Rust
+    #: thread pool); where not (SFT, RL: Python work), ``workers.engine=auto`` runs in process only for one worker.
+    THREADED_TASKS: ClassVar[bool] = False
 
     blend_path: str
     output_dir: str
@@ -191,6 +203,8 @@ class StageSettings:
     workers: int | None = None
     cpus_per_task: int = 1
     ray_cpus: int | None = None
+    engine: str = "auto"
+    in_process_max_bytes: int = IN_PROCESS_MAX_BYTES
     remote_cache_dir: str = "~/.cache/nemotron/hf-datasets"
     progress_interval_s: float = 10.0
 
@@ -255,6 +269,8 @@ class StageSettings:
         """
         self.workers = c.int("workers.count", None, minimum=1)
         self.cpus_per_task = c.int("workers.cpus_per_task", 1, minimum=1)
+        self.engine = c.choice("workers.engine", ENGINES, "auto")
+        self.in_process_max_bytes = c.int("workers.in_process_max_bytes", IN_PROCESS_MAX_BYTES, minimum=0)
         self.ray_cpus = c.int("run.env.cpus", None, minimum=1)
         self.remote_cache_dir = c.str("remote.cache_dir", self.remote_cache_dir)
         self.progress_interval_s = c.float("summary.progress_interval_s", 10.0, minimum=0) or 10.0
@@ -405,7 +421,8 @@ class Run:
     ``why`` is :func:`nemotron.data.outputs.select_version`'s reason (``"rebuild"``: the version is
     cleared first); ``session`` is the Ray session started while planning (``None``: started when
     work needs it, see :func:`ray_workers`); ``say`` prints a console line (nothing when ``quiet``);
-    ``t_start`` is the :func:`time.monotonic` time the run began. With ``reuse_only`` the version is
+    ``t_start`` is the :func:`time.monotonic` time the run began; ``engine`` (``ray`` or ``in_process``) and
+    ``engine_reason`` are :func:`choose_engine`'s. With ``reuse_only`` the version is
     only ever reported up to date, never written (an older version checked by :func:`drive`).
     """
 
@@ -419,6 +436,8 @@ class Run:
     t_start: float
     session: dict[str, Any] | None = None
     reuse_only: bool = False
+    engine: str = "ray"
+    engine_reason: str = ""
 
 
 class PlanMismatch(ConfigError):
@@ -462,9 +481,13 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
     blend = load(s, say) if load is not None else load_blend(s.blend_path, path_vars=s.path_vars)
     version, vdir, why = outputs.select_version(s.output_dir, s.force)
     run = Run(s, version, vdir, why, say, quiet, live_progress, t_start)
+    run.engine, run.engine_reason = choose_engine(s, blend)
+    if run.engine == "in_process":  # the tokenizer's thread pool is sized when first used (planning uses it)
+        os.environ.setdefault("RAYON_NUM_THREADS", str(in_process_threads(s)))
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     old = read_json(vdir / outputs.MANIFEST)
     with contextlib.ExitStack() as stack:
-        if overlap_ray and (s.force or not (old and old.get("complete"))):
+        if overlap_ray and run.engine == "ray" and (s.force or not (old and old.get("complete"))):
             from concurrent.futures import ThreadPoolExecutor
 
             from nemotron.data.raypool import ray_session
@@ -483,6 +506,61 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
             return _older_version(run, blend, plan, execute, exc)
 
 
+def in_process_workers(s: Any) -> int:
+    """The workers of an in-process run: ``workers.count``, else ``run.env.cpus`` (else this machine's
+    CPUs) over ``workers.cpus_per_task``, at least 1."""
+    return s.workers or max((s.ray_cpus or os.cpu_count() or 1) // s.cpus_per_task, 1)
+
+
+def in_process_threads(s: Any) -> int:
+    """The tokenizer threads of an in-process run: its workers times ``workers.cpus_per_task``."""
+    return in_process_workers(s) * s.cpus_per_task
+
+
+def local_input_bytes(blend: Blend) -> int | None:
+    """The bytes of every local file the blend's datasets name (``None`` when one is remote: size unknown)."""
+    from nemotron.data.sources import FORMATS, expand, is_remote
+
+    total = 0
+    for spec in blend.datasets:
+        if is_remote(spec.path):
+            return None
+        fmt = spec.format if spec.format in FORMATS else None
+        with contextlib.suppress(ConfigError, OSError):
+            total += sum(os.path.getsize(f) for f in expand(spec.path, exclude=list(spec.exclude), fmt=fmt))
+    return total
+
+
+def choose_engine(s: Any, blend: Blend) -> tuple[str, str]:
+    """Where the run's tasks execute: ``("ray" | "in_process", why)``.
+
+    ``workers.engine=ray`` or ``in_process`` is taken as given. ``auto`` (the default) runs the tasks in the
+    driver process itself — the same task functions, one after another, the tokenizer's thread pool sized to
+    the workers (:func:`in_process_threads`) — when all of these hold: no Ray is initialised in this process
+    and ``RAY_ADDRESS`` is unset (a Ray would be started on this machine only for this run), the blend's local
+    input is at most ``workers.in_process_max_bytes`` (:data:`IN_PROCESS_MAX_BYTES`), and one process can use
+    the workers (the stage's :data:`StageSettings.THREADED_TASKS`, or one worker). Otherwise Ray, which
+    scales past one machine. Outputs are the same bytes either way.
+    """
+    if s.engine != "auto":
+        return s.engine, f"workers.engine={s.engine}"
+    if os.environ.get("RAY_ADDRESS"):
+        return "ray", "RAY_ADDRESS is set"
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return "ray", "Ray is initialised in this process"
+    if not type(s).THREADED_TASKS and in_process_workers(s) > 1:
+        return "ray", f"{in_process_workers(s)} workers of Python work need processes"
+    size = local_input_bytes(blend)
+    if size is None:
+        return "ray", "remote input (size unknown)"
+    if size > s.in_process_max_bytes:
+        return "ray", f"input {size / 1e6:,.0f} MB > workers.in_process_max_bytes"
+    return "in_process", f"input {size / 1e6:,.1f} MB <= workers.in_process_max_bytes ({s.in_process_max_bytes / 2**20:,.0f} MiB)"
+
+
 def _older_version(run: Run, blend: Blend, plan: Callable[[Any, Blend, Path], P],
                    execute: Callable[[Run, Blend, P], dict[str, Any]], mismatch: PlanMismatch) -> dict[str, Any]:
     """The manifest of the newest older complete version of ``run.s.output_dir`` that holds this plan's
@@ -497,7 +575,7 @@ def _older_version(run: Run, blend: Blend, plan: Callable[[Any, Blend, Path], P]
         if folder == run.vdir or not (old and old.get("complete")):
             continue
         older = Run(run.s, n, folder, "existing", run.say, run.quiet, run.live_progress, run.t_start,
-                    run.session, reuse_only=True)
+                    run.session, reuse_only=True, engine=run.engine, engine_reason=run.engine_reason)
         try:
             manifest = execute(older, blend, plan(run.s, blend, folder))
         except PlanMismatch:
@@ -716,12 +794,31 @@ def split_done(items: list[dict[str, Any]], say: Callable[..., Any] | None = Non
 
 @contextlib.contextmanager
 def ray_workers(run: Run) -> Iterator[tuple[int, dict[str, Any]]]:
-    """The run's Ray session (started here, and stopped on exit, when planning did not start one).
+    """The run's workers: its Ray session (started here, and stopped on exit, when planning did not start
+    one), or none at all for an in-process run (``run.engine``, :func:`choose_engine`).
 
-    Yields ``(workers, info)``: ``workers`` = ``workers.count``, else the session's CPUs over
-    ``workers.cpus_per_task`` (at least 1); ``info`` = ``{"workers", "ray" (address), "ray_cpus"}``
-    for the manifest's ``run`` record.
+    Yields ``(workers, info)``: ``workers`` = ``workers.count``, else the session's CPUs (in process: this
+    machine's, or ``run.env.cpus``) over ``workers.cpus_per_task`` (at least 1); ``info`` = ``{"engine",
+    "engine_reason", "workers", "ray" (address, or None in process), "ray_cpus"}`` (in process also
+    ``"threads"``) for the manifest's ``run`` record.
     """
+    if run.engine == "in_process":
+        import signal
+        import threading
+
+        from nemotron.errors import request_stop
+
+        workers = in_process_workers(run.s)
+        # as a Ray session does: SIGTERM (kill, timeout, scancel) stops the run cleanly, exit 75 (resumable)
+        ours = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, request_stop) if ours else None
+        try:
+            yield workers, {"engine": "in_process", "engine_reason": run.engine_reason, "workers": workers,
+                            "threads": workers * run.s.cpus_per_task, "ray": None, "ray_cpus": None}
+        finally:
+            if ours:
+                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        return
     with contextlib.ExitStack() as stack:
         session = run.session
         if session is None:
@@ -729,7 +826,16 @@ def ray_workers(run: Run) -> Iterator[tuple[int, dict[str, Any]]]:
 
             session = stack.enter_context(ray_session(run.s.ray_cpus))
         workers = run.s.workers or max(session["cpus"] // run.s.cpus_per_task, 1)
-        yield workers, {"workers": workers, "ray": session["address"], "ray_cpus": session["cpus"]}
+        yield workers, {"engine": "ray", "engine_reason": run.engine_reason, "workers": workers,
+                        "ray": session["address"], "ray_cpus": session["cpus"]}
+
+
+def engine_detail(info: dict[str, Any]) -> str:
+    """The stream header's note of where tasks run: `` (Ray: local, 2 CPUs)`` or `` (in this process, 2
+    tokenizer threads: input 5.2 MB <= workers.in_process_max_bytes (1,024 MiB))``."""
+    if info.get("engine") == "in_process":
+        return f" (in this process, no Ray, {count(info['threads'], 'threads')}: {info['engine_reason']})"
+    return f" (Ray: {info['ray']}, {count(info['ray_cpus'], 'CPUs')})"
 
 
 def _tokens(rec: dict[str, Any]) -> int:
@@ -757,13 +863,14 @@ def stream(run: Run, fn: Callable[..., Any], todo: list[dict[str, Any]], opts: d
     ``<verb> N <noun> on W workers<detail>`` first unless quiet. ``item`` and ``count_tokens`` are the
     bar's (:class:`nemotron.data.progress.Progress`): what documents are called, whether tokens are shown.
 
+    In an in-process run (``run.engine``) the driver runs ``fn`` itself, item after item in the same order,
+    with ``opts["cpus_per_task"]`` raised to the run's threads (:func:`in_process_threads`): the same
+    messages reach the same callbacks.
+
     Raises:
         NemotronError: re-raised from a task; RuntimeFailure: a task failed otherwise.
     """
-    import ray
-
     from nemotron.data.progress import Progress
-    from nemotron.data.raypool import run_streaming
 
     if not run.quiet:
         print(f"{verb} {count(len(todo), noun)} on {count(workers, 'workers')}{detail}", flush=True)
@@ -788,8 +895,39 @@ def stream(run: Run, fn: Callable[..., Any], todo: list[dict[str, Any]], opts: d
             bar.advance(units(it) - min(last[progress_key], units(it)), tokens=_tokens(rec) - last["tokens"],
                         docs=_docs(rec) - last["docs"])
 
+        if run.engine == "in_process":
+            run_in_process(fn, order, {**opts, "cpus_per_task": in_process_threads(run.s)}, on_progress, on_done)
+            return
+        import ray
+
+        from nemotron.data.raypool import run_streaming
+
         run_streaming(ray.remote(fn), order, args=(opts,), max_in_flight=workers, num_cpus=run.s.cpus_per_task,
                       on_progress=on_progress, on_done=on_done)
+
+
+def run_in_process(fn: Callable[..., Any], items: list[Any], opts: dict[str, Any],
+                   on_progress: Callable[[Any, Any], None], on_done: Callable[[Any, Any], None]) -> None:
+    """Run the streaming task ``fn(item, opts)`` for each item in this process, in order, handing its
+    ``("progress", p)`` and ``("done", receipt)`` messages to the callbacks (as :func:`nemotron.data.raypool.run_streaming`
+    does for Ray tasks).
+
+    Raises:
+        NemotronError: from a task, as raised; RuntimeFailure: any other exception of a task (``task for
+            <id> failed: <type>: <message>``, as a Ray task's failure reads).
+    """
+    from nemotron.errors import NemotronError, RuntimeFailure
+
+    for item in items:
+        try:
+            for kind, payload in fn(item, opts):
+                (on_progress if kind == "progress" else on_done)(item, payload)
+        except NemotronError:
+            raise
+        except Exception as exc:
+            label = item.get("id", item) if isinstance(item, dict) else item
+            text = str(exc).splitlines()[-1] if str(exc) else ""
+            raise RuntimeFailure(f"task for {label} failed: {type(exc).__name__}: {text}") from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -904,7 +1042,8 @@ def work_line(r: dict[str, Any], steps: list[tuple[str, str]], what: str, rate: 
     ``steps`` are ``(noun, verb)`` pairs counted by :func:`account` (``("shards", "built")``); the rate
     is ``r["<what>_built"]`` over ``r["work_seconds"]`` (the seconds of this run's own work, not of the
     reused items). Example: ``work: 2 of 5 shards built: 4.64M tokens in 6.9s (667k tok/s); reused from
-    a previous run: 3 shards, 4.39M tokens; 9.8s in all``. A manifest without these counts (written by an
+    a previous run: 3 shards, 4.39M tokens; 9.8s in all``; an in-process run (``r["engine"]``) adds where it
+    ran before the total: ``; in this process, no Ray (2 threads; <engine_reason>)``. A manifest without these counts (written by an
     older version) gives ``run: 9.8s in all``; an ``r`` marked ``"up_to_date"`` (a rerun that found the
     output up to date, :func:`reuse_or_reset`) gives ``work: none (up to date)``.
     """
@@ -922,4 +1061,6 @@ def work_line(r: dict[str, Any], steps: list[tuple[str, str]], what: str, rate: 
     reused = [count(r[f"{n}_reused"], n) for n, _verb in steps if r[f"{n}_reused"]]
     if reused:
         line += f"; reused from a previous run: {', '.join(reused)}, {human(r[f'{what}_reused'])} {what}"
+    if r.get("engine") == "in_process":  # a Ray run names its cluster in the line before the progress bar
+        line += f"; in this process, no Ray ({count(r.get('threads') or 1, 'threads')}; {r.get('engine_reason')})"
     return f"{line}; {total}"

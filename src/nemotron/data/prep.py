@@ -14,6 +14,7 @@ Both read a blend of datasets the way pretraining does (:mod:`nemotron.data.blen
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 from collections import Counter
@@ -23,7 +24,7 @@ from typing import Any
 from nemotron.data import driver
 from nemotron.data.blend import Blend, DatasetSpec
 from nemotron.data.pretrain import _dataset_files, _local, _pack
-from nemotron.data.sources import FORMATS, Piece, is_remote, reading, scan_rows, split_file
+from nemotron.data.sources import FORMATS, Piece, is_remote, reading, scan_rows, split_file, split_json_array
 from nemotron.errors import ConfigError, RuntimeFailure
 
 
@@ -93,6 +94,9 @@ def plan_dataset(spec: DatasetSpec, s: Any, schemas: tuple[str, ...], target_byt
             else:
                 pieces.append(Piece(file, fmt, 0, None if scan.complete else k, 1, size))
             left -= k
+        elif fmt == "json" and not is_remote(file) and getattr(s, "SPLIT_JSON_ARRAYS", False):
+            with reading(file):
+                pieces.extend(split_json_array(file, target_bytes))
         elif is_remote(file) or fmt not in ("jsonl", "parquet"):
             pieces.append(Piece(file, fmt, 0, None, 1, size))
         else:
@@ -155,11 +159,31 @@ class Problems:
             self.examples.append(message)
 
 
+@functools.lru_cache(maxsize=4096)
+def _salt(seed: int, key: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "little")
+
+
+_M64 = (1 << 64) - 1
+
+
+def unit_hash_one(seed: int, key: str, ordinal: int) -> float:
+    """``unit_hash(seed, key, [ordinal])[0]`` for one ordinal, in plain integer arithmetic (the same
+    splitmix64 steps, wrapped to 64 bits; the same float): for per-record decisions, without numpy's
+    per-call cost."""
+    x = (ordinal & _M64) ^ _salt(seed, key)
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    x = x ^ (x >> 31)
+    return float(x >> 11) / float(1 << 53)
+
+
 def unit_hash(seed: int, key: str, ordinals: Any) -> Any:
     """Numbers in [0, 1), one per ordinal, fixed by ``(seed, key, ordinal)`` (numpy array in and out)."""
     import numpy as np
 
-    salt = int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "little")
+    salt = _salt(seed, key)
     x = np.asarray(ordinals, dtype=np.uint64) ^ np.uint64(salt)
     with np.errstate(over="ignore"):  # splitmix64 finaliser: wrapping arithmetic is intended
         x = (x + np.uint64(0x9E3779B97F4A7C15))

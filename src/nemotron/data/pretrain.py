@@ -28,8 +28,8 @@ import math
 import os
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,7 @@ class Settings(driver.StageSettings):
     """The stage config, checked. Field names follow the YAML keys (``tokenizer_name`` = ``tokenizer.name``)."""
 
     INPUT_KEYS = (("blend_path", "blend_path"), ("tokenizer.name", "tokenizer_name"))
+    THREADED_TASKS = True  # a shard task's tokenizer batch-encodes on a thread pool of its CPUs
 
     add_bos: bool = False
     add_eos: bool = True
@@ -148,7 +149,7 @@ _KNOWN_SECTIONS = {
     "shards": ("target_tokens", "max_per_dataset", "batch_bytes"),
     "split": ("valid_docs", "test_docs"),
     "on_bad": (*POLICIES, "max_examples"),
-    "workers": ("count", "cpus_per_task"),
+    "workers": ("count", "cpus_per_task", "engine", "in_process_max_bytes"),
     "remote": ("cache_dir",),
     "summary": ("planned_tokens", "progress_interval_s"),
 }
@@ -350,7 +351,7 @@ def build_shard(shard: dict[str, Any], opts: dict[str, Any]):
     os.environ["RAYON_NUM_THREADS"] = str(opts["cpus_per_task"])
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
     t0 = time.monotonic()
-    tok = tk.load(opts["tokenizer_json"], opts["split_special_tokens"])
+    tok = tk.load(opts["tokenizer_json"], opts["split_special_tokens"], sha256=opts.get("tokenizer_sha256"))
     bos, eos = opts["bos_id"], opts["eos_id"]
     n_extra = (bos is not None) + (eos is not None)
     max_tokens = opts["max_doc_tokens"]
@@ -378,38 +379,55 @@ def build_shard(shard: dict[str, Any], opts: dict[str, Any]):
         if len(examples) < max_examples:
             examples.append(message)
 
-    def flush() -> None:
+    # Encoding overlaps the Python work: a batch is handed to the tokenizer on a helper thread (its Rust
+    # code releases the GIL) while this thread writes the previous batch's ids and reads the next batch.
+    encoder = ThreadPoolExecutor(max_workers=1)
+    # (future of the encodings or None, the batch's record positions, the read problems met while reading it)
+    in_flight: list[tuple[Any, list[str], list[tuple[str, str, str]]]] = []
+    read_problems: list[tuple[str, str, str]] = []  # of the batch being read: reported, in order, before its own
+
+    def write(encs: list[Any], at: list[str], met: list[tuple[str, str, str]]) -> None:
         nonlocal truncated
-        if not batch:
-            return
-        encs = tok.encode_batch_fast(batch, add_special_tokens=False)
-        lists = [e.ids for e in encs]
-        keep = []
-        for i, ids in enumerate(lists):
+        for args in met:  # the order of problems (and so of the kept examples) is the records' order
+            problem(*args)
+        buf: list[int] = []
+        lens: list[int] = []
+        extend, append = buf.extend, buf.append
+        for i, enc in enumerate(encs):
+            ids = enc.ids
             if not ids and n_extra == 0:
-                problem("empty", where[i], "no tokens")
+                problem("empty", at[i], "no tokens")
                 continue
             if max_tokens is not None and len(ids) + n_extra > max_tokens:
-                policy = policies["too_long"]
-                if policy == "truncate":
+                if policies["too_long"] == "truncate":
                     ids = ids[: max_tokens - n_extra]
                     truncated += 1
                 else:
-                    problem("too_long", where[i], f"{len(ids) + n_extra} tokens > max_doc_tokens={max_tokens}")
+                    problem("too_long", at[i], f"{len(ids) + n_extra} tokens > max_doc_tokens={max_tokens}")
                     continue
-            keep.append(ids)
-        if keep:
-            lens = np.fromiter((len(x) for x in keep), dtype=np.int64, count=len(keep))
-            flat = np.fromiter(chain.from_iterable(keep), dtype=np.int64, count=int(lens.sum()))
             if bos is not None:
-                flat = np.insert(flat, np.cumsum(lens) - lens, bos)
-                lens = lens + 1
+                append(bos)
+            extend(ids)
             if eos is not None:
-                flat = np.insert(flat, np.cumsum(lens), eos)
-                lens = lens + 1
-            writer.add_flat(flat, lens)
+                append(eos)
+            lens.append(len(ids) + n_extra)
+        if lens:
+            writer.add_flat(np.array(buf, dtype=np.int64), np.array(lens, dtype=np.int64))
+
+    def drain(keep: int) -> None:
+        while len(in_flight) > keep:
+            future, at, met = in_flight.pop(0)
+            write(future.result() if future is not None else [], at, met)
+
+    def flush() -> None:
+        if not batch and not read_problems:
+            return
+        future = encoder.submit(tok.encode_batch_fast, list(batch), add_special_tokens=False) if batch else None
+        in_flight.append((future, list(where), list(read_problems)))
         batch.clear()
         where.clear()
+        read_problems.clear()
+        drain(1)
 
     try:
         for label, piece in driver.shard_pieces(shard, opts["remote_cache_dir"]):
@@ -417,11 +435,11 @@ def build_shard(shard: dict[str, Any], opts: dict[str, Any]):
             for pos, text, reason, detail in iter_records(piece, field_name):
                 at = f"{label}: row {pos}" if row_style else f"{label}:{pos}"
                 if reason is not None:
-                    problem(reason, at, detail or "")
+                    read_problems.append((reason, at, detail or ""))
                     continue
                 chars_done += len(text)
                 if not text.strip():
-                    problem("empty", at, "empty or whitespace-only document")
+                    read_problems.append(("empty", at, "empty or whitespace-only document"))
                     continue
                 if len(text) < min_chars:
                     skipped["short"] += 1
@@ -437,10 +455,13 @@ def build_shard(shard: dict[str, Any], opts: dict[str, Any]):
                         reported = now
                         yield "progress", {"chars": chars_done, "tokens": writer.tokens, "docs": writer.documents}
         flush()
+        drain(0)
         bin_path, idx_path = writer.finish()
     except BaseException:
         writer.abort()
         raise
+    finally:
+        encoder.shutdown(wait=True, cancel_futures=True)
     receipt = {
         "key": shard["key"], "id": shard["id"], "dataset": shard["dataset"], "split": shard["split"],
         "documents": writer.documents, "tokens": writer.tokens, "skipped": dict(sorted(skipped.items())),
@@ -527,7 +548,7 @@ def _plan_all(s: Settings, blend: Blend, vdir: Path) -> tuple[Any, ...]:
         "dtype": dtype, "max_doc_tokens": s.max_doc_tokens, "min_doc_chars": s.min_doc_chars,
         "on_bad": dict(s.on_bad), "max_examples": s.max_examples, "batch_bytes": s.batch_bytes,
         "cpus_per_task": s.cpus_per_task, "remote_cache_dir": os.path.expanduser(s.remote_cache_dir),
-        "report_s": 1.0,
+        "report_s": 1.0, "tokenizer_sha256": info.file_sha256,
     }
     output_settings = {k: opts[k] for k in ("split_special_tokens", "bos_id", "eos_id", "dtype", "max_doc_tokens",
                                             "min_doc_chars", "on_bad")}
@@ -566,7 +587,7 @@ def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[st
             with driver.ray_workers(run) as (workers, ray_info):
                 driver.stream(run, build_shard, todo, opts, workers, receipts, title="pretrain data",
                               verb="tokenizing", noun="shards", units=lambda sh: max(sh["est_bytes"], 1),
-                              detail=f" (Ray: {ray_info['ray']}, {driver.count(ray_info['ray_cpus'], 'CPUs')})", progress_key="chars")
+                              detail=driver.engine_detail(ray_info), progress_key="chars")
             run_info.update(ray_info)
     finally:  # also on Ctrl-C or a failure: only finished shards (renamed into place) stay
         remove_tmp_files(vdir / "data")

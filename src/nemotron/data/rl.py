@@ -64,7 +64,7 @@ _SECTIONS = {
     "policies": (*POLICIES, "max_examples"),
     "split": ("validation_rows", "method", "seed"),
     "shards": ("target_bytes",),
-    "workers": ("count", "cpus_per_task"),
+    "workers": ("count", "cpus_per_task", "engine", "in_process_max_bytes"),
     "remote": ("cache_dir",),
     "summary": ("progress_interval_s",),
 }

@@ -47,7 +47,7 @@ from nemotron.data import driver, outputs
 from nemotron.data.blend import Blend
 from nemotron.data.chat import CHAT_SCHEMAS, CHAT_TOKENS, REQUIRED_TOKENS
 from nemotron.data.files import atomic_open, atomic_write_json, remove_tmp_files, sha256_file, stable_hash
-from nemotron.data.prep import Problems, passes_from_weights, plan_datasets, unit_hash
+from nemotron.data.prep import Problems, passes_from_weights, plan_datasets, unit_hash, unit_hash_one
 from nemotron.errors import ConfigError, RuntimeFailure
 
 STAGE = "data-prep-sft"
@@ -73,7 +73,7 @@ _SECTIONS = {
     "pack": ("pack_size", "pad_to_multiple", "algorithm", "window", "seed", "row_group_size", "compression"),
     "shards": ("target_bytes",),
     "split": ("validation_fraction", "seed"),
-    "workers": ("count", "cpus_per_task"),
+    "workers": ("count", "cpus_per_task", "engine", "in_process_max_bytes"),
     "remote": ("cache_dir",),
     "summary": ("progress_interval_s",),
 }
@@ -85,6 +85,9 @@ class Settings(driver.StageSettings):
     """The stage config, checked (field names follow the YAML keys; ``pack_size`` = ``pack.pack_size``)."""
 
     INPUT_KEYS = (("blend_path", "blend_path"), ("tokenizer.name", "tokenizer_name"), ("chat.template", "template"))
+    #: A JSON array file larger than 1.5 x ``shards.target_bytes`` is cut into element ranges (several
+    #: tasks), as a JSONL file is cut at line starts; the held-out split is keyed by element index, not by shard.
+    SPLIT_JSON_ARRAYS = True
 
     mixing: str = "weighted"
     tokenizer_name: str = ""
@@ -179,8 +182,8 @@ def resolve_tokenizer(s: Settings) -> ChatTokenizer:
 
     cache = Path(os.path.expanduser(s.tokenizer_cache_dir))
     base = tk.resolve(s.tokenizer_name, cache_dir=cache, revision=s.tokenizer_revision, split_special_tokens=False)
-    vocab = tk.load(base).get_vocab(with_added_tokens=True)
-    missing = [t for t in REQUIRED_TOKENS if t not in vocab and t not in s.add_special_tokens]
+    base_tok = tk.load(base)
+    missing = [t for t in REQUIRED_TOKENS if base_tok.token_to_id(t) is None and t not in s.add_special_tokens]
     if missing:
         raise ConfigError(
             f"tokenizer.name={s.tokenizer_name}: the vocabulary has no {', '.join(missing)} token "
@@ -220,7 +223,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
     os.environ["RAYON_NUM_THREADS"] = str(opts["cpus_per_task"])
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
     t0 = time.monotonic()
-    tok = tk.load(opts["tokenizer_json"], False)
+    tok = tk.load(opts["tokenizer_json"], False, sha256=opts.get("tokenizer_sha256"))
     template = chat.load_template(opts["template"])
     policy = chat.ChatPolicy(consecutive_same_role=opts["policies"]["consecutive_same_role"],
                              reasoning=opts["reasoning"])
@@ -246,6 +249,10 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
     def flush() -> None:
         segs = [g for group, _split, _at in pending for g in group]
         toks = chat.tokenize_samples(tok, segs)
+        # the batch's samples go to the files in one write each (ids, lengths, learned flags)
+        out_ids: list[int] = []
+        out_lens: list[int] = []
+        out_mask: list[int] = []
         k = 0
         for group, split, at in pending:
             for _ in group:
@@ -268,13 +275,17 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
                     counts["truncated_tokens"] += n - cut
                     t.ids, t.learned = t.ids[:cut], t.learned[:cut]
                     n = cut
-                writer.add_flat(np.asarray(t.ids, dtype=np.int64), np.asarray([n]))
-                mask_fh.write(np.asarray(t.learned, dtype=np.uint8).tobytes())
+                out_ids.extend(t.ids)
+                out_lens.append(n)
+                out_mask.extend(t.learned)
                 splits.append(split)
                 name = SPLITS[split]
                 tokens[name] += n
-                learned[name] += int(sum(t.learned))
+                learned[name] += sum(t.learned)
                 counts["samples"] += 1
+        if out_lens:
+            writer.add_flat(np.array(out_ids, dtype=np.int64), np.array(out_lens, dtype=np.int64))
+            mask_fh.write(np.array(out_mask, dtype=np.uint8).tobytes())
         pending.clear()
 
     try:
@@ -296,7 +307,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
                     continue
                 counts["conversations"] += 1
                 key = f"{shard['dataset']}/{file_index}"
-                split = 1 if float(unit_hash(opts["split_seed"], key, [ordinal])[0]) < opts["validation_fraction"] else 0
+                split = 1 if unit_hash_one(opts["split_seed"], key, ordinal) < opts["validation_fraction"] else 0
                 pending.append((segs, split, at))
                 done_here += sum(len(g.text) for g in segs)
                 if len(pending) >= 256:
@@ -514,7 +525,7 @@ def _plan(s: Settings, blend: Blend, vdir: Path) -> _Plan:
         "split_seed": s.split_seed, "validation_fraction": s.validation_fraction,
         "cpus_per_task": s.cpus_per_task, "remote_cache_dir": os.path.expanduser(s.remote_cache_dir), "report_s": 1.0,
         "algorithm": s.algorithm, "seed": s.seed, "row_group_size": s.row_group_size, "compression": s.compression,
-        "pad_id": tok.info.eos_id if tok.info.eos_id is not None else 0,
+        "pad_id": tok.info.eos_id if tok.info.eos_id is not None else 0, "tokenizer_sha256": tok.info.file_sha256,
     }
     shaping = {k: opts[k] for k in ("reasoning", "history_reasoning", "policies", "pack_size", "pad_to_multiple",
                                     "split_seed", "validation_fraction")}

@@ -265,6 +265,51 @@ def split_file(path: str, fmt: str, target_bytes: int, *, start: int = 0, line: 
     return [Piece(path, fmt, start, None, line if fmt == "jsonl.gz" else 1, est)]
 
 
+def split_json_array(path: str, target_bytes: int) -> list[Piece]:
+    """Cut the elements of the JSON array file ``path`` into pieces of about ``target_bytes`` (element index
+    ranges; ``est_bytes`` is each range's length in characters).
+
+    One pass of the JSON parser over the file finds the element boundaries. A file of at most 1.5 x
+    ``target_bytes``, or one that is not valid UTF-8 or not one well-formed array, is one piece (its reader
+    reports the problem, at the same record, as before).
+    """
+    size = os.path.getsize(path)
+    whole = [Piece(path, "json", 0, None, 1, size)]
+    if size <= target_bytes * 1.5:
+        return whole
+    try:
+        text = strip_bom(Path(path).read_bytes()).decode("utf-8")
+    except UnicodeDecodeError:
+        return whole
+    dec = json.JSONDecoder()
+    n = len(text)
+    i = _skip_ws(text, 0)
+    if i >= n or text[i] != "[":
+        return whole
+    i = _skip_ws(text, i + 1)
+    bounds: list[tuple[int, int]] = []  # (start, end) character offsets of each element
+    while i < n and text[i] != "]":
+        try:
+            _obj, end = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return whole
+        bounds.append((i, end))
+        i = _skip_ws(text, end)
+        if i < n and text[i] == ",":
+            i = _skip_ws(text, i + 1)
+        elif i >= n or text[i] != "]":
+            return whole
+    pieces: list[Piece] = []
+    first, chars = 0, 0
+    for k, (a, b) in enumerate(bounds):
+        chars += b - a
+        if chars >= target_bytes and k + 1 < len(bounds):
+            pieces.append(Piece(path, "json", first, k + 1, 1, chars))
+            first, chars = k + 1, 0
+    pieces.append(Piece(path, "json", first, None, 1, max(chars, 1)))
+    return pieces
+
+
 def _split_jsonl(path: str, size: int, start: int, line: int, target: int) -> list[Piece]:
     pieces = []
     cur_start, cur_line = start, line

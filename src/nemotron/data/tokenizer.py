@@ -26,6 +26,7 @@ number of special tokens and cut at the vocabulary size.
 
 from __future__ import annotations
 
+import contextlib
 import base64
 import json
 import os
@@ -98,13 +99,24 @@ def _load_cached(json_path: str, split_special_tokens: bool):
     return tok
 
 
-def load(info: TokenizerInfo | str, split_special_tokens: bool = True):
+#: Tokenizers loaded in this process by (file SHA-256, split_special_tokens): a copy of a file already
+#: loaded (an output's ``tokenizer/tokenizer.json`` in an in-process run) is not parsed again.
+_BY_SHA: dict[tuple[str, bool], Any] = {}
+
+
+def load(info: TokenizerInfo | str, split_special_tokens: bool = True, sha256: str | None = None):
     """A ``tokenizers.Tokenizer`` for ``info`` (or a ``tokenizer.json`` path), cached per process.
 
-    Truncation and padding are off; ``encode_special_tokens`` follows ``split_special_tokens``.
+    Truncation and padding are off; ``encode_special_tokens`` follows ``split_special_tokens``. With
+    ``sha256`` (the file's SHA-256, as :class:`TokenizerInfo` records it), a tokenizer this process already
+    loaded from a file of those bytes is returned instead of parsing the file again.
     """
     if isinstance(info, TokenizerInfo):
-        return _load_cached(info.json_path, info.split_special_tokens)
+        tok = _load_cached(info.json_path, info.split_special_tokens)
+        _BY_SHA.setdefault((info.file_sha256, info.split_special_tokens), tok)
+        return tok
+    if sha256 is not None and (sha256, split_special_tokens) in _BY_SHA:
+        return _BY_SHA[(sha256, split_special_tokens)]
     return _load_cached(str(info), split_special_tokens)
 
 
@@ -215,8 +227,9 @@ def resolve(
         raise ConfigError(f"tokenizer.name={name!r}: no such file or folder, and not a hub id (org/name)")
 
     tok = load(str(json_path), split_special_tokens)
-    vocab = tok.get_vocab(with_added_tokens=True)
-    vocab_size = max(tok.get_vocab_size(with_added_tokens=True), max(vocab.values(), default=-1) + 1)
+    file_sha = sha256_file(json_path)
+    _BY_SHA.setdefault((file_sha, split_special_tokens), tok)
+    vocab_size, vocab_sha = _vocab_facts(tok, file_sha, Path(cache_dir))
     bos = bos_token if bos_token is not None else specials.get("bos_token")
     eos = eos_token if eos_token is not None else specials.get("eos_token")
     ids: dict[str, int | None] = {}
@@ -229,10 +242,28 @@ def resolve(
             raise ConfigError(f"tokenizer.{key}_token={token!r} is not in the vocabulary of {name}")
         ids[key] = tid
     return TokenizerInfo(
-        name=name, json_path=str(json_path), kind=kind, vocab_size=vocab_size, vocab_sha256=vocab_hash(tok),
-        file_sha256=sha256_file(json_path), bos_token=bos, eos_token=eos, bos_id=ids["bos"], eos_id=ids["eos"],
+        name=name, json_path=str(json_path), kind=kind, vocab_size=vocab_size, vocab_sha256=vocab_sha,
+        file_sha256=file_sha, bos_token=bos, eos_token=eos, bos_id=ids["bos"], eos_id=ids["eos"],
         split_special_tokens=split_special_tokens,
     )
+
+
+def _vocab_facts(tok, file_sha256: str, cache_dir: Path) -> tuple[int, str]:
+    """``(vocab_size, vocab_sha256)`` of ``tok`` (loaded from a file with SHA-256 ``file_sha256``): read from
+    ``<cache_dir>/vocab-facts/<file_sha256>.json`` when an earlier run recorded them (both are functions of
+    the file's bytes), else computed (:func:`vocab_hash`; max id + 1) and recorded there."""
+    from nemotron.data.files import atomic_write_bytes
+
+    record = cache_dir / "vocab-facts" / f"{file_sha256}.json"
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        facts = json.loads(record.read_text(encoding="utf-8"))
+        return int(facts["vocab_size"]), str(facts["vocab_sha256"])
+    vocab = tok.get_vocab(with_added_tokens=True)
+    vocab_size = max(tok.get_vocab_size(with_added_tokens=True), max(vocab.values(), default=-1) + 1)
+    vocab_sha = vocab_hash(tok)
+    with contextlib.suppress(OSError):
+        atomic_write_bytes(record, json.dumps({"vocab_size": vocab_size, "vocab_sha256": vocab_sha}).encode())
+    return vocab_size, vocab_sha
 
 
 def vocab_size_hint(name: str) -> int | None:
@@ -315,6 +346,9 @@ def _from_file(path: Path, cache_dir: Path) -> tuple[Path, str, dict[str, str | 
         cfg_path = path.with_name("tokenizer_config.json")
         specials = _special_names(_read_json(cfg_path)) if cfg_path.is_file() else {}
         return path, "file", specials
+    cached = _tekken_cached(path, cache_dir)
+    if cached is not None:  # converted before: the cache key is the source file's hash, no need to parse it
+        return cached
     data = _read_json(path)
     if isinstance(data, dict) and "model" in data:
         return path, "file", {}
@@ -405,14 +439,25 @@ def _byte_to_unicode() -> dict[int, str]:
     return table
 
 
-def _convert_tekken(path: Path, data: dict[str, Any], cache_dir: Path):
-    key = f"tekken-{sha256_file(path)[:16]}-v{CONVERTER_VERSION}"
-    out_dir = cache_dir / key
+def _tekken_cached(path: Path, cache_dir: Path) -> tuple[Path, str, dict[str, str | None]] | None:
+    """The converted tokenizer of the Tekken file ``path`` already in ``cache_dir``, or ``None``."""
+    out_dir = cache_dir / f"tekken-{sha256_file(path)[:16]}-v{CONVERTER_VERSION}"
     out = out_dir / "tokenizer.json"
     meta_path = out_dir / "meta.json"
     if out.is_file() and meta_path.is_file():
         meta = _read_json(meta_path)
         return out, "converted:tekken", {"bos_token": meta.get("bos_token"), "eos_token": meta.get("eos_token")}
+    return None
+
+
+def _convert_tekken(path: Path, data: dict[str, Any], cache_dir: Path):
+    key = f"tekken-{sha256_file(path)[:16]}-v{CONVERTER_VERSION}"
+    out_dir = cache_dir / key
+    out = out_dir / "tokenizer.json"
+    meta_path = out_dir / "meta.json"
+    cached = _tekken_cached(path, cache_dir)
+    if cached is not None:
+        return cached
 
     cfg = data["config"]
     try:
