@@ -17,7 +17,7 @@ import yaml
 
 from output_hashes import WIKI, pretrain_config, pretrain_hashes
 from test_data_prep_output_hashes import PRETRAIN
-from test_data_prep_pretrain_support import STAGE_DIR
+from data_prep_pretrain_support import STAGE_DIR
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(not WIKI.is_file(), reason=f"shared data folder absent ({WIKI.parent})")]
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from output_hashes import SFT_FILES
-from test_data_prep_sft_support import FIXTURES, TEMPLATE
+from data_prep_sft_support import FIXTURES, TEMPLATE
 
 from nemotron.data import chat
 from nemotron.data.prep import unit_hash, unit_hash_one
