@@ -33,6 +33,7 @@ class Backend(Protocol):
 
     executor: str
     #: True when the job runs in this process's child and :meth:`run` returns its exit code; else :meth:`submit`.
+    #: A backend has only the one of the two that its ``runs_here`` names (the dispatcher below reads the flag).
     runs_here: bool
 
     def render(self, job: Job) -> str:
@@ -71,8 +72,6 @@ class Here:
     def run(self, job: Job) -> int:
         return run_here(job.req, job.compiled, job.profile, job.plan)
 
-    def submit(self, job: Job, chain: list[str]) -> tuple[str, str]:
-        raise NotImplementedError("a job without a profile runs here")
 
 
 class Slurm:
@@ -88,8 +87,6 @@ class Slurm:
             job_id = submit.submit(job.req, job.compiled, job.profile, job.plan, chain_ids=chain)
         return job_id, f"Slurm job {job_id}"
 
-    def run(self, job: Job) -> int:
-        raise NotImplementedError("a Slurm job is submitted")
 
 
 class Ray:
@@ -107,8 +104,6 @@ class Ray:
         job_id = submit.submit_ray(job.req, job.compiled, job.profile, job.plan)
         return job_id, f"Ray job {job_id} on {job.profile.address}"
 
-    def run(self, job: Job) -> int:
-        raise NotImplementedError("a Ray job is submitted")
 
 
 class LocalJob:
@@ -124,8 +119,6 @@ class LocalJob:
         job_id = local.submit_local(job.req, job.compiled, job.profile, job.plan)
         return job_id, f"local job {job_id} (NeMo-Run local executor)"
 
-    def run(self, job: Job) -> int:
-        raise NotImplementedError("a local job is submitted")
 
 
 #: Every executor's backend, by ``plan.executor``.
