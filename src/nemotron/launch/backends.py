@@ -73,7 +73,6 @@ class Here:
         return run_here(job.req, job.compiled, job.profile, job.plan)
 
 
-
 class Slurm:
     """A Slurm profile: NeMo-Run's sbatch script, submitted through its tunnel (:mod:`nemotron.launch.submit`)."""
 
@@ -86,7 +85,6 @@ class Slurm:
         with submit.reporting_queued(chain, job.plan.stage.recipe):
             job_id = submit.submit(job.req, job.compiled, job.profile, job.plan, chain_ids=chain)
         return job_id, f"Slurm job {job_id}"
-
 
 
 class Ray:
@@ -103,7 +101,6 @@ class Ray:
     def submit(self, job: Job, chain: list[str]) -> tuple[str, str]:
         job_id = submit.submit_ray(job.req, job.compiled, job.profile, job.plan)
         return job_id, f"Ray job {job_id} on {job.profile.address}"
-
 
 
 class LocalJob:
