@@ -37,6 +37,12 @@ def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Proble
           [[plan.nodes, plan.gpus_per_node, plan.world_size, plan.launch, plan.executor, plan.image or "none (host Python)"]])
     for title, header, rows in validation.describe(req.stage, compiled.config, profile):
         table(title, header, rows)
+    if req.stage.kind == "megatron" and not any(p.severity == "error" for p in found):
+        from nemotron.cli.estimate import estimate_section
+
+        rows = estimate_section(req.stage, compiled, profile, plan)
+        if rows:
+            table("estimate (nemotron ... estimate; docs/estimate.md)", ["what", "value", "how"], rows)
     for note in notes:
         out(f"note: {note}", plain=True)
     heading("job")

@@ -63,7 +63,9 @@ def _stage_params() -> list[click.Parameter]:
                      help="env.toml to read profiles from (default: $NEMOTRON_ENV_FILE, ./env.toml upward, "
                           "~/.config/nemotron/env.toml)."),
         click.Option(["--debug"], is_flag=True, help="Show tracebacks."),
-        click.Argument(["overrides"], nargs=-1, metavar="[key=value | +key=value | ~key]..."),
+        click.Option(["--json"], is_flag=True,
+                     help="With --dry-run or estimate: one JSON document on stdout (docs/schema/)."),
+        click.Argument(["overrides"], nargs=-1, metavar="[estimate] [key=value | +key=value | ~key]..."),
     ]
 
 
@@ -78,7 +80,9 @@ def _stage_command(stage: Stage) -> click.Command:
         f"{stage.summary}\n\nConsumes: {', '.join(stage.consumes) or 'raw inputs'}. "
         f"Produces: {', '.join(stage.produces)}. Launch: {stage.launch}.\n\n"
         "Overrides set config keys: key=value (must exist), +key=value (add), ~key (delete), "
-        "list[0]=value; profile.KEY=VALUE overrides a profile key for this command."
+        "list[0]=value; profile.KEY=VALUE overrides a profile key for this command.\n\n"
+        "The word estimate (after the options) prints the run's step time, GPU-hours, jobs and checkpoint "
+        "bytes instead of running it (docs/estimate.md)."
     )
     return click.Command(stage.command[-1], params=_stage_params(), callback=callback, help=help_text,
                          short_help=stage.summary, context_settings=_CONTEXT, no_args_is_help=False)
@@ -119,20 +123,26 @@ def _recipe_group(recipe: str) -> click.Group:
         parent.add_command(_stage_command(stage))
 
     @group.command("list", context_settings=_CONTEXT)
-    def list_stages() -> int:
+    @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (docs/schema/list.schema.json).")
+    def list_stages(as_json: bool) -> int:
         """List the stages, their configs and what each consumes and produces."""
         from nemotron.cli.pipeline import list_stages as show
 
-        return show(recipe)
+        return show(recipe, as_json)
 
     @group.command("status", context_settings=_CONTEXT)
     @click.argument("ident", required=False, metavar="[ID]")
+    @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (docs/schema/status.schema.json).")
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    def status(ident: str | None, debug: bool) -> int:
+    def status(ident: str | None, as_json: bool, debug: bool) -> int:
         """State of a submitted job (experiment id or Slurm job id; default: the most recent)."""
         from nemotron.cli.pipeline import job_status
 
-        return job_status(ident)
+        return job_status(ident, as_json)
+
+    from nemotron.cli.tools import add_recipe_tools
+
+    add_recipe_tools(group, recipe, _CONTEXT)
 
     @group.command("logs", context_settings=_CONTEXT)
     @click.argument("ident", required=False, metavar="[ID]")
@@ -215,12 +225,13 @@ def build_cli() -> click.Group:
     @root.command("profiles", context_settings=_CONTEXT)
     @click.argument("name", required=False)
     @click.option("--env-file", metavar="PATH", help="env.toml to read (default: discovery order).")
+    @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (docs/schema/profiles.schema.json).")
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    def profiles(name: str | None, env_file: str | None, debug: bool) -> int:
+    def profiles(name: str | None, env_file: str | None, as_json: bool, debug: bool) -> int:
         """List env.toml profiles, or show one fully resolved (secrets redacted)."""
         from nemotron.cli.pipeline import show_profiles
 
-        return show_profiles(name, env_file)
+        return show_profiles(name, env_file, as_json)
 
     return root
 

@@ -50,6 +50,8 @@ class StageRequest:
     dry_run: bool
     env_file: str | None
     argv: tuple[str, ...] = field(default_factory=tuple)
+    json: bool = False  # --json: one JSON document on stdout (nemotron.cli.jsonout)
+    estimate: bool = False  # the word `estimate` after the options: nemotron.cli.estimate
 
     @classmethod
     def from_cli(cls, stage: Stage, kw: dict[str, Any]) -> StageRequest:
@@ -62,9 +64,11 @@ class StageRequest:
         if run and batch:
             raise UsageError("--run and --batch are mutually exclusive", "--run waits for the job; --batch submits and returns")
         mode = "run" if run else "batch" if batch else "here"
-        return cls(stage=stage, config=kw.get("config"), overrides=tuple(kw.get("overrides") or ()), mode=mode,
-                   profile=run or batch, dry_run=bool(kw.get("dry_run")), env_file=kw.get("env_file"),
-                   argv=tuple(sys.argv))
+        overrides = tuple(kw.get("overrides") or ())
+        estimate = "estimate" in overrides  # a word, not an override (those have `=` or start with + or ~)
+        return cls(stage=stage, config=kw.get("config"), overrides=tuple(o for o in overrides if o != "estimate"),
+                   mode=mode, profile=run or batch, dry_run=bool(kw.get("dry_run")), env_file=kw.get("env_file"),
+                   argv=tuple(sys.argv), json=bool(kw.get("json")), estimate=estimate)
 
 
 @dataclass
@@ -127,6 +131,10 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     # Errors for the dry run too: it must not call valid what the run refuses (one set of refusals)
     problems += validation.this_machine(req.stage, compiled.config, plan)
     cluster_checks(compiled, profile, plan, problems, notes)  # the profile's nodes, tasks and storage (cluster.py)
+    if req.stage.kind == "megatron" and not any(p.severity == "error" for p in problems):
+        from nemotron.cli.estimate import checkpoint_check
+
+        problems += checkpoint_check(req.stage, compiled, profile, plan)  # one checkpoint must fit (estimate.py)
     if not req.dry_run and plan.executor == "direct":
         # a data prep run here prints the datasets it leaves out itself, in the same words: once is enough
         problems = [p for p in problems if p.rule != "data-left-out"]
@@ -143,6 +151,13 @@ def run_stage(req: StageRequest) -> int:
         RuntimeFailure: the job could not be started or submitted (exit 1).
     """
 
+    if req.estimate or (req.json and req.dry_run):  # one JSON document, or the estimate report (cli/estimate.py)
+        from nemotron.cli import estimate
+
+        return estimate.run_report(req)
+    if req.json:
+        raise UsageError("--json is for --dry-run and `estimate` of a stage command",
+                         f"e.g. nemotron {req.stage.recipe} {' '.join(req.stage.command)} --dry-run --json")
     p = prepare_stage(req)
     # 4a. dry run: show everything, submit nothing
     if req.dry_run:
@@ -165,12 +180,13 @@ def _check_startable(p: Prepared) -> None:
         raise refusal
 
 
-def list_stages(recipe: str) -> int:
+def list_stages(recipe: str, as_json: bool = False) -> int:
     """Print the stages of ``recipe`` with their configs, inputs and outputs: one row per group of configs
     that consume and produce the same artifacts (:func:`nemotron.config.compile.config_artifacts`), so a config
     that differs from the stage's default (``quantize -c local``, ``rlvr -c teacher-*``) shows its own."""
 
     rows = []
+    records = []
     unavailable = False
     for s in STAGES:
         if s.recipe != recipe:
@@ -181,15 +197,25 @@ def list_stages(recipe: str) -> int:
             unavailable |= missing is not None
             groups.setdefault(config_artifacts(s, name), []).append(f"{name}*" if missing else name)
         for i, ((consumes, produces), names) in enumerate(groups.items()):
+            records.append({"stage": s.name, "command": " ".join(s.command), "title": s.title,
+                            "configs": [n.rstrip("*") for n in names],
+                            "unavailable": [n.rstrip("*") for n in names if n.endswith("*")],
+                            "consumes": list(consumes), "produces": list(produces), "launch": s.launch,
+                            "gpu": bool(s.gpu)})
             rows.append([s.title.removeprefix(recipe + " ") if i == 0 else "", ", ".join(names),
                          ", ".join(consumes) or "-", ", ".join(produces), s.launch, "yes" if s.gpu else "no"])
+    if as_json:
+        from nemotron.cli import jsonout
+
+        jsonout.emit("list", {"recipe": recipe, "stages": records})
+        return 0
     report.table(f"nemotron {recipe} stages", ["stage", "configs", "consumes", "produces", "launch", "GPU"], rows)
     if unavailable:
         report.out("* no runtime for its backend in this version: the dry run and a run refuse it (exit 2)", plain=True)
     return 0
 
 
-def show_profiles(name: str | None, env_file: str | None) -> int:
+def show_profiles(name: str | None, env_file: str | None, as_json: bool = False) -> int:
     """``nemotron profiles [NAME]``: the table of profiles, or one resolved profile (secrets redacted).
 
     Raises:
@@ -200,6 +226,11 @@ def show_profiles(name: str | None, env_file: str | None) -> int:
     if path is None:
         raise ConfigError("no env.toml found", "copy env.toml.example to ./env.toml, or pass --env-file PATH")
     loaded = profiles.load_profiles(path)
+    if as_json:
+        from nemotron.cli import jsonout
+
+        jsonout.emit("profiles", show.profiles_document(loaded, name))
+        return 0
     if name is None:
         report.out(show.profiles_table(loaded, env_file=env_file))
     else:
@@ -207,13 +238,22 @@ def show_profiles(name: str | None, env_file: str | None) -> int:
     return 0
 
 
-def job_status(ident: str | None) -> int:
+def job_status(ident: str | None, as_json: bool = False) -> int:
     """``status [ID]``: the job's Slurm state and where its files are."""
 
     rec = jobs.load(ident)
     st, code = jobs.state(rec)
     if st == "COMPLETED":
         jobs.record_outputs(rec)
+    if as_json:
+        from nemotron.cli import jsonout
+
+        jsonout.emit("status", {"job": rec.job_id, "experiment": rec.experiment_id, "stage": rec.stage,
+                                "title": rec.title, "profile": rec.profile, "config": rec.config, "state": st,
+                                "exit_code": code or None, "terminal": st in jobs.TERMINAL,
+                                "run_folder": rec.run_dir, "logs": rec.log_dir, "submitted": rec.submitted,
+                                "tunnel": rec.tunnel})
+        return 0
     report.out("\n".join(jobs.status_lines(rec, st, code)), plain=True)
     return 0
 

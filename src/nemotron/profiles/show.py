@@ -80,3 +80,32 @@ def profile_yaml(profile: Profile) -> str:
     return "\n".join(lines) + "\n"
 
 
+
+
+def profiles_document(profiles: Profiles, name: str | None = None) -> dict[str, Any]:
+    """``profiles --json``: every profile's row (``valid`` false with the error for one that does not validate), or
+    with ``name`` that profile fully resolved and redacted, with who set each key (``provenance``).
+
+    Raises:
+        ConfigError: ``name`` is not a profile, or it does not validate.
+    """
+    if name is not None:
+        p = profiles.get(name)
+        data = p.redacted()
+        flat = [k for k, v in data.items() if not isinstance(v, dict)] + [f"{k}.{sk}" for k, v in data.items()
+                                                                        if isinstance(v, dict) for sk in v]
+        return {"source": str(profiles.source), "name": p.name, "chain": list(p.chain), "executor": p.executor,
+                "profile": data, "provenance": {k: _owner(p.provenance, k, _DEFAULT) for k in flat}}
+    rows = []
+    for n in profiles.names():
+        try:
+            p = profiles.get(n)
+        except ConfigError as exc:
+            rows.append({"name": n, "valid": False, "error": exc.message})
+            continue
+        rows.append({"name": n, "valid": True, "executor": p.executor, "extends": list(p.chain[1:]),
+                     "partition": getattr(p, "partition", None), "address": getattr(p, "address", None),
+                     "tunnel": getattr(p, "tunnel", None), "host": getattr(p, "host", None),
+                     "gpus_per_node": p.gpus_per_node, "gpu": getattr(p, "gpu", None),
+                     "gpu_memory_gb": getattr(p, "gpu_memory", None), "source": str(p.source)})
+    return {"source": str(profiles.source), "profiles": rows, "sections": list(profiles.sections)}
