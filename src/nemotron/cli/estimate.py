@@ -34,6 +34,8 @@ def _free_space(path_value: Any) -> tuple[int | None, str | None]:
     p = Path(os.path.expanduser(path_value)).absolute()
     while not p.exists() and p != p.parent:
         p = p.parent
+    if p == p.parent:  # nothing of the path but / exists here: it is on storage this machine does not mount
+        return None, None
     try:
         st = os.statvfs(p)
     except OSError:
@@ -86,6 +88,7 @@ def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any) -> est.RunE
             ckpt_format="hf-local" if local else "megatron", free_bytes=free, free_path=where)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"estimate: {exc}") from None
+    result.ckpt_path = get(cfg, "checkpoint.save")
     if shape.memory_source and profile is None:
         result.notes.append(f"node {shape.memory_source}")
     if local and not gpu:
@@ -97,7 +100,7 @@ def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any) -> est.RunE
 def checkpoint_problem(result: est.RunEstimate) -> Problem | None:
     """The run's refusal when one checkpoint cannot fit the free space of ``checkpoint.save``'s file system."""
     if result.fits is False:
-        return Problem(key="checkpoint.save", value=result.free_path, rule="checkpoint-space",
+        return Problem(key="checkpoint.save", value=result.ckpt_path, rule="checkpoint-space",
                        message=(f"one checkpoint is {result.ckpt_bytes / 1e9:,.2f} GB and {result.free_path} has "
                                 f"{result.free_bytes / 1e9:,.2f} GB free: the first save would fail"),
                        valid="a checkpoint root with room for at least one checkpoint (checkpoint.save=PATH)")
@@ -198,18 +201,19 @@ def run_report(req: Any) -> int:
             if p.errors:
                 raise ValidationError(problems=p.problems)
             return 0
-        if p.errors:
-            report.problems(p.problems)
-            raise ValidationError(problems=p.problems)
+        # the estimate is printed whatever validation found (it says what the run would cost); the exit code is
+        # still the run's: 2 when the run would be refused, for a checkpoint that cannot fit among the rest
+        report.problems(p.problems)
         result = run_estimate(req.stage, p.compiled, p.profile, p.plan)
-        refuse = checkpoint_problem(result)
         if req.json:
-            jsonout.emit("estimate", estimate_document(result, req, p.compiled, p.plan))
+            doc = estimate_document(result, req, p.compiled, p.plan)
+            doc["problems"] = [jsonout.problem(q) for q in p.problems]
+            jsonout.emit("estimate", doc)
         else:
             report.heading(f"{req.stage.title} · config {p.compiled.config_name} · estimate")
             report.table(None, ["what", "value", "how"], result.rows())
-        if refuse is not None:
-            raise ValidationError(problems=[refuse])
+        if p.errors:  # the checkpoint-space refusal is one of them (pipeline.prepare_stage)
+            raise ValidationError(problems=p.problems)
     return 0
 
 

@@ -150,6 +150,7 @@ class RunEstimate:
     free_path: str | None
     fits: bool | None
     notes: list[str] = field(default_factory=list)
+    ckpt_path: str | None = None  # checkpoint.save, as configured
 
     def rows(self) -> list[list[str]]:
         """Rows of the terminal table: what, value, how it was obtained."""

@@ -1,0 +1,106 @@
+"""``data inspect PATH`` and ``why [JOB]``: the reports, as text or one JSON document."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from nemotron import report
+from nemotron.cli import jsonout
+
+
+def inspect_command(kw: dict[str, Any]) -> int:
+    """``nemotron RECIPE data inspect PATH [...]``. Exit 0; 2 for a path or option that does not fit."""
+    from nemotron.data.inspect import inspect_path
+
+    colour = sys.stdout.isatty() and not kw.get("as_json")
+    with jsonout.quiet_stdout() if kw.get("as_json") else _Nothing():
+        doc = inspect_path(kw["path"], kw.get("count") or 3, step=kw.get("step"), gbs=kw.get("global_batch_size"),
+                           seq=kw.get("seq_length"), train_iters=kw.get("train_iters"),
+                           train_samples=kw.get("train_samples"), seed=kw.get("seed"), colour=colour)
+        if kw.get("as_json"):
+            jsonout.emit("data-inspect", doc)
+            return 0
+    _print_inspect(doc)
+    return 0
+
+
+def _print_inspect(doc: dict[str, Any]) -> None:
+    out = lambda text: report.out(text, plain=True)  # noqa: E731
+    if doc["kind"] == "sft":
+        report.table(f"packed SFT {doc['path']}", ["packs", "pack size", "tokens", "learned", "fill", "no learned token",
+                                                   "pad run", "document cut"],
+                     [[doc["packs"], doc["pack_size"], doc["tokens"], doc["learned_tokens"], f"{doc['fill']:.1%}",
+                       doc["flags"]["no_learned_token"], doc["flags"]["pad_run"], doc["flags"]["document_cut"]]])
+        out("learned tokens are in [[...]] (green on a terminal); the rest is masked" +
+            ("" if doc["decoded"] else "; token ids shown: no tokenizer folder next to the file"))
+        for p in doc["shown"]:
+            report.heading(f"pack {p['index']}: {p['tokens']} tokens, {len(p['documents'])} documents, "
+                           f"{p['learned']} learned, fill {p['fill']:.1%}" + (f", flags: {', '.join(p['flags'])}" if p['flags'] else ""))
+            for n, d in enumerate(p["documents"]):
+                out(f"── document {n}: tokens [{d['start']}, {d['end']}), {d['learned']} learned")
+                out(d["text"])
+    elif doc["kind"] == "pretrain":
+        run = doc.get("run")
+        for split, rows in doc["datasets"].items():
+            achieved = run is not None and split == "train"
+            report.table(f"{split} split of {doc['path']}: datasets",
+                         ["dataset", "shards", "documents", "tokens", "token share", "weight share",
+                          *(["achieved share"] if achieved else [])],
+                         [[d["dataset"], d["prefixes"], f"{d['documents']:,}", f"{d['tokens']:,}", f"{d['token_share']:.1%}",
+                           f"{d['weight_share']:.1%}", *([f"{d['sample_share']:.2%} ({d['samples']:,} samples)"] if achieved else [])]
+                          for d in rows])
+        if run is None:
+            out("achieved shares need the run: --global-batch-size, --seq-length and --train-iters")
+        else:
+            out(f"achieved share: of the run's {run['train_samples']:,} train samples of {run['seq_length']} tokens, "
+                "the fraction each dataset supplies in Megatron-Core's blend")
+        b = doc.get("batch")
+        if b:
+            report.heading(f"global batch of step {b['step']}: blend samples {b['first_sample']}.."
+                           f"{b['first_sample'] + b['global_batch_size'] - 1} (seq {b['seq_length']}, "
+                           f"{b['train_samples']:,} train samples, seed {b['seed']})")
+            report.table(None, ["sample", "dataset", "its sample", "documents (doc:offset+tokens)", "sha256 of the ids"],
+                         [[s["index"], s["prefix"].rsplit("/", 1)[-1], s["dataset_sample"],
+                           " ".join(f"{p['document']}:{p['offset']}+{p['tokens']}" for p in s["parts"]),
+                           s["sha256"][:16]] for s in b["samples"]])
+    else:
+        c = doc["check"]
+        report.table(f"RL prompts {doc['path']}", ["records", "checker", "answers parsed", "boxed answer rewarded"],
+                     [[doc["records"], doc["checker"] or "none (pip install math-verify)",
+                       "-" if c is None else c["parsed"], "-" if c is None else c["boxed_answer_rewarded"]]])
+        if c and c["failed_lines"]:
+            out(f"lines whose reference answer the checker would never reward: {', '.join(map(str, c['failed_lines']))}")
+        for s in doc["shown"]:
+            report.heading(f"line {s['line']}")
+            out(f"prompt: {s['prompt'][:400]}")
+            out(f"answer: {s['answer']}" + ("" if s["check"] is None else
+                                             f"   check: parsed={s['check']['parsed']} rewarded={s['check']['boxed_answer_rewarded']}"))
+
+
+def why_command(ident: str | None, logs: list[str], as_json: bool) -> int:
+    """``nemotron RECIPE why [JOB] [--log FILE]``. Exit 0 when it named a cause; 1 when none of the known ones."""
+    from nemotron.launch import why
+
+    with jsonout.quiet_stdout() if as_json else _Nothing():
+        verdict = why.explain_files(logs) if logs else why.explain_job(ident)
+        if as_json:
+            jsonout.emit("why", verdict)
+            return 0
+    report.table(f"why: {verdict['job'] or ', '.join(verdict['sources'])}", ["", ""],
+                 [["ended", verdict["state"] or "-"], ["cause", verdict["cause"]], ["evidence", verdict["evidence"] or "-"],
+                  ["fix", verdict["hint"] or "-"], *([["our frame", verdict["frame"]]] if verdict.get("frame") else [])])
+    for other in verdict.get("also", []):
+        report.out(f"also seen: {other['cause']}: {other['evidence']}", plain=True)
+    return 0
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+__all__ = ["inspect_command", "why_command"]

@@ -1,0 +1,330 @@
+"""``data inspect PATH``: training data as the trainer reads it.
+
+Three kinds of input, told apart by the path:
+
+* **packed SFT Parquet** (``*.parquet`` with ``input_ids``/``loss_mask``/``seq_start_id``, or a data prep SFT output
+  folder): per pack its documents (the ``seq_start_id`` boundaries), the learned tokens (``loss_mask`` is
+  label-aligned: ``loss_mask[t] = 1`` learns the token at ``t + 1``, data/packing.py), the fill, and flags: a pack
+  with no learned token, a trailing pad run (EOS padding after the last document), a document cut at the pack end
+  (its last token is not EOS).
+* **pretrain** ``blend.json`` (or a folder with one, or one ``.bin/.idx`` prefix): documents and tokens per
+  prefix, the achieved token share of each against its blend weight; with ``step`` the documents of that global
+  batch (:mod:`nemotron.data.megatron_batch`).
+* **RL JSONL** (NeMo RL's math-environment lines ``{"messages": [user, assistant]}``): prompts and reference
+  answers, and the answer check run on the reference answers (each answer parsed by ``math-verify``, the checker
+  NeMo RL's math environment uses, and verified against itself: an answer the checker cannot parse would never
+  reward a correct response).
+
+Units: tokens and documents are counts; shares are fractions of 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from nemotron.data import megatron_batch
+from nemotron.errors import ConfigError, UsageError
+
+
+def kind_of(path: Path) -> tuple[str, Path]:
+    """(``"sft"`` | ``"pretrain"`` | ``"rl"``, the file) for ``path``.
+
+    Raises:
+        ConfigError: the path does not exist or holds none of the three.
+    """
+    if not path.exists() and Path(str(path) + ".idx").is_file():
+        return "pretrain", path
+    if not path.exists():
+        raise ConfigError(f"{path}: does not exist", "give a packed .parquet, a blend.json, a .bin/.idx prefix or an RL .jsonl")
+    if path.is_dir():
+        for name, kind in (("blend.json", "pretrain"),):
+            if (path / name).is_file():
+                return kind, path / name
+        parquet = sorted(path.rglob("*train*.parquet")) or sorted(path.rglob("*.parquet"))
+        if parquet:
+            return "sft", parquet[0]
+        jsonl = sorted(path.rglob("*train*.jsonl")) or sorted(path.rglob("*.jsonl"))
+        if jsonl:
+            return "rl", jsonl[0]
+        raise ConfigError(f"{path}: no blend.json, .parquet or .jsonl inside", "give the file itself")
+    if path.suffix == ".parquet":
+        return "sft", path
+    if path.suffix in (".bin", ".idx"):
+        return "pretrain", path.with_suffix("")
+    if path.suffix == ".json":
+        return "pretrain", path
+    if path.suffix == ".jsonl":
+        return "rl", path
+    raise ConfigError(f"{path}: not a .parquet, blend.json, .bin/.idx or .jsonl", "give one of those")
+
+
+# ------------------------------------------------------------------------------------------------ SFT
+def _tokenizer_near(path: Path) -> Any:
+    """The data prep output's tokenizer (``<output>/tokenizer``, recorded in its manifest), or None."""
+    for folder in [path.parent, *path.parents][:5]:
+        tok = folder / "tokenizer"
+        if (tok / "tokenizer.json").is_file():
+            try:
+                from tokenizers import Tokenizer
+
+                return Tokenizer.from_file(str(tok / "tokenizer.json"))
+            except Exception:  # noqa: BLE001 - decoding is a convenience: ids are shown without it
+                return None
+    return None
+
+
+def _eos_near(path: Path) -> int | None:
+    for folder in [path.parent, *path.parents][:5]:
+        m = folder / "manifest.json"
+        if m.is_file():
+            try:
+                data = json.loads(m.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            eos = (data.get("tokenizer") or {}).get("eos_id") if isinstance(data, dict) else None
+            if isinstance(eos, int):
+                return eos
+    return None
+
+
+def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
+    """Summary and ``count`` packs of a packed SFT Parquet file."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path, columns=["input_ids", "loss_mask", "seq_start_id"])
+    except Exception as exc:  # noqa: BLE001 - pyarrow's errors name the missing column or the bad file
+        raise ConfigError(f"{path}: not a packed SFT Parquet file ({exc})",
+                          "data prep sft writes them: input_ids, loss_mask, seq_start_id") from None
+    ids_col, mask_col, start_col = (table.column(c).to_pylist() for c in ("input_ids", "loss_mask", "seq_start_id"))
+    tok = _tokenizer_near(path)
+    eos = _eos_near(path)
+    size = max((len(x) for x in ids_col), default=0)
+    packs, flags_total = [], {"no_learned_token": 0, "pad_run": 0, "document_cut": 0}
+    learned_total = tokens_total = 0
+    for n, (ids, mask, starts) in enumerate(zip(ids_col, mask_col, start_col, strict=True)):
+        bounds = list(starts) + [len(ids)]
+        learned = sum(int(m) for m in mask)
+        pad = 0
+        if eos is not None:
+            last_doc_end = bounds[-2] if len(bounds) > 1 else 0
+            tail = ids[last_doc_end:]
+            while pad < len(tail) and tail[-1 - pad] == eos and mask[len(ids) - 1 - pad] == 0:
+                pad += 1
+            pad = pad - 1 if pad else 0  # the document's own EOS is not padding
+        flags = []
+        if learned == 0:
+            flags.append("no_learned_token")
+        if pad > 0:
+            flags.append("pad_run")
+        if eos is not None and ids and ids[-1] != eos:
+            flags.append("document_cut")
+        for f in flags:
+            flags_total[f] += 1
+        learned_total += learned
+        tokens_total += len(ids)
+        if n < count:
+            docs = []
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+                # the tokens learned in [a, b): position t is learned when mask[t - 1] = 1 (label-aligned mask)
+                learned_pos = [t for t in range(a + 1, b) if mask[t - 1]]
+                docs.append({"start": a, "end": b, "tokens": b - a, "learned": len(learned_pos),
+                             "text": _marked(ids[a:b], [bool(mask[t - 1]) if t > a else False for t in range(a, b)],
+                                             tok, colour)})
+            packs.append({"index": n, "tokens": len(ids), "fill": len(ids) / size if size else 0.0,
+                          "learned": learned, "documents": docs, "pad_run": pad, "flags": flags})
+    return {"kind": "sft", "path": str(path), "packs": len(ids_col), "pack_size": size, "tokens": tokens_total,
+            "learned_tokens": learned_total, "fill": tokens_total / (size * len(ids_col)) if size and ids_col else 0.0,
+            "flags": flags_total, "eos_id": eos, "decoded": tok is not None, "shown": packs}
+
+
+def _marked(ids: list[int], learned: list[bool], tok: Any, colour: bool) -> str:
+    """The tokens as text, learned runs in ``[[...]]`` (green on a terminal), masked ones plain."""
+    out, run, state = [], [], None
+
+    def flush() -> None:
+        if not run:
+            return
+        text = tok.decode(run, skip_special_tokens=False) if tok is not None else " ".join(map(str, run))
+        if state:
+            out.append(f"\x1b[32m{text}\x1b[0m" if colour else f"[[{text}]]")
+        else:
+            out.append(text)
+        run.clear()
+
+    for t, on in zip(ids, learned, strict=True):
+        if state is not None and on != state:
+            flush()
+        state = on
+        run.append(t)
+    flush()
+    return "".join(out) if tok is not None else " ".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ pretrain
+def pretrain(path: Path, count: int, step: int | None = None, gbs: int | None = None, seq: int | None = None,
+             train_iters: int | None = None, train_samples: int | None = None, seed: int = megatron_batch.DEFAULT_SEED,
+             colour: bool = False) -> dict[str, Any]:
+    """Per-prefix documents and tokens, achieved shares against the blend weights, and the documents of ``step``.
+
+    Raises:
+        UsageError: ``step`` without the batch size, sequence length and run length it needs.
+        ConfigError: an unreadable blend.json or index.
+    """
+    import numpy as np
+
+    from nemotron.data.blend import BlendFileError, read_blend_pairs
+    from nemotron.data.indexed import read_index
+
+    if path.suffix == ".json":
+        try:
+            splits = read_blend_pairs(path)
+        except BlendFileError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    else:
+        splits = {"train": [(1.0, path)]}
+    out: dict[str, Any] = {"kind": "pretrain", "path": str(path), "splits": {}}
+    for split, pairs in splits.items():
+        rows = []
+        for w, prefix in pairs:
+            try:
+                index = read_index(prefix)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"{prefix}.idx: {exc}") from None
+            rows.append({"prefix": str(prefix), "weight": float(w), "documents": len(index["lengths"]),
+                         "tokens": int(np.asarray(index["lengths"], dtype=np.int64).sum()), "dtype": index["dtype"]})
+        tokens = sum(r["tokens"] for r in rows) or 1
+        wsum = sum(r["weight"] for r in rows) or 1.0
+        for r in rows:
+            r["token_share"] = r["tokens"] / tokens
+            r["weight_share"] = r["weight"] / wsum
+        out["splits"][split] = rows
+        datasets: dict[str, dict[str, Any]] = {}
+        for r in rows:  # a dataset is the folder of its shards (data prep writes data/<dataset>/<split>_NNNNN)
+            name = Path(r["prefix"]).parent.name
+            d = datasets.setdefault(name, {"dataset": name, "prefixes": 0, "documents": 0, "tokens": 0, "weight": 0.0})
+            d["prefixes"] += 1
+            d["documents"] += r["documents"]
+            d["tokens"] += r["tokens"]
+            d["weight"] += r["weight"]
+        for d in datasets.values():
+            d["token_share"], d["weight_share"] = d["tokens"] / tokens, d["weight"] / wsum
+        out.setdefault("datasets", {})[split] = list(datasets.values())
+    run_given = bool(gbs and seq and (train_iters or train_samples))
+    if step is None and not run_given:
+        return out
+    if not run_given:
+        raise UsageError("--step needs --global-batch-size, --seq-length and --train-iters (or --train-samples)",
+                         "Megatron-Core's sample order depends on the run's total samples: give the run's "
+                         "train.train_iters, train.global_batch_size and model.seq_length")
+    total = train_samples or train_iters * gbs
+    try:
+        train = megatron_batch.build_train([(w, str(p)) for w, p in splits.get("train", [])], total, seq, seed=seed)
+        batch = megatron_batch.global_batch(train, step, gbs) if step is not None else []
+    except megatron_batch.BatchError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    # the achieved share: which fraction of the run's train samples each prefix supplies (Megatron's blending)
+    counts = (np.bincount(np.asarray(train.dataset_index, dtype=np.int64)[:total], minlength=len(train.prefixes))
+              if train.dataset_index is not None else np.asarray([total]))
+    for r, n in zip(out["splits"]["train"], counts, strict=True):
+        r["samples"], r["sample_share"] = int(n), int(n) / total
+    for d in out["datasets"]["train"]:
+        d["samples"] = sum(r["samples"] for r in out["splits"]["train"] if Path(r["prefix"]).parent.name == d["dataset"])
+        d["sample_share"] = d["samples"] / total
+    out["run"] = {"train_samples": total, "seq_length": seq, "global_batch_size": gbs, "seed": seed,
+                  "epochs": {str(ds.prefix.prefix): ds.epochs for ds in train.datasets}}
+    if step is None:
+        return out
+    tok = _tokenizer_near(path)
+    samples = []
+    import hashlib
+
+    for s in batch:
+        parts = [{"document": d, "offset": o, "tokens": n} for d, o, n in s["parts"]]
+        text = None
+        if tok is not None and len(samples) < count:
+            text = tok.decode([int(t) for t in s["tokens"][:200]], skip_special_tokens=False)
+        samples.append({"index": s["index"], "dataset_id": s["dataset_id"], "prefix": s["prefix"],
+                        "dataset_sample": s["dataset_sample"], "documents": s["documents"], "parts": parts,
+                        "sha256": hashlib.sha256(np.asarray(s["tokens"], dtype=np.int64).tobytes()).hexdigest(),
+                        "preview": text})
+    out["batch"] = {"step": step, "global_batch_size": gbs, "seq_length": seq, "train_samples": total, "seed": seed,
+                    "first_sample": (step - 1) * gbs, "samples": samples}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ RL
+def _checker() -> Any:
+    """math-verify's ``parse``/``verify`` (NeMo RL's math environment uses it), or None when not installed."""
+    try:
+        import logging
+
+        from math_verify import parse, verify
+
+        logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+        return parse, verify
+    except ImportError:
+        return None
+
+
+def rl(path: Path, count: int) -> dict[str, Any]:
+    """Prompts, reference answers and the answer check on the reference answers of an RL JSONL file.
+
+    Raises:
+        ConfigError: a line that is not JSON or has no user prompt and assistant answer (file and line named).
+    """
+    checker = _checker()
+    shown, total, parsed, self_ok = [], 0, 0, 0
+    failed: list[int] = []
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                msgs = obj["messages"]
+                prompt = next(m["content"] for m in msgs if m.get("role") == "user")
+                answer = next(m["content"] for m in msgs if m.get("role") == "assistant")
+            except (ValueError, KeyError, TypeError, StopIteration):
+                raise ConfigError(f"{path}:{line_no}: not an RL line {{\"messages\": [user, assistant]}}",
+                                  "data prep rl writes them") from None
+            total += 1
+            outcome = None
+            if checker is not None:
+                parse, verify = checker
+                gold = parse(f"${answer}$") or parse(answer)
+                ok_parse = bool(gold)
+                ok_self = ok_parse and bool(verify(gold, parse(f"\\boxed{{{answer}}}")))
+                parsed += ok_parse
+                self_ok += ok_self
+                if not ok_self:
+                    failed.append(line_no)
+                outcome = {"parsed": ok_parse, "boxed_answer_rewarded": ok_self}
+            if len(shown) < count:
+                shown.append({"line": line_no, "prompt": prompt, "answer": answer, "check": outcome})
+    return {"kind": "rl", "path": str(path), "records": total, "checker": "math-verify" if checker else None,
+            "check": None if checker is None else {"parsed": parsed, "boxed_answer_rewarded": self_ok,
+                                                   "failed_lines": failed[:20]},
+            "shown": shown}
+
+
+def inspect_path(path: str | os.PathLike[str], count: int = 3, **batch: Any) -> dict[str, Any]:
+    """The report of :func:`kind_of`'s kind for ``path`` (``batch``: ``step``, ``gbs``, ``seq``, ``train_iters``,
+    ``train_samples``, ``seed``, ``colour``)."""
+    kind, f = kind_of(Path(path))
+    colour = bool(batch.pop("colour", False))
+    if kind != "pretrain" and batch.get("step") is not None:
+        raise UsageError(f"--step is for a pretrain blend.json or .bin/.idx; {f} is {kind} data")
+    if batch.get("seed") is None:
+        batch.pop("seed", None)
+    if kind == "sft":
+        return sft(f, count, colour)
+    if kind == "rl":
+        return rl(f, count)
+    return pretrain(f, count, colour=colour, **batch)  # type: ignore[arg-type]
+
+
+__all__ = ["inspect_path", "kind_of", "pretrain", "rl", "sft"]

@@ -1,0 +1,275 @@
+"""``why [JOB]``: how a finished job ended, from its logs and its state, with a one-line fix hint.
+
+Inputs: the job's log files (the task's output, then the batch script's: :func:`nemotron.launch.jobs.log_files`), its
+final state and exit code (``sacct``, or a ``local`` profile's supervisor record: :func:`nemotron.launch.jobs.state`),
+and our run record (:class:`nemotron.launch.jobs.JobRecord`). ``--log FILE`` classifies files alone.
+
+How a cause is chosen: the scheduler's own verdicts first (walltime, preemption, node failure, the cgroup's
+out-of-memory killer, a cancellation), since a job killed from outside leaves the last word to Slurm; then the
+first of the log patterns below in the order of :data:`CAUSES`, which lists root causes before their consequences
+(an out-of-memory rank makes the other ranks' collectives time out: the OOM is named, the NCCL timeout listed as
+``also``); a Python traceback last, named by its exception and the first frame in our code (``src/nemotron`` or
+``stages/``; for code that is not ours, the first frame outside the interpreter's and ``site-packages``).
+
+The patterns were written against real logs: the fixtures in ``tests/fixtures/why/`` (excerpts of public bug
+reports, each naming its source) and the local Slurm cluster's own failed jobs (``tests/launch/test_why.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One way a job ends: ``id`` (stable, for ``--json``), ``title``, ``patterns`` (regular expressions searched
+    line by line, case-sensitive), ``hint`` (one line: what to do)."""
+
+    id: str
+    title: str
+    patterns: tuple[str, ...]
+    hint: str
+
+
+#: Root causes before their consequences (module docstring).
+CAUSES: tuple[Cause, ...] = (
+    Cause("walltime", "hit the walltime (Slurm's time limit)",
+          (r"CANCELLED AT \S+ DUE TO TIME LIMIT", r"DUE TO TIME LIMIT"),
+          "the job resumes from its last checkpoint: submit it again (run.chain queues the continuation jobs), or "
+          "raise the profile's time; `estimate` says how many jobs the run needs"),
+    Cause("preempted", "preempted by a higher-priority job (requeued if the job allows it)",
+          (r"DUE TO PREEMPTION", r"\bPREEMPTED\b", r"job \S+ requeued", r"[Rr]equeue(d)? due to preemption"),
+          "nothing is lost past the last checkpoint: with run.requeue the job continues by itself; else submit "
+          "it again, or use a partition/QOS that is not preemptible"),
+    Cause("node-failure", "a node failed under the job",
+          (r"DUE TO NODE FAILURE", r"\bNODE_FAIL\b", r"error: Node failure on \S+"),
+          "submit it again (it resumes from the last checkpoint); report the node to the cluster admins and "
+          "exclude it (profile.exclude / sbatch --exclude)"),
+    Cause("host-oom", "killed by the node's out-of-memory handler (host RAM, not GPU memory)",
+          (r"Detected \d+ oom[-_]kill event", r"task \d+: Out Of Memory", r"\bOUT_OF_MEMORY\b",
+           r"oom-kill event\(s\)"),
+          "give the job more host memory (profile mem = \"0\" for the whole node), or fewer data loader workers "
+          "(dataset.num_workers) / CPU-offloaded state"),
+    Cause("mount-missing", "a container mount source does not exist or is not readable on the node",
+          (r"enroot-mount: failed to mount", r"pyxis: .*mount.*(No such file|Permission denied)"),
+          "every profile.mounts source must exist on the compute nodes (not only the login node) and be readable "
+          "by the job's user"),
+    Cause("image-missing", "the container image could not be imported or started",
+          (r"pyxis: failed to import docker image", r"returned error code: 40[13] Unauthorized",
+           r"enroot-switchroot: failed to execute",
+           r"a container with name \S+ does not exist", r"Could not find image"),
+          "check the profile's images table (a .sqsh path must start with / or ./) and the registry credentials "
+          "(~/.config/enroot/.credentials); `nemotron kit slurm build PROFILE --stage STAGE` builds the image"),
+    Cause("missing-secret", "a credential the job needs is not set",
+          (r"api_key not configured", r"wandb\.errors\.\S*UsageError", r"GatedRepoError", r"Cannot access gated repo",
+           r"You are trying to access a gated repo", r"secret \S+ is not set", r"Invalid user token",
+           r"RAY_AUTH_TOKEN"),
+          "declare it in the profile's [secrets] (the variable set in the submitting shell: WANDB_API_KEY, HF_TOKEN) "
+          "or turn the feature off (logger.wandb_project=null); `nemotron profiles NAME` shows what is unset"),
+    Cause("port-in-use", "the rendezvous port was already taken on the node",
+          (r"Address already in use", r"EADDRINUSE", r"errno: 98"),
+          "another job or a leftover process holds the port: use exclusive nodes (profile exclusive = true) or let "
+          "torchrun pick a port (rdzv_endpoint host:0)"),
+    Cause("cuda-oom", "out of GPU memory",
+          (r"CUDA out of memory", r"torch\.(cuda\.)?OutOfMemoryError", r"CUBLAS_STATUS_ALLOC_FAILED"),
+          "the layout does not fit: check the dry run's memory table; raise TP/PP/EP or recompute "
+          "(model.recompute_granularity), lower train.micro_batch_size, or offload the optimizer"),
+    Cause("cuda-fault", "a CUDA fault (illegal memory access, ECC or Xid error): a kernel bug or a bad GPU",
+          (r"an illegal memory access was encountered", r"uncorrectable ECC error", r"\bXid\b", r"CUDA error: unspecified launch failure",
+           r"device-side assert triggered"),
+          "rerun once with CUDA_LAUNCH_BLOCKING=1 to find the kernel; if it recurs on one node only, report the "
+          "node's GPU (nvidia-smi -q) and exclude it"),
+    Cause("disk-full", "the file system ran out of space (or quota)",
+          (r"No space left on device", r"Errno 28", r"Disk quota exceeded", r"Errno 122", r"StorageFull"),
+          "`estimate` prints the checkpoint bytes against the free space: free room, keep fewer checkpoints "
+          "(checkpoint.most_recent_k) or move checkpoint.save"),
+    Cause("ray-oom-kill", "Ray's memory monitor killed a worker (host RAM)",
+          (r"ray\.exceptions\.OutOfMemoryError", r"Task was killed due to the node running low on memory",
+           r"Workers \(tasks / actors\) killed due to memory pressure"),
+          "fewer concurrent Ray tasks per node (data prep workers; NeMo RL's colocated generation), or more host "
+          "memory; RAY_memory_usage_threshold only moves the line"),
+    Cause("nccl-error", "an NCCL communication error (network, driver or a peer gone)",
+          (r"NCCL error", r"ncclSystemError", r"ncclInternalError", r"ncclRemoteError", r"DistBackendError"),
+          "rerun with NCCL_DEBUG=INFO; check NCCL_SOCKET_IFNAME / the IB interfaces the profile sets, and whether "
+          "another rank died first (its log names the first error)"),
+    Cause("nccl-timeout", "a collective timed out (a rank stopped or hung)",
+          (r"Watchdog caught collective operation timeout", r"WorkNCCL\(.*\) ran for \d+ milliseconds before timing out",
+           r"ProcessGroupNCCL.*[Tt]imeout"),
+          "look for the rank that failed first (OOM, exception) in the other ranks' logs; a slow first step "
+          "(checkpoint load, data index build) needs dist.distributed_timeout_minutes raised"),
+    Cause("ray-actor-died", "a Ray actor or worker died",
+          (r"RayActorError", r"The actor died unexpectedly", r"WorkerCrashedError", r"ActorDiedError"),
+          "the actor's own log (ray logs worker-*) holds the cause; often host OOM or a CUDA error in that worker"),
+    Cause("resumable-stop", "stopped on a signal after saving: resumable (exit 75)",
+          (r"stopped, run the same command again to resume", r"exit(ed)? (code )?75\b"),
+          "run the same command again: it resumes from the checkpoint it saved"),
+    Cause("stage-error", "the stage refused or failed with its own message",
+          (r"^error: ",),
+          "the hint line under it says what to do"),
+    Cause("module-missing", "a Python module the stage imports is missing in the job's environment",
+          (r"ModuleNotFoundError: No module named", r"ImportError: "),
+          "the stage's image lacks it: use the image stages/images.toml names (nemotron kit slurm build), or "
+          "install it in the profile's setup commands"),
+    Cause("python-exception", "a Python exception in the stage", (r"^Traceback \(most recent call last\):",),
+          "read the exception and the frame named; rerun with --debug for the whole traceback"),
+)
+_BY_ID = {c.id: c for c in CAUSES}
+#: Causes read off the scheduler's state when the log says nothing (sacct ``State``).
+_STATE_CAUSE = {"TIMEOUT": "walltime", "DEADLINE": "walltime", "PREEMPTED": "preempted", "NODE_FAIL": "node-failure",
+                "OUT_OF_MEMORY": "host-oom", "BOOT_FAIL": "node-failure"}
+#: The scheduler's verdicts, which win over what the log shows (the job was killed from outside).
+_SCHEDULER = ("walltime", "preempted", "node-failure", "host-oom")
+
+_RANK = re.compile(r"^(?:\[(?:default|rank)\d+\]:|\d+: |\(\S+ pid=\d+\) )")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+_EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning))(?::\s*(.*))?$")
+
+
+def _lines(text: str) -> list[str]:
+    return [_RANK.sub("", ln.rstrip("\r"), count=1) for ln in text.splitlines()]
+
+
+def _ours(path: str) -> bool:
+    return "/nemotron/" in path.replace("\\", "/") or "/stages/" in path.replace("\\", "/")
+
+
+def _foreign(path: str) -> bool:
+    p = path.replace("\\", "/")
+    return "site-packages" in p or "dist-packages" in p or "/lib/python3" in p or p.startswith("<")
+
+
+def traceback_summary(lines: list[str]) -> dict[str, Any] | None:
+    """The last traceback: ``exception`` (its last line), ``frame`` (the first frame in our code, else the first
+    outside the interpreter's and site-packages, as ``path:line in function``), ``frames`` (how many)."""
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    block = lines[starts[-1] + 1:]
+    frames, exception = [], None
+    for ln in block:
+        m = _FRAME.match(ln)
+        if m:
+            frames.append((m.group(1), int(m.group(2)), m.group(3)))
+            continue
+        if frames and not ln.startswith((" ", "\t")) and ln.strip():
+            e = _EXC.match(ln.strip())
+            if e:
+                exception = ln.strip()
+                break
+            if not ln.startswith(("The above exception", "During handling")):
+                exception = ln.strip()
+                break
+    if not frames:
+        return None
+    ours = [f for f in frames if _ours(f[0])]
+    pick = ours[0] if ours else next((f for f in frames if not _foreign(f[0])), frames[-1])
+    return {"exception": exception, "frame": f"{pick[0]}:{pick[1]} in {pick[2]}", "frame_is_ours": bool(ours),
+            "frames": len(frames)}
+
+
+def classify(text: str, state: str | None = None, exit_code: str | None = None) -> dict[str, Any]:
+    """The cause of a job's end from its log ``text`` and scheduler ``state`` (sacct's words) and ``exit_code``.
+
+    Returns: ``cause`` (a :data:`CAUSES` id, ``completed``, ``cancelled`` or ``unknown``), ``title``, ``evidence`` (the
+    line that shows it), ``hint``, ``frame`` (a traceback's first frame in our code, if any), ``exception``,
+    ``also`` (other causes seen, each with its evidence), ``state``, ``exit_code``.
+    """
+    lines = _lines(text)
+    found: dict[str, str] = {}
+    for cause in CAUSES:
+        rx = [re.compile(p) for p in cause.patterns]
+        for ln in lines:
+            if any(r.search(ln) for r in rx):
+                found[cause.id] = ln.strip()[:400]
+                break
+    st = (state or "").split()[0].upper() if state else ""
+    if st in _STATE_CAUSE and _STATE_CAUSE[st] not in found:
+        found[_STATE_CAUSE[st]] = f"Slurm state {st}" + (f" (exit code {exit_code})" if exit_code else "")
+    if exit_code and exit_code.split(":")[0] == "75" and "resumable-stop" not in found:
+        found["resumable-stop"] = f"exit code {exit_code}"
+    tb = traceback_summary(lines)
+    order = [c.id for c in CAUSES]
+    scheduler = [c for c in _SCHEDULER if c in found]
+    if scheduler:
+        chosen = scheduler[0]
+    elif found:
+        chosen = min(found, key=order.index)
+        if chosen == "stage-error" and "python-exception" in found and tb and not tb["frame_is_ours"]:
+            chosen = "python-exception"
+    elif st == "COMPLETED":
+        chosen = "completed"
+    elif st.startswith("CANCELLED"):
+        chosen = "cancelled"
+    else:
+        chosen = "unknown"
+    base = {"state": st or None, "exit_code": exit_code or None,
+            "exception": tb["exception"] if tb else None, "frame": tb["frame"] if tb else None}
+    also = [{"cause": k, "title": _BY_ID[k].title, "evidence": v} for k, v in found.items() if k != chosen]
+    if chosen in _BY_ID:
+        c = _BY_ID[chosen]
+        evidence = found[chosen]
+        hint = c.hint
+        if chosen == "stage-error":  # our own runtime's message: its hint line is the fix
+            i = next((n for n, ln in enumerate(lines) if ln.strip() == evidence), None)
+            nxt = lines[i + 1].strip() if i is not None and i + 1 < len(lines) else ""
+            if nxt.startswith("hint: "):
+                hint = nxt.removeprefix("hint: ")
+        if chosen in ("python-exception", "module-missing") and tb and tb["exception"]:
+            evidence = tb["exception"]
+        return {"cause": chosen, "title": c.title, "evidence": evidence, "hint": hint, "also": also, **base}
+    if chosen == "completed":
+        return {"cause": "completed", "title": "the job completed", "evidence": f"Slurm state {st}", "hint": None,
+                "also": also, **base}
+    if chosen == "cancelled":
+        return {"cause": "cancelled", "title": "cancelled (scancel, or a failed dependency)",
+                "evidence": f"Slurm state {state}", "hint": "submit it again if that was not meant", "also": also, **base}
+    tail = next((ln.strip() for ln in reversed(lines) if ln.strip()), None)
+    return {"cause": "unknown", "title": "none of the known causes", "evidence": tail,
+            "hint": "read the log's end: nemotron ultra3 logs JOB", "also": also, **base}
+
+
+def explain_files(paths: list[str]) -> dict[str, Any]:
+    """:func:`classify` of log files given on the command line (no job record, no scheduler state).
+
+    Raises:
+        ConfigError: a file that cannot be read.
+    """
+    from nemotron.errors import ConfigError
+
+    texts = []
+    for p in paths:
+        try:
+            texts.append(Path(p).read_text(encoding="utf-8", errors="replace"))
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+    return {"job": None, "experiment": None, "stage": None, "sources": list(paths), **classify("\n".join(texts))}
+
+
+def explain_job(ident: str | None) -> dict[str, Any]:
+    """:func:`classify` of a submitted job: its logs, its Slurm (or local supervisor) state and our record.
+
+    Raises:
+        ConfigError: no such job; RuntimeFailure: Slurm cannot be asked.
+    """
+    from nemotron.launch import jobs
+
+    rec = jobs.load(ident)
+    st, code = jobs.state(rec)
+    redact = jobs.redactor(rec)
+    files = []
+    texts = []
+    try:
+        files = jobs.log_files(rec)
+        texts = [redact(jobs.read_log(rec, f)) for f in files]
+    except jobs.JobFilesMissing:
+        files = []
+    out = classify("\n".join(texts), st, code)
+    if st not in jobs.TERMINAL and st != "UNKNOWN":
+        out["title"] = f"the job has not ended ({st}); so far: " + out["title"]
+    return {"job": rec.job_id, "experiment": rec.experiment_id, "stage": rec.title, "sources": files, **out}
+
+
+__all__ = ["CAUSES", "Cause", "classify", "explain_files", "explain_job", "traceback_summary"]

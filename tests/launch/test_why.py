@@ -1,0 +1,136 @@
+"""``why``: how a job ended, on real logs.
+
+* the fixtures in ``tests/fixtures/why/``: excerpts of logs quoted in public bug reports (the first line of each names
+  the report; the second the cause it must get), 15 kinds;
+* the local Slurm cluster's own failed jobs, submitted here with a job record as a submission writes one: our code
+  raising an exception (the first frame in ``src/nemotron`` is named), a stage's own ``error:``/``hint:`` lines, a job
+  over its time limit (Slurm's ``TIMEOUT`` and its ``DUE TO TIME LIMIT`` line), a cancelled one, a completed one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nemotron.cli.main import main
+from nemotron.launch import jobs, why
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "why"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _fixture(path: Path) -> tuple[str, str, str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    source = lines[0].removeprefix("# source: ")
+    expect = lines[1].removeprefix("# expect: ")
+    body = "\n".join(ln for ln in lines if not ln.startswith("# "))
+    return source, expect, body
+
+
+CASES = sorted(FIXTURES.glob("*.log"))
+
+
+def test_fixtures_cover_fifteen_kinds_each_with_its_source():
+    kinds = {_fixture(p)[1] for p in CASES}
+    assert len(kinds) >= 15, kinds
+    for p in CASES:
+        source, expect, body = _fixture(p)
+        assert source.startswith("https://github.com/") and expect in {c.id for c in why.CAUSES}, p.name
+        assert body.strip(), p.name
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_public_log_excerpt_is_named(path):
+    _, expect, body = _fixture(path)
+    got = why.classify(body)
+    assert got["cause"] == expect, (path.name, got)
+    assert got["evidence"] and got["evidence"] in body or got["evidence"] == got.get("exception"), got
+    assert got["hint"]
+
+
+def test_oom_is_named_before_the_timeouts_it_causes():
+    """One rank out of memory, the others' collectives time out: the OOM is the cause, the timeout listed as also."""
+    oom = _fixture(FIXTURES / "cuda-oom.log")[2]
+    timeout = _fixture(FIXTURES / "nccl-timeout.log")[2]
+    got = why.classify(timeout + "\n" + oom)
+    assert got["cause"] == "cuda-oom"
+    assert [a["cause"] for a in got["also"]] == ["nccl-timeout"]
+
+
+def test_scheduler_state_wins_and_fills_in_a_silent_log():
+    assert why.classify("step 10 | loss 2.3", "TIMEOUT", "0:0")["cause"] == "walltime"
+    assert why.classify("step 10 | loss 2.3", "PREEMPTED", "0:0")["cause"] == "preempted"
+    assert why.classify("", "OUT_OF_MEMORY", "0:125")["cause"] == "host-oom"
+    got = why.classify(_fixture(FIXTURES / "nccl-timeout.log")[2], "TIMEOUT", "0:0")
+    assert got["cause"] == "walltime" and got["also"][0]["cause"] == "nccl-timeout"
+    assert why.classify("done", "COMPLETED", "0:0")["cause"] == "completed"
+    assert why.classify("nothing known here", "FAILED", "3:0")["cause"] == "unknown"
+
+
+def test_why_log_json_on_a_fixture(capsys):
+    code = main(["ultra3", "why", "--log", str(FIXTURES / "host-oom.log"), "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["cause"] == "host-oom" and doc["schema"] == "nemotron/why/v1"
+
+
+# ------------------------------------------------------------------------------------------------ local Slurm
+def _submit(slurm, tmp_path, name: str, script: str, *sbatch: str) -> jobs.JobRecord:
+    logs = tmp_path / name
+    logs.mkdir()
+    job = slurm.sbatch("-J", name, "-o", str(logs / f"log-{name}_%j_0.out"), *sbatch, "--wrap", script)
+    rec = jobs.JobRecord(experiment_id=f"ultra3-{name}-test", job_id=job, stage="pretrain", title="ultra3 pretrain",
+                         profile="local-slurm", env_file="", run_dir=str(logs), log_dir=str(logs), job_name=name,
+                         submitted=time.time())
+    jobs.save(rec)
+    return rec
+
+
+@pytest.fixture
+def slurm_env(slurm, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    return slurm
+
+
+def test_local_slurm_failed_jobs_are_named(slurm_env, tmp_path, capsys):
+    slurm = slurm_env
+    py = sys.executable
+    failing = _submit(slurm, tmp_path, "exc",
+                      f"{py} -c 'from pathlib import Path; from nemotron.data.inspect import kind_of; kind_of(Path(\"/nonexistent.parquet\"))'")
+    refused = _submit(slurm, tmp_path, "refused", f"{py} -m nemotron.console ultra3 data inspect /nonexistent.jsonl")
+    over = _submit(slurm, tmp_path, "over", "sleep 300", "--time=00:01:00")
+    cancelled = _submit(slurm, tmp_path, "cancel", "sleep 300")
+    done = _submit(slurm, tmp_path, "done", "echo all good")
+    for rec in (failing, refused, done):
+        slurm.wait(rec.job_id, timeout=120)
+    time.sleep(1)
+    slurm.run("scancel", cancelled.job_id)
+    slurm.wait(cancelled.job_id, timeout=60)
+    slurm.wait(over.job_id, timeout=240)
+
+    got = why.explain_job(failing.job_id)
+    assert got["state"] == "FAILED" and got["cause"] == "python-exception", got
+    assert "ConfigError" in got["exception"] and "src/nemotron/data/inspect.py" in got["frame"], got
+
+    got = why.explain_job(refused.job_id)
+    assert got["cause"] == "stage-error" and got["evidence"].startswith("error: /nonexistent.jsonl: does not exist")
+    assert got["hint"].startswith("give a packed .parquet"), got
+
+    got = why.explain_job(over.job_id)
+    assert got["state"] == "TIMEOUT" and got["cause"] == "walltime", got
+    assert "DUE TO TIME LIMIT" in got["evidence"], got  # Slurm's own line in the job's log
+
+    assert why.explain_job(cancelled.job_id)["cause"] == "cancelled"
+    assert why.explain_job(done.job_id)["cause"] == "completed"
+
+    # the command, as text and JSON
+    assert main(["ultra3", "why", over.job_id]) == 0
+    assert "walltime" in capsys.readouterr().out
+    assert main(["ultra3", "why", failing.job_id, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["job"] == failing.job_id and doc["cause"] == "python-exception"
