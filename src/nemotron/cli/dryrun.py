@@ -38,7 +38,7 @@ def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Proble
     for title, header, rows in validation.describe(req.stage, compiled.config, profile):
         table(title, header, rows)
     if req.stage.kind == "megatron" and not any(p.severity == "error" for p in found):
-        from nemotron.cli.estimate import estimate_section
+        from nemotron.cli.costs import estimate_section
 
         rows = estimate_section(req.stage, compiled, profile, plan)
         if rows:

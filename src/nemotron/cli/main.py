@@ -74,7 +74,12 @@ def _stage_command(stage: Stage) -> click.Command:
         from nemotron.cli.pipeline import StageRequest, run_stage
 
         check_profile_names(kwargs)
-        return run_stage(StageRequest.from_cli(stage, kwargs))
+        req = StageRequest.from_cli(stage, kwargs)
+        if req.estimate or (req.json and req.dry_run):  # the estimate report, the dry run as JSON
+            from nemotron.cli.estimate import run_report
+
+            return run_report(req)
+        return run_stage(req)
 
     help_text = (
         f"{stage.summary}\n\nConsumes: {', '.join(stage.consumes) or 'raw inputs'}. "

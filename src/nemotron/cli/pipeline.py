@@ -132,7 +132,7 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     problems += validation.this_machine(req.stage, compiled.config, plan)
     cluster_checks(compiled, profile, plan, problems, notes)  # the profile's nodes, tasks and storage (cluster.py)
     if req.stage.kind == "megatron" and not any(p.severity == "error" for p in problems):
-        from nemotron.cli.estimate import checkpoint_check
+        from nemotron.cli.costs import checkpoint_check
 
         problems += checkpoint_check(req.stage, compiled, profile, plan)  # one checkpoint must fit (estimate.py)
     if not req.dry_run and plan.executor == "direct":
@@ -151,11 +151,7 @@ def run_stage(req: StageRequest) -> int:
         RuntimeFailure: the job could not be started or submitted (exit 1).
     """
 
-    if req.estimate or (req.json and req.dry_run):  # one JSON document, or the estimate report (cli/estimate.py)
-        from nemotron.cli import estimate
-
-        return estimate.run_report(req)
-    if req.json:
+    if req.json:  # --dry-run --json and `estimate` go to cli/estimate.py (from cli/main.py)
         raise UsageError("--json is for --dry-run and `estimate` of a stage command",
                          f"e.g. nemotron {req.stage.recipe} {' '.join(req.stage.command)} --dry-run --json")
     p = prepare_stage(req)

@@ -76,7 +76,7 @@ def _tokenizer_near(path: Path) -> Any:
     return None
 
 
-def _eos_near(path: Path) -> int | None:
+def _manifest_near(path: Path) -> dict[str, Any]:
     for folder in [path.parent, *path.parents][:5]:
         m = folder / "manifest.json"
         if m.is_file():
@@ -84,14 +84,23 @@ def _eos_near(path: Path) -> int | None:
                 data = json.loads(m.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
-            eos = (data.get("tokenizer") or {}).get("eos_id") if isinstance(data, dict) else None
-            if isinstance(eos, int):
-                return eos
-    return None
+            if isinstance(data, dict):
+                return data
+    return {}
 
 
 def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
-    """Summary and ``count`` packs of a packed SFT Parquet file."""
+    """Summary and ``count`` packs of a packed SFT Parquet file.
+
+    Flags: ``no_learned_token`` (a pack that trains on nothing), ``pad_run`` (a document ending in pad tokens: the
+    manifest's ``pad_id``, masked; data prep pads a sub-sequence to ``pad_to_multiple``), ``document_cut`` (a document
+    whose last token is learned and is not the token the file's documents end with: an answer cut off).
+
+    Raises:
+        ConfigError: not a packed SFT Parquet file.
+    """
+    from collections import Counter
+
     import pyarrow.parquet as pq
 
     try:
@@ -101,44 +110,48 @@ def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
                           "data prep sft writes them: input_ids, loss_mask, seq_start_id") from None
     ids_col, mask_col, start_col = (table.column(c).to_pylist() for c in ("input_ids", "loss_mask", "seq_start_id"))
     tok = _tokenizer_near(path)
-    eos = _eos_near(path)
-    size = max((len(x) for x in ids_col), default=0)
+    manifest = _manifest_near(path)
+    pad_id = manifest.get("pad_id") if isinstance(manifest.get("pad_id"), int) else None
+    size = int(manifest.get("pack_size") or max((len(x) for x in ids_col), default=0))
+
+    def docs_of(ids: list[int], starts: list[int]) -> list[tuple[int, int, int]]:
+        """(start, end without padding, end) of each document."""
+        bounds = list(starts) + [len(ids)]
+        out = []
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            e = b
+            while pad_id is not None and e > a + 1 and ids[e - 1] == pad_id:  # data prep's documents end in <|im_end|>\n
+                e -= 1
+            out.append((a, e, b))
+        return out
+
+    last_tokens = Counter(ids[e - 1] for ids, starts in zip(ids_col, start_col, strict=True)
+                          for _, e, _ in docs_of(ids, starts) if e > 0)
+    end_token = last_tokens.most_common(1)[0][0] if last_tokens else None
     packs, flags_total = [], {"no_learned_token": 0, "pad_run": 0, "document_cut": 0}
     learned_total = tokens_total = 0
     for n, (ids, mask, starts) in enumerate(zip(ids_col, mask_col, start_col, strict=True)):
-        bounds = list(starts) + [len(ids)]
         learned = sum(int(m) for m in mask)
-        pad = 0
-        if eos is not None:
-            last_doc_end = bounds[-2] if len(bounds) > 1 else 0
-            tail = ids[last_doc_end:]
-            while pad < len(tail) and tail[-1 - pad] == eos and mask[len(ids) - 1 - pad] == 0:
-                pad += 1
-            pad = pad - 1 if pad else 0  # the document's own EOS is not padding
-        flags = []
-        if learned == 0:
-            flags.append("no_learned_token")
-        if pad > 0:
-            flags.append("pad_run")
-        if eos is not None and ids and ids[-1] != eos:
-            flags.append("document_cut")
+        docs = docs_of(ids, starts)
+        pad = sum(b - e for _, e, b in docs)
+        cut = sum(1 for a, e, _ in docs if e - a > 1 and ids[e - 1] != end_token and mask[e - 2])
+        flags = [f for f, on in (("no_learned_token", learned == 0), ("pad_run", pad > 0), ("document_cut", cut > 0)) if on]
         for f in flags:
             flags_total[f] += 1
         learned_total += learned
         tokens_total += len(ids)
         if n < count:
-            docs = []
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-                # the tokens learned in [a, b): position t is learned when mask[t - 1] = 1 (label-aligned mask)
-                learned_pos = [t for t in range(a + 1, b) if mask[t - 1]]
-                docs.append({"start": a, "end": b, "tokens": b - a, "learned": len(learned_pos),
-                             "text": _marked(ids[a:b], [bool(mask[t - 1]) if t > a else False for t in range(a, b)],
-                                             tok, colour)})
+            shown = []
+            for a, e, b in docs:
+                # position t is learned when mask[t - 1] = 1 (the stored mask is label-aligned)
+                marks = [bool(mask[t - 1]) if t > a else False for t in range(a, b)]
+                shown.append({"start": a, "end": b, "tokens": b - a, "learned": sum(marks),
+                              "text": _marked(ids[a:b], marks, tok, colour)})
             packs.append({"index": n, "tokens": len(ids), "fill": len(ids) / size if size else 0.0,
-                          "learned": learned, "documents": docs, "pad_run": pad, "flags": flags})
+                          "learned": learned, "documents": shown, "pad_run": pad, "flags": flags})
     return {"kind": "sft", "path": str(path), "packs": len(ids_col), "pack_size": size, "tokens": tokens_total,
             "learned_tokens": learned_total, "fill": tokens_total / (size * len(ids_col)) if size and ids_col else 0.0,
-            "flags": flags_total, "eos_id": eos, "decoded": tok is not None, "shown": packs}
+            "flags": flags_total, "pad_id": pad_id, "decoded": tok is not None, "shown": packs}
 
 
 def _marked(ids: list[int], learned: list[bool], tok: Any, colour: bool) -> str:
