@@ -66,16 +66,19 @@ def _print_inspect(doc: dict[str, Any]) -> None:
                            s["sha256"][:16]] for s in b["samples"]])
     else:
         c = doc["check"]
-        report.table(f"RL prompts {doc['path']}", ["records", "checker", "answers parsed", "boxed answer rewarded"],
-                     [[doc["records"], doc["checker"] or "none (pip install math-verify)",
-                       "-" if c is None else c["parsed"], "-" if c is None else c["boxed_answer_rewarded"]]])
+        report.table(f"RL prompts {doc['path']}", ["records", "checker", "parsed", "as a number", "rewarded",
+                                                    "wrong value rejected"],
+                     [[doc["records"], doc["checker"] or "none (pip install 'nemotron-cli[inspect]')",
+                       *(["-"] * 4 if c is None else [c["parsed"], c["numeric"], c["rewarded"], c["wrong_rejected"]])]])
         if c and c["failed_lines"]:
-            out(f"lines whose reference answer the checker would never reward: {', '.join(map(str, c['failed_lines']))}")
+            out(f"{c['failed']} reference answers fail the check (cannot reward a policy right); lines "
+                f"{', '.join(map(str, c['failed_lines']))}")
         for s in doc["shown"]:
             report.heading(f"line {s['line']}")
             out(f"prompt: {s['prompt'][:400]}")
-            out(f"answer: {s['answer']}" + ("" if s["check"] is None else
-                                             f"   check: parsed={s['check']['parsed']} rewarded={s['check']['boxed_answer_rewarded']}"))
+            chk = s["check"]
+            out(f"answer: {s['answer']}" + ("" if chk is None else "   check: " + ", ".join(
+                f"{k}={'yes' if v else 'NO'}" for k, v in chk.items())))
 
 
 def why_command(ident: str | None, logs: list[str], as_json: bool) -> int:

@@ -271,26 +271,52 @@ def pretrain(path: Path, count: int, step: int | None = None, gbs: int | None = 
 
 # ------------------------------------------------------------------------------------------------ RL
 def _checker() -> Any:
-    """math-verify's ``parse``/``verify`` (NeMo RL's math environment uses it), or None when not installed."""
+    """The answer check of NeMo RL's math environment (``math_verify_impl: hf_math_verify``): Math-Verify's
+    ``math_metric`` with LaTeX extraction of the gold ``\\boxed{answer}`` and expression + LaTeX extraction of the
+    response; None when math-verify is not installed (the ``inspect`` extra)."""
     try:
         import logging
 
-        from math_verify import parse, verify
-
-        logging.getLogger("math_verify").setLevel(logging.CRITICAL)
-        return parse, verify
+        from math_verify.metric import math_metric
+        from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, parse
     except ImportError:
         return None
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    metric = math_metric(gold_extraction_target=(LatexExtractionConfig(),),
+                         pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()))
+
+    def check(answer: str) -> dict[str, bool]:
+        import sympy
+
+        gold = "\\boxed{" + answer + "}"
+        parsed = parse(gold, extraction_config=[LatexExtractionConfig()])
+        numeric = bool(parsed) and isinstance(parsed[0], sympy.Number)
+        wrong = str(parsed[0] + 1) if numeric else "0"
+
+        def score(response: str) -> float:
+            try:
+                return float(metric([gold], [response])[0])
+            except Exception:  # noqa: BLE001 - math-verify raises on what it cannot parse: no reward
+                return 0.0
+
+        return {"parsed": bool(parsed), "numeric": numeric,
+                "rewarded": score(f"The answer is \\boxed{{{answer}}}.") == 1.0,
+                "wrong_rejected": score(f"The answer is \\boxed{{{wrong}}}.") == 0.0}
+
+    return check
 
 
 def rl(path: Path, count: int) -> dict[str, Any]:
-    """Prompts, reference answers and the answer check on the reference answers of an RL JSONL file.
+    """Prompts, reference answers and the answer check on the reference answers of an RL JSONL file: per answer
+    whether the checker parses it, as a number, rewards a response that states it and rejects one that states
+    another value. An answer that fails any of these is listed (``failed_lines``): it cannot reward a policy right.
 
     Raises:
         ConfigError: a line that is not JSON or has no user prompt and assistant answer (file and line named).
     """
-    checker = _checker()
-    shown, total, parsed, self_ok = [], 0, 0, 0
+    check = _checker()
+    shown, total = [], 0
+    counts = {"parsed": 0, "numeric": 0, "rewarded": 0, "wrong_rejected": 0}
     failed: list[int] = []
     with open(path, encoding="utf-8") as fh:
         for line_no, line in enumerate(fh, 1):
@@ -305,22 +331,16 @@ def rl(path: Path, count: int) -> dict[str, Any]:
                 raise ConfigError(f"{path}:{line_no}: not an RL line {{\"messages\": [user, assistant]}}",
                                   "data prep rl writes them") from None
             total += 1
-            outcome = None
-            if checker is not None:
-                parse, verify = checker
-                gold = parse(f"${answer}$") or parse(answer)
-                ok_parse = bool(gold)
-                ok_self = ok_parse and bool(verify(gold, parse(f"\\boxed{{{answer}}}")))
-                parsed += ok_parse
-                self_ok += ok_self
-                if not ok_self:
+            outcome = check(str(answer)) if check is not None else None
+            if outcome is not None:
+                for k in counts:
+                    counts[k] += outcome[k]
+                if not all(outcome.values()):
                     failed.append(line_no)
-                outcome = {"parsed": ok_parse, "boxed_answer_rewarded": ok_self}
             if len(shown) < count:
                 shown.append({"line": line_no, "prompt": prompt, "answer": answer, "check": outcome})
-    return {"kind": "rl", "path": str(path), "records": total, "checker": "math-verify" if checker else None,
-            "check": None if checker is None else {"parsed": parsed, "boxed_answer_rewarded": self_ok,
-                                                   "failed_lines": failed[:20]},
+    return {"kind": "rl", "path": str(path), "records": total, "checker": "math-verify" if check else None,
+            "check": None if check is None else {**counts, "failed_lines": failed[:20], "failed": len(failed)},
             "shown": shown}
 
 

@@ -1,0 +1,138 @@
+"""Calibration of ``nemotron ultra3 STAGE estimate`` (a script, not a test).
+
+    python bench/estimate_calibration.py [--blend BLEND_JSON] [--steps 4] [--json]
+
+Two comparisons, each printed next to what it is compared with:
+
+1. **checkpoint bytes**: the estimate's bytes per save for ``pretrain -c local`` (12 bytes a parameter: FP32 weights
+   and AdamW's two FP32 moments; ``src/nemotron/layout/estimate.py``) against a real checkpoint written in this run by
+   the real command, ``nemotron ultra3 pretrain -c local`` (every file of its ``checkpoint-<step>`` folder counted).
+   Target: within 2 %.
+2. **step time**: the estimate's FLOPs per step of the same model and batch against step times measured:
+   (a) in this run on this machine's CPU (per-step timestamps of ``metrics.jsonl``, after a warm-up step), with this
+   CPU's own FP32 matrix-multiply rate measured in the same run as its "peak" (``torch.mm`` of 2048 x 2048);
+   (b) the H200 figures in ``docs/local_runtime.md`` (the local runtime, BF16) and ``docs/gpu_run.md`` (Megatron-Bridge
+   with Transformer Engine), which were measured in earlier sessions on one H200 and are quoted, not re-measured here.
+   For each it prints the estimate at the assumed MFU, the measured time and the MFU the measurement implies.
+
+Without ``--blend`` it first runs ``nemotron ultra3 data prep pretrain -c tiny`` (in-process for this size) into a
+temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+#: Measured earlier on one NVIDIA H200 (BF16), quoted from the docs: (where, batch, seq, tokens/s).
+H200_FIGURES = [
+    ("docs/local_runtime.md, local runtime", 4, 256, 15_160),
+    ("docs/local_runtime.md, local runtime", 8, 1024, 94_387),
+    ("docs/local_runtime.md, local runtime", 8, 4096, 152_424),
+    ("docs/gpu_run.md, Megatron-Bridge + TE", 16, 1024, 16_024),
+]
+
+
+def _nemotron(args: list[str], env: dict[str, str], cwd: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "nemotron.console", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=3600)
+    if proc.returncode != 0:
+        sys.exit(f"nemotron {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+
+
+def cpu_matmul_gflops() -> float:
+    """This CPU's FP32 ``torch.mm`` rate (GFLOP/s), best of 5 (the threads torch uses here)."""
+    import torch
+
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    torch.mm(a, b)
+    best = 0.0
+    for _ in range(5):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = max(best, 2 * 2048**3 / (time.perf_counter() - t) / 1e9)
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--blend", help="a pretrain blend.json (default: run data prep pretrain -c tiny first)")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+
+    from nemotron.config import catalogue
+    from nemotron.layout import estimate as est
+
+    work = Path(tempfile.mkdtemp(prefix="estimate-calibration-"))
+    env = {**os.environ, "NEMOTRON_HOME": str(work / "home"), "PYTHONPATH": str(ROOT / "src")}
+    blend = a.blend
+    if blend is None:
+        _nemotron(["ultra3", "data", "prep", "pretrain", "-c", "tiny", f"output_dir={work / 'data'}"], env, work)
+        blend = str(next((work / "data").rglob("blend.json")))
+    ckpt = work / "ckpt"
+    seq, batch = 256, 4  # pretrain -c local's batch
+    started = time.time()
+    _nemotron(["ultra3", "pretrain", "-c", "local", f"train.train_iters={a.steps}", f"checkpoint.save_interval={a.steps}",
+               f"checkpoint.save={ckpt}", f"data.per_split_data_args_path={blend}", "validation.eval_interval=null", "logger.log_interval=1"],
+              env, work)
+    wall = time.time() - started
+    folder = max(ckpt.glob("checkpoint-*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    real = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    spec = catalogue.get("small")
+    e = est.estimate_run(spec, gpus=1, nodes=1, gpu="H200", precision="bf16", seq_length=seq, global_batch_size=batch,
+                         steps=a.steps, mtp_depths=0, ckpt_format="hf-local")
+    ckpt_err = (e.ckpt_bytes - real) / real
+
+    times = [json.loads(ln)["time"] for ln in (ckpt / "metrics.jsonl").read_text().splitlines()
+             if "loss" in json.loads(ln) and "eval_loss" not in json.loads(ln)]
+    cpu_step = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
+    peak_cpu = cpu_matmul_gflops()
+
+    def flops(b: int, s: int) -> float:
+        return 3 * est.forward_flops_per_token(spec, s, mtp_depths=0)["total"] * b * s
+
+    rows = []
+    if cpu_step:
+        f = flops(batch, seq)
+        rows.append({"where": "this CPU, measured now (FP32, local runtime)", "batch": f"{batch} x {seq}",
+                     "flops_per_step": f, "peak_tflops": peak_cpu / 1e3, "estimate_s": f / (peak_cpu * 1e9 * est.DEFAULT_MFU),
+                     "measured_s": cpu_step, "implied_mfu": f / (cpu_step * peak_cpu * 1e9)})
+    peak = est.PEAK_TFLOPS["H200"]["bf16"]
+    for where, b, s, tps in H200_FIGURES:
+        f = flops(b, s)
+        measured = b * s / tps
+        rows.append({"where": f"H200, {where}", "batch": f"{b} x {s}", "flops_per_step": f, "peak_tflops": peak,
+                     "estimate_s": f / (peak * 1e12 * est.DEFAULT_MFU), "measured_s": measured,
+                     "implied_mfu": f / (measured * peak * 1e12)})
+    result = {"checkpoint": {"folder": str(folder), "real_bytes": real, "estimate_bytes": e.ckpt_bytes,
+                             "relative_error": ckpt_err, "within_2_percent": abs(ckpt_err) <= 0.02,
+                             "params": e.params, "bytes_per_param": est.CKPT_BYTES["hf-local"]},
+              "mfu_assumed": est.DEFAULT_MFU, "cpu_matmul_gflops": peak_cpu, "step_time": rows,
+              "local_run_wall_s": wall}
+    if a.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"checkpoint: estimate {e.ckpt_bytes:,} bytes ({e.params:,} parameters x 12) vs real {real:,} bytes "
+          f"({folder.name}, every file) -> {ckpt_err:+.3%} ({'within' if abs(ckpt_err) <= 0.02 else 'OUTSIDE'} 2 %)")
+    print(f"step time at the assumed MFU {est.DEFAULT_MFU} (the estimate's default; the last column is the MFU each "
+          "measurement implies):")
+    print(f"{'where':58} {'batch':>9} {'TFLOP/step':>11} {'peak TFLOP/s':>13} {'estimate':>10} {'measured':>10} {'MFU':>7}")
+    for r in rows:
+        print(f"{r['where']:58} {r['batch']:>9} {r['flops_per_step'] / 1e12:>11.3f} {r['peak_tflops']:>13.3f} "
+              f"{r['estimate_s']:>9.3f}s {r['measured_s']:>9.3f}s {r['implied_mfu']:>7.3f}")
+    print(f"(this CPU's FP32 torch.mm rate, measured now: {peak_cpu:.1f} GFLOP/s; work folder {work})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""``data inspect``: the flags of packed SFT, the RL answer check, and the errors for paths and options that do not
+fit. (The real data prep outputs are inspected in tests/cli/test_json_schemas.py; the batch of a step against
+Megatron-Core in tests/contract/test_megatron_batch.py.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nemotron.cli.main import main
+from nemotron.data import inspect as di
+from nemotron.errors import ConfigError, UsageError
+
+
+def _packs(tmp_path, packs, pad_id=2):
+    from local_runtime_support import write_packed_parquet
+
+    (tmp_path / "manifest.json").write_text(json.dumps({"pad_id": pad_id, "pack_size": 12}))
+    return write_packed_parquet(tmp_path / "data" / "training_12.idx.parquet", packs)
+
+
+def test_sft_flags(tmp_path):
+    """Documents end with token 9 (the file's usual end); pack 1 learns nothing; pack 2 ends a document in pads;
+    pack 3's last document is cut inside its learned answer."""
+    ok = {"input_ids": [5, 6, 7, 9, 5, 6, 7, 9], "loss_mask": [0, 1, 1, 0, 0, 1, 1, 0], "seq_start_id": [0, 4]}
+    silent = {"input_ids": [5, 6, 7, 9], "loss_mask": [0, 0, 0, 0], "seq_start_id": [0]}
+    padded = {"input_ids": [5, 6, 7, 9, 2, 2], "loss_mask": [0, 1, 1, 0, 0, 0], "seq_start_id": [0]}
+    cut = {"input_ids": [5, 6, 7, 9, 5, 6, 7, 8], "loss_mask": [0, 1, 1, 0, 0, 1, 1, 1], "seq_start_id": [0, 4]}
+    path = _packs(tmp_path, [ok, silent, padded, cut])
+    doc = di.inspect_path(path, count=4)
+    assert [p["flags"] for p in doc["shown"]] == [[], ["no_learned_token"], ["pad_run"], ["document_cut"]]
+    assert doc["flags"] == {"no_learned_token": 1, "pad_run": 1, "document_cut": 1}
+    assert doc["shown"][2]["pad_run"] == 2 and doc["learned_tokens"] == 4 + 0 + 2 + 5
+    # the mask is label-aligned: loss_mask[t] = 1 learns token t + 1, shown in [[...]] (ids here: no tokenizer)
+    assert doc["shown"][0]["documents"][0]["text"] == "5 6 [[7 9]]"
+
+
+def test_rl_answer_check_fails_an_answer_it_cannot_reward(tmp_path):
+    pytest.importorskip("math_verify", reason="math-verify is the inspect extra")
+    f = tmp_path / "train.jsonl"
+    lines = [{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]},
+             {"messages": [{"role": "user", "content": "which one?"}, {"role": "assistant", "content": "the red one"}]}]
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    doc = di.inspect_path(f, count=5)
+    assert doc["checker"] == "math-verify" and doc["records"] == 2
+    assert doc["shown"][0]["check"] == {"parsed": True, "numeric": True, "rewarded": True, "wrong_rejected": True}
+    assert doc["shown"][1]["check"]["numeric"] is False  # math-verify reads it as a product of symbols
+    assert doc["check"]["failed_lines"] == [2] and doc["check"]["failed"] == 1
+
+
+def test_bad_inputs_are_one_line(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="does not exist"):
+        di.kind_of(tmp_path / "missing.parquet")
+    bad = tmp_path / "x.jsonl"
+    bad.write_text('{"prompt": 1}\n')
+    with pytest.raises(ConfigError, match=r"x.jsonl:1: not an RL line"):
+        di.inspect_path(bad)
+    with pytest.raises(UsageError, match="--step is for a pretrain"):
+        di.inspect_path(bad, step=3)
+    assert main(["ultra3", "data", "inspect", str(tmp_path / "missing.idx")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_step_needs_the_run_length(tmp_path):
+    from nemotron.data.indexed import IndexedWriter
+
+    w = IndexedWriter(tmp_path / "d", "int32")
+    w.add([[1, 2, 3, 4, 5] * 20])
+    w.finish()
+    with pytest.raises(UsageError, match="--train-iters"):
+        di.inspect_path(tmp_path / "d.idx", step=1, gbs=2, seq=8)
+    doc = di.inspect_path(tmp_path / "d.idx", step=2, gbs=2, seq=8, train_iters=3)
+    assert [s["index"] for s in doc["batch"]["samples"]] == [2, 3]

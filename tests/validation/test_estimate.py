@@ -1,0 +1,73 @@
+"""The run estimate (``layout/estimate.py``): FLOPs, step time, jobs and checkpoint bytes, checked by hand, and the
+``estimate`` command's refusal of a checkpoint that cannot fit (exit 2, as the run)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from nemotron.cli.main import main
+from nemotron.config import catalogue
+from nemotron.layout import estimate as est
+
+
+def test_dense_attention_layer_flops_by_hand():
+    spec = catalogue.get("small")
+    h, q, kv = spec.hidden_size, spec.num_attention_heads * spec.head_dim, spec.num_query_groups * spec.head_dim
+    seq = 1024
+    assert est.layer_flops(spec, catalogue.ATTENTION, seq) == 2 * h * (q + 2 * kv) + 2 * q * h + 2 * seq * q
+
+
+def test_moe_layer_counts_top_k_experts_only():
+    spec = catalogue.get("ultra")
+    one = est.layer_flops(spec, catalogue.MOE, 4096)
+    more = est.layer_flops(catalogue.make_slice(spec, 4).__class__(**{**spec.__dict__, "moe_topk": spec.moe_topk + 1}),
+                           catalogue.MOE, 4096)
+    assert more - one == 2 * 2 * spec.moe_latent_size * spec.moe_ffn_hidden_size  # one more expert: fc1 + fc2
+
+
+def test_ultra_training_flops_near_six_times_active_parameters():
+    """Sanity against the usual 6 N_active per token (attention over 8k context adds a little)."""
+    spec = catalogue.get("ultra")
+    active = catalogue.param_count(spec)["active"]
+    per_token = 3 * est.forward_flops_per_token(spec, 8192)["total"]
+    assert 0.9 < per_token / (6 * active) < 1.3
+
+
+def test_step_time_jobs_and_checkpoint_arithmetic():
+    spec = catalogue.get("small")
+    e = est.estimate_run(spec, gpus=8, nodes=1, gpu="H100", precision="bf16", seq_length=1024, global_batch_size=32,
+                         steps=10_000, mfu=0.5, walltime_seconds=3600, save_margin_seconds=600, save_interval=1000,
+                         most_recent_k=3, free_bytes=10**12, free_path="/x")
+    fwd = est.forward_flops_per_token(spec, 1024)["total"]
+    assert e.step_seconds == pytest.approx(3 * fwd * 32 * 1024 / (8 * 989e12 * 0.5))
+    assert e.jobs == math.ceil(e.wall_seconds / 3000)
+    assert e.ckpt_bytes == int(catalogue.param_count(spec)["total"] * 14)
+    assert (e.saves, e.retained_bytes) == (10, 3 * e.ckpt_bytes)
+    assert e.fits and e.gpu_hours == pytest.approx(e.wall_seconds * 8 / 3600)
+
+
+def test_nvfp4_on_hopper_is_counted_at_fp8_and_said_so():
+    peak, counted, notes = est.peak_tflops("H100", "nvfp4")
+    assert (peak, counted) == (1979.0, "fp8") and "no NVFP4" in notes[0]
+
+
+def test_estimate_refuses_a_checkpoint_that_cannot_fit(capsys, tmp_path, monkeypatch):
+    """ultra4layer's checkpoint (~500 GB) cannot fit this machine's temporary folder: exit 2, one line naming the key,
+    and the JSON document says fits=false. The dry run and the run refuse it with the same problem."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["ultra3", "pretrain", "-c", "tiny", "estimate", "--json", f"checkpoint.save={tmp_path}/ckpt"])
+    cap = capsys.readouterr()
+    assert code == 2
+    doc = json.loads(cap.out)
+    assert doc["fits"] is False and doc["ckpt_bytes"] > doc["free_bytes"]
+    assert "error: checkpoint.save=" in cap.err and "the first save would fail" in cap.err
+    assert main(["ultra3", "pretrain", "-c", "tiny", "--dry-run", f"checkpoint.save={tmp_path}/ckpt"]) == 2
+    assert "the first save would fail" in capsys.readouterr().out
+
+
+def test_estimate_is_for_training_stages(capsys):
+    assert main(["ultra3", "data", "prep", "pretrain", "-c", "tiny", "estimate"]) == 2
+    assert "estimate models the training stages" in capsys.readouterr().err
