@@ -61,9 +61,12 @@ def _print_inspect(doc: dict[str, Any]) -> None:
                            f"{b['first_sample'] + b['global_batch_size'] - 1} (seq {b['seq_length']}, "
                            f"{b['train_samples']:,} train samples, seed {b['seed']})")
             report.table(None, ["sample", "dataset", "its sample", "documents (doc:offset+tokens)", "sha256 of the ids"],
-                         [[s["index"], s["prefix"].rsplit("/", 1)[-1], s["dataset_sample"],
-                           " ".join(f"{p['document']}:{p['offset']}+{p['tokens']}" for p in s["parts"]),
+                         [[s["index"], "/".join(s["prefix"].rsplit("/", 2)[-2:]), s["dataset_sample"],
+                           " ".join(f"{p['document']}:{p['offset']}+{p['tokens']}" for p in s["parts"][:6])
+                           + (f" ... +{len(s['parts']) - 6} more" if len(s["parts"]) > 6 else ""),
                            s["sha256"][:16]] for s in b["samples"]])
+            out("doc:offset+tokens = document index in the prefix's .idx, first token, tokens taken (seq + 1 per "
+                "sample, as Megatron reads them); --json lists every part and the full SHA-256 of the int64 ids")
     else:
         c = doc["check"]
         report.table(f"RL prompts {doc['path']}", ["records", "checker", "parsed", "as a number", "rewarded",

@@ -154,11 +154,11 @@ class RunEstimate:
 
     def rows(self) -> list[list[str]]:
         """Rows of the terminal table: what, value, how it was obtained."""
-        gb = 1e9
         rows = [
             ["model", f"{self.model}: {self.params / 1e9:.3g} B parameters", "config/catalogue.py"],
             ["GPUs", f"{self.gpus} ({self.nodes} node{'s' if self.nodes != 1 else ''} x {self.gpus // max(1, self.nodes)} {self.gpu})", "run.env.nodes x the profile's node"],
-            ["peak throughput", f"{self.peak_tflops:,.0f} TFLOP/s per GPU ({self.precision.upper()}, dense)", "NVIDIA datasheet"],
+            ["peak throughput", f"{self.peak_tflops:,.3g} TFLOP/s per {'GPU' if self.gpu != 'CPU' else 'CPU'} "
+             f"({self.precision.upper()}, dense)", "NVIDIA datasheet" if self.gpu != "CPU" else "this CPU's torch.mm rate, measured now"],
             ["estimate.mfu (assumed)", f"{self.mfu:.2f}", "an assumption: +estimate.mfu=X sets it"],
             ["tokens per step", f"{self.tokens_per_step:,} ({self.global_batch_size} x {self.seq_length})", "global batch x sequence"],
             ["FLOPs per token (training)", f"{self.flops_per_step / self.tokens_per_step:.4g}", "3 x forward (+1 with full recompute)"],
@@ -169,10 +169,10 @@ class RunEstimate:
             ["jobs", ("-" if self.jobs is None else f"{self.jobs}") + (
                 f" of {_duration(self.walltime_seconds)} (saving {_duration(self.save_margin_seconds)} before the limit)"
                 if self.walltime_seconds else " (no walltime: no profile time limit)"), "wall time / (walltime - margin)"],
-            ["checkpoint per save", f"{self.ckpt_bytes / gb:,.2f} GB ({CKPT_BYTES[self.ckpt_format]:g} B/param, {self.ckpt_format})", "parameters x bytes per parameter"],
+            ["checkpoint per save", f"{_size(self.ckpt_bytes)} ({CKPT_BYTES[self.ckpt_format]:g} B/param, {self.ckpt_format})", "parameters x bytes per parameter"],
             ["saves per run", f"{self.saves}", "steps / checkpoint.save_interval (+ the last)"],
-            ["kept on disk", f"{self.retained_bytes / gb:,.2f} GB" + (f" ({self.retained} kept)" if self.retained else " (every save kept)"), "checkpoint.most_recent_k"],
-            ["free space", "unknown" if self.free_bytes is None else f"{self.free_bytes / gb:,.2f} GB at {self.free_path}", "statvfs of the checkpoint root"],
+            ["kept on disk", _size(self.retained_bytes) + (f" ({self.retained} kept)" if self.retained else " (every save kept)"), "checkpoint.most_recent_k"],
+            ["free space", "unknown" if self.free_bytes is None else f"{_size(self.free_bytes)} at {self.free_path}", "statvfs of the checkpoint root"],
             ["verdict", self.verdict(), ""],
         ]
         return rows + [["note", n, ""] for n in self.notes]
@@ -181,11 +181,21 @@ class RunEstimate:
         if self.fits is None:
             return "checkpoint space not checked (the checkpoint root is not readable here)"
         if not self.fits:
-            return f"one checkpoint ({self.ckpt_bytes / 1e9:,.2f} GB) does NOT fit the free {self.free_bytes / 1e9:,.2f} GB"
+            return f"one checkpoint ({_size(self.ckpt_bytes)}) does NOT fit the free {_size(self.free_bytes)}"
         if self.free_bytes is not None and self.retained_bytes > self.free_bytes:
-            return (f"one checkpoint fits, the {self.retained_bytes / 1e9:,.2f} GB kept do not "
-                    f"(free {self.free_bytes / 1e9:,.2f} GB): set checkpoint.most_recent_k")
+            return (f"one checkpoint fits, the {_size(self.retained_bytes)} kept do not "
+                    f"(free {_size(self.free_bytes)}): set checkpoint.most_recent_k")
         return "fits"
+
+
+def _size(n: float | None) -> str:
+    """Bytes in GB / TB / PB (10^9 ...), three significant figures at least."""
+    if n is None:
+        return "unknown"
+    for unit, scale in (("PB", 1e15), ("TB", 1e12)):
+        if n >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n / 1e9:,.2f} GB"
 
 
 def _duration(seconds: float | None) -> str:
@@ -211,8 +221,9 @@ def estimate_run(spec: ModelSpec, *, gpus: int, nodes: int, gpu: str | None, pre
                  bf16_layers: int = 0, mtp_depths: int | None = None, tp: int = 1,
                  walltime_seconds: int | None = None, save_margin_seconds: int = 0, save_interval: int | None = None,
                  most_recent_k: int | None = None, ckpt_format: str = "megatron", free_bytes: int | None = None,
-                 free_path: str | None = None) -> RunEstimate:
-    """The run's estimate (module docstring). ``bf16_layers``: layers an NVFP4/FP8 run keeps in BF16.
+                 free_path: str | None = None, peak: tuple[float, str, str] | None = None) -> RunEstimate:
+    """The run's estimate (module docstring). ``bf16_layers``: layers an NVFP4/FP8 run keeps in BF16. ``peak``:
+    (TFLOP/s, precision, device name) instead of a datasheet GPU (a CPU's measured rate for a local run).
 
     Raises:
         ValueError: a non-positive GPU count, batch, sequence length or MFU outside (0, 1].
@@ -221,13 +232,19 @@ def estimate_run(spec: ModelSpec, *, gpus: int, nodes: int, gpu: str | None, pre
         raise ValueError(f"GPUs {gpus}, global batch {global_batch_size} and sequence length {seq_length} must be >= 1")
     if not 0 < mfu <= 1:
         raise ValueError(f"estimate.mfu={mfu}: must be in (0, 1]")
-    peak, counted, notes = peak_tflops(gpu, precision)
+    if peak is not None:
+        peak_value, counted, device = peak
+        notes: list[str] = []
+    else:
+        peak_value, counted, notes = peak_tflops(gpu, precision)
+        device = (gpu or DEFAULT_GPU).upper() if (gpu or "").upper() in PEAK_TFLOPS else DEFAULT_GPU
+    peak = peak_value  # type: ignore[assignment]
     fwd = forward_flops_per_token(spec, seq_length, mtp_depths, tp)
     mult = 4.0 if full_recompute else 3.0
     tokens = global_batch_size * seq_length
     flops = mult * fwd["total"] * tokens
     seconds = flops / (gpus * peak * 1e12 * mfu)
-    if counted != "bf16" and bf16_layers:
+    if counted not in ("bf16", "fp32") and bf16_layers:
         share = min(1.0, bf16_layers / max(1, spec.num_layers))
         bf16_peak = peak_tflops(gpu, "bf16")[0]
         body = fwd["total"] - fwd["output"] - fwd["mtp"]
@@ -247,7 +264,7 @@ def estimate_run(spec: ModelSpec, *, gpus: int, nodes: int, gpu: str | None, pre
     saves = (steps // save_interval + (0 if steps % save_interval == 0 else 1)) if save_interval else 1
     kept = min(saves, most_recent_k) if most_recent_k and most_recent_k > 0 else saves
     fits = None if free_bytes is None else per_save <= free_bytes
-    return RunEstimate(model=spec.name, gpu=(gpu or DEFAULT_GPU).upper() if (gpu or "").upper() in PEAK_TFLOPS else DEFAULT_GPU,
+    return RunEstimate(model=spec.name, gpu=device,
                        gpus=gpus, nodes=nodes, precision=counted, peak_tflops=peak, mfu=mfu, seq_length=seq_length,
                        global_batch_size=global_batch_size, steps=steps, tokens_per_step=tokens, flops_per_token=fwd,
                        flops_per_step=flops, step_seconds=seconds, wall_seconds=wall, gpu_hours=wall * gpus / 3600,
