@@ -47,16 +47,17 @@ def _ray_agent_started(marker: bytes) -> bool:
     return False
 
 
-def _start_data_prep(tmp_path: Path, shared_data: Path) -> tuple[subprocess.Popen, list[str], bytes, Path]:
+def _start_data_prep(tmp_path: Path, shared_data: Path, *overrides: str) -> tuple[subprocess.Popen, list[str], bytes, Path]:
     """The real ``data prep pretrain -c tiny`` through the CLI, in a session of its own, with a
-    ``NEMOTRON_HOME`` unique to the test. Returns the process, its command, the environment marker of
+    ``NEMOTRON_HOME`` unique to the test. ``overrides`` are appended (``workers.engine=ray``: the tiny
+    sample would run in-process under ``auto``). Returns the process, its command, the environment marker of
     its processes (:func:`_processes_with_env`) and its output folder."""
     out_dir = tmp_path / "out"
     home = tmp_path / "home"
     env = {**os.environ, "NEMOTRON_HOME": str(home), "NEMOTRON_SHARED_DATA": str(shared_data), "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)
     cmd = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "pretrain", "-c", "tiny",
-           f"output_dir={out_dir}"]
+           f"output_dir={out_dir}", *overrides]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     return proc, cmd, f"NEMOTRON_HOME={home}".encode() + b"\0", out_dir
@@ -89,19 +90,22 @@ def test_ctrl_c_while_python_loads_the_command_line_is_one_line_and_130():
     assert (proc.returncode, proc.stderr, proc.stdout) == (130, "interrupted\n", "")
 
 
-@pytest.mark.parametrize("when", ["while Ray workers tokenize", "while Ray starts"])
-def test_ctrl_c_on_a_data_prep_run_prints_one_line_exits_130_and_leaves_nothing(tmp_path, shared_data, when):
+@pytest.mark.parametrize(("when", "engine"), [("while Ray workers tokenize", "ray"), ("while Ray starts", "ray"),
+                                              ("while the driver tokenizes in-process", "in_process")])
+def test_ctrl_c_on_a_data_prep_run_prints_one_line_exits_130_and_leaves_nothing(tmp_path, shared_data, when, engine):
     """SIGINT to the command's process group (what a terminal's Ctrl-C does): one ``interrupted`` line,
     exit 130, no process of the run left (Ray's included), and no file in the output folder that is
     half-written (every shard present is complete and readable). Twice: once the Ray workers tokenize,
-    and early, while Ray is starting (its agents outlived the run there before)."""
+    and early, while Ray is starting (its agents outlived the run there before); and once on the in-process
+    engine that ``workers.engine=auto`` picks for small local input."""
     from nemotron.data.indexed import read_index
 
-    proc, _cmd, marker, out_dir = _start_data_prep(tmp_path, shared_data)
+    proc, _cmd, marker, out_dir = _start_data_prep(tmp_path, shared_data, f"workers.engine={engine}")
     try:
         if when == "while Ray starts":
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not _ray_agent_started(marker):
+                assert proc.poll() is None, "the run ended before Ray's dashboard agent started"
                 time.sleep(0.05)  # Ray's node is coming up: its dashboard agent has just started
         else:
             _wait_for_tokenizing(proc)

@@ -453,3 +453,81 @@ def test_the_one_gpu_run_builds_the_small_model_from_the_catalogue(results, ship
     assert rec["routing"] == []
     assert rec["validate"]["ok"], rec["validate"]
     assert rec["validate"]["data_parallel_size"] == 1
+
+
+# ------------------------------------------------------------------------------ the exit signal, on the real state
+SIGNAL_SCRIPT = BUILD + r'''
+import signal
+from megatron.bridge.training.state import GlobalState
+from megatron.bridge.training.train import checkpoint_and_decide_exit
+from upstream import read_payload, write_result
+from nemotron.runtime.exit_signal import ExitSignal
+
+case = read_payload()
+os.environ["WORLD_SIZE"] = "1"
+bc, hf_path, container = build(case)
+container.checkpoint.save = None  # the loop's decision without a save (a save needs the model: CUDA)
+container.checkpoint.save_interval = None
+out = {"exit_signal_handler": container.train.exit_signal_handler, "exit_signal": int(container.train.exit_signal)}
+
+
+def decide(state):
+    """The training loop's own check after an iteration: True = save and leave the loop."""
+    return checkpoint_and_decide_exit(state, [], None, None, 0.0, None, None)
+
+
+state = GlobalState()
+state.cfg = container
+state.train_state.step = 1
+# what the pinned pretrain() does: the handler exists, nobody enters it; an ignored SIGTERM keeps this process alive
+before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+os.kill(os.getpid(), signal.SIGTERM)
+out["upstream_alone"] = {"installed": signal.getsignal(signal.SIGTERM) == signal.SIG_IGN,
+                         "received": state.signal_handler.signals_received(), "decide": decide(state)}
+signal.signal(signal.SIGTERM, before)
+
+# ours: a SIGTERM during set-up is remembered, then the first forward step enters upstream's handler
+sig = ExitSignal(container.train.exit_signal)
+sig.install_early()
+os.kill(os.getpid(), signal.SIGTERM)
+calls = []
+step = sig.wrap(lambda st, it, model, plan=False: calls.append((it, model, plan)) or ("output", "loss"))
+out["early"] = {"pending": sig.pending, "received_before_step": state.signal_handler.signals_received()}
+result = step(state, "iterator", "model")
+out["early"].update(result=list(result), calls=[list(c) for c in calls], entered=sig.entered is state.signal_handler,
+                    received=state.signal_handler.signals_received(), decide=decide(state))
+
+# a new config builds a new handler: the next step enters that one, and a SIGTERM after it is caught
+state.cfg = container
+fresh = state.signal_handler
+out["later"] = {"new_handler": fresh is not sig.entered, "received_before": fresh.signals_received()}
+step(state, "iterator", "model")
+os.kill(os.getpid(), signal.SIGTERM)
+out["later"].update(entered=sig.entered is fresh, received=fresh.signals_received(), decide=decide(state))
+from megatron.bridge.training.utils.train_utils import maybe_inject_state
+out["injects_state"] = maybe_inject_state(step, state) is not step
+write_result(out)
+'''
+
+
+def test_sigterm_is_caught_by_megatron_bridges_own_handler_once_our_step_enters_it(upstream, shipped):
+    """Megatron-Bridge at the pinned ref builds its ``DistributedSignalHandler`` but never enters it, so its training
+    loop never sees SIGTERM (on the H200: exit -15, no save). With :class:`nemotron.runtime.exit_signal.ExitSignal`
+    on the one-GPU run's real ``ConfigContainer`` and a real ``GlobalState``: a SIGTERM during set-up is kept and
+    raised again once the first forward step has entered upstream's handler, upstream's own
+    ``checkpoint_and_decide_exit`` then decides to stop, a handler rebuilt by a new config is entered too, and
+    Megatron-Bridge still passes the state to the wrapped step. Where this stops: no save (it needs the model, on
+    CUDA) and no process group (``signals_received`` gathers over ranks only when one is initialised)."""
+    case = {k: shipped["pretrain-tiny-1gpu"][k] for k in ("cfg", "stage", "work")}
+    case["work"] = str(Path(case["work"]) / "signal")
+    out = upstream.run(SIGNAL_SCRIPT, case, timeout=600)
+    assert out["exit_signal_handler"] is True and out["exit_signal"] == 15
+    assert out["upstream_alone"] == {"installed": True, "received": [False], "decide": False}
+    early = out["early"]
+    assert early["pending"] is True and early["received_before_step"] == [False]
+    assert early["result"] == ["output", "loss"] and early["calls"] == [["iterator", "model", False]]
+    assert early["entered"] and early["received"] == [True] and early["decide"] is True
+    later = out["later"]
+    assert later["new_handler"] and later["received_before"] == [False]
+    assert later["entered"] and later["received"] == [True] and later["decide"] is True
+    assert out["injects_state"] is True

@@ -309,3 +309,22 @@ def test_an_older_matching_version_is_up_to_date(ray_instance, tmp_path):
     assert "no version matches this run (versions: v1 (consumed), v2)" in info.value.message
     assert "force=true" in info.value.hint
     assert not (out / "v3").exists()
+
+
+@pytest.mark.parametrize("stage", ["data-prep-pretrain", "data-prep-sft", "data-prep-rl"])
+def test_an_empty_input_file_is_refused_by_the_dry_run_as_by_the_run(tmp_path, stage):
+    """A 0-byte input: the runs refuse it only after reading (pretrain: ``produced no training tokens``; SFT/RL:
+    nothing produced), with exit 1. The dry-run said valid. Now both refuse it up front, exit 2, naming the blend
+    line and the file; the run writes nothing."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    blend = write_blend(tmp_path / "blend.json", [{"name": "nothing", "path": str(empty), "weight": 1}])
+    code, err = dry_run(tmp_path / "home", stage, f"blend_path={blend}", f"output_dir={tmp_path / 'out'}")
+    assert code == 2, err
+    assert f"{blend}:" in err and "datasets (nothing)" in err and f"'{empty}' is empty (0 bytes)" in err, err
+    kind = stage.removeprefix("data-prep-")
+    run = subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "data", "prep", kind, "-c", "tiny",
+                          f"blend_path={blend}", f"output_dir={tmp_path / 'out'}"], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "NEMOTRON_HOME": str(tmp_path / "home")})
+    assert run.returncode == 2 and "is empty (0 bytes)" in run.stdout + run.stderr, run.stdout + run.stderr
+    assert not (tmp_path / "out").exists()

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("nemo_run", reason="the dry runs render NeMo-Run's sbatch script")
 
 ROOT = Path(__file__).resolve().parents[2]
-SEED = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+SEED = ROOT.parent / "shared" / "seeds"
 
 
 def _seed_profile() -> str:

@@ -29,7 +29,8 @@ with ``backend: megatron-bridge``, on every rank that torchrun starts:
    built with ``hf_path`` = ``recipe.hf_model_id`` (a repo id or a local folder), or for an ``<N>layer``
    slice a folder holding the slice's ``config.json`` from our catalogue (:func:`hf_source`), from which
    AutoBridge builds the model provider; our values applied on top (:func:`_recipe`, :func:`_apply`); the MoE routing check on the provider (:func:`nemotron.runtime.routing.require_routing`); the
-   data folder marked as consumed; Megatron-Bridge's ``pretrain`` / ``finetune`` with ``gpt_step.forward_step``.
+   data folder marked as consumed; Megatron-Bridge's ``pretrain`` / ``finetune`` with ``gpt_step.forward_step``,
+   wrapped so that Megatron-Bridge's exit-signal handler is entered (:mod:`nemotron.runtime.exit_signal`).
    Exit 0 when the last saved iteration reached ``train.train_iters``, 75 when the run saved and stopped
    earlier (the exit-signal handler, after which Megatron-Bridge ends with ``sys.exit(0)``: :func:`train_exit_code`
    reads the saved iteration and writes the requeue marker, from which the job's batch script requeues or
@@ -643,6 +644,12 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
     from nemotron.runtime import batch_log
 
     step = batch_log.recording(forward_step, os.environ.get(batch_log.ENV))  # the step itself unless asked
+    if container.train.exit_signal_handler:  # upstream builds its handler but never enters it: exit_signal.py
+        from nemotron.runtime.exit_signal import ExitSignal
+
+        exit_signal = ExitSignal(container.train.exit_signal)
+        exit_signal.install_early()
+        step = exit_signal.wrap(step)
     if stage == "pretrain":
         from megatron.bridge.training.pretrain import pretrain as train
     else:

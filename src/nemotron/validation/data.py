@@ -89,6 +89,7 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
     on_bad = getattr(s, "on_bad", None) or {}
     section = "on_bad" if "empty_glob" in on_bad else "policies"
     policy = (on_bad if section == "on_bad" else getattr(s, "policies", None) or {}).get("empty_glob", "fail")
+    empty: list[tuple[Any, list[str]]] = []  # datasets whose every file is 0 bytes
     for ds in blend.datasets:
         if is_remote(ds.path):
             continue
@@ -96,6 +97,9 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
             found = expand(ds.path, exclude=list(ds.exclude), fmt=ds.format if ds.format in FORMATS else None)
         except ConfigError as exc:
             problems.append(_problem(exc, "data-inputs"))
+            continue
+        if found and all(os.path.getsize(f) == 0 for f in found):
+            empty.append((ds, found))
             continue
         if found:
             if getattr(stage, "name", "") == "data-prep-pretrain":  # the run's own refusal of too little plain text
@@ -115,7 +119,30 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
             problems.append(Problem(f"{blend_path}:{ds.line} datasets ({ds.name})", ds.path,
                                     "matches no file" + relative_note(ds),
                                     "an existing file, folder or glob; or mark the dataset optional", rule="data-inputs"))
+    problems += empty_input_problems(stage, blend_path, blend, empty)
     return problems + ray_address_problems()
+
+
+def empty_input_problems(stage: Any, blend_path: str, blend: Any, empty: list[tuple[Any, list[str]]]) -> list[Problem]:
+    """Rule ``data-empty``: datasets of ``blend`` whose every local file is 0 bytes (``empty``: ``(dataset, files)``).
+
+    The runs refuse them after reading: pretrain per dataset (``produced no training tokens``,
+    :func:`nemotron.data.pretrain._no_train_tokens`), SFT and RL only when no dataset yields a record (``no training
+    sequence was produced`` / ``no usable prompt was found``). So for pretrain each is an error; for the others a
+    warning each, and an error when every dataset of the blend is empty."""
+    if not empty:
+        return []
+    per_dataset = getattr(stage, "name", "") == "data-prep-pretrain"
+    every = len(empty) == len(blend.datasets)
+    out = []
+    for ds, files in empty:
+        what = f"'{files[0]}' is empty (0 bytes)" if len(files) == 1 else f"all {len(files)} files are empty (0 bytes)"
+        out.append(Problem(f"{blend_path}:{ds.line} datasets ({ds.name})", ds.path,
+                           f"{what}: the dataset has no documents" + ("" if per_dataset or every else
+                                                                        "; the run goes on without it"),
+                           "a file with records, or remove the dataset from the blend", rule="data-empty",
+                           severity="error" if per_dataset or every else "warning"))
+    return out
 
 
 def ray_address_problems(env: dict[str, str] | None = None) -> list[Problem]:
