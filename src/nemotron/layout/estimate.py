@@ -157,7 +157,8 @@ class RunEstimate:
         rows = [
             ["model", f"{self.model}: {self.params / 1e9:.3g} B parameters", "config/catalogue.py"],
             ["GPUs", f"{self.gpus} ({self.nodes} node{'s' if self.nodes != 1 else ''} x {self.gpus // max(1, self.nodes)} {self.gpu})", "run.env.nodes x the profile's node"],
-            ["peak throughput", f"{self.peak_tflops:,.3g} TFLOP/s per {'GPU' if self.gpu != 'CPU' else 'CPU'} "
+            ["peak throughput", (f"{self.peak_tflops:,.0f}" if self.peak_tflops >= 10 else f"{self.peak_tflops:.3g}")
+             + f" TFLOP/s per {'GPU' if self.gpu != 'CPU' else 'CPU'} "
              f"({self.precision.upper()}, dense)", "NVIDIA datasheet" if self.gpu != "CPU" else "this CPU's torch.mm rate, measured now"],
             ["estimate.mfu (assumed)", f"{self.mfu:.2f}", "an assumption: +estimate.mfu=X sets it"],
             ["tokens per step", f"{self.tokens_per_step:,} ({self.global_batch_size} x {self.seq_length})", "global batch x sequence"],
@@ -170,6 +171,8 @@ class RunEstimate:
                 f" of {_duration(self.walltime_seconds)} (saving {_duration(self.save_margin_seconds)} before the limit)"
                 if self.walltime_seconds else " (no walltime: no profile time limit)"), "wall time / (walltime - margin)"],
             ["checkpoint per save", f"{_size(self.ckpt_bytes)} ({CKPT_BYTES[self.ckpt_format]:g} B/param, {self.ckpt_format})", "parameters x bytes per parameter"],
+            ["written per GPU (average)", _size(self.ckpt_bytes / max(1, self.gpus)),
+             "one save / GPUs: each rank writes its shard (replicas once)"],
             ["saves per run", f"{self.saves}", "steps / checkpoint.save_interval (+ the last)"],
             ["kept on disk", _size(self.retained_bytes) + (f" ({self.retained} kept)" if self.retained else " (every save kept)"), "checkpoint.most_recent_k"],
             ["free space", "unknown" if self.free_bytes is None else f"{_size(self.free_bytes)} at {self.free_path}", "statvfs of the checkpoint root"],
