@@ -71,3 +71,15 @@ def test_estimate_refuses_a_checkpoint_that_cannot_fit(capsys, tmp_path, monkeyp
 def test_estimate_is_for_training_stages(capsys):
     assert main(["ultra3", "data", "prep", "pretrain", "-c", "tiny", "estimate"]) == 2
     assert "estimate models the training stages" in capsys.readouterr().err
+
+
+def test_a_default_checkpoint_root_that_cannot_fit_is_a_warning(capsys, tmp_path, monkeypatch):
+    """A root the user never chose (``./checkpoints`` here) is not refused: a warning naming the keys that choose one."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NEMOTRON_CKPT_ROOT", raising=False)
+    main(["ultra3", "pretrain", "-c", "tiny", "estimate", "--json"])
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
+    space = [p for p in doc["problems"] if p["rule"] == "checkpoint-space"]
+    assert doc["fits"] is False and [p["severity"] for p in space] == ["warning"]
+    assert "set one with the profile's checkpoint_root or checkpoint.save=PATH" in space[0]["message"]

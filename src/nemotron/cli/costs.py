@@ -117,13 +117,32 @@ def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any) -> est.RunE
     return result
 
 
-def checkpoint_problem(result: est.RunEstimate) -> Problem | None:
-    """The run's refusal when one checkpoint cannot fit the free space of ``checkpoint.save``'s file system."""
+def explicit_root(compiled: Any, profile: Any) -> bool:
+    """Whether the checkpoint root was chosen by the user: ``checkpoint.save=...`` on the command line, the profile's
+    ``checkpoint_root`` set in env.toml, or ``$NEMOTRON_CKPT_ROOT`` set in this shell without a profile. Otherwise it
+    is a default (``./checkpoints``, or ``<job_dir>/checkpoints`` of a profile that names no storage)."""
+    from nemotron.config.compile import OVERRIDE
+
+    if compiled.provenance.get("checkpoint.save") == OVERRIDE:
+        return True
+    if profile is not None:
+        return getattr(profile, "provenance", {}).get("checkpoint_root", "default") not in ("default", None) \
+            and getattr(profile, "checkpoint_root", None) is not None
+    return bool(os.environ.get("NEMOTRON_CKPT_ROOT"))
+
+
+def checkpoint_problem(result: est.RunEstimate, explicit: bool = True) -> Problem | None:
+    """The check that one checkpoint fits the free space of ``checkpoint.save``'s file system: an error (the run is
+    refused, and the dry run says so) for a checkpoint root the user chose; a warning for a default root, which
+    names the key that chooses one (a first dry run on a fresh machine is not refused for a default it never set)."""
     if result.fits is False:
         return Problem(key="checkpoint.save", value=result.ckpt_path, rule="checkpoint-space",
-                       message=(f"one checkpoint is {result.ckpt_bytes / 1e9:,.2f} GB and {result.free_path} has "
-                                f"{result.free_bytes / 1e9:,.2f} GB free: the first save would fail"),
-                       valid="a checkpoint root with room for at least one checkpoint (checkpoint.save=PATH)")
+                       message=(f"one checkpoint is {est._size(result.ckpt_bytes)} and {result.free_path} has "
+                                f"{est._size(result.free_bytes)} free: the first save would fail"
+                                + ("" if explicit else " (a default checkpoint root: set one with the profile's "
+                                   "checkpoint_root or checkpoint.save=PATH; the run is refused once you do)")),
+                       valid="a checkpoint root with room for at least one checkpoint (checkpoint.save=PATH)",
+                       severity="error" if explicit else "warning")
     return None
 
 
@@ -134,7 +153,7 @@ def checkpoint_check(stage: Any, compiled: Any, profile: Any, plan: Any) -> list
         result = run_estimate(stage, compiled, profile, plan)
     except UsageError:
         return []
-    problem = checkpoint_problem(result)
+    problem = checkpoint_problem(result, explicit_root(compiled, profile))
     return [] if problem is None else [problem]
 
 
