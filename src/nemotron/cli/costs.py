@@ -60,7 +60,7 @@ def _cpu_peak() -> tuple[float, str, str] | None:
     return best / 1e12, "fp32", "CPU"
 
 
-def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any) -> est.RunEstimate:
+def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any, measure_cpu: bool = False) -> est.RunEstimate:
     """The estimate of a prepared Megatron training stage (pretrain, SFT; Megatron-Bridge or ``-c local``).
 
     Raises:
@@ -91,8 +91,10 @@ def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any) -> est.RunE
         bf16_layers = (as_int(get(cfg, "model.num_layers_at_start_in_bf16")) or 0) + (
             as_int(get(cfg, "model.num_layers_at_end_in_bf16")) or 0)
     peak = None
-    if local and not gpu and not os.environ.get("CUDA_VISIBLE_DEVICES"):
-        peak = _cpu_peak()  # a -c local run on this machine's CPU: its FP32 rate, not a datasheet GPU's
+    if local and not gpu and not os.environ.get("CUDA_VISIBLE_DEVICES") and measure_cpu:
+        # a -c local run on this machine's CPU: its FP32 rate, not a datasheet GPU's (the `estimate` command only:
+        # the dry run and the run's checks do not import torch)
+        peak = _cpu_peak()
     free, where = _free_space(get(cfg, "checkpoint.save"))
     if profile is not None and getattr(profile, "tunnel", "local") == "ssh":
         free, where = None, None  # the checkpoint root is on the cluster, not readable from here
@@ -111,6 +113,8 @@ def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any) -> est.RunE
     result.ckpt_path = get(cfg, "checkpoint.save")
     if shape.memory_source and profile is None and peak is None:
         result.notes.append(f"node {shape.memory_source}")
+    if local and peak is None and not gpu:
+        result.notes.append("a -c local run on a CPU is far below this GPU peak: `estimate` measures this CPU instead")
     if peak is not None:
         result.notes.append("a -c local run on this CPU: its FP32 torch.mm rate measured now stands for the peak "
                             "(bench/estimate_calibration.py measured an MFU of about 0.33 against it)")

@@ -84,7 +84,7 @@ def run_report(req: Any) -> int:
         # the estimate is printed whatever validation found (it says what the run would cost); the exit code is
         # still the run's: 2 when the run would be refused, for a checkpoint that cannot fit among the rest
         report.problems(p.problems)
-        result = run_estimate(req.stage, p.compiled, p.profile, p.plan)
+        result = run_estimate(req.stage, p.compiled, p.profile, p.plan, measure_cpu=True)
         if req.json:
             doc = estimate_document(result, req, p.compiled, p.plan)
             doc["problems"] = [jsonout.problem(q) for q in p.problems]
