@@ -24,7 +24,6 @@ import hashlib
 import json
 
 import pytest
-
 from test_megatron_data import megatron_helpers
 
 pytestmark = pytest.mark.timeout(900)

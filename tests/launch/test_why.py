@@ -48,7 +48,7 @@ def test_public_log_excerpt_is_named(path):
     _, expect, body = _fixture(path)
     got = why.classify(body)
     assert got["cause"] == expect, (path.name, got)
-    assert got["evidence"] and got["evidence"] in body or got["evidence"] == got.get("exception"), got
+    assert (got["evidence"] and got["evidence"] in body) or got["evidence"] == got.get("exception"), got
     assert got["hint"]
 
 

@@ -329,7 +329,7 @@ def _override_hint(recipe: str, names: list[str], arg: str, config: str | None) 
     for stage in named:
         try:
             cfg = compile_config(stage, config, [], check_paths=False).config
-        except Exception:  # noqa: BLE001 - a hint only: a stage whose config does not compile is left out
+        except Exception:
             continue
         flat = {k for k, _ in leaves(cfg)}
         if key in flat or any(k.startswith(key + ".") or k.startswith(key + "[") for k in flat):

@@ -71,7 +71,7 @@ def _tokenizer_near(path: Path) -> Any:
                 from tokenizers import Tokenizer
 
                 return Tokenizer.from_file(str(tok / "tokenizer.json"))
-            except Exception:  # noqa: BLE001 - decoding is a convenience: ids are shown without it
+            except Exception:
                 return None
     return None
 
@@ -105,7 +105,7 @@ def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
 
     try:
         table = pq.read_table(path, columns=["input_ids", "loss_mask", "seq_start_id"])
-    except Exception as exc:  # noqa: BLE001 - pyarrow's errors name the missing column or the bad file
+    except Exception as exc:
         raise ConfigError(f"{path}: not a packed SFT Parquet file ({exc})",
                           "data prep sft writes them: input_ids, loss_mask, seq_start_id") from None
     ids_col, mask_col, start_col = (table.column(c).to_pylist() for c in ("input_ids", "loss_mask", "seq_start_id"))
@@ -116,9 +116,10 @@ def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
 
     def docs_of(ids: list[int], starts: list[int]) -> list[tuple[int, int, int]]:
         """(start, end without padding, end) of each document."""
-        bounds = list(starts) + [len(ids)]
+        from itertools import pairwise
+
         out = []
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        for a, b in pairwise([*starts, len(ids)]):
             e = b
             while pad_id is not None and e > a + 1 and ids[e - 1] == pad_id:  # data prep's documents end in <|im_end|>\n
                 e -= 1
@@ -142,7 +143,7 @@ def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
         tokens_total += len(ids)
         if n < count:
             shown = []
-            for a, e, b in docs:
+            for a, _, b in docs:
                 # position t is learned when mask[t - 1] = 1 (the stored mask is label-aligned)
                 marks = [bool(mask[t - 1]) if t > a else False for t in range(a, b)]
                 shown.append({"start": a, "end": b, "tokens": b - a, "learned": sum(marks),
@@ -296,7 +297,7 @@ def _checker() -> Any:
         def score(response: str) -> float:
             try:
                 return float(metric([gold], [response])[0])
-            except Exception:  # noqa: BLE001 - math-verify raises on what it cannot parse: no reward
+            except Exception:
                 return 0.0
 
         return {"parsed": bool(parsed), "numeric": numeric,

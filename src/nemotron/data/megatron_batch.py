@@ -223,8 +223,8 @@ def build_train(pairs: list[tuple[float, str]], train_samples: int, seq_length: 
         ds = gpt_indices(Prefix(prefixes[0]), train_samples, seq_length, seed)
         return BlendedTrain(prefixes, [1.0], train_samples, seq_length, seed, [ds])
     weights = normalize([float(w) for w, _ in pairs])
-    target = [int(math.ceil(math.ceil(train_samples * w) * 1.0)) for w in weights]
-    buffer = [int(math.ceil(math.ceil(train_samples * w) * (1 + surplus))) for w in weights]
+    target = [math.ceil(math.ceil(train_samples * w) * 1.0) for w in weights]
+    buffer = [math.ceil(math.ceil(train_samples * w) * (1 + surplus)) for w in weights]
     datasets = [gpt_indices(Prefix(p), n, seq_length, seed) for p, n in zip(prefixes, buffer, strict=True)]
     size = sum(target)
     # BlendedDataset normalises the (already normalised) weights once more when it is given a size

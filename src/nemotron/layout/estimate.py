@@ -87,7 +87,7 @@ def layer_flops(spec: ModelSpec, sym: str, seq: int) -> float:
 def forward_flops_per_token(spec: ModelSpec, seq: int, mtp_depths: int | None = None, tp: int = 1) -> dict[str, float]:
     """Forward FLOPs per token by part: ``Mamba-2``, ``attention``, ``MoE``, ``MLP``, ``output``, ``mtp``, ``total``."""
     names = {MAMBA: "Mamba-2", ATTENTION: "attention", MOE: "MoE", MLP: "MLP"}
-    out = {v: 0.0 for v in names.values()}
+    out = dict.fromkeys(names.values(), 0.0)
     for sym in spec.pattern:
         out[names[sym]] += layer_flops(spec, sym, seq)
     h, v = spec.hidden_size, padded_vocab(spec, tp)
