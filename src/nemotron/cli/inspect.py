@@ -67,6 +67,11 @@ def _print_inspect(doc: dict[str, Any]) -> None:
                            s["sha256"][:16]] for s in b["samples"]])
             out("doc:offset+tokens = document index in the prefix's .idx, first token, tokens taken (seq + 1 per "
                 "sample, as Megatron reads them); --json lists every part and the full SHA-256 of the int64 ids")
+            for s in b["samples"]:
+                if s.get("preview"):
+                    report.heading(f"sample {s['index']} ({'/'.join(s['prefix'].rsplit('/', 2)[-2:])}): its first "
+                                   "200 tokens")
+                    out(s["preview"])
     else:
         c = doc["check"]
         report.table(f"RL prompts {doc['path']}", ["records", "checker", "parsed", "as a number", "rewarded",
