@@ -369,22 +369,23 @@ def test_rows_are_grouped_by_length_within_the_budget(tmp_path):
 
 # ------------------------------------------------------------------------------------ training runs
 def test_pretrain_loss_drops_then_sft_starts_from_its_checkpoint(tmp_path):
-    """A short pretrain run on our .bin/.idx blend lowers the held-out loss by more than 2 nats; SFT on
-    packed Parquet then starts from that checkpoint (its held-out loss at step 0 is already far below a
-    fresh model's) and writes its own Hugging Face checkpoint."""
+    """A short pretrain run on our .bin/.idx blend lowers the held-out loss by more than 2 nats (10 steps: 6.31 ->
+    2.20 measured; 20 steps reach 1.55 but double the time); SFT on packed Parquet then starts from that
+    checkpoint (its held-out loss at step 0 is already far below a fresh model's) and writes its own Hugging Face
+    checkpoint."""
     from transformers import NemotronHForCausalLM
 
     from nemotron.runtime.trainer import run
 
     spec = small_spec()
     blend = write_pretrain_data(tmp_path / "data")
-    cfg = compile_local("pretrain", fast_overrides(tmp_path / "pt", iters=20, **{
+    cfg = compile_local("pretrain", fast_overrides(tmp_path / "pt", iters=10, **{
         "data.per_split_data_args_path": str(blend), "optimizer.lr": 3e-3, "optimizer.min_lr": 3e-4}))
     assert run(S.read(cfg, "pretrain"), spec=spec) == 0
     summary = json.loads((tmp_path / "pt" / "summary.json").read_text())
-    assert summary["steps"] == 20
+    assert summary["steps"] == 10
     assert summary["eval_loss_first"] - summary["eval_loss_last"] > 2.0, summary["eval_losses"]
-    assert (tmp_path / "pt" / "latest_checkpointed_iteration.txt").read_text().strip() == "20"
+    assert (tmp_path / "pt" / "latest_checkpointed_iteration.txt").read_text().strip() == "10"
     NemotronHForCausalLM.from_pretrained(tmp_path / "pt")  # the final model loads as a plain HF model
 
     sft = write_sft_data(tmp_path / "sft", pack_size=256)
