@@ -343,6 +343,20 @@ def local_settings(stage_name: str, cfg: dict) -> list[Problem]:
     return []
 
 
+def local_rl_settings(stage_name: str, cfg: dict) -> list[Problem]:
+    """Rule ``local-settings`` of the local RL stages: :func:`nemotron.runtime.rl_settings.read` (stdlib only; the
+    run reads its settings with it) accepts the config, including the teacher panel and its routing; its first
+    refusal."""
+    from nemotron.runtime.rl_settings import read
+    from nemotron.runtime.settings import SettingsError
+
+    try:
+        read(cfg, stage_name, unresolved_ok=True)
+    except SettingsError as exc:
+        return [Problem(key="", value=None, message=str(exc), rule="local-settings")]
+    return []
+
+
 def local_refusals(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     """Rule ``local-refusal``: what the local trainer refuses before it starts, with its own lines
     (:func:`nemotron.runtime.entry.refusals`: an input path of the wrong kind; a resume whose inputs or
@@ -372,6 +386,8 @@ def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Probl
                                "the local runtime (no Transformer Engine: FP8/NVFP4 presets need a cluster backend)")
         if not out:  # the reader applies the rules above again: its first refusal would repeat them
             out += local_settings(stage.name, cfg)
+    if getattr(stage, "kind", "") == "rl":  # rlvr, mopd: the local RL runtime's own reader (nemotron.runtime.rl_local)
+        out += local_rl_settings(stage.name, cfg)
     keys = tuple(layout_keys("megatron")[k] for k in ("tp", "pp", "ep", "cp", "etp")) + \
         tuple(layout_keys("rl")[k] for k in ("tp", "pp", "ep", "cp"))
     for key in keys:
