@@ -71,16 +71,18 @@ def test_failed_gate_stops_the_chain(tmp_path, shared_data):
     env.pop("NEMOTRON_ENV_FILE", None)
     gates = tmp_path / "gates.yaml"
     gates.write_text("pretrain:\n  eval_loss: {max: 0.01}\n")
-    args = [PY, "-m", "nemotron", "ultra3", "pipe", "data-prep-pretrain", "pretrain", "data-prep-rl", "-c", "local",
-            "--gates", str(gates), "pretrain:train.train_iters=2", "pretrain:scheduler.lr_decay_iters=2",
-            "pretrain:scheduler.lr_warmup_iters=0", "pretrain:model.seq_length=32", "pretrain:train.global_batch_size=2",
-            "pretrain:train.micro_batch_size=2", "pretrain:validation.eval_interval=2", "pretrain:validation.eval_iters=1",
-            "pretrain:checkpoint.save_interval=2", "pretrain:run.env.cpus=2"]
+    base = [PY, "-m", "nemotron", "ultra3", "pipe", "data-prep-pretrain", "pretrain", "data-prep-rl", "-c", "local"]
+    overrides = ["pretrain:train.train_iters=2", "pretrain:scheduler.lr_decay_iters=2",
+                 "pretrain:scheduler.lr_warmup_iters=0", "pretrain:model.seq_length=32",
+                 "pretrain:train.global_batch_size=2", "pretrain:train.micro_batch_size=2",
+                 "pretrain:validation.eval_interval=2", "pretrain:validation.eval_iters=1",
+                 "pretrain:checkpoint.save_interval=2", "pretrain:run.env.cpus=2"]
+    args = [*base, "--gates", str(gates), *overrides]
     # the dry run reads the gates file too: a bad one is refused before anything runs
     bad = tmp_path / "bad.yaml"
     bad.write_text("pretrain:\n  eval_loss: {under: 1}\n")
-    dry = subprocess.run([*args[:-11], "--gates", str(bad), "--dry-run"], env=env, cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)
+    dry = subprocess.run([*base, "--gates", str(bad), "--dry-run", *overrides], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
     assert dry.returncode == 2, dry.stdout[-2000:] + dry.stderr[-2000:]
     assert "pretrain.eval_loss.under: not a gate (valid: max, min, max_drop)" in dry.stderr
     proc = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
