@@ -151,3 +151,21 @@ def test_sigterm_saves_exits_75_and_the_rerun_resumes_with_the_same_prompts(stag
     if stage == "mopd":
         assert "KL by teacher: math" in out
         assert summary["kl_last"] is not None and summary["kl_last"] > 0  # the teacher is another model
+
+
+def test_local_mopd_gets_the_cluster_panel_rules():
+    """The dry run of mopd -c local applies the cluster's panel rule (mopd-general-teacher): no general teacher, a
+    route to a slot not in the panel; the shipped panel passes."""
+    from nemotron import validation
+    from nemotron.config.registry import get_stage
+
+    stage = get_stage("mopd")
+    base = ["policy.model_name=/ckpt/sft", "data.train.data_path=/d/t.jsonl", "data.validation.data_path=/d/v.jsonl"]
+    ok = compile_stage("mopd", [*base, "_teachers.general=/ckpt/sft", "_teachers.reasoning=/ckpt/rlvr"], check_paths=False)
+    assert [p for p in validation.validate(stage, ok, None) if p.severity == "error"] == []
+    for extra, key in ((["_teachers.general=null"], "_teachers.general"),
+                       (["_teachers.general=/ckpt/sft", "teacher_routing.by_agent.math=maths"],
+                        "teacher_routing.by_agent.math")):
+        cfg = compile_stage("mopd", [*base, *extra], check_paths=False)
+        errs = [p for p in validation.validate(stage, cfg, None) if p.severity == "error"]
+        assert [(p.rule, p.key) for p in errs] == [("mopd-general-teacher", key)], [p.render() for p in errs]
