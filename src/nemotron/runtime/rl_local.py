@@ -236,7 +236,6 @@ def _callbacks(s: RLSettings, log: _Log, stopper: Any, val_rows: list[Any], toke
     from nemotron.runtime.rl_data import accuracy, prompt_template
 
     prompt, system = prompt_template(s.prompt_file, s.system_prompt_file)
-    state_ref: dict[str, Any] = {}
 
     class Metrics(TrainerCallback):
         def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kw: Any) -> Any:
@@ -258,7 +257,6 @@ def _callbacks(s: RLSettings, log: _Log, stopper: Any, val_rows: list[Any], toke
                                  "val:seconds": time.perf_counter() - t0})
             return control
 
-    state_ref["metrics"] = Metrics
     return [stopper.callback(TrainerCallback), Metrics(), Validate()]
 
 
@@ -410,7 +408,8 @@ def _summary(s: RLSettings, log: _Log, step: int, step0: int, seconds: float, ro
     def series(key: str) -> list[float]:
         return [float(r[key]) for r in hist if isinstance(r.get(key), (int, float))]
 
-    rewards, kls, accs, losses = series("reward"), series("loss"), series("val:accuracy"), series("loss")
+    # MOPD's loss is the per-token reverse KL to the routed teacher (TRL's distillation with beta=1)
+    rewards, accs, losses = series("reward"), series("val:accuracy"), series("loss")
     gen_tokens = 0
     try:
         for line in rollouts.read_text(encoding="utf-8").splitlines():
@@ -430,8 +429,7 @@ def _summary(s: RLSettings, log: _Log, step: int, step0: int, seconds: float, ro
         out.update(reward_first=rewards[0] if rewards else None, reward_last=rewards[-1] if rewards else None,
                    reward_mean=sum(rewards) / len(rewards) if rewards else None)
     else:
-        # the distillation loss is the per-token reverse KL to the routed teacher (TRL beta=1)
-        out.update(kl_first=kls[0] if kls else None, kl_last=kls[-1] if kls else None)
+        out.update(kl_first=losses[0] if losses else None, kl_last=losses[-1] if losses else None)
     return out
 
 
