@@ -337,7 +337,9 @@ def run(s: RLSettings, spec: Any = None) -> int:
     if resume is not None:
         conflict = _resume_conflict(s, resume)
         if conflict:
-            print(f"ultra3 {s.stage}: {conflict}", flush=True)
+            import sys
+
+            print(f"ultra3 {s.stage}: {conflict}", file=sys.stderr, flush=True)
             return 2
         if step0 >= s.max_steps and (hf_output(s.checkpoint_dir, step0) / "config.json").is_file():
             _say(f"{s.stage}: already complete: {resume} is at grpo.max_num_steps={s.max_steps}; final model in "
