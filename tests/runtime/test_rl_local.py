@@ -169,3 +169,20 @@ def test_local_mopd_gets_the_cluster_panel_rules():
         cfg = compile_stage("mopd", [*base, *extra], check_paths=False)
         errs = [p for p in validation.validate(stage, cfg, None) if p.severity == "error"]
         assert [(p.rule, p.key) for p in errs] == [("mopd-general-teacher", key)], [p.render() for p in errs]
+
+
+def test_resume_with_another_seed_is_refused(rl_inputs, tmp_path):
+    """A checkpoint trained with another grpo.seed has another prompt stream: the rerun refuses it (exit 2, one line
+    naming the key and both values) and leaves the folder as it was."""
+    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
+    ckdir = tmp_path / "run"
+    first = [*_overrides("rlvr", rl_inputs, ckdir), "grpo.max_num_steps=1"]
+    code, out = _run("rlvr", write_yaml(tmp_path / "a.yaml", compile_stage("rlvr", first)), env)
+    assert code == 0, out[-3000:]
+    before = sorted(p.name for p in ckdir.iterdir())
+    again = [*_overrides("rlvr", rl_inputs, ckdir), "grpo.max_num_steps=2", "grpo.seed=43"]
+    code, out = _run("rlvr", write_yaml(tmp_path / "b.yaml", compile_stage("rlvr", again)), env)
+    assert code == 2, out[-3000:]
+    assert (f"ultra3 rlvr: grpo.seed=43: {ckdir / 'checkpoint-1'} was trained with grpo.seed=42, whose prompt stream "
+            "this run cannot continue") in out
+    assert sorted(p.name for p in ckdir.iterdir()) == before
