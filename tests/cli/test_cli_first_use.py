@@ -72,47 +72,46 @@ def test_pipe_mopd_quantize_without_dry_run_stops_at_mopds_missing_inputs(capsys
     assert not (tmp_path / "home" / "runs").exists()
 
 
-# ------------------------------------------------------------- 3. a backend without a runtime, up front
-RUNTIME_LINE = ("error: backend='local': ultra3 {stage} has no local runtime in this version (its job would stop at "
-                "start, exit 1); valid: backend=nemo-rl (the NeMo RL container on a Slurm profile: e.g. -c tiny "
-                "--run PROFILE)")
-
-
+# ------------------------------------------------------------- 3. every backend has a runtime
 @pytest.mark.parametrize("stage", ["rlvr", "mopd"])
-def test_rl_local_dry_run_says_there_is_no_runtime(capsys, stage):
+def test_rl_local_dry_run_has_a_runtime_and_reads_the_settings(capsys, stage):
+    """rlvr/mopd -c local run here (nemotron.runtime.rl_local): the dry run has no runtime refusal, and it refuses
+    what the local RL settings reader refuses, in its words."""
     code, out, err = run_cli(capsys, "ultra3", stage, "-c", "local", "--dry-run")
+    assert "has no local runtime" not in out + err
+    code, out, err = run_cli(capsys, "ultra3", stage, "-c", "local", "--dry-run", "grpo.num_prompts_per_step=3")
     assert code == 2
-    assert RUNTIME_LINE.format(stage=stage) in out.splitlines(), out[-2000:]
+    assert "must equal grpo.num_prompts_per_step x grpo.num_generations_per_prompt" in out, out[-2000:]
     assert err.splitlines()[0] == "error: 1 problem found before anything was queued"
 
 
-def test_list_marks_the_configs_without_a_runtime(capsys):
+def test_list_marks_no_config_without_a_runtime(capsys):
     code, out, _ = run_cli(capsys, "ultra3", "list")
     assert code == 0
-    starred = re.findall(r"(\w[\w-]*)\*", out)
-    assert starred == ["local", "local"], out  # rlvr's and mopd's
-    assert re.search(r"^rlvr\s+default, tiny, local\*,", out, re.M) and re.search(r"^mopd\s+default, tiny, local\*", out, re.M)
-    assert out.rstrip().splitlines()[-1] == ("* no runtime for its backend in this version: the dry run and a run "
-                                             "refuse it (exit 2)")
+    assert re.findall(r"(\w[\w-]*)\*", out) == [], out
+    assert re.search(r"^\s+local\s+sft-checkpoint, rl-data\s+rl-checkpoint\s", out, re.M), out  # rlvr -c local
+    assert re.search(r"^eval\s+default\s+rl-data, mopd-checkpoint\s+eval-results\s", out, re.M), out
+    assert "no runtime for its backend" not in out
 
 
-def test_pipe_local_stops_before_running_anything(capsys, tmp_path):
-    """``pipe -c local`` includes rlvr and mopd: refused before the data prep (its first stage) runs."""
-    code, _, err = run_cli(capsys, "ultra3", "pipe", "-c", "local")
-    assert code == 2
-    assert [line for line in err.splitlines() if line.startswith("error: backend=")] == [
-        RUNTIME_LINE.format(stage="rlvr"), RUNTIME_LINE.format(stage="mopd")]
-    assert err.splitlines()[-2] == "error: 2 problems found before anything was queued"
-    assert not (tmp_path / "home" / "runs").exists() and not (tmp_path / "home" / "artifacts").exists()
+def test_pipe_local_dry_run_plans_the_whole_chain(capsys, tmp_path):
+    """``pipe -c local --dry-run``: every stage, rlvr, mopd and eval included, wired to the outputs before it."""
+    code, out, err = run_cli(capsys, "ultra3", "pipe", "-c", "local", "--dry-run")
+    assert code == 0, err[-2000:]
+    assert "has no local runtime" not in out + err
+    chain = out[out.index("the chain"):]
+    for title in ("ultra3 rlvr", "ultra3 mopd", "ultra3 quantize", "ultra3 eval"):
+        assert title in chain
+    assert not (tmp_path / "home" / "artifacts").exists()
 
 
-def test_every_backend_with_a_runtime_passes_the_rule():
-    """The rule reads the entry scripts' own tables: only rlvr/mopd ``local`` lack a runtime."""
+def test_every_backend_has_a_runtime():
+    """The rule reads the entry scripts' own tables: every backend of every stage has a runtime in this version."""
     from nemotron.runtime.dispatch import missing_runtime, stage_backends
     from nemotron.config.registry import STAGES
 
     missing = {(s.name, b) for s in STAGES for b in stage_backends(s)[0] if missing_runtime(s, b)}
-    assert missing == {("rlvr", "local"), ("mopd", "local")}
+    assert missing == set()
     assert missing_runtime(get_stage("rlvr"), None) is None  # the default backend (nemo-rl) has one
 
 

@@ -183,6 +183,6 @@ def test_plural(n, word, text):
 
 
 def test_one_problem_and_one_warning_are_singular(capsys):
-    code, out, err = cli(capsys, "ultra3", "rlvr", "-c", "local", "--dry-run")
+    code, out, err = cli(capsys, "ultra3", "rlvr", "-c", "local", "--dry-run", "grpo.num_prompts_per_step=3")
     assert code == 2 and err.splitlines()[0] == "error: 1 problem found before anything was queued"
     assert "(s)" not in out.splitlines()[-1]

@@ -1,6 +1,6 @@
 """NeMo RL's own code at the pinned commit (NVIDIA-NeMo/RL main 7ea279a) on what the rlvr and mopd stages hand it.
 
-For every shipped rlvr/mopd config (every ``-c`` name but ``local``, whose backend has no runtime) and every golden
+For every shipped rlvr/mopd config (every ``-c`` name but ``local``, which runs TRL on this machine, not NeMo RL) and every golden
 NeMo RL config (tests/golden/nemo-rl/), the text the job writes as ``nemo_rl_config.yaml``
 (:func:`nemotron.runtime.nemo_rl.job_yaml` of :func:`~nemotron.runtime.nemo_rl.translate`) goes through what NeMo
 RL's GRPO entry does with a config before it needs GPUs, in its order, as NeMo RL's OWN statements: the

@@ -86,7 +86,7 @@ GB200_8 = prof(8, "blackwell", 186.0, "gb200-as-published")  # the Nemotron ultr
 GB200 = prof(4, "blackwell", 186.0, "gb200")
 
 STAGE_OF = {"pretrain": "pretrain", "sft": "sft", "convert": "convert", "quantize": "quantize", "rlvr": "rlvr",
-            "mopd": "mopd", "data_prep_sft": "data-prep-sft", "data_prep_rl": "data-prep-rl"}
+            "mopd": "mopd", "data_prep_sft": "data-prep-sft", "data_prep_rl": "data-prep-rl", "eval": "eval"}
 
 
 def check(folder: str, config: str = "default", overrides: dict | None = None, profile=None):
@@ -115,14 +115,14 @@ def verdict(tables) -> str:
 # ------------------------------------------------------------------------------------------ shipped configs
 SHIPPED = [(f, c) for f in ("pretrain", "sft", "convert", "quantize", "rlvr", "mopd") for c in ("default", "tiny", "local")]
 SHIPPED += [(f, c) for f in ("data_prep_sft", "data_prep_rl") for c in ("default", "tiny")]
+SHIPPED += [("eval", c) for c in ("default", "tiny", "local")]
 
 
 @pytest.mark.parametrize("folder,config", SHIPPED)
 def test_shipped_configs_validate_without_a_profile(folder, config):
-    """All valid, but the RL ``local`` configs: their backend has no runtime in this version, the one error."""
+    """All valid (the RL and eval ``local`` configs included: their backend runs here)."""
     problems, _, _, _ = check(folder, config)
-    expected = ["runtime-available"] if folder in ("rlvr", "mopd") and config == "local" else []
-    assert [p.rule for p in errors(problems)] == expected, [p.render() for p in errors(problems)]
+    assert [p.rule for p in errors(problems)] == [], [p.render() for p in errors(problems)]
 
 
 @pytest.mark.parametrize("folder", ["pretrain", "sft", "convert", "quantize", "rlvr", "mopd"])

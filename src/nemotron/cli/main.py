@@ -73,6 +73,16 @@ def _stage_command(stage: Stage) -> click.Command:
     def callback(**kwargs: Any) -> int:
         from nemotron.cli.pipeline import StageRequest, run_stage
 
+        compare = kwargs.pop("compare", None)
+        if compare:  # eval --compare A B: a table of the deltas of two eval.json, nothing runs
+            from nemotron.runtime.evaluate import CompareError
+            from nemotron.runtime.evaluate import compare as compare_results
+
+            try:
+                return compare_results(*compare)
+            except CompareError as exc:
+                raise UsageError(str(exc), "A and B: eval.json files, their folders, or eval-results[:vN] "
+                                           "(append #LABEL for one checkpoint)") from None
         check_profile_names(kwargs)
         req = StageRequest.from_cli(stage, kwargs)
         if req.estimate or (req.json and req.dry_run):  # the estimate report, the dry run as JSON
@@ -89,7 +99,12 @@ def _stage_command(stage: Stage) -> click.Command:
         "The word estimate (after the options) prints the run's step time, GPU-hours, jobs and checkpoint "
         "bytes instead of running it (docs/estimate.md)."
     )
-    return click.Command(stage.command[-1], params=_stage_params(), callback=callback, help=help_text,
+    params = _stage_params()
+    if stage.name == "eval":
+        params.insert(-1, click.Option(["--compare"], nargs=2, metavar="A B",
+                                       help="Print the deltas of two eval results (eval.json, its folder, or "
+                                            "eval-results[:vN]); runs nothing."))
+    return click.Command(stage.command[-1], params=params, callback=callback, help=help_text,
                          short_help=stage.summary, context_settings=_CONTEXT, no_args_is_help=False)
 
 
@@ -178,6 +193,9 @@ def _recipe_group(recipe: str) -> click.Group:
                   help="Submit the chain detached on this profile.")
     @click.option("--dry-run", is_flag=True, help="Show the whole chain; submit nothing.")
     @click.option("--env-file", metavar="PATH", help="env.toml to read profiles from.")
+    @click.option("--gates", metavar="PATH",
+                  help="YAML of per-stage gates ({stage: {metric: {max|min|max_drop: X}}}): a failed one stops the "
+                       "chain run here.")
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
     def pipe(**kwargs: Any) -> int:
         """Run several stages in order, each consuming the artifacts of the one before.

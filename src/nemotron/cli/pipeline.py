@@ -284,6 +284,60 @@ def job_cancel(ident: str) -> int:
     return 0
 
 
+def _read_gates(path: str | None, stages: list[str]) -> dict[str, Any]:
+    """``pipe --gates FILE`` (:func:`nemotron.runtime.stage_metrics.read_gates`); {} without the option.
+
+    Raises:
+        ConfigError: an unreadable or malformed gates file (exit 2), before anything runs.
+    """
+    if not path:
+        return {}
+    from nemotron.runtime.stage_metrics import GateError, read_gates
+
+    try:
+        return read_gates(path, stages)
+    except GateError as exc:
+        raise ConfigError(str(exc), "gates: {stage: {metric: {max: X} | {min: X} | {max_drop: Y}}} "
+                                    "(docs/execution.md, Gates)") from None
+
+
+def _run_here(prepared: list[Prepared], gates: dict[str, Any]) -> int:
+    """The stages one after the other on this machine, each timed; after each, its metrics
+    (:func:`nemotron.runtime.stage_metrics.collect`) and its gates: a failed gate stops the chain (exit 1) naming
+    the gate, the value and the threshold. At the end (or at the stop) one table of every stage's metrics."""
+    import time
+
+    from nemotron.runtime.stage_metrics import check_gates, collect, describe
+
+    rows: list[list[Any]] = []
+    seen: list[dict[str, float]] = []
+    t_all = time.perf_counter()
+
+    def table(note: str) -> None:
+        report.table(f"pipe: {note} ({time.perf_counter() - t_all:.0f} s in all)",
+                     ["#", "stage", "config", "exit", "seconds", "metrics"], rows)
+
+    for i, p in enumerate(prepared, 1):
+        t0 = time.perf_counter()
+        code = backends.start(p.req, p.compiled, p.profile, p.plan)
+        metrics = collect(p.req.stage.name, p.compiled.config) if code == 0 else {}
+        rows.append([i, p.req.stage.title, p.compiled.config_name, code, f"{time.perf_counter() - t0:.0f}",
+                     describe(metrics)])
+        if code != 0:
+            table("stopped")
+            report.err(f"pipe stopped: {p.req.stage.title} exited {code}")
+            return code
+        failed = check_gates(p.req.stage.name, metrics, gates.get(p.req.stage.name, {}), seen)
+        seen.append(metrics)
+        if failed:
+            table("stopped by a gate")
+            for line in failed:
+                report.err(f"pipe stopped: {line}")
+            return 1
+    table("every stage")
+    return 0
+
+
 def _pipe_chain(recipe: str, names: list[str], config: str | None) -> list[Stage]:
     """The stages of a pipe in the order they run: ``names`` as given, or the whole recipe without any.
 
@@ -378,6 +432,10 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     if run and batch:
         raise UsageError("--run and --batch are mutually exclusive")
     mode = "run" if run else "batch" if batch else "here"
+    gates = _read_gates(kw.get("gates"), [s.name for s in chain])  # the dry run refuses a bad gates file too
+    if gates and mode != "here":
+        raise UsageError("pipe --gates: gates are checked between stages run here; a Slurm chain (afterok) has no "
+                         "step between its jobs to check them", "run the chain here, or leave --gates out")
 
     # prepare every stage first, each wired to the planned outputs of the ones before it
     prepared: list[Prepared] = []
@@ -418,13 +476,8 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
         return 0
     for p in prepared:
         _check_startable(p)
-    if mode == "here":  # one after the other on this machine; stop at the first failure
-        for p in prepared:
-            code = backends.start(p.req, p.compiled, p.profile, p.plan)
-            if code != 0:
-                report.err(f"pipe stopped: {p.req.stage.title} exited {code}")
-                return code
-        return 0
+    if mode == "here":  # one after the other on this machine; stop at the first failure or failed gate
+        return _run_here(prepared, gates)
 
     queued: list[str] = []  # every job accepted so far: a failed submission names them and how to cancel them
     chains: list[list[str]] = []  # per stage: its job, then its run.chain continuation jobs

@@ -40,7 +40,7 @@ from typing import Any
 
 from nemotron.config import artifacts, yamlio
 from nemotron.config.nemo_rl_base import BASE_KEY, base_layer
-from nemotron.config.paths import config_names, stages_dir
+from nemotron.config.paths import OUTPUT_FOLDER_KEYS, config_names, stages_dir
 from nemotron.config.registry import Stage
 from nemotron.config.tree import _leaves, dotted, leaves
 from nemotron.errors import ConfigError, Problem, UsageError
@@ -797,6 +797,8 @@ def _check_input_paths(compiled: Compiled) -> None:
     missing = []
     for path, value in _leaves(compiled.config):
         if not path or not isinstance(path[-1], str) or not path[-1].endswith("_path"):
+            continue
+        if dotted(path) in OUTPUT_FOLDER_KEYS:  # a folder the run writes (NeMo RL's eval.save_path), not an input
             continue
         key = dotted(path)
         if key in compiled.unresolved or key in compiled.planned_keys or not isinstance(value, str) or not value:

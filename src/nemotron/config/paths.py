@@ -43,7 +43,7 @@ def repo_root() -> Path | None:
 #: stages/ultra3: data prep ``output_dir``, Megatron-Bridge ``checkpoint.save``, NeMo RL
 #: ``checkpointing.checkpoint_dir``, convert/quantize/export ``*.output_dir``).
 OUTPUT_FOLDER_KEYS = ("output_dir", "checkpoint.save", "checkpointing.checkpoint_dir", "convert.output_dir",
-                      "quantization.output_dir", "export.output_dir")
+                      "quantization.output_dir", "export.output_dir", "eval.output_dir", "eval.save_path")
 
 
 def cannot_create_folder(path: str | os.PathLike) -> str | None:

@@ -112,6 +112,10 @@ STAGES: tuple[Stage, ...] = (
     _stage("quantize", "quantize", "quantize", "torchrun", "nemo", "mopd-checkpoint", "quantized-checkpoint", True,
            "NVFP4 + FP8 post-training quantization with NVIDIA Model Optimizer.",
            {"path": "{export.output_dir}"}, "layout quantize"),
+    _stage("eval", "eval", "eval", "ray", "nemo-rl", "mopd-checkpoint rl-data", "eval-results", True,
+           "Evaluate checkpoints of the chain (held-out perplexity, GSM8K accuracy, a chat sample): NeMo RL's "
+           "evaluator, or -c local on this machine; --compare A B prints the deltas.",
+           {"path": "{eval.output_dir}"}, "eval"),
 )
 
 #: The order ``pipe`` runs stages in when none are named.

@@ -545,6 +545,97 @@ def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------------ eval
+#: Our keys of the eval stage's ``eval`` section (NeMo RL's are metric, num_tests_per_prompt, seed, k_value, save_path).
+_OUR_EVAL_KEYS = ("checkpoints", "output_dir", "gsm8k", "perplexity", "chat", "tokenizer")
+#: The flat JSON lines the eval job writes for NeMo RL's ``LocalMathDataset`` (problem_key / solution_key).
+EVAL_PROBLEM_KEY, EVAL_SOLUTION_KEY = "problem", "expected_answer"
+
+
+def eval_config(cfg: dict, data_file: str | None = None) -> dict:
+    """NeMo RL's evaluator config (``nemo_rl/evals/eval.py`` ``MasterConfig`` @ 7ea279a) from the eval stage's config:
+    ``eval`` without our keys, ``generation``, ``tokenizer``, ``data`` pointed at ``data_file`` (the flat JSON lines
+    :func:`eval_data` writes; default: ``<eval.output_dir>/gsm8k_eval.jsonl``) through ``LocalMathDataset`` (json,
+    ``problem`` / ``expected_answer``, split ``train``: the one split a JSON file has), ``env``, ``cluster``.
+
+    Raises:
+        ConfigError: a missing section, or a generation backend other than vLLM (NeMo RL's evaluator has only it).
+    """
+    missing = [k for k in ("eval", "generation", "tokenizer", "data", "env", "cluster") if not isinstance(cfg.get(k), dict)]
+    if missing:
+        raise ConfigError(f"eval stage: section(s) {', '.join(missing)} missing (NeMo RL's evaluator needs them)",
+                          "see stages/ultra3/eval/default.yaml")
+    backend = _get(cfg, "generation.backend")
+    if backend != "vllm":
+        raise ConfigError(f"generation.backend={backend!r}: NeMo RL's evaluator generates with vLLM only",
+                          "set generation.backend=vllm (or -c local for the loop on this machine)")
+    if not _get(cfg, "eval.gsm8k.data"):
+        raise ConfigError("eval.gsm8k.data is not set: the held-out validation.jsonl of `data prep rl`")
+    out = copy.deepcopy({k: cfg[k] for k in ("eval", "generation", "tokenizer", "data", "env", "cluster")})
+    for k in _OUR_EVAL_KEYS:
+        out["eval"].pop(k, None)
+    default = f"{_get(cfg, 'eval.output_dir') or '.'}/gsm8k_eval.jsonl"
+    out["data"].update(dataset_name=data_file or default, problem_key=EVAL_PROBLEM_KEY,
+                       solution_key=EVAL_SOLUTION_KEY, file_format="json", split="train")
+    return out
+
+
+def eval_data(rl_jsonl: Path, out: Path) -> int:
+    """Write ``out``: one ``{"problem", "expected_answer"}`` line per line of our RL JSONL (``messages[0]`` /
+    ``messages[1]`` content); returns the count. Raises ``ValueError`` naming the file and line of a bad line."""
+    n = 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(rl_jsonl, encoding="utf-8") as src, open(out, "w", encoding="utf-8") as dst:
+        for i, line in enumerate(src, 1):
+            if not line.strip():
+                continue
+            try:
+                msgs = json.loads(line)["messages"]
+                rec = {EVAL_PROBLEM_KEY: msgs[0]["content"], EVAL_SOLUTION_KEY: msgs[1]["content"]}
+            except (ValueError, KeyError, IndexError, TypeError):
+                raise ValueError(f"{rl_jsonl}:{i}: not an RL line (messages[0..1].content)") from None
+            dst.write(json.dumps(rec) + "\n")
+            n += 1
+    return n
+
+
+def eval_main(cfg: dict) -> int:
+    """``backend: nemo-rl`` of ``ultra3 eval``: NeMo RL importable (the container), the data converted
+    (:func:`eval_data`), :func:`eval_config` written as ``nemo_rl_eval.yaml``, NeMo RL's ``examples/run_eval.py`` run
+    on it; its exit code. (Not run on a GPU in this version: docs/eval.md.)"""
+    import importlib.util
+
+    stage = "ultra3 eval"
+    if importlib.util.find_spec("nemo_rl") is None:
+        print(f"{stage}: NeMo RL is not importable here: this backend runs inside the nemo-rl container", file=sys.stderr)
+        return 1
+    out_dir = Path(str(_get(cfg, "eval.output_dir") or "."))
+    data = out_dir / "gsm8k_eval.jsonl"
+    try:
+        n = eval_data(Path(str(_get(cfg, "eval.gsm8k.data"))), data)
+        config = eval_config(cfg, str(data))
+    except (OSError, ValueError) as exc:
+        print(f"{stage}: {exc}", file=sys.stderr)
+        return 1
+    except ConfigError as exc:
+        print(f"{stage}: {exc.message}", file=sys.stderr)
+        return 2
+    path = out_dir / "nemo_rl_eval.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    import nemo_rl
+
+    root = Path(nemo_rl.__file__).resolve().parent.parent
+    print(f"{stage}: NeMo RL examples/run_eval.py --config {path} ({n} problems)", flush=True)
+    code = subprocess.call([sys.executable, str(root / "examples" / "run_eval.py"), "--config", str(path)], cwd=str(root))
+    if code == 0:
+        from nemotron.config import artifacts
+
+        artifacts.write_outputs({"eval-results": {"path": str(out_dir)}})
+    return code
+
+
 def rlvr_main(cfg: dict) -> int:
     """``backend: nemo-rl`` of ``ultra3 rlvr`` (GRPO; teacher runs too)."""
     return launch(cfg, "ultra3 rlvr")
@@ -569,6 +660,9 @@ __all__ = [
     "checkpoint_paths",
     "enabled_environments",
     "entry_script",
+    "eval_config",
+    "eval_data",
+    "eval_main",
     "launch",
     "mopd_main",
     "precheck",

@@ -178,6 +178,28 @@ def _quantize_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
 
 #: The check sets a stage's registry row names (:attr:`nemotron.config.registry.Stage.checks`), each
 #: ``(stage, cfg, profile) -> [Problem]``.
+def _eval_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    """The eval stage: ``backend: local`` is read by its runtime's own reader (:func:`nemotron.runtime.evaluate.read`,
+    stdlib only); the cluster backend by the translation its job runs (:func:`nemotron.runtime.nemo_rl.eval_config`)."""
+    from nemotron.runtime.settings import SettingsError
+
+    if checks.backend(cfg) == checks.LOCAL:
+        from nemotron.runtime.evaluate import read
+
+        try:
+            read(cfg, unresolved_ok=True)
+        except SettingsError as exc:
+            return [Problem(key="", value=None, message=str(exc), rule="local-settings")]
+        return []
+    from nemotron.runtime.nemo_rl import eval_config
+
+    try:
+        eval_config(cfg)
+    except ConfigError as exc:
+        return [Problem(key="", value=None, message=exc.message, valid=exc.hint, rule="rl-translate")]
+    return []
+
+
 CHECK_SETS: dict[str, Any] = {
     "data": _data_checks,
     "layout": checks.validate_training,
@@ -186,6 +208,7 @@ CHECK_SETS: dict[str, Any] = {
     "blend-mix": lambda stage, cfg, profile: _blend_mix(cfg),
     "training-data": _training_data_checks,
     "quantize": _quantize_checks,
+    "eval": _eval_checks,
 }
 
 

@@ -343,6 +343,35 @@ def local_settings(stage_name: str, cfg: dict) -> list[Problem]:
     return []
 
 
+def local_panel_rules(cfg: dict) -> list[Problem]:
+    """The MOPD panel rules the cluster validation applies (rule ``mopd-general-teacher``: a general teacher, every
+    ``teacher_routing.by_agent`` slot in the panel), for the local backend, which has no node arithmetic."""
+    teachers = get(cfg, "_teachers") or {}
+    teachers = teachers if isinstance(teachers, dict) else {}
+    out = rules.mopd_general_teacher(teachers)
+    panel, _ = rules.resolve_teachers(teachers)
+    routing = get(cfg, "teacher_routing.by_agent") or {}
+    for agent, slot in (routing.items() if isinstance(routing, dict) else ()):
+        if not isinstance(slot, str) or slot not in panel:
+            out.append(Problem(f"teacher_routing.by_agent.{agent}", slot, "not a teacher slot", ", ".join(panel),
+                               rule="mopd-general-teacher"))
+    return out
+
+
+def local_rl_settings(stage_name: str, cfg: dict) -> list[Problem]:
+    """Rule ``local-settings`` of the local RL stages: :func:`nemotron.runtime.rl_settings.read` (stdlib only; the
+    run reads its settings with it) accepts the config, including the teacher panel and its routing; its first
+    refusal."""
+    from nemotron.runtime.rl_settings import read
+    from nemotron.runtime.settings import SettingsError
+
+    try:
+        read(cfg, stage_name, unresolved_ok=True)
+    except SettingsError as exc:
+        return [Problem(key="", value=None, message=str(exc), rule="local-settings")]
+    return []
+
+
 def local_refusals(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     """Rule ``local-refusal``: what the local trainer refuses before it starts, with its own lines
     (:func:`nemotron.runtime.entry.refusals`: an input path of the wrong kind; a resume whose inputs or
@@ -372,6 +401,9 @@ def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Probl
                                "the local runtime (no Transformer Engine: FP8/NVFP4 presets need a cluster backend)")
         if not out:  # the reader applies the rules above again: its first refusal would repeat them
             out += local_settings(stage.name, cfg)
+    if getattr(stage, "kind", "") == "rl":  # rlvr, mopd: the cluster's panel rules, then the local RL runtime's reader
+        panel = local_panel_rules(cfg) if get(cfg, "on_policy_distillation.enabled", False) else []
+        out += panel or local_rl_settings(stage.name, cfg)
     keys = tuple(layout_keys("megatron")[k] for k in ("tp", "pp", "ep", "cp", "etp")) + \
         tuple(layout_keys("rl")[k] for k in ("tp", "pp", "ep", "cp"))
     for key in keys:

@@ -12,7 +12,7 @@ from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
     "nemo-rl": Backend(runtime="nemotron.runtime.nemo_rl:mopd_main", image="nemo-rl"),
-    "local": Backend(),
+    "local": Backend("nemotron.runtime.rl_entry:mopd"),
 }
 DEFAULT = "nemo-rl"
 

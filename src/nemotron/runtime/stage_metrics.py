@@ -1,0 +1,159 @@
+"""What a finished stage measured, read back from the files its runtime wrote, for ``pipe``'s final table and its
+gates (stdlib only: the CLI imports it).
+
+Per stage (the compiled config names the folder):
+
+=================  =====================================================  ==========================================
+stage              file                                                   metrics
+=================  =====================================================  ==========================================
+pretrain, sft      ``<checkpoint.save>/summary.json`` (local trainer)       ``train_loss``, ``eval_loss``, ``tokens_per_s``
+rlvr               ``<checkpointing.checkpoint_dir>/summary.json``          ``reward``, ``reward_mean``, ``val_accuracy``
+mopd               ``<checkpointing.checkpoint_dir>/summary.json``          ``kl`` (per-token reverse KL), ``val_accuracy``
+quantize           ``<export.output_dir>/summary.json`` (local)            ``ppl_bf16``, ``ppl_quantized``, ``kl_per_token``,
+                                                                          ``top1_agreement``
+eval               ``<eval.output_dir>/eval.json``                        ``<label>.perplexity``, ``<label>.gsm8k_accuracy``
+data stages        ``<output_dir>/.../manifest.json``                      none (the table says "-")
+=================  =====================================================  ==========================================
+
+Gates (``pipe --gates FILE``): ``{stage: {metric: {max: X} | {min: X} | {max_drop: Y}}}``; ``max_drop`` compares
+with the same metric of the nearest earlier stage of the chain that reported it (a drop larger than ``Y`` fails).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+GATE_OPS = ("max", "min", "max_drop")
+
+
+def _get(cfg: dict, key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def collect(stage: str, cfg: dict) -> dict[str, float]:
+    """The metrics of a finished ``stage`` run with config ``cfg`` (empty when it wrote none we read)."""
+    out: dict[str, float] = {}
+
+    def put(name: str, value: Any) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+
+    if stage in ("pretrain", "sft"):
+        s = _read(Path(str(_get(cfg, "checkpoint.save") or "")) / "summary.json") or {}
+        put("train_loss", s.get("train_loss_last"))
+        put("eval_loss", s.get("eval_loss_last"))
+        put("tokens_per_s", s.get("tokens_per_s"))
+    elif stage in ("rlvr", "mopd"):
+        s = _read(Path(str(_get(cfg, "checkpointing.checkpoint_dir") or "")) / "summary.json") or {}
+        if stage == "rlvr":
+            put("reward", s.get("reward_last"))
+            put("reward_mean", s.get("reward_mean"))
+        else:
+            put("kl", s.get("kl_last"))
+            put("kl_first", s.get("kl_first"))
+        put("val_accuracy", s.get("val_accuracy_last"))
+        put("generated_tokens_per_s", s.get("generated_tokens_per_s"))
+    elif stage == "quantize":
+        s = _read(Path(str(_get(cfg, "export.output_dir") or "")) / "summary.json") or {}
+        held = s.get("held_out") if isinstance(s.get("held_out"), dict) else {}
+        for k in ("ppl_bf16", "ppl_quantized", "kl_per_token", "top1_agreement"):
+            put(k, held.get(k))
+        wb = s.get("weight_bytes") if isinstance(s.get("weight_bytes"), dict) else {}
+        put("weight_reduction", wb.get("reduction"))
+    elif stage == "eval":
+        s = _read(Path(str(_get(cfg, "eval.output_dir") or "")) / "eval.json") or {}
+        for label, rec in (s.get("checkpoints") or {}).items():
+            for k, v in (rec.get("metrics") or {}).items() if isinstance(rec, dict) else ():
+                if k in ("perplexity", "gsm8k_accuracy"):
+                    put(f"{label}.{k}", v)
+    return out
+
+
+def describe(metrics: dict[str, float]) -> str:
+    """``"eval_loss 9.306, tokens_per_s 51"``: the metrics for one table cell."""
+    if not metrics:
+        return "-"
+    return ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+
+
+class GateError(ValueError):
+    """A gates file that cannot be used; ``str()`` names the file and key."""
+
+
+def read_gates(path: Path, stages: list[str]) -> dict[str, dict[str, dict[str, float]]]:
+    """The gates of ``path`` (YAML), checked: every stage is in the chain, every rule is ``max``/``min``/``max_drop``
+    with a number.
+
+    Raises:
+        GateError: naming the file, the key and the valid values.
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise GateError(f"--gates {path}: cannot read ({exc.strerror or exc})") from None
+    except yaml.YAMLError as exc:
+        raise GateError(f"--gates {path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise GateError(f"--gates {path}: expected a mapping stage -> metric -> {{max|min|max_drop: number}}")
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for stage, rules in data.items():
+        if stage not in stages:
+            raise GateError(f"--gates {path}: {stage}: not a stage of this chain ({', '.join(stages)})")
+        if not isinstance(rules, dict):
+            raise GateError(f"--gates {path}: {stage}: expected metric -> {{max|min|max_drop: number}}")
+        for metric, rule in rules.items():
+            if not isinstance(rule, dict) or not rule:
+                raise GateError(f"--gates {path}: {stage}.{metric}: expected {{max|min|max_drop: number}}")
+            for op, value in rule.items():
+                if op not in GATE_OPS:
+                    raise GateError(f"--gates {path}: {stage}.{metric}.{op}: not a gate (valid: {', '.join(GATE_OPS)})")
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise GateError(f"--gates {path}: {stage}.{metric}.{op}={value!r}: expected a number")
+            out.setdefault(str(stage), {})[str(metric)] = {k: float(v) for k, v in rule.items()}
+    return out
+
+
+def check_gates(stage: str, metrics: dict[str, float], gates: dict[str, dict[str, float]],
+                earlier: list[dict[str, float]]) -> list[str]:
+    """One line per failed gate of ``stage`` (empty: all passed): ``gate <stage>.<metric> <op> <threshold>: value
+    <v>``. A gate on a metric the stage did not report fails too (it cannot be checked). ``earlier``: the metrics of
+    the stages before it, in chain order (for ``max_drop``)."""
+    failed = []
+    for metric, rule in gates.items():
+        value = metrics.get(metric)
+        for op, thr in rule.items():
+            name = f"gate {stage}.{metric} {op} {thr:g}"
+            if value is None:
+                failed.append(f"{name}: {stage} reported no {metric} (it reported: {', '.join(metrics) or 'nothing'})")
+            elif op == "max" and not value <= thr:
+                failed.append(f"{name}: value {value:.6g} is above {thr:g}")
+            elif op == "min" and not value >= thr:
+                failed.append(f"{name}: value {value:.6g} is below {thr:g}")
+            elif op == "max_drop":
+                before = next((m[metric] for m in reversed(earlier) if metric in m), None)
+                if before is None:
+                    failed.append(f"{name}: no earlier stage of the chain reported {metric} to compare with")
+                elif before - value > thr:
+                    failed.append(f"{name}: value {value:.6g} is {before - value:.6g} below the earlier "
+                                  f"{before:.6g} (more than {thr:g})")
+    return failed
+
+
+__all__ = ["GATE_OPS", "GateError", "check_gates", "collect", "describe", "read_gates"]

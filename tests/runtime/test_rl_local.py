@@ -1,0 +1,188 @@
+"""The local RL stages (:mod:`nemotron.runtime.rl_local`) on the real ``small`` NemotronH and real GSM8K prompts: the
+teacher routing of MOPD, and the resume of both stages after SIGTERM (save, exit 75, rerun at the same step with the
+same prompts in the same order as an uninterrupted run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rl_support import checkpoint, compile_stage, rl_jsonl, tokenizer_folder, write_yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+def test_teacher_routing_follows_the_panel_and_falls_back_to_general():
+    from nemotron.runtime import rl_settings
+    from nemotron.runtime.nemo_rl import DEFAULT_TEACHER_ALIAS
+    from nemotron.runtime.settings import SettingsError
+
+    cfg = compile_stage("mopd", ["_teachers.general=/ckpt/sft", "_teachers.reasoning=/ckpt/rlvr",
+                                 "policy.model_name=/ckpt/sft", "data.train.data_path=/d/train.jsonl",
+                                 "data.validation.data_path=/d/validation.jsonl"], check_paths=False)
+    s = rl_settings.read(cfg, "mopd")
+    assert s.default_teacher == DEFAULT_TEACHER_ALIAS
+    route = lambda task: s.teachers[rl_settings.route(task, s.teachers, s.default_teacher)]  # noqa: E731
+    assert route("math") == Path("/ckpt/rlvr")                          # teacher_routing.by_agent.math: reasoning
+    assert route("math_with_judge_simple_agent") == Path("/ckpt/rlvr")
+    assert route("genrm_simple_agent") == Path("/ckpt/sft")             # rlhf: unset, falls back to general
+    assert route("a_task_nobody_routes") == Path("/ckpt/sft")           # not in the table: default_teacher_alias
+    assert route(None) == Path("/ckpt/sft")
+    # the default slot moves the fallback
+    cfg2 = compile_stage("mopd", ["_teachers.general=/ckpt/sft", "_teachers.reasoning=/ckpt/rlvr",
+                                  "teacher_routing.default_slot=reasoning", "policy.model_name=/ckpt/sft",
+                                  "data.train.data_path=/d/t.jsonl", "data.validation.data_path=/d/v.jsonl"],
+                         check_paths=False)
+    s2 = rl_settings.read(cfg2, "mopd")
+    assert s2.teachers[rl_settings.route("unknown", s2.teachers, s2.default_teacher)] == Path("/ckpt/rlvr")
+    # a route to a slot that is not in the panel is refused, naming the key (the cluster runtime's own check)
+    bad = dict(cfg)
+    bad["teacher_routing"] = {"default_slot": "general", "by_agent": {"math": "maths_teacher"}}
+    with pytest.raises(SettingsError, match="teacher_routing.by_agent.math='maths_teacher': not a teacher slot"):
+        rl_settings.read(bad, "mopd")
+    nogeneral = dict(cfg)
+    nogeneral["_teachers"] = {"general": None, "reasoning": "/ckpt/rlvr"}
+    with pytest.raises(SettingsError, match="_teachers.general is not set"):
+        rl_settings.read(nogeneral, "mopd")
+
+
+def test_settings_errors_name_the_key():
+    from nemotron.runtime import rl_settings
+    from nemotron.runtime.settings import SettingsError
+
+    base = ["policy.model_name=/m", "data.train.data_path=/t.jsonl", "data.validation.data_path=/v.jsonl"]
+    with pytest.raises(SettingsError, match=r"policy.train_global_batch_size=8: must equal grpo.num_prompts_per_step"):
+        rl_settings.read(compile_stage("rlvr", [*base, "grpo.num_prompts_per_step=3"], check_paths=False), "rlvr")
+    with pytest.raises(SettingsError, match="grpo.num_generations_per_prompt=1: GRPO's group baseline"):
+        rl_settings.read(compile_stage("rlvr", [*base, "grpo.num_generations_per_prompt=1",
+                                                "policy.train_global_batch_size=2", "policy.train_micro_batch_size=2"],
+                                               check_paths=False),
+                         "rlvr")
+    with pytest.raises(SettingsError, match="env.math.math_verify_impl='dapo_math_verify'"):
+        rl_settings.read(compile_stage("rlvr", [*base, "env.math.math_verify_impl=dapo_math_verify"], check_paths=False), "rlvr")
+    with pytest.raises(SettingsError, match="loss_fn.ratio_clip_c=3"):
+        rl_settings.read(compile_stage("rlvr", [*base, "loss_fn.ratio_clip_c=3"], check_paths=False), "rlvr")
+
+
+@pytest.fixture(scope="module")
+def rl_inputs(tmp_path_factory, shared_data):
+    root = tmp_path_factory.mktemp("rl")
+    tok = tokenizer_folder(root / "tokenizer")
+    sft = checkpoint(root / "sft", tok, seed=7)
+    other = checkpoint(root / "teacher", tok, seed=8)
+    train, valid = rl_jsonl(root / "data", shared_data)
+    return {"tok": tok, "sft": sft, "teacher": other, "train": train, "valid": valid}
+
+
+def _overrides(stage: str, inp: dict, ckdir: Path) -> list[str]:
+    out = [f"policy.model_name={inp['sft']}", f"data.train.data_path={inp['train']}",
+           f"data.validation.data_path={inp['valid']}", f"checkpointing.checkpoint_dir={ckdir}",
+           "checkpointing.save_period=1", "checkpointing.keep_top_k=3", "grpo.max_num_steps=3", "grpo.val_period=0",
+           "grpo.val_at_end=false", "policy.generation.max_new_tokens=6", "run.env.cpus=2"]
+    if stage == "rlvr":
+        out += ["grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2", "policy.train_global_batch_size=4",
+                "policy.train_micro_batch_size=2"]
+    else:
+        out += ["grpo.num_prompts_per_step=2", "policy.train_global_batch_size=2", "policy.train_micro_batch_size=2",
+                f"_teachers.general={inp['sft']}", f"_teachers.reasoning={inp['teacher']}"]
+    return out
+
+
+def _run(stage: str, cfg_path: Path, env: dict, stop_after_step: int | None = None) -> tuple[int, str]:
+    cmd = [PY, str(ROOT / f"stages/ultra3/{stage}/run.py"), "--config", str(cfg_path)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if stop_after_step is not None:
+        rollouts = Path(env["_CKDIR"]) / "rollouts.jsonl"
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and proc.poll() is None:
+            lines = rollouts.read_text().splitlines() if rollouts.exists() else []
+            if any(json.loads(x)["step"] >= stop_after_step for x in lines):  # generating for that step
+                proc.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.2)
+    out, _ = proc.communicate(timeout=600)
+    return proc.returncode, out
+
+
+def _steps(ckdir: Path) -> dict[int, list[str]]:
+    """step -> prompts of the newest rollout recorded for that step (a resumed step is generated again)."""
+    out: dict[int, list[str]] = {}
+    for line in (ckdir / "rollouts.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        out[rec["step"]] = rec["prompts"]
+    return out
+
+
+@pytest.mark.parametrize("stage", ["rlvr", "mopd"])
+def test_sigterm_saves_exits_75_and_the_rerun_resumes_with_the_same_prompts(stage, rl_inputs, tmp_path):
+    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
+    ref_dir, run_dir = tmp_path / "reference", tmp_path / "stopped"
+    ref_cfg = write_yaml(tmp_path / "ref.yaml", compile_stage(stage, _overrides(stage, rl_inputs, ref_dir)))
+    run_cfg = write_yaml(tmp_path / "run.yaml", compile_stage(stage, _overrides(stage, rl_inputs, run_dir)))
+    code, out = _run(stage, ref_cfg, {**env, "_CKDIR": str(ref_dir)})
+    assert code == 0, out[-3000:]
+    assert (ref_dir / "hf" / "latest" / "config.json").is_file()
+    assert (ref_dir / "hf" / "step_3" / "tokenizer.json").is_file()
+    # stopped by SIGTERM while step 2 runs: it finishes the step, saves checkpoint-2, exits 75, exports nothing
+    code, out = _run(stage, run_cfg, {**env, "_CKDIR": str(run_dir)}, stop_after_step=1)
+    assert code == 75, out[-3000:]
+    assert "SIGTERM received" in out and "saved checkpoint-2" in out
+    assert not (run_dir / "hf").exists()
+    rec = json.loads((run_dir / "checkpoint-2" / "nemotron_checkpoint.json").read_text())
+    assert rec["step"] == 2 and rec["prompts_consumed"] == 4
+    # the rerun resumes at step 2 and trains step 3 on the prompts the uninterrupted run had at step 3
+    code, out = _run(stage, run_cfg, {**env, "_CKDIR": str(run_dir)})
+    assert code == 0, out[-3000:]
+    assert f"resuming from {run_dir / 'checkpoint-2'} (step 2)" in out
+    ref, got = _steps(ref_dir), _steps(run_dir)
+    assert sorted(ref) == sorted(got) == [0, 1, 2]
+    assert got == ref
+    assert len({p for ps in ref.values() for p in ps}) == 6  # 3 steps x 2 distinct prompts, none repeated
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 3 and summary["resumed_at_step"] == 2
+    if stage == "mopd":
+        assert "KL by teacher: math" in out
+        assert summary["kl_last"] is not None and summary["kl_last"] > 0  # the teacher is another model
+
+
+def test_local_mopd_gets_the_cluster_panel_rules():
+    """The dry run of mopd -c local applies the cluster's panel rule (mopd-general-teacher): no general teacher, a
+    route to a slot not in the panel; the shipped panel passes."""
+    from nemotron import validation
+    from nemotron.config.registry import get_stage
+
+    stage = get_stage("mopd")
+    base = ["policy.model_name=/ckpt/sft", "data.train.data_path=/d/t.jsonl", "data.validation.data_path=/d/v.jsonl"]
+    ok = compile_stage("mopd", [*base, "_teachers.general=/ckpt/sft", "_teachers.reasoning=/ckpt/rlvr"], check_paths=False)
+    assert [p for p in validation.validate(stage, ok, None) if p.severity == "error"] == []
+    for extra, key in ((["_teachers.general=null"], "_teachers.general"),
+                       (["_teachers.general=/ckpt/sft", "teacher_routing.by_agent.math=maths"],
+                        "teacher_routing.by_agent.math")):
+        cfg = compile_stage("mopd", [*base, *extra], check_paths=False)
+        errs = [p for p in validation.validate(stage, cfg, None) if p.severity == "error"]
+        assert [(p.rule, p.key) for p in errs] == [("mopd-general-teacher", key)], [p.render() for p in errs]
+
+
+def test_resume_with_another_seed_is_refused(rl_inputs, tmp_path):
+    """A checkpoint trained with another grpo.seed has another prompt stream: the rerun refuses it (exit 2, one line
+    naming the key and both values) and leaves the folder as it was."""
+    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
+    ckdir = tmp_path / "run"
+    first = [*_overrides("rlvr", rl_inputs, ckdir), "grpo.max_num_steps=1"]
+    code, out = _run("rlvr", write_yaml(tmp_path / "a.yaml", compile_stage("rlvr", first)), env)
+    assert code == 0, out[-3000:]
+    before = sorted(p.name for p in ckdir.iterdir())
+    again = [*_overrides("rlvr", rl_inputs, ckdir), "grpo.max_num_steps=2", "grpo.seed=43"]
+    code, out = _run("rlvr", write_yaml(tmp_path / "b.yaml", compile_stage("rlvr", again)), env)
+    assert code == 2, out[-3000:]
+    assert (f"ultra3 rlvr: grpo.seed=43: {ckdir / 'checkpoint-1'} was trained with grpo.seed=42, whose prompt stream "
+            "this run cannot continue") in out
+    assert sorted(p.name for p in ckdir.iterdir()) == before
