@@ -19,6 +19,7 @@ import pytest
 
 from nemotron.cli.main import main
 from nemotron.config.registry import STAGES
+from golden_support import normalise
 
 pytest.importorskip("nemo_run", reason="the golden dry-runs are rendered by NeMo-Run (a base dependency: reinstall nemotron-cli)")
 
@@ -27,20 +28,6 @@ ROOT = HERE.parent
 GOLDEN = HERE / "golden"
 ENV_FILE = HERE / "fixtures" / "env.toml"
 SECRETS = ("golden-secret-value-4242", "golden-token-value-9999")
-
-
-def normalise(text: str, home: Path) -> str:
-    """Replace what changes between runs and machines: experiment ids, paths, random ports/ids."""
-    text = re.sub(r"ultra3-[a-z0-9_-]+-\d{8}-\d{6}-[0-9a-f]{6}", "<EXPERIMENT_ID>", text)
-    text = text.replace(str(home), "<NEMOTRON_HOME>").replace(str(home.parent), "<CWD>")
-    text = text.replace(str(home.parent.parent), "<CWD>/..")
-    text = text.replace(str(ROOT.parent.resolve() / "shared"), "<ROOT>/../shared")
-    text = text.replace(str(ROOT), "<ROOT>").replace(sys.executable, "<PYTHON>")
-    text = re.sub(r"\S*/site-packages/", "<SITE_PACKAGES>/", text)
-    text = text.replace(sysconfig.get_paths()["stdlib"], "<STDLIB>")
-    text = re.sub(r"--rdzv-id \d+", "--rdzv-id <N>", text)
-    text = re.sub(r"/tmp/nemotron-dryrun-[^/\s]+", "<TMP>", text)
-    return text
 
 
 @pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])

@@ -34,7 +34,7 @@ def _dry_run(tmp_path, monkeypatch, capsys, profile: str, *overrides: str) -> tu
 
 def test_golden_dry_run_on_gb200(tmp_path, monkeypatch, capsys):
     pytest.importorskip("nemo_run", reason="the sbatch script is rendered by NeMo-Run")
-    from test_dryrun_golden import normalise
+    from golden_support import normalise
 
     code, out = _dry_run(tmp_path, monkeypatch, capsys, "sample-gb200")
     assert code == 0, out[-3000:]
