@@ -47,7 +47,8 @@ def _ray_agent_started(marker: bytes) -> bool:
     return False
 
 
-def _start_data_prep(tmp_path: Path, shared_data: Path, *overrides: str) -> tuple[subprocess.Popen, list[str], bytes, Path]:
+def _start_data_prep(tmp_path: Path, shared_data: Path, *overrides: str,
+                     kind: str = "pretrain") -> tuple[subprocess.Popen, list[str], bytes, Path]:
     """The real ``data prep pretrain -c tiny`` through the CLI, in a session of its own, with a
     ``NEMOTRON_HOME`` unique to the test. ``overrides`` are appended (``workers.engine=ray``: the tiny
     sample would run in-process under ``auto``). Returns the process, its command, the environment marker of
@@ -56,7 +57,7 @@ def _start_data_prep(tmp_path: Path, shared_data: Path, *overrides: str) -> tupl
     home = tmp_path / "home"
     env = {**os.environ, "NEMOTRON_HOME": str(home), "NEMOTRON_SHARED_DATA": str(shared_data), "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "pretrain", "-c", "tiny",
+    cmd = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", kind, "-c", "tiny",
            f"output_dir={out_dir}", *overrides]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True)
@@ -133,6 +134,35 @@ def test_ctrl_c_on_a_data_prep_run_prints_one_line_exits_130_and_leaves_nothing(
         assert Path(f"{prefix}.receipt.json").is_file(), f"{bin_file} has no receipt"
         index = read_index(prefix)
         assert int(index["pointers"][-1]) + int(index["lengths"][-1]) * 4 == bin_file.stat().st_size  # int32 ids
+
+
+@pytest.mark.parametrize("when", ["before Ray starts", "while Ray starts"])
+def test_sigterm_before_the_workers_run_is_resumable_too(tmp_path, shared_data, when):
+    """SIGTERM early in an SFT data prep (two workers: Ray): while the stage plans, and while Ray starts (Ray's
+    ``init`` has its own SIGTERM handler, which exited with code 15: "failed with exit code 15"). Both stop as a
+    later SIGTERM does: exit 75 with the resume line, nothing of the run left, no manifest."""
+    proc, _cmd, marker, out_dir = _start_data_prep(tmp_path, shared_data, "workers.engine=ray", kind="sft")
+    try:
+        if when == "while Ray starts":
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not _ray_agent_started(marker):
+                assert proc.poll() is None, "the run ended before Ray's dashboard agent started"
+                time.sleep(0.05)
+        else:
+            time.sleep(1.0)  # the interpreter has started; the stage is importing and planning
+        assert proc.poll() is None, "the run is not running any more"
+        proc.send_signal(signal.SIGTERM)
+        _rest, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    left = _processes_with_env(marker)
+    for pid in (int(p.split()[0]) for p in left):
+        os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 75, err[-2000:]
+    assert "run the same command again to resume" in err and "failed with exit code" not in err, err[-2000:]
+    assert not left, f"processes of the stopped run still alive: {left}"
+    assert not (out_dir / "manifest.json").exists()
 
 
 def test_sigterm_on_a_data_prep_run_stops_it_resumably_and_the_rerun_finishes(tmp_path, shared_data):

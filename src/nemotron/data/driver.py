@@ -296,18 +296,31 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
         RuntimeFailure: a failure while working, or another run writing the same folder (exit 1).
         StopRequested: SIGTERM (the entry turns it into exit 75, resumable).
     """
+    import signal
+    import threading
+
+    from nemotron.errors import StopRequested, request_stop, stop_signal
+
     s = settings_cls.from_config(cfg)
     for problem in check_inputs(s, stage_blend(s)):
         raise problem  # before the lock file is written: an input is never touched
-    with outputs.writer_lock(s.output_dir):  # one writing run per output folder
-        try:
-            manifest = prepare(s)
-        except KeyboardInterrupt as exc:
-            from nemotron.errors import StopRequested, stop_signal
-
-            if isinstance(exc, StopRequested) or stop_signal() is not None:
-                raise  # SIGTERM: the entry's own "stopped by SIGTERM ... resume" line and exit 75
-            return interrupted_resumably(s)
+    # SIGTERM (kill, timeout, scancel) at any point of the work, planning and Ray's start included, stops it as
+    # Ctrl-C does: every file is written whole or not at all (a temporary name, then a rename), so an interrupt
+    # anywhere leaves a folder the rerun resumes. The Ray session and the in-process engine set the same handler
+    # again where Ray replaced it.
+    ours = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, request_stop) if ours else None
+    try:
+        with outputs.writer_lock(s.output_dir):  # one writing run per output folder
+            try:
+                manifest = prepare(s)
+            except KeyboardInterrupt as exc:
+                if isinstance(exc, StopRequested) or stop_signal() is not None:
+                    raise  # SIGTERM: the entry's own "stopped by SIGTERM ... resume" line and exit 75
+                return interrupted_resumably(s)
+    finally:
+        if ours:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
     from nemotron.config.artifacts import write_outputs
 
     write_outputs(artifacts(manifest))

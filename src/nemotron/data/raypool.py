@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from nemotron.errors import NemotronError, RuntimeFailure, request_stop
+from nemotron.errors import NemotronError, RuntimeFailure, StopRequested, request_stop
 
 
 #: Seconds :func:`probe_address` keeps trying to connect to a ``RAY_ADDRESS`` (a head still starting gets
@@ -102,6 +102,12 @@ def ray_session(num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
                 # address="local": always a fresh instance of our own, even when a `ray start` cluster of
                 # someone else runs on this machine (plain ray.init() would join that one)
                 ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, **kwargs)
+        except SystemExit as exc:  # SIGTERM while Ray starts: its init's own handler exits with the signal number
+            if exc.code != signal.SIGTERM:
+                raise
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            raise StopRequested(signal.SIGTERM) from None
         except Exception as exc:  # report any start failure the same way
             where = f"the Ray cluster at RAY_ADDRESS={address}" if address else "a local Ray instance"
             raise RuntimeFailure(f"cannot start or join {where}: {type(exc).__name__}: {exc}") from None
