@@ -156,6 +156,46 @@ def test_blend_entry_that_is_not_a_prefix(outputs, tmp_path):
     assert code == 2 and "names the .bin file" in out, out[-2000:]
 
 
+def test_truncated_shard_is_refused_by_the_dry_run_the_trainer_and_data_inspect(outputs, tmp_path):
+    """A ``.bin`` shorter than its ``.idx`` describes (a truncated copy): the trainer's reader refuses it when it
+    opens the shard; the dry-run said valid and ``data inspect --step`` hashed empty samples. Now the dry-run
+    (rule ``blend-prefix``) and ``data inspect`` refuse it with the trainer's own words, reading only the index's
+    header and its last entry."""
+    import shutil
+
+    from nemotron.data.indexed import bin_size_problem
+    from nemotron.runtime.pretrain_data import DataError, Shard
+
+    good = json.loads(Path(outputs["a"]["blend_json"]).read_text())
+    prefix = Path(good["train"][1])
+    copy = tmp_path / "copy" / prefix.name
+    copy.parent.mkdir()
+    for suffix in (".bin", ".idx"):
+        shutil.copy(f"{prefix}{suffix}", f"{copy}{suffix}")
+    assert bin_size_problem(prefix) is None and bin_size_problem(copy) is None
+    size = Path(f"{copy}.bin").stat().st_size
+    with open(f"{copy}.bin", "r+b") as fh:
+        fh.truncate(size - 4)
+    message = f"{copy}.bin: {size - 4} bytes, the index describes {size}"
+    assert bin_size_problem(copy) == message
+    with pytest.raises(DataError) as info:  # the trainer's reader: the same words
+        Shard(copy)
+    assert str(info.value) == message
+    blend = tmp_path / "blend.json"
+    blend.write_text(json.dumps({**good, "train": [1.0, str(copy)]}))
+    [p] = training_data_problems("pretrain", {"data": {"per_split_data_args_path": str(blend)}})
+    assert p.rule == "blend-prefix" and message in p.message
+    code, out = cli("ultra3", "pretrain", "-c", "local", f"data.per_split_data_args_path={blend}", "--dry-run",
+                    home=tmp_path)
+    assert code == 2 and message in out, out[-2000:]
+    code, out = cli("ultra3", "data", "inspect", str(blend), home=tmp_path)
+    assert code == 2 and message in out, out[-2000:]
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    code, out = cli("ultra3", "data", "inspect", str(empty), home=tmp_path)
+    assert code == 2 and "not a blend.json: no split lists a prefix" in out and "internal error" not in out, out
+
+
 # --------------------------------------------------------------------------------------------------
 # 2 and 5. SFT: a dataset that contributes nothing; transcripts; prompt-only and unknown shapes
 

@@ -157,6 +157,40 @@ class IndexedWriter:
                 os.unlink(self._bin_tmp)
 
 
+def bin_size_problem(prefix: str | os.PathLike[str]) -> str | None:
+    """Whether ``<prefix>.bin`` has the size its ``.idx`` describes, reading only the index's header and its last
+    length and pointer (three seeks: cheap on any file system, whatever the shard's size). Megatron-Core's
+    ``IndexedDataset`` and our training reader (:class:`nemotron.runtime.pretrain_data.Shard`) refuse a mismatch;
+    a truncated copy is the usual cause.
+
+    Returns:
+        None when the sizes agree; else ``"<prefix>.bin: <size> bytes, the index describes <expected>"`` (the
+        training reader's own words), or what is wrong with the index.
+    """
+    idx, bin_path = Path(str(prefix) + ".idx"), Path(str(prefix) + ".bin")
+    try:
+        with open(idx, "rb") as fh:
+            head = fh.read(34)
+            if len(head) < 34 or head[:9] != MAGIC:
+                return f"{idx}: not a Megatron index (bad magic)"
+            (code,) = struct.unpack_from("<B", head, 17)
+            (n,) = struct.unpack_from("<Q", head, 18)
+            itemsize = {"uint16": 2, "int32": 4}.get({v: k for k, v in DTYPE_CODES.items()}.get(code, ""), 0)
+            if not itemsize:
+                return f"{idx}: dtype code {code} not written by this tool"
+            expected = 0
+            if n:
+                fh.seek(34 + 4 * (n - 1))
+                (length,) = struct.unpack("<i", fh.read(4))
+                fh.seek(34 + 4 * n + 8 * (n - 1))
+                (pointer,) = struct.unpack("<q", fh.read(8))
+                expected = pointer + length * itemsize
+        size = bin_path.stat().st_size
+    except (OSError, struct.error) as exc:
+        return f"{idx}: cannot read: {getattr(exc, 'strerror', None) or exc}"
+    return None if size == expected else f"{bin_path}: {size} bytes, the index describes {expected}"
+
+
 def read_index(prefix: str | os.PathLike[str]) -> dict[str, Any]:
     """Read ``<prefix>.idx`` (our own small reader, for checks and summaries).
 

@@ -198,8 +198,14 @@ def pretrain(path: Path, count: int, step: int | None = None, gbs: int | None = 
             splits = read_blend_pairs(path)
         except BlendFileError as exc:
             raise ConfigError(f"{path}: {exc}") from None
+        if not any(splits.values()):
+            raise ConfigError(f"{path}: not a blend.json: no split lists a prefix",
+                              "expected {\"train\": [weight, prefix, ...], \"valid\": [...], ...} (data prep pretrain "
+                              "writes one)")
     else:
         splits = {"train": [(1.0, path)]}
+    from nemotron.data.indexed import bin_size_problem
+
     out: dict[str, Any] = {"kind": "pretrain", "path": str(path), "splits": {}}
     for split, pairs in splits.items():
         rows = []
@@ -208,6 +214,9 @@ def pretrain(path: Path, count: int, step: int | None = None, gbs: int | None = 
                 index = read_index(prefix)
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"{prefix}.idx: {exc}") from None
+            size = bin_size_problem(prefix)
+            if size is not None:  # Megatron-Core and our trainer refuse it; its samples would read nothing
+                raise ConfigError(size, "the shard as data prep wrote it (a truncated copy? copy it again)")
             rows.append({"prefix": str(prefix), "weight": float(w), "documents": len(index["lengths"]),
                          "tokens": int(np.asarray(index["lengths"], dtype=np.int64).sum()), "dtype": index["dtype"]})
         tokens = sum(r["tokens"] for r in rows) or 1

@@ -230,6 +230,15 @@ def training_data_problems(stage_name: str, cfg: dict) -> list[Problem]:
                                        "prefixes whose .bin and .idx exist (paths relative to the blend file's folder "
                                        "are taken from there)", rule="blend-prefix"))
                     break
+                from nemotron.data.indexed import bin_size_problem
+
+                sizes = [m for _w, prefix in pairs if (m := bin_size_problem(prefix)) is not None]
+                if sizes:  # the run's reader refuses it when it opens the shard
+                    more = f" (and {len(sizes) - 1} more)" if len(sizes) > 1 else ""
+                    out.append(Problem(key, path, f"split {split!r}: {sizes[0]}{more}",
+                                       "the shard as data prep wrote it (a truncated copy? copy it again, or run the "
+                                       "data prep again)", rule="blend-prefix"))
+                    break
     manifests = []
     seen: set[str] = set()
     for key, path in sources:
