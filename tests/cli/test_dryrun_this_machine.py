@@ -93,6 +93,28 @@ def test_the_local_backend_here_has_no_machine_refusal(capsys):
     assert "gpus-here" not in out and "runs it here" not in out
 
 
+@pytest.mark.parametrize(("stage_name", "absent", "named"), [
+    ("pretrain", {"torch"}, "torch is not importable here"),
+    ("sft", {"torch", "transformers"}, "torch, transformers are not importable here"),
+    ("rlvr", {"trl"}, "trl is not importable here"),
+    ("quantize", {"modelopt"}, "modelopt.torch.quantization is not importable here"),
+])
+def test_the_local_backend_without_its_modules_is_refused_by_the_dry_run(stage_name, absent, named):
+    """``-c local`` on a base install (``scripts/main.sh`` and ``uv run`` install no torch): the run's entry refuses
+    it (``the local backend needs torch and transformers>=5.2``, exit 1) and the dry-run said valid. Now the dry-run
+    refuses it too (rule ``local-modules``), from the entry's own module table, with how to install them."""
+    from nemotron.runtime.entry import LOCAL_NEEDS
+
+    stage = get_stage(stage_name)
+    p = prepare_stage(StageRequest(stage=stage, config="local", overrides=(), mode="here", profile=None,
+                                   dry_run=True, env_file=None))
+    assert validation.this_machine(stage, p.compiled.config, p.plan, importable=lambda m: True, gpus=0) == []
+    [found] = validation.this_machine(stage, p.compiled.config, p.plan, importable=lambda m: m not in absent, gpus=0)
+    assert found.rule == "local-modules" and found.severity == "error"
+    assert f"the local backend needs {LOCAL_NEEDS[stage_name][1]}" in found.message and named in found.message
+    assert "NEMOTRON_EXTRAS=local bash scripts/setup.sh" in found.valid
+
+
 def test_a_machine_with_the_gpus_and_the_framework_passes():
     """The same function, told of a machine with 8 GPUs and Megatron-Bridge, finds nothing; with 16 GPUs it finds
     what the runtime would (it starts one process per GPU of the plan and checks the count)."""

@@ -206,8 +206,25 @@ def _run_locked(stage: str, cfg: dict[str, Any], settings: LocalSettings, title:
 
         return run(settings)
 
-    return run_heavy(title, settings.cpus, ("torch", "transformers", "nemotron.runtime.trainer"),
-                     "torch and transformers>=5.2", train)
+    return run_heavy(title, settings.cpus, *LOCAL_NEEDS["pretrain"], train)
+
+
+#: What each ``backend: local`` runtime imports before it works (``modules``) and how its one-line refusal names the
+#: install (``needs``), by stage: the entries pass it to :func:`run_heavy`, and the dry-run's rule ``local-modules``
+#: (:func:`nemotron.validation.this_machine`) checks the same modules, so it refuses what the run would.
+LOCAL_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "pretrain": (("torch", "transformers", "nemotron.runtime.trainer"), "torch and transformers>=5.2"),
+    "sft": (("torch", "transformers", "nemotron.runtime.trainer"), "torch and transformers>=5.2"),
+    "rlvr": (("torch", "transformers", "trl", "datasets", "math_verify"),
+             "torch, transformers>=5.2, trl, datasets and math-verify"),
+    "mopd": (("torch", "transformers", "trl", "datasets", "math_verify"),
+             "torch, transformers>=5.2, trl, datasets and math-verify"),
+    "quantize": (("modelopt.torch.quantization", "torch", "transformers"),
+                 "torch, transformers>=5.2 and nvidia-modelopt 0.47"),
+    "eval": (("torch", "transformers", "math_verify"), "torch, transformers>=5.2 and math-verify"),
+}
+#: How the local extra is installed, in the refusals.
+LOCAL_INSTALL = "pip install 'nemotron-cli[local]'; in a checkout: NEMOTRON_EXTRAS=local bash scripts/setup.sh"
 
 
 def run_heavy(title: str, cpus: int | None, modules: tuple[str, ...], needs: str, work: Callable[[], int],
@@ -225,7 +242,7 @@ def run_heavy(title: str, cpus: int | None, modules: tuple[str, ...], needs: str
         from nemotron.runtime.model import ModelError
         from nemotron.runtime.pretrain_data import DataError
     except ImportError as exc:
-        print(f"{title}: the local backend needs {needs} (pip install 'nemotron-cli[local]'): {exc}", file=sys.stderr)
+        print(f"{title}: the local backend needs {needs} ({LOCAL_INSTALL}): {exc}", file=sys.stderr)
         return 1
     try:
         return work()

@@ -379,7 +379,7 @@ def main(cfg: dict[str, Any]) -> int:
     naming the key), then the run (:func:`nemotron.runtime.entry.run_heavy`: one line per unusable input, exit 1)."""
     import sys as _sys
 
-    from nemotron.runtime.entry import run_heavy
+    from nemotron.runtime.entry import LOCAL_NEEDS, run_heavy
 
     try:
         s = read(cfg)
@@ -394,5 +394,4 @@ def main(cfg: dict[str, Any]) -> int:
         return 1
     from nemotron.runtime.rl_data import RLDataError
 
-    return run_heavy("ultra3 eval", s.cpus, ("torch", "transformers", "math_verify"),
-                     "torch, transformers>=5.2 and math-verify", lambda: run(s), errors=(RLDataError,))
+    return run_heavy("ultra3 eval", s.cpus, *LOCAL_NEEDS["eval"], lambda: run(s), errors=(RLDataError,))

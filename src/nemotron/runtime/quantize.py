@@ -75,14 +75,13 @@ def main(cfg: dict[str, Any]) -> int:
         key, value, message = problems[0]
         print(f"{TITLE}: {key}={value!r}: {message}", file=sys.stderr)
         return 2
-    from nemotron.runtime.entry import run_heavy
+    from nemotron.runtime.entry import LOCAL_NEEDS, run_heavy
 
     def quantize() -> int:
         run(s)
         return 0
 
-    return run_heavy(TITLE, s.cpus, ("modelopt.torch.quantization", "torch", "transformers"),
-                     "torch, transformers>=5.2 and nvidia-modelopt 0.47", quantize, (QuantConfigError, QuantizeError))
+    return run_heavy(TITLE, s.cpus, *LOCAL_NEEDS["quantize"], quantize, (QuantConfigError, QuantizeError))
 
 
 class QuantizeError(RuntimeError):

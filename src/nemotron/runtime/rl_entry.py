@@ -40,7 +40,7 @@ def run_config(stage: str, cfg: dict[str, Any]) -> int:
     from nemotron.data.outputs import writer_lock
     from nemotron.errors import RuntimeFailure
     from nemotron.runtime import rl_settings
-    from nemotron.runtime.entry import run_heavy
+    from nemotron.runtime.entry import LOCAL_NEEDS, run_heavy
 
     title = f"ultra3 {stage}"
     try:
@@ -67,8 +67,7 @@ def run_config(stage: str, cfg: dict[str, Any]) -> int:
 
         from nemotron.runtime.rl_data import RLDataError
 
-        return run_heavy(title, s.cpus, ("torch", "transformers", "trl", "datasets", "math_verify"),
-                         "torch, transformers>=5.2, trl, datasets and math-verify", work, errors=(RLDataError,))
+        return run_heavy(title, s.cpus, *LOCAL_NEEDS[stage], work, errors=(RLDataError,))
 
 
 def rlvr(cfg: dict[str, Any]) -> int:

@@ -226,6 +226,9 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
       against the plan's GPUs per node. A cluster backend (anything but ``backend: local``) runs one process per
       GPU and its runtime refuses any other count (:func:`nemotron.runtime.prestart.gpu_problems`, the function
       called here); the ``local`` backend needs at least as many as a multi-GPU plan asks for.
+    * rule ``local-modules``: ``backend: local`` runs in this Python: the modules its entry imports first
+      (:data:`nemotron.runtime.entry.LOCAL_NEEDS`: torch, transformers, and per stage TRL, Math-Verify or Model
+      Optimizer) must be importable here.
     * rule ``framework-here``: a cluster backend runs in a container (``stages/images.toml``); on this machine
       the job runs this Python, so the framework its runtime imports first (:data:`FRAMEWORK_MODULES`) must be
       importable here (:func:`nemotron.runtime.prestart.missing_modules`, the runtimes' own check).
@@ -246,6 +249,17 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
     here = _local_config(stage)
     title = getattr(stage, "title", getattr(stage, "name", "stage"))
     if local:
+        from nemotron.runtime.dispatch import _importable
+        from nemotron.runtime.entry import LOCAL_INSTALL, LOCAL_NEEDS
+
+        modules, needs = LOCAL_NEEDS.get(getattr(stage, "name", ""), ((), ""))
+        check = importable or _importable
+        absent = [m for m in modules if not m.startswith("nemotron.") and not check(m.split(".")[0])]
+        if absent:  # the entry's own refusal (runtime.entry.run_heavy), before anything starts
+            out.append(Problem("backend", "local", rule="local-modules",
+                               message=f"{where}, in this Python: the local backend needs {needs}; "
+                                       f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not importable here",
+                               valid=LOCAL_INSTALL))
         # a config value above 1 is already refused by the local backend's own rule (local-layout, whatever this
         # machine has: checks.validate_local): one refusal, said once. What is left here is a plan that takes more
         # GPUs from the profile's node shape (run.env.gpus_per_node null or deleted)
