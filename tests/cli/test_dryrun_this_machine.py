@@ -208,3 +208,15 @@ def test_one_problem_and_one_warning_are_singular(capsys):
     code, out, err = cli(capsys, "ultra3", "rlvr", "-c", "local", "--dry-run", "grpo.num_prompts_per_step=3")
     assert code == 2 and err.splitlines()[0] == "error: 1 problem found before anything was queued"
     assert "(s)" not in out.splitlines()[-1]
+
+
+def test_a_nemotron_home_that_is_a_file_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """``NEMOTRON_HOME`` naming a file: the dry-run blamed a missing artifact and said valid, and the run failed
+    with exit 1 (``cannot create the run folder``). Both now stop first with one line naming the variable."""
+    home = tmp_path / "home-file"
+    home.write_text("")
+    monkeypatch.setenv("NEMOTRON_HOME", str(home))
+    for args in (("--dry-run",), ()):
+        code, out, err = cli(capsys, "ultra3", "pretrain", "-c", "local", *args)
+        assert code == 2, out + err
+        assert f"NEMOTRON_HOME={home}: is a file, not a folder" in err and "Traceback" not in err, err

@@ -94,6 +94,7 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         ConfigError / UsageError: config or command-line mistakes (exit 2).
     """
 
+    artifacts.home()  # a NEMOTRON_HOME that is a file: said first, not through the artifact it breaks
     # 1. compile: layers, overrides, interpolation (with the profile's storage roots), provenance
     profile = load_profile(req.profile, req.env_file, profile_overrides(list(req.overrides)))
     # inputs are checked for existence here unless the job's nodes are reached over ssh: then this machine

@@ -29,8 +29,17 @@ from nemotron.errors import ConfigError
 
 
 def home() -> Path:
-    """``$NEMOTRON_HOME`` or ``~/.nemotron``: job records, artifact records, caches."""
-    return Path(os.environ.get("NEMOTRON_HOME") or Path.home() / ".nemotron").expanduser()
+    """``$NEMOTRON_HOME`` or ``~/.nemotron``: job records, artifact records, caches (created when first written).
+
+    Raises:
+        ConfigError: the path exists and is not a folder (every record under it would fail to be written).
+    """
+    path = Path(os.environ.get("NEMOTRON_HOME") or Path.home() / ".nemotron").expanduser()
+    if path.exists() and not path.is_dir():
+        name = "NEMOTRON_HOME" if os.environ.get("NEMOTRON_HOME") else "the default home ~/.nemotron"
+        raise ConfigError(f"{name}={path}: is a file, not a folder",
+                          "point NEMOTRON_HOME at a folder (it is created when missing), or unset it (~/.nemotron)")
+    return path
 
 
 #: ``[artifacts] root`` of the env.toml this command reads (:func:`nemotron.profiles.load.use_env_file`); None: the default store.
