@@ -220,3 +220,18 @@ def test_a_nemotron_home_that_is_a_file_is_one_line_and_exit_2(tmp_path, monkeyp
         code, out, err = cli(capsys, "ultra3", "pretrain", "-c", "local", *args)
         assert code == 2, out + err
         assert f"NEMOTRON_HOME={home}: is a file, not a folder" in err and "Traceback" not in err, err
+
+
+def test_a_local_profile_whose_job_dir_cannot_be_created_is_refused_up_front(tmp_path, capsys):
+    """A ``local`` profile's ``job_dir`` under a file: the dry-run said valid and the run failed with ``internal
+    error: UnexpectedExit`` (NeMo-Run's mkdir). Rule ``output-folder`` now names the profile key, in both."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = tmp_path / "env.toml"
+    env.write_text(f'[c]\nexecutor = "local"\ngpus_per_node = 0\njob_dir = "{blocker}/jobs"\n', encoding="utf-8")
+    for args in (("--dry-run",), ()):
+        code, out, err = cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--run", "c", "--env-file", str(env),
+                             *args)
+        assert code == 2, out + err
+        assert f"profile.c.job_dir='{blocker}/jobs': cannot create" in out + err, out + err
+        assert "internal error" not in out + err

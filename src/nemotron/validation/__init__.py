@@ -22,6 +22,8 @@ Hopper, assumed) or an object with ``name``, ``executor``, ``gpus_per_node``, ``
 
 from __future__ import annotations
 
+import os
+
 from typing import Any
 
 from nemotron.config import catalogue, keys
@@ -358,6 +360,13 @@ def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
             message = "is a file, not a folder" if reason.startswith("it is a file") else f"cannot create ({reason})"
             out.append(Problem(key, value, message, "a folder you can write (it is created when missing)",
                                rule="output-folder"))
+    job_dir = getattr(profile, "job_dir", None) if profile is not None else None
+    if isinstance(job_dir, str) and job_dir.strip():  # a local profile's job folder: experiments, logs, records
+        reason = cannot_create_folder(os.path.expanduser(job_dir))
+        if reason is not None:
+            message = "is a file, not a folder" if reason.startswith("it is a file") else f"cannot create ({reason})"
+            out.append(Problem(f"profile.{getattr(profile, 'name', '')}.job_dir", job_dir, message,
+                               "a folder you can write (it is created when missing)", rule="output-folder"))
     return out
 
 
