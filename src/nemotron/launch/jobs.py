@@ -91,7 +91,11 @@ def load(ident: str | None) -> JobRecord:
     for f in folder.glob("*.json") if folder.is_dir() else []:
         try:
             records.append(JobRecord(**json.loads(f.read_text(encoding="utf-8"))))
-        except (json.JSONDecodeError, TypeError):
+        except (OSError, json.JSONDecodeError, TypeError) as exc:  # said, never silently skipped
+            import sys
+
+            print(f"warning: {f}: unreadable submission record ({type(exc).__name__}); left out (delete it, or "
+                  "restore it from a backup)", file=sys.stderr)
             continue
     if not records:
         raise ConfigError((f"no job {ident!r}: " if ident else "") + "no job has been submitted from this machine yet "
