@@ -35,12 +35,10 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _local_pretrain_data(tmp_path: Path) -> Path:
     """A data prep artifact recorded on this machine (as `data prep pretrain -c tiny` run here records it)."""
+    from local_runtime_support import write_pretrain_data
+
     out = tmp_path / "output" / "ultra3" / "pretrain-data" / "tiny"
-    out.mkdir(parents=True)
-    (out / "shard_000.bin").write_bytes(b"\0" * 8)
-    (out / "shard_000.idx").write_bytes(b"\0" * 8)
-    blend = out / "blend.json"
-    blend.write_text(json.dumps({"train": [1.0, str(out / "shard_000")]}), encoding="utf-8")
+    blend = write_pretrain_data(out, docs=10, valid_docs=5)  # real .bin/.idx shards (the dry-run reads their index)
     code = (f"from nemotron.config.compile import artifacts; artifacts.record('pretrain-data', {{'path': {str(out)!r}, "
             f"'blend_path': {str(blend)!r}, 'stage': 'data-prep-pretrain', 'config': 'tiny', 'job_id': 'local'}})")
     env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home")}
