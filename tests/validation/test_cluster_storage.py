@@ -3,7 +3,6 @@ and ssh profiles; the job's recorded git state (``-dirty`` with the changed and 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
