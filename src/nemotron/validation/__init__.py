@@ -23,7 +23,6 @@ Hopper, assumed) or an object with ``name``, ``executor``, ``gpus_per_node``, ``
 from __future__ import annotations
 
 import os
-
 from typing import Any
 
 from nemotron.config import catalogue, keys
@@ -178,8 +177,6 @@ def _quantize_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     return validate_quantize(cfg, profile)
 
 
-#: The check sets a stage's registry row names (:attr:`nemotron.config.registry.Stage.checks`), each
-#: ``(stage, cfg, profile) -> [Problem]``.
 def _eval_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     """The eval stage: ``backend: local`` is read by its runtime's own reader (:func:`nemotron.runtime.evaluate.read`,
     stdlib only); the cluster backend by the translation its job runs (:func:`nemotron.runtime.nemo_rl.eval_config`)."""
@@ -202,6 +199,8 @@ def _eval_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     return []
 
 
+#: The check sets a stage's registry row names (:attr:`nemotron.config.registry.Stage.checks`), each
+#: ``(stage, cfg, profile) -> [Problem]``.
 CHECK_SETS: dict[str, Any] = {
     "data": _data_checks,
     "layout": checks.validate_training,
