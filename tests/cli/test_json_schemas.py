@@ -151,3 +151,4 @@ def test_status_and_why_json_of_a_local_slurm_job(capsys, slurm, tmp_path, monke
     assert doc["state"] == "FAILED" and doc["exit_code"] == "3:0" and doc["terminal"]
     doc = run_json(capsys, "why", ["ultra3", "why", job, "--json"])
     assert doc["job"] == job and doc["state"] == "FAILED"
+

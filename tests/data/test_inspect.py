@@ -72,3 +72,16 @@ def test_step_needs_the_run_length(tmp_path):
         di.inspect_path(tmp_path / "d.idx", step=1, gbs=2, seq=8)
     doc = di.inspect_path(tmp_path / "d.idx", step=2, gbs=2, seq=8, train_iters=3)
     assert [s["index"] for s in doc["batch"]["samples"]] == [2, 3]
+
+
+@pytest.mark.parametrize("args", [("-n", "0"), ("-n", "-1"),
+                                  ("--step", "1", "--global-batch-size", "0", "--seq-length", "8", "--train-iters", "2")])
+def test_data_inspect_refuses_counts_below_one(tmp_path, args):
+    """``-n 0`` showed the default 3, ``-n -1`` none (exit 0), ``--global-batch-size 0`` said it was missing:
+    each is now a usage error naming the option (exit 2), before any file is read."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "data", "inspect", str(tmp_path), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "is not in the range x>=1" in done.stderr, done.stderr

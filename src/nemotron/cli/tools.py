@@ -17,15 +17,15 @@ def add_recipe_tools(group: click.Group, recipe: str, context: dict[str, Any]) -
     if isinstance(data, click.Group):
         @data.command("inspect", context_settings=context)
         @click.argument("path", metavar="PATH")
-        @click.option("-n", "--count", type=int, default=3, show_default=True,
+        @click.option("-n", "--count", type=click.IntRange(min=1), default=3, show_default=True,
                       help="Packs, documents or records to show.")
-        @click.option("--step", type=int, help="Pretrain blend: list the documents of global batch STEP (1-based, as "
+        @click.option("--step", type=click.IntRange(min=1), help="Pretrain blend: list the documents of global batch STEP (1-based, as "
                                                "Megatron logs iterations).")
-        @click.option("--global-batch-size", type=int, help="With --step: train.global_batch_size.")
-        @click.option("--seq-length", type=int, help="With --step: model.seq_length.")
-        @click.option("--train-iters", type=int,
+        @click.option("--global-batch-size", type=click.IntRange(min=1), help="With --step: train.global_batch_size.")
+        @click.option("--seq-length", type=click.IntRange(min=1), help="With --step: model.seq_length.")
+        @click.option("--train-iters", type=click.IntRange(min=1),
                       help="With --step: train.train_iters of the run (Megatron's sample order depends on the total).")
-        @click.option("--train-samples", type=int, help="With --step: train.train_samples instead of --train-iters.")
+        @click.option("--train-samples", type=click.IntRange(min=1), help="With --step: train.train_samples instead of --train-iters.")
         @click.option("--seed", type=int, default=1234, show_default=True,
                       help="With --step: dataset.random_seed (Megatron-Bridge's recipe: 1234).")
         @click.option("--split", default=None, help="Packed SFT / RL: which file of a folder (train, validation).")
