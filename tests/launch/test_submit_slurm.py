@@ -105,11 +105,10 @@ def nemo_image() -> str:
 
 
 def test_gpu_stage_reaches_entry_and_fails_fast(cli, env_file, tmp_path, slurm):
-    # a blend whose shards exist (the dry run's checks pass; the entry stops before reading them)
-    for ext in (".bin", ".idx"):
-        (tmp_path / f"shard{ext}").write_bytes(b"")
-    blend = tmp_path / "blend.json"
-    blend.write_text(json.dumps({"train": [1.0, str(tmp_path / "shard")]}))
+    # a blend of real shards (the dry run's checks read their index and pass; the entry stops before reading them)
+    from local_runtime_support import write_pretrain_data
+
+    blend = write_pretrain_data(tmp_path / "data", docs=10, valid_docs=5)
     proc = cli("ultra3", "pretrain", "-c", "tiny", "--run", "ci", "--env-file", str(env_file),
                f"data.per_split_data_args_path={blend}")
     assert proc.returncode == 1
