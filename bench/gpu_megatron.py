@@ -267,6 +267,11 @@ def main() -> int:
             summary["plain_loop_tokens_per_s"] = best
         except Exception as exc:
             summary["plain_loop_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    elif (out / "summary.json").is_file():  # an earlier invocation's plain loop in the same --out
+        earlier = json.loads((out / "summary.json").read_text())
+        for key in ("plain_loop_tokens_per_s", "plain_loop_error"):
+            if key in earlier:
+                summary[key] = earlier[key]
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     (out / "summary.md").write_text(markdown(summary))
     print(markdown(summary))
