@@ -38,7 +38,8 @@ H200_FIGURES = [
     ("docs/local_runtime.md, local runtime", 4, 256, 15_160),
     ("docs/local_runtime.md, local runtime", 8, 1024, 94_387),
     ("docs/local_runtime.md, local runtime", 8, 4096, 152_424),
-    ("docs/gpu_run.md, Megatron-Bridge + TE", 16, 1024, 16_024),
+    ("docs/gpu_run.md, Megatron-Bridge + TE", 16, 1024, 19_519),
+    ("docs/local_posttraining.md, local runtime", 16, 1024, 86_089),
 ]
 
 

@@ -23,10 +23,10 @@ PART=$((58 * 1024 * 1024))
 say() { echo "[gpu-chain] $*"; }
 
 # What the machine brings (a PyTorch install) or what `-c local` never imports (the submission stack and its
-# exclusive dependencies; Windows-only packages)
-SKIP='^(torch|triton|nvidia-(?!modelopt|ml-py).*|cuda-.*|numpy|sympy|mpmath|networkx|jinja2|markupsafe|filelock|fsspec|setuptools|typing-extensions|ray|nemo-run|leptonai|fiddle|torchx|py-spy|virtualenv|fabric|paramiko|invoke|docker|pywin32|pyyaml-ft|win32-setctime|colorama|ninja|opencensus|opencensus-context|opentelemetry-.*|prometheus-.*|aiohttp-cors|colorful|smart-open|grpcio|google-.*|googleapis-common-protos|proto-plus|py-spy|pynacl|bcrypt|cryptography|cffi|pycparser|inquirerpy|pfzy|prompt-toolkit|wcwidth|fastapi|starlette|uvicorn|python-multipart|ledoc-ui|lazy-importer|libcst|pyre-extensions|typing-inspect|mypy-extensions|graphviz|catalogue|docstring-parser|toml|tabulate|distlib|platformdirs|python-discovery|truststore|httpx2|httpcore2)=='
+# exclusive dependencies; Windows-only packages). huggingface-hub 2 imports httpx2, httpcore2 and truststore: they travel
+SKIP='^(torch|triton|nvidia-(?!modelopt|ml-py).*|cuda-.*|numpy|sympy|mpmath|networkx|jinja2|markupsafe|filelock|fsspec|setuptools|typing-extensions|ray|nemo-run|leptonai|fiddle|torchx|py-spy|virtualenv|fabric|paramiko|invoke|docker|pywin32|pyyaml-ft|win32-setctime|colorama|ninja|opencensus|opencensus-context|opentelemetry-.*|prometheus-.*|aiohttp-cors|colorful|smart-open|grpcio|google-.*|googleapis-common-protos|proto-plus|py-spy|pynacl|bcrypt|cryptography|cffi|pycparser|inquirerpy|pfzy|prompt-toolkit|wcwidth|fastapi|starlette|uvicorn|python-multipart|ledoc-ui|lazy-importer|libcst|pyre-extensions|typing-inspect|mypy-extensions|graphviz|catalogue|docstring-parser|toml|tabulate|distlib|platformdirs|python-discovery)=='
 
-MACHINE='absl-py|accelerate|aiofiles|aiohappyeyeballs|aiohttp|aiosignal|annotated-doc|anyio|attrs|certifi|charset-normalizer|click|cloudpickle|colorama|filelock|frozenlist|fsspec|grpcio|h11|hf-xet|httpcore|httpx|huggingface-hub|idna|jinja2|markdown|markdown-it-py|markupsafe|mdurl|mpmath|msgpack|multidict|mypy-extensions|networkx|numpy|packaging|pandas|pillow|prometheus-client|propcache|protobuf|psutil|pyarrow|pygments|pyre-extensions|python-dateutil|pyyaml|regex|requests|rich|safetensors|scipy|setuptools|shellingham|six|sympy|tabulate|tensorboard|tensorboard-data-server|tiktoken|tokenizers|tqdm|transformers|typer|typing-extensions|typing-inspect|urllib3|werkzeug|wrapt|xxhash|yarl|zipp'
+MACHINE=$(grep -v '^#' "$REPO/bench/gpu_image_packages.txt" | paste -sd'|')
 FORCE='transformers|huggingface-hub'
 
 case "${1:-}" in
@@ -39,7 +39,7 @@ case "${1:-}" in
       sed -n 's/^\([A-Za-z0-9_.-]*==[^ ;]*\).*/\1/p' | grep -Pv "$SKIP" | sort -t= -k1,1 -k3,3V |
       awk -F'==' '{last[$1]=$0} END {for (k in last) print last[k]}' | sort > "$work/all.txt"
     # only what the GPU machine's image lacks, and the versions the chain must have (transformers with NemotronH,
-    # the hub client it pins); MACHINE: the image's packages as its description lists them (2026-11-17)
+    # the hub client it pins); MACHINE: bench/gpu_image_packages.txt
     grep -Pv "^($MACHINE)==" "$work/all.txt" > "$work/req.txt" || true
     grep -P "^($FORCE)==" "$work/all.txt" >> "$work/req.txt"
     say "$(wc -l < "$work/req.txt") distributions"
@@ -93,26 +93,31 @@ print("[gpu-chain] torch", torch.__version__, "cuda", torch.cuda.is_available(),
     log=$out/chain$n.log
     rc=0
     # shellcheck disable=SC2086  # one stage per word
-    /usr/bin/time -v -o "$log.time" "$PY" -m nemotron ultra3 pipe $stages -c local \
-      data-prep-pretrain:workers.engine=in_process data-prep-sft:workers.engine=in_process \
-      data-prep-rl:workers.engine=in_process \
-      pretrain:train.train_iters=200 pretrain:scheduler.lr_decay_iters=200 pretrain:train.global_batch_size=16 \
-      pretrain:train.micro_batch_size=16 pretrain:model.seq_length=1024 pretrain:validation.eval_interval=100 \
-      pretrain:checkpoint.save_interval=100 pretrain:logger.log_interval=20 \
-      sft:train.train_iters=40 sft:scheduler.lr_decay_iters=40 sft:train.global_batch_size=8 \
-      sft:train.micro_batch_size=4 sft:validation.eval_interval=20 sft:checkpoint.save_interval=20 \
-      sft:logger.log_interval=10 \
-      rlvr:grpo.max_num_steps=10 rlvr:grpo.num_prompts_per_step=8 rlvr:grpo.num_generations_per_prompt=8 \
-      rlvr:policy.train_global_batch_size=64 rlvr:policy.train_micro_batch_size=16 \
-      rlvr:policy.generation_batch_size=64 rlvr:policy.generation.max_new_tokens=128 rlvr:checkpointing.save_period=5 \
-      rlvr:grpo.max_val_samples=32 rlvr:grpo.val_batch_size=32 \
-      mopd:grpo.max_num_steps=10 mopd:grpo.num_prompts_per_step=16 mopd:policy.train_global_batch_size=16 \
-      mopd:policy.train_micro_batch_size=16 mopd:policy.generation_batch_size=16 \
-      mopd:policy.generation.max_new_tokens=128 mopd:checkpointing.save_period=5 \
-      mopd:grpo.max_val_samples=32 mopd:grpo.val_batch_size=32 \
-      'quantize:quantization.source=${art:mopd-checkpoint,path}' \
-      eval:eval.perplexity.samples=64 eval:eval.perplexity.seq_length=1024 eval:eval.gsm8k.samples=32 \
-      eval:eval.gsm8k.max_new_tokens=128 eval:eval.gsm8k.batch_size=32 \
+    settings=(
+      data-prep-pretrain:workers.engine=in_process data-prep-sft:workers.engine=in_process
+      data-prep-rl:workers.engine=in_process
+      pretrain:train.train_iters=200 pretrain:scheduler.lr_decay_iters=200 pretrain:train.global_batch_size=16
+      pretrain:train.micro_batch_size=16 pretrain:model.seq_length=1024 pretrain:validation.eval_interval=100
+      pretrain:checkpoint.save_interval=100 pretrain:logger.log_interval=20
+      sft:train.train_iters=40 sft:scheduler.lr_decay_iters=40 sft:train.global_batch_size=8
+      sft:train.micro_batch_size=4 sft:validation.eval_interval=20 sft:checkpoint.save_interval=20
+      sft:logger.log_interval=10
+      rlvr:grpo.max_num_steps=10 rlvr:grpo.num_prompts_per_step=8 rlvr:grpo.num_generations_per_prompt=8
+      rlvr:policy.train_global_batch_size=64 rlvr:policy.train_micro_batch_size=16
+      rlvr:policy.generation_batch_size=64 rlvr:policy.generation.max_new_tokens=128 rlvr:checkpointing.save_period=5
+      rlvr:grpo.max_val_samples=32 rlvr:grpo.val_batch_size=32
+      mopd:grpo.max_num_steps=10 mopd:grpo.num_prompts_per_step=16 mopd:policy.train_global_batch_size=16
+      mopd:policy.train_micro_batch_size=16 mopd:policy.generation_batch_size=16
+      mopd:policy.generation.max_new_tokens=128 mopd:checkpointing.save_period=5
+      mopd:grpo.max_val_samples=32 mopd:grpo.val_batch_size=32
+      'quantize:quantization.source=${art:mopd-checkpoint,path}'
+      eval:eval.perplexity.samples=64 eval:eval.perplexity.seq_length=1024 eval:eval.gsm8k.samples=32
+      eval:eval.gsm8k.max_new_tokens=128 eval:eval.gsm8k.batch_size=32
+    )
+    # only the settings of the stages in this call (the pipe refuses overrides for stages outside its chain)
+    picked=()
+    for o in "${settings[@]}"; do [[ " $stages " == *" ${o%%:*} "* ]] && picked+=("$o"); done
+    /usr/bin/time -v -o "$log.time" "$PY" -m nemotron ultra3 pipe $stages -c local "${picked[@]}" \
       "$@" > "$log" 2>&1 || rc=$?
     tail -70 "$log"
     say "exit code $rc ($log)"

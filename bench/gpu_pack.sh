@@ -96,7 +96,11 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
   -d "$WORK/extra" "diffusers==0.42.1" "datasets==5.2.0" "megatron-energon==7.4.1" "transformers==5.8.1" \
   "tokenizers==0.22.2" "tensorboard" "rich" "scipy" "nvidia-ml-py" "ninja"
 size=$PART
+# the GPU image's own distributions (bench/gpu_image_packages.txt) stay behind: install-missing would skip them anyway
+image=$(grep -v '^#' "$REPO/bench/gpu_image_packages.txt" | paste -sd'|')
 for w in $(ls -S "$WORK"/extra/*.whl); do
+  dist=$(basename "$w" | cut -d- -f1 | tr '_A-Z' '-a-z')
+  [[ "$dist" == nvidia-ml-py ]] || ! grep -Pq "^($image)\$" <<< "$dist" || continue
   case $(basename "$w" | cut -d- -f1) in
     nvidia_ml_py) ;;
     torch|nvidia_*|triton|cuda_*|numpy|sympy|mpmath|networkx|setuptools|jinja2|markupsafe|transformers|tokenizers) continue ;;
