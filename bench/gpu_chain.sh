@@ -9,9 +9,9 @@
 #   STAGES="..." bash bench/gpu_chain.sh run [OVERRIDES]  # the chain (default: all nine stages) with the settings
 #                                          #   below; its log and final table in $OUT/gpu-chain (or ./gpu-chain-out)
 #
-# The wheels are the project's own locked versions (uv.lock, extra `local`) of every distribution outside what a
-# machine with PyTorch already has (torch, triton, the NVIDIA libraries, numpy, sympy, jinja2, ...) and outside the
-# submission stack (nemo-run, Ray: `-c local` runs each stage in this process, and the data prep stages are given
+# The wheels are the project's own locked versions (uv.lock, extra `local`) of every distribution that the GPU image
+# lacks (bench/gpu_image_packages.txt; torch, triton, the NVIDIA libraries are never carried), save transformers and
+# huggingface-hub, carried at our versions (the image's transformers has no NemotronH), and outside the submission stack (nemo-run, Ray: `-c local` runs each stage in this process, and the data prep stages are given
 # workers.engine=in_process). The raw inputs of the data prep stages (the project's shared data folder, 9 MB) travel
 # in k0. The stash (NEMOTRON_GPU_STASH, default /tmp/nemotron-gpu) is shared with bench/gpu_stack.sh.
 set -euo pipefail
