@@ -11,7 +11,8 @@
 #
 # The wheels are the project's own locked versions (uv.lock, extra `local`) of every distribution that the GPU image
 # lacks (bench/gpu_image_packages.txt; torch, triton, the NVIDIA libraries are never carried), save transformers and
-# huggingface-hub, carried at the versions the chain is tested with (the image has transformers 5.17), and outside the submission stack (nemo-run, Ray: `-c local` runs each stage in this process, and the data prep stages are given
+# huggingface-hub, carried at the versions the chain is tested with (the image has transformers 5.17), and outside
+# the submission stack (nemo-run, Ray: `-c local` runs each stage in this process, and the data prep stages are given
 # workers.engine=in_process). The raw inputs of the data prep stages (the project's shared data folder, 9 MB) travel
 # in k0. The stash (NEMOTRON_GPU_STASH, default /tmp/nemotron-gpu) is shared with bench/gpu_stack.sh.
 set -euo pipefail
