@@ -93,7 +93,6 @@ print("[gpu-chain] torch", torch.__version__, "cuda", torch.cuda.is_available(),
     n=$(find "$out" -maxdepth 1 -name "chain*.log" | wc -l)
     log=$out/chain$n.log
     rc=0
-    # shellcheck disable=SC2086  # one stage per word
     settings=(
       data-prep-pretrain:workers.engine=in_process data-prep-sft:workers.engine=in_process
       data-prep-rl:workers.engine=in_process
@@ -118,6 +117,7 @@ print("[gpu-chain] torch", torch.__version__, "cuda", torch.cuda.is_available(),
     # only the settings of the stages in this call (the pipe refuses overrides for stages outside its chain)
     picked=()
     for o in "${settings[@]}"; do [[ " $stages " == *" ${o%%:*} "* ]] && picked+=("$o"); done
+    # shellcheck disable=SC2086  # one stage per word
     /usr/bin/time -v -o "$log.time" "$PY" -m nemotron ultra3 pipe $stages -c local "${picked[@]}" \
       "$@" > "$log" 2>&1 || rc=$?
     tail -70 "$log"
