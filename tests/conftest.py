@@ -15,6 +15,7 @@ import signal
 import tempfile
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,15 +31,31 @@ TERMINAL_STATES = {
 
 def pytest_configure(config: pytest.Config) -> None:
     """Hermetic session: records, caches and jobs go to a fresh ``NEMOTRON_HOME`` (never ``~/.nemotron``, which may
-    hold artifacts of other checkouts), and SIGINT/SIGTERM have their default dispositions again. A shell starts a
-    background job (``nohup bash scripts/test.sh &``) with SIGINT ignored, and an ignored signal stays ignored in
-    every child it execs: the Ctrl-C tests' processes would never see theirs. A handler set here is reset to the
-    default in each child at exec."""
+    hold artifacts of other checkouts), no inherited terminal size, and SIGINT/SIGTERM have their default
+    dispositions again. A shell starts a background job (``nohup bash scripts/test.sh &``) with SIGINT ignored, and
+    an ignored signal stays ignored in every child it execs: the Ctrl-C tests' processes would never see theirs. A
+    handler set here is reset to the default in each child at exec."""
     os.environ["NEMOTRON_HOME"] = tempfile.mkdtemp(prefix="nemotron-test-home-")
+    # The CLI's tables take their width from COLUMNS when it is set (else 120 off a terminal): a shell's COLUMNS,
+    # or pytest-xdist's workers (which export COLUMNS=80), would rewrap every table the tests read
+    for var in ("COLUMNS", "LINES"):
+        os.environ.pop(var, None)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """``os.environ`` as it was before the test, after it: code run in-process (the local entry sets
+    ``CUDA_VISIBLE_DEVICES`` and ``OMP_NUM_THREADS`` for its one process) must not change what later tests, or the
+    subprocesses they start, see. Taken after the module's and session's fixtures are up, so their variables stay."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture(autouse=True)
@@ -166,6 +183,11 @@ def tok_cache(tmp_path_factory) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the Slurm tests; then put the files that hold a ``slow`` test first (in their own order, stable
+    otherwise). ``scripts/test.sh`` hands whole files to pytest-xdist's workers in this order: a long file started
+    last would leave the other workers idle while it runs."""
     for item in items:
         if "slurm" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slurm)
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

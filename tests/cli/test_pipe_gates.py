@@ -62,6 +62,7 @@ def test_collect_reads_what_the_runtimes_write(tmp_path):
     assert collect("data-prep-rl", {}) == {}
 
 
+@pytest.mark.slow
 def test_failed_gate_stops_the_chain(tmp_path, shared_data):
     """A real chain here: data prep, pretrain (2 steps), then data prep rl. The pretrain gate cannot hold (held-out
     loss below 0.01 after 2 steps), so the chain stops after pretrain with exit 1, names gate, value and threshold,

@@ -26,6 +26,7 @@ def cli(tmp_path):
     return nemotron_runner(env, tmp_path)
 
 
+@pytest.mark.slow
 def test_up_to_date_rerun_is_latest_again_and_runs_name_their_artifacts(cli, tmp_path):
     store = tmp_path / "home" / "artifacts" / "pretrain-data"
     ckpt = tmp_path / "ckpt" / "ultra3-pretrain-local"

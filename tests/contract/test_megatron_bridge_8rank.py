@@ -138,6 +138,7 @@ def eight_ranks(upstream, tmp_path_factory):
     return result["ranks"]
 
 
+@pytest.mark.slow
 def test_tiny_starts_on_8_ranks_with_every_rank_an_expert_rank(eight_ranks):
     """Megatron-Bridge's start-up at world size 8 with tiny's layout: TP1 PP1 CP1, one expert group of all 8 ranks,
     data parallel 8, sequence parallel off; each rank its own EP rank."""

@@ -510,6 +510,7 @@ def _refusal(steps: list) -> list | None:
 
 # ------------------------------------------------------------------------------------------ every shipped config
 @pytest.mark.parametrize("name", [f"{s}-{c}" for s, c in SHIPPED])
+@pytest.mark.slow
 def test_every_shipped_config_passes_nemo_rls_entry_checks(contract, name):
     """NeMo RL's entry and setup() checks accept the job config, and so does our dry-run (no errors)."""
     steps = contract["results"][name]

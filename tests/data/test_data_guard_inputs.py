@@ -304,6 +304,7 @@ def test_stale_ray_address_fails_fast(tmp_path, tok_cache):
 # 7. Ctrl-C says that a rerun resumes
 
 
+@pytest.mark.slow
 def test_ctrl_c_says_rerun_resumes(tmp_path, tok_cache):
     out = tmp_path / "out"
     args = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "pretrain", "-c", "tiny", f"output_dir={out}",

@@ -153,6 +153,7 @@ def test_failure_returns_the_stage_exit_code(cli, env_file, tmp_path):
     assert "FAILED" in status.stdout
 
 
+@pytest.mark.slow
 def test_batch_status_logs_secret_and_cancel(cli, env_file, tmp_path, env):
     """--batch returns at once; the job trains meanwhile (with the secret in its environment only);
     cancel stops it through NeMo-Run: the stage saves and exits 75, which status and logs -f report."""
@@ -192,6 +193,7 @@ def test_batch_status_logs_secret_and_cancel(cli, env_file, tmp_path, env):
 
 
 @pytest.mark.parametrize("signum,expected", [(signal.SIGINT, 130), (signal.SIGTERM, 75)])
+@pytest.mark.slow
 def test_run_stops_the_job_on_ctrl_c_and_passes_sigterm_on(env, env_file, tmp_path, signum, expected):
     """Ctrl-C (SIGINT to the command, as a terminal sends it) stops the job and exits 130; SIGTERM
     (`kill`, `timeout`) is passed on: the stage saves its checkpoint and its exit code 75 comes back."""
@@ -238,12 +240,13 @@ def test_run_without_profile_stays_a_direct_child_process(cli, tmp_path):
     assert list((tmp_path / "home" / "runs").glob("*/train.yaml"))
 
 
-def test_gpu_stage_is_refused_before_anything_is_packaged(cli, env_file, env, tmp_path):
+def test_gpu_stage_is_refused_before_anything_is_packaged(env_file, env, tmp_path):
     env["CUDA_VISIBLE_DEVICES"] = ""
+    cli = nemotron_runner(env, tmp_path)  # after the change: the runner copies the environment it is given
     text = env_file.read_text().replace("gpus_per_node = 0", "gpus_per_node = 8")
     env_file.write_text(text)
     proc = cli("ultra3", "pretrain", "-c", "tiny", "--run", "here", "--env-file", str(env_file),
                f"data.per_split_data_args_path={env_file}")
     assert proc.returncode == 2, proc.stderr[-1500:]
-    assert "needs 8 GPUs per node; this machine has 0 visible" in proc.stderr
+    assert "needs 8 GPUs per node; this machine has 0 visible" in proc.stderr, proc.stderr
     assert not (tmp_path / "job root").exists()

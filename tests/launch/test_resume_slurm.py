@@ -83,6 +83,7 @@ def _logged_steps(ckpt: Path) -> list[int]:
     return [json.loads(x)["step"] for x in lines if "loss" in json.loads(x)]
 
 
+@pytest.mark.slow
 def test_signalled_job_saves_requeues_itself_and_resumes(cli, env_file, slurm, submitted, tmp_path):  # noqa: F811
     """The warning signal reaches the training process, which saves at the end of its step, writes the requeue
     marker and exits 75; the batch script, after the step, requeues the job (`scontrol requeue`: same job id,
@@ -125,6 +126,7 @@ def test_signalled_job_saves_requeues_itself_and_resumes(cli, env_file, slurm, s
     assert (ckpt / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_chain_continuation_resumes_a_signalled_run(cli, env_file, slurm, submitted, tmp_path):  # noqa: F811
     """`run.chain=1` without requeue: the first job saves on the signal and ends with exit code 75 (FAILED; the
     batch script's code from the marker, where torchrun's own is 1); the continuation job, held by

@@ -23,6 +23,7 @@ def _chain_ids(stderr: str) -> tuple[str, str]:
     return first.group(1), rest.group(1)
 
 
+@pytest.mark.slow
 def test_attached_chain_follows_each_job_to_completion(cli, env_file, slurm, submitted, tmp_path):  # noqa: F811
     """`--run ... run.chain=1`: the first job trains to the end (COMPLETED), the continuation job finds the run
     complete and ends at once (COMPLETED); both logs are streamed, with the line that moves on, and exit 0."""

@@ -186,6 +186,7 @@ def _all_text(root: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in root.rglob("*.out") if p.is_file())
 
 
+@pytest.mark.slow
 def test_concurrent_batch_submissions_get_distinct_ids(cli, env_file, tmp_path, slurm):
     n = 20
 

@@ -97,6 +97,7 @@ def slurm_env(slurm, monkeypatch):
     return slurm
 
 
+@pytest.mark.slow
 def test_local_slurm_failed_jobs_are_named(slurm_env, tmp_path, capsys):
     slurm = slurm_env
     py = sys.executable

@@ -56,6 +56,7 @@ def _expected_pretrain(blend: Path, n: int, seq: int = 32, seed: int = 1234) -> 
     return sample_ids(np.stack([ds.sample(i)[:-1] for i in range(n)]))
 
 
+@pytest.mark.slow
 def test_extend_then_resume_continues_the_stream(tmp_path, monkeypatch, capsys):
     """10 iterations, then the same folder with train.train_iters=20: samples 0..79 once each, in stream order."""
     blend = write_pretrain_data(tmp_path / "data", docs=40, valid_docs=5)

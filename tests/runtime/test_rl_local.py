@@ -122,6 +122,7 @@ def _steps(ckdir: Path) -> dict[int, list[str]]:
 
 
 @pytest.mark.parametrize("stage", ["rlvr", "mopd"])
+@pytest.mark.slow
 def test_sigterm_saves_exits_75_and_the_rerun_resumes_with_the_same_prompts(stage, rl_inputs, tmp_path):
     env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
     ref_dir, run_dir = tmp_path / "reference", tmp_path / "stopped"
@@ -171,6 +172,7 @@ def test_local_mopd_gets_the_cluster_panel_rules():
         assert [(p.rule, p.key) for p in errs] == [("mopd-general-teacher", key)], [p.render() for p in errs]
 
 
+@pytest.mark.slow
 def test_resume_with_another_seed_is_refused(rl_inputs, tmp_path):
     """A checkpoint trained with another grpo.seed has another prompt stream: the rerun refuses it (exit 2, one line
     naming the key and both values) and leaves the folder as it was."""

@@ -442,6 +442,7 @@ def _saved_steps(folder: Path) -> list[int]:
     return sorted(int(p.name.split("-")[1]) for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file())
 
 
+@pytest.mark.slow
 def test_kill_and_resume_continue_from_the_saved_step(tmp_path):
     """The real `small` model through the CLI: killed (SIGKILL) after its first checkpoint, then stopped
     by SIGTERM (saves at the current step, exit 75, no artifact), then run again: each run continues from
