@@ -170,11 +170,31 @@ from nemotron.validation.nemo_rl import schema
 
 KL = keys.load_keylist(P["keylist_version"], "nemo-rl")
 _entries = {}
+_tokenizers = {}  # json of get_tokenizer's arguments -> (its result, the result's fingerprint)
+
+
+def fingerprint(tok):
+    t = getattr(tok, "tokenizer", tok)
+    return [len(t), t.pad_token, t.eos_token, t.bos_token, t.chat_template, type(tok).__name__]
+
+
+def memo_get_tokenizer(real):
+    """NeMo RL's own get_tokenizer, run once per distinct argument set: loading the 131,072-entry tokenizer takes ~2 s
+    and the jobs share a few configs. Identical arguments give the identical result; the code after it only reads the
+    tokenizer, which the fingerprint check at the end proves."""
+    def get_tokenizer(tokenizer_config, *args, **kwargs):
+        key = json.dumps([tokenizer_config, args, kwargs], sort_keys=True, default=str)
+        if key not in _tokenizers:
+            tok = real(tokenizer_config, *args, **kwargs)
+            _tokenizers[key] = (tok, fingerprint(tok))
+        return _tokenizers[key][0]
+    return get_tokenizer
 
 
 def entry_globals(rel):
     if rel not in _entries:
         _entries[rel] = runpy.run_path(str(ROOT / rel), run_name="nemo_rl_entry")
+        _entries[rel]["get_tokenizer"] = memo_get_tokenizer(_entries[rel]["get_tokenizer"])
     return dict(_entries[rel])
 
 
@@ -422,7 +442,9 @@ text = (ROOT / name).read_text().replace("lr: 4.0e-6", "lr: 5.0e-6", 1)
 (changed / name).write_text(text)
 recipes["changed checkout"] = ours.recipe_drift({"nemo_rl": {"base": name}}, changed)
 
+tokenizers = [{"loaded": fp, "at_end": fingerprint(tok)} for tok, fp in _tokenizers.values()]
 write_result({"results": results, "sweep": sweep, "draft": draft, "chain": chain, "recipes": recipes,
+              "tokenizers": tokenizers,
               "val_metrics": sorted(METRICS), "train_metrics": TRAIN})
 '''
 
@@ -526,6 +548,14 @@ def test_every_golden_nemo_rl_config_passes_nemo_rls_entry_checks(contract, path
     """The goldens (their checkpoints are paths, not tokenizers: the tokenizer block is the shipped run's)."""
     steps = contract["results"][f"golden:{path.stem}"]
     assert _refusal(steps) is None, f"{path.name}: NeMo RL refuses at {_refusal(steps)[0]}: {_refusal(steps)[2]}"
+
+
+def test_the_shared_tokenizer_is_only_read(contract):
+    """The harness runs NeMo RL's get_tokenizer once per distinct argument set (a 131,072-entry load is ~2 s); the
+    steps after it read the tokenizer and never change it, so the job that reuses it sees what a fresh load gives."""
+    toks = contract["tokenizers"]
+    assert toks and all(t["at_end"] == t["loaded"] for t in toks), toks
+    assert all(t["loaded"][0] == 131072 for t in toks), toks
 
 
 def test_the_entry_is_the_one_the_runtime_starts(contract):

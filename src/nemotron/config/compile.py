@@ -256,7 +256,7 @@ def _refuse_duplicate_keys(path: Path) -> dict[tuple, int]:
             for i, item in enumerate(node.value):
                 walk(item, (*prefix, i))
 
-    walk(yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader), ())
+    walk(yamlio.compose(Path(path).read_text(encoding="utf-8")), ())
     return lines
 
 
