@@ -87,12 +87,15 @@ class ValidationError(NemotronError):
 
     problems: list[Problem] = field(default_factory=list)
     exit_code: int = 2
+    #: what the count is said of: the run and the dry run refuse "before anything was queued"; the estimate, which
+    #: queues nothing, says that the run would be refused
+    found: str = "found before anything was queued"
 
     def __post_init__(self) -> None:
         errors = [p for p in self.problems if p.severity == "error"]
         NemotronError.__init__(
             self,
-            f"{plural(len(errors), 'problem')} found before anything was queued",
+            f"{plural(len(errors), 'problem')} {self.found}",
             "fix the keys listed above (or override them: key=value) and run again with --dry-run",
         )
 

@@ -79,6 +79,13 @@ def test_why_log_json_on_a_fixture(capsys):
     assert doc["cause"] == "host-oom" and doc["schema"] == "nemotron/why/v1"
 
 
+def test_a_log_file_given_as_the_job_id_gets_the_log_option_as_its_hint(capsys):
+    log = FIXTURES / "cuda-oom.log"
+    assert main(["ultra3", "why", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert f"no job '{log}'" in err and f"hint: to read a log file: nemotron ultra3 why --log {log}" in err, err
+
+
 # ------------------------------------------------------------------------------------------------ local Slurm
 def _submit(slurm, tmp_path, name: str, script: str, *sbatch: str) -> jobs.JobRecord:
     logs = tmp_path / name

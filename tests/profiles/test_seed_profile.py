@@ -85,6 +85,33 @@ def test_seed_profile_ntasks_per_node_must_agree_with_the_launch(seed_env, tmp_p
     assert done.returncode == 2 and "one process per GPU (4 GPUs per node)" in done.stdout + done.stderr
 
 
+def test_the_seed_commands_hints_name_commands_that_pass_their_dry_run(seed_env, tmp_path):
+    """The seed's pretrain validate command says how to make its missing data: both commands it names (the data
+    prep, and the pipe that chains both), run as printed with --dry-run, pass on the seed's profile, whose
+    ntasks_per_node = 8 a one-process-per-node data prep would refuse without the override the hint carries."""
+    import shlex
+
+    done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    made = re.search(r"make it first: nemotron (.*?); or chain both: nemotron (.*?); or set", last)
+    assert made, last
+    for command in made.groups():
+        assert "profile.ntasks_per_node=null" in command, command
+        again = _cli(tmp_path, *shlex.split(command), "--dry-run")
+        assert again.returncode == 0, f"{command}: {again.stdout[-1500:]}{again.stderr[-1500:]}"
+    # the pipe's verdict lines: each stage's own, then the chain's
+    verdicts = [ln for ln in again.stdout.splitlines() if ln.startswith("dry run:")]
+    assert [v.split(" is valid")[0] for v in verdicts] == [
+        "dry run: stage 1/2 (ultra3 data prep pretrain)", "dry run: stage 2/2 (ultra3 pretrain)",
+        "dry run: the chain of 2 stages"], verdicts
+    # a profile key given to a pipe without its stage: the hint names a stage-prefixed form that works
+    bare = _cli(tmp_path, "ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER",
+                "--dry-run", "profile.ntasks_per_node=null")
+    assert bare.returncode == 2 and "hint: e.g. data-prep-pretrain:profile.ntasks_per_node=null or" in bare.stderr, \
+        bare.stderr
+
+
 @pytest.mark.parametrize("command", [["pretrain"], ["data", "prep", "pretrain"], ["rlvr"]])
 def test_slurm_profile_without_account_renders(tmp_path, command):
     (tmp_path / "env.toml").write_text('[c]\nexecutor = "slurm"\npartition = "batch"\ngpus_per_node = 8\n',

@@ -85,7 +85,7 @@ def rl_inputs(tmp_path_factory, shared_data):
 def _overrides(stage: str, inp: dict, ckdir: Path) -> list[str]:
     out = [f"policy.model_name={inp['sft']}", f"data.train.data_path={inp['train']}",
            f"data.validation.data_path={inp['valid']}", f"checkpointing.checkpoint_dir={ckdir}",
-           "checkpointing.save_period=1", "checkpointing.keep_top_k=3", "grpo.max_num_steps=3", "grpo.val_period=0",
+           "checkpointing.save_period=3", "checkpointing.keep_top_k=3", "grpo.max_num_steps=3", "grpo.val_period=0",
            "grpo.val_at_end=false", "policy.generation.max_new_tokens=6", "run.env.cpus=2"]
     if stage == "rlvr":
         out += ["grpo.num_prompts_per_step=2", "grpo.num_generations_per_prompt=2", "policy.train_global_batch_size=4",
@@ -132,11 +132,13 @@ def test_sigterm_saves_exits_75_and_the_rerun_resumes_with_the_same_prompts(stag
     assert code == 0, out[-3000:]
     assert (ref_dir / "hf" / "latest" / "config.json").is_file()
     assert (ref_dir / "hf" / "step_3" / "tokenizer.json").is_file()
-    # stopped by SIGTERM while step 2 runs: it finishes the step, saves checkpoint-2, exits 75, exports nothing
+    # stopped by SIGTERM while step 2 runs: it finishes the step, saves checkpoint-2 (the signal's save: the period
+    # saves only at step 3, the last; each save writes 0.9 GB of model and optimizer state), exits 75, exports nothing
     code, out = _run(stage, run_cfg, {**env, "_CKDIR": str(run_dir)}, stop_after_step=1)
     assert code == 75, out[-3000:]
     assert "SIGTERM received" in out and "saved checkpoint-2" in out
     assert not (run_dir / "hf").exists()
+    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-2"]  # saved because of the signal
     rec = json.loads((run_dir / "checkpoint-2" / "nemotron_checkpoint.json").read_text())
     assert rec["step"] == 2 and rec["prompts_consumed"] == 4
     # the rerun resumes at step 2 and trains step 3 on the prompts the uninterrupted run had at step 3

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from nemotron.cli.main import main
 from nemotron.config import catalogue
 from nemotron.layout import estimate as est
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def test_dense_attention_layer_flops_by_hand():
@@ -83,3 +86,41 @@ def test_a_default_checkpoint_root_that_cannot_fit_is_a_warning(capsys, tmp_path
     space = [p for p in doc["problems"] if p["rule"] == "checkpoint-space"]
     assert doc["fits"] is False and [p["severity"] for p in space] == ["warning"]
     assert "set one with the profile's checkpoint_root or checkpoint.save=PATH" in space[0]["message"]
+
+
+def test_the_mfu_override_is_ours_and_never_reaches_megatron_bridge(capsys, tmp_path, monkeypatch):
+    """``+estimate.mfu=X`` (what the estimate table says sets it) is our key: the estimate uses it and exits 0, the
+    dry run does not call it a section of ConfigContainer, and the Megatron-Bridge translation drops it."""
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import get_stage
+    from nemotron.runtime import megatron_bridge
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NEMOTRON_CKPT_ROOT", str(tmp_path / "ckpt"))
+    base = ["ultra3", "pretrain", "--batch", "sample", "--env-file", "{fixtures}/env.toml", "profile.gpu=B200"]
+    argv = [a.replace("{fixtures}", str(FIXTURES)) for a in base]
+    assert main([*argv, "estimate", "--json", "+estimate.mfu=0.4"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mfu"] == 0.4 and not [p for p in doc["problems"] if p["rule"] == "mb-keys"], doc["problems"]
+    main([*argv, "--dry-run", "+estimate.mfu=0.4"])
+    out = capsys.readouterr().out
+    assert "estimate={'mfu': 0.4}" not in out and "not a section of" not in out, out[-3000:]
+    compiled = compile_config(get_stage("pretrain"), "tiny", ["+estimate.mfu=0.4"], check_paths=False)
+    assert "estimate" not in megatron_bridge._strip_own(compiled.config)
+
+
+def test_an_unset_secret_is_a_warning_for_the_estimate_as_for_the_dry_run(capsys, tmp_path, monkeypatch):
+    """The estimate starts nothing: a secret this shell lacks is the dry run's warning, not the run's refusal."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NEMOTRON_CKPT_ROOT", str(tmp_path / "ckpt"))
+    text = (FIXTURES / "env.toml").read_text(encoding="utf-8")
+    declared = 'secrets = { WANDB_API_KEY = "golden-secret-value-4242" }'
+    assert declared in text
+    (tmp_path / "env.toml").write_text(text.replace(declared, 'secrets = ["WANDB_API_KEY"]'), encoding="utf-8")
+    code = main(["ultra3", "pretrain", "--batch", "sample", "--env-file", str(tmp_path / "env.toml"), "profile.gpu=B200",
+                 "estimate", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    secret = [p for p in doc["problems"] if "WANDB_API_KEY" in str(p["value"]) + p["message"]]
+    assert code == 0 and [p["severity"] for p in secret] == ["warning"], doc["problems"]
+    assert "the run will refuse to start" in secret[0]["message"]

@@ -14,11 +14,13 @@ from nemotron.report import heading, out, table
 from nemotron.validation.refusal import unresolved_refusal
 
 
-def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Problem], notes: list[str]) -> None:
+def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Problem], notes: list[str],
+            part: str | None = None) -> None:
     """The ``--dry-run`` report: (1) the compiled config with the layer that set each value and the
     profile values used, (2) the resource plan, validation tables and notes, (3) the exact job — the
     sbatch script rendered by NeMo-Run for a Slurm profile, the command line otherwise — then every
-    problem found."""
+    problem found. ``part`` (a pipe's ``stage 1/2``): the closing verdict is said of that stage only, not of the
+    command (the pipe says its own after the last stage)."""
 
     secrets = profile.secret_values().values() if profile is not None else ()
     where = f"profile {plan.profile} ({plan.executor})" if plan.profile else "this machine (no profile)"
@@ -66,9 +68,12 @@ def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Proble
 
         refusal = unresolved_refusal(compiled)
         if refusal is not None:  # the run's own refusal (nemotron.cli.pipeline._check_startable), said as such
-            out(f"dry run: the config is valid ({plural(len(found), 'warning')}), but the run would refuse to start: "
+            what = f"{part} ({req.stage.title}): its config is valid" if part else "the config is valid"
+            out(f"dry run: {what} ({plural(len(found), 'warning')}), but the run would refuse to start: "
                 f"{refusal.message.removeprefix('refusing to start ')}; {refusal.hint}; nothing was submitted",
                 plain=True)
+        elif part:
+            out(f"dry run: {part} ({req.stage.title}) is valid ({plural(len(found), 'warning')})", plain=True)
         else:
             out(f"dry run: valid ({plural(len(found), 'warning')}); nothing was submitted", plain=True)
 

@@ -93,7 +93,7 @@ def run_report(req: Any) -> int:
             report.heading(f"{req.stage.title} · config {p.compiled.config_name} · estimate")
             report.table(None, ["what", "value", "how"], result.rows())
         if p.errors:  # the checkpoint-space refusal is one of them (pipeline.prepare_stage)
-            raise ValidationError(problems=p.problems)
+            raise ValidationError(problems=p.problems, found="found: the run would be refused")
     return 0
 
 

@@ -108,6 +108,7 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
 
         compiled.launch_args = (f" --{'batch' if req.mode == 'batch' else 'run'} {shlex.quote(req.profile)}"
                                 + (f" --env-file {shlex.quote(req.env_file)}" if req.env_file else ""))
+        compiled.profile_ntasks = getattr(profile, "ntasks_per_node", None) if profile is not None else None
     if profile is not None:  # a default the [wandb] section filled in is labelled as env.toml's, not default.yaml's
 
         compiled.provenance.update(tracking_provenance(compiled, profile))
@@ -119,13 +120,14 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
             compiled.provenance[key] = "prepared by validation (see notes)"
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
     # what this shell lacks to start the job (a secret, an ssh key file): the run refuses it before anything is
-    # queued; a dry run only warns, since it validates the config, perhaps from another machine or shell
+    # queued; a dry run and an estimate only warn, since neither starts the job (perhaps from another machine or shell)
     wandb_project = get(compiled.config, "logger.wandb_project")
+    lenient = req.dry_run or req.estimate
     for key, value, message, valid in ([*profile.launch_problems(), *profile.tracking_problems(wandb_project)]
                                        if profile is not None else []):
         problems.append(Problem(key=f"profile.{profile.name}.{key}", value=value, rule="profile",
-                                message=message + ("; the run will refuse to start" if req.dry_run else ""),
-                                valid=valid, severity="warning" if req.dry_run else "error"))
+                                message=message + ("; the run will refuse to start" if lenient else ""),
+                                valid=valid, severity="warning" if lenient else "error"))
     # 3. plan: pure
     plan = plan_job(compiled, profile, experiment_id)
     # what a run on this machine (no profile, or a local one) would be refused for here: its GPUs, its Python.
@@ -380,6 +382,9 @@ def _override_hint(recipe: str, names: list[str], arg: str, config: str | None) 
     named = [get_stage(n) for n in names] or [s for s in STAGES if s.recipe == recipe]
     if arg.startswith("+"):
         return f"e.g. {named[0].name}:{arg} (docs/execution.md, Pipelines)"
+    if key.startswith("profile."):  # a key of the profile, not of a config: any stage takes it for its own job
+        return (f"e.g. {' or '.join(f'{s.name}:{arg}' for s in named[:2])}: the profile of that stage's job "
+                "(docs/execution.md, Pipelines)")
     having = []
     for stage in named:
         try:
@@ -456,7 +461,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                                  "run the chain here without a profile, or use a slurm profile")
             if kw.get("dry_run"):
                 report.heading(f"[{i}/{len(chain)}] {stage.title}")
-                dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
+                dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes, part=f"stage {i}/{len(chain)}")
             invalid += bool(p.errors)
             prepared.append(p)
         planned.update(planned_outputs(p.compiled))
@@ -474,6 +479,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                     report.problems(p.problems)
         raise ValidationError(problems=[q for p in prepared for q in p.problems])
     if kw.get("dry_run"):
+        report.out(f"dry run: the chain of {len(prepared)} stages is valid; nothing was submitted", plain=True)
         return 0
     for p in prepared:
         _check_startable(p)

@@ -35,9 +35,9 @@ KEYLIST_DIR = Path(__file__).resolve().parents[1] / "keylists"
 #: Megatron-Bridge recipe to start from; ``run.*`` the launcher; ``convert.*`` the conversion job;
 #: ``tokenizer.vocab_sha256`` our data check; ``backend`` local vs cluster; ``model.first_last_layers_bf16``
 #: and ``model.num_layers_at_{start,end}_in_bf16`` feed the NVFP4 mixed-precision recipe (Nemotron's
-#: ultra3 train.py), not the provider.
+#: ultra3 train.py), not the provider; ``estimate.*`` the assumptions of ``STAGE estimate`` (``+estimate.mfu=0.3``).
 OWN_KEYS: tuple[str, ...] = (
-    "backend", "recipe", "run", "data", "convert", "model.name", "tokenizer.vocab_sha256",
+    "backend", "recipe", "run", "data", "convert", "estimate", "model.name", "tokenizer.vocab_sha256",
     "model.first_last_layers_bf16", "model.num_layers_at_start_in_bf16", "model.num_layers_at_end_in_bf16",
     "dataset.local_layout",
 )

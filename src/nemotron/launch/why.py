@@ -254,9 +254,17 @@ def explain_job(ident: str | None) -> dict[str, Any]:
     Raises:
         ConfigError: no such job; RuntimeFailure: Slurm cannot be asked.
     """
+    from pathlib import Path
+
+    from nemotron.errors import ConfigError
     from nemotron.launch import jobs
 
-    rec = jobs.load(ident)
+    try:
+        rec = jobs.load(ident)
+    except ConfigError as exc:
+        if ident and ("/" in ident or Path(ident).is_file()):  # a log file given where a job id goes
+            raise ConfigError(exc.message, f"to read a log file: nemotron ultra3 why --log {ident}") from None
+        raise
     st, code = jobs.state(rec)
     redact = jobs.redactor(rec)
     files = []

@@ -14,6 +14,7 @@ from typing import Any
 
 from nemotron.config.artifacts import producer_command
 from nemotron.config.paths import OUTPUT_FOLDER_KEYS
+from nemotron.config.registry import STAGES
 from nemotron.config.tree import leaves
 from nemotron.errors import Problem
 
@@ -73,6 +74,16 @@ def shape_problems(profile: Any, plan: Any, notes: list[str]) -> list[Problem]:
     return out
 
 
+def producer_profile_fix(compiled: Any, producer: Any) -> str:
+    """The profile override a hint's producer command needs on this command's profile, or ``""``: a profile whose
+    ``ntasks_per_node`` is set for training (8 per node) is refused for a one-process-per-node stage (data prep on Ray:
+    :func:`nemotron.validation.cluster.shape_problems`), so the command carries ``profile.ntasks_per_node=null``."""
+    tasks = getattr(compiled, "profile_ntasks", None)
+    if producer is None or tasks in (None, 1) or getattr(producer, "launch", "torchrun") == "torchrun":
+        return ""
+    return "profile.ntasks_per_node=null"
+
+
 def visible_roots(profile: Any) -> list[tuple[str, str]]:
     """``(folder, the profile key that declares it)`` of the storage a Slurm profile's nodes see: each
     mount's host side, ``data_root``, ``checkpoint_root``, ``index_cache_dir``, ``hf_home`` and ``job_dir``
@@ -127,7 +138,10 @@ def storage_problems(compiled: Any, profile: Any, plan: Any) -> list[Problem]:
 
             command = producer_command(artifact.split()[0], compiled.config_name)
             if command:
-                make = f"make it on this profile: {command}{getattr(compiled, 'launch_args', '')}; or "
+                producer = next((s for s in STAGES if artifact.split()[0] in s.produces), None)
+                fix = producer_profile_fix(compiled, producer)
+                make = (f"make it on this profile: {command}{getattr(compiled, 'launch_args', '')}"
+                        f"{' ' + fix if fix else ''}; or ")
         out.append(Problem(key, value, rule="cluster-storage",
                            message=f"({origin}) is not on storage the nodes of profile {profile.name} see "
                                    f"(declared: {declared}); the job would not find it",

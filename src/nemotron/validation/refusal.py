@@ -8,6 +8,7 @@ from nemotron.config.artifacts import producer_command
 from nemotron.config.compile import _resolve_config_ref
 from nemotron.config.registry import STAGES
 from nemotron.errors import ConfigError, plural
+from nemotron.validation.cluster import producer_profile_fix
 
 
 def unresolved_refusal(compiled: Any) -> ConfigError | None:
@@ -28,10 +29,11 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
     config = compiled.config_name if "/" not in compiled.config_name and not compiled.config_name.endswith(".yaml") \
         else None
     command = producer_command(m.group(1), config) if m else None
+    producer = next((s for s in STAGES if m and m.group(1) in s.produces), None)
     # the producer goes where this job goes: made here, a cluster job could not read it
     launch = getattr(compiled, "launch_args", "")
-    command = command + launch if command else None
-    producer = next((s for s in STAGES if m and m.group(1) in s.produces), None)
+    fix = producer_profile_fix(compiled, producer)
+    command = command + launch + (f" {fix}" if fix else "") if command else None
     if command and config and producer is not None and not _takes_config(producer, config):
         # the producer ships no config of that name (pretrain -c long_context reads data prep's output): naming
         # `-c <config>` for it would be a command that fails
@@ -41,7 +43,8 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
                            f"makes this artifact for -c {config} (run it with a config of yours and give its output here)")
     if command:
         chain = (f"; or chain both: nemotron {stage.recipe} pipe {producer.name} {stage.name}"
-                 + (f" -c {config}" if config else "") + launch) if producer is not None else ""
+                 + (f" -c {config}" if config else "") + launch
+                 + (f" {producer.name}:{fix}" if fix else "")) if producer is not None else ""
         hint = f"make it first: {command}{chain}; or set {key} explicitly"
     return ConfigError(f"refusing to start {stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}: "
                        f"{key}: {why}", hint)
