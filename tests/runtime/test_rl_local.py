@@ -121,15 +121,31 @@ def _steps(ckdir: Path) -> dict[int, list[str]]:
     return out
 
 
+@pytest.fixture(scope="module")
+def reference(rl_inputs, tmp_path_factory):
+    """``reference(stage)``: the checkpoint folder of one uninterrupted 3-step run of the stage (run once per module:
+    the SIGTERM test compares its prompts with it, the seed test resumes from it). Each user copies it first."""
+    done: dict[str, Path] = {}
+
+    def get(stage: str) -> Path:
+        if stage not in done:
+            root = tmp_path_factory.mktemp(f"reference-{stage}")
+            ref_dir = root / "reference"
+            env = {**os.environ, "NEMOTRON_HOME": str(root / "home"), "PYTHONUNBUFFERED": "1", "_CKDIR": str(ref_dir)}
+            code, out = _run(stage, write_yaml(root / "ref.yaml", compile_stage(stage, _overrides(stage, rl_inputs,
+                                                                                                  ref_dir))), env)
+            assert code == 0, out[-3000:]
+            done[stage] = ref_dir
+        return done[stage]
+    return get
+
+
 @pytest.mark.parametrize("stage", ["rlvr", "mopd"])
 @pytest.mark.slow
-def test_sigterm_saves_exits_75_and_the_rerun_resumes_with_the_same_prompts(stage, rl_inputs, tmp_path):
+def test_sigterm_saves_exits_75_and_the_rerun_resumes_with_the_same_prompts(stage, rl_inputs, reference, tmp_path):
     env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
-    ref_dir, run_dir = tmp_path / "reference", tmp_path / "stopped"
-    ref_cfg = write_yaml(tmp_path / "ref.yaml", compile_stage(stage, _overrides(stage, rl_inputs, ref_dir)))
+    ref_dir, run_dir = reference(stage), tmp_path / "stopped"
     run_cfg = write_yaml(tmp_path / "run.yaml", compile_stage(stage, _overrides(stage, rl_inputs, run_dir)))
-    code, out = _run(stage, ref_cfg, {**env, "_CKDIR": str(ref_dir)})
-    assert code == 0, out[-3000:]
     assert (ref_dir / "hf" / "latest" / "config.json").is_file()
     assert (ref_dir / "hf" / "step_3" / "tokenizer.json").is_file()
     # stopped by SIGTERM while step 2 runs: it finishes the step, saves checkpoint-2 (the signal's save: the period
@@ -175,18 +191,18 @@ def test_local_mopd_gets_the_cluster_panel_rules():
 
 
 @pytest.mark.slow
-def test_resume_with_another_seed_is_refused(rl_inputs, tmp_path):
+def test_resume_with_another_seed_is_refused(rl_inputs, reference, tmp_path):
     """A checkpoint trained with another grpo.seed has another prompt stream: the rerun refuses it (exit 2, one line
     naming the key and both values) and leaves the folder as it was."""
+    import shutil
+
     env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
     ckdir = tmp_path / "run"
-    first = [*_overrides("rlvr", rl_inputs, ckdir), "grpo.max_num_steps=1"]
-    code, out = _run("rlvr", write_yaml(tmp_path / "a.yaml", compile_stage("rlvr", first)), env)
-    assert code == 0, out[-3000:]
+    shutil.copytree(reference("rlvr"), ckdir, symlinks=True)  # 3 steps trained with the default grpo.seed (42)
     before = sorted(p.name for p in ckdir.iterdir())
-    again = [*_overrides("rlvr", rl_inputs, ckdir), "grpo.max_num_steps=2", "grpo.seed=43"]
+    again = [*_overrides("rlvr", rl_inputs, ckdir), "grpo.max_num_steps=4", "grpo.seed=43"]
     code, out = _run("rlvr", write_yaml(tmp_path / "b.yaml", compile_stage("rlvr", again)), env)
     assert code == 2, out[-3000:]
-    assert (f"ultra3 rlvr: grpo.seed=43: {ckdir / 'checkpoint-1'} was trained with grpo.seed=42, whose prompt stream "
+    assert (f"ultra3 rlvr: grpo.seed=43: {ckdir / 'checkpoint-3'} was trained with grpo.seed=42, whose prompt stream "
             "this run cannot continue") in out
     assert sorted(p.name for p in ckdir.iterdir()) == before
