@@ -479,3 +479,10 @@ def test_passthrough_key_typo_rejected_at_dry_run(capsys):
     code, out, _ = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", "+train.train_itres=5")
     assert code == 2
     assert "train.train_itres=5" in out and "did you mean 'train.train_iters'" in out
+
+
+def test_an_empty_config_name_is_refused_not_taken_as_default(capsys):
+    """``-c ""`` (e.g. an unset shell variable) is an error naming the configs, never a silent ``default``."""
+    assert main(["ultra3", "pretrain", "-c", "", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "error: -c '': an empty config name" in err and "hint: give one of default, tiny, local" in err, err

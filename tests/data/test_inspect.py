@@ -49,6 +49,15 @@ def test_rl_answer_check_fails_an_answer_it_cannot_reward(tmp_path):
     assert doc["check"]["failed_lines"] == [2] and doc["check"]["failed"] == 1
 
 
+def test_a_default_output_folder_not_made_yet_names_its_data_prep(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        di.kind_of(tmp_path / "output" / "ultra3" / "sft-data" / "tiny")
+    assert caught.value.hint.startswith("make it first: nemotron ultra3 data prep sft -c tiny; or give a packed")
+    with pytest.raises(ConfigError) as caught:
+        di.kind_of(tmp_path / "elsewhere" / "tiny")
+    assert caught.value.hint.startswith("give a packed .parquet")
+
+
 def test_bad_inputs_are_one_line(tmp_path, capsys):
     with pytest.raises(ConfigError, match="does not exist"):
         di.kind_of(tmp_path / "missing.parquet")

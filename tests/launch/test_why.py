@@ -79,6 +79,13 @@ def test_why_log_json_on_a_fixture(capsys):
     assert doc["cause"] == "host-oom" and doc["schema"] == "nemotron/why/v1"
 
 
+def test_the_evidence_names_whose_state_it_is():
+    assert why.classify("", "COMPLETED")["evidence"] == "Slurm state COMPLETED"
+    assert why.classify("", "COMPLETED", None, "local executor")["evidence"] == "local executor state COMPLETED"
+    got = why.classify("", "TIMEOUT", "0:0", "Ray")
+    assert got["cause"] == "walltime" and got["evidence"] == "Ray state TIMEOUT (exit code 0:0)", got
+
+
 def test_a_log_file_given_as_the_job_id_gets_the_log_option_as_its_hint(capsys):
     log = FIXTURES / "cuda-oom.log"
     assert main(["ultra3", "why", str(log)]) == 2

@@ -741,6 +741,9 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     layers.append("default.yaml")
     open_paths = _open_mappings(default_data) | base_open
 
+    if config is not None and not config.strip():  # `-c ""` (an unset shell variable): never silently `default`
+        raise ConfigError(f"-c {config!r}: an empty config name",
+                          f"give one of {', '.join(config_names(stage))} (nemotron {stage.recipe} list) or a YAML file's path")
     name = config or "default"
     for f in _chain(stage, name):
         _merge(tree, f.data, f.label, prov, errors, strict=True, where=str(f.path), root=tree, open_paths=open_paths,

@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from nemotron.config.artifacts import producer_command
 from nemotron.data import megatron_batch
 from nemotron.errors import ConfigError, UsageError
 
@@ -38,7 +39,12 @@ def kind_of(path: Path) -> tuple[str, Path]:
     if not path.exists() and Path(str(path) + ".idx").is_file():
         return "pretrain", path
     if not path.exists():
-        raise ConfigError(f"{path}: does not exist", "give a packed .parquet, a blend.json, a .bin/.idx prefix or an RL .jsonl")
+        hint = "give a packed .parquet, a blend.json, a .bin/.idx prefix or an RL .jsonl"
+        # a data prep's default output folder (output/ultra3/sft-data/tiny) not made yet: name the command that makes it
+        made = producer_command(path.parent.name, path.name) if path.parent.name.endswith("-data") else None
+        if made:
+            hint = f"make it first: {made}; or {hint}"
+        raise ConfigError(f"{path}: does not exist", hint)
     if path.is_dir():
         for name, kind in (("blend.json", "pretrain"),):
             if (path / name).is_file():

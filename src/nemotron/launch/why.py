@@ -170,8 +170,10 @@ def traceback_summary(lines: list[str]) -> dict[str, Any] | None:
             "frames": len(frames)}
 
 
-def classify(text: str, state: str | None = None, exit_code: str | None = None) -> dict[str, Any]:
-    """The cause of a job's end from its log ``text`` and scheduler ``state`` (sacct's words) and ``exit_code``.
+def classify(text: str, state: str | None = None, exit_code: str | None = None,
+             scheduler_name: str = "Slurm") -> dict[str, Any]:
+    """The cause of a job's end from its log ``text`` and scheduler ``state`` (sacct's words) and ``exit_code``;
+    ``scheduler_name`` is whose state it is, in the evidence (``Slurm``, ``Ray``, NeMo-Run's ``local executor``).
 
     Returns: ``cause`` (a :data:`CAUSES` id, ``completed``, ``cancelled`` or ``unknown``), ``title``, ``evidence`` (the
     line that shows it), ``hint``, ``frame`` (a traceback's first frame in our code, if any), ``exception``,
@@ -187,7 +189,7 @@ def classify(text: str, state: str | None = None, exit_code: str | None = None) 
                 break
     st = (state or "").split()[0].upper() if state else ""
     if st in _STATE_CAUSE and _STATE_CAUSE[st] not in found:
-        found[_STATE_CAUSE[st]] = f"Slurm state {st}" + (f" (exit code {exit_code})" if exit_code else "")
+        found[_STATE_CAUSE[st]] = f"{scheduler_name} state {st}" + (f" (exit code {exit_code})" if exit_code else "")
     if exit_code and exit_code.split(":")[0] == "75" and "resumable-stop" not in found:
         found["resumable-stop"] = f"exit code {exit_code}"
     tb = traceback_summary(lines)
@@ -221,11 +223,11 @@ def classify(text: str, state: str | None = None, exit_code: str | None = None) 
             evidence = tb["exception"]
         return {"cause": chosen, "title": c.title, "evidence": evidence, "hint": hint, "also": also, **base}
     if chosen == "completed":
-        return {"cause": "completed", "title": "the job completed", "evidence": f"Slurm state {st}", "hint": None,
+        return {"cause": "completed", "title": "the job completed", "evidence": f"{scheduler_name} state {st}", "hint": None,
                 "also": also, **base}
     if chosen == "cancelled":
         return {"cause": "cancelled", "title": "cancelled (scancel, or a failed dependency)",
-                "evidence": f"Slurm state {state}", "hint": "submit it again if that was not meant", "also": also, **base}
+                "evidence": f"{scheduler_name} state {state}", "hint": "submit it again if that was not meant", "also": also, **base}
     tail = next((ln.strip() for ln in reversed(lines) if ln.strip()), None)
     return {"cause": "unknown", "title": "none of the known causes", "evidence": tail,
             "hint": "read the log's end: nemotron ultra3 logs JOB", "also": also, **base}
@@ -274,7 +276,8 @@ def explain_job(ident: str | None) -> dict[str, Any]:
         texts = [redact(jobs.read_log(rec, f)) for f in files]
     except jobs.JobFilesMissing:
         files = []
-    out = classify("\n".join(texts), st, code)
+    scheduler_name = {"ray": "Ray", jobs.LOCAL_EXECUTOR: "local executor"}.get(rec.tunnel, "Slurm")
+    out = classify("\n".join(texts), st, code, scheduler_name)
     if st not in jobs.TERMINAL and st != "UNKNOWN":
         out["title"] = f"the job has not ended ({st}); so far: " + out["title"]
     return {"job": rec.job_id, "experiment": rec.experiment_id, "stage": rec.title, "sources": files, **out}
