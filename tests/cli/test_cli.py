@@ -94,8 +94,9 @@ def test_add_existing_key_and_delete_missing_key_fail():
         compile_config(stage, "tiny", ["+run.env.nodes=2"])
     with pytest.raises(ConfigError, match=r"unknown key 'run\.env\.nope'"):
         compile_config(stage, "tiny", ["~run.env.nope"])
-    with pytest.raises(ConfigError, match="no index 7"):
+    with pytest.raises(ConfigError, match="no index 7") as caught:
         compile_config(stage, "tiny", ["+extra=[1]", "extra[7]=2"])
+    assert caught.value.hint == "set the whole list: extra=[...] (an index replaces an element that exists)"
 
 
 def test_override_type_mismatch():

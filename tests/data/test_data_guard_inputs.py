@@ -336,14 +336,19 @@ def test_ctrl_c_says_rerun_resumes(tmp_path, tok_cache):
 
 
 def test_dry_run_from_another_folder_warns(tmp_path, shared_data):
+    """``-c tiny`` finds the shared sample beside the checkout from any folder (``${project:../shared/data}``); a
+    relative path of the user's is taken from the working directory, and from another folder the warning names
+    the project folder where it would match."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    code, out = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", "--dry-run", cwd=elsewhere, home=tmp_path)
+    for cwd in (elsewhere, ROOT):
+        code, out = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", "--dry-run", cwd=cwd, home=tmp_path)
+        assert code == 0 and "optional dataset left out" not in out, out[-2000:]
+    code, out = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", "--dry-run", "path_vars.shared_data=../shared/data",
+                    cwd=elsewhere, home=tmp_path)
     assert code == 0 and "2 warnings" in out, out[-2000:]
     assert "datasets (wikitext2): optional dataset left out" in out
     assert f"run from the project folder {ROOT} it matches {shared_data / 'pretrain' / 'wikitext2-valid.jsonl'}" in out
-    code, out = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", "--dry-run", cwd=ROOT, home=tmp_path)
-    assert code == 0 and "optional dataset left out" not in out, out[-2000:]
 
 
 def test_optional_missing_and_skipped_are_warnings_not_errors(tmp_path):

@@ -314,7 +314,7 @@ def test_refused_submission_removes_its_folders_only(cli, env_file, tmp_path, sl
     refused = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--run", "ci", "--env-file", str(env_file),
                   "profile.partition=no-such-partition")
     assert refused.returncode == 1, refused.stderr[-2000:]
-    # the warnings of the dry-run's checks come first (run from tmp_path, the blend's ../shared datasets are left out)
+    # the warnings of the dry-run's checks, if any, come first
     lines = [x for x in refused.stderr.strip().splitlines() if not x.startswith("warning: ")]
     assert len(lines) == 2 and lines[0].startswith("error: submission of ultra3 data prep rl failed: "), lines
     assert "invalid partition" in lines[0].lower() and lines[1].startswith("hint: "), lines

@@ -113,7 +113,7 @@ def test_refused_job_over_ssh_leaves_no_folder(cli, env_file, tmp_path, sshd):
     proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "login", "--env-file", str(env_file),
                "profile.partition=no-such-partition")
     assert proc.returncode == 1, proc.stderr[-2000:]
-    # the warnings of the dry-run's checks come first (run from tmp_path, the blend's ../shared datasets are left out)
+    # the warnings of the dry-run's checks, if any, come first
     lines = [x for x in proc.stderr.strip().splitlines() if not x.startswith("warning: ")]
     assert len(lines) == 2 and lines[0].startswith("error: submission of ultra3 data prep rl failed: "), lines
     root = tmp_path / "cluster jobs"

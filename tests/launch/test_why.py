@@ -79,6 +79,12 @@ def test_why_log_json_on_a_fixture(capsys):
     assert doc["cause"] == "host-oom" and doc["schema"] == "nemotron/why/v1"
 
 
+def test_a_log_that_cannot_be_read_is_one_line_with_a_hint(tmp_path, capsys):
+    assert main(["ultra3", "why", "--log", str(tmp_path / "none.log")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {tmp_path / 'none.log'}: cannot read (No such file or directory)" in err and "hint: " in err, err
+
+
 def test_the_evidence_names_whose_state_it_is():
     assert why.classify("", "COMPLETED")["evidence"] == "Slurm state COMPLETED"
     assert why.classify("", "COMPLETED", None, "local executor")["evidence"] == "local executor state COMPLETED"

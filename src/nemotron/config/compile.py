@@ -40,7 +40,7 @@ from typing import Any
 
 from nemotron.config import artifacts, yamlio
 from nemotron.config.nemo_rl_base import BASE_KEY, base_layer
-from nemotron.config.paths import OUTPUT_FOLDER_KEYS, config_names, stages_dir
+from nemotron.config.paths import OUTPUT_FOLDER_KEYS, config_names, repo_root, stages_dir
 from nemotron.config.registry import Stage
 from nemotron.config.tree import _leaves, dotted, leaves
 from nemotron.errors import ConfigError, Problem, UsageError
@@ -467,7 +467,9 @@ def _unknown(tree: dict, ov: Override, upto: tuple) -> None:
     name = dotted(upto)
     parent = _resolve_path(tree, upto[:-1])
     if isinstance(parent, list):
-        raise ConfigError(f"override {ov.text!r}: '{dotted(upto[:-1])}' has {len(parent)} elements, no index {upto[-1]}")
+        whole = dotted(upto[:-1])
+        raise ConfigError(f"override {ov.text!r}: '{whole}' has {len(parent)} elements, no index {upto[-1]}",
+                          f"set the whole list: {whole}=[...] (an index replaces an element that exists)")
     hint = _suggest(name, _known_keys(tree))
     raise ConfigError(
         f"override {ov.text!r}: unknown key '{name}'",
@@ -551,6 +553,13 @@ def _register_resolvers() -> None:
     def stdlib() -> str:
         return sysconfig.get_paths()["stdlib"]
 
+    def project(rel: str = "") -> str:
+        # the source checkout's folder (the one holding pyproject.toml and stages/), so that a default such as
+        # ../shared/data names the same files from any working directory; an installed wheel has no checkout:
+        # there REL stays relative, taken from the working directory as any relative path is
+        root = repo_root()
+        return str(root / rel) if root is not None else rel
+
     # NeMo RL's recipes (a NeMo RL stage's base layer) compute with these (nemo_rl/utils/config.py
     # register_omegaconf_resolvers: ${mul:a,b} and friends)
     arith = (("add", lambda a, b: a + b), ("mul", lambda a, b: a * b), ("div", lambda a, b: a / b),
@@ -563,7 +572,7 @@ def _register_resolvers() -> None:
     if register is not None and "annotation_validation" not in inspect.signature(register).parameters:
         register = None
     for rname, fn in (("oc.env", env), ("art", art), ("stages", stages), ("pkgdata", pkgdata), ("stdlib", stdlib),
-                      *arith):
+                      ("project", project), *arith):
         if register is not None:
             register(rname, fn, replace=True, use_cache=False, annotation_validation="off")
         else:  # OmegaConf 2.3

@@ -246,7 +246,8 @@ def explain_files(paths: list[str]) -> dict[str, Any]:
         try:
             texts.append(Path(p).read_text(encoding="utf-8", errors="replace"))
         except OSError as exc:
-            raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+            raise ConfigError(f"{p}: cannot read ({exc.strerror})",
+                              "give a job's log file (nemotron ultra3 logs JOB names them), or a job id without --log") from None
     return {"job": None, "experiment": None, "stage": None, "sources": list(paths), **classify("\n".join(texts))}
 
 
