@@ -5,9 +5,6 @@
 #
 #   bash scripts/setup_upstream.sh        # idempotent: a second run only checks and returns
 #
-# Installs with uv's pip interface on the indexes pip is configured with, else pip (scripts/install_lib.sh;
-# NEMOTRON_INSTALLER=pip: pip only).
-#
 # Python 3.11 (NEMOTRON_PYTHON, default python3): the CPU torch build this project installs exists for 3.11
 # only; tests/contract/boot.py says what that means for upstream code that declares 3.12/3.13.
 set -euo pipefail
@@ -28,10 +25,8 @@ if [[ -d "$VENV" ]] && ! "$PY" -c 'import pip' >/dev/null 2>&1; then rm -rf "$VE
 [[ -d "$VENV" ]] || { step "creating $VENV"; "${NEMOTRON_PYTHON:-python3}" -m venv "$VENV"; }
 rm -f "$STAMP"
 step "installing $REQ"
-INSTALL_TAG="[setup-upstream]"
-# shellcheck source=scripts/install_lib.sh
-source "$ROOT/scripts/install_lib.sh"
-venv_install "$PY" -r "$REQ"
+"$PY" -m pip --quiet --disable-pip-version-check install -r "$REQ" 2>&1 \
+  | { grep -v -E "^WARNING: Location '.*' is ignored" || true; }
 "$PY" -c 'import torch, transformers, pydantic' || { echo "[setup-upstream] error: the contract interpreter does not import torch/transformers/pydantic" >&2; exit 1; }
 printf '%s\n' "$want" > "$STAMP"
 step "done"
