@@ -487,3 +487,15 @@ def test_an_empty_config_name_is_refused_not_taken_as_default(capsys):
     assert main(["ultra3", "pretrain", "-c", "", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "error: -c '': an empty config name" in err and "hint: give one of default, tiny, local" in err, err
+
+
+def test_a_pipe_dry_run_never_calls_a_chain_valid_that_the_run_refuses(capsys, tmp_path, monkeypatch):
+    """``pipe sft convert``: nothing in the chain makes sft's data, so the run refuses stage 1; the chain's last
+    line says so (the dry run still exits 0, as a single stage's does for an unresolved input)."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    env_file = Path(__file__).resolve().parents[1] / "fixtures" / "env.toml"
+    assert main(["ultra3", "pipe", "sft", "convert", "-c", "tiny", "--batch", "sample", "--env-file", str(env_file),
+                 "--dry-run"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == ("dry run: the chain's configs are valid, but the run would refuse to start at stage 1/2 "
+                    "(ultra3 sft): see its line above; nothing was submitted"), last

@@ -479,7 +479,14 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                     report.problems(p.problems)
         raise ValidationError(problems=[q for p in prepared for q in p.problems])
     if kw.get("dry_run"):
-        report.out(f"dry run: the chain of {len(prepared)} stages is valid; nothing was submitted", plain=True)
+        # the run's own refusal (_check_startable) of a stage whose inputs nothing makes: said of the chain too
+        refused = next((i for i, p in enumerate(prepared, 1) if unresolved_refusal(p.compiled) is not None), None)
+        if refused is None:
+            report.out(f"dry run: the chain of {len(prepared)} stages is valid; nothing was submitted", plain=True)
+        else:
+            report.out(f"dry run: the chain's configs are valid, but the run would refuse to start at stage "
+                       f"{refused}/{len(prepared)} ({prepared[refused - 1].req.stage.title}): see its line above; "
+                       "nothing was submitted", plain=True)
         return 0
     for p in prepared:
         _check_startable(p)
