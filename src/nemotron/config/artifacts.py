@@ -120,15 +120,20 @@ def accepted_configs(config: str) -> set[str]:
     return {config}
 
 
+def producer_stage(name: str) -> Any:
+    """The registry's stage that produces artifact ``name``, or None."""
+    return next((stage for stage in STAGES if name in stage.produces), None)
+
+
 def producer_command(name: str, config: str | None = None) -> str | None:
     """The command that (re)makes artifact ``name``: ``nemotron ultra3 data prep pretrain -c tiny``. The stage is
     the registry's producer of ``name``, else a stage shipping a config named ``name`` (``rlvr -c
     teacher-reasoning`` records ``teacher-reasoning``); ``config`` is the producer's config (the consumer's
     ``-c`` when None is recorded). None when no stage makes it."""
 
-    for stage in STAGES:
-        if name in stage.produces:
-            return f"nemotron {stage.recipe} {' '.join(stage.command)}" + (f" -c {config}" if config else "")
+    stage = producer_stage(name)
+    if stage is not None:
+        return f"nemotron {stage.recipe} {' '.join(stage.command)}" + (f" -c {config}" if config else "")
     for stage in STAGES:
         if name in config_names(stage):
             return f"nemotron {stage.recipe} {' '.join(stage.command)} -c {name}"

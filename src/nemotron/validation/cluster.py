@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nemotron.config.artifacts import producer_command
+from nemotron.config.artifacts import producer_command, producer_stage
 from nemotron.config.paths import OUTPUT_FOLDER_KEYS
-from nemotron.config.registry import STAGES
 from nemotron.config.tree import leaves
 from nemotron.errors import Problem
 
@@ -138,8 +137,7 @@ def storage_problems(compiled: Any, profile: Any, plan: Any) -> list[Problem]:
 
             command = producer_command(artifact.split()[0], compiled.config_name)
             if command:
-                producer = next((s for s in STAGES if artifact.split()[0] in s.produces), None)
-                fix = producer_profile_fix(compiled, producer)
+                fix = producer_profile_fix(compiled, producer_stage(artifact.split()[0]))
                 make = (f"make it on this profile: {command}{getattr(compiled, 'launch_args', '')}"
                         f"{' ' + fix if fix else ''}; or ")
         out.append(Problem(key, value, rule="cluster-storage",

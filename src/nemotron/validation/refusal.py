@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemotron.config.artifacts import producer_command
+from nemotron.config.artifacts import producer_command, producer_stage
 from nemotron.config.compile import _resolve_config_ref
-from nemotron.config.registry import STAGES
 from nemotron.errors import ConfigError, plural
 from nemotron.validation.cluster import producer_profile_fix
 
@@ -29,7 +28,7 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
     config = compiled.config_name if "/" not in compiled.config_name and not compiled.config_name.endswith(".yaml") \
         else None
     command = producer_command(m.group(1), config) if m else None
-    producer = next((s for s in STAGES if m and m.group(1) in s.produces), None)
+    producer = producer_stage(m.group(1)) if m else None
     # the producer goes where this job goes: made here, a cluster job could not read it
     launch = getattr(compiled, "launch_args", "")
     fix = producer_profile_fix(compiled, producer)
