@@ -46,14 +46,16 @@ else
 fi
 
 # pytest-xdist: NEMOTRON_TEST_WORKERS processes (default 2; 0 runs in this one process), each test file whole on
-# one of them (--dist loadfile: a module's shared fixture is built once; files with a `slow` test go first). On the
+# one of them (--dist loadfile: a module's shared fixture is built once), in the order of tests/conftest.py (the files
+# with a `slow` test first; --no-loadscope-reorder, else pytest-xdist hands out the files with most tests first,
+# which put the few long tests last and left one worker idle at the end). On the
 # 2-core machine one process kept only 0.8 of the 2 cores busy (it waits on subprocesses, Slurm and Ray): 2 workers
 # took the suite from 37 to 26 minutes, and 3 were no faster. An -n/--numprocesses/--dist or -p no:xdist of the
 # caller wins.
 workers=${NEMOTRON_TEST_WORKERS:-2}
 parallel=()
 if ((workers > 0)) && ! printf '%s\n' "$@" | grep -Eq -- '^(-n|--numprocesses|--dist|-n[0-9]+|--numprocesses=.*|no:xdist)$'; then
-  parallel=(-n "$workers" --dist loadfile)
+  parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 fi
 
 rc=0

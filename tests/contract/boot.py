@@ -109,14 +109,98 @@ def _import(name, globals=None, locals=None, fromlist=(), level=0):
     return _real_import(name, globals, locals, fromlist, level)
 
 
+#: What the server of :func:`serve` imports before it forks: the frameworks every contract script imports
+#: (about 15 CPU-seconds on 2 cores; a contract script's own work is mostly less).
+PRELOAD = ("torch", "transformers", "megatron.core", "megatron.bridge", "nemo_rl")
+
+
+def _run_script(script: str, argv: list[str]) -> None:
+    sys.argv = [script, *argv]
+    runpy.run_path(script, run_name="__main__")
+
+
+def _child(request: dict, channels: tuple[int, int]) -> None:
+    """In the forked child: the request's folder, environment, stdin and output files, then the script; never
+    returns (``os._exit`` with the script's exit status, as ``python boot.py SCRIPT`` would end)."""
+    import os
+    import traceback
+
+    code = 0
+    try:
+        for fd in channels:  # the request channel is fd 0, replaced below; the response channel is closed
+            if fd > 2:
+                os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        for fd, path, mode in ((0, request["stdin"], os.O_RDONLY),
+                               (1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                               (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+            opened = os.open(path, mode, 0o644)
+            os.dup2(opened, fd)
+            os.close(opened)
+        sys.stdin = open(0, closefd=False, encoding="utf-8")
+        _run_script(request["script"], request.get("argv", []))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, int) and exc.code is not None:
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - the script's failure, reported like the interpreter's own
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve() -> None:
+    """``python boot.py --serve``: import :data:`PRELOAD` once, then run each request in a fork of this process.
+
+    Requests are JSON lines on stdin (``script``, ``argv``, ``cwd``, ``env``, and the ``stdin``/``stdout``/``stderr``
+    files); for each, one JSON line ``{"pid": N}`` when the child starts and ``{"status": S}`` (its exit status, or
+    minus the signal that ended it) when it ends go to stdout. The child is the state of a fresh ``boot.py SCRIPT``
+    process after the preloaded imports: the same import hook, the same environment at import time (the contract
+    environment), no thread but the main one (checked here: a fork copies no other thread).
+    """
+    import importlib
+    import json
+    import os
+    import threading
+
+    requests, responses = sys.stdin.fileno(), os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints of the imports stay off the response channel
+    for name in PRELOAD:
+        importlib.import_module(name)
+    if threading.active_count() != 1:
+        sys.exit(f"boot.py --serve: {threading.active_count()} threads after the preloaded imports; a fork would "
+                 "copy only the main one")
+    os.write(responses, b'{"ready": true}\n')
+    with os.fdopen(requests, encoding="utf-8") as lines:
+        for line in lines:
+            request = json.loads(line)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(request, (requests, responses))
+            os.write(responses, (json.dumps({"pid": pid}) + "\n").encode())
+            _, status = os.waitpid(pid, 0)
+            status = os.waitstatus_to_exitcode(status)
+            os.write(responses, (json.dumps({"status": status}) + "\n").encode())
+
+
 def main() -> None:
     if len(sys.argv) < 2:
-        sys.exit("usage: boot.py SCRIPT [ARGS...]")
+        sys.exit("usage: boot.py SCRIPT [ARGS...] | boot.py --serve")
     sys.modules.setdefault("contract_boot", sys.modules[__name__])  # scripts read STANDIN_USERS from it
     builtins.__import__ = _import
-    script = sys.argv[1]
-    sys.argv = sys.argv[1:]
-    runpy.run_path(script, run_name="__main__")
+    if sys.argv[1] == "--serve":
+        serve()
+        return
+    _run_script(sys.argv[1], sys.argv[2:])
 
 
 if __name__ == "__main__":

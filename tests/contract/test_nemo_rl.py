@@ -380,7 +380,7 @@ from nemo_rl.utils.checkpoint import CheckpointManager, _load_checkpoint_history
 chain = {}
 job = next(j for j in P["jobs"] if j["name"] == "rlvr-tiny")
 master = ours.translate(job["compiled"])
-d = Path(tempfile.mkdtemp(prefix="ckpt-"))
+d = Path(tempfile.mkdtemp(prefix="ckpt-", dir=work))
 conf = {**master["checkpointing"], "checkpoint_dir": str(d), "save_period": 1}
 cm = CheckpointManager(conf)
 import transformers
@@ -435,7 +435,7 @@ chain["latest_after"] = cm2.get_latest_checkpoint_path()
 recipes = {}
 for name in KL["recipes"]:
     recipes[name] = ours.recipe_drift({"nemo_rl": {"base": name}}, ROOT)
-changed = Path(tempfile.mkdtemp(prefix="checkout-"))
+changed = Path(tempfile.mkdtemp(prefix="checkout-", dir=work))
 name = "examples/nemo_gym/nemotron-3-ultra/student_rlvr1.yaml"
 (changed / name).parent.mkdir(parents=True)
 text = (ROOT / name).read_text().replace("lr: 4.0e-6", "lr: 5.0e-6", 1)
@@ -446,6 +446,7 @@ tokenizers = [{"loaded": fp, "at_end": fingerprint(tok)} for tok, fp in _tokeniz
 write_result({"results": results, "sweep": sweep, "draft": draft, "chain": chain, "recipes": recipes,
               "tokenizers": tokenizers,
               "val_metrics": sorted(METRICS), "train_metrics": TRAIN})
+shutil.rmtree(work)
 '''
 
 
@@ -658,10 +659,11 @@ import runpy, tempfile
 from pathlib import Path
 from upstream import read_payload, write_result
 p = read_payload()
-out = Path(tempfile.mkdtemp()) / "keylist.json"
-gen = runpy.run_path(p["script"], run_name="nemo_rl_keys")
-gen["main"](["--source", p["root"], "--commit", p["commit"], "--out", str(out)])
-write_result({"text": out.read_text(encoding="utf-8")})
+with tempfile.TemporaryDirectory(prefix="keylist-") as folder:
+    out = Path(folder) / "keylist.json"
+    gen = runpy.run_path(p["script"], run_name="nemo_rl_keys")
+    gen["main"](["--source", p["root"], "--commit", p["commit"], "--out", str(out)])
+    write_result({"text": out.read_text(encoding="utf-8")})
 '''
 
 

@@ -106,12 +106,114 @@ class Upstream:
                 path = Path(script)
             result = Path(tmp) / "result.json"
             env = self.env() | {"CONTRACT_RESULT": str(result)}
-            proc = subprocess.run([str(self.python), str(BOOT), str(path)], input=json.dumps(payload), text=True,
-                                  capture_output=True, env=env, timeout=timeout, cwd=str(cwd or tmp))
-            if proc.returncode != 0 or not result.is_file():
-                tail = "\n".join((proc.stdout + "\n" + proc.stderr).strip().splitlines()[-40:])
-                raise UpstreamError(f"{path.name} exited {proc.returncode}:\n{tail}")
+            if _FORK:
+                code, out, err = _server(self).run(path, json.dumps(payload), env, Path(cwd or tmp), Path(tmp),
+                                                   timeout)
+            else:
+                proc = subprocess.run([str(self.python), str(BOOT), str(path)], input=json.dumps(payload), text=True,
+                                      capture_output=True, env=env, timeout=timeout, cwd=str(cwd or tmp))
+                code, out, err = proc.returncode, proc.stdout, proc.stderr
+            if code != 0 or not result.is_file():
+                tail = "\n".join((out + "\n" + err).strip().splitlines()[-40:])
+                raise UpstreamError(f"{path.name} exited {code}:\n{tail}")
             return json.loads(result.read_text(encoding="utf-8"))
+
+
+#: ``NEMOTRON_CONTRACT_FORK=0`` starts a fresh interpreter for every script (the slow way, for a suspected
+#: difference); by default one server per test process imports the frameworks once and forks per script.
+_FORK = os.environ.get("NEMOTRON_CONTRACT_FORK", "1") != "0"
+_SERVERS: dict[tuple[str, str], "_ForkServer"] = {}
+
+
+def _server(up: "Upstream") -> "_ForkServer":
+    env = up.env()
+    key = (str(up.python), env["PYTHONPATH"])
+    if key not in _SERVERS or not _SERVERS[key].alive():
+        _SERVERS[key] = _ForkServer(up.python, env)
+    return _SERVERS[key]
+
+
+class _ForkServer:
+    """``boot.py --serve`` in the contract interpreter: the frameworks imported once (about 15 CPU-seconds), then one
+    fork per script. A child is what ``python boot.py SCRIPT`` is after those imports: the same interpreter, import
+    hook, environment (only ``CONTRACT_RESULT`` and the folder differ, set in the child), and default signal
+    dispositions. Stopped when the test process exits."""
+
+    def __init__(self, python: Path, env: dict[str, str]) -> None:
+        import atexit
+
+        self.log = tempfile.NamedTemporaryFile(prefix="contract-server-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen([str(python), str(BOOT), "--serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=str(REPO))
+        self._buffer = b""
+        atexit.register(self.stop)
+        if (self._line(timeout=600) or {}).get("ready") is not True:
+            self.stop()
+            raise UpstreamError(f"boot.py --serve did not start:\n{self._log_tail()}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+    def _log_tail(self) -> str:
+        return Path(self.log.name).read_text(encoding="utf-8", errors="replace")[-4000:]
+
+    def _line(self, timeout: float) -> dict:
+        """The server's next JSON line; ``{}`` when it ended; ``None`` after ``timeout`` seconds."""
+        import select
+        import time
+
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if select.select([fd], [], [], left)[0]:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return {}
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, script: Path, payload: str, env: dict[str, str], cwd: Path, tmp: Path,
+            timeout: float) -> tuple[int, str, str]:
+        """Run ``script`` in a fork; ``(exit status, stdout, stderr)``.
+
+        Raises:
+            subprocess.TimeoutExpired: the script ran longer than ``timeout`` seconds (it is killed).
+            UpstreamError: the server died.
+        """
+        import signal
+
+        files = {name: tmp / f"script.{name}" for name in ("stdin", "stdout", "stderr")}
+        files["stdin"].write_text(payload, encoding="utf-8")
+        request = {"script": str(script), "cwd": str(cwd), "env": env, **{k: str(v) for k, v in files.items()}}
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        self.proc.stdin.flush()
+        started = self._line(timeout=60) or {}
+        if "pid" not in started:
+            raise UpstreamError(f"the contract server ended:\n{self._log_tail()}")
+        ended = self._line(timeout)
+        if ended is None:
+            os.kill(started["pid"], signal.SIGKILL)
+            self._line(timeout=60)
+            raise subprocess.TimeoutExpired([str(script)], timeout)
+        if "status" not in ended:
+            raise UpstreamError(f"the contract server ended:\n{self._log_tail()}")
+        read = lambda p: p.read_text(encoding="utf-8", errors="replace") if p.exists() else ""  # noqa: E731
+        return ended["status"], read(files["stdout"]), read(files["stderr"])
 
 
 def write_result(value: Any) -> None:

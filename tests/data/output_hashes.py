@@ -97,17 +97,17 @@ def main() -> None:
     import tempfile
 
     stage, out = sys.argv[1], Path(sys.argv[2])
-    tok_cache = tempfile.mkdtemp(prefix="tok-")
-    if stage == "pretrain":
-        from nemotron.data.pretrain import Settings, prepare
+    with tempfile.TemporaryDirectory(prefix="tok-") as tok_cache:
+        if stage == "pretrain":
+            from nemotron.data.pretrain import Settings, prepare
 
-        prepare(Settings.from_config(pretrain_config(out, tok_cache)), quiet=True)
-        print(json.dumps(pretrain_hashes(out), indent=1, sort_keys=True))
-    else:
-        from nemotron.data.sft import Settings, prepare
+            prepare(Settings.from_config(pretrain_config(out, tok_cache)), quiet=True)
+            print(json.dumps(pretrain_hashes(out), indent=1, sort_keys=True))
+        else:
+            from nemotron.data.sft import Settings, prepare
 
-        m = prepare(Settings.from_config(sft_config(out, tok_cache)), quiet=True)
-        print(json.dumps(sft_hashes(out, m), indent=1, sort_keys=True))
+            m = prepare(Settings.from_config(sft_config(out, tok_cache)), quiet=True)
+            print(json.dumps(sft_hashes(out, m), indent=1, sort_keys=True))
 
 
 if __name__ == "__main__":
