@@ -11,8 +11,17 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/setup.sh
-bash scripts/setup_upstream.sh   # the contract tests' interpreter (tests/contract)
+# .venv and the contract tests' interpreter (tests/contract) are independent: installed side by side (on a fresh
+# clone pip mostly waits on the package index and the disk; each script's lines carry its own prefix)
+bash scripts/setup.sh & setup=$!
+bash scripts/setup_upstream.sh & upstream=$!
+rc_setup=0 rc_upstream=0
+wait "$setup" || rc_setup=$?
+wait "$upstream" || rc_upstream=$?
+if ((rc_setup || rc_upstream)); then
+  echo "[test] set-up failed: scripts/setup.sh exited $rc_setup, scripts/setup_upstream.sh $rc_upstream (see above)" >&2
+  exit 1
+fi
 
 SLURM_SCRIPT=scripts/local_slurm.sh
 # shellcheck disable=SC2329  # called from the EXIT trap

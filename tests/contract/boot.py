@@ -1,4 +1,6 @@
-"""Start-up of every contract-test subprocess: ``python boot.py SCRIPT`` in ``.venv-upstream``.
+"""Start-up of every contract-test script: ``python boot.py SCRIPT`` in ``.venv-upstream``, or ``python boot.py
+--serve``, which does the same start-up once, imports the frameworks (:data:`PRELOAD`) and then runs each script it is
+sent in a fork of itself (:func:`serve`; the client is ``upstream._ForkServer``).
 
 It makes the upstream sources importable on this CPU machine with as little interference as possible, then
 runs SCRIPT as ``__main__``. Exactly three things are done, and nothing else of upstream is touched:
