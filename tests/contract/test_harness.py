@@ -108,3 +108,12 @@ def test_a_script_past_its_timeout_is_killed_and_the_next_one_runs(upstream):
     with pytest.raises(subprocess.TimeoutExpired):
         upstream.run("import time\ntime.sleep(120)\n", timeout=2)
     assert upstream.run("from upstream import write_result\nwrite_result(7)\n") == 7
+
+
+def test_a_server_that_cannot_start_says_why(upstream, tmp_path):
+    """Without the upstream sources on its path the server's imports fail: one error with the traceback's tail."""
+    from upstream import UpstreamError, _ForkServer
+
+    env = {**upstream.env(), "PYTHONPATH": str(tmp_path)}
+    with pytest.raises(UpstreamError, match=r"boot.py --serve did not start:(.|\n)*No module named 'megatron"):
+        _ForkServer(upstream.python, env)

@@ -148,8 +148,9 @@ class _ForkServer:
         self._buffer = b""
         atexit.register(self.stop)
         if (self._line(timeout=600) or {}).get("ready") is not True:
+            said = self._log_tail()
             self.stop()
-            raise UpstreamError(f"boot.py --serve did not start:\n{self._log_tail()}")
+            raise UpstreamError(f"boot.py --serve did not start:\n{said}")
 
     def alive(self) -> bool:
         return self.proc.poll() is None
