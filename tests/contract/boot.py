@@ -143,10 +143,12 @@ def _child(request: dict, channels: tuple[int, int]) -> None:
             os.close(opened)
         sys.stdin = open(0, closefd=False, encoding="utf-8")
         _run_script(request["script"], request.get("argv", []))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if not isinstance(exc.code, int) and exc.code is not None:
+    except SystemExit as exc:  # as the interpreter ends: None is 0, an int itself, anything else printed and 1
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
             print(exc.code, file=sys.stderr)
+            code = 1
     except BaseException:  # noqa: BLE001 - the script's failure, reported like the interpreter's own
         traceback.print_exc()
         code = 1

@@ -169,7 +169,7 @@ class _ForkServer:
     def _log_tail(self) -> str:
         return Path(self.log.name).read_text(encoding="utf-8", errors="replace")[-4000:]
 
-    def _line(self, timeout: float) -> dict:
+    def _line(self, timeout: float) -> dict | None:
         """The server's next JSON line; ``{}`` when it ended; ``None`` after ``timeout`` seconds."""
         import select
         import time
