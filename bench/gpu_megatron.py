@@ -30,6 +30,12 @@ Runs, all in this one invocation:
    backend's reference (``bench/train_tiny.py``). It has no MTP block (transformers builds none), so it does less
    work per token than the Megatron run.
 
+``--stage sft`` runs the job of ``nemotron ultra3 sft -c tiny`` the same way (:data:`ONE_GPU_SFT`: the same model
+and layout at the 4,096-token packs of ``data prep sft -c tiny``), through ``stages/ultra3/sft/run.py``, i.e.
+Megatron-Bridge's ``finetune()`` on our packed Parquet (its packed-sequence dataset, answer-only loss on our stored
+loss mask), starting from a pretrain checkpoint this script makes first (``--pretrain-iters`` steps of the pretrain
+job above, kept in ``WORK/pre``): runs 1-3 as above, and the plain loop at the SFT batch shape.
+
 Figures: the loss curve (first/last steps), tokens/s of the Megatron run (steady-state, from the recorded step times
 after ``--warmup`` steps) against the plain loop's, the peak GPU memory allocated by the training process (the CUDA
 caching allocator's ``max_memory_allocated``) against our estimate. Everything lands in ``--out``:
@@ -78,20 +84,46 @@ ONE_GPU = [
 ]
 
 
-def overrides(blend: Path, ckpt: Path, iters: int) -> list[str]:
+#: ``sft -c tiny`` made to fit one GPU: the same model and layout as :data:`ONE_GPU`, at the pack size of
+#: ``data prep sft -c tiny`` (4,096 tokens: one pack is one training sequence; CP 1), one pack per micro-batch (as
+#: Megatron-Bridge requires for packed data) and 4 per step (30 steps draw 120 of the 144 training packs: one epoch,
+#: no pack seen twice), a checkpoint every 10 steps.
+ONE_GPU_SFT = [o for o in ONE_GPU if not o.startswith(("model.seq_length=", "train.", "checkpoint.save_interval="))] + [
+    "model.seq_length=4096", "model.context_parallel_size=1", "train.global_batch_size=4", "train.micro_batch_size=1",
+    "checkpoint.save_interval=10",
+]
+
+
+def overrides(blend: Path, ckpt: Path, iters: int, save_interval: int | None = None) -> list[str]:
+    extra = [f"checkpoint.save_interval={save_interval}"] if save_interval else []
     return [*ONE_GPU, f"data.per_split_data_args_path={blend}", f"checkpoint.save={ckpt}",
             f"train.train_iters={iters}", f"scheduler.lr_decay_iters={iters}",
-            f"scheduler.lr_wsd_decay_iters={max(1, iters // 5)}"]
+            f"scheduler.lr_wsd_decay_iters={max(1, iters // 5)}", *extra]
 
 
-def compile_job(blend: Path, ckpt: Path, iters: int, path: Path) -> dict:
-    """``train.yaml`` for the job, as the CLI writes it (compiled, prepared, validated: any error stops here)."""
+def sft_overrides(packed: Path, pretrained: Path, ckpt: Path, iters: int) -> list[str]:
+    """``sft -c tiny`` on one GPU over the packed Parquet folder ``packed`` (``data prep sft -c tiny``'s output),
+    starting from the pretrain checkpoint folder ``pretrained``: the ``${art:...}`` inputs of the config given as
+    paths (this machine has no artifact store)."""
+    data = packed / "data"
+    return [*ONE_GPU_SFT, f"dataset.dataset_root={packed}",
+            f"dataset.packed_sequence_specs.packed_train_data_path={data / 'training_4096.idx.parquet'}",
+            f"dataset.packed_sequence_specs.packed_val_data_path={data / 'validation_4096.idx.parquet'}",
+            f"dataset.packed_sequence_specs.packed_metadata_path={data / '4096_metadata.jsonl'}",
+            f"checkpoint.pretrained_checkpoint={pretrained}", f"checkpoint.save={ckpt}",
+            f"train.train_iters={iters}", f"scheduler.lr_decay_iters={iters}"]
+
+
+def compile_job(blend: Path, ckpt: Path, iters: int, path: Path, stage_name: str = "pretrain",
+                args: list[str] | None = None) -> dict:
+    """``train.yaml`` for the job, as the CLI writes it (compiled, prepared, validated: any error stops here).
+    ``args``: the overrides (default: :func:`overrides` of pretrain)."""
     from nemotron import validation
     from nemotron.config.compile import compile_config, write_yaml
     from nemotron.config.registry import get_stage
 
-    stage = get_stage("pretrain")
-    compiled = compile_config(stage, "tiny", overrides(blend, ckpt, iters))
+    stage = get_stage(stage_name)
+    compiled = compile_config(stage, "tiny", args if args is not None else overrides(blend, ckpt, iters))
     validation.prepare(stage, compiled.config, compiled.user_keys, None)
     errors = [f"{p.key}={p.value!r}: {p.message}" for p in validation.validate(stage, compiled.config, None)
               if p.severity == "error"]
@@ -101,10 +133,11 @@ def compile_job(blend: Path, ckpt: Path, iters: int, path: Path) -> dict:
     return compiled.config
 
 
-def estimate(blend: Path, ckpt: Path, iters: int, out: Path) -> float | None:
+def estimate(blend: Path, ckpt: Path, iters: int, out: Path, stage_name: str = "pretrain",
+             args: list[str] | None = None) -> float | None:
     """The dry-run's per-GPU memory estimate (GB = 1e9 bytes, ``total on the peak stage``) for the same command."""
-    argv = [sys.executable, "-m", "nemotron", "ultra3", "pretrain", "-c", "tiny", "--dry-run",
-            *overrides(blend, ckpt, iters)]
+    argv = [sys.executable, "-m", "nemotron", "ultra3", stage_name, "-c", "tiny", "--dry-run",
+            *(args if args is not None else overrides(blend, ckpt, iters))]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "160"})
     (out / "dry-run.txt").write_text(proc.stdout + proc.stderr)
     m = re.search(r"total on the peak stage\s+([\d.]+) GB", proc.stdout + proc.stderr)
@@ -127,13 +160,14 @@ def _steps_begun(log: Path) -> int:
 
 
 def train(config: Path, log: Path, out: Path, name: str, signal_at: int | None = None,
-          timeout: float = 420) -> dict:
-    """Run the job's entry once; with ``signal_at``, SIGTERM it once that step has begun. Returns
-    ``{"rc", "seconds", "log"}``; the process output is in ``<out>/<name>.log``."""
+          timeout: float = 420, stage_name: str = "pretrain") -> dict:
+    """Run the job's entry (``stages/ultra3/<stage_name>/run.py``) once; with ``signal_at``, SIGTERM it once that
+    step has begun. Returns ``{"rc", "seconds", "log"}``; the process output is in ``<out>/<name>.log``."""
     text = out / f"{name}.log"
     t0 = time.monotonic()
     with text.open("w") as fh:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "stages/ultra3/pretrain/run.py"), "--config", str(config)],
+        proc = subprocess.Popen([sys.executable, str(ROOT / f"stages/ultra3/{stage_name}/run.py"), "--config",
+                                 str(config)],
                                 cwd=ROOT, env=job_env(log), stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         signalled = None
@@ -172,7 +206,14 @@ def main() -> int:
     ap.add_argument("--plain-steps", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=420, help="seconds each training process may run")
     ap.add_argument("--skip", default="", help="comma list of runs to skip: reference,signal,plain")
+    ap.add_argument("--stage", choices=("pretrain", "sft"), default="pretrain",
+                    help="sft: finetune() on --packed from a pretrain checkpoint this script makes first (--pretrain-iters "
+                         "steps of the pretrain job on --blend, in WORK/pre, kept for later invocations)")
+    ap.add_argument("--packed", type=Path, default=None, help="sft: the folder of `nemotron ultra3 data prep sft -c tiny`")
+    ap.add_argument("--pretrain-iters", type=int, default=10, help="sft: steps of the pretrain run it starts from")
     args = ap.parse_args()
+    if args.stage == "sft" and args.packed is None:
+        ap.error("--stage sft needs --packed (the data prep sft -c tiny folder)")
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     work = (args.work or out / "work").resolve()
@@ -196,33 +237,52 @@ def main() -> int:
             summary.setdefault("stack", {})[mod] = f"not importable: {type(exc).__name__}: {exc}"[:300]
 
     blend = args.blend.resolve()
-    tokens_per_step = 16 * 1024
-    summary["estimate_gb"] = estimate(blend, work / "ref", args.iters, out)
+    stage_name = args.stage
     runs: dict = {}
     recs: dict = {}
+    if stage_name == "sft":
+        tokens_per_step, micro, gbs, seq = 4 * 4096, 1, 4, 4096
+        pre = work / "pre"
+        if not (pre / "latest_checkpointed_iteration.txt").is_file():  # the checkpoint SFT starts from
+            shutil.rmtree(pre, ignore_errors=True)
+            cfg = work / "pre.yaml"
+            compile_job(blend, pre, args.pretrain_iters, cfg,
+                        args=overrides(blend, pre, args.pretrain_iters, save_interval=args.pretrain_iters))
+            runs["pretrain"] = train(cfg, out / "pre.jsonl", out, "pretrain", timeout=args.timeout)
+            saved = pre / "latest_checkpointed_iteration.txt"
+            runs["pretrain"]["saved_iteration"] = int(saved.read_text().strip()) if saved.is_file() else None
+        packed = args.packed.resolve()
+        job_args = lambda ckpt: sft_overrides(packed, pre, ckpt, args.iters)  # noqa: E731
+    else:
+        tokens_per_step, micro, gbs, seq = 16 * 1024, 4, 16, 1024
+        job_args = lambda ckpt: overrides(blend, ckpt, args.iters)  # noqa: E731
+    summary["stage"] = stage_name
+    summary["estimate_gb"] = estimate(blend, work / "ref", args.iters, out, stage_name, job_args(work / "ref"))
     if "reference" not in skip:
         cfg = work / "ref.yaml"
-        compile_job(blend, work / "ref", args.iters, cfg)
+        compile_job(blend, work / "ref", args.iters, cfg, stage_name, job_args(work / "ref"))
         shutil.rmtree(work / "ref", ignore_errors=True)  # a fresh start, not a resume of an earlier reference
         (out / "ref.jsonl").unlink(missing_ok=True)
-        runs["reference"] = train(cfg, out / "ref.jsonl", out, "reference", timeout=args.timeout)
+        runs["reference"] = train(cfg, out / "ref.jsonl", out, "reference", timeout=args.timeout,
+                                  stage_name=stage_name)
     if (out / "ref.jsonl").is_file():  # this invocation's reference, or an earlier one's in the same --out
         recs["reference"] = batch_log.read(out / "ref.jsonl")
         if "reference" not in runs and (out / "summary.json").is_file():
-            earlier = json.loads((out / "summary.json").read_text()).get("runs", {}).get("reference")
-            if earlier:
-                runs["reference"] = earlier
+            earlier_runs = json.loads((out / "summary.json").read_text()).get("runs", {})
+            for key in ("reference", "pretrain"):
+                if key not in runs and earlier_runs.get(key):
+                    runs[key] = earlier_runs[key]
     if "signal" not in skip:
         cfg = work / "sig.yaml"
         shutil.rmtree(work / "sig", ignore_errors=True)
         (out / "sig.jsonl").unlink(missing_ok=True)
-        compile_job(blend, work / "sig", args.iters, cfg)
+        compile_job(blend, work / "sig", args.iters, cfg, stage_name, job_args(work / "sig"))
         runs["signalled"] = train(cfg, out / "sig.jsonl", out, "signalled", signal_at=args.signal_at,
-                                    timeout=args.timeout)
+                                    timeout=args.timeout, stage_name=stage_name)
         saved = (work / "sig" / "latest_checkpointed_iteration.txt")
         runs["signalled"]["saved_iteration"] = int(saved.read_text().strip()) if saved.is_file() else None
         lines_before = len((out / "sig.jsonl").read_text().splitlines()) if (out / "sig.jsonl").is_file() else 0
-        runs["resumed"] = train(cfg, out / "sig.jsonl", out, "resumed", timeout=args.timeout)
+        runs["resumed"] = train(cfg, out / "sig.jsonl", out, "resumed", timeout=args.timeout, stage_name=stage_name)
         recs["signalled"] = batch_log.read(out / "sig.jsonl") if (out / "sig.jsonl").is_file() else None
         later = (out / "sig.jsonl").read_text().splitlines()[lines_before:] if (out / "sig.jsonl").is_file() else []
         firsts = [json.loads(x)["step"] for x in later if '"kind": "batch"' in x][:1]
@@ -262,7 +322,7 @@ def main() -> int:
 
             from nemotron.config import catalogue
 
-            best = max(plain_loop(catalogue.get("small"), 1024, 16, 4, args.plain_steps, "cuda", "bf16")
+            best = max(plain_loop(catalogue.get("small"), seq, gbs, micro, args.plain_steps, "cuda", "bf16")
                        for _ in range(2))
             summary["plain_loop_tokens_per_s"] = best
         except Exception as exc:
@@ -283,7 +343,7 @@ def main() -> int:
 
 def markdown(s: dict) -> str:
     lines = ["| figure | value |", "|---|---|"]
-    for k in ("gpu", "torch", "stack", "loss", "tokens_per_s", "plain_loop_tokens_per_s", "peak_allocated_gib",
+    for k in ("stage", "gpu", "torch", "stack", "loss", "tokens_per_s", "plain_loop_tokens_per_s", "peak_allocated_gib",
               "peak_reserved_gib", "estimate_gb", "resume"):
         if k in s:
             lines.append(f"| {k} | `{json.dumps(s[k])}` |")

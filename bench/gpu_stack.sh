@@ -8,7 +8,8 @@
 #   bash bench/gpu_stack.sh install-te     # join + check the Transformer Engine archive, unpack it, build its
 #                                          # PyTorch extension (C++ against this torch; sm_90 only)
 #   bash bench/gpu_stack.sh probe          # import the training path; name every module still missing
-#   bash bench/gpu_stack.sh run [ARGS]     # python bench/gpu_megatron.py --blend <the data> --out $OUT/gpu-run ARGS
+#   bash bench/gpu_stack.sh run [ARGS]     # python bench/gpu_megatron.py --blend <the data> --packed <the SFT packs>
+#                                          #   --out $OUT/gpu-run ARGS (--stage sft: the SFT run)
 #
 # The stash (NEMOTRON_GPU_STASH, default /tmp/nemotron-gpu) holds site/ (a --target install on PYTHONPATH),
 # in/ (what was received) and build/. The kit (kit_src.tar.xz) holds Megatron-Bridge's and Megatron-Core's
@@ -39,18 +40,24 @@ case "${1:-}" in
     tar -xJf kit_src.tar.xz -C "$STASH/build"
     cp -r "$STASH/build/src/." "$SITE/"
     (cd "$REPO" && tar -xf "$STASH/build/data.tar")
-    # the data prep output names its files by absolute path: move the prefix to where it now lies
-    "$PY" - "$REPO/output/ultra3/pretrain-data/tiny" <<'EOF'
-import json, pathlib, sys
-root = pathlib.Path(sys.argv[1])
-blend = json.loads((root / "blend.json").read_text())
-old = next(p for v in blend.values() for p in v if isinstance(p, str)).split("/output/ultra3/pretrain-data/tiny")[0]
-new = str(root).split("/output/ultra3/pretrain-data/tiny")[0]
-for f in root.rglob("*.json"):
-    text = f.read_text()
-    if old in text:
-        f.write_text(text.replace(old, new))
-print(f"[gpu-stack] data relocated: {old} -> {new}")
+    # the SFT packs (`data prep sft -c tiny`: manifest, tokenizer, packed Parquet), carried beside the kit
+    if [[ -f sft-data.tar ]]; then (cd "$REPO" && tar -xf "$STASH/in/sft-data.tar"); fi
+    # the data prep outputs name their files by absolute path: move the prefix to where they now lie
+    "$PY" - "$REPO" <<'EOF'
+import pathlib, re, sys
+repo = pathlib.Path(sys.argv[1])
+for rel in ("output/ultra3/pretrain-data/tiny", "output/ultra3/sft-data/tiny"):
+    root = repo / rel
+    if not root.is_dir():
+        continue
+    files = list(root.rglob("*.json"))
+    olds = {m.group(1) for f in files for m in re.finditer(r'"(/[^"]*?)/' + re.escape(rel), f.read_text())}
+    for old in olds - {str(repo)}:
+        for f in files:
+            text = f.read_text()
+            if old + "/" + rel in text:
+                f.write_text(text.replace(old + "/" + rel, str(root)))
+        print(f"[gpu-stack] {rel} relocated: {old} -> {repo}")
 EOF
     # Megatron-Core's dataset index helpers (C++, pybind11): Megatron-Bridge's initialize runs `make` in that folder
     # on every start; built here once, with this Python's extension suffix, `make` finds them up to date
@@ -172,7 +179,8 @@ EOF
     out=${RUN_OUT:-${OUT:-$REPO/gpu-run-out}/gpu-run}
     rc=0
     PATH="$STASH/bin:$PATH" PYTHONPATH="$SITE:$EXTRA:$REPO/src" "$PY" bench/gpu_megatron.py \
-      --blend "$REPO/output/ultra3/pretrain-data/tiny/blend.json" --out "$out" --work "$STASH/work" "$@" || rc=$?
+      --blend "$REPO/output/ultra3/pretrain-data/tiny/blend.json" --packed "$REPO/output/ultra3/sft-data/tiny" \
+      --out "$out" --work "$STASH/work" "$@" || rc=$?
     [[ -z "${OUT:-}" || -z "${RUN_OUT:-}" ]] || cp -r "$out" "$OUT/"
     exit $rc
     ;;

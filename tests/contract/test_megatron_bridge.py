@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from gpu_megatron import ONE_GPU  # noqa: E402  (the config of the one-GPU run, checked here in CI)
+from gpu_megatron import ONE_GPU, ONE_GPU_SFT  # noqa: E402  (the configs of the one-GPU runs, checked here in CI)
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -66,6 +66,7 @@ VARIANTS = {
     "sft-tiny-mbs2": ("sft", "tiny", ["train.micro_batch_size=2"]),          # packed SFT, micro batch 2
     "pretrain-tiny-tp2": ("pretrain", "tiny", ["model.tensor_model_parallel_size=2"]),   # the slice kept at TP 2
     "pretrain-tiny-1gpu": ("pretrain", "tiny", list(ONE_GPU)),   # bench/gpu_megatron.py's one-GPU run
+    "sft-tiny-1gpu": ("sft", "tiny", list(ONE_GPU_SFT)),         # ... and its --stage sft run
 }
 #: Fields set off before validate() because their check needs Transformer Engine itself (see the docstring).
 TE_ONLY = {"moe_permute_fusion": False}
@@ -451,6 +452,25 @@ def test_the_one_gpu_run_builds_the_small_model_from_the_catalogue(results, ship
     assert p["recompute_granularity"] is None and p["sequence_parallel"] is False
     assert p["use_mamba_mem_eff_path"] is False  # the unfused Mamba path: no causal-conv1d CUDA extension there
     assert rec["routing"] == []
+    assert rec["validate"]["ok"], rec["validate"]
+    assert rec["validate"]["data_parallel_size"] == 1
+
+
+def test_the_one_gpu_sft_run_is_a_packed_finetune_of_the_same_small_model(results, shipped):
+    """The config of ``bench/gpu_megatron.py --stage sft`` (``sft -c tiny`` on one GPU, the ``small`` model): our
+    dry-run finds nothing to refuse, Megatron-Bridge's recipe builds the same provider as the one-GPU pretrain run
+    (the checkpoint SFT starts from must load into it), and ``validate()`` passes with packed sequences at micro
+    batch 1 (it refuses a larger one: ``sft-tiny-mbs2``) and world size 1."""
+    from nemotron.config import catalogue
+
+    assert shipped["sft-tiny-1gpu"]["errors"] == []
+    assert shipped["sft-tiny-1gpu"]["world"] == 1
+    rec, pre = _built(results, "sft-tiny-1gpu"), _built(results, "pretrain-tiny-1gpu")
+    spec = catalogue.get("small")
+    fields = ("num_layers", "hybrid_layer_pattern", "mtp_hybrid_override_pattern", "hidden_size", "num_moe_experts",
+              "moe_latent_size", "moe_shared_expert_intermediate_size", "mtp_num_layers")
+    assert {k: rec["provider"][k] for k in fields} == {k: pre["provider"][k] for k in fields}
+    assert rec["provider"]["hybrid_layer_pattern"] == spec.pattern
     assert rec["validate"]["ok"], rec["validate"]
     assert rec["validate"]["data_parallel_size"] == 1
 
