@@ -222,7 +222,8 @@ def uncovered(image: str) -> list[str]:
     """One line per third-party module a container backend of a stage in ``image`` imports that neither the
     Dockerfile's pip lines nor the base image's ``base_packages`` install."""
     table = tomllib.loads((ROOT / "stages" / "images.toml").read_text(encoding="utf-8"))
-    have = covered(dockerfile_requirements(DOCKER / f"{image}.Dockerfile") + list(table[image].get("base_packages", [])))
+    pip_lines = dockerfile_requirements(DOCKER / f"{image}.Dockerfile")
+    have = covered(pip_lines + list(table[image].get("base_packages", [])))
     missing = []
     for stage in STAGES:
         backends, _ = stage_backends(stage)
@@ -275,7 +276,6 @@ def test_census_reads_the_pip_lines_and_the_imports():
 def test_census_fails_on_a_dockerfile_without_the_hub_packages(tmp_path, monkeypatch):
     """The data image as it was (no datasets, huggingface_hub, jinja2): the census names each module, the stage and
     the file:line of the import."""
-    global DOCKER
     old = (DOCKER / "data.Dockerfile").read_text(encoding="utf-8")
     stripped = re.sub(r'\s"(datasets|huggingface-hub|jinja2|transformers)[^"]*"', "", old)
     assert stripped != old

@@ -59,7 +59,8 @@ def test_probe_answers_within_seconds(monkeypatch):
     assert time.monotonic() - t0 < hub.PROBE_SECONDS + 1
     assert reason is not None and reason.startswith(f"nothing answers at {down} (") and "refused" in reason.lower()
     assert hub.probe(env={"HF_ENDPOINT": up, "HF_HUB_OFFLINE": "1"}).startswith("HF_HUB_OFFLINE=1")
-    assert hub.probe(env={"HF_ENDPOINT": "hub.internal:8080"}) == "HF_ENDPOINT='hub.internal:8080' is not an http(s) URL"
+    assert hub.probe(env={"HF_ENDPOINT": "hub.internal:8080"}) == \
+        "HF_ENDPOINT='hub.internal:8080' is not an http(s) URL"
     assert hub.endpoint({}) == hub.DEFAULT_ENDPOINT
 
 
@@ -94,7 +95,8 @@ def test_default_data_prep_dry_run_refuses_an_unreachable_hub(capsys, hub_down, 
     if stage == "rl":  # its tokenizer is the model's own (the prompts are not tokenized here)
         assert "dapo_math.json:" in line and "1 hf:// dataset of dapo_math.json (line 6)" in line, line
     else:
-        assert line.startswith("error: tokenizer.name='nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16': the tokenizer and ")
+        assert line.startswith("error: tokenizer.name='nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16': "
+                               "the tokenizer and "), line
         assert " hf:// datasets of ultra3_" in line, line
 
 

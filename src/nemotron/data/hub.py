@@ -75,7 +75,8 @@ def probe(timeout_s: float = PROBE_SECONDS, env: Mapping[str, str] | None = None
 def unreachable(what: str, reason: str, many: bool = False) -> str:
     """The one message of a hub fetch that cannot happen: ``what`` (e.g. ``"tokenizer.name='org/x'"``; ``many``:
     it names several things) needs the hub, ``reason`` from :func:`probe`."""
-    return f"{what} {'are' if many else 'is'} fetched from the Hugging Face hub, which cannot be reached from here: {reason}"
+    verb = "are" if many else "is"
+    return f"{what} {verb} fetched from the Hugging Face hub, which cannot be reached from here: {reason}"
 
 
 def hint(command: str | None = None) -> str:

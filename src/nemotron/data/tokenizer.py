@@ -323,6 +323,12 @@ def _looks_like_hub_id(name: str) -> bool:
     return len(parts) == 2 and all(parts) and not name.startswith((".", "~"))
 
 
+def is_hub_id(name: str) -> bool:
+    """Whether :func:`resolve` fetches ``name`` from the Hugging Face hub: no such file or folder here, and of the
+    form ``org/name``."""
+    return bool(name) and not Path(os.path.expanduser(name)).exists() and _looks_like_hub_id(name)
+
+
 def _special_names(config: dict[str, Any]) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for key in ("bos_token", "eos_token"):

@@ -58,7 +58,8 @@ def ray_profile_problems(profile: Any) -> list[Problem]:
     reason = probe_address(address, timeout_s=RAY_PROBE_SECONDS)
     if reason is None:
         return []
-    return [Problem(f"profile.{profile.name}.address", address, f"{reason}; the run submits its job there and would fail",
+    return [Problem(f"profile.{profile.name}.address", address,
+                    f"{reason}; the run submits its job there and would fail",
                     "start the Ray cluster (ray start --head --dashboard-host=0.0.0.0), or set address in env.toml to "
                     "its dashboard (http://HOST:8265) or Ray Client (ray://HOST:10001) address", rule="ray-address")]
 

@@ -85,7 +85,8 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
         blend = stage_blend(s)
     except ConfigError as exc:  # a blend's problems come all at once (BlendProblems), one Problem each
         return [*problems, *(_problem(ConfigError(m, exc.hint), "data-blend")
-                             for m in getattr(exc, "problems", None) or [exc.message]), *hub_problems(s, None, profile, stage=stage)]
+                             for m in getattr(exc, "problems", None) or [exc.message]),
+                *hub_problems(s, None, profile, stage=stage)]
     problems += [_problem(exc, "data-inputs") for exc in check_inputs(s, blend)]
     on_bad = getattr(s, "on_bad", None) or {}
     section = "on_bad" if "empty_glob" in on_bad else "policies"
@@ -142,14 +143,13 @@ def hub_problems(s: Any, blend: Any, profile: Any = None, env: Any = None, stage
     machine's."""
     from nemotron.data import hub
     from nemotron.data.sources import is_remote
-    from nemotron.data.tokenizer import _looks_like_hub_id
+    from nemotron.data.tokenizer import is_hub_id
 
     what: list[str] = []
     key, value = "", None
     name = getattr(s, "tokenizer_name", None) or ""
     revision = getattr(s, "tokenizer_revision", None)
-    if name and not Path(os.path.expanduser(name)).exists() and _looks_like_hub_id(name) \
-            and hub.cached_file(name, "tokenizer.json", revision) is None:
+    if is_hub_id(name) and hub.cached_file(name, "tokenizer.json", revision) is None:
         what.append("the tokenizer")
         key, value = "tokenizer.name", name
     remote = [ds for ds in getattr(blend, "datasets", None) or [] if is_remote(ds.path)]
@@ -157,7 +157,8 @@ def hub_problems(s: Any, blend: Any, profile: Any = None, env: Any = None, stage
         blend_path = getattr(s, "blend_path", None)
         lines = ", ".join(str(ds.line) for ds in remote[:5]) + (", ..." if len(remote) > 5 else "")
         many = len(remote) > 1
-        what.append(f"{len(remote)} hf:// dataset{'s' * many} of {Path(str(blend_path)).name} (line{'s' * many} {lines})")
+        what.append(f"{len(remote)} hf:// dataset{'s' * many} of {Path(str(blend_path)).name} "
+                    f"(line{'s' * many} {lines})")
         if not key:
             key, value = f"{blend_path}:{remote[0].line} datasets ({remote[0].name})", remote[0].path
     if not what:
