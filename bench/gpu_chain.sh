@@ -9,7 +9,8 @@
 #   STAGES="..." bash bench/gpu_chain.sh run [OVERRIDES]  # the chain (default: all nine stages) with the settings
 #                                          #   below; its log and final table in $OUT/gpu-chain (or ./gpu-chain-out)
 #
-# The wheels are the project's own locked versions (uv.lock, extra `local`) of every distribution that the GPU image
+# The wheels are the project's own pinned versions (pyproject.toml [tool.uv] constraint-dependencies, resolved by
+# `uv export` for the extra `local`) of every distribution that the GPU image
 # lacks (bench/gpu_image_packages.txt; torch, triton, the NVIDIA libraries are never carried), save transformers and
 # huggingface-hub, carried at the versions the chain is tested with (the image has transformers 5.17), and outside
 # the submission stack (nemo-run, Ray: `-c local` runs each stage in this process, and the data prep stages are given
@@ -35,8 +36,9 @@ case "${1:-}" in
     out=${2:-$REPO/.gpuchain}
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
-    # one version per name: where the lock holds two (per Python version), the newer one (Python 3.12)
-    (cd "$REPO" && python3 -m uv export --frozen --extra local --no-hashes --no-emit-project --no-annotate) |
+    # one version per name: where the pins hold two (per Python version), the newer one (Python 3.12). uv resolves
+    # at the pins from the index it is configured with (the lock it writes is untracked)
+    (cd "$REPO" && python3 -m uv export --extra local --no-hashes --no-emit-project --no-annotate) |
       sed -n 's/^\([A-Za-z0-9_.-]*==[^ ;]*\).*/\1/p' | grep -Pv "$SKIP" | sort -t= -k1,1 -k3,3V |
       awk -F'==' '{last[$1]=$0} END {for (k in last) print last[k]}' | sort > "$work/all.txt"
     # only what the GPU machine's image lacks, and the versions the chain must have (transformers with NemotronH,

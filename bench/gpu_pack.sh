@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Build, on a machine with PyPI, the files that bench/gpu_stack.sh installs on a GPU machine without a package
-# index (Python 3.12, x86_64, CUDA 13), split into folders of at most 60 MiB (one transfer each):
+# Build, on a machine with a package index (the one pip is configured with), the files that bench/gpu_stack.sh
+# installs on a GPU machine without one (Python 3.12, x86_64, CUDA 13), split into folders of at most 60 MiB (one transfer each):
 #
 #   bash bench/gpu_pack.sh [OUT]      # default OUT: <repo>/.gpukit  ->  OUT/c0 ... OUT/cN
 #
 # c0 holds the wheels, the kit (kit_src.tar.xz) and snapshot.tar.gz (git archive of HEAD); then come the parts of
 # Transformer Engine's core archive (te.sha256 beside the last) and the extra wheels. Needs: the upstream archives in
-# ../shared/upstream, the project's .venv (for the `data prep pretrain -c tiny` output it packs), network to PyPI.
+# ../shared/upstream, the project's .venv (for the `data prep pretrain -c tiny` output it packs), pip's configured index.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${1:-$REPO/.gpukit}
@@ -38,16 +38,29 @@ tar -xzf "$UPSTREAM"/megatron-lm-*.tgz -C "$WORK"
 mkdir -p "$WORK/kit/src/megatron"
 cp -r "$WORK/Megatron-Bridge/src/megatron/bridge" "$WORK/kit/src/megatron/"
 cp -r "$WORK/Megatron-LM/megatron/core" "$WORK/Megatron-LM/megatron/training" "$WORK/kit/src/megatron/"
-# sdists are fetched by URL: pip would run their setup.py (which imports torch) just to download them
-sdist() {  # sdist NAME VERSION -> $WORK/sdist/<file>.tar.gz, from PyPI's JSON API
+# sdists: `pip download` would run their setup.py (which imports torch) just to read their metadata, so pip's own
+# finder and session look the archive up on the index pip is configured with (pip.conf, PIP_INDEX_URL, ...) and
+# fetch it, checked against the index's hash
+sdist() {  # sdist NAME VERSION -> $WORK/sdist/<file>.tar.gz
   python3 - "$1" "$2" "$WORK/sdist" <<'PY'
-import json, pathlib, sys, urllib.parse, urllib.request
+import hashlib, pathlib, sys
+from pip._internal.commands import create_command
 name, version, out = sys.argv[1:]
-index = f"https://pypi.org/pypi/{name}/json"
-meta = json.load(urllib.request.urlopen(index, timeout=60))
-src = next(u for u in meta["releases"][version] if u["packagetype"] == "sdist")
+cmd = create_command("download")
+opts, _ = cmd.parse_args(["--no-deps", "--no-binary=:all:", f"{name}=={version}"])
+with cmd.main_context():
+    session = cmd.get_default_session(opts)
+    finder = cmd._build_package_finder(options=opts, session=session, ignore_requires_python=True)
+    links = [c.link for c in finder.find_all_candidates(name) if str(c.version) == version and not c.link.is_wheel]
+    if not links:
+        sys.exit(f"[gpu-pack] error: no source archive of {name}=={version} on the index pip is configured with")
+    resp = session.get(links[0].url_without_fragment, timeout=300)
+    resp.raise_for_status()
+link = links[0]
+if link.hash_name and hashlib.new(link.hash_name, resp.content).hexdigest() != link.hash:
+    sys.exit(f"[gpu-pack] error: {link.filename}: its {link.hash_name} differs from the index's")
 pathlib.Path(out).mkdir(parents=True, exist_ok=True)
-urllib.request.urlretrieve(urllib.parse.urljoin(index, src["url"]), f"{out}/{src['filename']}")
+(pathlib.Path(out) / link.filename).write_bytes(resp.content)
 PY
 }
 sdist mamba-ssm 2.3.2.post1

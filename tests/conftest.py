@@ -36,6 +36,14 @@ def pytest_configure(config: pytest.Config) -> None:
     an ignored signal stays ignored in every child it execs: the Ctrl-C tests' processes would never see theirs. A
     handler set here is reset to the default in each child at exec."""
     os.environ["NEMOTRON_HOME"] = tempfile.mkdtemp(prefix="nemotron-test-home-")
+    # The data prep validation probes the Hugging Face hub (nemotron.data.hub) when a config names hub inputs: a
+    # local stand-in answers for the whole session (every process the tests start inherits HF_ENDPOINT), so a
+    # shipped `-c default` validates alike on a machine with or without network; tests of an unreachable hub set
+    # their own (tests/hub_support.py). Nothing in the suite downloads from the real hub.
+    from hub_support import serve
+
+    os.environ["HF_ENDPOINT"], _ = serve(200)
+    os.environ.pop("HF_HUB_OFFLINE", None)
     # The CLI's tables take their width from COLUMNS when it is set (else 120 off a terminal): a shell's COLUMNS,
     # or pytest-xdist's workers (which export COLUMNS=80), would rewrap every table the tests read
     for var in ("COLUMNS", "LINES"):

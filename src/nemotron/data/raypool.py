@@ -31,26 +31,32 @@ from nemotron.errors import NemotronError, RuntimeFailure, StopRequested, reques
 PROBE_SECONDS = 5.0
 #: The port of a ``ray://`` client address without one (Ray Client's default).
 _CLIENT_PORT = 10001
+#: The port of an ``http(s)://`` address without one (the Ray dashboard's, which serves job submission).
+_DASHBOARD_PORT = 8265
 
 
 def probe_address(address: str, timeout_s: float = PROBE_SECONDS) -> str | None:
     """Why the Ray cluster at ``address`` (the value of ``RAY_ADDRESS``) cannot be joined, or ``None``.
 
-    ``host:port`` (the GCS address ``ray start --head`` prints) and ``ray://host[:port]`` (Ray Client,
-    port 10001 by default) are probed with TCP connects for up to ``timeout_s`` seconds; ``auto`` and
-    ``local`` are left to Ray (they name no host). Only opens and closes a socket; never raises.
+    ``host:port`` (the GCS address ``ray start --head`` prints), ``ray://host[:port]`` (Ray Client,
+    port 10001 by default) and ``http(s)://host[:port]`` (the dashboard's job submission API, a ``ray``
+    profile's ``address``; port 8265 by default) are probed with TCP connects for up to ``timeout_s`` seconds;
+    ``auto`` and ``local`` are left to Ray (they name no host). Only opens and closes a socket; never raises.
     """
     address = address.strip()
     if address in ("auto", "local") or not address:
         return None
-    rest = address[len("ray://"):] if address.startswith("ray://") else address
+    scheme, _, rest = address.partition("://") if "://" in address else ("", "", address)
+    default_port = {"ray": _CLIENT_PORT, "http": _DASHBOARD_PORT, "https": _DASHBOARD_PORT}.get(scheme)
+    if scheme and default_port is None:
+        return f"{address!r} is not host:port (or ray://host:port, http://host:port, auto)"
     rest = rest.split("/", 1)[0]
     host, sep, port_text = rest.rpartition(":")
     if not sep:
-        host, port_text = rest, str(_CLIENT_PORT) if address.startswith("ray://") else ""
+        host, port_text = rest, str(default_port or "")
     host = host.strip("[]")
     if not host or not port_text.isdigit():
-        return f"{address!r} is not host:port (or ray://host:port, auto)"
+        return f"{address!r} is not host:port (or ray://host:port, http://host:port, auto)"
     port = int(port_text)
     deadline = time.monotonic() + timeout_s
     reason = "no answer"

@@ -649,7 +649,8 @@ def resolve_remote(path: str, subset: str | None, split: str | None) -> list[tup
     """Data files of a Hugging Face dataset ``hf://org/name``: ``[(url, size_bytes), ...]``, sorted.
 
     Raises:
-        RuntimeFailure: ``datasets``/``huggingface_hub`` missing, or the hub cannot be reached.
+        RuntimeFailure: ``datasets``/``huggingface_hub`` missing, or the hub cannot be reached (said within
+            :data:`nemotron.data.hub.PROBE_SECONDS` by :func:`nemotron.data.hub.probe`).
     """
     repo = path[len("hf://"):].strip("/")
     try:
@@ -658,6 +659,11 @@ def resolve_remote(path: str, subset: str | None, split: str | None) -> list[tup
     except ImportError:
         raise RuntimeFailure(f"{path}: reading Hugging Face datasets needs the 'datasets' package",
                              "pip install datasets, or download the files and point the blend at them") from None
+    from nemotron.data import hub
+
+    reason = hub.probe()  # seconds, where the hub client's own retries take 25-30 s
+    if reason is not None:
+        raise RuntimeFailure(hub.unreachable(path, reason), hub.hint())
     try:
         import datasets as ds
 

@@ -210,7 +210,8 @@ def resolve(
     Raises:
         ConfigError: the source does not exist, cannot be read, is an unknown format, or a named
             BOS/EOS token is not in its vocabulary.
-        RuntimeFailure: the hub cannot be reached for a hub id that is not cached.
+        RuntimeFailure: the hub cannot be reached for a hub id that is not cached (said within
+            :data:`nemotron.data.hub.PROBE_SECONDS`: :func:`nemotron.data.hub.probe`).
     """
     if not name:
         raise ConfigError("tokenizer.name is empty: give a hub id, a folder or a tokenizer.json file")
@@ -322,6 +323,12 @@ def _looks_like_hub_id(name: str) -> bool:
     return len(parts) == 2 and all(parts) and not name.startswith((".", "~"))
 
 
+def is_hub_id(name: str) -> bool:
+    """Whether :func:`resolve` fetches ``name`` from the Hugging Face hub: no such file or folder here, and of the
+    form ``org/name``."""
+    return bool(name) and not Path(os.path.expanduser(name)).exists() and _looks_like_hub_id(name)
+
+
 def _special_names(config: dict[str, Any]) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for key in ("bos_token", "eos_token"):
@@ -375,6 +382,16 @@ def _from_hub(name: str, revision: str | None, cache_dir: Path) -> tuple[Path, s
     except ImportError:
         raise RuntimeFailure(f"tokenizer.name={name!r} is a hub id but huggingface_hub is not installed",
                              "pip install huggingface_hub, or point tokenizer.name at a local folder") from None
+    from nemotron.data import hub
+
+    reason = hub.probe()  # seconds, where huggingface_hub's own retries take 25-30 s
+    if reason is not None:  # unreachable (or HF_HUB_OFFLINE): the cache, or the dry-run's own refusal
+        cached = hub.cached_file(name, "tokenizer.json", revision)
+        if cached is None:
+            raise RuntimeFailure(hub.unreachable(f"tokenizer.name={name!r}", reason) + " and it is not cached",
+                                 hub.hint())
+        config = hub.cached_file(name, "tokenizer_config.json", revision)
+        return Path(cached), "hub", _special_names(_read_json(Path(config))) if config else {}
     try:
         json_path = Path(hf_hub_download(name, "tokenizer.json", revision=revision))
     except Exception as exc:  # any hub/network failure is reported the same way

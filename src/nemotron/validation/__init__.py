@@ -156,7 +156,7 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
 def _data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     from nemotron.validation.data import validate_data  # the data stages' own parsers (light, but only when asked)
 
-    return validate_data(stage, cfg)
+    return validate_data(stage, cfg, profile)
 
 
 def _nemo_rl_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:

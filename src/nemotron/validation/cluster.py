@@ -31,14 +31,37 @@ def check(compiled: Any, profile: Any, plan: Any, problems: list[Problem], notes
     * ``ntasks_per_node``: must equal the processes per node the stage starts: one per GPU for a
       ``torchrun`` stage (Slurm gets one task per node, torchrun spawning one process per GPU), one per node
       for a ``ray`` or ``python`` stage. Anything else is an error with the reason.
+    * ``address`` of a ``ray`` profile (:func:`ray_profile_problems`): something answers there.
     * storage (:func:`storage_problems`): on a Slurm profile whose nodes do not share this machine's file
       system as it is (a container, or an ``ssh`` tunnel), every path the job reads or writes lies on storage
       the profile declares.
     """
+    if getattr(profile, "executor", None) == "ray":
+        problems.extend(ray_profile_problems(profile))
     if profile is None or getattr(profile, "executor", None) != "slurm":
         return
     problems.extend(shape_problems(profile, plan, notes))
     problems.extend(storage_problems(compiled, profile, plan))
+
+
+#: Seconds the ``ray-address`` probe tries to connect to a ``ray`` profile's ``address``.
+RAY_PROBE_SECONDS = 2.0
+
+
+def ray_profile_problems(profile: Any) -> list[Problem]:
+    """Rule ``ray-address``: an error when nothing answers at a ``ray`` profile's ``address`` (a TCP connect of at
+    most :data:`RAY_PROBE_SECONDS`, :func:`nemotron.data.raypool.probe_address`): the run submits there through
+    Ray's job submission API and would fail (:func:`nemotron.launch.jobs.ray_client`), so the dry-run says so too."""
+    from nemotron.data.raypool import probe_address
+
+    address = getattr(profile, "address", None) or ""
+    reason = probe_address(address, timeout_s=RAY_PROBE_SECONDS)
+    if reason is None:
+        return []
+    return [Problem(f"profile.{profile.name}.address", address,
+                    f"{reason}; the run submits its job there and would fail",
+                    "start the Ray cluster (ray start --head --dashboard-host=0.0.0.0), or set address in env.toml to "
+                    "its dashboard (http://HOST:8265) or Ray Client (ray://HOST:10001) address", rule="ray-address")]
 
 
 def shape_problems(profile: Any, plan: Any, notes: list[str]) -> list[Problem]:

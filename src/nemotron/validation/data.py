@@ -44,8 +44,9 @@ def token_dtype_fits(tokenizer: str, requested: str) -> list[Problem]:
     return []
 
 
-def validate_data(stage: Any, cfg: dict) -> list[Problem]:
-    """Problems of a data prep config (errors), each the runtime's own message."""
+def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
+    """Problems of a data prep config (errors), each the runtime's own message; ``profile`` (None: a run here)
+    decides whether an unreachable hub is an error (:func:`hub_problems`)."""
     module = _RUNTIMES.get(getattr(stage, "name", ""))
     if module is None:
         return []
@@ -76,7 +77,7 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
         problems += token_dtype_fits(tokenizer, s.dtype)
     blend_path = getattr(s, "blend_path", None)
     if not blend_path:
-        return problems
+        return problems + hub_problems(s, None, profile, stage=stage)
     from nemotron.data.driver import check_inputs, relative_note, stage_blend, unmatched
     from nemotron.data.sources import FORMATS, expand, is_remote
 
@@ -84,7 +85,8 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
         blend = stage_blend(s)
     except ConfigError as exc:  # a blend's problems come all at once (BlendProblems), one Problem each
         return [*problems, *(_problem(ConfigError(m, exc.hint), "data-blend")
-                             for m in getattr(exc, "problems", None) or [exc.message])]
+                             for m in getattr(exc, "problems", None) or [exc.message]),
+                *hub_problems(s, None, profile, stage=stage)]
     problems += [_problem(exc, "data-inputs") for exc in check_inputs(s, blend)]
     on_bad = getattr(s, "on_bad", None) or {}
     section = "on_bad" if "empty_glob" in on_bad else "policies"
@@ -120,7 +122,57 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
                                     "matches no file" + relative_note(ds),
                                     "an existing file, folder or glob; or mark the dataset optional", rule="data-inputs"))
     problems += empty_input_problems(stage, blend_path, blend, empty)
-    return problems + ray_address_problems()
+    return problems + hub_problems(s, blend, profile, stage=stage) + ray_address_problems()
+
+
+def _runs_here(profile: Any) -> bool:
+    return profile is None or getattr(profile, "executor", None) == "local"
+
+
+def hub_problems(s: Any, blend: Any, profile: Any = None, env: Any = None, stage: Any = None) -> list[Problem]:
+    """Rule ``data-hub``: what the run fetches from the Hugging Face hub (a hub tokenizer id ``tokenizer.name`` not
+    in the local cache, the ``hf://`` datasets of ``blend``) when the hub does not answer from this machine
+    (:func:`nemotron.data.hub.probe`: one HTTP request of at most :data:`nemotron.data.hub.PROBE_SECONDS`, the
+    probe the runtimes make before they fetch). Nothing needs the hub: no probe, no problem. One problem for
+    all of it, naming the tokenizer and the blend's file, lines and dataset count.
+
+    ``s``: the stage's parsed ``Settings`` (``tokenizer_name``, ``tokenizer_revision``, ``blend_path``); ``blend``:
+    its parsed blend or None; ``env``: the environment (default ``os.environ``; ``HF_ENDPOINT``,
+    ``HF_HUB_OFFLINE``); ``stage``: for the hint's offline command. An error for a run here (no profile, or a
+    ``local`` one): the run fails the same way. A warning for a cluster profile: its nodes' network is not this
+    machine's."""
+    from nemotron.data import hub
+    from nemotron.data.sources import is_remote
+    from nemotron.data.tokenizer import is_hub_id
+
+    what: list[str] = []
+    key, value = "", None
+    name = getattr(s, "tokenizer_name", None) or ""
+    revision = getattr(s, "tokenizer_revision", None)
+    if is_hub_id(name) and hub.cached_file(name, "tokenizer.json", revision) is None:
+        what.append("the tokenizer")
+        key, value = "tokenizer.name", name
+    remote = [ds for ds in getattr(blend, "datasets", None) or [] if is_remote(ds.path)]
+    if remote:
+        blend_path = getattr(s, "blend_path", None)
+        lines = ", ".join(str(ds.line) for ds in remote[:5]) + (", ..." if len(remote) > 5 else "")
+        many = len(remote) > 1
+        what.append(f"{len(remote)} hf:// dataset{'s' * many} of {Path(str(blend_path)).name} "
+                    f"(line{'s' * many} {lines})")
+        if not key:
+            key, value = f"{blend_path}:{remote[0].line} datasets ({remote[0].name})", remote[0].path
+    if not what:
+        return []
+    reason = hub.probe(env=env)
+    if reason is None:
+        return []
+    here = _runs_here(profile)
+    tail = "; the run would fail" if here else \
+        f" (checked from this machine; profile {getattr(profile, 'name', '?')} runs on its own nodes)"
+    command = f"nemotron {stage.recipe} {' '.join(stage.command)}" if getattr(stage, "command", None) else None
+    valid = hub.hint(command)
+    message = hub.unreachable(" and ".join(what), reason, many=len(what) > 1 or len(remote) > 1) + tail
+    return [Problem(key, value, message, valid, rule="data-hub", severity="error" if here else "warning")]
 
 
 def empty_input_problems(stage: Any, blend_path: str, blend: Any, empty: list[tuple[Any, list[str]]]) -> list[Problem]:
