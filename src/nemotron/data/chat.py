@@ -68,7 +68,7 @@ _SPEAKER_LINE = re.compile(r"^[ \t]*(?:#+[ \t]*|\*\*)?(" + "|".join(sorted(_SPEA
                            + r")[ \t]*(?:\*\*)?[ \t]*:(?:\*\*)?[ \t]?", re.I | re.M)
 #: Summary reasons of records that become no training sample (each counted, each message names file:line).
 REASONS = ("bad_record", "unknown_role", "empty_content", "consecutive_same_role", "no_assistant_turn",
-           "template_mismatch", "too_long")
+           "control_token_text", "template_mismatch", "too_long")
 #: Tokens the Nemotron 3 chat format needs as single tokens of the vocabulary.
 CHAT_TOKENS = ("<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
                "<tool_response>", "</tool_response>")
@@ -621,6 +621,141 @@ def _first_difference(a: str, b: str) -> int:
     return n
 
 
+# --------------------------------------------------------------------------------------------------
+# control-token strings inside message text
+
+#: Unicode noncharacters (reserved for a program's own use, never interchanged): while the template renders,
+#: a control-token string found inside message text is held as ``MARK_OPEN + <its number> + MARK_CLOSE``.
+MARK_OPEN, MARK_CLOSE = "\ufdd0", "\ufdd1"
+#: Values of ``policies.control_token_text`` (first = default): ``text`` encodes a control-token string
+#: found inside message text as plain text; ``skip`` / ``fail`` refuse the record.
+CONTROL_TEXT_POLICIES = ("text", "skip", "fail")
+
+
+def _trie_pattern(words: Any) -> str:
+    """A regular expression matching any of ``words``, the longest first where one is a prefix of another,
+    written as a prefix tree (a vocabulary's ~1,000 control tokens share prefixes such as ``<SPECIAL_``: the
+    tree tries each character once instead of every word in turn)."""
+    tree: dict[str, Any] = {}
+    for w in words:
+        node = tree
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        ends = "" in node
+        branches = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if ends else body
+
+    return emit(tree)
+
+
+class ControlText:
+    """The control-token strings of a tokenizer (every added token: what its encoder turns into one id
+    wherever the string appears) and how message text that holds one is kept as text.
+
+    The template's own control tokens (``<|im_start|>``, ``<|im_end|>``, ``<think>``, ``<tool_call>`` ...)
+    stay single tokens; the same strings inside a message's content, reasoning, tool-call arguments or tool
+    schemas are hidden from the template (:meth:`hide`: a marked number) and encoded as text
+    (:func:`tokenize_samples`), as the pretraining path encodes a literal ``</s>``.
+
+    Args:
+        tokens: the control-token strings (``tokenizers.Tokenizer.get_added_tokens_decoder()`` contents).
+    """
+
+    def __init__(self, tokens: Any) -> None:
+        self.controls = tuple(sorted({t for t in tokens if t}, key=lambda t: (-len(t), t)))
+        # the marks themselves are escaped too, so a record holding a noncharacter comes back unchanged
+        self.hidden = (*self.controls, MARK_OPEN, MARK_CLOSE)
+        self._find = re.compile(_trie_pattern(self.hidden))
+        self._split = re.compile("(" + _trie_pattern(self.controls) + ")") if self.controls else None
+        self._mark = re.compile(f"{MARK_OPEN}(\\d+){MARK_CLOSE}")
+        self._number = {t: i for i, t in enumerate(self.hidden)}
+
+    def first(self, text: str) -> str | None:
+        """The first control-token string inside ``text`` (the marks count too), or ``None``."""
+        m = self._find.search(text)
+        return m.group(0) if m else None
+
+    def hide(self, text: str) -> str:
+        """``text`` with each control-token string (and each mark character) replaced by its mark."""
+        return self._find.sub(lambda m: f"{MARK_OPEN}{self._number[m.group(0)]}{MARK_CLOSE}", text)
+
+    def restore(self, text: str) -> str:
+        """The inverse of :meth:`hide`."""
+        return self._mark.sub(lambda m: self.hidden[int(m.group(1))], text)
+
+    def split(self, text: str) -> list[str]:
+        """``text`` cut at the control tokens it holds (odd items are the tokens), as a tokenizer's encoder
+        cuts its input at its added tokens before the model sees the text between them."""
+        return self._split.split(text) if self._split is not None else [text]
+
+    def scan(self, msgs: list[dict[str, Any]], tools: list[Any] | None) -> tuple[str, str] | None:
+        """``(where, token)`` of the first control-token string in the text of ``msgs`` / ``tools`` (``where``:
+        ``message 2 content``, ``message 3 tool_calls``, ``tools``), or ``None``."""
+        for i, m in enumerate(msgs):
+            for key in ("content", "reasoning_content", "tool_calls"):
+                value = m.get(key)
+                if value is None:
+                    continue
+                text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                found = self.first(text)
+                if found is not None:
+                    return f"message {i} ({m['role']}) {key}", found
+        if tools:
+            found = self.first(json.dumps(tools, ensure_ascii=False))
+            if found is not None:
+                return "tools", found
+        return None
+
+    def protect(self, msgs: list[dict[str, Any]], tools: list[Any] | None) -> tuple[list[dict[str, Any]], list[Any] | None]:
+        """``(msgs, tools)`` with every control-token string in their text hidden (:meth:`hide`; keys of
+        tool-call arguments and schemas too); the template's own tokens are added when it renders."""
+        def deep(value: Any) -> Any:
+            if isinstance(value, str):
+                return self.hide(value)
+            if isinstance(value, list):
+                return [deep(v) for v in value]
+            if isinstance(value, dict):
+                return {deep(k) if isinstance(k, str) else k: deep(v) for k, v in value.items()}
+            return value
+
+        out = []
+        for m in msgs:
+            m = dict(m)
+            for key in ("content", "reasoning_content", "tool_calls"):
+                if m.get(key) is not None:
+                    m[key] = deep(m[key])
+            out.append(m)
+        return out, (deep(tools) if tools else tools)
+
+
+def check_control_text(control: ControlText, msgs: list[dict[str, Any]], tools: list[Any] | None,
+                       policy: str) -> tuple[list[dict[str, Any]], list[Any] | None, bool]:
+    """Apply ``policies.control_token_text`` to one normalised conversation.
+
+    Returns:
+        ``(msgs, tools, found)``: under ``text`` the conversation with its control-token strings hidden
+        (:meth:`ControlText.protect`; ``found`` says whether there was one); unchanged when there is none.
+
+    Raises:
+        RecordProblem: ``control_token_text`` (policy ``skip`` or ``fail``), naming the message and the token.
+    """
+    hit = control.scan(msgs, tools)
+    if hit is None:
+        return msgs, tools, False
+    if policy != "text":
+        where, token = hit
+        raise RecordProblem("control_token_text", f"{where} holds the control-token string {token!r} as text "
+                                                  "(policies.control_token_text=text encodes it as plain text)")
+    protected, safe_tools = control.protect(msgs, tools)
+    return protected, safe_tools, True
+
+
 @dataclass
 class Tokenized:
     """A tokenized sample: ``ids``, ``learned`` (1 = a token the model learns to produce, not yet
@@ -631,19 +766,44 @@ class Tokenized:
     turn_ends: list[int]
 
 
-def tokenize_samples(tok, segmented: list[Segmented]) -> list[Tokenized]:
-    """Encode the pieces of many samples in one batch (special tokens recognised, no BOS/EOS added)."""
+def tokenize_samples(tok, segmented: list[Segmented], control: ControlText | None = None) -> list[Tokenized]:
+    """Encode the pieces of many samples in one batch (the template's control tokens recognised, no BOS/EOS
+    added).
+
+    A piece that holds message text hidden by :meth:`ControlText.protect` (``control`` given) is cut at the
+    template's control tokens (:meth:`ControlText.split`, one id each); the text between them, its control-token
+    strings restored, is encoded by the tokenizer's model alone (:func:`nemotron.data.tokenizer.text_only`: no
+    added token can match), so those strings become the ids of their text. Every other piece is encoded as is.
+
+    Raises:
+        RuntimeFailure: the tokenizer's model itself turns a control-token string into its id (see
+            :func:`nemotron.data.tokenizer.text_only`).
+    """
     flat = [p for s in segmented for p in s.pieces]
-    encs = tok.encode_batch_fast(flat, add_special_tokens=False) if flat else []
+    encs = [e.ids for e in tok.encode_batch_fast(flat, add_special_tokens=False)] if flat else []
+    if control is not None:
+        marked = [k for k, p in enumerate(flat) if MARK_OPEN in p]
+        if marked:
+            from nemotron.data.tokenizer import text_only
+
+            plain = text_only(tok)
+            for k in marked:
+                ids: list[int] = []
+                for j, part in enumerate(control.split(flat[k])):
+                    if j % 2:
+                        ids.append(tok.token_to_id(part))
+                    elif part:
+                        ids.extend(plain.encode(control.restore(part), add_special_tokens=False).ids)
+                encs[k] = ids
     out: list[Tokenized] = []
     k = 0
     for s in segmented:
-        ids: list[int] = []
+        ids = []
         mask: list[int] = []
         ends: list[int] = []
         after_learned = False
         for piece_learned in s.learned:
-            piece_ids = encs[k].ids
+            piece_ids = encs[k]
             k += 1
             ids.extend(piece_ids)
             mask.extend([1 if piece_learned else 0] * len(piece_ids))

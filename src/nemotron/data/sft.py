@@ -60,6 +60,7 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "empty_content": ("skip", "fail"),
     "consecutive_same_role": ("merge", "skip", "fail"),
     "no_assistant_turn": ("skip", "fail"),
+    "control_token_text": ("text", "skip", "fail"),
     "too_long": ("truncate_turns", "drop", "fail"),
     "template_mismatch": ("fail", "skip"),
     "empty_glob": ("fail", "skip"),
@@ -227,6 +228,8 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
     template = chat.load_template(opts["template"])
     policy = chat.ChatPolicy(consecutive_same_role=opts["policies"]["consecutive_same_role"],
                              reasoning=opts["reasoning"])
+    control = chat.ControlText(tk.added_tokens(tok))
+    control_policy = opts["policies"].get("control_token_text", "text")
     problems = Problems(opts["policies"], opts["max_examples"])
     pack_size = opts["pack_size"]
     # a sequence of n tokens is stored padded to ceil((n - 1) / mult) * mult + 1 tokens; pack_size is a
@@ -248,7 +251,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
 
     def flush() -> None:
         segs = [g for group, _split, _at in pending for g in group]
-        toks = chat.tokenize_samples(tok, segs)
+        toks = chat.tokenize_samples(tok, segs, control)
         # the batch's samples go to the files in one write each (ids, lengths, learned flags)
         out_ids: list[int] = []
         out_lens: list[int] = []
@@ -300,6 +303,8 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
                     continue
                 try:
                     msgs, tools = chat.normalise(obj, shard["schema"], policy)
+                    msgs, tools, hidden = chat.check_control_text(control, msgs, tools, control_policy)
+                    counts["control_text"] += hidden
                     samples = chat.training_samples(msgs, opts["history_reasoning"])
                     segs = [chat.segment(template, smp, tools) for smp in samples]
                 except chat.RecordProblem as exc:
@@ -339,6 +344,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
         "sequences": {"train": splits.count(0), "valid": splits.count(1)}, "tokens": tokens, "learned": learned,
         "skipped": dict(sorted(problems.counts.items())), "examples": problems.examples,
         "truncated": counts["truncated"], "truncated_tokens": counts["truncated_tokens"],
+        "control_text": counts["control_text"],
         "dropped_tokens": counts["dropped_tokens"], "shortest_dropped": shortest_dropped[0] if shortest_dropped else None,
         "files": {p.name: p.stat().st_size for p in (bin_path, idx_path, mask_path, meta_path)},
         "bin_sha256": writer.sha256, "seconds": round(time.monotonic() - t0, 3), "worker_pid": os.getpid(),
@@ -791,6 +797,7 @@ def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict
             "skipped": dict(sorted(skipped.items())), "truncated": sum(r["truncated"] for r in recs),
             "truncated_tokens": sum(r["truncated_tokens"] for r in recs),
             "dropped_tokens": sum(r["dropped_tokens"] for r in recs),
+            "control_token_text": sum(r.get("control_text", 0) for r in recs),
             "passes": round(passes[ds.spec.name], 6), "natural_share": sum(r["tokens"]["train"] for r in recs) / train_total,
             "effective_share": effective[ds.spec.name] / eff_total,
             "seconds": round(sum(r["seconds"] for r in recs), 3),
