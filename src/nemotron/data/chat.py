@@ -134,9 +134,18 @@ def _transcript_text(obj: dict[str, Any]) -> str | None:
 
 
 def _transcript(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    """The turns of a transcript record: each line that starts with a speaker prefix (``User:``,
-    ``Assistant:``, ``### Human:``, ... see :data:`TRANSCRIPT_SPEAKERS`) starts a turn of that speaker's role;
-    the text up to the next such line (stripped) is its content. Text before the first prefix is a problem."""
+    """The turns of a transcript record.
+
+    A line that starts with a speaker prefix (``User:``, ``Assistant:``, ``### Human:``, ... see
+    :data:`TRANSCRIPT_SPEAKERS`) starts a turn only when it is one of the transcript's own speaker labels
+    (:func:`transcript_speakers`: learnt from the record, spelt exactly as it spells them); the text up to the
+    next such line (stripped) is the turn's content. Any other ``Word:`` line (``Answer: 42`` inside a user turn,
+    ``    model: str`` in code) is content. Text before the first prefix is a problem.
+
+    Raises:
+        RecordProblem: ``bad_record``: no text field, no speaker prefix, text before the first one, or speaker
+            labels that cannot be told apart (the transcript's line is named).
+    """
     text = _transcript_text(obj)
     if text is None:
         raise RecordProblem("bad_record", f"no transcript text field ({', '.join(TRANSCRIPT_FIELDS)})")
@@ -147,11 +156,71 @@ def _transcript(obj: dict[str, Any]) -> list[dict[str, Any]]:
                                           f"at a line start: {preview(text)}")
     if text[:marks[0].start()].strip():
         raise RecordProblem("bad_record", f"text before the first speaker prefix: {preview(text[:marks[0].start()])}")
+    speakers = transcript_speakers(text, marks)
+    marks = [m for m in marks if _label(m) in speakers]
     out = []
     for k, m in enumerate(marks):
         end = marks[k + 1].start() if k + 1 < len(marks) else len(text)
-        out.append({"role": _SPEAKER_ROLE[m.group(1).lower()], "content": text[m.end():end].strip()})
+        out.append({"role": speakers[_label(m)], "content": text[m.end():end].strip()})
     return out
+
+
+#: Speaker names that chat transcripts use as labels; the others (``Question``, ``Answer``, ``Model``, ``Agent``
+#: ...) are as often words inside a turn, so they become a speaker label only where nothing else can.
+_CHAT_SPEAKERS = frozenset({"system", "user", "human", "assistant", "gpt", "ai", "bot", "chatbot"})
+
+
+def _label(m: re.Match[str]) -> str:
+    """A speaker line's label exactly as written (indentation, ``###``/``**`` markers, the name's case)."""
+    return m.group(0).rstrip(" \t")
+
+
+def _style(m: re.Match[str]) -> tuple[str, str]:
+    label = _label(m)
+    return label[:m.start(1) - m.start()], label[m.end(1) - m.start():]
+
+
+def transcript_speakers(text: str, marks: list[re.Match[str]] | None = None) -> dict[str, str]:
+    """The speaker labels of a transcript, learnt from the record: ``{label as written: role}``.
+
+    The first line's label is a speaker (``System:`` first: then one user and one assistant label follow).
+    For each role still missing, the labels of that role in the text are the candidates: one is the speaker;
+    of several, the one written like the first label (same markers), else the one usual in chat transcripts
+    (``User``, ``Human``, ``Assistant``, ``GPT``, ``AI``, ``Bot``, ``Chatbot``, ``System``) is. A label of a role
+    that already has its speaker is content (``Question:`` inside a ``User:`` turn).
+
+    Raises:
+        RecordProblem: ``bad_record`` when two candidate labels remain for one role (both named with the
+            transcript line where each first appears).
+    """
+    marks = list(_SPEAKER_LINE.finditer(text)) if marks is None else marks
+    if not marks:
+        return {}
+    first = marks[0]
+    role1 = _SPEAKER_ROLE[first.group(1).lower()]
+    speakers = {_label(first): role1}
+    wanted = ("user", "assistant") if role1 == "system" else ("assistant",) if role1 == "user" else ("user",)
+    for role in wanted:
+        seen: dict[str, re.Match[str]] = {}
+        for m in marks[1:]:
+            if _SPEAKER_ROLE[m.group(1).lower()] == role and _label(m) not in seen:
+                seen[_label(m)] = m
+        cands = list(seen.values())
+        for narrow in (lambda m: _style(m) == _style(first), lambda m: m.group(1).lower() in _CHAT_SPEAKERS):
+            if len(cands) > 1 and any(narrow(m) for m in cands):
+                cands = [m for m in cands if narrow(m)]
+        if len(cands) > 1:
+            a, b = cands[:2]
+            raise RecordProblem("bad_record", f"transcript lines {_line_of(text, a)} and {_line_of(text, b)}: "
+                                              f"{_label(a)!r} and {_label(b)!r} could each be the {role}'s speaker "
+                                              "label; write the turns as 'messages' (role, content)")
+        if cands:
+            speakers[_label(cands[0])] = role
+    return speakers
+
+
+def _line_of(text: str, m: re.Match[str]) -> int:
+    return text.count("\n", 0, m.start()) + 1
 
 
 def preview(value: Any, limit: int = 160) -> str:
