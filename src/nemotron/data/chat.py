@@ -111,6 +111,31 @@ class ChatPolicy:
 # 1. normalise
 
 
+def map_fields(obj: dict[str, Any], fields: dict[str, str] | None) -> dict[str, Any]:
+    """``obj`` with the fields a dataset's ``fields`` map names read from the record's own fields: ``{"text":
+    "chosen"}`` reads a preference record's ``chosen`` transcript as the transcript ``text``, ``{"messages":
+    "chosen"}`` a ``chosen`` list of messages (a dotted name reads a nested field). Unchanged without a map.
+
+    Raises:
+        RecordProblem: ``bad_record``: the record has no field the map names.
+    """
+    if not fields:
+        return obj
+    out = dict(obj)
+    for form_field, record_field in fields.items():
+        value: Any = obj.get(record_field)
+        if value is None and "." in record_field:
+            value = obj
+            for part in record_field.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            keys = ", ".join(repr(k) for k in list(obj)[:8]) or "none"
+            raise RecordProblem("bad_record", f"no field {record_field!r} (the dataset's fields map reads "
+                                              f"{form_field!r} from it; the record's fields: {keys})")
+        out[form_field] = value
+    return out
+
+
 def detect_schema(obj: dict[str, Any]) -> str | None:
     """The chat form of a record: ``messages``, ``sharegpt``, ``alpaca``, ``transcript`` (a text field of
     :data:`TRANSCRIPT_FIELDS` that starts with a speaker prefix, :data:`TRANSCRIPT_SPEAKERS`) or ``None``."""

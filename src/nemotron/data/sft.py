@@ -85,6 +85,8 @@ _TOP = ("blend_path", "output_dir", "path_vars", "sample", "force", "mixing")
 class Settings(driver.StageSettings):
     """The stage config, checked (field names follow the YAML keys; ``pack_size`` = ``pack.pack_size``)."""
 
+    STAGE = STAGE  # the blend's dataset keys this stage reads: nemotron.data.blend.STAGE_DATASET_KEYS
+
     INPUT_KEYS = (("blend_path", "blend_path"), ("tokenizer.name", "tokenizer_name"), ("chat.template", "template"))
     #: A JSON array file larger than 1.5 x ``shards.target_bytes`` is cut into element ranges (several
     #: tasks), as a JSONL file is cut at line starts; the held-out split is keyed by element index, not by shard.
@@ -302,7 +304,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
                     problems.report(problem, at, detail or "", policy_key=_RECORD_PROBLEMS.get(problem, "bad_record"))
                     continue
                 try:
-                    msgs, tools = chat.normalise(obj, shard["schema"], policy)
+                    msgs, tools = chat.normalise(chat.map_fields(obj, shard.get("fields")), shard["schema"], policy)
                     msgs, tools, hidden = chat.check_control_text(control, msgs, tools, control_policy)
                     counts["control_text"] += hidden
                     samples = chat.training_samples(msgs, opts["history_reasoning"])
@@ -518,7 +520,7 @@ def _plan(s: Settings, blend: Blend, vdir: Path) -> _Plan:
         file_index = {f: i for i, f in enumerate(ds.files)}
         for k, pieces in enumerate(ds.shards):
             shards.append({
-                "id": f"{spec.name}/{k:05d}", "dataset": spec.name, "schema": ds.schema,
+                "id": f"{spec.name}/{k:05d}", "dataset": spec.name, "schema": ds.schema, "fields": dict(spec.fields),
                 "prefix": str(vdir / "data" / "sequences" / spec.name / f"{k:05d}"),
                 "pieces": [p.to_dict() for p in pieces], "est_bytes": sum(p.est_bytes for p in pieces),
                 "file_index": {p.file: file_index[p.file] for p in pieces},
@@ -537,7 +539,8 @@ def _plan(s: Settings, blend: Blend, vdir: Path) -> _Plan:
                                     "split_seed", "validation_fraction")}
     shaping.update(tokenizer=tok.info.file_sha256, template=template_sha)
     for sh in shards:
-        sh["key"] = stable_hash({"pieces": sh["pieces"], "schema": sh["schema"], **shaping})
+        sh["key"] = stable_hash({"pieces": sh["pieces"], "schema": sh["schema"], **shaping,
+                                 **({"fields": sh["fields"]} if sh["fields"] else {})})
     inputs = driver.input_stamps(f for ds in datasets for f in ds.files)
     packing = {k: opts[k] for k in ("algorithm", "seed", "row_group_size", "compression", "pad_id")} | {"window": s.window}
     key = stable_hash({"shards": [sh["key"] for sh in shards], "inputs": inputs, "packing": packing,

@@ -104,9 +104,10 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
         if found:
             if getattr(stage, "name", "") == "data-prep-pretrain":  # the run's own refusal of too little plain text
                 from nemotron.data.pretrain import text_documents_problem
-                from nemotron.data.sources import detect_format
+                from nemotron.data.sources import detect_format, text_format
 
-                refused = text_documents_problem(blend_path, ds, detect_format(found[0], ds.format), len(found), s)
+                fmt = text_format(detect_format(found[0], ds.format), ds.sample_by)
+                refused = text_documents_problem(blend_path, ds, fmt, len(found), s)
                 if refused is not None:
                     problems.append(_problem(refused, "data-text"))
             continue
