@@ -165,6 +165,11 @@ def test_control_token_text_in_messages_is_encoded_as_text(kind):
         assert user_body == hf.encode(user_text, add_special_tokens=False)
     assert not set(user_body) & set(added.values())
     assert m["datasets"][0]["control_token_text"] == 3  # counted in the manifest (records kept, text encoded)
+    from nemotron.data.sft import control_text_notes
+
+    assert control_text_notes(m) == ["note: dataset quoted: 3 record(s) hold control-token text (such as </s> or "
+                                     "<|im_end|>) in their messages; encoded as plain text, never as the control "
+                                     "token (policies.control_token_text=skip leaves them out)"]
 
 
 def _template_occurrences(template, msgs, tools, token):

@@ -912,6 +912,16 @@ def _no_validation_warning(m: dict[str, Any]) -> str | None:
     return f"warning: no validation set ({why}); the sft stage gets packed_val_data_path: null and runs no validation"
 
 
+def control_text_notes(m: dict[str, Any]) -> list[str]:
+    """One note per dataset of the manifest ``m`` whose records held control-token strings in message text,
+    kept and encoded as text (``policies.control_token_text: text``): ``note: dataset NAME: N records hold
+    control-token text (</s>, <|im_end|>, ...) in messages; encoded as plain text ...``."""
+    return [f"note: dataset {d['name']}: {d['control_token_text']:,} record(s) hold control-token text (such as "
+            "</s> or <|im_end|>) in their messages; encoded as plain text, never as the control token "
+            "(policies.control_token_text=skip leaves them out)"
+            for d in m["datasets"] if d.get("control_token_text")]
+
+
 def _print_summary(m: dict[str, Any]) -> None:
     from nemotron.data.progress import fmt_counts, human, print_table
 
@@ -944,6 +954,8 @@ def _print_summary(m: dict[str, Any]) -> None:
     warning = _no_validation_warning(m)
     if warning:
         con.print(warning)
+    for line in control_text_notes(m):
+        con.print(line)
     con.print(f"train: {m['loader']['packed_train_data_path']}  tokenizer {m['tokenizer']['name']} "
               f"(vocab {m['tokenizer']['vocab_size']:,}, sha256 {m['tokenizer']['vocab_sha256'][:12]}"
               + (f"; added {', '.join(f'{k}={v}' for k, v in added.items())}" if added else "") + ")")
