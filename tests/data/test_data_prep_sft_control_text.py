@@ -195,3 +195,40 @@ def test_control_token_text_skip_and_fail(kind):
                for e in d["examples"])
     with pytest.raises(RuntimeFailure, match=rf"{data}:1: control_token_text: message 1 \(user\) content holds"):
         _run(over, root / "out-fail", policies__control_token_text="fail")
+
+
+def test_pretraining_documents_never_hold_added_tokens(tmp_path, tok_cache):
+    """The pretraining path (``split_special_tokens: true``) keeps control-token text as text too, for tokens that
+    are not marked special as well (``<think>`` of the Hugging Face tokenizer): ``split_special_tokens`` alone would
+    still turn them into their ids."""
+    from nemotron.data import pretrain
+    from nemotron.data import tokenizer as tk
+    from nemotron.data.indexed import read_index
+
+    folder = _hf_folder(tmp_path)
+    wiki = SHARED_DATA / "pretrain" / "wikitext2-valid.jsonl"
+    quoted = "A model writes <think> reasoning </think> before it answers; </s> ends a document, <|im_end|> a turn."
+    data = tmp_path / "docs.jsonl"
+    data.write_text(wiki.read_text(encoding="utf-8") + json.dumps({"text": quoted}) + "\n", encoding="utf-8")
+    blend = tmp_path / "pt-blend.json"
+    blend.write_text(json.dumps({"datasets": [{"name": "wiki", "path": str(data), "weight": 1.0}]}))
+    cfg = compile_stage("data-prep-pretrain", "tiny", blend_path=str(blend), output_dir=str(tmp_path / "pt"),
+                        tokenizer__name=str(folder), tokenizer__cache_dir=tok_cache)
+    m = pretrain.prepare(pretrain.Settings.from_config(cfg), quiet=True)
+    tok = tk.load(str(tmp_path / "pt" / "tokenizer" / "tokenizer.json"), False)
+    added = {t.content: i for i, t in tok.get_added_tokens_decoder().items()}
+    bos, eos = added["<s>"], added["</s>"]
+    docs = []
+    for idx in sorted((tmp_path / "pt" / "data" / "wiki").glob("*.idx")):
+        prefix = str(idx)[:-4]
+        index = read_index(prefix)
+        ids = np.fromfile(prefix + ".bin", dtype=np.dtype(index["dtype"])).tolist()
+        at = 0
+        for n in index["lengths"]:
+            docs.append(ids[at:at + n])
+            at += n
+    assert len(docs) == sum(m["datasets"][0]["documents"].values()) == 61
+    body = [d[1:] if d and d[0] == bos else d for d in docs]
+    body = [d[:-1] if d and d[-1] == eos else d for d in body]
+    assert not [d for d in body if set(d) & set(added.values())]
+    assert quoted in [tok.decode(d, skip_special_tokens=False) for d in body]

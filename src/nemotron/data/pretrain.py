@@ -360,7 +360,8 @@ def build_shard(shard: dict[str, Any], opts: dict[str, Any]):
     os.environ["RAYON_NUM_THREADS"] = str(opts["cpus_per_task"])
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
     t0 = time.monotonic()
-    tok = tk.load(opts["tokenizer_json"], opts["split_special_tokens"], sha256=opts.get("tokenizer_sha256"))
+    tok = tk.document_tokenizer(tk.load(opts["tokenizer_json"], opts["split_special_tokens"],
+                                        sha256=opts.get("tokenizer_sha256")), opts["split_special_tokens"])
     bos, eos = opts["bos_id"], opts["eos_id"]
     n_extra = (bos is not None) + (eos is not None)
     max_tokens = opts["max_doc_tokens"]

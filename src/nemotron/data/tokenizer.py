@@ -177,6 +177,20 @@ def text_only(tok):
     return plain
 
 
+def document_tokenizer(tok, split_special_tokens: bool):
+    """The tokenizer that encodes documents (pretraining): ``tok`` itself, or, with ``split_special_tokens``
+    and added tokens that are not marked special (Hugging Face chat tokenizers often add ``<think>``,
+    ``<tool_call>`` ... so), :func:`text_only` of it: ``encode_special_tokens`` turns only *special* tokens'
+    text into text, so a document holding ``<think>`` would otherwise still become that token's id.
+
+    Raises:
+        RuntimeFailure: as :func:`text_only`.
+    """
+    if not split_special_tokens or all(t.special for t in tok.get_added_tokens_decoder().values()):
+        return tok
+    return text_only(tok)
+
+
 def encode_documents(tok, texts: list[str], bos_id: int | None, eos_id: int | None) -> list[list[int]]:
     """Token ids of each text, without the tokenizer's own template, plus BOS/EOS when given.
 
