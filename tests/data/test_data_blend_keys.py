@@ -182,3 +182,29 @@ def test_sample_by_on_records_is_refused(tmp_path, tok_cache):
         pretrain.prepare(pretrain.Settings.from_config(compile_stage(
             "data-prep-pretrain", "tiny", blend_path=str(bad), output_dir=str(tmp_path / "o2"), tokenizer__cache_dir=tok_cache)),
             quiet=True)
+
+
+def test_plain_text_files_are_one_transcript_each_for_sft(tmp_path, tok_cache):
+    """SFT reads a plain-text file as one record, ``{"text": <the file>}``: a folder of ``.txt`` transcripts (one
+    conversation per file, FastChat's real conversations here) needs no conversion; RL, which reads prompt
+    records, refuses plain text naming the file."""
+    convs = _preference_records()[:6]
+    folder = tmp_path / "chats"
+    folder.mkdir()
+    for k, turns in enumerate(convs):
+        (folder / f"{k:02d}.txt").write_text("\n".join(f"{'User' if r == 'user' else 'Assistant'}: {v}" for r, v in turns))
+    blend = _blend(tmp_path, [{"name": "chats", "path": str(folder / "*.txt"), "weight": 1.0}])
+    cfg = compile_stage("data-prep-sft", "tiny", blend_path=str(blend), output_dir=str(tmp_path / "out"),
+                        tokenizer__cache_dir=tok_cache, split__validation_fraction=0.0, workers__count=1,
+                        workers__engine="in_process")
+    assert [p for p in validate_data(_Stage("data-prep-sft"), cfg) if p.severity == "error"] == []
+    m = sft.prepare(sft.Settings.from_config(cfg), quiet=True)
+    [d] = m["datasets"]
+    assert d["records"] == d["conversations"] == len(convs) and d["skipped"] == {} and d["files"] == len(convs)
+    from nemotron.data import rl
+
+    rl_cfg = compile_stage("data-prep-rl", "tiny", blend_path=str(blend), output_dir=str(tmp_path / "rl"))
+    assert any("00.txt is plain text, and this stage reads records" in p.message
+               for p in validate_data(_Stage("data-prep-rl"), rl_cfg))
+    with pytest.raises(ConfigError, match=r"00\.txt is plain text, and this stage reads records"):
+        rl.prepare(rl.Settings.from_config(rl_cfg), quiet=True)
