@@ -33,9 +33,13 @@ Three steps, each usable alone (the tests pin every one of them):
    be prefixes of the full one — otherwise :class:`TemplateMismatch` (never a silent drop). In practice
    the conversation is rendered once and the spans read off it at the assistant headers, which gives the
    same pieces (checked per template on probe conversations; :func:`segment_by_prefixes` otherwise).
-   :func:`tokenize_samples` encodes the pieces (special tokens recognised) into ids and a per-token
-   learned flag, with the token positions where each learned turn ends (after its ``\\n``) for
+   :func:`tokenize_samples` encodes the pieces (the template's control tokens recognised) into ids and a
+   per-token learned flag, with the token positions where each learned turn ends (after its ``\\n``) for
    truncation at a turn boundary.
+
+Control-token strings inside message text (a user quoting ``</s>``, an answer quoting ``<|im_end|>``) are data:
+:class:`ControlText` hides them from the template and :func:`tokenize_samples` encodes them as plain text
+(``policies.control_token_text: text``), or :func:`check_control_text` refuses the record (``skip`` / ``fail``).
 """
 
 from __future__ import annotations

@@ -86,6 +86,8 @@ class Settings(driver.StageSettings):
     """The stage config, checked (field names follow the YAML keys; ``pack_size`` = ``pack.pack_size``)."""
 
     STAGE = STAGE  # the blend's dataset keys this stage reads: nemotron.data.blend.STAGE_DATASET_KEYS
+    #: A plain-text file (``*.txt``, ``format: text``) is one record ``{"text": <the file>}``: one transcript per file.
+    TEXT_RECORDS = True
 
     INPUT_KEYS = (("blend_path", "blend_path"), ("tokenizer.name", "tokenizer_name"), ("chat.template", "template"))
     #: A JSON array file larger than 1.5 x ``shards.target_bytes`` is cut into element ranges (several

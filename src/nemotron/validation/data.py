@@ -110,6 +110,14 @@ def validate_data(stage: Any, cfg: dict) -> list[Problem]:
                 refused = text_documents_problem(blend_path, ds, fmt, len(found), s)
                 if refused is not None:
                     problems.append(_problem(refused, "data-text"))
+            elif getattr(stage, "name", "") in ("data-prep-sft", "data-prep-rl"):  # the run's refusal of plain text
+                from nemotron.data.prep import plain_text_problem
+                from nemotron.data.sources import detect_format
+
+                fmt = detect_format(found[0], ds.format if ds.format in FORMATS else None)
+                refused = plain_text_problem(ds, fmt, found[0], s)
+                if refused is not None:
+                    problems.append(_problem(refused, "data-text"))
             continue
         if ds.optional or policy == "skip":  # the run leaves it out and says so: the same line, a warning here
             problems.append(Problem("", None, unmatched(blend, ds, policy, section),
