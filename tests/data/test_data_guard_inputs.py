@@ -259,7 +259,7 @@ def test_single_text_file_is_refused_up_front(tmp_path, shared_data, tok_cache):
                         tokenizer__cache_dir=tok_cache)
     r, _ = run_py("data-prep-pretrain", cfg, tmp_path)
     assert r.returncode == 2 and "plain text is one document per file, so its 1 file is one document" in r.stderr, r.stderr
-    assert "one document per line of a JSONL file" in r.stderr and not (tmp_path / "out" / "data").exists()
+    assert "\"sample_by\": \"paragraph\"" in r.stderr and not (tmp_path / "out" / "data").exists()
     code, out = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", f"blend_path={blend}",
                     f"output_dir={tmp_path / 'out'}", "--dry-run", home=tmp_path)
     assert code == 2 and "plain text is one document per file" in out, out[-2000:]

@@ -10,7 +10,9 @@ Input blend (JSON; the file ``blend_path`` names)::
          "path": "data/*.jsonl",                  # file, folder, glob, or hf://org/name
          "weight": 1.0,                            # > 0; relative (Megatron normalises)
          "category": "wiki",                       # optional, default = name
-         "text_field": "text",                     # optional, default "text" (dotted path allowed)
+         "text_field": "text",                     # pretrain only: default "text" (dotted path allowed)
+         "fields": {"text": "chosen"},             # sft only: record form's field -> the record's field
+         "sample_by": "document",                  # pretrain only, plain text: document | line | paragraph
          "format": null,                           # optional: jsonl, jsonl.gz, json, parquet, text
          "subset": null, "split": "train",         # optional, for hf:// datasets
          "exclude": ["tests/*"],                   # optional glob patterns
@@ -19,6 +21,9 @@ Input blend (JSON; the file ``blend_path`` names)::
       ],
       "missing": [{"category": "code", "weight": 14.0, "reason": "..."}]   # optional
     }
+
+Each stage reads its own set of dataset keys (:data:`STAGE_DATASET_KEYS`); a key another stage reads is refused
+by name, with the stage's list, at ``--dry-run`` and by the run alike (never silently ignored).
 
 ``{name}`` placeholders in ``path`` are replaced from the stage config's ``path_vars``. Relative
 paths are taken from the directory the stage runs in, like command-line paths.
@@ -43,8 +48,22 @@ from typing import Any
 from nemotron.data.files import LineDict, atomic_write_json, load_json_lines_known
 from nemotron.errors import ConfigError, RuntimeFailure
 
-_DATASET_KEYS = ("name", "path", "weight", "category", "text_field", "format", "subset", "split", "exclude",
-                 "optional", "note")
+#: Dataset keys every data stage reads (``note`` is free text).
+_COMMON_KEYS = ("name", "path", "weight", "format", "subset", "split", "exclude", "optional", "note")
+#: The dataset keys each data stage reads: pretraining reads one text field per record (``text_field``) and names
+#: categories in its summary; SFT reads whole chat records (``fields`` maps a form's field to the record's);
+#: RL reads prompt records whole.
+STAGE_DATASET_KEYS: dict[str, tuple[str, ...]] = {
+    "data-prep-pretrain": (*_COMMON_KEYS, "category", "text_field", "sample_by"),
+    "data-prep-sft": (*_COMMON_KEYS, "fields"),
+    "data-prep-rl": _COMMON_KEYS,
+}
+_DATASET_KEYS = tuple(dict.fromkeys(k for keys in STAGE_DATASET_KEYS.values() for k in keys))
+#: What to write instead of a key the stage does not read.
+_KEY_TIPS = {
+    ("data-prep-sft", "text_field"): "chat records are read whole; a transcript or chat list kept in another field "
+                                     "is read with \"fields\": {\"text\": \"FIELD\"} (or {\"messages\": \"FIELD\"})",
+}
 _TOP_KEYS = ("name", "description", "source", "datasets", "missing")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _VAR_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -65,6 +84,8 @@ class DatasetSpec:
     exclude: tuple[str, ...] = ()
     optional: bool = False
     line: int = 0
+    fields: tuple[tuple[str, str], ...] = ()
+    sample_by: str = "document"
 
 
 @dataclass
@@ -113,7 +134,8 @@ def _weight_problem(value: Any) -> str | None:
 
 
 def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None = None,
-               bad_weight: str = "fail", check: Callable[[DatasetSpec], str | None] | None = None) -> Blend:
+               bad_weight: str = "fail", check: Callable[[DatasetSpec], str | None] | None = None,
+               stage: str | None = None) -> Blend:
     """Parse and check an input blend.
 
     Args:
@@ -123,6 +145,9 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
             for a weight that is zero, negative or not a number.
         check: a further check of each dataset that passed the others (the stage's: its path matches
             files); returns the problem's message (naming the blend line) or None.
+        stage: the data stage reading the blend (a key of :data:`STAGE_DATASET_KEYS`): a dataset key it
+            does not read is a problem (``key 'text_field' is not read by data-prep-sft ...``); ``None``
+            accepts every stage's keys.
 
     Raises:
         ConfigError: unreadable or invalid JSON, no ``datasets`` list, or no dataset left.
@@ -154,7 +179,14 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
                          f"{where}: name={name!r} must be letters, digits, '.', '_' or '-'"]
             continue
         where = f"{where} ({name})"
-        found = _check_keys(d, _DATASET_KEYS, where)
+        own = STAGE_DATASET_KEYS.get(stage or "", _DATASET_KEYS)
+        found = _check_keys({k: v for k, v in d.items() if k not in _DATASET_KEYS or k in own}, own, where)
+        for key in d:
+            if key in _DATASET_KEYS and key not in own:
+                readers = " and ".join(st for st, keys in STAGE_DATASET_KEYS.items() if key in keys)
+                tip = _KEY_TIPS.get((stage or "", key))
+                found.append(f"{where}: key {key!r} is not read by {stage} (it is a {readers} key); {stage} reads "
+                             f"{', '.join(own)}" + (f"; {tip}" if tip else ""))
         if name in seen:
             found.append(f"{where}: duplicate dataset name")
         seen.add(name)
@@ -178,6 +210,15 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
         text_field = d.get("text_field", "text")
         if not isinstance(text_field, str) or not text_field:
             found.append(f"{where}: text_field={text_field!r} must be a field name")
+        fields = d.get("fields") or {}
+        if not isinstance(fields, dict) or not all(isinstance(k, str) and k and isinstance(v, str) and v
+                                                   for k, v in fields.items()):
+            found.append(f"{where}: fields={fields!r} must map a record form's field name to the record's field "
+                         "name, e.g. {\"text\": \"chosen\"}")
+        sample_by = d.get("sample_by", "document")
+        if sample_by not in ("document", "line", "paragraph"):
+            found.append(f"{where}: sample_by={sample_by!r} must be document (one file, one document), line or "
+                         "paragraph (plain text cut at lines, or at blank lines)")
         if found or problem:
             problems += found
             continue
@@ -185,6 +226,7 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
             name=name, path=resolved, weight=float(d["weight"]), category=str(d.get("category") or name),
             text_field=text_field, format=d.get("format"), subset=d.get("subset"), split=d.get("split"),
             exclude=tuple(exclude), optional=bool(d.get("optional", False)), line=line,
+            fields=tuple(sorted(fields.items())), sample_by=sample_by,
         )
         trouble = check(spec) if check is not None else None
         if trouble:

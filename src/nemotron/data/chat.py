@@ -33,9 +33,13 @@ Three steps, each usable alone (the tests pin every one of them):
    be prefixes of the full one — otherwise :class:`TemplateMismatch` (never a silent drop). In practice
    the conversation is rendered once and the spans read off it at the assistant headers, which gives the
    same pieces (checked per template on probe conversations; :func:`segment_by_prefixes` otherwise).
-   :func:`tokenize_samples` encodes the pieces (special tokens recognised) into ids and a per-token
-   learned flag, with the token positions where each learned turn ends (after its ``\\n``) for
+   :func:`tokenize_samples` encodes the pieces (the template's control tokens recognised) into ids and a
+   per-token learned flag, with the token positions where each learned turn ends (after its ``\\n``) for
    truncation at a turn boundary.
+
+Control-token strings inside message text (a user quoting ``</s>``, an answer quoting ``<|im_end|>``) are data:
+:class:`ControlText` hides them from the template and :func:`tokenize_samples` encodes them as plain text
+(``policies.control_token_text: text``), or :func:`check_control_text` refuses the record (``skip`` / ``fail``).
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ _SPEAKER_LINE = re.compile(r"^[ \t]*(?:#+[ \t]*|\*\*)?(" + "|".join(sorted(_SPEA
                            + r")[ \t]*(?:\*\*)?[ \t]*:(?:\*\*)?[ \t]?", re.I | re.M)
 #: Summary reasons of records that become no training sample (each counted, each message names file:line).
 REASONS = ("bad_record", "unknown_role", "empty_content", "consecutive_same_role", "no_assistant_turn",
-           "template_mismatch", "too_long")
+           "control_token_text", "template_mismatch", "too_long")
 #: Tokens the Nemotron 3 chat format needs as single tokens of the vocabulary.
 CHAT_TOKENS = ("<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
                "<tool_response>", "</tool_response>")
@@ -111,6 +115,31 @@ class ChatPolicy:
 # 1. normalise
 
 
+def map_fields(obj: dict[str, Any], fields: dict[str, str] | None) -> dict[str, Any]:
+    """``obj`` with the fields a dataset's ``fields`` map names read from the record's own fields: ``{"text":
+    "chosen"}`` reads a preference record's ``chosen`` transcript as the transcript ``text``, ``{"messages":
+    "chosen"}`` a ``chosen`` list of messages (a dotted name reads a nested field). Unchanged without a map.
+
+    Raises:
+        RecordProblem: ``bad_record``: the record has no field the map names.
+    """
+    if not fields:
+        return obj
+    out = dict(obj)
+    for form_field, record_field in fields.items():
+        value: Any = obj.get(record_field)
+        if value is None and "." in record_field:
+            value = obj
+            for part in record_field.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            keys = ", ".join(repr(k) for k in list(obj)[:8]) or "none"
+            raise RecordProblem("bad_record", f"no field {record_field!r} (the dataset's fields map reads "
+                                              f"{form_field!r} from it; the record's fields: {keys})")
+        out[form_field] = value
+    return out
+
+
 def detect_schema(obj: dict[str, Any]) -> str | None:
     """The chat form of a record: ``messages``, ``sharegpt``, ``alpaca``, ``transcript`` (a text field of
     :data:`TRANSCRIPT_FIELDS` that starts with a speaker prefix, :data:`TRANSCRIPT_SPEAKERS`) or ``None``."""
@@ -134,9 +163,18 @@ def _transcript_text(obj: dict[str, Any]) -> str | None:
 
 
 def _transcript(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    """The turns of a transcript record: each line that starts with a speaker prefix (``User:``,
-    ``Assistant:``, ``### Human:``, ... see :data:`TRANSCRIPT_SPEAKERS`) starts a turn of that speaker's role;
-    the text up to the next such line (stripped) is its content. Text before the first prefix is a problem."""
+    """The turns of a transcript record.
+
+    A line that starts with a speaker prefix (``User:``, ``Assistant:``, ``### Human:``, ... see
+    :data:`TRANSCRIPT_SPEAKERS`) starts a turn only when it is one of the transcript's own speaker labels
+    (:func:`transcript_speakers`: learnt from the record, spelt exactly as it spells them); the text up to the
+    next such line (stripped) is the turn's content. Any other ``Word:`` line (``Answer: 42`` inside a user turn,
+    ``    model: str`` in code) is content. Text before the first prefix is a problem.
+
+    Raises:
+        RecordProblem: ``bad_record``: no text field, no speaker prefix, text before the first one, or speaker
+            labels that cannot be told apart (the transcript's line is named).
+    """
     text = _transcript_text(obj)
     if text is None:
         raise RecordProblem("bad_record", f"no transcript text field ({', '.join(TRANSCRIPT_FIELDS)})")
@@ -147,11 +185,71 @@ def _transcript(obj: dict[str, Any]) -> list[dict[str, Any]]:
                                           f"at a line start: {preview(text)}")
     if text[:marks[0].start()].strip():
         raise RecordProblem("bad_record", f"text before the first speaker prefix: {preview(text[:marks[0].start()])}")
+    speakers = transcript_speakers(text, marks)
+    marks = [m for m in marks if _label(m) in speakers]
     out = []
     for k, m in enumerate(marks):
         end = marks[k + 1].start() if k + 1 < len(marks) else len(text)
-        out.append({"role": _SPEAKER_ROLE[m.group(1).lower()], "content": text[m.end():end].strip()})
+        out.append({"role": speakers[_label(m)], "content": text[m.end():end].strip()})
     return out
+
+
+#: Speaker names that chat transcripts use as labels; the others (``Question``, ``Answer``, ``Model``, ``Agent``
+#: ...) are as often words inside a turn, so they become a speaker label only where nothing else can.
+_CHAT_SPEAKERS = frozenset({"system", "user", "human", "assistant", "gpt", "ai", "bot", "chatbot"})
+
+
+def _label(m: re.Match[str]) -> str:
+    """A speaker line's label exactly as written (indentation, ``###``/``**`` markers, the name's case)."""
+    return m.group(0).rstrip(" \t")
+
+
+def _style(m: re.Match[str]) -> tuple[str, str]:
+    label = _label(m)
+    return label[:m.start(1) - m.start()], label[m.end(1) - m.start():]
+
+
+def transcript_speakers(text: str, marks: list[re.Match[str]] | None = None) -> dict[str, str]:
+    """The speaker labels of a transcript, learnt from the record: ``{label as written: role}``.
+
+    The first line's label is a speaker (``System:`` first: then one user and one assistant label follow).
+    For each role still missing, the labels of that role in the text are the candidates: one is the speaker;
+    of several, the one written like the first label (same markers), else the one usual in chat transcripts
+    (``User``, ``Human``, ``Assistant``, ``GPT``, ``AI``, ``Bot``, ``Chatbot``, ``System``) is. A label of a role
+    that already has its speaker is content (``Question:`` inside a ``User:`` turn).
+
+    Raises:
+        RecordProblem: ``bad_record`` when two candidate labels remain for one role (both named with the
+            transcript line where each first appears).
+    """
+    marks = list(_SPEAKER_LINE.finditer(text)) if marks is None else marks
+    if not marks:
+        return {}
+    first = marks[0]
+    role1 = _SPEAKER_ROLE[first.group(1).lower()]
+    speakers = {_label(first): role1}
+    wanted = ("user", "assistant") if role1 == "system" else ("assistant",) if role1 == "user" else ("user",)
+    for role in wanted:
+        seen: dict[str, re.Match[str]] = {}
+        for m in marks[1:]:
+            if _SPEAKER_ROLE[m.group(1).lower()] == role and _label(m) not in seen:
+                seen[_label(m)] = m
+        cands = list(seen.values())
+        for narrow in (lambda m: _style(m) == _style(first), lambda m: m.group(1).lower() in _CHAT_SPEAKERS):
+            if len(cands) > 1 and any(narrow(m) for m in cands):
+                cands = [m for m in cands if narrow(m)]
+        if len(cands) > 1:
+            a, b = cands[:2]
+            raise RecordProblem("bad_record", f"transcript lines {_line_of(text, a)} and {_line_of(text, b)}: "
+                                              f"{_label(a)!r} and {_label(b)!r} could each be the {role}'s speaker "
+                                              "label; write the turns as 'messages' (role, content)")
+        if cands:
+            speakers[_label(cands[0])] = role
+    return speakers
+
+
+def _line_of(text: str, m: re.Match[str]) -> int:
+    return text.count("\n", 0, m.start()) + 1
 
 
 def preview(value: Any, limit: int = 160) -> str:
@@ -621,6 +719,141 @@ def _first_difference(a: str, b: str) -> int:
     return n
 
 
+# --------------------------------------------------------------------------------------------------
+# control-token strings inside message text
+
+#: Unicode noncharacters (reserved for a program's own use, never interchanged): while the template renders,
+#: a control-token string found inside message text is held as ``MARK_OPEN + <its number> + MARK_CLOSE``.
+MARK_OPEN, MARK_CLOSE = "\ufdd0", "\ufdd1"
+#: Values of ``policies.control_token_text`` (first = default): ``text`` encodes a control-token string
+#: found inside message text as plain text; ``skip`` / ``fail`` refuse the record.
+CONTROL_TEXT_POLICIES = ("text", "skip", "fail")
+
+
+def _trie_pattern(words: Any) -> str:
+    """A regular expression matching any of ``words``, the longest first where one is a prefix of another,
+    written as a prefix tree (a vocabulary's ~1,000 control tokens share prefixes such as ``<SPECIAL_``: the
+    tree tries each character once instead of every word in turn)."""
+    tree: dict[str, Any] = {}
+    for w in words:
+        node = tree
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        ends = "" in node
+        branches = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if ends else body
+
+    return emit(tree)
+
+
+class ControlText:
+    """The control-token strings of a tokenizer (every added token: what its encoder turns into one id
+    wherever the string appears) and how message text that holds one is kept as text.
+
+    The template's own control tokens (``<|im_start|>``, ``<|im_end|>``, ``<think>``, ``<tool_call>`` ...)
+    stay single tokens; the same strings inside a message's content, reasoning, tool-call arguments or tool
+    schemas are hidden from the template (:meth:`hide`: a marked number) and encoded as text
+    (:func:`tokenize_samples`), as the pretraining path encodes a literal ``</s>``.
+
+    Args:
+        tokens: the control-token strings (``tokenizers.Tokenizer.get_added_tokens_decoder()`` contents).
+    """
+
+    def __init__(self, tokens: Any) -> None:
+        self.controls = tuple(sorted({t for t in tokens if t}, key=lambda t: (-len(t), t)))
+        # the marks themselves are escaped too, so a record holding a noncharacter comes back unchanged
+        self.hidden = (*self.controls, MARK_OPEN, MARK_CLOSE)
+        self._find = re.compile(_trie_pattern(self.hidden))
+        self._split = re.compile("(" + _trie_pattern(self.controls) + ")") if self.controls else None
+        self._mark = re.compile(f"{MARK_OPEN}(\\d+){MARK_CLOSE}")
+        self._number = {t: i for i, t in enumerate(self.hidden)}
+
+    def first(self, text: str) -> str | None:
+        """The first control-token string inside ``text`` (the marks count too), or ``None``."""
+        m = self._find.search(text)
+        return m.group(0) if m else None
+
+    def hide(self, text: str) -> str:
+        """``text`` with each control-token string (and each mark character) replaced by its mark."""
+        return self._find.sub(lambda m: f"{MARK_OPEN}{self._number[m.group(0)]}{MARK_CLOSE}", text)
+
+    def restore(self, text: str) -> str:
+        """The inverse of :meth:`hide`."""
+        return self._mark.sub(lambda m: self.hidden[int(m.group(1))], text)
+
+    def split(self, text: str) -> list[str]:
+        """``text`` cut at the control tokens it holds (odd items are the tokens), as a tokenizer's encoder
+        cuts its input at its added tokens before the model sees the text between them."""
+        return self._split.split(text) if self._split is not None else [text]
+
+    def scan(self, msgs: list[dict[str, Any]], tools: list[Any] | None) -> tuple[str, str] | None:
+        """``(where, token)`` of the first control-token string in the text of ``msgs`` / ``tools`` (``where``:
+        ``message 2 content``, ``message 3 tool_calls``, ``tools``), or ``None``."""
+        for i, m in enumerate(msgs):
+            for key in ("content", "reasoning_content", "tool_calls"):
+                value = m.get(key)
+                if value is None:
+                    continue
+                text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                found = self.first(text)
+                if found is not None:
+                    return f"message {i} ({m['role']}) {key}", found
+        if tools:
+            found = self.first(json.dumps(tools, ensure_ascii=False))
+            if found is not None:
+                return "tools", found
+        return None
+
+    def protect(self, msgs: list[dict[str, Any]], tools: list[Any] | None) -> tuple[list[dict[str, Any]], list[Any] | None]:
+        """``(msgs, tools)`` with every control-token string in their text hidden (:meth:`hide`; keys of
+        tool-call arguments and schemas too); the template's own tokens are added when it renders."""
+        def deep(value: Any) -> Any:
+            if isinstance(value, str):
+                return self.hide(value)
+            if isinstance(value, list):
+                return [deep(v) for v in value]
+            if isinstance(value, dict):
+                return {deep(k) if isinstance(k, str) else k: deep(v) for k, v in value.items()}
+            return value
+
+        out = []
+        for m in msgs:
+            m = dict(m)
+            for key in ("content", "reasoning_content", "tool_calls"):
+                if m.get(key) is not None:
+                    m[key] = deep(m[key])
+            out.append(m)
+        return out, (deep(tools) if tools else tools)
+
+
+def check_control_text(control: ControlText, msgs: list[dict[str, Any]], tools: list[Any] | None,
+                       policy: str) -> tuple[list[dict[str, Any]], list[Any] | None, bool]:
+    """Apply ``policies.control_token_text`` to one normalised conversation.
+
+    Returns:
+        ``(msgs, tools, found)``: under ``text`` the conversation with its control-token strings hidden
+        (:meth:`ControlText.protect`; ``found`` says whether there was one); unchanged when there is none.
+
+    Raises:
+        RecordProblem: ``control_token_text`` (policy ``skip`` or ``fail``), naming the message and the token.
+    """
+    hit = control.scan(msgs, tools)
+    if hit is None:
+        return msgs, tools, False
+    if policy != "text":
+        where, token = hit
+        raise RecordProblem("control_token_text", f"{where} holds the control-token string {token!r} as text "
+                                                  "(policies.control_token_text=text encodes it as plain text)")
+    protected, safe_tools = control.protect(msgs, tools)
+    return protected, safe_tools, True
+
+
 @dataclass
 class Tokenized:
     """A tokenized sample: ``ids``, ``learned`` (1 = a token the model learns to produce, not yet
@@ -631,19 +864,44 @@ class Tokenized:
     turn_ends: list[int]
 
 
-def tokenize_samples(tok, segmented: list[Segmented]) -> list[Tokenized]:
-    """Encode the pieces of many samples in one batch (special tokens recognised, no BOS/EOS added)."""
+def tokenize_samples(tok, segmented: list[Segmented], control: ControlText | None = None) -> list[Tokenized]:
+    """Encode the pieces of many samples in one batch (the template's control tokens recognised, no BOS/EOS
+    added).
+
+    A piece that holds message text hidden by :meth:`ControlText.protect` (``control`` given) is cut at the
+    template's control tokens (:meth:`ControlText.split`, one id each); the text between them, its control-token
+    strings restored, is encoded by the tokenizer's model alone (:func:`nemotron.data.tokenizer.text_only`: no
+    added token can match), so those strings become the ids of their text. Every other piece is encoded as is.
+
+    Raises:
+        RuntimeFailure: the tokenizer's model itself turns a control-token string into its id (see
+            :func:`nemotron.data.tokenizer.text_only`).
+    """
     flat = [p for s in segmented for p in s.pieces]
-    encs = tok.encode_batch_fast(flat, add_special_tokens=False) if flat else []
+    encs = [e.ids for e in tok.encode_batch_fast(flat, add_special_tokens=False)] if flat else []
+    if control is not None:
+        marked = [k for k, p in enumerate(flat) if MARK_OPEN in p]
+        if marked:
+            from nemotron.data.tokenizer import text_only
+
+            plain = text_only(tok)
+            for k in marked:
+                ids: list[int] = []
+                for j, part in enumerate(control.split(flat[k])):
+                    if j % 2:
+                        ids.append(tok.token_to_id(part))
+                    elif part:
+                        ids.extend(plain.encode(control.restore(part), add_special_tokens=False).ids)
+                encs[k] = ids
     out: list[Tokenized] = []
     k = 0
     for s in segmented:
-        ids: list[int] = []
+        ids = []
         mask: list[int] = []
         ends: list[int] = []
         after_learned = False
         for piece_learned in s.learned:
-            piece_ids = encs[k].ids
+            piece_ids = encs[k]
             k += 1
             ids.extend(piece_ids)
             mask.extend([1 if piece_learned else 0] * len(piece_ids))

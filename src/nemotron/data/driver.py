@@ -189,6 +189,8 @@ class StageSettings:
     #: ``(config key, settings attribute)`` of each input file or folder the stage reads (the blend's
     #: datasets aside); a value that names no local path (a hub id) is not checked.
     INPUT_KEYS: ClassVar[tuple[tuple[str, str], ...]] = (("blend_path", "blend_path"),)
+    #: The stage's name (``data-prep-sft``): which blend dataset keys it reads (:data:`nemotron.data.blend.STAGE_DATASET_KEYS`).
+    STAGE: ClassVar[str | None] = None
     #: Names a version folder holds that the stage writes and deletes on a rebuild, besides OWNED_NAMES.
     OUTPUT_NAMES: ClassVar[tuple[str, ...]] = ()
     #: Whether one task uses several workers' CPUs inside one process (pretraining: the tokenizer's Rust
@@ -379,7 +381,7 @@ def stage_blend(s: Any) -> Blend:
         return None if found else unmatched_message(s.blend_path, spec)
 
     return load_blend(s.blend_path, path_vars=s.path_vars, bad_weight=on_bad.get("bad_weight", "fail"),
-                      check=matches_files)
+                      check=matches_files, stage=getattr(s, "STAGE", None))
 
 
 def check_inputs(s: Any, blend: Blend) -> list[ConfigError]:
@@ -491,7 +493,8 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
 
     say = (lambda *a: None) if quiet else console().print
     t_start = time.monotonic()
-    blend = load(s, say) if load is not None else load_blend(s.blend_path, path_vars=s.path_vars)
+    blend = load(s, say) if load is not None else load_blend(s.blend_path, path_vars=s.path_vars,
+                                                             stage=getattr(s, "STAGE", None))
     version, vdir, why = outputs.select_version(s.output_dir, s.force)
     run = Run(s, version, vdir, why, say, quiet, live_progress, t_start)
     run.engine, run.engine_reason = choose_engine(s, blend)

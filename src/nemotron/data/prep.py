@@ -46,6 +46,17 @@ def record_format(spec: DatasetSpec, schemas: tuple[str, ...]) -> tuple[str | No
                       f"({', '.join(FORMATS)}) nor a record form ({', '.join(schemas)})")
 
 
+def plain_text_problem(spec: DatasetSpec, fmt: str, first_file: str, s: Any) -> ConfigError | None:
+    """The refusal of a plain-text dataset by a record stage that reads no plain text (``s.TEXT_RECORDS`` false:
+    data prep rl), or ``None``; the run (:func:`plan_dataset`) and the dry-run (``validation.data``) call it."""
+    if fmt != "text" or getattr(s, "TEXT_RECORDS", False):
+        return None
+    return ConfigError(f"dataset {spec.name} (blend line {spec.line}): {first_file} is plain text, and this stage "
+                       "reads records (JSONL, JSON array or Parquet)",
+                       "write one JSON object per line (JSONL), or set the dataset's format if the file is one "
+                       "of those under another name")
+
+
 @dataclass
 class DatasetShards:
     """A dataset's inputs cut into work shards (lists of pieces), with its files in sorted order."""
@@ -66,16 +77,17 @@ def plan_dataset(spec: DatasetSpec, s: Any, schemas: tuple[str, ...], target_byt
     only the first ``sample`` records of the dataset (files in sorted order) are planned.
 
     Raises:
-        ConfigError: a bad ``format``, or a plain-text file (records are needed).
+        ConfigError: a bad ``format``, or a plain-text file where the stage reads records only (``s.TEXT_RECORDS``
+            false: a plain-text file is then no record; SFT reads one as one transcript record).
         RuntimeFailure: an input file cannot be read (``<file>: cannot read (...)``).
     """
     file_fmt, schema = record_format(spec, schemas)
     files, fmt = _dataset_files(dataclasses.replace(spec, format=file_fmt), s, "")
     if not files:
         return None
-    if fmt == "text":
-        raise ConfigError(f"dataset {spec.name} (blend line {spec.line}): {files[0][0]} is not JSONL, JSON or "
-                          "Parquet; set the dataset's format")
+    refused = plain_text_problem(spec, fmt, files[0][0], s)
+    if refused is not None:
+        raise refused
     pieces: list[Piece] = []
     left = sample
     for file, size in files:

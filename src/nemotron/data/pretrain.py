@@ -42,6 +42,7 @@ from nemotron.data.sources import (
     Piece,
     check_parquet_field,
     detect_format,
+    text_format,
     expand,
     fetch_remote,
     file_size_estimate,
@@ -78,6 +79,8 @@ _CALIBRATION_BYTES = 1 << 18  # text tokenized per dataset to estimate bytes per
 @dataclass
 class Settings(driver.StageSettings):
     """The stage config, checked. Field names follow the YAML keys (``tokenizer_name`` = ``tokenizer.name``)."""
+
+    STAGE = STAGE  # the blend's dataset keys this stage reads: nemotron.data.blend.STAGE_DATASET_KEYS
 
     INPUT_KEYS = (("blend_path", "blend_path"), ("tokenizer.name", "tokenizer_name"))
     THREADED_TASKS = True  # a shard task's tokenizer batch-encodes on a thread pool of its CPUs
@@ -174,12 +177,18 @@ def text_documents_problem(blend_path: str, spec: DatasetSpec, fmt: str, n_files
     """The refusal of a plain-text dataset too small for the held-out split, or ``None``.
 
     The rule for plain text (``format: text``, or a file that is not JSONL/JSON/Parquet): **one file is one
-    document** — its whole text, never split at lines or blank lines (a source file or a book stays whole).
-    The first ``split.valid_docs + split.test_docs`` documents of each dataset are held out, so a text dataset
-    needs more files than that (``sample`` counts files too). A single ``.txt`` file is one document: it is
-    refused here, before any work, in the run and the dry-run alike, with what to do instead (records: a
-    JSONL file with one ``{"text": ...}`` per document).
+    document** — its whole text, never split at lines or blank lines (a source file or a book stays whole) —
+    unless the dataset's ``sample_by`` is ``line`` or ``paragraph`` (``fmt`` is then ``text-line`` /
+    ``text-paragraph``, :func:`nemotron.data.sources.text_format`). The first ``split.valid_docs +
+    split.test_docs`` documents of each dataset are held out, so a text dataset of whole files needs more files
+    than that (``sample`` counts files too). A single ``.txt`` file is one document: it is refused here, before
+    any work, in the run and the dry-run alike, with what to do instead (``sample_by``). A ``sample_by`` on files
+    that are not plain text is refused too (it would be ignored).
     """
+    if spec.sample_by != "document" and fmt not in ("text", "text-line", "text-paragraph"):
+        return ConfigError(f"{blend_path}:{spec.line}: datasets ({spec.name}): sample_by={spec.sample_by!r} cuts plain "
+                           f"text into documents, but the dataset's files are {fmt}",
+                           "remove sample_by (records are read one per line/row/element), or set format: text")
     if fmt != "text":
         return None
     held = s.valid_docs + s.test_docs
@@ -191,8 +200,8 @@ def text_documents_problem(blend_path: str, spec: DatasetSpec, fmt: str, n_files
         f"{driver.count(n, 'files')} {'is one document' if n == 1 else f'are {n} documents'}, and the first "
         f"split.valid_docs={s.valid_docs} + split.test_docs={s.test_docs} documents are held out: none is left "
         "to train on",
-        "write the text as records, one document per line of a JSONL file ({\"text\": \"...\"}; e.g. one per "
-        f"paragraph or article), or give the dataset more than {held} text files")
+        "cut it into documents with the dataset's \"sample_by\": \"paragraph\" (blank-line separated) or \"line\", "
+        f"or give the dataset more than {held} text files")
 
 
 def _piece_from_scan(path: str, fmt: str, scan, i: int, j: int, est_total: int, rows_total: int) -> Piece:
@@ -215,10 +224,10 @@ def _dataset_files(spec: DatasetSpec, s: Settings, blend_path: str) -> tuple[lis
     """``[(file, size)]`` of a dataset and its format."""
     if is_remote(spec.path):
         files = resolve_remote(spec.path, spec.subset, spec.split)
-        fmt = detect_format(files[0][0], spec.format)
+        fmt = text_format(detect_format(files[0][0], spec.format), spec.sample_by)
         return files, fmt
     paths = expand(spec.path, exclude=list(spec.exclude), fmt=spec.format)
-    fmt = detect_format(paths[0] if paths else spec.path, spec.format)
+    fmt = text_format(detect_format(paths[0] if paths else spec.path, spec.format), spec.sample_by)
     return [(p, os.path.getsize(p)) for p in paths], fmt
 
 
@@ -351,7 +360,8 @@ def build_shard(shard: dict[str, Any], opts: dict[str, Any]):
     os.environ["RAYON_NUM_THREADS"] = str(opts["cpus_per_task"])
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
     t0 = time.monotonic()
-    tok = tk.load(opts["tokenizer_json"], opts["split_special_tokens"], sha256=opts.get("tokenizer_sha256"))
+    tok = tk.document_tokenizer(tk.load(opts["tokenizer_json"], opts["split_special_tokens"],
+                                        sha256=opts.get("tokenizer_sha256")), opts["split_special_tokens"])
     bos, eos = opts["bos_id"], opts["eos_id"]
     n_extra = (bos is not None) + (eos is not None)
     max_tokens = opts["max_doc_tokens"]

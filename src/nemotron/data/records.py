@@ -57,8 +57,23 @@ def iter_objects(piece: Piece) -> Iterator[Record]:
             yield from _json_array(piece)
         elif piece.fmt == "parquet":
             yield from _parquet(piece)
+        elif piece.fmt == "text":
+            yield from _text_file(piece)
         else:
-            raise RuntimeFailure(f"{piece.file}: format {piece.fmt!r} holds no records (JSONL, JSON or Parquet expected)")
+            raise RuntimeFailure(f"{piece.file}: format {piece.fmt!r} holds no records (JSONL, JSON, Parquet or plain text expected)")
+
+
+def _text_file(piece: Piece) -> Iterator[Record]:
+    """A plain-text file as one record ``{"text": <its whole text>}`` at line 1 (ordinal 0): one document per
+    file, as pretraining reads plain text (SFT reads it as a speaker-prefixed transcript)."""
+    raw = strip_bom(Path(piece.file).read_bytes())
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = 1 + raw.count(b"\n", 0, exc.start)
+        yield line, 0, None, "invalid_utf8", f"byte 0x{raw[exc.start]:02x} is not UTF-8; the whole file is skipped"
+        return
+    yield 1, 0, {"text": text}, None, None
 
 
 def _object(position: int, ordinal: int, obj: Any) -> Record:

@@ -76,6 +76,8 @@ TRAIN, VALID = outputs.RL_TRAIN, outputs.RL_VALID
 class Settings(driver.StageSettings):
     """The stage config, checked."""
 
+    STAGE = STAGE  # the blend's dataset keys this stage reads: nemotron.data.blend.STAGE_DATASET_KEYS
+
     OUTPUT_NAMES = (TRAIN, VALID)
 
     mixing: str = "natural"

@@ -60,6 +60,7 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "empty_content": ("skip", "fail"),
     "consecutive_same_role": ("merge", "skip", "fail"),
     "no_assistant_turn": ("skip", "fail"),
+    "control_token_text": ("text", "skip", "fail"),
     "too_long": ("truncate_turns", "drop", "fail"),
     "template_mismatch": ("fail", "skip"),
     "empty_glob": ("fail", "skip"),
@@ -83,6 +84,10 @@ _TOP = ("blend_path", "output_dir", "path_vars", "sample", "force", "mixing")
 @dataclass
 class Settings(driver.StageSettings):
     """The stage config, checked (field names follow the YAML keys; ``pack_size`` = ``pack.pack_size``)."""
+
+    STAGE = STAGE  # the blend's dataset keys this stage reads: nemotron.data.blend.STAGE_DATASET_KEYS
+    #: A plain-text file (``*.txt``, ``format: text``) is one record ``{"text": <the file>}``: one transcript per file.
+    TEXT_RECORDS = True
 
     INPUT_KEYS = (("blend_path", "blend_path"), ("tokenizer.name", "tokenizer_name"), ("chat.template", "template"))
     #: A JSON array file larger than 1.5 x ``shards.target_bytes`` is cut into element ranges (several
@@ -227,6 +232,8 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
     template = chat.load_template(opts["template"])
     policy = chat.ChatPolicy(consecutive_same_role=opts["policies"]["consecutive_same_role"],
                              reasoning=opts["reasoning"])
+    control = chat.ControlText(tk.added_tokens(tok))
+    control_policy = opts["policies"].get("control_token_text", "text")
     problems = Problems(opts["policies"], opts["max_examples"])
     pack_size = opts["pack_size"]
     # a sequence of n tokens is stored padded to ceil((n - 1) / mult) * mult + 1 tokens; pack_size is a
@@ -248,7 +255,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
 
     def flush() -> None:
         segs = [g for group, _split, _at in pending for g in group]
-        toks = chat.tokenize_samples(tok, segs)
+        toks = chat.tokenize_samples(tok, segs, control)
         # the batch's samples go to the files in one write each (ids, lengths, learned flags)
         out_ids: list[int] = []
         out_lens: list[int] = []
@@ -299,7 +306,9 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
                     problems.report(problem, at, detail or "", policy_key=_RECORD_PROBLEMS.get(problem, "bad_record"))
                     continue
                 try:
-                    msgs, tools = chat.normalise(obj, shard["schema"], policy)
+                    msgs, tools = chat.normalise(chat.map_fields(obj, shard.get("fields")), shard["schema"], policy)
+                    msgs, tools, hidden = chat.check_control_text(control, msgs, tools, control_policy)
+                    counts["control_text"] += hidden
                     samples = chat.training_samples(msgs, opts["history_reasoning"])
                     segs = [chat.segment(template, smp, tools) for smp in samples]
                 except chat.RecordProblem as exc:
@@ -339,6 +348,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
         "sequences": {"train": splits.count(0), "valid": splits.count(1)}, "tokens": tokens, "learned": learned,
         "skipped": dict(sorted(problems.counts.items())), "examples": problems.examples,
         "truncated": counts["truncated"], "truncated_tokens": counts["truncated_tokens"],
+        "control_text": counts["control_text"],
         "dropped_tokens": counts["dropped_tokens"], "shortest_dropped": shortest_dropped[0] if shortest_dropped else None,
         "files": {p.name: p.stat().st_size for p in (bin_path, idx_path, mask_path, meta_path)},
         "bin_sha256": writer.sha256, "seconds": round(time.monotonic() - t0, 3), "worker_pid": os.getpid(),
@@ -512,7 +522,7 @@ def _plan(s: Settings, blend: Blend, vdir: Path) -> _Plan:
         file_index = {f: i for i, f in enumerate(ds.files)}
         for k, pieces in enumerate(ds.shards):
             shards.append({
-                "id": f"{spec.name}/{k:05d}", "dataset": spec.name, "schema": ds.schema,
+                "id": f"{spec.name}/{k:05d}", "dataset": spec.name, "schema": ds.schema, "fields": dict(spec.fields),
                 "prefix": str(vdir / "data" / "sequences" / spec.name / f"{k:05d}"),
                 "pieces": [p.to_dict() for p in pieces], "est_bytes": sum(p.est_bytes for p in pieces),
                 "file_index": {p.file: file_index[p.file] for p in pieces},
@@ -531,7 +541,8 @@ def _plan(s: Settings, blend: Blend, vdir: Path) -> _Plan:
                                     "split_seed", "validation_fraction")}
     shaping.update(tokenizer=tok.info.file_sha256, template=template_sha)
     for sh in shards:
-        sh["key"] = stable_hash({"pieces": sh["pieces"], "schema": sh["schema"], **shaping})
+        sh["key"] = stable_hash({"pieces": sh["pieces"], "schema": sh["schema"], **shaping,
+                                 **({"fields": sh["fields"]} if sh["fields"] else {})})
     inputs = driver.input_stamps(f for ds in datasets for f in ds.files)
     packing = {k: opts[k] for k in ("algorithm", "seed", "row_group_size", "compression", "pad_id")} | {"window": s.window}
     key = stable_hash({"shards": [sh["key"] for sh in shards], "inputs": inputs, "packing": packing,
@@ -791,6 +802,7 @@ def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict
             "skipped": dict(sorted(skipped.items())), "truncated": sum(r["truncated"] for r in recs),
             "truncated_tokens": sum(r["truncated_tokens"] for r in recs),
             "dropped_tokens": sum(r["dropped_tokens"] for r in recs),
+            "control_token_text": sum(r.get("control_text", 0) for r in recs),
             "passes": round(passes[ds.spec.name], 6), "natural_share": sum(r["tokens"]["train"] for r in recs) / train_total,
             "effective_share": effective[ds.spec.name] / eff_total,
             "seconds": round(sum(r["seconds"] for r in recs), 3),
@@ -902,6 +914,16 @@ def _no_validation_warning(m: dict[str, Any]) -> str | None:
     return f"warning: no validation set ({why}); the sft stage gets packed_val_data_path: null and runs no validation"
 
 
+def control_text_notes(m: dict[str, Any]) -> list[str]:
+    """One note per dataset of the manifest ``m`` whose records held control-token strings in message text,
+    kept and encoded as text (``policies.control_token_text: text``): ``note: dataset NAME: N records hold
+    control-token text (</s>, <|im_end|>, ...) in messages; encoded as plain text ...``."""
+    return [f"note: dataset {d['name']}: {d['control_token_text']:,} record(s) hold control-token text (such as "
+            "</s> or <|im_end|>) in their messages; encoded as plain text, never as the control token "
+            "(policies.control_token_text=skip leaves them out)"
+            for d in m["datasets"] if d.get("control_token_text")]
+
+
 def _print_summary(m: dict[str, Any]) -> None:
     from nemotron.data.progress import fmt_counts, human, print_table
 
@@ -934,6 +956,8 @@ def _print_summary(m: dict[str, Any]) -> None:
     warning = _no_validation_warning(m)
     if warning:
         con.print(warning)
+    for line in control_text_notes(m):
+        con.print(line)
     con.print(f"train: {m['loader']['packed_train_data_path']}  tokenizer {m['tokenizer']['name']} "
               f"(vocab {m['tokenizer']['vocab_size']:,}, sha256 {m['tokenizer']['vocab_sha256'][:12]}"
               + (f"; added {', '.join(f'{k}={v}' for k, v in added.items())}" if added else "") + ")")

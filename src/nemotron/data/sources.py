@@ -10,7 +10,13 @@ format     files                                a record is / its position is
 ``json``   ``*.json`` (one array of objects)   an element / the line where it starts
 ``parquet`` ``*.parquet``                       a row / its 0-based row number
 ``text``   anything else (``*.txt``, ``*.py``)  the whole file / line 1
+``text-line`` ``text`` with ``sample_by: line``  a non-blank line / its line number
+``text-paragraph`` ``sample_by: paragraph``     lines up to a blank line / its first line
 ========== =================================== ===========================================
+
+``sample_by`` (a pretraining blend key, the term of Hugging Face ``datasets``' text reader) chooses how plain text
+is cut into documents: ``document`` (default: one file, one document), ``line`` or ``paragraph``
+(:func:`text_format`). The cut formats are record ranges like ``jsonl.gz`` (counted from 0, read from the start).
 
 A **piece** is a contiguous range of records of one file: a byte range of a JSONL file (cut at line
 starts, so no record is split or repeated), a row range of a Parquet file (cut at row-group
@@ -42,6 +48,14 @@ from typing import Any
 from nemotron.errors import ConfigError, NemotronError, RuntimeFailure
 
 FORMATS = ("jsonl", "jsonl.gz", "json", "parquet", "text")
+#: Values of a dataset's ``sample_by`` (first = default) and the reading format each gives plain text.
+SAMPLE_BY = {"document": "text", "line": "text-line", "paragraph": "text-paragraph"}
+
+
+def text_format(fmt: str, sample_by: str = "document") -> str:
+    """The reading format of a file of format ``fmt`` under ``sample_by`` (:data:`SAMPLE_BY`): plain text cut
+    into lines or paragraphs; every other format unchanged."""
+    return SAMPLE_BY.get(sample_by, "text") if fmt == "text" else fmt
 #: Record problems a reader reports (the pipeline adds ``empty``, ``short`` and ``too_long``).
 READ_PROBLEMS = ("malformed_json", "missing_field", "invalid_utf8")
 _SCAN_BLOCK = 1 << 24  # 16 MiB reads when scanning for line starts
@@ -442,12 +456,50 @@ def iter_records(piece: Piece, text_field: str) -> Iterator[tuple[int, str | Non
             yield from _iter_json_array(piece, text_field)
         elif piece.fmt == "parquet":
             yield from _iter_parquet(piece, text_field)
+        elif piece.fmt in ("text-line", "text-paragraph"):
+            yield from _iter_text_cut(piece)
         else:
             raw = strip_bom(Path(piece.file).read_bytes())
             try:
                 yield 1, raw.decode("utf-8"), None, None
             except UnicodeDecodeError as exc:
                 yield _bad_utf8(raw, exc)
+
+
+def _iter_text_cut(piece: Piece):
+    """The documents of a plain-text piece cut by lines (``text-line``: each non-blank line, its line end
+    dropped) or paragraphs (``text-paragraph``: the lines up to a blank one, as written, without the last line
+    end), with the line each starts at; ``piece.start``/``stop`` count documents from 0."""
+    raw = strip_bom(Path(piece.file).read_bytes())
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        yield _bad_utf8(raw, exc)
+        return
+    k = 0
+    block: list[str] = []
+    first = 0
+    lines = text.split("\n")
+    for lineno, line in enumerate([*lines, ""], start=1):
+        if piece.fmt == "text-line":
+            if not line.strip() or lineno > len(lines):
+                continue
+            doc, at = line.removesuffix("\r"), lineno
+        elif line.strip():
+            if not block:
+                first = lineno
+            block.append(line)
+            continue
+        elif not block:
+            continue
+        else:
+            doc, at = "\n".join(block), first
+            block = []
+        if piece.stop is not None and k >= piece.stop:
+            return
+        if k >= piece.start:
+            yield at, doc, None, None
+        k += 1
 
 
 def _bad_utf8(raw: bytes, exc: UnicodeDecodeError, first_line: int = 1) -> tuple[int, None, str, str]:

@@ -120,6 +120,77 @@ def load(info: TokenizerInfo | str, split_special_tokens: bool = True, sha256: s
     return _load_cached(str(info), split_special_tokens)
 
 
+#: :func:`text_only` tokenizers by the id of the tokenizer they were made from (kept alive alongside it).
+_TEXT_ONLY: dict[int, tuple[Any, Any]] = {}
+
+
+def added_tokens(tok) -> dict[str, int]:
+    """``{string: id}`` of every added token of ``tok`` (special or not): the strings its encoder turns into
+    one id wherever they appear in a text."""
+    return {t.content: i for i, t in tok.get_added_tokens_decoder().items()}
+
+
+def text_only(tok):
+    """A copy of ``tok`` that encodes every string as text: no added token (special or not) is matched, and
+    none is left in the model's vocabulary for the model to emit (BPE/WordPiece: the entry is removed, its
+    id kept free; Unigram: its score made the lowest). Built once per tokenizer and process.
+
+    Text without any added-token string is encoded exactly as ``tok`` encodes it (the encoder cuts its
+    input at added tokens first, then the same normaliser, pre-tokeniser and model run on each part).
+
+    Raises:
+        RuntimeFailure: the copy still encodes an added-token string into an added token's id (a model that
+            builds the string from its merges): such a tokenizer cannot keep control-token text as text;
+            ``policies.control_token_text=skip`` refuses those records instead.
+    """
+    from tokenizers import Tokenizer
+
+    key = id(tok)
+    if key in _TEXT_ONLY and _TEXT_ONLY[key][0] is tok:
+        return _TEXT_ONLY[key][1]
+    added = added_tokens(tok)
+    doc = json.loads(tok.to_str())
+    doc["added_tokens"] = []
+    model = doc.get("model") or {}
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        model["vocab"] = {k: v for k, v in vocab.items() if k not in added}
+    elif isinstance(vocab, list):  # Unigram: [piece, score] pairs, the id is the position
+        low = min((float(e[1]) for e in vocab), default=0.0) - 1000.0
+        model["vocab"] = [[e[0], low] if e[0] in added else e for e in vocab]
+    try:
+        plain = Tokenizer.from_str(json.dumps(doc, ensure_ascii=False))
+    except Exception:  # a model whose merges name a removed entry: keep the vocabulary, the check below decides
+        doc["model"]["vocab"] = vocab
+        plain = Tokenizer.from_str(json.dumps(doc, ensure_ascii=False))
+    plain.no_truncation()
+    plain.no_padding()
+    ids = set(added.values())
+    strings = list(added)
+    for text, enc in zip(strings, plain.encode_batch_fast(strings, add_special_tokens=False) if strings else [],
+                         strict=True):
+        if ids.intersection(enc.ids):
+            raise RuntimeFailure(f"the tokenizer's model encodes the text {text!r} as a control token even with its "
+                                 "added tokens off: control-token text in messages cannot be kept as text",
+                                 "set policies.control_token_text=skip (or fail) to refuse such records")
+    _TEXT_ONLY[key] = (tok, plain)
+    return plain
+
+
+def document_tokenizer(tok, split_special_tokens: bool):
+    """The tokenizer that encodes documents (pretraining): ``tok`` itself, or, with ``split_special_tokens``
+    and added tokens that are not marked special (Hugging Face chat tokenizers often add ``<think>``,
+    ``<tool_call>`` ... so), :func:`text_only` of it: ``encode_special_tokens`` turns only *special* tokens'
+    text into text, so a document holding ``<think>`` would otherwise still become that token's id.
+
+    Raises:
+        RuntimeFailure: as :func:`text_only`.
+    """
+    if not split_special_tokens or all(t.special for t in tok.get_added_tokens_decoder().values()):
+        return tok
+    return text_only(tok)
+
+
 def encode_documents(tok, texts: list[str], bos_id: int | None, eos_id: int | None) -> list[list[int]]:
     """Token ids of each text, without the tokenizer's own template, plus BOS/EOS when given.
 

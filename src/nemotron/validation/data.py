@@ -106,9 +106,18 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
         if found:
             if getattr(stage, "name", "") == "data-prep-pretrain":  # the run's own refusal of too little plain text
                 from nemotron.data.pretrain import text_documents_problem
+                from nemotron.data.sources import detect_format, text_format
+
+                fmt = text_format(detect_format(found[0], ds.format), ds.sample_by)
+                refused = text_documents_problem(blend_path, ds, fmt, len(found), s)
+                if refused is not None:
+                    problems.append(_problem(refused, "data-text"))
+            elif getattr(stage, "name", "") in ("data-prep-sft", "data-prep-rl"):  # the run's refusal of plain text
+                from nemotron.data.prep import plain_text_problem
                 from nemotron.data.sources import detect_format
 
-                refused = text_documents_problem(blend_path, ds, detect_format(found[0], ds.format), len(found), s)
+                fmt = detect_format(found[0], ds.format if ds.format in FORMATS else None)
+                refused = plain_text_problem(ds, fmt, found[0], s)
                 if refused is not None:
                     problems.append(_problem(refused, "data-text"))
             continue
