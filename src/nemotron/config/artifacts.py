@@ -120,6 +120,11 @@ def accepted_configs(config: str) -> set[str]:
     return {config}
 
 
+#: Artifacts that one producer config makes and every consumer takes, whatever its ``-c``: the stage files of a
+#: released RL blend (``data prep rl -c ultra-blends`` records ``rl-blend-<stage>``; the teacher configs read them).
+ANY_CONSUMER_PREFIXES = ("rl-blend-",)
+
+
 def producer_stage(name: str) -> Any:
     """The registry's stage that produces artifact ``name``, or None."""
     return next((stage for stage in STAGES if name in stage.produces), None)
@@ -194,7 +199,7 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
         # An artifact named after the config that made it (``teacher-reasoning`` by ``-c teacher-reasoning``)
         # is that config's only product: every consumer takes it.
         if rec is not None and (config is None or rec.get("config") in accepted_configs(config)
-                                or rec.get("config") == name):
+                                or rec.get("config") == name or name.startswith(ANY_CONSUMER_PREFIXES)):
             return check_present(rec)
     return None
 

@@ -533,6 +533,8 @@ def _register_resolvers() -> None:
         rec = artifacts.lookup(name, version, config)
         if rec is None:
             made_by = f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config and version is None else ""
+            if name.startswith(artifacts.ANY_CONSUMER_PREFIXES):  # a released RL blend's stage file
+                made_by = "; nemotron ultra3 data prep rl -c ultra-blends records it"
             raise Unresolved(f"artifact {ref} does not exist yet{made_by}")
         _RESOLUTION.get().used[str(ref)] = (f"{name} (planned)" if rec.get("version") is None
                                             else f"{name} v{rec['version']}")

@@ -41,7 +41,9 @@ class Stage:
             will be, known before the job runs, so ``pipe`` can wire the next stage to it.
         output_files: instead of templates, the writer's own path function (``"module:function"``, called with
             the compiled config): a data stage writes a new version folder (``output_dir/v2``) once the latest
-            one was consumed, and only its writer knows which folder and file names a run will write.
+            one was consumed, and only its writer knows which folder and file names a run will write. It may
+            return ``{artifact name: fields}`` for a run that records several (``data prep rl`` with
+            ``backend: blends``: ``rl-blend-<stage>`` per stage file).
         checks: the check sets validation runs on the stage's config, in order (names of
             :data:`nemotron.validation.CHECK_SETS`: ``layout``, ``megatron-keys``, ``nemo-rl``, ``training-data``...).
     """

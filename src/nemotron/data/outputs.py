@@ -194,8 +194,13 @@ def sft_files(cfg: dict[str, Any]) -> dict[str, Any]:
             "valid_path": str(sft_split_file(vdir, pack, "valid")), "metadata_path": str(sft_metadata_file(vdir, pack))}
 
 
-def rl_files(cfg: dict[str, Any]) -> dict[str, str]:
-    """The artifact fields of an RL data run of ``cfg``."""
+def rl_files(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The artifact fields of an RL data run of ``cfg``; with ``backend: blends`` (a released RL blend repository)
+    one artifact per stage file instead, ``{"rl-blend-<stage>": fields}`` (:func:`nemotron.data.rl_blends.planned_files`)."""
+    if cfg.get("backend") == "blends":
+        from nemotron.data.rl_blends import planned_files
+
+        return planned_files(cfg)
     vdir = _planned_version(cfg)
     return {"path": str(vdir), "train_path": str(vdir / RL_TRAIN), "validation_path": str(vdir / RL_VALID)}
 

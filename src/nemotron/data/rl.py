@@ -61,14 +61,15 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "empty_glob": ("fail", "skip"),
 }
 _SECTIONS = {
-    "policies": (*POLICIES, "max_examples"),
+    "policies": (*POLICIES, "max_examples", "unrestored"),  # unrestored: backend blends (nemotron.data.rl_blends)
     "split": ("validation_rows", "method", "seed"),
     "shards": ("target_bytes",),
     "workers": ("count", "cpus_per_task", "engine", "in_process_max_bytes"),
     "remote": ("cache_dir",),
     "summary": ("progress_interval_s",),
 }
-_TOP = ("blend_path", "output_dir", "path_vars", "sample", "force", "mixing", "task_name", "answer_field", "dedupe")
+_TOP = ("blend_path", "output_dir", "path_vars", "sample", "force", "mixing", "task_name", "answer_field", "dedupe",
+        "backend", "blends")  # backend blends: a released RL blend repository, read by nemotron.data.rl_blends
 TRAIN, VALID = outputs.RL_TRAIN, outputs.RL_VALID
 
 

@@ -157,7 +157,8 @@ def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
     """The artifact(s) the stage will produce, with the fields its registry entry declares, filled
     from its compiled config: ``{"pretrain-data": {"path": "/abs/out", "blend_path": "/abs/out/blend.json"}}``.
     A config that sets ``output_artifact`` names its artifact itself (``rlvr -c teacher-reasoning``
-    records ``teacher-reasoning``, which the MOPD panel takes).
+    records ``teacher-reasoning``, which the MOPD panel takes). A writer's path function may return several
+    artifacts, ``{name: fields}`` (``data prep rl -c ultra-blends``: ``rl-blend-<stage>`` per stage file).
 
     Raises:
         ConfigError: when a template names a key the config does not have.
@@ -165,7 +166,10 @@ def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
     fields: dict[str, Any] = {}
     if compiled.stage.output_files:  # the writer's own path function (a data stage's version folder)
         module, func = compiled.stage.output_files.split(":")
-        fields.update(getattr(importlib.import_module(module), func)(compiled.config))
+        written = getattr(importlib.import_module(module), func)(compiled.config)
+        if written and all(isinstance(v, dict) for v in written.values()):
+            return {name: dict(v) for name, v in written.items()}  # several artifacts, each its own fields
+        fields.update(written)
     for name, template in compiled.stage.outputs:
         def value(m: re.Match, name: str = name) -> str:
             v = compiled.get(m.group(1))

@@ -50,6 +50,8 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
     module = _RUNTIMES.get(getattr(stage, "name", ""))
     if module is None:
         return []
+    if getattr(stage, "name", "") == "data-prep-rl" and cfg.get("backend") == "blends":
+        return blend_repo_problems(stage, cfg, profile)
     settings_cls = getattr(importlib.import_module(module), "Settings", None)
     if settings_cls is None:
         return []
@@ -136,6 +138,38 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
 
 def _runs_here(profile: Any) -> bool:
     return profile is None or getattr(profile, "executor", None) == "local"
+
+
+def blend_repo_problems(stage: Any, cfg: dict, profile: Any = None, env: Any = None) -> list[Problem]:
+    """``data prep rl`` with ``backend: blends`` (a released RL blend repository): the run's own checks
+    (:func:`nemotron.data.rl_blends.settings` and :func:`nemotron.data.rl_blends.problems`: stage files present,
+    every row's schema, placeholder sources present), plus rule ``data-hub`` for its ``hf://`` repository and
+    sources when the hub does not answer (an error for a run here, a warning for a cluster profile)."""
+    from nemotron.data import hub, rl_blends
+
+    try:
+        s = rl_blends.settings(cfg)
+    except ConfigError as exc:
+        return [_problem(exc, "data-settings")]
+    problems = [_problem(exc, "data-inputs") for exc in rl_blends.problems(s)]
+    out = Path(s.output_dir)
+    if out.exists() and not out.is_dir():
+        problems.append(Problem("output_dir", s.output_dir, "is a file, not a folder", "a folder path (it is created)",
+                                rule="data-output"))
+    remote = [("blends.source", s.source)] if s.source.startswith("hf://") else []
+    remote += [(f"blends.placeholders.{src.name}.path", src.path) for src in s.sources if src.path.startswith("hf://")]
+    if remote:
+        reason = hub.probe(env=env)
+        if reason is not None:
+            here = _runs_here(profile)
+            tail = "; the run would fail" if here else \
+                f" (checked from this machine; profile {getattr(profile, 'name', '?')} runs on its own nodes)"
+            what = ", ".join(v for _, v in remote)
+            problems.append(Problem(remote[0][0], remote[0][1], hub.unreachable(what, reason, many=len(remote) > 1) + tail,
+                                    "run where the hub answers (HF_ENDPOINT, HTTPS_PROXY, HF_TOKEN), or point blends.source "
+                                    "and blends.placeholders.<name>.path at local copies",
+                                    rule="data-hub", severity="error" if here else "warning"))
+    return problems + ray_address_problems()
 
 
 def hub_problems(s: Any, blend: Any, profile: Any = None, env: Any = None, stage: Any = None) -> list[Problem]:

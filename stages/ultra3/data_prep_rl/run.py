@@ -10,6 +10,8 @@ from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
     "ray": Backend("nemotron.data.rl:main"),
+    # a released RL blend repository (nvidia/Nemotron-RL-Ultra-Training-Blends): -c ultra-blends
+    "blends": Backend("nemotron.data.rl_blends:main"),
 }
 DEFAULT = "ray"
 
