@@ -473,8 +473,10 @@ def _compile(stage: str, config: str, overrides: list[str], model: str):
     ``model``), and the dry-run's problems on the profile the goldens use."""
     args = [f"policy.model_name={model}", "data.train.data_path=/data/rl/train.jsonl",
             "data.validation.data_path=/data/rl/validation.jsonl"]
-    if config in ("teacher-rlhf", "teacher-ifbench", "teacher-swe"):
-        args = args[:1]
+    if config in ("teacher-rlhf", "teacher-ifbench", "teacher-swe"):  # NeMo Gym rows: the artifact rl-blend-<slot>
+        slot = config.removeprefix("teacher-")
+        args = [args[0], f"data.train.data_path=/data/{slot}/train.jsonl",
+                f"data.validation.data_path=/data/{slot}/validation.jsonl"]
     if stage == "mopd":
         args.append("_teachers.general=/ckpt/student")
         if config == "full-panel":
@@ -496,9 +498,6 @@ def _job(name: str, cfg: dict, tokenizer: bool) -> dict:
 def contract(upstream, tmp_path_factory):
     tok = _tokenizer(tmp_path_factory.mktemp("nemo-rl-tokenizer"))
     env = {"NEMOTRON_CKPT_ROOT": "/ckpt", "NEMOTRON_GENRM_MODEL": "/ckpt/genrm", "NEMOTRON_SWE_SIF_DIR": "/sif"}
-    for var in ("RLHF", "IFBENCH", "SWE"):
-        env.update({f"NEMOTRON_{var}_TRAIN": f"/data/{var.lower()}/train.jsonl",
-                    f"NEMOTRON_{var}_VAL": f"/data/{var.lower()}/validation.jsonl"})
     jobs, dry = [], {}
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():

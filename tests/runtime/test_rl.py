@@ -664,15 +664,16 @@ def test_golden_nemo_rl_config(stage, config, monkeypatch):
     import os
 
     monkeypatch.setenv("NEMOTRON_CKPT_ROOT", "/ckpt")
-    for var in ("RLHF", "IFBENCH", "SWE"):
-        monkeypatch.setenv(f"NEMOTRON_{var}_TRAIN", f"/data/{var.lower()}/train.jsonl")
-        monkeypatch.setenv(f"NEMOTRON_{var}_VAL", f"/data/{var.lower()}/validation.jsonl")
     monkeypatch.setenv("NEMOTRON_GENRM_MODEL", "/ckpt/genrm")
     monkeypatch.setenv("NEMOTRON_SWE_SIF_DIR", "/sif")
     overrides = {"policy.model_name": "/ckpt/student"}
     if config in ("default", "phase2", "tiny", "teacher-reasoning"):
         overrides.update({"data.train.data_path": "/data/rl/train.jsonl",
                           "data.validation.data_path": "/data/rl/validation.jsonl"})
+    if config in ("teacher-rlhf", "teacher-swe"):  # NeMo Gym rows: the artifact rl-blend-<slot> (data prep rl -c ultra-blends)
+        slot = config.removeprefix("teacher-")
+        overrides.update({"data.train.data_path": f"/data/{slot}/train.jsonl",
+                          "data.validation.data_path": f"/data/{slot}/validation.jsonl"})
     if stage == "mopd":
         overrides.update({"_teachers.general": "/ckpt/student", "data.train.data_path": "/data/rl/train.jsonl",
                           "data.validation.data_path": "/data/rl/validation.jsonl"})
