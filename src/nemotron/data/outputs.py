@@ -198,11 +198,32 @@ def rl_files(cfg: dict[str, Any]) -> dict[str, Any]:
     """The artifact fields of an RL data run of ``cfg``; with ``backend: blends`` (a released RL blend repository)
     one artifact per stage file instead, ``{"rl-blend-<stage>": fields}`` (:func:`nemotron.data.rl_blends.planned_files`)."""
     if cfg.get("backend") == "blends":
-        from nemotron.data.rl_blends import planned_files
-
-        return planned_files(cfg)
+        return rl_blend_files(cfg)
     vdir = _planned_version(cfg)
     return {"path": str(vdir), "train_path": str(vdir / RL_TRAIN), "validation_path": str(vdir / RL_VALID)}
+
+
+#: The stage files of nvidia/Nemotron-RL-Ultra-Training-Blends (its dataset card; NeMo RL's Ultra guide), the default
+#: ``blends.stages`` of ``data prep rl`` with ``backend: blends`` (nemotron.data.rl_blends writes them).
+RL_BLEND_STAGES = ("rlvr1", "rlvr2", "ifbench", "rlhf", "reasoning", "swe", "mopd")
+#: The artifact each stage file of a released RL blend becomes: ``rl-blend-<stage>``.
+RL_BLEND_ARTIFACT = "rl-blend-"
+
+
+def rl_blend_folder(vdir: str | Path, stage: str) -> Path:
+    """Where a released RL blend's stage file goes in a version: ``<version>/data/<stage>`` (train/validation JSONL)."""
+    return Path(vdir) / "data" / stage
+
+
+def rl_blend_files(cfg: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The artifacts a ``backend: blends`` run of ``cfg`` records, before it runs (``pipe`` wires later stages to
+    them): ``{"rl-blend-<stage>": {"path", "train_path", "validation_path"}}`` per stage file, in the version folder
+    :func:`select_version` picks."""
+    vdir = _planned_version(cfg)
+    stages = (cfg.get("blends") or {}).get("stages") or list(RL_BLEND_STAGES)
+    return {RL_BLEND_ARTIFACT + st: {"path": str(rl_blend_folder(vdir, st)),
+                                     "train_path": str(rl_blend_folder(vdir, st) / RL_TRAIN),
+                                     "validation_path": str(rl_blend_folder(vdir, st) / RL_VALID)} for st in stages}
 
 
 def stage_files(folder: str | Path) -> set[Path]:

@@ -31,7 +31,8 @@ go to its ``validation.jsonl``, the rest to ``train.jsonl`` (never more than hal
     <version>/data/<stage>/manifest.json                    that stage's rows, sources, SHA-256s
     <version>/manifest.json                                 written last
 
-and one artifact per stage, ``rl-blend-<stage>`` (:func:`artifact_names`), fields ``path`` (the stage folder),
+and one artifact per stage, ``rl-blend-<stage>`` (:func:`artifact_names`; planned by
+:func:`nemotron.data.outputs.rl_blend_files`), fields ``path`` (the stage folder),
 ``train_path``, ``validation_path``, ``data_version``; NeMo RL reads the files with
 ``dataset_name: NemoGymDataset`` and ``processor: nemo_gym_data_processor`` (the Ultra teacher configs take
 ``${art:rl-blend-rlhf,train_path}`` and so on). NeMo RL names the task ``<stage>-train`` from the path.
@@ -55,10 +56,9 @@ from nemotron.data import outputs
 from nemotron.errors import ConfigError, RuntimeFailure
 
 STAGE = "data-prep-rl"
-#: The stage files of nvidia/Nemotron-RL-Ultra-Training-Blends (its dataset card; NeMo RL's Ultra guide).
-ULTRA_STAGES = ("rlvr1", "rlvr2", "ifbench", "rlhf", "reasoning", "swe", "mopd")
+ULTRA_STAGES = outputs.RL_BLEND_STAGES
 PLACEHOLDER = "_hf_placeholder"
-ARTIFACT_PREFIX = "rl-blend-"
+ARTIFACT_PREFIX = outputs.RL_BLEND_ARTIFACT
 TRAIN, VALID = outputs.RL_TRAIN, outputs.RL_VALID
 _POLICIES = {"unrestored": ("fail", "skip"), "bad_record": ("fail", "skip")}
 
@@ -422,15 +422,6 @@ def artifacts_of(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
             for st in manifest["stages"]}
 
 
-def planned_files(cfg: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """The artifacts a run of ``cfg`` will record, before it runs (``pipe`` wires later stages to them): one per
-    stage file, in the version folder :func:`nemotron.data.outputs.select_version` picks."""
-    vdir = outputs.select_version(cfg["output_dir"], bool(cfg.get("force")))[1]
-    stages = _get(cfg, "blends.stages") or list(ULTRA_STAGES)
-    return {ARTIFACT_PREFIX + st: {"path": str(vdir / "data" / st), "train_path": str(vdir / "data" / st / TRAIN),
-                                   "validation_path": str(vdir / "data" / st / VALID)} for st in stages}
-
-
 def prepare(s: Settings) -> dict[str, Any]:
     """Restore, split and write every stage file; returns the manifest (written last, ``<version>/manifest.json``).
 
@@ -492,7 +483,7 @@ def prepare(s: Settings) -> dict[str, Any]:
             raise RuntimeFailure(f"{shown}: no usable row ({counts['rows']:,} read; "
                                  f"{counts['bad_record']:,} bad, {counts['unrestored']:,} not restored)",
                                  "see the rows named above; drop the stage from blends.stages to go on without it")
-        folder = vdir / "data" / stage
+        folder = outputs.rl_blend_folder(vdir, stage)
         folder.mkdir(parents=True, exist_ok=True)
         split_at = len(kept) - n_valid
         for name, lines in ((TRAIN, kept[:split_at]), (VALID, kept[split_at:])):
