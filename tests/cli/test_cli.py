@@ -253,7 +253,8 @@ def test_list_shows_configs_and_artifacts(capsys):
     local = " ".join(lines[first + 1:last]).split()
     assert local[0] == "local" and "mopd-checkpoint" not in local, out
     assert {"pretrain-data,", "sft-checkpoint", "quantized-checkpoint"} <= set(local), out
-    assert re.search(r"^\s+teacher-swe\s+rl-checkpoint\s+teacher-swe\s", out, re.M), out
+    # the SWE teacher takes its NeMo Gym prompts from the released blend (data prep rl -c ultra-blends)
+    assert re.search(r"^\s+teacher-swe\s+rl-checkpoint, rl-blend-swe\s+teacher-swe\s", out, re.M), out
 
 
 def test_each_config_declares_what_it_consumes():
