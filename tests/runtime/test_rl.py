@@ -689,3 +689,74 @@ def test_golden_nemo_rl_config(stage, config, monkeypatch):
     assert path.is_file(), f"no golden file {path.name}; run with NEMOTRON_REGEN_GOLDEN=1 to create it"
     assert text == path.read_text(encoding="utf-8"), f"the NeMo RL config of {stage} -c {config} changed; diff it " \
                                                      f"against {path} (regenerate if intended)"
+
+
+# ------------------------------------------------------------------------------------------ MOPD rows for NeMo Gym
+GSM8K = ROOT.parent / "shared" / "data" / "rl" / "gsm8k-train.jsonl"
+
+
+def _compiled(stage: str, config: str, overrides: list[str]) -> dict:
+    from nemotron.config.compile import compile_config
+
+    return compile_config(get_stage(stage), config, overrides, check_paths=False).config
+
+
+def test_gym_rows_turn_data_prep_rl_records_into_nemo_gym_rows_with_agent_ref(tmp_path):
+    """Real GSM8K problems, in data prep rl's form, become NeMo Gym rows whose agent_ref names the verifier's agent;
+    the mopd job points NeMo RL's data paths at them."""
+    if not GSM8K.is_file():
+        pytest.skip(f"{GSM8K} is absent (../shared/data)")
+    from nemotron.data import rl as rl_data
+
+    src = tmp_path / "train.jsonl"
+    with GSM8K.open(encoding="utf-8") as f, src.open("w", encoding="utf-8") as w:
+        for line in list(f)[:5]:
+            problem, answer, _ = rl_data.extract(json.loads(line), "gsm8k")
+            w.write(json.dumps({"messages": [{"role": "user", "content": problem},
+                                             {"role": "assistant", "content": answer}]}) + "\n")
+    cfg = _compiled("mopd", "tiny", [f"data.train.data_path={src}", f"data.validation.data_path={src}"])
+    assert nemo_rl.gym_agent(cfg) == "math_with_judge_simple_agent"
+    views = nemo_rl.gym_data(cfg, tmp_path / "gym")
+    assert views == {str(src): str(tmp_path / "gym" / "train.jsonl")}
+    rows = [json.loads(x) for x in (tmp_path / "gym" / "train.jsonl").read_text().splitlines()]
+    first = json.loads(GSM8K.read_text().splitlines()[0])
+    assert len(rows) == 5
+    assert rows[0]["agent_ref"] == {"type": "responses_api_agents", "name": "math_with_judge_simple_agent"}
+    assert rows[0]["responses_create_params"]["input"] == [{"role": "user", "content": first["question"]}]
+    assert rows[0]["expected_answer"] == first["answer"].split("####")[-1].strip()
+    master = nemo_rl.translate(cfg, None, views)
+    assert master["data"]["train"]["data_path"] == str(tmp_path / "gym" / "train.jsonl")
+    assert master["env"]["nemo_gym"]["config_paths"] == [
+        nemo_rl.GYM_POLICY_MODEL, "resources_servers/math_with_judge/configs/math_with_judge.yaml"]
+    # the routing the runtime writes sends those rows to the reasoning slot's checkpoint
+    tmap, _ = nemo_rl.teacher_map({**cfg, "_teachers": {**cfg["_teachers"], "reasoning": "/ckpt/r"}})
+    assert tmap["math_with_judge_simple_agent"] == "/ckpt/r"
+
+
+def test_gym_rows_name_the_file_and_line_of_a_bad_record_and_leave_nothing(tmp_path):
+    src = tmp_path / "train.jsonl"
+    src.write_text('{"messages": [{"role": "user", "content": "1+1"}, {"role": "assistant", "content": "2"}]}\n'
+                   '{"question": "no messages"}\n')
+    with pytest.raises(nemo_rl.ConfigError, match=rf"{src}:2: not a data prep rl record"):
+        nemo_rl.gym_rows(src, tmp_path / "out" / "train.jsonl", "math_with_judge_simple_agent")
+    assert not list((tmp_path / "out").iterdir())
+    with pytest.raises(nemo_rl.ConfigError, match="RL data file not found"):
+        nemo_rl.gym_rows(tmp_path / "absent.jsonl", tmp_path / "out" / "x.jsonl", "a")
+
+
+@pytest.mark.parametrize("config", ["default", "tiny", "full-panel"])
+def test_shipped_mopd_routes_opd_through_nemo_gym_rows(config):
+    """Rule nemo-rl-opd-routing holds for every shipped MOPD config, and refuses the native math path."""
+    from nemotron.validation.nemo_rl import opd_routing
+
+    cfg = _compiled("mopd", config, ["data.train.data_path=/d/t.jsonl", "data.validation.data_path=/d/v.jsonl",
+                                     "_teachers.general=/ckpt/s"])
+    assert opd_routing(nemo_rl.translate(cfg)) == []
+    native = nemo_rl.translate(cfg)
+    native["env"]["should_use_nemo_gym"] = False
+    assert [p.key for p in opd_routing(native)] == ["env.should_use_nemo_gym"]
+    native["env"]["should_use_nemo_gym"] = True
+    native["data"]["default"]["processor"] = "math_hf_data_processor"
+    assert [p.key for p in opd_routing(native)] == ["data.default.processor"]
+    native["on_policy_distillation"]["enabled"] = False
+    assert "on_policy_distillation.enabled" in [p.key for p in opd_routing(native)]

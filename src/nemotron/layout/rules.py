@@ -516,8 +516,11 @@ def rl_node_total(run_nodes: int, cluster_nodes: int, gen_nodes: int, gym_nodes:
 
 #: Environment kinds of our ``environments`` table: ``builtin`` = NeMo RL's own environment (math answer
 #: verification, ``env.math``: nemo_rl/environments/math_environment.py); the rest are NeMo Gym resources
-#: servers (``env.nemo_gym``): an LLM ``judge``, ``instruction_following`` verifiers, a code ``sandbox``.
-ENV_KINDS = ("builtin", "judge", "instruction_following", "sandbox")
+#: servers (``env.nemo_gym``): an LLM ``judge``, ``instruction_following`` verifiers, a code ``sandbox``, and
+#: ``verifier``, a resources server that scores on CPUs (``math_with_judge`` with ``should_use_judge: false``,
+#: NVIDIA-NeMo/RL examples/configs/recipes/llm/mopd-qwen3-1.7b-3n8g-megatron-pack.yaml) whose ``agent`` names the
+#: ``agent_ref`` the runtime writes into each row of our RL data (nemotron.runtime.nemo_rl.gym_rows).
+ENV_KINDS = ("builtin", "judge", "instruction_following", "sandbox", "verifier")
 #: NeMo RL's built-in environments our stages use (the ``env.<name>`` section NeMo RL reads).
 BUILTIN_ENVS = ("math",)
 
@@ -583,7 +586,7 @@ def rl_environments(envs: dict[str, Any], env_names: dict[str, Any], use_gym: bo
                         f"true, or environments.<name>.enabled=false for {', '.join(enabled_gym)}", rid))
     if use_gym and not enabled_gym:
         out.append(_err("env.should_use_nemo_gym", use_gym, "NeMo Gym is on but no NeMo Gym environment is enabled",
-                        "enable one in environments (judge, instruction_following, sandbox), or false", rid))
+                        "enable one in environments (judge, instruction_following, sandbox, verifier), or false", rid))
     for key, name in env_names.items():
         if not _given(name) or "${" in name:
             continue

@@ -302,7 +302,86 @@ def _deep_merge(into: dict, add: dict) -> None:
             into[k] = copy.deepcopy(v)
 
 
-def translate(cfg: dict, checkpoint_views: dict[str, str] | None = None) -> dict:
+#: ``agent_ref.type`` of a NeMo Gym row (the agent servers' group in NeMo Gym's config).
+GYM_AGENT_TYPE = "responses_api_agents"
+
+
+def gym_agent(cfg: dict) -> str | None:
+    """The ``agent`` of the enabled ``verifier`` environment (the ``agent_ref.name`` our RL rows get in NeMo Gym
+    form), or None when no enabled environment names one."""
+    for entry in enabled_environments(cfg).values():
+        if entry.get("kind") == "verifier" and isinstance(entry.get("agent"), str) and entry["agent"]:
+            return entry["agent"]
+    return None
+
+
+def gym_rows(src: str | Path, dst: str | Path, agent: str) -> int:
+    """Write ``dst``: each line of ``src`` (data prep rl's JSONL: ``messages[0].content`` the problem,
+    ``messages[1].content`` the expected answer) as a NeMo Gym row — ``responses_create_params.input`` (the user
+    turn), ``question``, ``expected_answer`` and ``agent_ref`` ``{"type": "responses_api_agents", "name": agent}``,
+    the key NeMo RL routes teacher log-probs by (nemo_rl/algorithms/async_utils/trajectory_collector.py,
+    nemo_rl/algorithms/opd.py ``resolve_reference_aliases``). A line already in Gym form
+    (``responses_create_params``) is kept, given ``agent_ref`` when it has none. Returns the number of rows;
+    written to ``dst.tmp`` and renamed (a failed run leaves no half file).
+
+    Raises:
+        ConfigError: ``src`` is missing, or a line is not JSON / not one of those forms (file and line named).
+    """
+    src, dst = Path(src), Path(dst)
+    if not src.is_file():
+        raise ConfigError(f"{src}: RL data file not found (data.*.data_path): run `nemotron ultra3 data prep rl` "
+                          "or point the stage at a JSONL file")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    n = 0
+    with src.open(encoding="utf-8") as f, tmp.open("w", encoding="utf-8") as out:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                tmp.unlink()
+                raise ConfigError(f"{src}:{lineno}: not JSON ({exc.msg}): each line is one RL record") from None
+            if isinstance(row, dict) and isinstance(row.get("responses_create_params"), dict):
+                row.setdefault("agent_ref", {"type": GYM_AGENT_TYPE, "name": agent})
+            else:
+                msgs = row.get("messages") if isinstance(row, dict) else None
+                if (not isinstance(msgs, list) or len(msgs) < 2 or not all(isinstance(m, dict) for m in msgs[:2])
+                        or not isinstance(msgs[0].get("content"), str) or not isinstance(msgs[1].get("content"), str)):
+                    tmp.unlink()
+                    raise ConfigError(f"{src}:{lineno}: not a data prep rl record (messages[0].content the problem, "
+                                      "messages[1].content the answer) nor a NeMo Gym row (responses_create_params): "
+                                      "rerun `nemotron ultra3 data prep rl`")
+                problem, answer = msgs[0]["content"], msgs[1]["content"]
+                row = {"responses_create_params": {"input": [{"role": "user", "content": problem}]},
+                       "question": problem, "expected_answer": answer,
+                       "agent_ref": {"type": GYM_AGENT_TYPE, "name": agent}}
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    os.replace(tmp, dst)
+    return n
+
+
+def gym_data(cfg: dict, folder: str | Path) -> dict[str, str]:
+    """With an enabled ``verifier`` environment that names an ``agent`` (:func:`gym_agent`): each
+    ``data.<split>.data_path`` written in NeMo Gym form (:func:`gym_rows`) to ``folder/<split>.jsonl``; returns
+    ``{original path: Gym path}`` for :func:`translate` (``{}`` when there is no such environment)."""
+    agent = gym_agent(cfg)
+    if agent is None:
+        return {}
+    out: dict[str, str] = {}
+    for split in ("train", "validation"):
+        path = _get(cfg, f"data.{split}.data_path")
+        if isinstance(path, str) and path and path not in out:
+            dst = Path(folder) / f"{split}.jsonl"
+            gym_rows(path, dst, agent)
+            out[path] = str(dst)
+    return out
+
+
+def translate(cfg: dict, checkpoint_views: dict[str, str] | None = None,
+              data_views: dict[str, str] | None = None) -> dict:
     """NeMo RL's ``MasterConfig`` (a new dict) from our compiled rlvr/mopd config. Pure.
 
     * our keys (:data:`nemotron.config.keys.NEMO_RL_OWN_KEYS`: ``backend``, ``model``, ``run``, ``_teachers``,
@@ -315,7 +394,8 @@ def translate(cfg: dict, checkpoint_views: dict[str, str] | None = None) -> dict
       ``env.nemo_gym.<server>.base_url`` (else its ``model`` ``...<server>.model``), a sandbox's ``image``
       the top-level key ``image_key`` (``sif_dir``), as NVIDIA's ultra_launch.sh overrides them;
     * ``checkpoint_views`` (``{path: v4 view}``, from :func:`v4_views`) replaces those paths in
-      ``policy.model_name``, ``policy.tokenizer.name`` and the teacher map.
+      ``policy.model_name``, ``policy.tokenizer.name`` and the teacher map;
+    * ``data_views`` (``{path: NeMo Gym rows}``, from :func:`gym_data`) replaces ``data.<split>.data_path``.
     """
     from nemotron.config.keys import NEMO_RL_OWN_KEYS
 
@@ -349,6 +429,9 @@ def translate(cfg: dict, checkpoint_views: dict[str, str] | None = None) -> dict
             if entry.get("kind") == "sandbox" and entry.get("image") and entry.get("image_key"):
                 out[str(entry["image_key"])] = entry["image"]
         gym["config_paths"] = paths
+    for split in (out.get("data") or {}).values():
+        if isinstance(split, dict) and split.get("data_path") in (data_views or {}):
+            split["data_path"] = data_views[split["data_path"]]
     policy = out.get("policy") or {}
     if policy.get("model_name") in views:
         policy["model_name"] = views[policy["model_name"]]
@@ -412,9 +495,14 @@ def launch(cfg: dict, stage: str) -> int:
     except ConfigFormError as exc:
         print(f"{stage}: a checkpoint's config.json cannot be read as NemotronH: {exc}", file=sys.stderr)
         return 1
+    try:
+        rows = gym_data(cfg, run_dir / "gym-data")
+    except ConfigError as exc:
+        print(f"{stage}: {exc}", file=sys.stderr)
+        return 1
     path = run_dir / "nemo_rl_config.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(job_yaml(translate(cfg, views)), encoding="utf-8")
+    path.write_text(job_yaml(translate(cfg, views, rows)), encoding="utf-8")
     script, root = entry_script(cfg)
     print(f"{stage}: NeMo RL {script.relative_to(root)} --config {path}", flush=True)
     code = subprocess.call([sys.executable, str(script), "--config", str(path)], cwd=str(root))
@@ -653,6 +741,9 @@ __all__ = [
     "converter_command",
     "entry_relpath",
     "finish",
+    "gym_agent",
+    "gym_data",
+    "gym_rows",
     "hf_output",
     "job_yaml",
     "latest_step",
