@@ -489,6 +489,50 @@ def test_finish_converts_the_newest_step_and_records_the_hf_folder(tmp_path, mon
     assert nemo_rl.finish(cfg, "ultra3 rlvr", root, run=converter) == 0 and len(calls) == 1  # already converted
 
 
+def test_finish_after_a_deadline_stop_records_nothing_and_exits_75(tmp_path, monkeypatch, capsys):
+    """NeMo RL saves and exits 0 at checkpointing.checkpoint_must_save_by: a newest step below grpo.max_num_steps is
+    a resumable stop (75, requeue marker written, nothing converted or recorded); the job that resumes and reaches
+    max_num_steps records; a resumed job that adds no step records the step it has (the data ran out)."""
+    monkeypatch.setenv("NEMOTRON_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("NEMOTRON_REQUEUE_MARKER", str(tmp_path / "requeue.marker"))
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("SLURM_PROCID", raising=False)
+    (tmp_path / "run").mkdir()
+    ck = tmp_path / "ckpt"
+    _nemo_rl_steps(ck, [5])
+    cfg, _, _ = checked("rlvr", "tiny", {"checkpointing.checkpoint_dir": str(ck), "grpo.max_num_steps": 10,
+                                         "checkpointing.checkpoint_must_save_by": "00:03:30:00"})
+    calls = []
+
+    def converter(cmd, cwd):
+        calls.append(cmd)
+        out = Path(cmd[cmd.index("--hf-ckpt-path") + 1])
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        return 0
+
+    assert nemo_rl.finish(cfg, "ultra3 rlvr", tmp_path, run=converter) == 75
+    assert calls == [] and not (tmp_path / "run" / "outputs.json").exists() and not (ck / "hf" / "latest").exists()
+    assert "saved step 5 of grpo.max_num_steps=10" in (tmp_path / "requeue.marker").read_text()
+    assert "next job of this run resumes from step_5" in capsys.readouterr().out
+    # the next job resumes and reaches max_num_steps
+    _nemo_rl_steps(ck, [10])
+    assert nemo_rl.finish(cfg, "ultra3 rlvr", tmp_path, run=converter) == 0
+    assert json.loads((tmp_path / "run" / "outputs.json").read_text())["rl-checkpoint"]["step"] == 10
+    # a resumed job that saved no later step: the step it has is the result
+    ck2 = tmp_path / "ckpt2"
+    _nemo_rl_steps(ck2, [4])
+    cfg2 = {**cfg, "checkpointing": {**cfg["checkpointing"], "checkpoint_dir": str(ck2)}}
+    assert nemo_rl.finish(cfg2, "ultra3 rlvr", tmp_path, run=converter) == 75
+    assert nemo_rl.finish(cfg2, "ultra3 rlvr", tmp_path, run=converter) == 0
+    # without a deadline, NeMo RL's own ends below max_num_steps (epochs) are recorded as before
+    ck3 = tmp_path / "ckpt3"
+    _nemo_rl_steps(ck3, [3])
+    cfg3 = {**cfg, "checkpointing": {**cfg["checkpointing"], "checkpoint_dir": str(ck3),
+                                     "checkpoint_must_save_by": None}}
+    assert nemo_rl.finish(cfg3, "ultra3 rlvr", tmp_path, run=converter) == 0
+
+
 def test_a_run_without_checkpoints_is_refused_at_dry_run():
     _, _, problems = checked("rlvr", "tiny", {"checkpointing.enabled": False})
     assert [p.rule for p in errors(problems)] == ["rl-output"]

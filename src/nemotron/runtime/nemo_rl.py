@@ -47,6 +47,7 @@ from pathlib import Path
 from nemotron.config.nemo_rl_base import BASE_KEY, keylist
 from nemotron.errors import ConfigError, NemotronError
 from nemotron.runtime import prestart
+from nemotron.runtime.settings import EXIT_REQUEUE
 from nemotron.runtime.settings import get as _get
 
 #: The alias NeMo RL's OPD falls back to for an agent the routing table does not list
@@ -566,6 +567,31 @@ def output_artifacts(cfg: dict) -> list[str]:
     return [str(name)] if isinstance(name, str) and name else []
 
 
+def deadline_stop(cfg: dict, stage: str, checkpoint_dir: str | Path, step: int) -> bool:
+    """Whether NeMo RL's exit 0 after saving ``step`` is a stop at ``checkpointing.checkpoint_must_save_by`` with
+    ``grpo.max_num_steps`` not reached (see :func:`finish`). True: the marker ``<checkpoint_dir>/hf/.deadline-step_N``
+    is written, the requeue marker too, and one line says so. False when there is no deadline, the step reached
+    ``max_num_steps``, or the marker of this step is already there (a resumed run that added no step)."""
+    deadline = _get(cfg, "checkpointing.checkpoint_must_save_by")
+    max_steps = _get(cfg, "grpo.max_num_steps")
+    if not deadline or not isinstance(max_steps, int) or step >= max_steps:
+        return False
+    marker = Path(checkpoint_dir) / HF_FOLDER / f".deadline-step_{step}"
+    if marker.exists():
+        print(f"{stage}: resumed at step {step} and NeMo RL saved no later step (the data ran out or a stop "
+              f"condition held): step {step} of grpo.max_num_steps={max_steps} is the result", flush=True)
+        return False
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(f"{deadline}\n", encoding="utf-8")
+    detail = (f"saved step {step} of grpo.max_num_steps={max_steps} at checkpointing.checkpoint_must_save_by="
+              f"{deadline} and stopped")
+    print(f"{stage}: {detail}; nothing recorded yet: the next job of this run resumes from step_{step}", flush=True)
+    from nemotron.runtime.dispatch import mark_stopped
+
+    mark_stopped(stage, detail)
+    return True
+
+
 def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
     """After NeMo RL's entry exited 0: the newest step (:func:`latest_step`) in Hugging Face form, the artifact
     the later stages read (teachers, MOPD and quantize load Hugging Face folders with a ``config.json``, not
@@ -580,8 +606,16 @@ def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
        :func:`output_artifacts` with ``path`` = ``hf/step_N``, ``step``, ``checkpoint_dir`` and ``source`` (the
        step folder).
 
-    Returns the stage's exit code: 0; 1 when checkpointing is off or no step was saved (nothing to record: the
-    message says so), or the converter's non-zero exit code.
+    A **deadline stop** is not a finished stage: NeMo RL saves and exits 0 when ``checkpointing.checkpoint_must_save_by``
+    is reached (nemo_rl/algorithms/grpo.py: "Timeout has been reached, stopping training early"). So with that key
+    set and the newest step below ``grpo.max_num_steps``, nothing is converted or recorded: a marker
+    ``hf/.deadline-step_N`` is left, the requeue marker is written (:func:`nemotron.runtime.dispatch.mark_stopped`)
+    and the exit code is 75 (resumable: NeMo RL's ``CheckpointManager`` resumes from ``step_N``). A resumed run that
+    ends at the same step again (no step after it: the data ran out, or ``grpo.stop_at_validation_metric``) is
+    recorded as finished. Without a deadline a step below ``max_num_steps`` is recorded (those are NeMo RL's own ends).
+
+    Returns the stage's exit code: 0; 75 at a deadline stop; 1 when checkpointing is off or no step was saved
+    (nothing to record: the message says so), or the converter's non-zero exit code.
     """
     import shutil
 
@@ -599,6 +633,8 @@ def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
               "(grpo.max_num_steps below checkpointing.save_period?)", file=sys.stderr)
         return 1
     step, step_dir = found
+    if deadline_stop(cfg, stage, ckdir, step):
+        return EXIT_REQUEUE
     out = hf_output(ckdir, step)
     if not (out / "config.json").is_file():
         tmp = out.with_name(f".{out.name}.tmp")
@@ -739,6 +775,7 @@ __all__ = [
     "DEFAULT_TEACHER_ALIAS",
     "PrecheckError",
     "converter_command",
+    "deadline_stop",
     "entry_relpath",
     "finish",
     "gym_agent",
