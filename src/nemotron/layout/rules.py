@@ -417,6 +417,29 @@ def engine_layout(model: ModelSpec, total_gpus: int, gpus_per_engine: int, dp_at
     return out
 
 
+@rule("sglang-dp-attention", "NeMo RL's SGLang engines get no DP-attention: dp_size 1, enable_dp_attention unset",
+      "NVIDIA-NeMo/RL nemo_rl/models/generation/sglang/sglang_worker.py _compute_server_args (passes tp_size, dp_size, "
+      "pp_size, ep_size and a fixed key list, never enable_dp_attention; asserts tp_size = num_gpus_per_engine / "
+      "pp_size); SGLang ServerArgs (dp_size > 1 without DP-attention runs dp_size replicas of tp_size GPUs each)",
+      "NeMo RL main 7ea279a")
+def sglang_dp_attention(enable_dp_attention: Any, dp_size: int, tp_size: int, gpus_per_engine: int,
+                        prefix: str) -> list[Problem]:
+    """``prefix``: ``policy.generation.sglang_cfg``. The miles layout (attention TP = engine GPUs / DP-attention
+    size) never reaches SGLang under NeMo RL, so the engine's attention TP is ``tp_size``."""
+    out: list[Problem] = []
+    rid = "sglang-dp-attention"
+    if enable_dp_attention:
+        out.append(_err(f"{prefix}.enable_dp_attention", enable_dp_attention,
+                        "NeMo RL's SGLang worker never passes enable_dp_attention to SGLang: it would be silently off",
+                        "false (attention TP = tp_size), or the vllm backend", rid))
+    if dp_size > 1:
+        out.append(_err(f"{prefix}.dp_size", dp_size,
+                        f"without DP-attention (NeMo RL never passes it) SGLang runs dp_size x tp_size = {dp_size} x "
+                        f"{tp_size} = {dp_size * tp_size} ranks on an engine of {plural(gpus_per_engine, 'GPU')}",
+                        "1", rid))
+    return out
+
+
 # ------------------------------------------------------------------------------------ rule 9: GRPO
 @rule("grpo-batch", "prompts per step x generations per prompt equals (or is a multiple of) the global batch",
       "nemo_rl/algorithms/grpo.py (enforces a training batch of num_prompts_per_step x num_generations_per_prompt "
