@@ -85,7 +85,7 @@ CASES = [
     ("metric-typo", "rlvr", "default", ["checkpointing.metric_name=val:acurracy"], "checkpoint step", "nemo-rl-metric"),
     ("gym-metric-native", "rlvr", "default", ["checkpointing.metric_name=val:total_reward/mean"], "checkpoint step",
      "nemo-rl-metric"),
-    ("no-prefix", "mopd", "default", ["checkpointing.metric_name=accuracy"], "checkpoint step", "nemo-rl-metric"),
+    ("no-prefix", "rlvr", "default", ["checkpointing.metric_name=accuracy"], "checkpoint step", "nemo-rl-metric"),
     ("pass-k-ungrouped", "rlvr", "tiny", ["checkpointing.metric_name=val:pass_k",
                                           "grpo.val_num_generations_per_prompt=1"], "checkpoint step", "nemo-rl-metric"),
     ("penalty-native", "rlvr", "default", ["reward_penalties.penalize_empty_final_answer=true"], "setup() checks",
@@ -94,7 +94,7 @@ CASES = [
      "nemo-rl-gym-only"),
     ("val-sampling-native", "rlvr", "default", ["policy.generation.val_temperature=0.6"], "setup() checks",
      "nemo-rl-gym-only"),
-    ("no-max-val-native", "mopd", "default", ["grpo.max_val_samples=null"], "validation",
+    ("no-max-val-native", "rlvr", "default", ["grpo.max_val_samples=null"], "validation",
      "nemo-rl-gym-only"),
     ("max-val-gym", "rlvr", "teacher-rlhf", ["grpo.max_val_samples=256"], "entry: tokenizer + generation config",
      "nemo-rl-gym-only"),
@@ -561,7 +561,10 @@ def test_the_shared_tokenizer_is_only_read(contract):
 def test_the_entry_is_the_one_the_runtime_starts(contract):
     entries = {n: j["entry"] for n, j in contract["jobs"].items() if "-" in n and ":" not in n}
     gym = {n for n, e in entries.items() if "nemo_gym" in e}
-    assert gym == {"rlvr-teacher-rlhf", "rlvr-teacher-ifbench", "rlvr-teacher-swe"}, entries
+    # MOPD through NeMo Gym: teacher log-probs are computed only for rollouts carrying Gym's agent_ref
+    # (tests/contract/test_nemo_rl_opd.py)
+    assert gym == {"rlvr-teacher-rlhf", "rlvr-teacher-ifbench", "rlvr-teacher-swe", "mopd-default", "mopd-tiny",
+                   "mopd-full-panel"}, entries
     assert {e for n, e in entries.items() if n not in gym} == {"examples/run_grpo.py"}
 
 

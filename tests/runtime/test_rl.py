@@ -489,6 +489,50 @@ def test_finish_converts_the_newest_step_and_records_the_hf_folder(tmp_path, mon
     assert nemo_rl.finish(cfg, "ultra3 rlvr", root, run=converter) == 0 and len(calls) == 1  # already converted
 
 
+def test_finish_after_a_deadline_stop_records_nothing_and_exits_75(tmp_path, monkeypatch, capsys):
+    """NeMo RL saves and exits 0 at checkpointing.checkpoint_must_save_by: a newest step below grpo.max_num_steps is
+    a resumable stop (75, requeue marker written, nothing converted or recorded); the job that resumes and reaches
+    max_num_steps records; a resumed job that adds no step records the step it has (the data ran out)."""
+    monkeypatch.setenv("NEMOTRON_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("NEMOTRON_REQUEUE_MARKER", str(tmp_path / "requeue.marker"))
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("SLURM_PROCID", raising=False)
+    (tmp_path / "run").mkdir()
+    ck = tmp_path / "ckpt"
+    _nemo_rl_steps(ck, [5])
+    cfg, _, _ = checked("rlvr", "tiny", {"checkpointing.checkpoint_dir": str(ck), "grpo.max_num_steps": 10,
+                                         "checkpointing.checkpoint_must_save_by": "00:03:30:00"})
+    calls = []
+
+    def converter(cmd, cwd):
+        calls.append(cmd)
+        out = Path(cmd[cmd.index("--hf-ckpt-path") + 1])
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        return 0
+
+    assert nemo_rl.finish(cfg, "ultra3 rlvr", tmp_path, run=converter) == 75
+    assert calls == [] and not (tmp_path / "run" / "outputs.json").exists() and not (ck / "hf" / "latest").exists()
+    assert "saved step 5 of grpo.max_num_steps=10" in (tmp_path / "requeue.marker").read_text()
+    assert "next job of this run resumes from step_5" in capsys.readouterr().out
+    # the next job resumes and reaches max_num_steps
+    _nemo_rl_steps(ck, [10])
+    assert nemo_rl.finish(cfg, "ultra3 rlvr", tmp_path, run=converter) == 0
+    assert json.loads((tmp_path / "run" / "outputs.json").read_text())["rl-checkpoint"]["step"] == 10
+    # a resumed job that saved no later step: the step it has is the result
+    ck2 = tmp_path / "ckpt2"
+    _nemo_rl_steps(ck2, [4])
+    cfg2 = {**cfg, "checkpointing": {**cfg["checkpointing"], "checkpoint_dir": str(ck2)}}
+    assert nemo_rl.finish(cfg2, "ultra3 rlvr", tmp_path, run=converter) == 75
+    assert nemo_rl.finish(cfg2, "ultra3 rlvr", tmp_path, run=converter) == 0
+    # without a deadline, NeMo RL's own ends below max_num_steps (epochs) are recorded as before
+    ck3 = tmp_path / "ckpt3"
+    _nemo_rl_steps(ck3, [3])
+    cfg3 = {**cfg, "checkpointing": {**cfg["checkpointing"], "checkpoint_dir": str(ck3),
+                                     "checkpoint_must_save_by": None}}
+    assert nemo_rl.finish(cfg3, "ultra3 rlvr", tmp_path, run=converter) == 0
+
+
 def test_a_run_without_checkpoints_is_refused_at_dry_run():
     _, _, problems = checked("rlvr", "tiny", {"checkpointing.enabled": False})
     assert [p.rule for p in errors(problems)] == ["rl-output"]
@@ -690,3 +734,74 @@ def test_golden_nemo_rl_config(stage, config, monkeypatch):
     assert path.is_file(), f"no golden file {path.name}; run with NEMOTRON_REGEN_GOLDEN=1 to create it"
     assert text == path.read_text(encoding="utf-8"), f"the NeMo RL config of {stage} -c {config} changed; diff it " \
                                                      f"against {path} (regenerate if intended)"
+
+
+# ------------------------------------------------------------------------------------------ MOPD rows for NeMo Gym
+GSM8K = ROOT.parent / "shared" / "data" / "rl" / "gsm8k-train.jsonl"
+
+
+def _compiled(stage: str, config: str, overrides: list[str]) -> dict:
+    from nemotron.config.compile import compile_config
+
+    return compile_config(get_stage(stage), config, overrides, check_paths=False).config
+
+
+def test_gym_rows_turn_data_prep_rl_records_into_nemo_gym_rows_with_agent_ref(tmp_path):
+    """Real GSM8K problems, in data prep rl's form, become NeMo Gym rows whose agent_ref names the verifier's agent;
+    the mopd job points NeMo RL's data paths at them."""
+    if not GSM8K.is_file():
+        pytest.skip(f"{GSM8K} is absent (../shared/data)")
+    from nemotron.data import rl as rl_data
+
+    src = tmp_path / "train.jsonl"
+    with GSM8K.open(encoding="utf-8") as f, src.open("w", encoding="utf-8") as w:
+        for line in list(f)[:5]:
+            problem, answer, _ = rl_data.extract(json.loads(line), "gsm8k")
+            w.write(json.dumps({"messages": [{"role": "user", "content": problem},
+                                             {"role": "assistant", "content": answer}]}) + "\n")
+    cfg = _compiled("mopd", "tiny", [f"data.train.data_path={src}", f"data.validation.data_path={src}"])
+    assert nemo_rl.gym_agent(cfg) == "math_with_judge_simple_agent"
+    views = nemo_rl.gym_data(cfg, tmp_path / "gym")
+    assert views == {str(src): str(tmp_path / "gym" / "train.jsonl")}
+    rows = [json.loads(x) for x in (tmp_path / "gym" / "train.jsonl").read_text().splitlines()]
+    first = json.loads(GSM8K.read_text().splitlines()[0])
+    assert len(rows) == 5
+    assert rows[0]["agent_ref"] == {"type": "responses_api_agents", "name": "math_with_judge_simple_agent"}
+    assert rows[0]["responses_create_params"]["input"] == [{"role": "user", "content": first["question"]}]
+    assert rows[0]["expected_answer"] == first["answer"].split("####")[-1].strip()
+    master = nemo_rl.translate(cfg, None, views)
+    assert master["data"]["train"]["data_path"] == str(tmp_path / "gym" / "train.jsonl")
+    assert master["env"]["nemo_gym"]["config_paths"] == [
+        nemo_rl.GYM_POLICY_MODEL, "resources_servers/math_with_judge/configs/math_with_judge.yaml"]
+    # the routing the runtime writes sends those rows to the reasoning slot's checkpoint
+    tmap, _ = nemo_rl.teacher_map({**cfg, "_teachers": {**cfg["_teachers"], "reasoning": "/ckpt/r"}})
+    assert tmap["math_with_judge_simple_agent"] == "/ckpt/r"
+
+
+def test_gym_rows_name_the_file_and_line_of_a_bad_record_and_leave_nothing(tmp_path):
+    src = tmp_path / "train.jsonl"
+    src.write_text('{"messages": [{"role": "user", "content": "1+1"}, {"role": "assistant", "content": "2"}]}\n'
+                   '{"question": "no messages"}\n')
+    with pytest.raises(nemo_rl.ConfigError, match=rf"{src}:2: not a data prep rl record"):
+        nemo_rl.gym_rows(src, tmp_path / "out" / "train.jsonl", "math_with_judge_simple_agent")
+    assert not list((tmp_path / "out").iterdir())
+    with pytest.raises(nemo_rl.ConfigError, match="RL data file not found"):
+        nemo_rl.gym_rows(tmp_path / "absent.jsonl", tmp_path / "out" / "x.jsonl", "a")
+
+
+@pytest.mark.parametrize("config", ["default", "tiny", "full-panel"])
+def test_shipped_mopd_routes_opd_through_nemo_gym_rows(config):
+    """Rule nemo-rl-opd-routing holds for every shipped MOPD config, and refuses the native math path."""
+    from nemotron.validation.nemo_rl import opd_routing
+
+    cfg = _compiled("mopd", config, ["data.train.data_path=/d/t.jsonl", "data.validation.data_path=/d/v.jsonl",
+                                     "_teachers.general=/ckpt/s"])
+    assert opd_routing(nemo_rl.translate(cfg)) == []
+    native = nemo_rl.translate(cfg)
+    native["env"]["should_use_nemo_gym"] = False
+    assert [p.key for p in opd_routing(native)] == ["env.should_use_nemo_gym"]
+    native["env"]["should_use_nemo_gym"] = True
+    native["data"]["default"]["processor"] = "math_hf_data_processor"
+    assert [p.key for p in opd_routing(native)] == ["data.default.processor"]
+    native["on_policy_distillation"]["enabled"] = False
+    assert "on_policy_distillation.enabled" in [p.key for p in opd_routing(native)]

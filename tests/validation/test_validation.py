@@ -232,9 +232,9 @@ PUBLISHED = {
     "mb-pretrain-tp1-pp3-ep8-24xH100": ("pretrain", "default", MB_PRETRAIN_24, H100, {"sp-tp1", "memory"}, False),
     "mb-sft-tp2-pp6-ep32-192xH100": ("sft", "default", MB_SFT_192, H100, {"memory"}, False),
     "mb-readme-pretrain-tp4-pp12-ep16-48xH100": ("pretrain", "default", MB_README_PRETRAIN_48, H100, set(), True),
-    "miles-rl-tp8-pp4-ep32-16x8-sglang32-dp4": ("rlvr", "default", MILES_RL, H200, set(), True),
+    "miles-rl-tp8-pp4-ep32-16x8-sglang8": ("rlvr", "default", MILES_RL, H200, set(), True),
     "slice-4layer-pretrain-1x8": ("pretrain", "tiny", {}, H200, set(), True),
-    "slice-4layer-rl-sglang8-dp2-1x8": ("rlvr", "tiny", {"policy.generation.backend": "sglang"}, H200, set(), True),
+    "slice-4layer-rl-sglang8-1x8": ("rlvr", "tiny", {"policy.generation.backend": "sglang"}, H200, set(), True),
     "nemo-rl-rlvr-256-gb200": ("rlvr", "default", NEMORL_RLVR_GB200, GB200, set(), True),
     "nemo-rl-rlvr-118x8-b200": ("rlvr", "default", {}, B200, set(), True),
     "nemo-rl-mopd-105x8-b200": ("mopd", "default", {}, B200, set(), True),
@@ -323,8 +323,16 @@ KNOWN_BAD = [
     ("engine8-dpattn3", "rlvr", "default", {
         "policy.generation.backend": "sglang", "policy.generation.sglang_cfg.tp_size": 8,
         "policy.generation.sglang_cfg.dp_size": 3, "policy.generation.sglang_cfg.ep_size": 8,
-        "policy.generation.sglang_cfg.sglang_server_config.num_gpus_per_engine": 8}, None, "engine-layout",
-     "policy.generation.sglang_cfg.dp_size", "an engine of 8 GPUs must be divisible by its DP-attention size (3)"),
+        "policy.generation.sglang_cfg.sglang_server_config.num_gpus_per_engine": 8}, None, "sglang-dp-attention",
+     "policy.generation.sglang_cfg.dp_size", "SGLang runs dp_size x tp_size = 3 x 8 = 24 ranks on an engine of 8 GPUs"),
+    # miles' Ultra layout (32-GPU engines, DP-attention 4 -> attention TP 8): NeMo RL never passes
+    # enable_dp_attention, so SGLang would get TP32 (and 4 x 32 ranks)
+    ("miles-sglang32-dp4-under-nemo-rl", "rlvr", "default", {
+        "policy.generation.backend": "sglang", "policy.generation.sglang_cfg.tp_size": 32,
+        "policy.generation.sglang_cfg.dp_size": 4, "policy.generation.sglang_cfg.ep_size": 32,
+        "policy.generation.sglang_cfg.enable_dp_attention": True,
+        "policy.generation.sglang_cfg.sglang_server_config.num_gpus_per_engine": 32}, None, "sglang-dp-attention",
+     "policy.generation.sglang_cfg.enable_dp_attention", "never passes enable_dp_attention to SGLang"),
     ("mopd-no-general-teacher", "mopd", "default", {"_teachers.general": None}, None, "mopd-general-teacher",
      "_teachers.general", "MOPD needs a general teacher"),
     ("nvfp4-on-h100", "pretrain", "default", {}, H100, "nvfp4-blackwell", "mixed_precision",

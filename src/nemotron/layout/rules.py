@@ -417,6 +417,29 @@ def engine_layout(model: ModelSpec, total_gpus: int, gpus_per_engine: int, dp_at
     return out
 
 
+@rule("sglang-dp-attention", "NeMo RL's SGLang engines get no DP-attention: dp_size 1, enable_dp_attention unset",
+      "NVIDIA-NeMo/RL nemo_rl/models/generation/sglang/sglang_worker.py _compute_server_args (passes tp_size, dp_size, "
+      "pp_size, ep_size and a fixed key list, never enable_dp_attention; asserts tp_size = num_gpus_per_engine / "
+      "pp_size); SGLang ServerArgs (dp_size > 1 without DP-attention runs dp_size replicas of tp_size GPUs each)",
+      "NeMo RL main 7ea279a")
+def sglang_dp_attention(enable_dp_attention: Any, dp_size: int, tp_size: int, gpus_per_engine: int,
+                        prefix: str) -> list[Problem]:
+    """``prefix``: ``policy.generation.sglang_cfg``. The miles layout (attention TP = engine GPUs / DP-attention
+    size) never reaches SGLang under NeMo RL, so the engine's attention TP is ``tp_size``."""
+    out: list[Problem] = []
+    rid = "sglang-dp-attention"
+    if enable_dp_attention:
+        out.append(_err(f"{prefix}.enable_dp_attention", enable_dp_attention,
+                        "NeMo RL's SGLang worker never passes enable_dp_attention to SGLang: it would be silently off",
+                        "false (attention TP = tp_size), or the vllm backend", rid))
+    if dp_size > 1:
+        out.append(_err(f"{prefix}.dp_size", dp_size,
+                        f"without DP-attention (NeMo RL never passes it) SGLang runs dp_size x tp_size = {dp_size} x "
+                        f"{tp_size} = {dp_size * tp_size} ranks on an engine of {plural(gpus_per_engine, 'GPU')}",
+                        "1", rid))
+    return out
+
+
 # ------------------------------------------------------------------------------------ rule 9: GRPO
 @rule("grpo-batch", "prompts per step x generations per prompt equals (or is a multiple of) the global batch",
       "nemo_rl/algorithms/grpo.py (enforces a training batch of num_prompts_per_step x num_generations_per_prompt "
@@ -516,8 +539,11 @@ def rl_node_total(run_nodes: int, cluster_nodes: int, gen_nodes: int, gym_nodes:
 
 #: Environment kinds of our ``environments`` table: ``builtin`` = NeMo RL's own environment (math answer
 #: verification, ``env.math``: nemo_rl/environments/math_environment.py); the rest are NeMo Gym resources
-#: servers (``env.nemo_gym``): an LLM ``judge``, ``instruction_following`` verifiers, a code ``sandbox``.
-ENV_KINDS = ("builtin", "judge", "instruction_following", "sandbox")
+#: servers (``env.nemo_gym``): an LLM ``judge``, ``instruction_following`` verifiers, a code ``sandbox``, and
+#: ``verifier``, a resources server that scores on CPUs (``math_with_judge`` with ``should_use_judge: false``,
+#: NVIDIA-NeMo/RL examples/configs/recipes/llm/mopd-qwen3-1.7b-3n8g-megatron-pack.yaml) whose ``agent`` names the
+#: ``agent_ref`` the runtime writes into each row of our RL data (nemotron.runtime.nemo_rl.gym_rows).
+ENV_KINDS = ("builtin", "judge", "instruction_following", "sandbox", "verifier")
 #: NeMo RL's built-in environments our stages use (the ``env.<name>`` section NeMo RL reads).
 BUILTIN_ENVS = ("math",)
 
@@ -583,7 +609,7 @@ def rl_environments(envs: dict[str, Any], env_names: dict[str, Any], use_gym: bo
                         f"true, or environments.<name>.enabled=false for {', '.join(enabled_gym)}", rid))
     if use_gym and not enabled_gym:
         out.append(_err("env.should_use_nemo_gym", use_gym, "NeMo Gym is on but no NeMo Gym environment is enabled",
-                        "enable one in environments (judge, instruction_following, sandbox), or false", rid))
+                        "enable one in environments (judge, instruction_following, sandbox, verifier), or false", rid))
     for key, name in env_names.items():
         if not _given(name) or "${" in name:
             continue

@@ -202,8 +202,17 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
             if not value or "${" in str(value):
                 raise TranslateError(f"convert.{key}={value!r}: must be set (a checkpoint folder)")
         model = {k: v for k, v in (own.get("model") or {}).items() if k.endswith("_parallel_size")}
+        from nemotron.config import catalogue as _catalogue
+
+        try:
+            cspec = _catalogue.get(model_name)
+        except _catalogue.CatalogueError as exc:
+            raise TranslateError(f"model.name={model_name!r}: {exc}") from None
+        # a slice (or a catalogue model of our own) exports with its own HF config, never recipe.hf_model_id's
+        # (the full Ultra: 108 layers over the slice's weights, and a hub download): export_bridge
+        slice_hf = _catalogue.hf_config(cspec) if cspec.is_slice or cspec.hf_model_id is None else None
         return BridgeConfig(stage=stage, recipe=None, hf_model_id=str(hf_model_id), model_name=model_name,
-                            sections={"model": model}, convert=conv, trust_remote_code=trust)
+                            sections={"model": model}, convert=conv, trust_remote_code=trust, hf_config=slice_hf)
 
     sections: dict[str, dict[str, Any]] = {}
     for name in PASS_THROUGH:
@@ -682,6 +691,40 @@ def process_group_options(timeout_minutes: Any) -> dict[str, Any]:
     return {"backend": "nccl", "timeout": datetime.timedelta(minutes=minutes)}
 
 
+def export_bridge(bc: BridgeConfig, source: str | os.PathLike[str], folder: str | os.PathLike[str] | None = None) -> Any:
+    """The AutoBridge a ``megatron_to_hf`` export saves through: ``AutoBridge.from_auto_config(source, reference)``,
+    as Megatron-Bridge's ``examples/conversion/convert_checkpoints.py`` exports — the HF config synthesized from the
+    checkpoint's own ``run_config.yaml`` (layer count, hybrid pattern, MTP block of what was trained) and conformed
+    to the reference config. The reference is :func:`hf_source`: for an ``<N>layer`` slice the slice's
+    ``config.json`` written to ``folder`` (nothing downloaded), else ``recipe.hf_model_id``. The exported
+    ``config.json`` is ``bridge.hf_pretrained.to_dict()`` (``save_hf_pretrained``, config-only bridge).
+
+    Raises:
+        FileNotFoundError: ``source`` has no ``run_config.yaml`` (at its top or in its newest ``iter_*``).
+    """
+    from megatron.bridge import AutoBridge
+
+    return AutoBridge.from_auto_config(str(source), hf_source(bc, folder), trust_remote_code=bc.trust_remote_code)
+
+
+def saved_pipeline_layout(source: str | os.PathLike[str]) -> list | None:
+    """``model.pipeline_model_parallel_layout`` of the checkpoint's ``run_config.yaml`` (the folder itself, then its
+    ``iter_*`` folders) when it is a list, else None: what Megatron-Bridge's
+    ``examples/conversion/convert_checkpoints_multi_gpu.py`` gives the provider before a PP > 1 export (the stages
+    the checkpoint was saved with; the default split would not match its shards)."""
+    import yaml
+
+    root = Path(source)
+    for candidate in [root, *sorted(root.glob("iter_*"))]:
+        rc = candidate / "run_config.yaml"
+        if rc.is_file():
+            layout = ((yaml.safe_load(rc.read_text(encoding="utf-8")) or {}).get("model") or {}).get(
+                "pipeline_model_parallel_layout")
+            if isinstance(layout, list):
+                return layout
+    return None
+
+
 def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: no cover - needs Megatron-Bridge
     """HF <-> Megatron with AutoBridge. ``convert.device: cpu``: one process (the submission plans one task and
     no GPUs; under a hand-made multi-process launch only global rank 0 converts), ``AutoBridge.import_ckpt`` /
@@ -709,7 +752,7 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
         if direction == "hf_to_megatron":
             AutoBridge.import_ckpt(src, out, torch_dtype=dtype)
         else:
-            AutoBridge.from_hf_pretrained(bc.hf_model_id, torch_dtype=dtype).export_ckpt(src, out)
+            export_bridge(bc, src).export_ckpt(src, out)
     else:
         if not torch.distributed.is_initialized():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -717,11 +760,15 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
         layout = {k: int(v) for k, v in bc.sections["model"].items() if k in (
             "tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
             "expert_tensor_parallel_size")}
-        bridge = AutoBridge.from_hf_pretrained(src if direction == "hf_to_megatron" else bc.hf_model_id,
-                                               torch_dtype=dtype)
+        bridge = (AutoBridge.from_hf_pretrained(src, torch_dtype=dtype) if direction == "hf_to_megatron"
+                  else export_bridge(bc, src))
         provider = bridge.to_megatron_provider(load_weights=direction == "hf_to_megatron")
         for key, value in {**layout, "pipeline_dtype": dtype, "params_dtype": dtype}.items():
             setattr(provider, key, value)
+        if direction == "megatron_to_hf" and layout.get("pipeline_model_parallel_size", 1) > 1:
+            saved = saved_pipeline_layout(src)
+            if saved is not None:
+                provider.pipeline_model_parallel_layout = saved
         provider.finalize()
         provider.initialize_model_parallel(seed=0)
         if direction == "hf_to_megatron":

@@ -47,6 +47,7 @@ from pathlib import Path
 from nemotron.config.nemo_rl_base import BASE_KEY, keylist
 from nemotron.errors import ConfigError, NemotronError
 from nemotron.runtime import prestart
+from nemotron.runtime.settings import EXIT_REQUEUE
 from nemotron.runtime.settings import get as _get
 
 #: The alias NeMo RL's OPD falls back to for an agent the routing table does not list
@@ -302,7 +303,86 @@ def _deep_merge(into: dict, add: dict) -> None:
             into[k] = copy.deepcopy(v)
 
 
-def translate(cfg: dict, checkpoint_views: dict[str, str] | None = None) -> dict:
+#: ``agent_ref.type`` of a NeMo Gym row (the agent servers' group in NeMo Gym's config).
+GYM_AGENT_TYPE = "responses_api_agents"
+
+
+def gym_agent(cfg: dict) -> str | None:
+    """The ``agent`` of the enabled ``verifier`` environment (the ``agent_ref.name`` our RL rows get in NeMo Gym
+    form), or None when no enabled environment names one."""
+    for entry in enabled_environments(cfg).values():
+        if entry.get("kind") == "verifier" and isinstance(entry.get("agent"), str) and entry["agent"]:
+            return entry["agent"]
+    return None
+
+
+def gym_rows(src: str | Path, dst: str | Path, agent: str) -> int:
+    """Write ``dst``: each line of ``src`` (data prep rl's JSONL: ``messages[0].content`` the problem,
+    ``messages[1].content`` the expected answer) as a NeMo Gym row — ``responses_create_params.input`` (the user
+    turn), ``question``, ``expected_answer`` and ``agent_ref`` ``{"type": "responses_api_agents", "name": agent}``,
+    the key NeMo RL routes teacher log-probs by (nemo_rl/algorithms/async_utils/trajectory_collector.py,
+    nemo_rl/algorithms/opd.py ``resolve_reference_aliases``). A line already in Gym form
+    (``responses_create_params``) is kept, given ``agent_ref`` when it has none. Returns the number of rows;
+    written to ``dst.tmp`` and renamed (a failed run leaves no half file).
+
+    Raises:
+        ConfigError: ``src`` is missing, or a line is not JSON / not one of those forms (file and line named).
+    """
+    src, dst = Path(src), Path(dst)
+    if not src.is_file():
+        raise ConfigError(f"{src}: RL data file not found (data.*.data_path): run `nemotron ultra3 data prep rl` "
+                          "or point the stage at a JSONL file")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    n = 0
+    with src.open(encoding="utf-8") as f, tmp.open("w", encoding="utf-8") as out:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                tmp.unlink()
+                raise ConfigError(f"{src}:{lineno}: not JSON ({exc.msg}): each line is one RL record") from None
+            if isinstance(row, dict) and isinstance(row.get("responses_create_params"), dict):
+                row.setdefault("agent_ref", {"type": GYM_AGENT_TYPE, "name": agent})
+            else:
+                msgs = row.get("messages") if isinstance(row, dict) else None
+                if (not isinstance(msgs, list) or len(msgs) < 2 or not all(isinstance(m, dict) for m in msgs[:2])
+                        or not isinstance(msgs[0].get("content"), str) or not isinstance(msgs[1].get("content"), str)):
+                    tmp.unlink()
+                    raise ConfigError(f"{src}:{lineno}: not a data prep rl record (messages[0].content the problem, "
+                                      "messages[1].content the answer) nor a NeMo Gym row (responses_create_params): "
+                                      "rerun `nemotron ultra3 data prep rl`")
+                problem, answer = msgs[0]["content"], msgs[1]["content"]
+                row = {"responses_create_params": {"input": [{"role": "user", "content": problem}]},
+                       "question": problem, "expected_answer": answer,
+                       "agent_ref": {"type": GYM_AGENT_TYPE, "name": agent}}
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    os.replace(tmp, dst)
+    return n
+
+
+def gym_data(cfg: dict, folder: str | Path) -> dict[str, str]:
+    """With an enabled ``verifier`` environment that names an ``agent`` (:func:`gym_agent`): each
+    ``data.<split>.data_path`` written in NeMo Gym form (:func:`gym_rows`) to ``folder/<split>.jsonl``; returns
+    ``{original path: Gym path}`` for :func:`translate` (``{}`` when there is no such environment)."""
+    agent = gym_agent(cfg)
+    if agent is None:
+        return {}
+    out: dict[str, str] = {}
+    for split in ("train", "validation"):
+        path = _get(cfg, f"data.{split}.data_path")
+        if isinstance(path, str) and path and path not in out:
+            dst = Path(folder) / f"{split}.jsonl"
+            gym_rows(path, dst, agent)
+            out[path] = str(dst)
+    return out
+
+
+def translate(cfg: dict, checkpoint_views: dict[str, str] | None = None,
+              data_views: dict[str, str] | None = None) -> dict:
     """NeMo RL's ``MasterConfig`` (a new dict) from our compiled rlvr/mopd config. Pure.
 
     * our keys (:data:`nemotron.config.keys.NEMO_RL_OWN_KEYS`: ``backend``, ``model``, ``run``, ``_teachers``,
@@ -315,7 +395,8 @@ def translate(cfg: dict, checkpoint_views: dict[str, str] | None = None) -> dict
       ``env.nemo_gym.<server>.base_url`` (else its ``model`` ``...<server>.model``), a sandbox's ``image``
       the top-level key ``image_key`` (``sif_dir``), as NVIDIA's ultra_launch.sh overrides them;
     * ``checkpoint_views`` (``{path: v4 view}``, from :func:`v4_views`) replaces those paths in
-      ``policy.model_name``, ``policy.tokenizer.name`` and the teacher map.
+      ``policy.model_name``, ``policy.tokenizer.name`` and the teacher map;
+    * ``data_views`` (``{path: NeMo Gym rows}``, from :func:`gym_data`) replaces ``data.<split>.data_path``.
     """
     from nemotron.config.keys import NEMO_RL_OWN_KEYS
 
@@ -349,6 +430,9 @@ def translate(cfg: dict, checkpoint_views: dict[str, str] | None = None) -> dict
             if entry.get("kind") == "sandbox" and entry.get("image") and entry.get("image_key"):
                 out[str(entry["image_key"])] = entry["image"]
         gym["config_paths"] = paths
+    for split in (out.get("data") or {}).values():
+        if isinstance(split, dict) and split.get("data_path") in (data_views or {}):
+            split["data_path"] = data_views[split["data_path"]]
     policy = out.get("policy") or {}
     if policy.get("model_name") in views:
         policy["model_name"] = views[policy["model_name"]]
@@ -412,9 +496,14 @@ def launch(cfg: dict, stage: str) -> int:
     except ConfigFormError as exc:
         print(f"{stage}: a checkpoint's config.json cannot be read as NemotronH: {exc}", file=sys.stderr)
         return 1
+    try:
+        rows = gym_data(cfg, run_dir / "gym-data")
+    except ConfigError as exc:
+        print(f"{stage}: {exc}", file=sys.stderr)
+        return 1
     path = run_dir / "nemo_rl_config.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(job_yaml(translate(cfg, views)), encoding="utf-8")
+    path.write_text(job_yaml(translate(cfg, views, rows)), encoding="utf-8")
     script, root = entry_script(cfg)
     print(f"{stage}: NeMo RL {script.relative_to(root)} --config {path}", flush=True)
     code = subprocess.call([sys.executable, str(script), "--config", str(path)], cwd=str(root))
@@ -478,6 +567,31 @@ def output_artifacts(cfg: dict) -> list[str]:
     return [str(name)] if isinstance(name, str) and name else []
 
 
+def deadline_stop(cfg: dict, stage: str, checkpoint_dir: str | Path, step: int) -> bool:
+    """Whether NeMo RL's exit 0 after saving ``step`` is a stop at ``checkpointing.checkpoint_must_save_by`` with
+    ``grpo.max_num_steps`` not reached (see :func:`finish`). True: the marker ``<checkpoint_dir>/hf/.deadline-step_N``
+    is written, the requeue marker too, and one line says so. False when there is no deadline, the step reached
+    ``max_num_steps``, or the marker of this step is already there (a resumed run that added no step)."""
+    deadline = _get(cfg, "checkpointing.checkpoint_must_save_by")
+    max_steps = _get(cfg, "grpo.max_num_steps")
+    if not deadline or not isinstance(max_steps, int) or step >= max_steps:
+        return False
+    marker = Path(checkpoint_dir) / HF_FOLDER / f".deadline-step_{step}"
+    if marker.exists():
+        print(f"{stage}: resumed at step {step} and NeMo RL saved no later step (the data ran out or a stop "
+              f"condition held): step {step} of grpo.max_num_steps={max_steps} is the result", flush=True)
+        return False
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(f"{deadline}\n", encoding="utf-8")
+    detail = (f"saved step {step} of grpo.max_num_steps={max_steps} at checkpointing.checkpoint_must_save_by="
+              f"{deadline} and stopped")
+    print(f"{stage}: {detail}; nothing recorded yet: the next job of this run resumes from step_{step}", flush=True)
+    from nemotron.runtime.dispatch import mark_stopped
+
+    mark_stopped(stage, detail)
+    return True
+
+
 def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
     """After NeMo RL's entry exited 0: the newest step (:func:`latest_step`) in Hugging Face form, the artifact
     the later stages read (teachers, MOPD and quantize load Hugging Face folders with a ``config.json``, not
@@ -492,8 +606,16 @@ def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
        :func:`output_artifacts` with ``path`` = ``hf/step_N``, ``step``, ``checkpoint_dir`` and ``source`` (the
        step folder).
 
-    Returns the stage's exit code: 0; 1 when checkpointing is off or no step was saved (nothing to record: the
-    message says so), or the converter's non-zero exit code.
+    A **deadline stop** is not a finished stage: NeMo RL saves and exits 0 when ``checkpointing.checkpoint_must_save_by``
+    is reached (nemo_rl/algorithms/grpo.py: "Timeout has been reached, stopping training early"). So with that key
+    set and the newest step below ``grpo.max_num_steps``, nothing is converted or recorded: a marker
+    ``hf/.deadline-step_N`` is left, the requeue marker is written (:func:`nemotron.runtime.dispatch.mark_stopped`)
+    and the exit code is 75 (resumable: NeMo RL's ``CheckpointManager`` resumes from ``step_N``). A resumed run that
+    ends at the same step again (no step after it: the data ran out, or ``grpo.stop_at_validation_metric``) is
+    recorded as finished. Without a deadline a step below ``max_num_steps`` is recorded (those are NeMo RL's own ends).
+
+    Returns the stage's exit code: 0; 75 at a deadline stop; 1 when checkpointing is off or no step was saved
+    (nothing to record: the message says so), or the converter's non-zero exit code.
     """
     import shutil
 
@@ -511,6 +633,8 @@ def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
               "(grpo.max_num_steps below checkpointing.save_period?)", file=sys.stderr)
         return 1
     step, step_dir = found
+    if deadline_stop(cfg, stage, ckdir, step):
+        return EXIT_REQUEUE
     out = hf_output(ckdir, step)
     if not (out / "config.json").is_file():
         tmp = out.with_name(f".{out.name}.tmp")
@@ -651,8 +775,12 @@ __all__ = [
     "DEFAULT_TEACHER_ALIAS",
     "PrecheckError",
     "converter_command",
+    "deadline_stop",
     "entry_relpath",
     "finish",
+    "gym_agent",
+    "gym_data",
+    "gym_rows",
     "hf_output",
     "job_yaml",
     "latest_step",

@@ -559,9 +559,11 @@ class RLPlan:
         if str(get(self.cfg, f"{gen}.backend", "vllm")).lower() == "sglang":
             sg = f"{gen}.sglang_cfg"
             per = as_int(get(self.cfg, f"{sg}.sglang_server_config.num_gpus_per_engine")) or as_int(get(self.cfg, f"{sg}.tp_size")) or 1
-            dp_on = bool(get(self.cfg, f"{sg}.enable_dp_attention", False))
-            dp = (as_int(get(self.cfg, f"{sg}.dp_size")) or 1) if dp_on else 1
-            return {"backend": "sglang", "per": per, "dp": dp, "attn_tp": per // dp if dp and per % dp == 0 else 0,
+            # NeMo RL's SGLang worker never passes enable_dp_attention (rule sglang-dp-attention): the engine's
+            # attention TP is tp_size, whatever dp_size says
+            dp = 1
+            tp_size = as_int(get(self.cfg, f"{sg}.tp_size")) or per
+            return {"backend": "sglang", "per": per, "dp": dp, "attn_tp": tp_size if per % tp_size == 0 else 0,
                     "ep": as_int(get(self.cfg, f"{sg}.ep_size")) or 1,
                     "keys": {"engine": f"{sg}.sglang_server_config.num_gpus_per_engine", "dp": f"{sg}.dp_size",
                              "total": f"{sg}.sglang_server_config.num_gpus"},
@@ -660,6 +662,10 @@ def _rl_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec | None
             out.append(Problem("policy.generation.sglang_cfg.tp_size", tp_size, f"SGLang needs tp_size = "
                                                                                f"num_gpus_per_engine / pp_size = {eng['per']} / {pp_size}",
                                str(eng["per"] // max(pp_size, 1)), rule="engine-layout"))
+        out += rules.sglang_dp_attention(get(cfg, "policy.generation.sglang_cfg.enable_dp_attention", False),
+                                         as_int(get(cfg, "policy.generation.sglang_cfg.dp_size")) or 1, tp_size,
+                                         eng["per"], "policy.generation.sglang_cfg")
+        out += rules.tp_divides_model(model, tp_size, "policy.generation.sglang_cfg.tp_size")
         if eng["ep"] > 1:
             out += rules.ep_divides_experts(model, eng["ep"], "policy.generation.sglang_cfg.ep_size")
         declared = as_int(get(cfg, "policy.generation.sglang_cfg.sglang_server_config.num_gpus"))

@@ -11,8 +11,9 @@ the contract tests read one source.
 Rule ids: ``nemo-rl-required`` (a key ``MasterConfig`` requires is missing), ``nemo-rl-entry`` (a key the GRPO
 entry script reads before training is missing), ``nemo-rl-metric`` (``checkpointing.metric_name`` that GRPO's
 checkpoint step refuses), ``nemo-rl-gym-only`` (NeMo Gym-only settings on the native path, or the other way
-round), ``nemo-rl-async`` (async GRPO on a generation backend or placement that cannot), and ours, ``rl-output``
-(a run without checkpoints has no output to record).
+round), ``nemo-rl-async`` (async GRPO on a generation backend or placement that cannot), ``nemo-rl-opd-routing``
+(the OPD advantage on rows that never reach a teacher), and ours, ``rl-output`` (a run without checkpoints has no
+output to record).
 
 Stdlib only.
 """
@@ -34,7 +35,8 @@ def validate_nemo_rl(cfg: dict, keylist: dict) -> list[Problem]:
     except ConfigError:
         return []  # checks.rl_translation says why
     return (schema(master, keylist) + entry_reads(master, keylist, entry_relpath(master))
-            + metric_name(master, keylist) + gym_only(master) + async_colocated(master) + output_checkpoint(master))
+            + metric_name(master, keylist) + gym_only(master) + async_colocated(master) + opd_routing(master)
+            + output_checkpoint(master))
 
 
 def output_checkpoint(master: dict) -> list[Problem]:
@@ -235,6 +237,40 @@ def gym_only(master: dict) -> list[Problem]:
     return out
 
 
+#: The data processor whose rows carry NeMo Gym's ``agent_ref`` (nemo_rl/data/processors.py
+#: ``nemo_gym_data_processor``: the whole JSONL row becomes ``extra_env_info``).
+GYM_PROCESSOR = "nemo_gym_data_processor"
+
+
+def opd_routing(master: dict) -> list[Problem]:
+    """Rule ``nemo-rl-opd-routing``: the OPD advantage (``grpo.adv_estimator.name: opd``) needs teacher log-probs,
+    and NeMo RL computes them only for rollouts that carry ``agent_ref``
+    (nemo_rl/algorithms/async_utils/trajectory_collector.py ``_enqueue_rollout_group``: ``if
+    self._has_distillation_teachers and "agent_ref" in final_batch_cpu``). ``agent_ref`` comes only from NeMo Gym
+    rows (nemo_rl/experience/rollouts.py ``run_async_nemo_gym_rollout``: ``result["agent_ref"] =
+    nemo_gym_row["agent_ref"]``); the native path's ``rl_collate_fn`` (nemo_rl/data/collate_fn.py) keeps a fixed
+    key set without it. Without them ``OPDAdvantageEstimator.compute_advantage`` raises ``OPD requires
+    teacher_logprobs`` at the first training step (nemo_rl/algorithms/advantage_estimator.py). So OPD needs
+    ``env.should_use_nemo_gym`` true, ``data.default.processor`` :data:`GYM_PROCESSOR` and
+    ``on_policy_distillation.enabled`` (the teachers)."""
+    if get(master, "grpo.adv_estimator.name") != "opd":
+        return []
+    rid, out = "nemo-rl-opd-routing", []
+    why = ("NeMo RL computes teacher log-probs only for rollouts carrying agent_ref, which only NeMo Gym rows have; "
+           "the OPD advantage raises 'OPD requires teacher_logprobs' at the first step")
+    if not get(master, "env.should_use_nemo_gym", False):
+        out.append(Problem("env.should_use_nemo_gym", get(master, "env.should_use_nemo_gym", False), why,
+                           "true, with NeMo Gym rows (data.default.processor=nemo_gym_data_processor)", rule=rid))
+    elif get(master, "data.default.processor") != GYM_PROCESSOR:
+        out.append(Problem("data.default.processor", get(master, "data.default.processor"), why,
+                           GYM_PROCESSOR, rule=rid))
+    if not get(master, "on_policy_distillation.enabled", False):
+        out.append(Problem("on_policy_distillation.enabled", get(master, "on_policy_distillation.enabled", False),
+                           "the OPD advantage needs teachers: without them no rollout gets teacher log-probs and "
+                           "the first step raises 'OPD requires teacher_logprobs'", "true", rule=rid))
+    return out
+
+
 #: The generation backends ``async_grpo_train`` asserts (nemo_rl/algorithms/grpo.py).
 ASYNC_BACKENDS = ("vllm", "megatron", "trtllm", "dynamo")
 
@@ -260,5 +296,5 @@ def async_colocated(master: dict) -> list[Problem]:
                     rule="nemo-rl-async")]
 
 
-__all__ = ["async_colocated", "entry_reads", "gym_only", "metric_name", "required_keys",
+__all__ = ["async_colocated", "entry_reads", "gym_only", "metric_name", "opd_routing", "required_keys",
            "output_checkpoint", "reward_penalty_ids", "schema", "validate_nemo_rl"]

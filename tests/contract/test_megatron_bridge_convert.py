@@ -1,0 +1,116 @@
+"""``convert`` (megatron_to_hf) of the 4-layer slice through Megatron-Bridge's own export code (branch
+nemotron_3_ultra @ 4588417), on the CPU.
+
+The checkpoint is what ``sft -c tiny`` saves: its ``ConfigContainer`` (built by the recipe from our translation,
+``tests/contract/test_megatron_bridge.py``'s ``build``) written by ``ConfigContainer.to_yaml`` as
+``iter_0000010/run_config.yaml``, as Megatron-Bridge's ``save_checkpoint`` writes it. Then ``convert -c tiny`` on that
+folder: our translation (:func:`nemotron.runtime.megatron_bridge.translate`) and the bridge the export saves through
+(:func:`~nemotron.runtime.megatron_bridge.export_bridge`: ``AutoBridge.from_auto_config``, as Megatron-Bridge's
+``examples/conversion/convert_checkpoints.py``), with no network (``HF_HUB_OFFLINE=1``). The exported
+``config.json`` is the config-only bridge's ``hf_pretrained.to_dict()`` (what ``save_hf_pretrained`` writes); it
+must be the slice's: 4 layers ``ME*E``, the slice's MTP block, read back by transformers as NemotronH. Also the
+layout a PP > 1 export reads from the checkpoint (:func:`~nemotron.runtime.megatron_bridge.saved_pipeline_layout`)
+against Megatron-Bridge's ``load_model_config`` of the same file.
+
+Where the proof stops: no weights are loaded or written (``load_megatron_model`` / ``save_hf_pretrained``'s weight
+pass need the model on devices).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_megatron_bridge import BUILD, compile_shipped, inputs  # noqa: E402
+
+SCRIPT = BUILD + r'''
+import yaml
+from upstream import read_payload, write_result
+from nemotron.config import catalogue
+
+p = read_payload()
+bc_sft, hf_path, container = build(p["sft"])
+ckpt = Path(p["ckpt"])
+it = ckpt / "iter_0000010"
+it.mkdir(parents=True)
+container.to_yaml(str(it / "run_config.yaml"))
+if p.get("layout") is not None:   # a PP > 1 checkpoint: the layout it was saved with
+    rc = yaml.safe_load((it / "run_config.yaml").read_text())
+    rc["model"]["pipeline_model_parallel_layout"] = p["layout"]
+    (it / "run_config.yaml").write_text(yaml.safe_dump(rc))
+bc = mb.translate(p["convert"], "convert")
+res = {"hf_model_id": bc.hf_model_id, "has_slice_config": bc.hf_config is not None}
+try:
+    bridge = mb.export_bridge(bc, str(ckpt), Path(p["work"]) / "ref") if hasattr(mb, "export_bridge") else None
+    if bridge is None:   # the export as the runtime did it before: the recipe's HF id
+        from megatron.bridge import AutoBridge
+        bridge = AutoBridge.from_hf_pretrained(bc.hf_model_id)
+    exported = bridge.hf_pretrained.to_dict() if hasattr(bridge.hf_pretrained, "to_dict") else \
+        bridge.hf_pretrained.config.to_dict()
+    res["config"] = exported
+    from transformers import AutoConfig
+    out = Path(p["work"]) / "exported"
+    out.mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps(exported))
+    back = AutoConfig.from_pretrained(str(out))
+    res["read_back"] = {"type": type(back).__name__, "num_hidden_layers": back.num_hidden_layers}
+except Exception as exc:
+    res["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+if hasattr(mb, "saved_pipeline_layout"):
+    from megatron.bridge.training.model_load_save import load_model_config
+    res["saved_layout"] = mb.saved_pipeline_layout(str(ckpt))
+    mcfg, _ = load_model_config(str(it))
+    res["bridge_layout"] = getattr(mcfg, "pipeline_model_parallel_layout", None)
+res["slice"] = catalogue.hf_config(catalogue.get("ultra4layer"))
+res["trained_mtp_layers"] = container.model.mtp_num_layers
+write_result(res)
+'''
+
+
+def _cases(root: Path, layout=None) -> dict:
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import get_stage
+
+    files = inputs(root)
+    sft = compile_shipped("sft", "tiny", root, files)
+    sft["stage"], sft["work"] = "sft", str(root / "work-sft")
+    ckpt = root / "sft-ckpt"
+    conv = compile_config(get_stage("convert"), "tiny", [f"convert.source={ckpt}",
+                                                         f"convert.output_dir={root / 'hf-out'}"]).config
+    return {"sft": sft, "convert": conv, "ckpt": str(ckpt), "work": str(root / "work"), "layout": layout}
+
+
+def _pattern(cfg: dict, mtp: bool = False) -> str:
+    """The hybrid pattern of an HF NemotronH config in either form (v4 ``hybrid_override_pattern``, v5
+    ``layers_block_type``); ``mtp``: of its MTP block."""
+    v4, v5 = ("mtp_hybrid_override_pattern", "mtp_layers_block_type") if mtp else ("hybrid_override_pattern",
+                                                                                 "layers_block_type")
+    if cfg.get(v4):
+        return cfg[v4]
+    kinds = {"mamba": "M", "attention": "*", "moe": "E", "mlp": "-"}
+    return "".join(kinds[k] for k in cfg[v5])
+
+
+def test_convert_of_the_slice_exports_the_slices_hf_config_offline(upstream, tmp_path):
+    out = upstream.run(SCRIPT, _cases(tmp_path), timeout=900)
+    assert "error" not in out, out["error"]
+    cfg, want = out["config"], out["slice"]
+    assert out["has_slice_config"]
+    # the slice's layers (transformers v5 form: layers_block_type), not the full Ultra's 108
+    assert _pattern(cfg) == _pattern(want) == "ME*E"
+    assert _pattern(cfg, mtp=True) == _pattern(want, mtp=True) == "*E"
+    assert cfg["num_nextn_predict_layers"] == out["trained_mtp_layers"]   # the MTP depth the checkpoint trained
+    for key in ("hidden_size", "n_routed_experts", "num_experts_per_tok", "num_attention_heads", "num_key_value_heads",
+                "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "moe_intermediate_size", "vocab_size"):
+        assert cfg.get(key) == want[key], key
+    assert out["read_back"] == {"type": "NemotronHConfig", "num_hidden_layers": 4}
+
+
+def test_pp_export_reads_the_checkpoints_pipeline_layout(upstream, tmp_path):
+    layout = [["embedding", "mamba", "attention"], ["moe", "moe", "loss"]]
+    out = upstream.run(SCRIPT, _cases(tmp_path, layout), timeout=900)
+    assert out.get("saved_layout") == layout
+    assert out["bridge_layout"] == layout   # what Megatron-Bridge's own load_model_config reads from the file
