@@ -207,8 +207,10 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
     )
     # account is optional (the cluster's default account then applies) but a required argument of NeMo-Run's
     # executor: None renders no --account
+    # a switch that is off is no flag at all: NeMo-Run renders False as `#SBATCH --exclusive=False`, which sbatch
+    # refuses ("Invalid --exclusive specification"); True renders the bare flag
     executor = run.SlurmExecutor(account=getattr(profile, "account", None),
-                                 **{k: v for k, v in kwargs.items() if v is not None})
+                                 **{k: v for k, v in kwargs.items() if v is not None and v is not False})
     if plan.launch == "torchrun":
         executor.launcher = "torchrun"
     elif plan.launch == "ray":
