@@ -37,9 +37,6 @@ REFUSED = {
     "nemotron kit slurm build YOUR-CLUSTER --stage pretrain --dry-run": (
         "has no image_cache",
         "the seed's profile declares no image_cache, the folder the image is built into"),
-    "nemotron ultra3 rlvr -c tiny --run YOUR-CLUSTER --dry-run": (
-        "ntasks_per_node=8: disagrees with the stage's launch",
-        "the seed's profile asks for 8 tasks a node (torchrun-style); a Ray stage starts one process per node"),
 }
 
 #: The miles recipe's layouts, typed into our stages (its own commands run miles' launcher, not this tool).
