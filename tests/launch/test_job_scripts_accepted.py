@@ -65,3 +65,84 @@ def test_exclusive_false_renders_a_script_sbatch_accepts(slurm, tmp_path, monkey
     assert code == 0 and "#SBATCH --exclusive\n" in _script(out)
     done = _test_only(slurm, tmp_path, _script(out))
     assert done.returncode == 0, done.stderr
+
+
+_DRIVER = 'import os, ray; ray.init(address=os.environ["RAY_ADDRESS"], logging_level="ERROR"); print("nodes joined:", len(ray.nodes()), flush=True)'
+
+
+def _ray_script(tmp_path, monkeypatch, capsys, slurm, extra: str = "", container: bool = False) -> str:
+    env_file = _profile(tmp_path, slurm, extra)
+    if container:
+        env_file.write_text(env_file.read_text().replace("container = false", "container = true"), encoding="utf-8")
+    code, out, err = _render(tmp_path, monkeypatch, capsys, env_file, "data", "prep", "rl", "-c", "tiny")
+    assert code == 0, err + out[-2000:]
+    return _script(out)
+
+
+@pytest.mark.parametrize("container", [False, True], ids=["host", "container"])
+def test_ray_steps_take_the_profiles_mpi_default_none(slurm, tmp_path, monkeypatch, capsys, container):
+    script = _ray_script(tmp_path, monkeypatch, capsys, slurm, container=container)
+    assert "--mpi=pmix" not in script
+    assert "export NEMOTRON_RAY_SRUN_MPI=none" in script
+    sruns = [ln for ln in script.splitlines() if ln.lstrip().startswith("srun ")]
+    assert len(sruns) == 3 and all('"$srun_mpi"' in ln for ln in sruns), sruns  # head, workers, on_head
+    script = _ray_script(tmp_path, monkeypatch, capsys, slurm, 'ray_srun_mpi = "pmix"\n', container=container)
+    assert "export NEMOTRON_RAY_SRUN_MPI=pmix" in script
+
+
+def test_ray_srun_mpi_is_checked_when_the_profile_loads(slurm, tmp_path, monkeypatch, capsys):
+    code, out, err = _render(tmp_path, monkeypatch, capsys, _profile(tmp_path, slurm, 'ray_srun_mpi = "pmix --x"\n'),
+                             "data", "prep", "rl", "-c", "tiny")
+    assert code == 2 and "ray_srun_mpi" in err, err
+
+
+def _submit(slurm, tmp_path: Path, script: str, name: str) -> tuple[str, str]:
+    driver = tmp_path / "driver.py"
+    driver.write_text(_DRIVER + "\n", encoding="utf-8")
+    script, n = re.subn(r'^driver=".*"$', f'driver="{sys.executable} {driver}"', script, flags=re.M)
+    assert n == 1
+    job_sh = tmp_path / f"{name}.sh"
+    job_sh.write_text(script, encoding="utf-8")
+    out = slurm.run("sbatch", "--parsable", "-o", str(tmp_path / f"{name}-%j.out"), str(job_sh)).stdout
+    job = out.strip().split(";")[0]
+    try:
+        state = slurm.wait(job, timeout=240)
+    finally:
+        slurm.run("scancel", job, check=False)
+    log_dir = Path(re.search(r"^export LOG_DIR=(.*)$", script, re.M).group(1).strip("'\""))
+    text = (tmp_path / f"{name}-{job}.out").read_text(errors="replace")
+    text += "".join(p.read_text(errors="replace") for p in sorted(log_dir.glob("*.log")))
+    return state, text
+
+
+def test_ray_job_without_pmix_runs_on_the_local_slurm(slurm, tmp_path, monkeypatch, capsys):
+    """The local Slurm has no PMIx (as many clusters): the default (none) starts the Ray cluster and the driver joins
+    it; the profile's ray_srun_mpi = "pmix" reaches every step, and the cluster refuses it, in seconds."""
+    state, text = _submit(slurm, tmp_path, _ray_script(tmp_path, monkeypatch, capsys, slurm), "none")
+    assert state == "COMPLETED" and "nodes joined: 1" in text, text[-3000:]
+    state, text = _submit(slurm, tmp_path, _ray_script(tmp_path, monkeypatch, capsys, slurm, 'ray_srun_mpi = "pmix"\n'),
+                          "pmix")
+    assert state == "FAILED" and "a ray start step ended before the cluster was up" in text, text[-3000:]
+
+
+def test_ray_head_on_loopback_with_several_nodes_fails_fast(slurm, tmp_path, monkeypatch, capsys):
+    """A head whose name resolves to 127.x (here: `localhost`, on a node whose network has nothing but loopback, a
+    network namespace of its own) cannot be joined from another node: the job script says so in one line and ends
+    in seconds, before any `ray start`."""
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("unshare -n (a network namespace of our own) needs root")
+    script = _ray_script(tmp_path, monkeypatch, capsys, slurm)
+    job_sh = tmp_path / "job.sh"
+    job_sh.write_text(script, encoding="utf-8")
+    env = {**slurm.env, "SLURM_JOB_NODELIST": "localhost,localhost", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": "1"}
+    done = subprocess.run(["unshare", "-n", "bash", str(job_sh)], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("[nemotron]")]
+    assert len(errors) == 1 and "is loopback" in errors[0] and "RAY_HEAD_IP" in errors[0], done.stderr[-2000:]
+    assert "starting the Ray head" not in done.stdout
+    # one node on loopback is a whole cluster: the guard lets it through (it fails later, here, at srun)
+    env.update(SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1")
+    done = subprocess.run(["unshare", "-n", "timeout", "20", "bash", str(job_sh)], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert "is loopback" not in done.stderr and "starting the Ray head" in done.stdout, done.stderr[-2000:]

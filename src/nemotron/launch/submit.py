@@ -100,10 +100,17 @@ def job_env_vars(profile: Any, plan: Any) -> dict[str, str]:
         # (default 30 s; the variable is read by torch 2.13's launcher, older ones ignore it): give them the
         # whole warning period to save
         env_vars["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(plan.signal_before_s)
+    if plan.launch == "ray" and getattr(profile, "executor", None) == "slurm":  # read by RAY_TEMPLATE's srun lines
+        env_vars[RAY_SRUN_MPI_ENV] = getattr(profile, "ray_srun_mpi", None) or "none"
     python = _python(profile, plan)
     if os.path.isabs(python):  # host Python: its console scripts (torchrun, ray) come first on PATH
         env_vars["PATH"] = f"{os.path.dirname(python)}:$PATH"
     return env_vars
+
+
+#: The variable of a Ray stage's Slurm job that holds the profile's ``ray_srun_mpi``: the ``--mpi`` of every srun
+#: of :data:`RAY_TEMPLATE` (``ray start`` on the head and the workers, the readiness probe, the driver).
+RAY_SRUN_MPI_ENV = "NEMOTRON_RAY_SRUN_MPI"
 
 
 #: The file in the job's run folder (``ROOT/runs/<experiment id>/``, shared by every start of a requeued job) that

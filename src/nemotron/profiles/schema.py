@@ -262,6 +262,9 @@ class SlurmSettings(_Common):
     images: dict[str, str] = {}
     image_cache: str | None = None  # folder for images built by `nemotron kit slurm build`
     container: bool = True
+    # srun's --mpi for the steps of a Ray stage's job (`ray start`, the driver): Ray needs no MPI, and "none" works
+    # on every cluster; NeMo-Run's Ray template would ask for pmix, which a cluster without it refuses after queueing
+    ray_srun_mpi: str = Field("none", pattern=r"^[A-Za-z0-9_]+$")
     mounts: list[str] = []
     setup: list[str] = []
     tunnel: Literal["local", "ssh"] = "local"
@@ -332,7 +335,8 @@ _ALL_FIELDS = {k for m in _MODELS.values() for k in m.model_fields}
 _ORDER = ("executor", "account", "partition", "run_partition", "batch_partition", "qos", "reservation", "time",
           "exclusive", "address", "tunnel", "host", "user", "identity", "port", "job_dir", "nodes", "ntasks_per_node",
           "gpus_per_node", "gpu",
-          "gpu_arch", "gpu_memory", "cpus_per_node", "mem", "container", "images", "mounts", "setup", "env_vars")
+          "gpu_arch", "gpu_memory", "cpus_per_node", "mem", "container", "ray_srun_mpi", "images", "mounts", "setup",
+          "env_vars")
 
 
 _PARSED = {"nodes", "ntasks_per_node", "gpus_per_node", "gpu_memory", "cpus_per_node", "exclusive", "container", "port", "mem", "hf_offline",
