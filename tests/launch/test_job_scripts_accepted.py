@@ -96,9 +96,11 @@ def test_ray_srun_mpi_is_checked_when_the_profile_loads(slurm, tmp_path, monkeyp
     assert code == 2 and "ray_srun_mpi" in err, err
 
 
-def _submit(slurm, tmp_path: Path, script: str, name: str) -> tuple[str, str]:
+def _submit(slurm, tmp_path: Path, script: str, name: str, code: str = _DRIVER) -> tuple[str, str]:
+    """Submit ``script`` (a rendered Ray job) with its driver replaced by the Python ``code``; returns the job's
+    final state and its batch output followed by its Ray logs."""
     driver = tmp_path / "driver.py"
-    driver.write_text(_DRIVER + "\n", encoding="utf-8")
+    driver.write_text(code + "\n", encoding="utf-8")
     script, n = re.subn(r'^driver=".*"$', f'driver="{sys.executable} {driver}"', script, flags=re.M)
     assert n == 1
     job_sh = tmp_path / f"{name}.sh"
@@ -146,3 +148,33 @@ def test_ray_head_on_loopback_with_several_nodes_fails_fast(slurm, tmp_path, mon
     done = subprocess.run(["unshare", "-n", "timeout", "20", "bash", str(job_sh)], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert "is loopback" not in done.stderr and "starting the Ray head" in done.stdout, done.stderr[-2000:]
+
+
+_ENV_DRIVER = 'import os; print("\\n".join(f"env {k}={os.environ.get(k)}" for k in ("PATH", "PYTHONPATH", "FOO")), flush=True)'
+
+
+def test_every_profile_env_var_reaches_the_job(slurm, tmp_path, monkeypatch, capsys):
+    """PATH and PYTHONPATH of a profile's env_vars reach the job (after the host Python's folder and the code
+    snapshot, which the job needs first), like any other variable, on the real local Slurm."""
+    tools = tmp_path / "tools-bin"
+    extra = f'env_vars = {{ PATH = "{tools}:$PATH", PYTHONPATH = "{tmp_path / "pylib"}", FOO = "bar" }}\n'
+    state, text = _submit(slurm, tmp_path, _ray_script(tmp_path, monkeypatch, capsys, slurm, extra), "env", _ENV_DRIVER)
+    assert state == "COMPLETED", text[-3000:]
+    env = dict(line.split(" ", 1)[1].split("=", 1) for line in text.splitlines() if line.startswith("env "))
+    path = env["PATH"].split(":")
+    assert path[0] == str(Path(sys.executable).parent) and path[1] == str(tools) and "/usr/bin" in path, env["PATH"]
+    assert env["PYTHONPATH"].endswith(f"/code:{tmp_path / 'pylib'}"), env["PYTHONPATH"]
+    assert env["FOO"] == "bar"
+
+
+@pytest.mark.parametrize("name", ["NEMOTRON_RUN_DIR", "NEMOTRON_EXPERIMENT_ID", "RAY_ADDRESS", "LOG_DIR"])
+def test_env_vars_the_job_sets_itself_are_refused_by_name(slurm, tmp_path, monkeypatch, capsys, name):
+    env_file = _profile(tmp_path, slurm, f'env_vars = {{ {name} = "x" }}\n')
+    code, out, err = _render(tmp_path, monkeypatch, capsys, env_file, "data", "prep", "rl", "-c", "tiny")
+    assert code == 2 and f"{name}: cannot be set in a profile" in err and "env.toml" in err, err
+
+
+def test_path_with_path_not_last_is_refused(slurm, tmp_path, monkeypatch, capsys):
+    env_file = _profile(tmp_path, slurm, 'env_vars = { PATH = "$PATH:/opt/x" }\n')
+    code, out, err = _render(tmp_path, monkeypatch, capsys, env_file, "data", "prep", "rl", "-c", "tiny")
+    assert code == 2 and "$PATH may only be its last entry" in err, err
