@@ -178,3 +178,38 @@ def test_path_with_path_not_last_is_refused(slurm, tmp_path, monkeypatch, capsys
     env_file = _profile(tmp_path, slurm, 'env_vars = { PATH = "$PATH:/opt/x" }\n')
     code, out, err = _render(tmp_path, monkeypatch, capsys, env_file, "data", "prep", "rl", "-c", "tiny")
     assert code == 2 and "$PATH may only be its last entry" in err, err
+
+
+def test_long_config_file_name_stays_within_os_limits(slurm, tmp_path, monkeypatch, capsys):
+    """A config file named with 240 characters (a file system takes 255): the names derived from it (experiment id,
+    job name, NeMo-Run's log file) are cut to fit, the Slurm dry-run is valid and sbatch takes its script, and the
+    run folder of a run on this machine can be made; two long names that share their beginning stay distinct."""
+    from nemotron.config.paths import stages_dir
+
+    source = (stages_dir() / "ultra3" / "data_prep_rl" / "tiny.yaml").read_text(encoding="utf-8")
+    configs = []
+    for tail in "ab":
+        path = tmp_path / ("x" * 239 + tail + ".yaml")
+        path.write_text(source, encoding="utf-8")
+        configs.append(path)
+    names = []
+    for config in configs:
+        code, out, err = _render(tmp_path, monkeypatch, capsys, _profile(tmp_path, slurm), "data", "prep", "rl",
+                                 "-c", str(config))
+        assert code == 0 and "OSError" not in out + err, err + out[-2000:]
+        script = _script(out)
+        name = re.search(r"^#SBATCH --job-name=(\S+)$", script, re.M).group(1)
+        output = re.search(r"^#SBATCH --output=(\S+)$", script, re.M).group(1)
+        assert all(len(part) <= 255 for part in output.split("/")), output
+        names.append(name)
+        done = _test_only(slurm, tmp_path, script)
+        assert done.returncode == 0, done.stderr
+    assert names[0] != names[1] and all(len(n) < 80 for n in names), names
+    # without a profile: the run folder the dry run names can be made on this file system
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    code = main(["ultra3", "data", "prep", "rl", "-c", str(configs[0]), "--dry-run"])
+    cap = capsys.readouterr()
+    assert code == 0, cap.err
+    run_dir = Path(re.search(r"^# in (\S+) \(the run writes", cap.out, re.M).group(1))
+    run_dir.mkdir(parents=True)
+    assert run_dir.is_dir()
