@@ -213,3 +213,26 @@ def test_long_config_file_name_stays_within_os_limits(slurm, tmp_path, monkeypat
     run_dir = Path(re.search(r"^# in (\S+) \(the run writes", cap.out, re.M).group(1))
     run_dir.mkdir(parents=True)
     assert run_dir.is_dir()
+
+
+def test_kit_build_without_profile_stage_or_image_cache(slurm, tmp_path):
+    """`nemotron kit slurm build` as the seed writes it, in a folder whose env.toml has one Slurm profile (no
+    image_cache): the dry run shows one build per image into <job_dir>/images; submitted on the real local Slurm,
+    the first build job reaches the node and ends FAILED with its one line (no podman here), leaving no image."""
+    from submit_support import nemotron_runner
+
+    _profile(tmp_path, slurm)
+    cli = nemotron_runner({**slurm.env, "NEMOTRON_HOME": str(tmp_path / "home")}, tmp_path)
+    dry = cli("kit", "slurm", "build", "--dry-run")
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    images = re.findall(r"^squashfs: (\S+)$", dry.stdout, re.M)
+    assert len(images) == 3 and all(Path(p).parent == tmp_path / "jobs" / "images" for p in images), images
+    proc = cli("kit", "slurm", "build", timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "is not installed" in proc.stderr and "ended FAILED" in proc.stderr
+    assert not list((tmp_path / "jobs" / "images").glob("*.sqsh"))
+    # two Slurm profiles: the command names them instead of guessing
+    env_file = tmp_path / "env.toml"
+    env_file.write_text(env_file.read_text() + '\n[other]\nextends = "cluster"\n', encoding="utf-8")
+    two = cli("kit", "slurm", "build", "--dry-run")
+    assert two.returncode == 2 and "2 Slurm profiles (cluster, other)" in two.stderr, two.stderr
