@@ -30,17 +30,11 @@ pytestmark = pytest.mark.skipif(not RECIPE.is_file() or not MILES.is_file(),
 
 #: Commands the seeds show that are expected to be refused (exit 2), and why: the refusal must say so.
 #: command as run -> (a phrase the error or hint must contain, why it is right to refuse)
-REFUSED = {
-    "nemotron kit slurm build": (
-        "missing argument 'PROFILE'",
-        "the seed names the tool in prose; a build needs the profile and --stage"),
-    "nemotron kit slurm build YOUR-CLUSTER --stage pretrain --dry-run": (
-        "has no image_cache",
-        "the seed's profile declares no image_cache, the folder the image is built into"),
-    "nemotron ultra3 rlvr -c tiny --run YOUR-CLUSTER --dry-run": (
-        "ntasks_per_node=8: disagrees with the stage's launch",
-        "the seed's profile asks for 8 tasks a node (torchrun-style); a Ray stage starts one process per node"),
-}
+REFUSED: dict[str, tuple[str, str]] = {}
+
+#: Commands the seed implies beside the ones it prints: the image build for one stage, on its profile as written
+#: (no image_cache: the default under the profile's job_dir).
+IMPLIED = ["nemotron kit slurm build YOUR-CLUSTER --stage pretrain --dry-run"]
 
 #: The miles recipe's layouts, typed into our stages (its own commands run miles' launcher, not this tool).
 MILES_EQUIVALENTS = {
@@ -75,7 +69,8 @@ def as_run(command: str) -> str:
     tokenize (the seed's data prep commands name the full open mixture, hundreds of GB from the Hub)."""
     argv = command.split()
     stage_command = len(argv) > 2 and argv[1] == "ultra3" and argv[2] not in ("status", "logs", "cancel", "list")
-    if stage_command and "--dry-run" not in argv:
+    build = argv[1:4] == ["kit", "slurm", "build"]  # submits build jobs
+    if (stage_command or build) and "--dry-run" not in argv:
         argv.append("--dry-run")
     return " ".join(argv)
 
@@ -125,7 +120,7 @@ def check(command: str, proc: subprocess.CompletedProcess) -> None:
 
 
 SEED_RUNS = [as_run(c) for c in seed_commands(RECIPE)] if RECIPE.is_file() else []
-SEED_RUNS += [c for c in REFUSED if c not in SEED_RUNS and c not in MILES_EQUIVALENTS]
+SEED_RUNS += [c for c in [*REFUSED, *IMPLIED] if c not in SEED_RUNS and c not in MILES_EQUIVALENTS]
 
 
 @pytest.mark.parametrize("command", SEED_RUNS)
@@ -145,3 +140,14 @@ def test_the_seed_validate_command_says_what_the_run_needs(seed_folder):
     assert proc.returncode == 0, proc.stderr[-2000:]
     last = proc.stdout.rstrip().splitlines()[-1]
     assert "the run would refuse to start" in last and "nemotron ultra3 data prep pretrain -c tiny" in last, last
+
+
+def test_the_seed_build_command_builds_every_image(seed_folder):
+    """`nemotron kit slurm build`, as the seed writes it: the env.toml's only Slurm profile, every image the stages
+    use, into the default image_cache under the profile's job_dir."""
+    proc = run(as_run("nemotron kit slurm build"), seed_folder)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "profile: YOUR-CLUSTER (the only Slurm profile" in proc.stdout
+    images = re.findall(r"^squashfs: (\S+)$", proc.stdout, re.M)
+    assert [Path(p).name for p in images] == ["data-2.52.0-py311-cpu.sqsh", "nemo-26.04.01.sqsh", "nemo-rl-main-ultra.sqsh"]
+    assert all(Path(p).parent == seed_folder / "home" / "jobs" / "images" for p in images), images

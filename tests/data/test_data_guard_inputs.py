@@ -300,6 +300,74 @@ def test_stale_ray_address_fails_fast(tmp_path, tok_cache):
     assert d.returncode == 0 and "warning: RAY_ADDRESS=" in d.stdout + d.stderr and "unset RAY_ADDRESS" in d.stdout + d.stderr
 
 
+class _Listener:
+    """A TCP server on 127.0.0.1 that is not Ray: ``http`` answers any request as a web server does (HTTP/1.1 400),
+    ``silent`` accepts connections and never says a word."""
+
+    def __init__(self, kind: str) -> None:
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.kind, self.conns = kind, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            if self.kind == "http":
+                try:
+                    conn.recv(1024)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("kind", ["http", "silent"])
+def test_ray_address_of_something_else_fails_fast(tmp_path, tok_cache, kind):
+    """RAY_ADDRESS naming a port where a web server (or a silent one) listens: one line in seconds, not Ray's
+    minutes of C++ retries; the dry-run warns the same way."""
+    server = _Listener(kind)
+    try:
+        address = f"127.0.0.1:{server.port}"
+        cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(tmp_path / "out"))
+        r, seconds = run_py("data-prep-rl", cfg, tmp_path, env={"RAY_ADDRESS": address}, timeout=120)
+        assert r.returncode == 1 and seconds < 30, (seconds, r.stderr[-2000:])
+        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and f"{address} is not a Ray cluster's address" in errors[0], r.stderr[-2000:]
+        assert ("'HTTP/1.1 400 Bad Request'" if kind == "http" else "sent nothing back") in errors[0]
+        assert "Traceback" not in r.stderr
+        env = {**os.environ, "RAY_ADDRESS": address, "NEMOTRON_HOME": str(tmp_path)}
+        d = subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "rl", "-c", "tiny", "--dry-run"],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert d.returncode == 0 and "is not a Ray cluster's address" in d.stdout + d.stderr
+    finally:
+        server.close()
+
+
+def test_probe_accepts_a_real_ray_head(tmp_path):
+    """The probe's gRPC test passes on a real Ray GCS (a local Ray started for the test)."""
+    code = ("import ray; from nemotron.data.raypool import probe_address; "
+            "ray.init(address='local', num_cpus=1, include_dashboard=False, logging_level='ERROR'); "
+            "gcs = ray.get_runtime_context().gcs_address; print('probe', gcs, probe_address(gcs)); ray.shutdown()")
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("probe ")), "")
+    assert line.endswith(" None"), done.stdout[-2000:] + done.stderr[-2000:]
+
+
 # --------------------------------------------------------------------------------------------------
 # 7. Ctrl-C says that a rerun resumes
 

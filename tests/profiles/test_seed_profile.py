@@ -71,14 +71,16 @@ def test_seed_profile_nodes_is_a_budget_a_stage_above_it_is_an_error(seed_env, t
     assert "allows at most" not in done.stdout + done.stderr
 
 
-def test_seed_profile_ntasks_per_node_must_agree_with_the_launch(seed_env, tmp_path):
-    # data prep runs one Ray process per node: 8 tasks per node would be a silent disagreement
-    done = _cli(tmp_path, "ultra3", "data", "prep", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER", "--dry-run")
-    assert done.returncode == 2, done.stderr
-    assert "ntasks_per_node=8: disagrees with the stage's launch" in done.stdout + done.stderr and "launch ray" in done.stdout + done.stderr
-    done = _cli(tmp_path, "ultra3", "data", "prep", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER", "--dry-run",
-                "profile.ntasks_per_node=null")
-    assert done.returncode == 0, done.stderr
+def test_seed_profile_ntasks_per_node_describes_the_training_launch(seed_env, tmp_path):
+    """The seed's ntasks_per_node = 8 (one task per GPU) is the training launch's count: every Ray stage, typed as the
+    seed writes it, is valid and runs one process per node, said in a note; a torchrun stage must still agree."""
+    for stage in (["data", "prep", "pretrain"], ["data", "prep", "sft"], ["data", "prep", "rl"], ["rlvr"], ["mopd"]):
+        done = _cli(tmp_path, "ultra3", *stage, "-c", "tiny", "--run", "YOUR-CLUSTER", "--dry-run")
+        assert done.returncode == 0, f"{stage}: {done.stdout[-1500:]}{done.stderr[-1500:]}"
+        text = done.stdout + done.stderr
+        assert "disagrees with the stage's launch" not in text and "ntasks_per_node=null" not in text, stage
+        assert "ntasks_per_node = 8 describes the training launch" in done.stdout and "launch ray" in done.stdout, stage
+        assert "#SBATCH --ntasks-per-node=1" in done.stdout, stage
     # pretrain on 4 GPUs a node: torchrun starts 4 processes per node, not the profile's 8
     done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER", "--dry-run",
                 "profile.gpus_per_node=4")
@@ -87,8 +89,8 @@ def test_seed_profile_ntasks_per_node_must_agree_with_the_launch(seed_env, tmp_p
 
 def test_the_seed_commands_hints_name_commands_that_pass_their_dry_run(seed_env, tmp_path):
     """The seed's pretrain validate command says how to make its missing data: both commands it names (the data
-    prep, and the pipe that chains both), run as printed with --dry-run, pass on the seed's profile, whose
-    ntasks_per_node = 8 a one-process-per-node data prep would refuse without the override the hint carries."""
+    prep, and the pipe that chains both), run as printed with --dry-run, pass on the seed's profile as written
+    (its ntasks_per_node = 8 needs no override for the one-process-per-node data prep)."""
     import shlex
 
     done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER", "--dry-run")
@@ -97,7 +99,7 @@ def test_the_seed_commands_hints_name_commands_that_pass_their_dry_run(seed_env,
     made = re.search(r"make it first: nemotron (.*?); or chain both: nemotron (.*?); or set", last)
     assert made, last
     for command in made.groups():
-        assert "profile.ntasks_per_node=null" in command, command
+        assert "ntasks_per_node" not in command, command
         again = _cli(tmp_path, *shlex.split(command), "--dry-run")
         assert again.returncode == 0, f"{command}: {again.stdout[-1500:]}{again.stderr[-1500:]}"
     # the pipe's verdict lines: each stage's own, then the chain's
@@ -107,8 +109,8 @@ def test_the_seed_commands_hints_name_commands_that_pass_their_dry_run(seed_env,
         "dry run: the chain of 2 stages"], verdicts
     # a profile key given to a pipe without its stage: the hint names a stage-prefixed form that works
     bare = _cli(tmp_path, "ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER",
-                "--dry-run", "profile.ntasks_per_node=null")
-    assert bare.returncode == 2 and "hint: e.g. data-prep-pretrain:profile.ntasks_per_node=null or" in bare.stderr, \
+                "--dry-run", "profile.gpus_per_node=8")
+    assert bare.returncode == 2 and "hint: e.g. data-prep-pretrain:profile.gpus_per_node=8 or" in bare.stderr, \
         bare.stderr
 
 

@@ -682,3 +682,21 @@ def test_docs_list_every_rule():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "validation.md").read_text()
     missing = [rid for rid in rules.RULES if rid != "positive-int" and f"`{rid}`" not in doc]
     assert not missing, f"docs/validation.md does not describe: {missing}"
+
+
+@pytest.mark.parametrize("tp", [3, 128, 0])
+def test_quantize_serving_tp_is_checked(tp):
+    """generate.tensor_parallel_size (the vLLM serving TP of the NVFP4 export) must split Ultra's 64 attention heads,
+    8 Mamba groups and 256 Mamba heads, and leave whole 16-value NVFP4 blocks on each rank: 3 and 128 do not."""
+    problems, _, _, _ = check("quantize", "default", {"generate.tensor_parallel_size": tp}, None)
+    found = {p.rule for p in errors(problems) if p.key == "generate.tensor_parallel_size"}
+    assert found == ({"positive-int"} if tp == 0 else {"tp-model", "nvfp4-tp-blocks"}), found
+    problems, _, _, _ = check("quantize", "default", {"generate.tensor_parallel_size": 8}, None)
+    assert not [p for p in errors(problems) if p.key == "generate.tensor_parallel_size"]
+
+
+def test_nvfp4_blocks_rule_counts_the_shards_k():
+    ultra = catalogue.ULTRA
+    assert rules.nvfp4_tp_blocks(ultra, 8, "k") == []
+    [p] = rules.nvfp4_tp_blocks(ultra, 128, "k")
+    assert "expert down projection K = 5120 / TP 128 = 40" in p.message and p.valid.startswith("1, 2, 4, 8")

@@ -233,14 +233,17 @@ def build_cli() -> click.Group:
     root.add_command(kit)
 
     @slurm.command("build", context_settings=_CONTEXT)
-    @click.argument("profile")
+    @click.argument("profile", required=False)
     @click.option("--recipe", default="ultra3", show_default=True, help="Recipe of the stage.")
-    @click.option("--stage", "stage_name", required=True, help="Stage whose image to build (e.g. pretrain, data-prep-sft).")
+    @click.option("--stage", "stage_name", help="Stage whose image to build (e.g. pretrain, data-prep-sft); "
+                  "default: every image the recipe's stages use.")
     @click.option("--dry-run", is_flag=True, help="Show the build job; submit nothing.")
     @click.option("--env-file", metavar="PATH", help="env.toml to read profiles from.")
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    def build(profile: str, recipe: str, stage_name: str, dry_run: bool, env_file: str | None, debug: bool) -> int:
-        """Build a stage's container image on a compute node (podman + enroot) into the profile's image_cache."""
+    def build(profile: str | None, recipe: str, stage_name: str | None, dry_run: bool, env_file: str | None,
+              debug: bool) -> int:
+        """Build stage container images on a compute node (podman + enroot) into the profile's image_cache
+        (default: its job_dir/images). PROFILE defaults to the env.toml's only Slurm profile."""
         from nemotron.launch.kit import slurm_build
 
         return slurm_build(profile, recipe, stage_name, env_file, dry_run)

@@ -108,7 +108,6 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
 
         compiled.launch_args = (f" --{'batch' if req.mode == 'batch' else 'run'} {shlex.quote(req.profile)}"
                                 + (f" --env-file {shlex.quote(req.env_file)}" if req.env_file else ""))
-        compiled.profile_ntasks = getattr(profile, "ntasks_per_node", None) if profile is not None else None
     if profile is not None:  # a default the [wandb] section filled in is labelled as env.toml's, not default.yaml's
 
         compiled.provenance.update(tracking_provenance(compiled, profile))

@@ -665,9 +665,6 @@ class Compiled:
     artifact_keys: dict[str, str] = field(default_factory=dict)
     #: where the command sends the job, as options to repeat in a hint (`` --run P --env-file F``; empty: here)
     launch_args: str = ""
-    #: the profile's ``ntasks_per_node`` (None: unset or no profile): a hint that names a one-process-per-node stage
-    #: (data prep on Ray) on that profile adds ``profile.ntasks_per_node=null``, which that stage's launch needs
-    profile_ntasks: int | None = None
 
     def warnings(self) -> list[Problem]:
         """One warning per unresolved value."""

@@ -33,6 +33,39 @@ PROBE_SECONDS = 5.0
 _CLIENT_PORT = 10001
 #: The port of an ``http(s)://`` address without one (the Ray dashboard's, which serves job submission).
 _DASHBOARD_PORT = 8265
+#: Seconds :func:`probe_address` waits for the server's first HTTP/2 frame once the TCP connection is open.
+SPEAKS_SECONDS = 3.0
+#: The HTTP/2 client connection preface (RFC 9113 section 3.4) followed by an empty SETTINGS frame (9-byte header:
+#: length 0, type 0x4, flags 0, stream 0). A gRPC server (Ray's GCS, the Ray Client server) answers it with a
+#: SETTINGS frame of its own.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _speaks_grpc(sock: socket.socket, timeout_s: float) -> str | None:
+    """Why the server on ``sock`` (connected) is not a gRPC (HTTP/2) server such as Ray's GCS, or ``None``: it must
+    answer the HTTP/2 preface with a SETTINGS frame within ``timeout_s`` seconds (a web server answers HTTP/1 text,
+    an SSH or database server its own banner, a silent one nothing)."""
+    sock.settimeout(timeout_s)
+    try:
+        sock.sendall(_H2_PREFACE)
+        head = b""
+        deadline = time.monotonic() + timeout_s
+        while len(head) < 9 and time.monotonic() < deadline:
+            sock.settimeout(max(deadline - time.monotonic(), 0.05))
+            chunk = sock.recv(64)
+            if not chunk:
+                break
+            head += chunk
+    except socket.timeout:
+        pass
+    except OSError as exc:
+        return f"it closed the connection ({exc.strerror or type(exc).__name__})"
+    if len(head) >= 9 and head[3] == 4:
+        return None
+    if not head:
+        return f"it sent nothing back in {timeout_s:g}s"
+    shown = head.split(b"\r\n", 1)[0].decode("ascii", "replace")
+    return f"it answered {shown!r}" if shown.isprintable() else "it answered with something else"
 
 
 def probe_address(address: str, timeout_s: float = PROBE_SECONDS) -> str | None:
@@ -40,8 +73,11 @@ def probe_address(address: str, timeout_s: float = PROBE_SECONDS) -> str | None:
 
     ``host:port`` (the GCS address ``ray start --head`` prints), ``ray://host[:port]`` (Ray Client,
     port 10001 by default) and ``http(s)://host[:port]`` (the dashboard's job submission API, a ``ray``
-    profile's ``address``; port 8265 by default) are probed with TCP connects for up to ``timeout_s`` seconds;
-    ``auto`` and ``local`` are left to Ray (they name no host). Only opens and closes a socket; never raises.
+    profile's ``address``; port 8265 by default) are probed with TCP connects for up to ``timeout_s`` seconds; a
+    GCS or Ray Client address must then speak gRPC (:func:`_speaks_grpc`, at most :data:`SPEAKS_SECONDS`): Ray's own
+    join of a port where something else listens retries for minutes with only C++ warnings (the dashboard speaks
+    HTTP/1, so an ``http(s)://`` address is only connected to). ``auto`` and ``local`` are left to Ray (they name no
+    host). Only opens and closes a socket; never raises.
     """
     address = address.strip()
     if address in ("auto", "local") or not address:
@@ -63,8 +99,14 @@ def probe_address(address: str, timeout_s: float = PROBE_SECONDS) -> str | None:
     while True:
         left = deadline - time.monotonic()
         try:
-            with socket.create_connection((host, port), timeout=max(min(left, 2.0), 0.1)):
-                return None
+            with socket.create_connection((host, port), timeout=max(min(left, 2.0), 0.1)) as sock:
+                if scheme in ("http", "https"):  # the dashboard: HTTP/1, not gRPC
+                    return None
+                other = _speaks_grpc(sock, min(SPEAKS_SECONDS, max(timeout_s, 0.5)))
+                if other is None:
+                    return None
+                return (f"{host}:{port} is not a Ray cluster's address: {other} (a Ray head's GCS port, as `ray start "
+                        f"--head` prints it, or ray://HOST:10001, answers in gRPC)")
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
         if time.monotonic() + 0.5 >= deadline:

@@ -1,9 +1,9 @@
-"""``nemotron kit slurm build PROFILE --recipe RECIPE --stage STAGE``: build a stage's container image
-on a compute node as a Slurm job.
+"""``nemotron kit slurm build [PROFILE] [--recipe RECIPE] [--stage STAGE]``: build a stage's container image
+(without ``--stage``: every image the recipe's stages use) on a compute node as a Slurm job.
 
 The job builds ``stages/docker/<image>.Dockerfile`` with podman (the build context is the ``nemotron``
 package snapshot), imports the result into a squashfs file with enroot, and writes it into the
-profile's ``image_cache`` folder with a manifest (image, base, frameworks, Dockerfile hash, when,
+profile's ``image_cache`` folder (default ``<job_dir>/images``) with a manifest (image, base, frameworks, Dockerfile hash, when,
 which job). Map the image key to that file in the profile (``[PROFILE.images]``) to run stages in it.
 A node without podman or enroot ends the job with one clear line.
 """
@@ -73,31 +73,110 @@ echo "built {out}"
 """
 
 
-def slurm_build(profile_name: str, recipe: str, stage_name: str, env_file: str | None, dry_run: bool) -> int:
-    """Plan (and unless ``dry_run``, submit and follow) the image build job. Returns the exit code.
+def _only_slurm_profile(env_file: str | None) -> str:
+    """The name of the one Slurm profile of the env.toml in use, for a build command that names none.
 
     Raises:
-        UsageError: unknown stage or recipe. ConfigError: profile not slurm, no ``image_cache``,
-        no Dockerfile. RuntimeFailure: submission failed.
+        ConfigError: no env.toml, or no Slurm profile in it. UsageError: several (they are listed).
     """
+    from nemotron.profiles.load import find_env_file, load_profiles
 
+    path = find_env_file(env_file)
+    if path is None:
+        raise ConfigError("nemotron kit slurm build: no profile named and no env.toml found",
+                          "copy env.toml.example to ./env.toml (a Slurm profile), or pass --env-file PATH")
+    loaded = load_profiles(path)
+    names = [n for n in loaded.names() if _resolved_executor(loaded, n) == "slurm"]
+    if not names:
+        raise ConfigError(f"{path}: no Slurm profile to build images on",
+                          "add one (executor = \"slurm\"; docs/profiles.md), or name the profile: "
+                          "nemotron kit slurm build PROFILE")
+    if len(names) > 1:
+        raise UsageError(f"{path} has {len(names)} Slurm profiles ({', '.join(names)}); name the one to build on: "
+                         f"nemotron kit slurm build {names[0]}")
+    return names[0]
+
+
+def _resolved_executor(loaded: Any, name: str) -> str | None:
     try:
-        stage = get_stage(stage_name)
-    except KeyError as exc:
-        raise UsageError(str(exc.args[0])) from None
-    if stage.recipe != recipe:
-        raise UsageError(f"stage {stage.name} belongs to recipe {stage.recipe}, not {recipe}")
-    profile = load_profile(profile_name, env_file, {})
+        return loaded.get(name).executor
+    except ConfigError:  # an invalid profile is reported when it is used
+        return None
+
+
+def build_stages(recipe: str, stage_name: str | None) -> list[Any]:
+    """The stages whose images a build makes: ``stage_name``'s, else one stage per image key of ``recipe`` (its
+    first stage in registry order), so that every stage of the recipe has its image.
+
+    Raises:
+        UsageError: unknown stage, or a stage of another recipe.
+    """
+    from nemotron.config.registry import STAGES
+
+    if stage_name is not None:
+        try:
+            stage = get_stage(stage_name)
+        except KeyError as exc:
+            raise UsageError(str(exc.args[0])) from None
+        if stage.recipe != recipe:
+            raise UsageError(f"stage {stage.name} belongs to recipe {stage.recipe}, not {recipe}")
+        return [stage]
+    by_image: dict[str, Any] = {}
+    for stage in STAGES:
+        if stage.recipe == recipe and stage.image:
+            by_image.setdefault(stage.image, stage)
+    if not by_image:
+        raise UsageError(f"recipe {recipe} has no stage with an image")
+    return list(by_image.values())
+
+
+def image_cache(profile: Any) -> tuple[str, bool]:
+    """``(folder, is_default)``: the profile's ``image_cache``, else ``<job_dir>/images`` (the job root that every
+    node sees, :func:`nemotron.launch.submit.job_root`)."""
+    cache = getattr(profile, "image_cache", None)
+    if cache:
+        return str(cache).rstrip("/"), False
+    return f"{submit.job_root(profile).rstrip('/')}/images", True
+
+
+def slurm_build(profile_name: str | None, recipe: str, stage_name: str | None, env_file: str | None,
+                dry_run: bool) -> int:
+    """Plan (and unless ``dry_run``, submit and follow, one after the other) the image build jobs: the image of
+    ``stage_name``, or without it every image the recipe's stages use (:func:`build_stages`). Without
+    ``profile_name`` the env.toml's only Slurm profile is used. The images go to :func:`image_cache`. Returns the
+    exit code (the first failed build's).
+
+    Raises:
+        UsageError: unknown stage or recipe, or several Slurm profiles and none named. ConfigError: no env.toml,
+        profile not slurm, no Dockerfile. RuntimeFailure: submission failed.
+    """
+    stages = build_stages(recipe, stage_name)
+    chosen = profile_name is None
+    profile = load_profile(profile_name if profile_name is not None else _only_slurm_profile(env_file), env_file, {})
     if profile.executor != "slurm":
         raise ConfigError(f"profile {profile.name} is a {profile.executor} profile; images are built on a Slurm node")
-    cache = getattr(profile, "image_cache", None)
-    if not cache:
-        raise ConfigError(f"profile {profile.name} has no image_cache",
-                          "set image_cache = \"/shared/images\" (a folder visible from every node) in env.toml")
+    cache, default_cache = image_cache(profile)
+    if chosen:
+        report.out(f"profile: {profile.name} (the only Slurm profile of {profile.source})", plain=True)
+    if default_cache:
+        report.out(f"image_cache: {cache} (default: the profile's job_dir/images; set image_cache in env.toml to "
+                   "choose the folder)", plain=True)
+    if not getattr(profile, "container", True):
+        report.out(f"note: profile {profile.name} runs stages without containers (container = false): the images "
+                   "are used once container = true and [images] maps them", plain=True)
+    for stage in stages:
+        code = _build_one(profile, recipe, stage, cache, dry_run)
+        if code:
+            return code
+    return 0
+
+
+def _build_one(profile: Any, recipe: str, stage: Any, cache: str, dry_run: bool) -> int:
+    """One image build job (the image of ``stage``): shown, and unless ``dry_run`` submitted and followed."""
     entry = image_table()[stage.image]
     docker = dockerfile(stage.image)
     text = docker.read_text(encoding="utf-8")
-    out = f"{cache.rstrip('/')}/{squashfs_name(stage.image, entry)}"
+    out = f"{cache}/{squashfs_name(stage.image, entry)}"
     plan = JobPlan(stage=stage, config_name="image-build", profile=profile.name, executor="slurm", nodes=1,
                    gpus_per_node=0, world_size=1, launch="python", image=None, image_key=stage.image,
                    entry=docker, experiment_id=new_experiment_id(stage, f"build-{stage.image}"),
@@ -112,7 +191,7 @@ def slurm_build(profile_name: str, recipe: str, stage_name: str, env_file: str |
     report.out(f"Dockerfile: {docker}\nbase: {entry['image']}\nsquashfs: {out}\n", plain=True)
     if dry_run:
         report.out(script, plain=True)
-        report.out("dry run: nothing was submitted", plain=True)
+        report.out(f"dry run: image {stage.image} — nothing was submitted", plain=True)
         return 0
     run = _import_nemo_run()
 

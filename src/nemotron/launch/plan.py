@@ -27,11 +27,30 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "job"
 
 
+#: The most characters of a config's name that go into a derived name (experiment id, Slurm job name). Those names
+#: become file and folder names (the run folder, NeMo-Run's ``sbatch_<job name>_<id>.out``), which Linux file
+#: systems limit to 255 bytes each (NAME_MAX); a longer name is cut and a hash of the whole name appended.
+CONFIG_LABEL_MAX = 40
+
+
+def config_label(config_name: str) -> str:
+    """The ``-c`` value as it appears in derived names: its file stem, :func:`safe_name`-d, at most
+    :data:`CONFIG_LABEL_MAX` characters (a longer one: its first 31 characters, ``-`` and 8 hex digits of the
+    SHA-1 of the whole stem, so two long names that share a beginning stay distinct)."""
+    import hashlib
+
+    stem = Path(config_name).stem
+    label = safe_name(stem)
+    if len(label) <= CONFIG_LABEL_MAX:
+        return label
+    return f"{label[:CONFIG_LABEL_MAX - 9].rstrip('-.')}-{hashlib.sha1(stem.encode()).hexdigest()[:8]}"
+
+
 def new_experiment_id(stage: Stage, config_name: str) -> str:
     """``ultra3-pretrain-tiny-20261130-051230-3f9a1c`` — unique even for two submissions of the same
-    stage in the same second (48 random bits)."""
+    stage in the same second (48 random bits). The config's part is :func:`config_label` (bounded length)."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return safe_name(f"{stage.recipe}-{stage.name}-{Path(config_name).stem}-{stamp}-{secrets.token_hex(3)}")
+    return safe_name(f"{stage.recipe}-{stage.name}-{config_label(config_name)}-{stamp}-{secrets.token_hex(3)}")
 
 
 @dataclass(frozen=True)
@@ -138,7 +157,7 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
         stage=stage, config_name=compiled.config_name, profile=getattr(profile, "name", None),
         executor=getattr(profile, "executor", None) or "direct", nodes=nodes, gpus_per_node=gpn, world_size=world,
         launch=launch, image=image, image_key=stage.image, entry=(stages_dir() / stage.entry).resolve(),
-        experiment_id=eid, job_name=safe_name(f"{stage.recipe}-{stage.name}-{Path(compiled.config_name).stem}"),
+        experiment_id=eid, job_name=safe_name(f"{stage.recipe}-{stage.name}-{config_label(compiled.config_name)}"),
         requeue=bool(run.get("requeue", False)), signal_before_s=_positive(run, "signal_before_s"),
         chain=_positive(run, "chain") or 0,
     )

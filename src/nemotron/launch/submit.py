@@ -84,12 +84,15 @@ def _tunnel(run: Any, profile: Any, job_dir: str) -> Any:
 
 def job_env_vars(profile: Any, plan: Any) -> dict[str, str]:
     """The job's plain environment (written into the job script, so never a secret): the profile's
-    public variables, ``PYTHONPATH`` (the code snapshot), ``NEMOTRON_EXPERIMENT_ID``,
-    ``NEMOTRON_RUN_DIR``, and for a host Python its folder first on ``PATH``."""
+    public variables, ``PYTHONPATH`` (the code snapshot, then the profile's ``PYTHONPATH``),
+    ``NEMOTRON_EXPERIMENT_ID``, ``NEMOTRON_RUN_DIR``, and for a host Python its folder first on ``PATH`` (then the
+    profile's ``PATH``, else ``$PATH``). Every profile variable reaches the job: the names the job sets itself are
+    refused when the profile loads (:data:`nemotron.profiles.schema.JOB_SET_VARS`)."""
     rdir = remote_run_dir(profile, plan)
-    env_vars = dict(profile.public_env_vars())
-    env_vars.update({"PYTHONPATH": f"{rdir}/code", "NEMOTRON_EXPERIMENT_ID": plan.experiment_id,
-                     "NEMOTRON_RUN_DIR": rdir})
+    own = dict(profile.public_env_vars())
+    env_vars = dict(own)
+    env_vars.update({"PYTHONPATH": f"{rdir}/code" + (f":{own['PYTHONPATH']}" if own.get("PYTHONPATH") else ""),
+                     "NEMOTRON_EXPERIMENT_ID": plan.experiment_id, "NEMOTRON_RUN_DIR": rdir})
     if getattr(plan, "requeue", False):  # the batch script requeues a job that saved on the warning signal
         env_vars["NEMOTRON_SLURM_REQUEUE"] = "1"
     if resumable(plan):  # the stage says here that it saved and stopped; the batch script reads it after the step
@@ -99,11 +102,19 @@ def job_env_vars(profile: Any, plan: Any) -> dict[str, str]:
         # torchrun forwards the warning's SIGTERM to its workers and kills them after this many seconds
         # (default 30 s; the variable is read by torch 2.13's launcher, older ones ignore it): give them the
         # whole warning period to save
-        env_vars["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(plan.signal_before_s)
+        # (a profile's own value wins)
+        env_vars.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(plan.signal_before_s))
+    if plan.launch == "ray" and getattr(profile, "executor", None) == "slurm":  # read by RAY_TEMPLATE's srun lines
+        env_vars[RAY_SRUN_MPI_ENV] = getattr(profile, "ray_srun_mpi", None) or "none"
     python = _python(profile, plan)
     if os.path.isabs(python):  # host Python: its console scripts (torchrun, ray) come first on PATH
-        env_vars["PATH"] = f"{os.path.dirname(python)}:$PATH"
+        env_vars["PATH"] = f"{os.path.dirname(python)}:{own.get('PATH') or '$PATH'}"
     return env_vars
+
+
+#: The variable of a Ray stage's Slurm job that holds the profile's ``ray_srun_mpi``: the ``--mpi`` of every srun
+#: of :data:`RAY_TEMPLATE` (``ray start`` on the head and the workers, the readiness probe, the driver).
+RAY_SRUN_MPI_ENV = "NEMOTRON_RAY_SRUN_MPI"
 
 
 #: The file in the job's run folder (``ROOT/runs/<experiment id>/``, shared by every start of a requeued job) that
@@ -207,8 +218,10 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
     )
     # account is optional (the cluster's default account then applies) but a required argument of NeMo-Run's
     # executor: None renders no --account
+    # a switch that is off is no flag at all: NeMo-Run renders False as `#SBATCH --exclusive=False`, which sbatch
+    # refuses ("Invalid --exclusive specification"); True renders the bare flag
     executor = run.SlurmExecutor(account=getattr(profile, "account", None),
-                                 **{k: v for k, v in kwargs.items() if v is not None})
+                                 **{k: v for k, v in kwargs.items() if v is not None and v is not False})
     if plan.launch == "torchrun":
         executor.launcher = "torchrun"
     elif plan.launch == "ray":
@@ -613,7 +626,9 @@ def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
         if secrets:
             (work / "secrets.env").write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items())))
             command = f"set -a; . ./secrets.env; set +a; rm -f secrets.env; {command}"
-        env_vars = {**profile.public_env_vars(), "PYTHONPATH": ".", "NEMOTRON_EXPERIMENT_ID": plan.experiment_id}
+        own = profile.public_env_vars()
+        env_vars = {**own, "PYTHONPATH": "." + (f":{own['PYTHONPATH']}" if own.get("PYTHONPATH") else ""),
+                    "NEMOTRON_EXPERIMENT_ID": plan.experiment_id}
         try:
             job_id = client.submit_job(entrypoint=f"bash -c {shlex.quote(command)}", submission_id=plan.experiment_id,
                                        runtime_env={"working_dir": str(work), "env_vars": env_vars},

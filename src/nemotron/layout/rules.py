@@ -659,6 +659,32 @@ def nvfp4_needs_blackwell(uses_nvfp4: bool, arch: str | None, declared: bool, ke
                  "a Blackwell profile, or a BF16/FP8 setting", "nvfp4-blackwell")]
 
 
+#: Values per NVFP4 scaling block: one FP8 (E4M3) scale for each 16 consecutive FP4 values along a GEMM's reduction
+#: (K) dimension (NVIDIA's NVFP4 format; Model Optimizer's NVFP4 quantizer, block size 16).
+NVFP4_BLOCK = 16
+
+
+@rule("nvfp4-tp-blocks", "a TP shard of an NVFP4 GEMM holds whole 16-value scaling blocks",
+      "NVFP4 format (one E4M3 scale per 16 values along K); a row-parallel layer (attention output, Mamba output, "
+      "expert and shared-expert down projections) is split along K across TP ranks (vLLM / Megatron-Core "
+      "RowParallelLinear), so each rank's K must be a multiple of 16",
+      "NVFP4 checkpoints of Model Optimizer 0.3x; vLLM modelopt_fp4")
+def nvfp4_tp_blocks(model: ModelSpec, tp: int, key: str) -> list[Problem]:
+    """Each row-parallel GEMM's input dimension (elements) divided by ``tp`` must be a multiple of
+    :data:`NVFP4_BLOCK`: attention ``heads x head_dim``, Mamba ``heads x head_dim``, the expert FFN hidden size and
+    the shared expert's intermediate size (those the model has)."""
+    dims = {"attention output": model.num_attention_heads * model.head_dim,
+            "Mamba output": model.mamba_num_heads * model.mamba_head_dim if "M" in model.pattern else 0,
+            "expert down projection": model.moe_ffn_hidden_size if model.num_experts else 0,
+            "shared expert down projection": model.moe_shared_expert_intermediate_size if model.num_experts else 0}
+    bad = [f"{name} K = {k} / TP {tp} = {k / tp:g}" for name, k in dims.items() if k and k % (NVFP4_BLOCK * tp)]
+    if not bad:
+        return []
+    valid = [t for t in range(1, 65) if all(not k or k % (NVFP4_BLOCK * t) == 0 for k in dims.values())]
+    return [_err(key, tp, f"each TP shard must hold whole {NVFP4_BLOCK}-value NVFP4 blocks: {'; '.join(bad)}",
+                 fmt(valid), "nvfp4-tp-blocks")]
+
+
 # ------------------------------------------------------------------------------------ rule 12: resources
 @rule("node-shape", "the profile owns the node shape: run.env.gpus_per_node must agree with it",
       "DESIGN §2 (each setting has one owner; a disagreement is an error, never a silent winner)", "all versions")

@@ -73,6 +73,17 @@ _SECRET_NAME = re.compile(
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+#: Variables every job sets for itself (nemotron.launch.submit.job_env_vars, the requeue marker of
+#: nemotron.runtime.dispatch): a profile's value could not reach the job, so ``env_vars`` refuses them by name.
+JOB_SET_VARS = ("NEMOTRON_EXPERIMENT_ID", "NEMOTRON_RUN_DIR", "NEMOTRON_SLURM_REQUEUE", "NEMOTRON_REQUEUE_MARKER",
+                "NEMOTRON_RAY_SRUN_MPI")
+
+
+#: Variables a Slurm job script sets itself (the Ray template: its cluster and log folders, the address of the
+#: job's own Ray cluster), refused by name in a Slurm profile's ``env_vars``.
+SLURM_JOB_SET_VARS = ("CLUSTER_DIR", "LOG_DIR", "RAY_ADDRESS")
+
+
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
 
@@ -211,6 +222,11 @@ class _Common(_Strict):
         bad = [k for k in value if not _ENV_NAME.fullmatch(k)]
         if bad:
             raise ValueError(f"{', '.join(map(repr, bad))}: not a valid environment variable name")
+        _refuse_job_set(value, JOB_SET_VARS, "every job sets it itself")
+        path = value.get("PATH")
+        if isinstance(path, str) and "$PATH" in path.split(":")[:-1]:
+            raise ValueError(f"PATH = {path!r}: $PATH may only be its last entry (the job's folders come first: "
+                             "'/opt/tools/bin:$PATH'), or leave $PATH out to replace it")
         return value
 
     @field_validator("gpu")
@@ -262,6 +278,9 @@ class SlurmSettings(_Common):
     images: dict[str, str] = {}
     image_cache: str | None = None  # folder for images built by `nemotron kit slurm build`
     container: bool = True
+    # srun's --mpi for the steps of a Ray stage's job (`ray start`, the driver): Ray needs no MPI, and "none" works
+    # on every cluster; NeMo-Run's Ray template would ask for pmix, which a cluster without it refuses after queueing
+    ray_srun_mpi: str = Field("none", pattern=r"^[A-Za-z0-9_]+$")
     mounts: list[str] = []
     setup: list[str] = []
     tunnel: Literal["local", "ssh"] = "local"
@@ -272,6 +291,12 @@ class SlurmSettings(_Common):
     user: str | None = None
     identity: str | None = None
     port: int | None = Field(None, ge=1, le=65535)
+
+    @field_validator("env_vars")
+    @classmethod
+    def _slurm_env_names(cls, value: dict) -> dict:
+        _refuse_job_set(value, SLURM_JOB_SET_VARS, "the Slurm job script sets it itself (its Ray cluster's)")
+        return value
 
     @field_validator("time", mode="before")
     @classmethod
@@ -332,7 +357,8 @@ _ALL_FIELDS = {k for m in _MODELS.values() for k in m.model_fields}
 _ORDER = ("executor", "account", "partition", "run_partition", "batch_partition", "qos", "reservation", "time",
           "exclusive", "address", "tunnel", "host", "user", "identity", "port", "job_dir", "nodes", "ntasks_per_node",
           "gpus_per_node", "gpu",
-          "gpu_arch", "gpu_memory", "cpus_per_node", "mem", "container", "images", "mounts", "setup", "env_vars")
+          "gpu_arch", "gpu_memory", "cpus_per_node", "mem", "container", "ray_srun_mpi", "images", "mounts", "setup",
+          "env_vars")
 
 
 _PARSED = {"nodes", "ntasks_per_node", "gpus_per_node", "gpu_memory", "cpus_per_node", "exclusive", "container", "port", "mem", "hf_offline",
@@ -340,6 +366,14 @@ _PARSED = {"nodes", "ntasks_per_node", "gpus_per_node", "gpu_memory", "cpus_per_
 
 
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9._/+@%=-]+")
+
+
+def _refuse_job_set(env_vars: dict, names: Iterable[str], why: str) -> None:
+    """Raise ``ValueError`` naming the first variable of ``env_vars`` in ``names``, which the job sets itself."""
+    taken = [k for k in env_vars if k in names]
+    if taken:
+        raise ValueError(f"{taken[0]}: cannot be set in a profile: {why}, so the profile's value would never reach "
+                         "the job; remove it")
 
 
 def _unsafe_chars(text: str) -> str:

@@ -507,6 +507,16 @@ def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) 
     out += rules.nvfp4_needs_blackwell(enabled and recipe_fp4 and kernels == "nvfp4", shape.gpu_arch,
                                        shape.declared_arch, "generate.kernels", get(cfg, "generate.kernels"),
                                        "a generation with real NVFP4 GEMMs")
+    # the serving layout of the generation check (vLLM --tensor-parallel-size): a TP the model cannot be split by
+    gen_key = "generate.tensor_parallel_size"
+    gen_tp = get(cfg, gen_key)
+    if enabled and gen_tp is not None:
+        bad = rules.positive_ints({gen_key: gen_tp})
+        out += bad
+        if not bad:
+            out += rules.tp_divides_model(model, gen_tp, gen_key)
+            if recipe_fp4:
+                out += rules.nvfp4_tp_blocks(model, gen_tp, gen_key)
     return out
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nemotron.config.artifacts import producer_command, producer_stage
+from nemotron.config.artifacts import producer_command
 from nemotron.config.paths import OUTPUT_FOLDER_KEYS
 from nemotron.config.tree import leaves
 from nemotron.errors import Problem
@@ -28,9 +28,10 @@ def check(compiled: Any, profile: Any, plan: Any, problems: list[Problem], notes
 
     * ``nodes`` (a Slurm profile's node budget): a stage planned on more nodes (``run.env.nodes``) is an
       error naming both numbers; one planned on fewer runs on its own count, said as a note.
-    * ``ntasks_per_node``: must equal the processes per node the stage starts: one per GPU for a
-      ``torchrun`` stage (Slurm gets one task per node, torchrun spawning one process per GPU), one per node
-      for a ``ray`` or ``python`` stage. Anything else is an error with the reason.
+    * ``ntasks_per_node``: describes the training launch, one task per GPU: a ``torchrun`` stage must start that
+      many processes per node (its ``gpus_per_node``; Slurm gets one task per node, torchrun spawning one process
+      per GPU), else an error with the reason. A stage that launches otherwise (``ray``, ``python``: one process
+      per node) uses its own count, said as a note, as for ``nodes``.
     * ``address`` of a ``ray`` profile (:func:`ray_profile_problems`): something answers there.
     * storage (:func:`storage_problems`): on a Slurm profile whose nodes do not share this machine's file
       system as it is (a container, or an ``ssh`` tunnel), every path the job reads or writes lies on storage
@@ -80,30 +81,20 @@ def shape_problems(profile: Any, plan: Any, notes: list[str]) -> list[Problem]:
                          f"runs on the {plan.nodes} node{'s' if plan.nodes != 1 else ''} its layout needs "
                          "(run.env.nodes)")
     tasks = getattr(profile, "ntasks_per_node", None)
-    if tasks is not None:
-        if plan.launch == "torchrun" and plan.gpus_per_node:
-            want, why = plan.gpus_per_node, (f"{plan.stage.title} starts one process per GPU ({plan.gpus_per_node} "
-                                             "GPUs per node)")
-        else:
-            want, why = 1, (f"{plan.stage.title} starts one process per node (launch {plan.launch}): give it a "
-                            f"profile of its own, e.g. [{profile.name}-ray] with extends = \"{profile.name}\" and "
-                            "ntasks_per_node = 1")
-        if tasks != want:
+    if tasks is None:
+        return out
+    if plan.launch == "torchrun" and plan.gpus_per_node:
+        if tasks != plan.gpus_per_node:
             out.append(Problem(f"profile.{profile.name}.ntasks_per_node", tasks, rule="profile-ntasks",
-                               message=f"disagrees with the stage's launch: {why}",
-                               valid=f"{want}, or leave ntasks_per_node out of the profile (the stage's launch "
-                                     f"decides; profile.ntasks_per_node=null for this command)"))
+                               message=f"disagrees with the stage's launch: {plan.stage.title} starts one process per "
+                                       f"GPU ({plan.gpus_per_node} GPUs per node)",
+                               valid=f"{plan.gpus_per_node}, or leave ntasks_per_node out of the profile (the stage's "
+                                     f"launch decides; profile.ntasks_per_node=null for this command)"))
+    elif tasks != 1:
+        notes.append(f"profile {profile.name}'s ntasks_per_node = {tasks} describes the training launch (one task per "
+                     f"GPU); {plan.stage.title} starts one process per node (launch {plan.launch}) and uses its own "
+                     "count (1)")
     return out
-
-
-def producer_profile_fix(compiled: Any, producer: Any) -> str:
-    """The profile override a hint's producer command needs on this command's profile, or ``""``: a profile whose
-    ``ntasks_per_node`` is set for training (8 per node) is refused for a one-process-per-node stage (data prep on Ray:
-    :func:`nemotron.validation.cluster.shape_problems`), so the command carries ``profile.ntasks_per_node=null``."""
-    tasks = getattr(compiled, "profile_ntasks", None)
-    if producer is None or tasks in (None, 1) or getattr(producer, "launch", "torchrun") == "torchrun":
-        return ""
-    return "profile.ntasks_per_node=null"
 
 
 def visible_roots(profile: Any) -> list[tuple[str, str]]:
@@ -160,9 +151,7 @@ def storage_problems(compiled: Any, profile: Any, plan: Any) -> list[Problem]:
 
             command = producer_command(artifact.split()[0], compiled.config_name)
             if command:
-                fix = producer_profile_fix(compiled, producer_stage(artifact.split()[0]))
-                make = (f"make it on this profile: {command}{getattr(compiled, 'launch_args', '')}"
-                        f"{' ' + fix if fix else ''}; or ")
+                make = f"make it on this profile: {command}{getattr(compiled, 'launch_args', '')}; or "
         out.append(Problem(key, value, rule="cluster-storage",
                            message=f"({origin}) is not on storage the nodes of profile {profile.name} see "
                                    f"(declared: {declared}); the job would not find it",

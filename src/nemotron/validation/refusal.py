@@ -7,7 +7,6 @@ from typing import Any
 from nemotron.config.artifacts import producer_command, producer_stage
 from nemotron.config.compile import _resolve_config_ref
 from nemotron.errors import ConfigError, plural
-from nemotron.validation.cluster import producer_profile_fix
 
 
 def unresolved_refusal(compiled: Any) -> ConfigError | None:
@@ -31,8 +30,7 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
     producer = producer_stage(m.group(1)) if m else None
     # the producer goes where this job goes: made here, a cluster job could not read it
     launch = getattr(compiled, "launch_args", "")
-    fix = producer_profile_fix(compiled, producer)
-    command = command + launch + (f" {fix}" if fix else "") if command else None
+    command = command + launch if command else None
     if command and config and producer is not None and not _takes_config(producer, config):
         # the producer ships no config of that name (pretrain -c long_context reads data prep's output): naming
         # `-c <config>` for it would be a command that fails
@@ -42,8 +40,7 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
                            f"makes this artifact for -c {config} (run it with a config of yours and give its output here)")
     if command:
         chain = (f"; or chain both: nemotron {stage.recipe} pipe {producer.name} {stage.name}"
-                 + (f" -c {config}" if config else "") + launch
-                 + (f" {producer.name}:{fix}" if fix else "")) if producer is not None else ""
+                 + (f" -c {config}" if config else "") + launch) if producer is not None else ""
         hint = f"make it first: {command}{chain}; or set {key} explicitly"
     return ConfigError(f"refusing to start {stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}: "
                        f"{key}: {why}", hint)
