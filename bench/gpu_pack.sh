@@ -4,7 +4,7 @@
 #
 #   bash bench/gpu_pack.sh [OUT]      # default OUT: <repo>/.gpukit  ->  OUT/c0 ... OUT/cN
 #
-# c0 holds the wheels, the kit (kit_src.tar.xz) and snapshot.tar.gz (git archive of HEAD); then come the parts of
+# c0 holds the wheels, the kit (kit_src.tar.xz), the SFT packs (sft-data.tar) and snapshot.tar.gz (git archive of HEAD); then come the parts of
 # Transformer Engine's core archive (te.sha256 beside the last) and the extra wheels. Needs: the upstream archives in
 # ../shared/upstream, the project's .venv (for the `data prep pretrain -c tiny` output it packs), pip's configured index.
 set -euo pipefail
@@ -71,6 +71,12 @@ cp "$WORK"/sdist/transformer_engine_torch-*.tar.gz "$WORK/kit/"
 # the pretraining data: our own `data prep pretrain -c tiny` output (paths are relocated by install-kit)
 (cd "$REPO" && [[ -f output/ultra3/pretrain-data/tiny/blend.json ]] || .venv/bin/nemotron ultra3 data prep pretrain -c tiny >/dev/null)
 (cd "$REPO" && tar -cf "$WORK/kit/data.tar" output/ultra3/pretrain-data/tiny)
+# the SFT packs of `data prep sft -c tiny` (bench/gpu_megatron.py --stage sft): its manifest, tokenizer folder and packed
+# Parquet, not the intermediate sequences (install-kit unpacks and relocates them)
+sft=output/ultra3/sft-data/tiny
+(cd "$REPO" && [[ -f $sft/manifest.json ]] || .venv/bin/nemotron ultra3 data prep sft -c tiny >/dev/null)
+(cd "$REPO" && tar -cf "$WORK/sft-data.tar" $sft/manifest.json $sft/plan.json $sft/tokenizer $sft/data/*.idx.parquet \
+   $sft/data/*_metadata.jsonl $sft/data/*.receipt.json)
 (cd "$WORK/kit" && tar -cJf "$WORK/kit_src.tar.xz" src data.tar transformer_engine_torch-*.tar.gz)
 say "kit: $(du -sh "$WORK/kit_src.tar.xz" | cut -f1)"
 
@@ -87,7 +93,7 @@ say "Transformer Engine core: $(du -sh "$WORK/te.tar.xz" | cut -f1)"
 # Engine's core (te.sha256 beside the last); then the extra wheels
 rm -rf "$OUT"
 mkdir -p "$OUT/c0"
-cp -r "$WORK/wheels" "$WORK/kit_src.tar.xz" "$OUT/c0/"
+cp -r "$WORK/wheels" "$WORK/kit_src.tar.xz" "$WORK/sft-data.tar" "$OUT/c0/"
 (cd "$REPO" && git archive --format=tar.gz -o "$OUT/c0/snapshot.tar.gz" HEAD)
 split -b "$PART" -d -a 2 "$WORK/te.tar.xz" "$WORK/te.part"
 i=1
