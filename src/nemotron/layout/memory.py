@@ -345,6 +345,28 @@ def inference_weights_gb(spec: ModelSpec, tp: int, ep: int, pp: int = 1) -> floa
     return 2 * (dense / (tp * pp) + experts / (ep * pp)) / GB
 
 
+def serving_state_gb(spec: ModelSpec, tp: int, pp: int, max_len: int) -> float:
+    """Per GPU, in GB: the cache one request of ``max_len`` tokens needs in a serving engine (vLLM) at TP ``tp``
+    and PP ``pp`` — what vLLM must find free after loading the weights, or it refuses to start.
+
+    * attention KV cache: (attention layers / PP) x 2 (K and V) x max(1, KV groups / TP) x head_dim x 2 bytes
+      (BF16) per token, times ``max_len``; KV heads are replicated when TP exceeds the groups;
+    * Mamba-2 state, one per request (its size does not grow with the tokens): (Mamba layers / PP) x
+      (SSM state heads x head_dim x state_dim / TP + conv state (d_inner + 2 x groups x state_dim) / TP x
+      (conv kernel - 1)) x 4 bytes (FP32: the Ultra RL recipes set ``mamba_ssm_cache_dtype: float32``; an upper
+      bound for a BF16 cache).
+
+    Raises nothing; ``tp``, ``pp`` below 1 count as 1."""
+    tp, pp = max(1, tp), max(1, pp)
+    counts = spec.counts()
+    kv_per_token = counts[ATTENTION] / pp * 2 * max(1.0, spec.num_query_groups / tp) * spec.head_dim * 2
+    d_inner = spec.mamba_num_heads * spec.mamba_head_dim
+    conv = (d_inner + 2 * spec.mamba_num_groups * spec.mamba_state_dim) / tp * max(0, spec.mamba_conv_kernel - 1)
+    ssm = d_inner * spec.mamba_state_dim / tp
+    mamba = counts[MAMBA] / pp * (ssm + conv) * 4
+    return (kv_per_token * max(0, max_len) + mamba) / GB
+
+
 __all__ = [
     "GB",
     "OVERHEAD_GB",
@@ -353,6 +375,7 @@ __all__ = [
     "TrainSetup",
     "estimate",
     "inference_weights_gb",
+    "serving_state_gb",
     "layer_activation_bytes",
     "stage_param_counts",
 ]
