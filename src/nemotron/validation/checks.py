@@ -101,7 +101,7 @@ def setup_of(v: TrainView, inference: bool = False) -> memory.TrainSetup:
         recompute_num_layers=v.recompute_num_layers, recompute_modules=v.recompute_modules,
         distributed_optimizer=v.distributed_optimizer, grad_fp32=v.grad_fp32,
         optimizer_offload_fraction=v.offload_fraction, precision=v.precision, mtp_depths=v.mtp_depths,
-        inference=inference,
+        inference=inference, logits_bytes=v.logits_bytes,
     )
 
 
