@@ -724,6 +724,17 @@ def _fits_pp(model: ModelSpec, tp: int, ep: int, max_len: int, frac: float, gpu_
     return None
 
 
+def gb200_tuned_rules(cfg: dict, shape: NodeShape) -> list[Problem]:
+    """Rule gb200-tuned on a NeMo RL stage's policy (``policy.megatron_cfg``, ``policy.generation.vllm_kwargs``)."""
+    pre, gen = "policy.megatron_cfg", "policy.generation.vllm_kwargs"
+    gpn = as_int(get(cfg, "cluster.gpus_per_node")) or shape.gpus_per_node
+    return rules.gb200_tuned(shape.gpu_arch, gpn, as_int(get(cfg, f"{pre}.expert_model_parallel_size")) or 1,
+                             get(cfg, f"{pre}.moe_token_dispatcher_type"), get(cfg, f"{pre}.moe_flex_dispatcher_backend"),
+                             get(cfg, f"{pre}.hybridep_use_mnnvl"), as_int(get(cfg, f"{pre}.hybridep_num_ranks_per_nvlink_domain")),
+                             get(cfg, f"{gen}.moe_backend") if str(get(cfg, "policy.generation.backend", "vllm")) == "vllm" else None,
+                             pre, gen, declared=shape.declared_arch)
+
+
 def eval_serving_rules(model: ModelSpec, cfg: dict, shape: NodeShape) -> list[Problem]:
     """The vLLM engine of the eval stage's cluster backend (NeMo RL's evaluator), checked as NeMo RL and vLLM check it
     at start-up: GPUs of the Ray cluster (``cluster.num_nodes`` x ``cluster.gpus_per_node``) divisible by TP x PP,
