@@ -15,6 +15,12 @@ Two comparisons, each printed next to what it is compared with:
    with Transformer Engine), which were measured in earlier sessions on one H200 and are quoted, not re-measured here.
    For each it prints the estimate at the assumed MFU, the measured time and the MFU the measurement implies.
 
+3. **per-GPU memory** (``--memory``, no run: arithmetic only): the memory estimate of the one-GPU pretrain run of
+   ``docs/gpu_run.md`` (``bench/results/gpu_run_h200.json``: the ``small`` model at TP1 PP1 EP1, 1,024 x 4 tokens
+   per micro-batch, 2 MTP depths, Megatron-Bridge's Ultra recipe: Transformer Engine's fused cross entropy) next to
+   its measured ``max_memory_allocated`` and ``max_memory_reserved``, before (FP32 logits, a 5 GB allowance) and
+   after (BF16 logits kept by the fused cross entropy; context, NCCL and fragmentation outside the allocator).
+
 Without ``--blend`` it first runs ``nemotron ultra3 data prep pretrain -c tiny`` (in-process for this size) into a
 temporary folder.
 """
@@ -64,12 +70,61 @@ def cpu_matmul_gflops() -> float:
     return best
 
 
+GIB = 2**30
+GPU_RUN = ROOT / "bench" / "results" / "gpu_run_h200.json"
+
+
+def memory_comparison(run: Path = GPU_RUN) -> dict:
+    """The memory estimate of the measured one-GPU run (docs/gpu_run.md) before and after the calibration, against
+    its measured peaks. GB = 1e9 bytes (the estimate's unit); the measurements are GiB in the JSON."""
+    from nemotron.config import catalogue
+    from nemotron.layout import memory
+
+    rec = json.loads(run.read_text(encoding="utf-8"))
+    alloc, reserved = rec["peak_allocated_gib"] * GIB / 1e9, rec["peak_reserved_gib"] * GIB / 1e9
+    spec = catalogue.get("small")
+    # bench/gpu_megatron.py ONE_GPU: TP1 PP1 EP1, seq 1,024, micro 4, global 16, 2 MTP depths, no recompute
+    setup = dict(seq_length=1024, micro_batch=4, global_batch=16, world=1, mtp_depths=2)
+    after = memory.estimate(spec, memory.TrainSetup(**setup, logits_bytes=2.0), None).peak
+    before = memory.estimate(spec, memory.TrainSetup(**setup, logits_bytes=4.0), None).peak
+    before_total = before.allocated_gb + memory.OVERHEAD_GB  # the first version: FP32 logits + a 5 GB allowance
+    return {
+        "measured": {"max_allocated_gb": alloc, "max_reserved_gb": reserved, "source": str(run.relative_to(ROOT))},
+        "before": {"weights_gb": before.weights_gb, "activations_gb": before.activations_gb,
+                   "logits_gb": before.logits_gb, "allowance_gb": memory.OVERHEAD_GB, "total_gb": before_total,
+                   "vs_allocated": before_total / alloc - 1},
+        "after": {"weights_gb": after.weights_gb, "activations_gb": after.activations_gb, "logits_gb": after.logits_gb,
+                  "allocated_gb": after.allocated_gb, "vs_allocated": after.allocated_gb / alloc - 1,
+                  "reserved_gb": after.allocated_gb * memory.FRAGMENTATION,
+                  "vs_reserved": after.allocated_gb * memory.FRAGMENTATION / reserved - 1,
+                  "outside": dict(after.outside), "total_gb": after.total_gb},
+    }
+
+
+def print_memory(m: dict) -> None:
+    ms, b, a = m["measured"], m["before"], m["after"]
+    print(f"memory, one-GPU pretrain run ({ms['source']}): measured max allocated {ms['max_allocated_gb']:.2f} GB, "
+          f"max reserved {ms['max_reserved_gb']:.2f} GB")
+    print(f"  before: weights+grads+optimizer {b['weights_gb']:.2f} + activations {b['activations_gb']:.2f} + FP32 "
+          f"logits {b['logits_gb']:.2f} + allowance {b['allowance_gb']:.1f} = {b['total_gb']:.2f} GB "
+          f"({b['vs_allocated']:+.0%} vs allocated)")
+    print(f"  after:  weights+grads+optimizer {a['weights_gb']:.2f} + activations {a['activations_gb']:.2f} + BF16 "
+          f"logits {a['logits_gb']:.2f} = allocated {a['allocated_gb']:.2f} GB ({a['vs_allocated']:+.1%} vs allocated); "
+          f"x fragmentation = {a['reserved_gb']:.2f} GB ({a['vs_reserved']:+.1%} vs reserved); outside the allocator: "
+          + ", ".join(f"{k} {v:.2f} GB" for k, v in a["outside"].items()) + f"; total {a['total_gb']:.2f} GB")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--blend", help="a pretrain blend.json (default: run data prep pretrain -c tiny first)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--memory", action="store_true", help="only the memory comparison (no run)")
     a = ap.parse_args()
+    if a.memory:
+        m = memory_comparison()
+        print(json.dumps(m, indent=2)) if a.json else print_memory(m)
+        return 0
 
     from nemotron.config import catalogue
     from nemotron.layout import estimate as est
@@ -119,7 +174,7 @@ def main() -> int:
                              "relative_error": ckpt_err, "within_2_percent": abs(ckpt_err) <= 0.02,
                              "params": e.params, "bytes_per_param": est.CKPT_BYTES["hf-local"]},
               "mfu_assumed": est.DEFAULT_MFU, "cpu_matmul_gflops": peak_cpu, "step_time": rows,
-              "local_run_wall_s": wall}
+              "local_run_wall_s": wall, "memory": memory_comparison()}
     if a.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -132,6 +187,7 @@ def main() -> int:
         print(f"{r['where']:58} {r['batch']:>9} {r['flops_per_step'] / 1e12:>11.3f} {r['peak_tflops']:>13.3f} "
               f"{r['estimate_s']:>9.3f}s {r['measured_s']:>9.3f}s {r['implied_mfu']:>7.3f}")
     print(f"(this CPU's FP32 torch.mm rate, measured now: {peak_cpu:.1f} GFLOP/s; work folder {work})")
+    print_memory(result["memory"])
     return 0
 
 

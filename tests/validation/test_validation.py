@@ -195,6 +195,8 @@ MILES_RL = {  # radixark/miles scripts/run_nemotron_3_ultra_550b_a55b.py, 16 nod
     "policy.generation.sglang_cfg.sglang_server_config.num_gpus": 128,
     "policy.megatron_cfg.optimizer.optimizer_cpu_offload": True, "policy.megatron_cfg.mtp_num_layers": 0,
     "grpo.async_grpo.enabled": False,  # colocated SGLang: synchronous GRPO (NeMo RL's async loop refuses both)
+    # the NeMo RL recipe's GB200 HybridEP (multi-node NVLink at EP32) is refused on H200 nodes (rule gb200-tuned)
+    "policy.megatron_cfg.moe_token_dispatcher_type": "alltoall",
 }
 NEMORL_RLVR_GB200 = {  # NVIDIA-NeMo/RL student_rlvr1.yaml + ultra_launch.sh defaults: 64 + 172 + 20 GB200 nodes
     "run.env.nodes": 256, "run.env.gpus_per_node": 4, "cluster.num_nodes": 236, "cluster.gpus_per_node": 4,

@@ -49,11 +49,26 @@ micro-batches of a step, row- and column-wise: FP8 2 bytes/param, NVFP4 2 x 0.56
   layer being recomputed.
 * Pipeline schedule (1F1B, Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
   Transformer Models"): stage i keeps min(PP - i, M) micro-batches in flight, M = micro-batches per step.
-* Last stage: FP32 logits s/CP x V_pad/TP x 4 bytes for the main head and each MTP depth (one
-  micro-batch at a time: the last stage runs backward right after forward).
+* Last stage: the logits s/CP x V_pad/TP of the main head and of each MTP depth, all alive at the end of
+  the forward (one micro-batch at a time: the last stage runs backward right after forward). Bytes per element
+  depend on the cross entropy Megatron-Core runs (``compute_language_model_loss``,
+  ``megatron/core/models/common/language_module/language_module.py``): **2** with
+  ``cross_entropy_loss_fusion`` and ``cross_entropy_fusion_impl: te`` — Transformer Engine's
+  ``parallel_cross_entropy`` computes the loss and writes the gradient in place into the BF16 logits, which it
+  keeps for backward (the MTP loop of ``process_mtp_loss``, ``multi_token_prediction.py``, keeps one per depth);
+  this is Megatron-Bridge's Ultra recipe (``recipes/nemotronh/nemotron_3_ultra.py``: impl "te"; the Mamba
+  provider's ``cross_entropy_loss_fusion`` defaults to true). **4** otherwise: the ``native`` fusion saves the
+  FP32 softmax (``fused_cross_entropy.py``: ``ctx.save_for_backward(exp_logits, ...)``), the unfused path an FP32
+  copy. (:attr:`TrainSetup.logits_bytes`.)
 
-**Fixed allowance**: 5 GB per GPU for the CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers and
-allocator fragmentation — an allowance, not a measurement.
+**Outside the estimate of the allocator** (what ``torch.cuda.max_memory_allocated`` does not count, added for
+the verdict against the GPU memory): the CUDA context with the kernel images of torch, Transformer Engine and
+the other extensions, outside the caching allocator — an allowance of 1 GB (:data:`CONTEXT_GB`, not measured
+here); NCCL's communicator buffers, only when the world is above one GPU — an allowance of 2 GB
+(:data:`NCCL_GB`); and the caching allocator's fragmentation, reserved / allocated, 1.09 in the one-GPU
+pretrain run on an H200 (``docs/gpu_run.md``: 6.46 / 5.93 GiB; :data:`FRAGMENTATION`) — a measurement of
+that run, applied to the allocator's terms. Inference estimates (convert, calibration, serving) keep the
+plain 5 GB allowance (:data:`OVERHEAD_GB`).
 
 Not modelled (each would add memory): MoE dispatcher buffers (DeepEP/HybridEP), routing imbalance,
 virtual pipeline interleaving, Transformer Engine workspace growth, vLLM's CUDA graphs.
@@ -67,7 +82,16 @@ from nemotron.config.catalogue import ATTENTION, MAMBA, MLP, MOE, ModelSpec, lay
 from nemotron.layout.rules import stage_layers
 
 GB = 1e9
+#: The allowance of inference estimates (serving engines, conversion, calibration): CUDA context, workspaces,
+#: activations of the forward, fragmentation.
 OVERHEAD_GB = 5.0
+#: Training, outside ``max_memory_allocated``: the CUDA context and the kernel images (an allowance).
+CONTEXT_GB = 1.0
+#: Training with world > 1: NCCL's communicator buffers, outside the caching allocator (an allowance).
+NCCL_GB = 2.0
+#: Reserved / allocated of the caching allocator, measured in the one-GPU pretrain run (docs/gpu_run.md:
+#: 6.463 / 5.927 GiB).
+FRAGMENTATION = 6.463 / 5.927
 LOWP_BYTES = {"bf16": 0.0, "fp8": 2.0, "nvfp4": 2 * 0.5625}
 
 
@@ -97,6 +121,8 @@ class TrainSetup:
     precision: str = "bf16"  # bf16 | fp8 | nvfp4
     mtp_depths: int | None = None  # None = the model's
     inference: bool = False  # weights only (convert, calibration)
+    #: bytes per logits element kept until backward: 2 with Transformer Engine's fused cross entropy, 4 otherwise
+    logits_bytes: float = 4.0
 
     @property
     def dp(self) -> int:
@@ -124,10 +150,18 @@ class StageMemory:
     overhead_gb: float = OVERHEAD_GB
     inflight: int = 1
     notes: list[str] = field(default_factory=list)
+    #: the terms the caching allocator does not count (training: context, NCCL, fragmentation), for the table
+    outside: list[tuple[str, float]] = field(default_factory=list)
+    logits_bytes: float = 4.0
+
+    @property
+    def allocated_gb(self) -> float:
+        """What ``torch.cuda.max_memory_allocated`` would show: weights, grads, optimizer, activations, logits."""
+        return self.weights_gb + self.activations_gb + self.logits_gb
 
     @property
     def total_gb(self) -> float:
-        return self.weights_gb + self.activations_gb + self.logits_gb + self.overhead_gb
+        return self.allocated_gb + self.overhead_gb
 
 
 @dataclass
@@ -163,8 +197,15 @@ class Estimate:
             ["parameters on the rank", f"{p.dense_params / 1e9:.2f} B dense + {p.expert_params / 1e9:.2f} B expert"],
             ["weights + grads + optimizer" if self.label == "training" else "weights (BF16)", f"{p.weights_gb:.1f} GB"],
             [f"activations ({p.inflight} micro-batch{'es' if p.inflight != 1 else ''} in flight)", f"{p.activations_gb:.1f} GB"],
-            ["logits (FP32, main + MTP heads)", f"{p.logits_gb:.1f} GB"],
-            ["fixed allowance (context, NCCL, fragmentation)", f"{p.overhead_gb:.1f} GB"],
+            [f"logits ({'BF16, fused TE cross entropy' if p.logits_bytes == 2 else 'FP32'}, main + MTP heads)",
+             f"{p.logits_gb:.1f} GB"],
+        ]
+        if p.outside:
+            rows.append(["allocated (weights to logits)", f"{p.allocated_gb:.1f} GB"])
+            rows += [[name, f"{gb:.1f} GB"] for name, gb in p.outside]
+        else:
+            rows.append(["fixed allowance (context, NCCL, fragmentation)", f"{p.overhead_gb:.1f} GB"])
+        rows += [
             ["total on the peak stage", f"{p.total_gb:.1f} GB (PP stage {p.stage})"],
             ["GPU memory", (f"{self.gpu_memory_gb:.0f} GB" if self.gpu_memory_gb else "unknown")
              + (f" ({self.memory_source})" if self.memory_source else "")],
@@ -312,7 +353,7 @@ def stage_activation_bytes(spec: ModelSpec, s: TrainSetup, pattern: str, mtp: bo
     logits = 0.0
     if stage == s.pp - 1:
         vpad = padded_vocab(spec, s.tp)
-        logits = tokens * vpad / s.tp * 4 * (1 + (depths if mtp else 0))
+        logits = tokens * vpad / s.tp * s.logits_bytes * (1 + (depths if mtp else 0))
     return acts, logits, inflight
 
 
@@ -329,8 +370,17 @@ def estimate(spec: ModelSpec, s: TrainSetup, gpu_memory_gb: float | None, label:
             notes.append(f"optimizer states {s.optimizer_offload_fraction:.0%} on the host (CPU offload)")
         if s.precision in ("fp8", "nvfp4") and not s.inference:
             notes.append(f"{s.precision.upper()} quantized weight copies included ({LOWP_BYTES[s.precision]} B/param)")
+        allocated = (weights + acts + logits) / GB
+        outside: list[tuple[str, float]] = []
+        if not s.inference:
+            outside.append(("CUDA context, kernel images (allowance)", CONTEXT_GB))
+            if s.world > 1:
+                outside.append(("NCCL buffers, world > 1 (allowance)", NCCL_GB))
+            outside.append((f"allocator fragmentation (x{FRAGMENTATION:.2f}, measured)", allocated * (FRAGMENTATION - 1)))
         stages.append(StageMemory(stage=i, dense_params=dense, expert_params=expert, weights_gb=weights / GB,
-                                  activations_gb=acts / GB, logits_gb=logits / GB, inflight=inflight, notes=notes))
+                                  activations_gb=acts / GB, logits_gb=logits / GB, inflight=inflight, notes=notes,
+                                  overhead_gb=sum(g for _, g in outside) if outside else OVERHEAD_GB,
+                                  outside=outside, logits_bytes=s.logits_bytes))
     return Estimate(stages=stages, gpu_memory_gb=gpu_memory_gb, label=label, memory_source=memory_source)
 
 
@@ -345,14 +395,40 @@ def inference_weights_gb(spec: ModelSpec, tp: int, ep: int, pp: int = 1) -> floa
     return 2 * (dense / (tp * pp) + experts / (ep * pp)) / GB
 
 
+def serving_state_gb(spec: ModelSpec, tp: int, pp: int, max_len: int) -> float:
+    """Per GPU, in GB: the cache one request of ``max_len`` tokens needs in a serving engine (vLLM) at TP ``tp``
+    and PP ``pp`` — what vLLM must find free after loading the weights, or it refuses to start.
+
+    * attention KV cache: (attention layers / PP) x 2 (K and V) x max(1, KV groups / TP) x head_dim x 2 bytes
+      (BF16) per token, times ``max_len``; KV heads are replicated when TP exceeds the groups;
+    * Mamba-2 state, one per request (its size does not grow with the tokens): (Mamba layers / PP) x
+      (SSM state heads x head_dim x state_dim / TP + conv state (d_inner + 2 x groups x state_dim) / TP x
+      (conv kernel - 1)) x 4 bytes (FP32: the Ultra RL recipes set ``mamba_ssm_cache_dtype: float32``; an upper
+      bound for a BF16 cache).
+
+    Raises nothing; ``tp``, ``pp`` below 1 count as 1."""
+    tp, pp = max(1, tp), max(1, pp)
+    counts = spec.counts()
+    kv_per_token = counts[ATTENTION] / pp * 2 * max(1.0, spec.num_query_groups / tp) * spec.head_dim * 2
+    d_inner = spec.mamba_num_heads * spec.mamba_head_dim
+    conv = (d_inner + 2 * spec.mamba_num_groups * spec.mamba_state_dim) / tp * max(0, spec.mamba_conv_kernel - 1)
+    ssm = d_inner * spec.mamba_state_dim / tp
+    mamba = counts[MAMBA] / pp * (ssm + conv) * 4
+    return (kv_per_token * max(0, max_len) + mamba) / GB
+
+
 __all__ = [
+    "CONTEXT_GB",
+    "FRAGMENTATION",
     "GB",
+    "NCCL_GB",
     "OVERHEAD_GB",
     "Estimate",
     "StageMemory",
     "TrainSetup",
     "estimate",
     "inference_weights_gb",
+    "serving_state_gb",
     "layer_activation_bytes",
     "stage_param_counts",
 ]

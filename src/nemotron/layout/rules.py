@@ -417,6 +417,81 @@ def engine_layout(model: ModelSpec, total_gpus: int, gpus_per_engine: int, dp_at
     return out
 
 
+@rule("serving-memory", "a serving engine's BF16 weights per GPU, one max_model_len request's KV and Mamba state "
+      "and the fixed allowance fit within gpu_memory_utilization x GPU memory",
+      "vLLM takes gpu_memory_utilization x GPU memory for weights, activations and the KV cache, and refuses to start "
+      "when the cache of one max_model_len request does not fit in what the weights leave; weights per GPU: "
+      "nemotron.layout.memory.inference_weights_gb (dense / (TP x PP) + experts / (EP x PP))",
+      "vLLM 0.x as pinned by NeMo RL main 7ea279a")
+def serving_memory(weights_gb: float, state_gb: float, allowance_gb: float, gpu_memory_gb: float | None,
+                   utilization: float, layout: str, key: str, value: Any, valid: str,
+                   severity: str = "error") -> list[Problem]:
+    """Refuse (``severity`` "error") a serving layout whose ``weights_gb + state_gb + allowance_gb`` (GB per GPU)
+    exceed ``utilization x gpu_memory_gb``. ``layout`` names the layout in the message (``TP8 PP1 EP8``); ``key`` /
+    ``value`` the config key to change, ``valid`` the hint (a layout that fits). Nothing when the GPU memory is
+    unknown (the memory table says so)."""
+    if not gpu_memory_gb or utilization <= 0:
+        return []
+    budget = utilization * gpu_memory_gb
+    need = weights_gb + state_gb + allowance_gb
+    if need <= budget:
+        return []
+    msg = (f"{layout} holds {weights_gb:.0f} GB of BF16 weights per GPU; with one request's KV and Mamba state "
+           f"({state_gb:.2f} GB) and the {allowance_gb:.0f} GB allowance that is {need:.0f} GB, more than "
+           f"gpu_memory_utilization {utilization:g} x {gpu_memory_gb:.0f} GB = {budget:.0f} GB: vLLM cannot start")
+    return [Problem(key=key, value=value, message=msg, valid=valid, rule="serving-memory", severity=severity)]
+
+
+@rule("gb200-tuned", "settings the Ultra RL recipes tuned for GB200 NVL72 on other GPUs: HybridEP's multi-node NVLink "
+      "(refused), HybridEP itself and vLLM's flashinfer_cutlass MoE backend (warnings: no source states their hardware)",
+      "NeMo RL nemo_rl/models/megatron/setup.py (hybridep: NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN defaults to "
+      "min(EP, 64), USE_MNNVL to int(EP > 4)); Megatron-Core transformer_config.py (only the hybridep backend "
+      "supports MNNVL) and moe/fused_a2a.py (ranks per NVLink domain divide the EP group); NeMo RL "
+      "examples/nemo_gym/nemotron-3-ultra/*.yaml (GB200 NVL72 cluster shapes; the MOPD teachers override the "
+      "dispatcher to alltoall); NeMo RL 8-GPU-node recipes (grpo-qwen3-30ba3b-8n8g-megatron.yaml: moe_backend triton)",
+      "NeMo RL main 7ea279a, Megatron-Core 0.18 (c8288b6)")
+def gb200_tuned(arch: str | None, gpus_per_node: int, ep: int, dispatcher: Any, flex_backend: Any, use_mnnvl: Any,
+                ranks_per_domain: Any, moe_backend: Any, prefix: str, gen_prefix: str,
+                declared: bool = True) -> list[Problem]:
+    """On a profile whose GPUs are not Blackwell (an H100/H200 node: NVLink reaches the GPUs of one node only):
+
+    * ``moe_flex_dispatcher_backend: hybridep`` with the flex dispatcher and EP above the node's GPUs, and neither
+      ``hybridep_use_mnnvl: false`` nor ``hybridep_num_ranks_per_nvlink_domain`` <= GPUs per node set: an error.
+      NeMo RL would export ``USE_MNNVL=1`` and ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=min(EP, 64)``, the
+      multi-node NVLink domain of a GB200 NVL72 rack, which these nodes lack.
+      A warning instead when no profile declared the GPUs (``declared`` false: Hopper is assumed).
+    * hybridep otherwise: a warning — the pinned sources do not say whether DeepEP's HybridEP kernels run on Hopper.
+    * ``vllm_kwargs.moe_backend: flashinfer_cutlass``: a warning — vLLM is not in the pinned sources, so what
+      hardware this backend needs is not stated there; NeMo RL's 8-GPU-node recipes use ``triton``.
+    """
+    if arch in (None, "blackwell"):
+        return []
+    out: list[Problem] = []
+    if str(dispatcher) == "flex" and str(flex_backend) == "hybridep":
+        domain = ranks_per_domain if isinstance(ranks_per_domain, int) else None
+        node_domain = use_mnnvl is False or (domain is not None and domain <= max(1, gpus_per_node))
+        if ep > gpus_per_node and not node_domain:
+            out.append((_err if declared else _warn)(f"{prefix}.moe_flex_dispatcher_backend", flex_backend,
+                            f"HybridEP at EP {ep} on {arch} nodes of {gpus_per_node} GPUs: NeMo RL would set "
+                            f"USE_MNNVL=1 and {min(ep, 64)} ranks per NVLink domain (the GB200 NVL72 recipe's "
+                            f"multi-node NVLink), but NVLink here reaches the {gpus_per_node} GPUs of one node",
+                            f"{prefix}.moe_token_dispatcher_type=alltoall (as the recipe's MOPD teachers), or "
+                            f"+{prefix}.hybridep_use_mnnvl=false +{prefix}.hybridep_num_ranks_per_nvlink_domain="
+                            f"{gpus_per_node}", "gb200-tuned"))
+        else:
+            out.append(_warn(f"{prefix}.moe_flex_dispatcher_backend", flex_backend,
+                             f"HybridEP comes from the GB200 recipes; the pinned Megatron-Core and NeMo RL sources do "
+                             f"not state whether its kernels (DeepEP's hybrid-ep branch) run on {arch} GPUs",
+                             f"{prefix}.moe_token_dispatcher_type=alltoall (Megatron-Core's all-to-all dispatcher)",
+                             "gb200-tuned"))
+    if str(moe_backend) == "flashinfer_cutlass":
+        out.append(_warn(f"{gen_prefix}.moe_backend", moe_backend,
+                         f"vLLM's flashinfer_cutlass MoE backend comes from the GB200 recipes; vLLM is not in the "
+                         f"pinned sources, so whether it runs on {arch} GPUs is not stated there",
+                         f"{gen_prefix}.moe_backend=triton (NeMo RL's 8-GPU-node recipes)", "gb200-tuned"))
+    return out
+
+
 @rule("sglang-dp-attention", "NeMo RL's SGLang engines get no DP-attention: dp_size 1, enable_dp_attention unset",
       "NVIDIA-NeMo/RL nemo_rl/models/generation/sglang/sglang_worker.py _compute_server_args (passes tp_size, dp_size, "
       "pp_size, ep_size and a fixed key list, never enable_dp_attention; asserts tp_size = num_gpus_per_engine / "

@@ -86,6 +86,8 @@ class TrainView:
     offload_fraction: float = 0.0
     precision: str = "bf16"
     mtp_depths: int | None = None
+    #: bytes per logits element kept until backward (2: Transformer Engine's fused cross entropy; 4: FP32)
+    logits_bytes: float = 4.0
     world: int = 0
     world_key: str = "run.env.nodes"
     world_what: str = "nodes x GPUs per node"
@@ -158,7 +160,17 @@ def megatron_view(cfg: dict) -> TrainView:
         offload_fraction=_offload(get(cfg, "optimizer.optimizer_cpu_offload"), get(cfg, "optimizer.optimizer_offload_fraction")),
         precision=_precision(get(cfg, "mixed_precision")),
         mtp_depths=as_int(get(cfg, "model.mtp_num_layers")),
+        logits_bytes=_logits_bytes(get(cfg, "model.cross_entropy_loss_fusion", True),
+                                   get(cfg, "model.cross_entropy_fusion_impl", "te")),
     )
+
+
+def _logits_bytes(fusion: Any, impl: Any) -> float:
+    """2 when Megatron-Core runs Transformer Engine's fused cross entropy (``cross_entropy_loss_fusion`` and
+    ``cross_entropy_fusion_impl: te``: the BF16 logits are kept, the gradient written into them), else 4 (an FP32
+    softmax or copy is kept). Unset keys take Megatron-Bridge's Ultra recipe: fusion on (the Mamba provider's
+    default), impl "te" (``recipes/nemotronh/nemotron_3_ultra.py``)."""
+    return 2.0 if bool(fusion) and str(impl).lower() == "te" else 4.0
 
 
 def _offload(enabled: Any, fraction: Any) -> float:

@@ -162,7 +162,7 @@ def _data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
 def _nemo_rl_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     if checks.backend(cfg) == checks.LOCAL:
         return []
-    return _passthrough_keys(cfg, "nemo-rl") + _nemo_rl_rules(cfg)
+    return _passthrough_keys(cfg, "nemo-rl") + _nemo_rl_rules(cfg) + checks.gb200_tuned_rules(cfg, node_shape(cfg, profile))
 
 
 def _training_data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
@@ -196,7 +196,10 @@ def _eval_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
         eval_config(cfg)
     except ConfigError as exc:
         return [Problem(key="", value=None, message=exc.message, valid=exc.hint, rule="rl-translate")]
-    return []
+    model, bad = checks.model_of(cfg)
+    if model is None:
+        return bad
+    return checks.eval_serving_rules(model, cfg, node_shape(cfg, profile))
 
 
 #: The check sets a stage's registry row names (:attr:`nemotron.config.registry.Stage.checks`), each

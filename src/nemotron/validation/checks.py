@@ -101,7 +101,7 @@ def setup_of(v: TrainView, inference: bool = False) -> memory.TrainSetup:
         recompute_num_layers=v.recompute_num_layers, recompute_modules=v.recompute_modules,
         distributed_optimizer=v.distributed_optimizer, grad_fp32=v.grad_fp32,
         optimizer_offload_fraction=v.offload_fraction, precision=v.precision, mtp_depths=v.mtp_depths,
-        inference=inference,
+        inference=inference, logits_bytes=v.logits_bytes,
     )
 
 
@@ -722,6 +722,82 @@ def engine_memory(model: ModelSpec, eng: dict[str, Any], shape: NodeShape) -> li
                                                     "KV and Mamba state cache)",
                     "larger engines (more PP, or more EP/GPUs per engine), or GPUs with more memory",
                     rule="memory", severity="warning")]
+
+
+def _fits_pp(model: ModelSpec, tp: int, ep: int, max_len: int, frac: float, gpu_gb: float) -> int | None:
+    """The smallest PP (a divisor of the layers, up to 16) at which a TP ``tp`` EP ``ep`` engine fits, or None."""
+    for pp in (d for d in rules.divisors(model.num_layers) if d <= 16):
+        need = memory.inference_weights_gb(model, tp, ep, pp) + memory.serving_state_gb(model, tp, pp, max_len) \
+            + memory.OVERHEAD_GB
+        if need <= frac * gpu_gb:
+            return pp
+    return None
+
+
+def gb200_tuned_rules(cfg: dict, shape: NodeShape) -> list[Problem]:
+    """Rule gb200-tuned on a NeMo RL stage's policy (``policy.megatron_cfg``, ``policy.generation.vllm_kwargs``)."""
+    pre, gen = "policy.megatron_cfg", "policy.generation.vllm_kwargs"
+    gpn = as_int(get(cfg, "cluster.gpus_per_node")) or shape.gpus_per_node
+    return rules.gb200_tuned(shape.gpu_arch, gpn, as_int(get(cfg, f"{pre}.expert_model_parallel_size")) or 1,
+                             get(cfg, f"{pre}.moe_token_dispatcher_type"), get(cfg, f"{pre}.moe_flex_dispatcher_backend"),
+                             get(cfg, f"{pre}.hybridep_use_mnnvl"), as_int(get(cfg, f"{pre}.hybridep_num_ranks_per_nvlink_domain")),
+                             get(cfg, f"{gen}.moe_backend") if str(get(cfg, "policy.generation.backend", "vllm")) == "vllm" else None,
+                             pre, gen, declared=shape.declared_arch)
+
+
+def eval_serving_rules(model: ModelSpec, cfg: dict, shape: NodeShape) -> list[Problem]:
+    """The vLLM engine of the eval stage's cluster backend (NeMo RL's evaluator), checked as NeMo RL and vLLM check it
+    at start-up: GPUs of the Ray cluster (``cluster.num_nodes`` x ``cluster.gpus_per_node``) divisible by TP x PP,
+    EP a multiple of TP, PP > 1 only with ``async_engine`` and EP != TP only without it
+    (nemo_rl/models/generation/vllm/vllm_generation.py asserts all four), TP dividing the model (rule tp-model),
+    and the memory (rule serving-memory, an error: vLLM cannot start), against the profile's GPU memory."""
+    vc = "generation.vllm_cfg"
+    tp = as_int(get(cfg, f"{vc}.tensor_parallel_size")) or 1
+    pp = as_int(get(cfg, f"{vc}.pipeline_parallel_size")) or 1
+    ep = as_int(get(cfg, f"{vc}.expert_parallel_size")) or 1
+    async_engine = bool(get(cfg, f"{vc}.async_engine", False))
+    gpn = as_int(get(cfg, "cluster.gpus_per_node")) or shape.gpus_per_node
+    nodes = as_int(get(cfg, "cluster.num_nodes")) or as_int(get(cfg, "run.env.nodes")) or 1
+    out: list[Problem] = []
+    if (tp * pp) < 1 or (nodes * gpn) % (tp * pp):
+        out.append(Problem("cluster.num_nodes", nodes, f"the evaluator's {nodes} x {gpn} GPUs must be a multiple of "
+                                                       f"the engine's TP x PP = {tp} x {pp}",
+                           f"cluster.num_nodes (run.env.nodes) = a multiple of {max(1, tp * pp // max(gpn, 1))}",
+                           rule="engine-layout"))
+    if ep > 1 and ep % tp:
+        out.append(Problem(f"{vc}.expert_parallel_size", ep, f"vLLM's EP = DP x TP: a multiple of "
+                                                             f"tensor_parallel_size ({tp})", f"multiples of {tp}",
+                           rule="engine-layout"))
+    elif ep > 1 and ep != tp and async_engine:
+        out.append(Problem(f"{vc}.async_engine", True, "EP != TP runs DP inside vLLM, which NeMo RL does not support "
+                                                      "with the async engine (NVIDIA-NeMo/RL issue 1101)",
+                           f"false, or expert_parallel_size = tensor_parallel_size = {tp}", rule="engine-layout"))
+    if pp > 1 and not async_engine:
+        out.append(Problem(f"{vc}.async_engine", async_engine, "NeMo RL runs vLLM with pipeline_parallel_size > 1 only "
+                                                              "with the async engine",
+                           f"{vc}.async_engine=true (with expert_parallel_size = tensor_parallel_size)",
+                           rule="engine-layout"))
+    out += rules.tp_divides_model(model, tp, f"{vc}.tensor_parallel_size")
+    if out or not shape.gpu_memory_gb:
+        return out
+    try:
+        frac = float(get(cfg, f"{vc}.gpu_memory_utilization", 0.9))
+    except (TypeError, ValueError):
+        return out
+    max_len = as_int(get(cfg, f"{vc}.max_model_len")) or 4096
+    weights = memory.inference_weights_gb(model, tp, ep, pp)
+    state = memory.serving_state_gb(model, tp, pp, max_len)
+    fit = _fits_pp(model, tp, ep, max_len, frac, shape.gpu_memory_gb)
+    if fit is None:
+        valid = "more GPU memory (the profile's gpu), or a smaller model"
+    else:
+        need_nodes = -(-tp * fit // max(gpn, 1))
+        valid = (f"{vc}.pipeline_parallel_size={fit} {vc}.async_engine=true{' ' + vc + '.expert_parallel_size=' + str(tp) if ep != tp else ''}"
+                 f" run.env.nodes={need_nodes} (TP{tp} PP{fit} EP{tp if ep != tp else ep}: "
+                 f"{memory.inference_weights_gb(model, tp, tp if ep != tp else ep, fit):.0f} GB per GPU)")
+    out += rules.serving_memory(weights, state, memory.OVERHEAD_GB, shape.gpu_memory_gb, frac,
+                                f"the eval engine at TP{tp} PP{pp} EP{ep}", f"{vc}.pipeline_parallel_size", pp, valid)
+    return out
 
 
 # ------------------------------------------------------------------------------------ describe

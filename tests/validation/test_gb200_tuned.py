@@ -1,0 +1,54 @@
+"""Settings the Ultra RL recipes tuned for GB200 NVL72 (issue 30, item 8): on a Hopper profile, HybridEP's multi-node
+NVLink defaults (NeMo RL's setup.py: USE_MNNVL=int(EP > 4), ranks per NVLink domain min(EP, 64)) are refused with
+the keys that fix it; HybridEP and vLLM's flashinfer_cutlass MoE backend, whose hardware the pinned sources do not
+state, are warnings; Blackwell profiles get none of these."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+
+from nemotron import validation
+from nemotron.config.compile import compile_config
+from nemotron.config.registry import get_stage
+
+
+def _prof(gpus: int, arch: str, mem: float, name: str):
+    return types.SimpleNamespace(name=name, executor="slurm", gpus_per_node=gpus, gpu_arch=arch, gpu_memory=mem)
+
+
+H200, GB200 = _prof(8, "hopper", 141.0, "h200"), _prof(4, "blackwell", 186.0, "gb200")
+
+
+def _problems(stage_name: str, profile, overrides: dict | None = None):
+    stage = get_stage(stage_name)
+    compiled = compile_config(stage, "default", [f"{k}={json.dumps(v)}" for k, v in (overrides or {}).items()],
+                              check_paths=False)
+    validation.prepare(stage, compiled.config, compiled.user_keys, profile)
+    return [p for p in validation.validate(stage, compiled.config, profile) if p.rule == "gb200-tuned"]
+
+
+@pytest.mark.parametrize("stage", ["rlvr", "mopd"])
+def test_hopper_profile_refuses_the_multinode_nvlink_hybridep(stage):
+    found = _problems(stage, H200)
+    errors = [p for p in found if p.severity == "error"]
+    assert [p.key for p in errors] == ["policy.megatron_cfg.moe_flex_dispatcher_backend"]
+    assert "USE_MNNVL=1" in errors[0].message and "moe_token_dispatcher_type=alltoall" in errors[0].valid
+    warned = [p.key for p in found if p.severity == "warning"]
+    assert warned == ["policy.generation.vllm_kwargs.moe_backend"]
+
+
+def test_hopper_with_the_node_as_nvlink_domain_is_a_warning_and_alltoall_is_clean():
+    found = _problems("rlvr", H200, {"+policy.megatron_cfg.hybridep_use_mnnvl": False,
+                                     "+policy.megatron_cfg.hybridep_num_ranks_per_nvlink_domain": 8})
+    assert {p.severity for p in found} == {"warning"}
+    assert "policy.megatron_cfg.moe_flex_dispatcher_backend" in [p.key for p in found]
+    found = _problems("rlvr", H200, {"policy.megatron_cfg.moe_token_dispatcher_type": "alltoall",
+                                     "policy.generation.vllm_kwargs.moe_backend": "triton"})
+    assert found == []
+
+
+def test_blackwell_profile_keeps_the_recipe_unremarked():
+    assert _problems("rlvr", GB200) == []

@@ -1,0 +1,84 @@
+"""The eval stage's vLLM serving layout against the GPUs it runs on (issue 30, item 7): the shipped default must fit
+H100 and H200 nodes, a layout that cannot fit is refused by the dry run with the key and a layout that fits, and
+NeMo RL's own start-up asserts on the vLLM layout are refused before the job is queued."""
+
+from __future__ import annotations
+
+import pytest
+
+from nemotron.config import catalogue
+from nemotron.layout import memory
+import json
+import types
+
+from nemotron import validation
+from nemotron.config.compile import compile_config
+from nemotron.config.registry import get_stage
+
+
+def _prof(gpus: int, arch: str, mem: float, name: str):
+    return types.SimpleNamespace(name=name, executor="slurm", gpus_per_node=gpus, gpu_arch=arch, gpu_memory=mem)
+
+
+H100, H200, GB200 = _prof(8, "hopper", 80.0, "h100"), _prof(8, "hopper", 141.0, "h200"), _prof(4, "blackwell", 186.0, "gb200")
+
+
+def check(folder: str, config: str = "default", overrides: dict | None = None, profile=None):
+    """The shipped ``-c config`` compiled as the CLI compiles it, then prepare + validate; (problems, notes, cfg)."""
+    stage = get_stage(folder)
+    compiled = compile_config(stage, config, [f"{k}={json.dumps(v)}" for k, v in (overrides or {}).items()],
+                              check_paths=False)
+    cfg = compiled.config
+    notes = validation.prepare(stage, cfg, compiled.user_keys, profile)
+    return validation.validate(stage, cfg, profile), notes, None, cfg
+
+
+def errors(problems):
+    return [p for p in problems if p.severity == "error"]
+
+
+@pytest.mark.parametrize("profile", [None, H100, H200, GB200], ids=["no-profile", "h100", "h200", "gb200"])
+def test_shipped_eval_default_fits_the_gpus(profile):
+    """The default serves the 561 B model at TP8 PP4 EP8: 35 GB of BF16 weights per GPU (was TP8 PP1 EP8 on one
+    node: 140 GB, above 0.9 x 141 GB)."""
+    problems, _, _, cfg = check("eval", "default", profile=profile)
+    assert [p.render() for p in errors(problems)] == []
+    vc = cfg["generation"]["vllm_cfg"]
+    w = memory.inference_weights_gb(catalogue.get("ultra"), vc["tensor_parallel_size"], vc["expert_parallel_size"],
+                                    vc["pipeline_parallel_size"])
+    assert w == pytest.approx(35.0, abs=0.1)
+
+
+@pytest.mark.parametrize("profile,budget", [(None, 127), (H100, 72), (H200, 127)], ids=["no-profile", "h100", "h200"])
+def test_one_node_bf16_serving_is_refused_with_a_layout_that_fits(profile, budget):
+    """The old default (one 8-GPU node, TP8 PP1 EP8) is an error naming the key, the weights per GPU, the budget and
+    a layout that fits (PP with the async engine, nodes to match)."""
+    over = {"generation.vllm_cfg.pipeline_parallel_size": 1, "generation.vllm_cfg.async_engine": False,
+            "run.env.nodes": 1}
+    problems, _, _, _ = check("eval", "default", over, profile=profile)
+    bad = [p for p in errors(problems) if p.rule == "serving-memory"]
+    assert len(bad) == 1, [p.render() for p in problems]
+    text = bad[0].render()
+    assert bad[0].key == "generation.vllm_cfg.pipeline_parallel_size"
+    assert "140 GB of BF16 weights per GPU" in text and f"= {budget} GB" in text
+    pp = 2 if profile is not H100 else 3  # H100: 108 layers / 3 = 36 a stage, 47 GB of weights per GPU
+    assert f"pipeline_parallel_size={pp} generation.vllm_cfg.async_engine=true run.env.nodes={pp}" in text
+
+
+def test_eval_vllm_layout_asserts_of_nemo_rl_are_refused():
+    """NeMo RL's vLLM generation asserts PP > 1 only with the async engine, and world % (TP x PP) == 0."""
+    problems, _, _, _ = check("eval", "default", {"generation.vllm_cfg.async_engine": False}, profile=H200)
+    assert [p.key for p in errors(problems) if p.rule == "engine-layout"] == ["generation.vllm_cfg.async_engine"]
+    problems, _, _, _ = check("eval", "default", {"run.env.nodes": 3}, profile=H200)
+    assert "cluster.num_nodes" in [p.key for p in errors(problems) if p.rule == "engine-layout"]
+
+
+def test_serving_state_counts_attention_kv_and_mamba_state():
+    """One 4,096-token request of Ultra at TP8: 12 attention layers x 2 x 1 KV group (2 groups < TP 8: replicated)
+    x 128 x 2 bytes per token, plus 48 Mamba layers' FP32 state."""
+    spec = catalogue.get("ultra")
+    kv = 12 * 2 * 1 * 128 * 2 * 4096
+    d_inner = spec.mamba_num_heads * spec.mamba_head_dim
+    mamba = 48 * (d_inner * spec.mamba_state_dim / 8
+                  + (d_inner + 2 * spec.mamba_num_groups * spec.mamba_state_dim) / 8 * (spec.mamba_conv_kernel - 1)) * 4
+    assert memory.serving_state_gb(spec, 8, 1, 4096) == pytest.approx((kv + mamba) / 1e9)
