@@ -111,6 +111,10 @@ STAGES: tuple[Stage, ...] = (
            "Multi-teacher on-policy distillation on NeMo RL.",
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
            "layout nemo-rl"),
+    _stage("mtp-boost", "mtp-boost", "megatron", "torchrun", "nemo", "mopd-checkpoint rl-data", "mtp-checkpoint", True,
+           "MTP boosting: freeze the backbone, train the shared-weight MTP head (forward KL to the backbone at "
+           "temperature T over an N-step rollout), report acceptance length before/after; -c local on this machine.",
+           {"path": "{mtp_boost.output_dir}"}, "layout megatron-keys mtp-boost"),
     _stage("quantize", "quantize", "quantize", "torchrun", "nemo", "mopd-checkpoint", "quantized-checkpoint", True,
            "NVFP4 + FP8 post-training quantization with NVIDIA Model Optimizer.",
            {"path": "{export.output_dir}"}, "layout quantize"),
