@@ -279,7 +279,7 @@ def kl_loss(step_logits: list[Any], teacher_logits: Any, temperature: float) -> 
         kl = (p_log.exp() * (p_log - q_log)).sum(-1).mean() * temperature ** 2
         losses.append(kl)
     total = sum(losses) / len(losses)
-    return total, [float(x) for x in losses]
+    return total, [float(x.detach()) for x in losses]
 
 
 def draft(model: Any, head: Any, hidden: Any, ids: Any, next_token: int, k: int) -> list[int]:
@@ -332,8 +332,10 @@ def speculative(model: Any, head: Any, ids: Any, n: int, k: int) -> tuple[list[i
     return out[:n], per_forward
 
 
-def acceptance(model: Any, head: Any, prompts: list[Any], k: int, n: int, label: str) -> dict[str, Any]:
-    """Speculative decoding of every held-out prompt, each output checked against the backbone's greedy one.
+def acceptance(model: Any, head: Any, prompts: list[Any], k: int, n: int, label: str,
+               reference: Any = None) -> dict[str, Any]:
+    """Speculative decoding of every held-out prompt, each output checked against the greedy output of
+    ``reference`` (None: the backbone itself, the check the stage runs).
 
     Returns ``{"acceptance_length", "accepted_per_draft", "forwards", "tokens"}``: the mean of 1 + accepted drafts
     per verification forward, the mean accepted drafts per forward, the forwards and tokens in all.
@@ -346,7 +348,7 @@ def acceptance(model: Any, head: Any, prompts: list[Any], k: int, n: int, label:
     head.eval()
     for i, ids in enumerate(prompts):
         spec_out, per_forward = speculative(model, head, ids, n, k)
-        want = greedy(model, ids, n)
+        want = greedy(model if reference is None else reference, ids, n)
         if spec_out != want:
             pos = next(j for j, (a, b) in enumerate(zip(spec_out, want)) if a != b)
             raise MTPError(f"{label}: held-out prompt {i + 1}: speculative decoding (draft length {k}) gave token "
@@ -444,7 +446,7 @@ def run(s: MTPSettings, spec: Any = None) -> int:
             seq, hidden, logits = cached[i]
             loss, parts = kl_loss(rollout(model, head, hidden, seq[:, 1:], s.num_steps), logits, s.temperature)
             (loss / len(pick)).backward()
-            total += float(loss) / len(pick)
+            total += float(loss.detach()) / len(pick)
             for j, v in enumerate(parts):
                 per_step[j] += v / len(pick)
         opt.step()
