@@ -117,7 +117,8 @@ STAGES: tuple[Stage, ...] = (
            "Multi-teacher on-policy distillation on NeMo RL.",
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
            "layout nemo-rl"),
-    _stage("mtp-boost", "mtp-boost", "megatron", "torchrun", "nemo", "mopd-checkpoint rl-data", "mtp-checkpoint", True,
+    _stage("mtp-boost", "mtp-boost", "megatron", "torchrun", "nemo", "mopd-checkpoint rl-data sft-data", "mtp-checkpoint",
+           True,
            "MTP boosting: freeze the backbone, train the shared-weight MTP head (forward KL to the backbone at "
            "temperature T over an N-step rollout), report acceptance length before/after; -c local on this machine.",
            {"path": "{mtp_boost.output_dir}"}, "layout megatron-keys mtp-boost", stands_in_for="mopd-checkpoint"),
