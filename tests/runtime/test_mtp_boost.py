@@ -139,9 +139,9 @@ def test_a_speculative_output_unlike_greedy_decoding_is_an_error(inputs):
         mtp_local.acceptance(model, head, prompts, 2, 6, "check", reference=other)
 
 
-def test_cluster_route_is_validated_then_refused_by_dry_run_and_run(capsys):
+def test_cluster_route_is_validated_then_refused_by_dry_run_and_run(capsys, tmp_path):
     from nemotron.cli.main import main
-    from nemotron.runtime.mtp_local import refuse_cluster
+    from nemotron.runtime.mtp_cluster import main as refuse_cluster
 
     for config in ("default", "tiny"):
         code = main(["ultra3", "mtp-boost", "-c", config, "--dry-run"])
@@ -153,6 +153,18 @@ def test_cluster_route_is_validated_then_refused_by_dry_run_and_run(capsys):
     assert cfg["model"]["mtp_num_layers"] == 7 and cfg["mtp_boost"]["temperature"] == 2.0   # the report's N, T
     assert refuse_cluster(cfg) == 2
     assert "MTP boosting cannot run on megatron-bridge" in capsys.readouterr().err
+    # the job's own entry (what torchrun would start in the container) refuses the same way, before loading anything
+    import subprocess
+    import sys
+
+    from rl_support import write_yaml
+
+    path = write_yaml(tmp_path / "train.yaml", cfg)
+    proc = subprocess.run([sys.executable, str(ROOT / "stages" / "ultra3" / "mtp_boost" / "run.py"), "--config",
+                           str(path)], capture_output=True, text=True, env={**__import__("os").environ,
+                                                                           "PYTHONPATH": str(ROOT / "src")})
+    assert proc.returncode == 2 and "error: ultra3 mtp-boost: backend=megatron-bridge: MTP boosting cannot run on " \
+        "megatron-bridge at the pinned versions" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("override, key", [("mtp_boost.objective=cross-entropy", "mtp_boost.objective"),

@@ -125,20 +125,6 @@ def read(cfg: dict[str, Any], *, unresolved_ok: bool = False) -> MTPSettings:
         cpus=None if cpus is None else int(cpus))
 
 
-def refuse_cluster(cfg: dict[str, Any]) -> int:
-    """``backend: megatron-bridge``: the dry-run's refusal (rule ``mtp-boost-framework``), one line, exit 2."""
-    import sys
-
-    from nemotron.layout.rules import mtp_boost_framework
-
-    for p in mtp_boost_framework(str(get(cfg, "backend", "megatron-bridge")), get(cfg, "mtp_boost.objective"),
-                                 get(cfg, "mtp_boost.freeze_backbone")):
-        print(f"error: ultra3 mtp-boost: {p.key}={p.value}: {p.message}", file=sys.stderr)
-        print(f"hint: {p.valid}", file=sys.stderr)
-        return 2
-    return 2
-
-
 def _say(msg: str) -> None:
     print(f"[mtp-boost] {msg}", flush=True)
 
@@ -507,4 +493,4 @@ def main(cfg: dict[str, Any]) -> int:
 
 
 __all__ = ["HEAD_FILE", "MTPError", "MTPSettings", "acceptance", "build_head", "draft", "greedy", "kl_loss",
-           "load_head", "main", "read", "refuse_cluster", "rollout", "run", "speculative"]
+           "load_head", "main", "read", "rollout", "run", "speculative"]

@@ -11,7 +11,7 @@ import sys
 from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
-    "megatron-bridge": Backend("nemotron.runtime.mtp_local:refuse_cluster"),
+    "megatron-bridge": Backend("nemotron.runtime.mtp_cluster:main"),
     "local": Backend("nemotron.runtime.mtp_local:main"),
 }
 DEFAULT = "megatron-bridge"
