@@ -16,7 +16,8 @@ Our dry-run validates ``mtp-boost -c default`` / ``-c tiny`` with the Megatron-B
   distillation/KL objective.
 
 Where the proof stops: the model itself (``provide()`` needs GPUs and Transformer Engine); Model Optimizer's
-``speculative_mtp_boost`` recipe is absent from the pinned nvidia-modelopt 0.47 by its release, not by a check here.
+``speculative_mtp_boost`` recipe is absent from the pinned nvidia-modelopt 0.47
+(``tests/runtime/test_mtp_boost.py`` checks the installed package).
 """
 
 from __future__ import annotations

@@ -196,3 +196,14 @@ def test_pipe_quantize_after_mtp_boost_takes_its_checkpoint(capsys):
     mtp = out[out.index("[2/3] ultra3 mtp-boost"):out.index("[3/3] ultra3 quantize")]
     assert re.search(r"^\s+source: \S+ultra3-mopd-tiny/hf/latest\s", mtp, re.M), mtp[:3000]
     assert code == 2  # the chain is refused at mtp-boost's cluster route (rule mtp-boost-framework)
+
+
+def test_pinned_model_optimizer_has_no_speculative_mtp_recipe():
+    """The other route the refusal names: Model Optimizer's ``speculative_mtp_boost`` lives in
+    ``modelopt.torch.speculative.mtp``, which the pinned nvidia-modelopt (the quantize stage's) does not ship."""
+    import importlib.metadata
+    import importlib.util
+
+    pytest.importorskip("modelopt.torch.speculative", reason="nvidia-modelopt is not installed (the local extra)")
+    assert importlib.metadata.version("nvidia-modelopt").startswith("0.47")
+    assert importlib.util.find_spec("modelopt.torch.speculative.mtp") is None
