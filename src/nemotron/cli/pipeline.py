@@ -463,7 +463,10 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                 dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes, part=f"stage {i}/{len(chain)}")
             invalid += bool(p.errors)
             prepared.append(p)
-        planned.update(planned_outputs(p.compiled))
+        made = planned_outputs(p.compiled)
+        planned.update(made)
+        for name in stage.stands_in_for:  # the stages after it take its output for that artifact (registry.py)
+            planned[name] = dict(next(iter(made.values())))
     if kw.get("dry_run"):
         how = "afterok; a failure cancels the rest" if mode != "here" else "when it succeeded"
         report.table("the chain", ["#", "stage", "config", "executor", "nodes x GPUs", "starts", "problems"],

@@ -39,7 +39,7 @@ KEYLIST_DIR = Path(__file__).resolve().parents[1] / "keylists"
 OWN_KEYS: tuple[str, ...] = (
     "backend", "recipe", "run", "data", "convert", "estimate", "model.name", "tokenizer.vocab_sha256",
     "model.first_last_layers_bf16", "model.num_layers_at_start_in_bf16", "model.num_layers_at_end_in_bf16",
-    "dataset.local_layout",
+    "dataset.local_layout", "mtp_boost",
 )
 
 #: Keys of our NeMo RL stage configs that are ours (the runtime, nemotron.runtime.nemo_rl, drops or

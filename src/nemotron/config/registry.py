@@ -46,6 +46,9 @@ class Stage:
             ``backend: blends``: ``rl-blend-<stage>`` per stage file).
         checks: the check sets validation runs on the stage's config, in order (names of
             :data:`nemotron.validation.CHECK_SETS`: ``layout``, ``megatron-keys``, ``nemo-rl``, ``training-data``...).
+        stands_in_for: artifacts whose consumers take this stage's output instead when both are in one ``pipe``,
+            after it (``mtp-boost``'s checkpoint is the MOPD model with a boosted MTP head: ``pipe ... mopd mtp-boost
+            quantize`` quantizes it). Only the wiring of that chain: what the stage records is its own artifact.
     """
 
     name: str
@@ -63,6 +66,7 @@ class Stage:
     outputs: tuple[tuple[str, str], ...] = ()
     output_files: str | None = None
     checks: tuple[str, ...] = ()
+    stands_in_for: tuple[str, ...] = ()
 
     @property
     def title(self) -> str:
@@ -71,7 +75,8 @@ class Stage:
 
 
 def _stage(name: str, command: str, kind: str, launch: str, image: str, consumes: str, produces: str,
-           gpu: bool, summary: str, outputs: dict[str, str] | str, checks: str, recipe: str = "ultra3") -> Stage:
+           gpu: bool, summary: str, outputs: dict[str, str] | str, checks: str, recipe: str = "ultra3",
+           stands_in_for: str = "") -> Stage:
     folder = name.replace("-", "_")
     return Stage(
         name=name, command=tuple(command.split()), recipe=recipe, kind=kind,
@@ -79,6 +84,7 @@ def _stage(name: str, command: str, kind: str, launch: str, image: str, consumes
         consumes=tuple(consumes.split()), produces=tuple(produces.split()), gpu=gpu, summary=summary,
         outputs=tuple(outputs.items()) if isinstance(outputs, dict) else (),
         output_files=outputs if isinstance(outputs, str) else None, checks=tuple(checks.split()),
+        stands_in_for=tuple(stands_in_for.split()),
     )
 
 
@@ -111,6 +117,11 @@ STAGES: tuple[Stage, ...] = (
            "Multi-teacher on-policy distillation on NeMo RL.",
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
            "layout nemo-rl"),
+    _stage("mtp-boost", "mtp-boost", "megatron", "torchrun", "nemo", "mopd-checkpoint rl-data sft-data", "mtp-checkpoint",
+           True,
+           "MTP boosting: freeze the backbone, train the shared-weight MTP head (forward KL to the backbone at "
+           "temperature T over an N-step rollout), report acceptance length before/after; -c local on this machine.",
+           {"path": "{mtp_boost.output_dir}"}, "layout megatron-keys mtp-boost", stands_in_for="mopd-checkpoint"),
     _stage("quantize", "quantize", "quantize", "torchrun", "nemo", "mopd-checkpoint", "quantized-checkpoint", True,
            "NVFP4 + FP8 post-training quantization with NVIDIA Model Optimizer.",
            {"path": "{export.output_dir}"}, "layout quantize"),

@@ -1011,3 +1011,39 @@ __all__ = ["RULES", "RuleInfo", "divisors", "common_divisors", "fmt", "version_t
            "pack_pad_multiple",
            "kv_note", "resolve_teachers", "TEACHER_SLOTS", "ENV_KINDS", "BUILTIN_ENVS", "DECAY_STYLES", "WSD_STYLES"] + [
     r.func.__name__ for r in RULES.values()]
+
+
+# ------------------------------------------------------------------------------------ MTP boosting
+#: What the Megatron-Core pinned for the ``nemo`` image (c8288b6, under Megatron-Bridge 4588417) lacks for MTP
+#: boosting: read in megatron/core/transformer/multi_token_prediction.py (process_mtp_loss, the MTP layers' input)
+#: and Megatron-Bridge's Mamba provider (models/mamba/mamba_provider.py).
+MTP_BOOST_MISSING = ("no KL-to-backbone MTP objective: process_mtp_loss computes the language-model cross-entropy "
+                     "of each MTP depth against the gold labels (mtp_loss_scaling_factor scales it); each depth reads "
+                     "the gold tokens, not the previous depth's drafts; and no key freezes the NemotronH backbone "
+                     "(freeze_language_model exists only on vision-language providers)")
+
+
+@rule("mtp-boost-framework", "MTP boosting (frozen backbone, forward KL to the backbone, drafts fed back) needs a "
+                             "framework that has it",
+      "Megatron-Core c8288b6 megatron/core/transformer/multi_token_prediction.py process_mtp_loss (cross-entropy on "
+      "rolled gold labels); Megatron-Bridge 4588417 models/mamba/mamba_provider.py (no freeze key); Model "
+      "Optimizer's speculative_mtp_boost recipe (modelopt.torch.speculative.mtp) exists only after nvidia-modelopt 0.47",
+      "Megatron-Bridge 4588417 / Megatron-Core c8288b6 / nvidia-modelopt 0.47")
+def mtp_boost_framework(backend: str, objective: Any, freeze: Any) -> list[Problem]:
+    """MTP boosting runs only on the ``local`` backend (:mod:`nemotron.runtime.mtp_local`); a cluster backend is
+    refused, naming what its pinned framework lacks. On ``local``: ``mtp_boost.objective`` must be ``forward-kl``
+    and ``mtp_boost.freeze_backbone`` true (the report's MTP boosting; anything else is another method)."""
+    if backend != "local":
+        return [_err("backend", backend, f"MTP boosting cannot run on {backend} at the pinned versions: "
+                     f"{MTP_BOOST_MISSING}; Model Optimizer's speculative_mtp_boost recipe is not in "
+                     "nvidia-modelopt 0.47 either. Refused rather than training a different objective",
+                     "local (-c local: the report's objective on one machine)", "mtp-boost-framework")]
+    out = []
+    if objective != "forward-kl":
+        out.append(_err("mtp_boost.objective", objective, "MTP boosting trains with the temperature-scaled "
+                        "forward KL to the backbone's logits (no cross-entropy on the gold token)", "forward-kl",
+                        "mtp-boost-framework"))
+    if freeze is not True:
+        out.append(_err("mtp_boost.freeze_backbone", freeze, "MTP boosting trains the MTP head only; the backbone "
+                        "stays as MOPD left it", "true", "mtp-boost-framework"))
+    return out

@@ -9,6 +9,9 @@ stage              file                                                   metric
 pretrain, sft      ``<checkpoint.save>/summary.json`` (local trainer)       ``train_loss``, ``eval_loss``, ``tokens_per_s``
 rlvr               ``<checkpointing.checkpoint_dir>/summary.json``          ``reward``, ``reward_mean``, ``val_accuracy``
 mopd               ``<checkpointing.checkpoint_dir>/summary.json``          ``kl`` (per-token reverse KL), ``val_accuracy``
+mtp-boost          ``<mtp_boost.output_dir>/summary.json`` (local)        ``acceptance_length_before``,
+                                                                          ``acceptance_length_after``, ``draft_length``,
+                                                                          ``kl`` (forward KL x T², last step)
 quantize           ``<export.output_dir>/summary.json`` (local)            ``ppl_bf16``, ``ppl_quantized``, ``kl_per_token``,
                                                                           ``top1_agreement``
 eval               ``<eval.output_dir>/eval.json``                        ``<label>.perplexity``, ``<label>.gsm8k_accuracy``
@@ -68,6 +71,13 @@ def collect(stage: str, cfg: dict) -> dict[str, float]:
             put("kl_first", s.get("kl_first"))
         put("val_accuracy", s.get("val_accuracy_last"))
         put("generated_tokens_per_s", s.get("generated_tokens_per_s"))
+    elif stage == "mtp-boost":
+        s = _read(Path(str(_get(cfg, "mtp_boost.output_dir") or "")) / "summary.json") or {}
+        for when in ("before", "after"):
+            rec = s.get(when) if isinstance(s.get(when), dict) else {}
+            put(f"acceptance_length_{when}", rec.get("acceptance_length"))
+        put("draft_length", s.get("draft_length"))
+        put("kl", s.get("kl_last"))
     elif stage == "quantize":
         s = _read(Path(str(_get(cfg, "export.output_dir") or "")) / "summary.json") or {}
         held = s.get("held_out") if isinstance(s.get("held_out"), dict) else {}

@@ -204,6 +204,25 @@ def _eval_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
 
 #: The check sets a stage's registry row names (:attr:`nemotron.config.registry.Stage.checks`), each
 #: ``(stage, cfg, profile) -> [Problem]``.
+def _mtp_boost_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    """Rule ``mtp-boost-framework`` (the job's runtime refuses with the same function), then the local runtime's
+    own reader of its settings (:func:`nemotron.runtime.mtp_local.read`: stdlib only) on ``backend: local``."""
+    from nemotron.layout.rules import mtp_boost_framework
+
+    out = mtp_boost_framework(checks.backend(cfg), get(cfg, "mtp_boost.objective"),
+                              get(cfg, "mtp_boost.freeze_backbone"))
+    if not out and checks.backend(cfg) == checks.LOCAL:
+        from nemotron.runtime.mtp_local import read
+        from nemotron.runtime.settings import SettingsError
+
+        try:
+            read(cfg, unresolved_ok=True)
+        except SettingsError as exc:
+            key = str(exc).partition("=")[0].partition(" ")[0]
+            out.append(Problem(key=key, value=get(cfg, key), message=str(exc), rule="local-settings"))
+    return out
+
+
 CHECK_SETS: dict[str, Any] = {
     "data": _data_checks,
     "layout": checks.validate_training,
@@ -213,6 +232,7 @@ CHECK_SETS: dict[str, Any] = {
     "training-data": _training_data_checks,
     "quantize": _quantize_checks,
     "eval": _eval_checks,
+    "mtp-boost": _mtp_boost_checks,
 }
 
 

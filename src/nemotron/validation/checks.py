@@ -394,7 +394,7 @@ def local_refusals(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
 def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Problem]:
     """``backend: local`` runs one process on this machine (HF transformers / Model Optimizer)."""
     out: list[Problem] = []
-    if getattr(stage, "kind", "") == "megatron":  # pretrain, SFT: the local trainer (nemotron.runtime.trainer)
+    if getattr(stage, "name", "") in ("pretrain", "sft"):  # the local trainer (nemotron.runtime.trainer)
         from nemotron.runtime.settings import LOCAL_PRECISIONS
 
         out += optimizer_rules(cfg, [k for k in LOCAL_PRECISIONS if k is not None],
