@@ -238,10 +238,16 @@ def show_profiles(name: str | None, env_file: str | None, as_json: bool = False)
 
 
 def job_status(ident: str | None, as_json: bool = False) -> int:
-    """``status [ID]``: the job's Slurm state and where its files are."""
+    """``status [ID]``: the job's Slurm state and where its files are; for ``UNKNOWN`` the reason
+    (:func:`nemotron.launch.jobs.unknown_reason`).
+
+    Raises:
+        ConfigError: no such job. SchedulerUnreachable (a RuntimeFailure, exit 1): Slurm could not be asked.
+    """
 
     rec = jobs.load(ident)
     st, code = jobs.state(rec)
+    reason = jobs.unknown_reason(rec) if st == "UNKNOWN" else None
     if st == "COMPLETED":
         jobs.record_outputs(rec)
     if as_json:
@@ -251,9 +257,9 @@ def job_status(ident: str | None, as_json: bool = False) -> int:
                                 "title": rec.title, "profile": rec.profile, "config": rec.config, "state": st,
                                 "exit_code": code or None, "terminal": st in jobs.TERMINAL,
                                 "run_folder": rec.run_dir, "logs": rec.log_dir, "submitted": rec.submitted,
-                                "tunnel": rec.tunnel})
+                                "tunnel": rec.tunnel, "reason": reason})
         return 0
-    report.out("\n".join(jobs.status_lines(rec, st, code)), plain=True)
+    report.out("\n".join(jobs.status_lines(rec, st, code, reason)), plain=True)
     return 0
 
 

@@ -23,6 +23,7 @@ import shlex
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -556,6 +557,8 @@ def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies
 
     for i in range(1 + plan.chain):
         p = plan if i == 0 else dataclasses.replace(plan, experiment_id=f"{plan.experiment_id}-c{i}")
+        # taken before sbatch: Slurm's Submit time of this job is not earlier (jobs.state ties lookups to it)
+        submitted = time.time()
         job_id = sbatch(p, profile, req.mode, lambda ex, p=p: _stage_files(ex, req, compiled, profile, p),
                         lambda p=p: _task(run, p, profile), dependencies if i == 0 else None, singleton=i > 0)
         exp_dir = f"{root}/experiments/{p.job_name}/{p.experiment_id}/{task_name(p)}"
@@ -566,6 +569,7 @@ def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies
             host=getattr(profile, "host", None), user=getattr(profile, "user", None),
             port=getattr(profile, "port", None), identity=getattr(profile, "identity", None),
             outputs=planned_outputs(compiled), config_hash=compiled.config_hash(), config=Path(p.config_name).stem,
+            submitted=submitted,
         ))
         ids.append(job_id)
 
