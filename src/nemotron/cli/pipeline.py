@@ -100,9 +100,12 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     # inputs are checked for existence here unless the job's nodes are reached over ssh: then this machine
     # cannot see their storage, and validation.cluster checks that each path lies on storage they declare
     remote = profile is not None and getattr(profile, "tunnel", "local") == "ssh"
-    compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
-                              env={**profile.storage_env(), **(getattr(profile, "tracking_env", None) or {})}
-                              if profile is not None else None)
+    # "latest" of an ${art:...} input: among the records this run can read (its machine or cluster, its default
+    # output folders: nemotron.config.artifacts.Scope)
+    with artifacts.scoped(consumer_scope(profile)):
+        compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
+                                  env={**profile.storage_env(), **(getattr(profile, "tracking_env", None) or {})}
+                                  if profile is not None else None)
     if req.profile:
         import shlex
 
@@ -144,6 +147,27 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     return Prepared(req, compiled, profile, plan, problems, notes)
 
 
+def consumer_scope(profile: Any) -> artifacts.Scope:
+    """The artifact scope of a stage run on ``profile`` (None: this machine): the profile's executor and host (an ssh
+    profile's login host, a Ray profile's address), its storage variables over this shell's environment."""
+    import os
+
+    executor = getattr(profile, "executor", None) if profile is not None else None
+    host = (getattr(profile, "address", None) if executor == "ray" else getattr(profile, "host", None)) \
+        if profile is not None else None
+    env = {**os.environ, **(profile.storage_env() if profile is not None else {})}
+    return artifacts.Scope.of(executor, host, env)
+
+
+def print_inputs(compiled: Any) -> None:
+    """The first lines of a run and a dry run: each artifact the config takes, its version, path, where and when it
+    was made (:func:`nemotron.config.compile.input_lines`), on stderr (stdout stays the report a dry run prints)."""
+    from nemotron.config.compile import input_lines
+
+    for line in input_lines(compiled):
+        print(line, file=sys.stderr, flush=True)
+
+
 def run_stage(req: StageRequest) -> int:
     """The whole flow for one stage: prepare, then render (``--dry-run``), run here, or submit.
     Returns the exit code.
@@ -158,6 +182,7 @@ def run_stage(req: StageRequest) -> int:
         raise UsageError("--json is for --dry-run and `estimate` of a stage command",
                          f"e.g. nemotron {req.stage.recipe} {' '.join(req.stage.command)} --dry-run --json")
     p = prepare_stage(req)
+    print_inputs(p.compiled)
     # 4a. dry run: show everything, submit nothing
     if req.dry_run:
         dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
@@ -249,7 +274,10 @@ def job_status(ident: str | None, as_json: bool = False) -> int:
     st, code = jobs.state(rec)
     reason = jobs.unknown_reason(rec) if st == "UNKNOWN" else None
     if st == "COMPLETED":
-        jobs.record_outputs(rec)
+        try:
+            jobs.record_outputs(rec)
+        except RuntimeFailure as exc:  # the state is still reported; the missing output is said, not recorded
+            report.err(f"warning: {exc.message}")
     if as_json:
         from nemotron.cli import jsonout
 
@@ -466,6 +494,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                 raise UsageError(f"pipe --{mode} needs a slurm profile (got {p.plan.executor})",
                                  "run the chain here without a profile, or use a slurm profile")
             if kw.get("dry_run"):
+                print_inputs(p.compiled)
                 report.heading(f"[{i}/{len(chain)}] {stage.title}")
                 dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes, part=f"stage {i}/{len(chain)}")
             invalid += bool(p.errors)
@@ -495,6 +524,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                        "nothing was submitted", plain=True)
         return 0
     for p in prepared:
+        print_inputs(p.compiled)
         _check_startable(p)
     if mode == "here":  # one after the other on this machine; stop at the first failure or failed gate
         return _run_here(prepared, gates)

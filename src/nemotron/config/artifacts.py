@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import hashlib
 import json
 import os
@@ -169,6 +170,109 @@ def check_present(rec: dict[str, Any]) -> dict[str, Any]:
                       f"{fix}; {pin}")
 
 
+# --------------------------------------------------------------------------------------------- scope
+#: The environment variables the shipped configs' default output folders are built on, with their defaults
+#: (``${oc.env:NEMOTRON_DATA_DIR,'./output'}``, ``${oc.env:NEMOTRON_CKPT_ROOT,'./checkpoints'}``).
+DEFAULT_ROOTS = (("NEMOTRON_DATA_DIR", "./output"), ("NEMOTRON_CKPT_ROOT", "./checkpoints"))
+
+
+def site(executor: str | None, host: str | None = None) -> str:
+    """Where a run's files live, as records name it: ``here:<hostname>`` for a run on this machine (no profile, a
+    ``local`` profile), ``slurm:<login host>`` for a Slurm job (``host``: an ssh profile's; this machine's for a
+    local tunnel), ``ray:<address>`` for a job on a Ray cluster."""
+    import socket
+
+    if executor in (None, "direct", "local"):
+        return f"here:{socket.gethostname()}"
+    if executor == "ray":
+        return f"ray:{host}"
+    return f"slurm:{host or socket.gethostname()}"
+
+
+def default_roots(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The folders default outputs go to for a run with environment ``env`` (a profile's storage variables over
+    ``os.environ``): ``NEMOTRON_DATA_DIR`` / ``NEMOTRON_CKPT_ROOT``, else ``./output`` / ``./checkpoints`` of the
+    working folder (absolute, as a compiled config makes every ``./`` path:
+    :func:`nemotron.config.compile.compile_config`)."""
+    return tuple(os.path.abspath(os.path.expanduser(env.get(var) or default)) for var, default in DEFAULT_ROOTS)
+
+
+def in_roots(path: Any, roots: tuple[str, ...]) -> bool:
+    """Whether ``path`` is one of ``roots`` or inside one."""
+    if not isinstance(path, str) or not path:
+        return False
+    p = os.path.abspath(os.path.expanduser(path))
+    return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def scope_fields(executor: str | None, host: str | None, env: Mapping[str, str], path: Any,
+                 promoted: bool = False) -> dict[str, Any]:
+    """The fields a producer adds to its record: ``site`` (:func:`site`), ``scratch`` (its ``path`` lies outside
+    the default output folders of its own run: :func:`default_roots`; such an output is never "latest" unless
+    pinned by version or ``promoted``) and ``promoted`` when asked."""
+    scratch = not in_roots(path, default_roots(env))
+    return {"site": site(executor, host), "scratch": scratch, **({"promoted": True} if promoted else {})}
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """What a consumer can read: its ``site`` (:func:`site`) and the default output folders of its working folder
+    and environment (``roots``: :func:`default_roots`)."""
+
+    site: str
+    roots: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, executor: str | None, host: str | None, env: Mapping[str, str]) -> Scope:
+        """The scope of a consumer run by ``executor`` (None: this machine) on ``host`` with environment ``env``."""
+        return cls(site(executor, host), default_roots(env))
+
+    def why_not(self, rec: Mapping[str, Any]) -> str | None:
+        """None when the "latest" of a consumer in this scope may be ``rec``; else why not, in words. A record
+        without ``site`` (written before records carried one) is in every scope."""
+        where = rec.get("site")
+        if where is None:
+            return None
+        if where != self.site:
+            return f"made on {where}, not readable by this run ({self.site})"
+        if rec.get("promoted"):
+            return None
+        if not in_roots(rec.get("path"), self.roots):
+            what = "a scratch output" if rec.get("scratch") else "another working folder's output"
+            return f"{rec.get('path')} is {what}, outside this run's output folders ({', '.join(self.roots)})"
+        return None
+
+
+#: The scope of the consumer being compiled (:func:`scoped`); None: every record (no consumer in particular).
+_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("scope", default=None)
+
+
+@contextlib.contextmanager
+def scoped(scope: Scope | None) -> Iterator[None]:
+    """Within the ``with``: :func:`lookup` picks "latest" among the records ``scope`` can read."""
+    token = _SCOPE.set(scope)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def skipped(name: str, config: str | None = None) -> list[str]:
+    """``vN: why`` of each record of ``name`` (of a config ``config`` accepts) that the scope in effect left out
+    of "latest" (for the message of an input not found)."""
+    scope = _SCOPE.get()
+    if scope is None:
+        return []
+    out = []
+    for rec in _newest_first(name):
+        if config is not None and rec.get("config") not in accepted_configs(config) and rec.get("config") != name:
+            continue
+        why = scope.why_not(rec)
+        if why:
+            out.append(f"v{rec.get('version')}: {why}")
+    return out
+
+
 def lookup(name: str, version: int | None = None, config: str | None = None) -> dict[str, Any] | None:
     """The record of artifact ``name``, or None.
 
@@ -178,6 +282,12 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
     sample that happened to run last —, or the latest of all when ``config`` is None (a config file
     given by path), or one named after the config that made it. A planned artifact (:func:`planning`)
     wins when no version is asked for.
+
+    Within :func:`scoped` (every stage command: :func:`nemotron.cli.pipeline.prepare_stage`), "latest" is
+    taken only among the records the consumer can read (:meth:`Scope.why_not`): made where it runs (this machine,
+    or the profile's cluster), inside its own default output folders (a run here: its working folder's
+    ``./output``/``./checkpoints`` or ``NEMOTRON_DATA_DIR``/``NEMOTRON_CKPT_ROOT``), not a scratch output unless
+    that run was promoted. A version asked for by number is taken wherever it was made.
 
     The record found is checked with :func:`check_present`: a record of this machine whose folder was deleted is
     an error, never silently replaced by an older version.
@@ -190,11 +300,12 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
     if version is not None:
         rec = _read(name, version)
         return None if rec is None else check_present(rec)
+    scope = _SCOPE.get()
     for rec in _newest_first(name):
         # An artifact named after the config that made it (``teacher-reasoning`` by ``-c teacher-reasoning``)
         # is that config's only product: every consumer takes it.
         if rec is not None and (config is None or rec.get("config") in accepted_configs(config)
-                                or rec.get("config") == name):
+                                or rec.get("config") == name) and (scope is None or scope.why_not(rec) is None):
             return check_present(rec)
     return None
 
@@ -234,14 +345,15 @@ def _write_record(folder: Path, rec: dict[str, Any]) -> None:
     os.replace(tmp, folder / f"v{rec['version']}.json")
 
 
-def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
+def record(name: str, fields: dict[str, Any], at: float | None = None) -> dict[str, Any]:
     """Record what a run produced as artifact ``name`` (atomically) and return the record.
 
     ``fields`` must contain ``path``. When ``path`` holds a data prep ``manifest.json``, its SHA-256 is
     added as ``manifest_sha256``. A run whose output is one already recorded (same fields apart from
     :data:`VOLATILE` ones; for data, the same manifest: a rerun that found its output up to date) adds no
     version: that version is stamped ``latest_at`` = now, so it is the latest again, and returned.
-    Otherwise a new version, one more than the highest recorded.
+    Otherwise a new version, one more than the highest recorded. ``at``: when the run made it (seconds since the
+    epoch; a cluster job's end time), else now: the ``created`` / ``latest_at`` stamp that orders "latest".
 
     Raises:
         ValueError: ``fields`` has no ``path``.
@@ -254,7 +366,7 @@ def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     manifest = _manifest_sha256(fields["path"])
     if manifest is not None:
         fields.setdefault("manifest_sha256", manifest)
-    now = time.time()
+    now = time.time() if at is None else at
     for old in _newest_first(name):
         if _same_output(old, fields):
             old = {**old, "latest_at": now}
@@ -264,6 +376,24 @@ def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     rec = {**fields, "name": name, "version": version, "created": now}
     _write_record(folder, rec)
     return rec
+
+
+def input_line(rec: Mapping[str, Any], keys: list[str]) -> str:
+    """The line a run and a dry run print first for each artifact its config takes (``rec``: the record resolved,
+    or a planned artifact of a ``pipe``), with the config ``keys`` set from it:
+    ``[nemotron] input pretrain-data v3: /data/v3 (made here:host by data_prep_pretrain -c tiny, job local,
+    2026-12-05 13:55:12) -> data.per_split_data_args_path``."""
+    name = rec.get("name") or "?"
+    if rec.get("version") is None:
+        return f"[nemotron] input {name} (planned: an earlier stage of this pipe writes it): {rec.get('path')}" + (
+            f" -> {', '.join(keys)}" if keys else "")
+    made = rec.get("latest_at") or rec.get("created")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(made)) if isinstance(made, (int, float)) else "?"
+    by = f" by {rec['stage']}" + (f" -c {rec['config']}" if rec.get("config") else "") if rec.get("stage") else ""
+    job = f", job {rec['job_id']}" if rec.get("job_id") else ""
+    where = rec.get("site") or "an unrecorded place"
+    return (f"[nemotron] input {name} v{rec['version']}: {rec.get('path')} (made on {where}{by}{job}, {when})"
+            + (f" -> {', '.join(keys)}" if keys else ""))
 
 
 def used_line(key: str, artifact: str, value: Any) -> str:

@@ -517,10 +517,64 @@ def cancel(rec: JobRecord) -> None:
         raise RuntimeFailure(f"scancel {rec.job_id} failed: {out.stderr.strip() or out.stdout.strip()}")
 
 
+#: What :func:`_output_check` prints for an output path that is not there / a data output not finished.
+_ABSENT_TAG, _UNFINISHED_TAG = "nemotron-absent:", "nemotron-unfinished:"
+
+
+def _path_fields(fields: dict) -> list[str]:
+    """The paths an artifact's fields name (``path`` and every ``*_path``): each must exist for it to be recorded."""
+    return [str(v) for k, v in fields.items() if (k == "path" or k.endswith("_path")) and isinstance(v, str) and v]
+
+
+def _output_check(outputs: dict[str, dict], data: bool) -> str:
+    """A shell line printing :data:`_ABSENT_TAG` + path for each output path that does not exist and, for a data
+    stage (``data``), :data:`_UNFINISHED_TAG` + folder for an output folder whose ``manifest.json`` (written last)
+    does not say ``"complete": true``."""
+    parts = []
+    for fields in outputs.values():
+        for path in _path_fields(fields):
+            parts.append(f"test -e {shlex.quote(path)} || echo {shlex.quote(_ABSENT_TAG + path)}")
+        folder = fields.get("path")
+        if data and isinstance(folder, str) and folder:
+            manifest = shlex.quote(f"{folder}/{artifacts.MANIFEST}")
+            parts.append(f"grep -Eq '\"complete\": *true' {manifest} 2>/dev/null || "
+                         f"echo {shlex.quote(_UNFINISHED_TAG + folder)}")
+    return "; ".join(parts) or "true"
+
+
+def ended_at(rec: JobRecord) -> float | None:
+    """When this submission ended (seconds since the epoch): sacct's ``End`` of its row (:func:`_this_submission`),
+    a ``local`` profile's supervisor record; None when not known (a Ray job, a job not ended)."""
+    if rec.tunnel == "ray":
+        return None
+    if rec.tunnel == LOCAL_EXECUTOR:
+        ended = local_job.read_state(rec.run_dir).get("ended")
+        return float(ended) if isinstance(ended, (int, float)) else None
+    out = _remote(rec, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {shlex.quote(rec.job_id)} -o JobName,Submit,End")
+    row = _this_submission(rec, [ln.split("|") for ln in out.stdout.splitlines() if ln.strip()])
+    try:
+        return float(row[2]) if row is not None else None
+    except ValueError:  # "Unknown": not ended
+        return None
+
+
 def record_outputs(rec: JobRecord) -> list[dict]:
-    """Record the job's artifacts in the store (once), after Slurm reported COMPLETED."""
+    """Record the job's artifacts in the store (once), after its scheduler reported COMPLETED, stamped with the
+    time the job ended (:func:`ended_at`; not the time a command looked), and only when what it names is there:
+    every path of every artifact exists, and a data stage's output folder holds its ``manifest.json`` saying
+    ``"complete": true`` (checked where the job ran: here, or over ssh). A job on a Ray cluster is not checked
+    (its storage is the Ray cluster's).
+
+    Returns: the records written (each as :func:`nemotron.config.artifacts.record` returns it).
+
+    Raises:
+        RuntimeFailure: an output is absent or unfinished: nothing of this job is recorded; the message names the
+            artifact and the path.
+    """
     if rec.recorded or not rec.outputs:
         return []
+
+    from nemotron.config.registry import STAGES
 
     # where the submitting command kept its records: the [artifacts] root of the env.toml it read
     use_env_file(rec.env_file if rec.env_file and os.path.isfile(rec.env_file) else None)
@@ -528,9 +582,24 @@ def record_outputs(rec: JobRecord) -> list[dict]:
     actual = None if rec.tunnel == "ray" else _remote(rec, f"cat {shlex.quote(rec.run_dir + '/' + artifacts.OUTPUTS_FILE)} "
                                                            "2>/dev/null").stdout
     outputs = artifacts.merge_outputs(rec.outputs, actual)
+    if rec.tunnel != "ray":
+        data = any(s.name == rec.stage and s.kind == "data" for s in STAGES)
+        said = _remote(rec, _output_check(outputs, data)).stdout.splitlines()
+        absent = [ln[len(_ABSENT_TAG):] for ln in said if ln.startswith(_ABSENT_TAG)]
+        unfinished = [ln[len(_UNFINISHED_TAG):] for ln in said if ln.startswith(_UNFINISHED_TAG)]
+        if absent or unfinished:
+            names = {p: n for n, fields in outputs.items() for p in _path_fields(fields)}
+            what = "; ".join([*(f"{names.get(p, 'output')}: {p} does not exist" for p in absent),
+                              *(f"{names.get(p, 'output')}: {p} has no complete {artifacts.MANIFEST}"
+                                for p in unfinished)])
+            raise RuntimeFailure(f"job {rec.job_id} ({rec.experiment_id}) ended COMPLETED but its output is not "
+                                 f"there: {what}; not recorded as an artifact",
+                                 f"read its log (nemotron {rec.job_name.split('-', 1)[0]} logs {rec.job_id}); "
+                                 "run the stage again to make it")
+    at = ended_at(rec)
     out = [artifacts.record(name, {**fields, "stage": rec.stage, "config": rec.config,
                                    "experiment_id": rec.experiment_id, "job_id": rec.job_id,
-                                   "config_hash": rec.config_hash})
+                                   "config_hash": rec.config_hash}, at=at)
            for name, fields in outputs.items()]
     rec.recorded = True
     save(rec)
