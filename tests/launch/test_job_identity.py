@@ -122,3 +122,27 @@ def test_cancelled_state_beats_an_exit_75_line():
     assert why.classify(log, "CANCELLED", "75:0")["cause"] == "cancelled"
     assert why.classify(log, "FAILED", "75:0")["cause"] == "resumable-stop"  # not cancelled: the stop it was
     assert why.classify("DUE TO TIME LIMIT", "CANCELLED", "0:15")["cause"] == "walltime"
+
+
+def test_a_completed_jobs_artifact_needs_its_output_and_carries_its_end_time(old_job, tmp_path, monkeypatch):
+    """An artifact is recorded only when the output it names is there (checked where the job ran), stamped with
+    the time the job ended (sacct's End), not the time a command looked."""
+    job, t0 = old_job
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    rec = _record(tmp_path, job, "ultra3-pretrain-tiny", t0, folder="outputs")
+    rec.outputs = {"pretrain-checkpoint": {"path": str(tmp_path / "never-written")}}
+    jobs.save(rec)
+    with pytest.raises(RuntimeFailure, match=r"ended COMPLETED but its output is not there: pretrain-checkpoint: "
+                                             r".*never-written does not exist; not recorded"):
+        jobs.record_outputs(rec)
+    assert not (tmp_path / "home" / "artifacts" / "pretrain-checkpoint").exists()
+    # `status` still reports the state, and says the output is missing
+    assert main(["ultra3", "status", rec.experiment_id]) == 0
+
+    (tmp_path / "ckpt").mkdir()
+    rec.outputs = {"pretrain-checkpoint": {"path": str(tmp_path / "ckpt")}}
+    jobs.save(rec)
+    time.sleep(1.5)
+    [art] = jobs.record_outputs(rec)
+    end = jobs.ended_at(rec)
+    assert end is not None and art["created"] == end and end < time.time() - 1, (art, end)
