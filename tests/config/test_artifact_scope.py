@@ -1,7 +1,7 @@
 """``${art:NAME}`` takes "latest" among what the consumer can read, through the real CLI and real data prep runs.
 
-* a scratch run (``output_dir=`` outside the default output folders) does not become the latest, and deleting its
-  folder blocks nobody; pinning its version still takes it;
+* a scratch run (``output_dir=`` outside the default output folders) does not become the latest unless asked
+  (``--latest``), and deleting its folder blocks nobody; pinning its version still takes it;
 * another working folder's outputs are not this folder's inputs (the defaults ``./output`` are per folder);
 * a cluster job's record (made on a Slurm cluster) is not a local run's input;
 * every run and dry run prints its resolved inputs (artifact, version, path, where and when made) first.
@@ -65,6 +65,14 @@ def test_scratch_and_other_folders_are_not_latest(folders, tmp_path):
     proc = elsewhere("ultra3", "pretrain", "-c", "local", "--dry-run")
     assert "[nemotron] input" not in proc.stderr
     assert f"v1: {default} is another working folder's output" in proc.stdout, proc.stdout[-3000:]
+
+
+    # asked: --latest makes a scratch output the latest all the same
+    promoted = tmp_path / "promoted"
+    proc = here("ultra3", "data", "prep", "pretrain", "-c", "tiny", "sample=30", f"output_dir={promoted}", "--latest")
+    assert proc.returncode == 0 and "artifact pretrain-data v3:" in proc.stderr, proc.stderr[-2000:]
+    proc = here("ultra3", "pretrain", "-c", "local", "--dry-run")
+    assert _first_line(proc).startswith(f"[nemotron] input pretrain-data v3: {promoted} "), proc.stderr[:1000]
 
 
 def test_a_cluster_jobs_record_is_not_a_local_runs_input(folders, tmp_path):

@@ -52,6 +52,7 @@ class StageRequest:
     argv: tuple[str, ...] = field(default_factory=tuple)
     json: bool = False  # --json: one JSON document on stdout (nemotron.cli.jsonout)
     estimate: bool = False  # the word `estimate` after the options: nemotron.cli.estimate
+    latest: bool = False  # --latest: its output is the latest even outside the default output folders (promoted)
 
     @classmethod
     def from_cli(cls, stage: Stage, kw: dict[str, Any]) -> StageRequest:
@@ -68,7 +69,7 @@ class StageRequest:
         estimate = "estimate" in overrides  # a word, not an override (those have `=` or start with + or ~)
         return cls(stage=stage, config=kw.get("config"), overrides=tuple(o for o in overrides if o != "estimate"),
                    mode=mode, profile=run or batch, dry_run=bool(kw.get("dry_run")), env_file=kw.get("env_file"),
-                   argv=tuple(sys.argv), json=bool(kw.get("json")), estimate=estimate)
+                   argv=tuple(sys.argv), json=bool(kw.get("json")), estimate=estimate, latest=bool(kw.get("latest")))
 
 
 @dataclass

@@ -298,7 +298,7 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
         return code
 
     report = folder / artifacts.OUTPUTS_FILE
-    outputs = artifacts.merge_outputs(recorded_outputs(compiled, profile), report.read_text() if report.is_file() else None)
+    outputs = artifacts.merge_outputs(recorded_outputs(compiled, profile, getattr(req, "latest", False)), report.read_text() if report.is_file() else None)
     for name, fields in outputs.items():
         art = artifacts.record(name, {**fields, "stage": plan.stage.name, "config": Path(plan.config_name).stem,
                                       "experiment_id": plan.experiment_id, "job_id": "local",

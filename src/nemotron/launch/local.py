@@ -107,7 +107,7 @@ def submit_local(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
     jobs.save(jobs.JobRecord(
         experiment_id=plan.experiment_id, job_id=state["app_id"], stage=plan.stage.name, title=plan.stage.title,
         profile=profile.name, env_file=str(profile.source), run_dir=str(rdir), log_dir=state["log_dir"],
-        job_name=plan.job_name, tunnel=jobs.LOCAL_EXECUTOR, outputs=recorded_outputs(compiled, profile),
+        job_name=plan.job_name, tunnel=jobs.LOCAL_EXECUTOR, outputs=recorded_outputs(compiled, profile, getattr(req, "latest", False)),
         config_hash=compiled.config_hash(), config=Path(plan.config_name).stem,
     ))
     return state["app_id"]

@@ -180,10 +180,11 @@ def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
     return {artifact: dict(fields) for artifact in names}
 
 
-def recorded_outputs(compiled: Compiled, profile: Any) -> dict[str, dict[str, Any]]:
+def recorded_outputs(compiled: Compiled, profile: Any, promoted: bool = False) -> dict[str, dict[str, Any]]:
     """:func:`planned_outputs` with the fields that scope each record (:func:`nemotron.config.artifacts.scope_fields`:
     ``site`` where the job runs, ``scratch`` when its path lies outside the default output folders of the job's
-    environment): what a run, a Slurm job, a Ray job and a local job record when they end."""
+    environment; ``promoted``: ``--latest`` asked it to be the latest all the same): what a run, a Slurm job, a Ray
+    job and a local job record when they end."""
     import os
 
     from nemotron.config import artifacts
@@ -192,5 +193,5 @@ def recorded_outputs(compiled: Compiled, profile: Any) -> dict[str, dict[str, An
     host = (getattr(profile, "address", None) if executor == "ray" else getattr(profile, "host", None)) \
         if profile is not None else None
     env = {**os.environ, **(profile.storage_env() if profile is not None else {})}
-    return {name: {**fields, **artifacts.scope_fields(executor, host, env, fields.get("path"))}
+    return {name: {**fields, **artifacts.scope_fields(executor, host, env, fields.get("path"), promoted)}
             for name, fields in planned_outputs(compiled).items()}

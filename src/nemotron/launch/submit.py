@@ -568,7 +568,7 @@ def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies
             job_name=f"{p.stage.recipe}-{task_name(p)}", tunnel=getattr(profile, "tunnel", "local") or "local",
             host=getattr(profile, "host", None), user=getattr(profile, "user", None),
             port=getattr(profile, "port", None), identity=getattr(profile, "identity", None),
-            outputs=recorded_outputs(compiled, profile), config_hash=compiled.config_hash(), config=Path(p.config_name).stem,
+            outputs=recorded_outputs(compiled, profile, getattr(req, "latest", False)), config_hash=compiled.config_hash(), config=Path(p.config_name).stem,
             submitted=submitted,
         ))
         ids.append(job_id)
@@ -629,6 +629,6 @@ def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
         experiment_id=plan.experiment_id, job_id=job_id, stage=plan.stage.name, title=plan.stage.title,
         profile=profile.name, env_file=str(profile.source), run_dir="(the Ray job's working directory)",
         log_dir="(kept by the Ray cluster)", job_name=plan.job_name, tunnel="ray", host=profile.address,
-        outputs=recorded_outputs(compiled, profile), config_hash=compiled.config_hash(), config=Path(plan.config_name).stem,
+        outputs=recorded_outputs(compiled, profile, getattr(req, "latest", False)), config_hash=compiled.config_hash(), config=Path(plan.config_name).stem,
     ))
     return job_id
