@@ -147,7 +147,8 @@ def _present(rec: dict[str, Any]) -> bool:
 
 
 def check_present(rec: dict[str, Any]) -> dict[str, Any]:
-    """``rec`` when what it records is still there; a record of a run on this machine (``job_id`` ``local``)
+    """``rec`` when what it records is still there; a record of a run on this machine (``job_id`` ``local``, or a
+    ``site`` ``here:...``: a local profile's job too)
     whose ``path`` is gone is an error naming the artifact, its version and record, and what to do: rerun the
     producer (its command) or pin a version whose folder exists. The store is shared by every checkout and
     working folder that uses the same ``$NEMOTRON_HOME``, so a record can outlive the folder it points at. A
@@ -156,12 +157,13 @@ def check_present(rec: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: the recorded folder of a local record does not exist.
     """
-    if str(rec.get("job_id", "")) != "local" or _present(rec):
+    here = str(rec.get("job_id", "")) == "local" or str(rec.get("site", "")).startswith("here:")
+    if not here or _present(rec):
         return rec
     name, version = str(rec.get("name", "?")), rec.get("version")
     where = store() / name / f"v{version}.json"
     present = [str(r.get("version")) for r in _newest_first(name) if r.get("version") != version and _present(r)
-               and str(r.get("job_id", "")) == "local"]
+               and (str(r.get("job_id", "")) == "local" or str(r.get("site", "")).startswith("here:"))]
     command = producer_command(name, rec.get("config"))
     fix = f"rerun its producer: {command} (it records the output again)" if command else "rerun the stage that made it"
     pin = (f"or pin a version whose folder exists: ${{art:{name}:{present[0]},FIELD}} (present: "
@@ -415,6 +417,69 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
     if not v.isdigit() or int(v) < 1:
         raise ConfigError(f"artifact reference {ref!r}: version must be a positive integer (e.g. {name}:2)")
     return name, int(v)
+
+
+#: File in a submitted job's run folder: what to record when the job ends (:func:`record_at_end`).
+RECORD_FILE = "record.json"
+
+
+def output_problems(outputs: Mapping[str, Mapping[str, Any]], data: bool) -> list[str]:
+    """What keeps ``outputs`` (artifact name → fields) from being recorded, on this machine: each ``path`` /
+    ``*_path`` that does not exist; for a data stage (``data``) an output folder whose ``manifest.json`` (written
+    last) does not say ``"complete": true``. Empty: present and complete."""
+    out = []
+    for name, fields in outputs.items():
+        for key, value in fields.items():
+            if (key == "path" or key.endswith("_path")) and isinstance(value, str) and value \
+                    and not os.path.exists(value):
+                out.append(f"{name}: {value} does not exist")
+        folder = fields.get("path")
+        if data and isinstance(folder, str) and folder and os.path.isdir(folder):
+            try:
+                complete = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8")).get("complete") is True
+            except (OSError, ValueError, AttributeError):
+                complete = False
+            if not complete:
+                out.append(f"{name}: {folder} has no complete {MANIFEST}")
+    return out
+
+
+def record_at_end(run_dir: str | None = None) -> list[dict[str, Any]]:
+    """Called by a submitted job's entry when its stage ended with exit 0: record its artifacts now, when the job
+    ends, from ``<run folder>/record.json`` (written at submission where the job can reach the store: a local
+    profile's job, a Slurm job through a local tunnel; absent otherwise, and then ``status``/an attached run records
+    them, stamped with the job's end time). The planned fields are updated with ``outputs.json``; nothing is recorded
+    when :func:`output_problems` finds any (each said on stderr, in the job's log). Returns the records written."""
+    import sys
+
+    folder = run_dir or os.environ.get("NEMOTRON_RUN_DIR")
+    spec_file = Path(folder) / RECORD_FILE if folder else None
+    if spec_file is None or not spec_file.is_file():
+        return []
+    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    report = Path(folder) / OUTPUTS_FILE
+    outputs = merge_outputs(spec.get("outputs") or {}, report.read_text(encoding="utf-8") if report.is_file() else None)
+    problems = output_problems(outputs, bool(spec.get("data")))
+    for line in problems:
+        print(f"[nemotron] not recorded as an artifact: {line}", file=sys.stderr, flush=True)
+    if problems:
+        return []
+    set_root(Path(spec["store"]))
+    # Slurm's job id; a local profile's job (whose NeMo-Run app id is given after its files are staged): its
+    # experiment id
+    job_id = os.environ.get("SLURM_JOB_ID") or (spec.get("fields") or {}).get("experiment_id") or "?"
+    out = []
+    for name, fields in outputs.items():
+        try:
+            rec = record(name, {**fields, **(spec.get("fields") or {}), "job_id": job_id})
+        except OSError as exc:  # the store is not writable from here: the submitting side records it later
+            print(f"[nemotron] artifact {name} not recorded at job end: {spec['store']}: {exc.strerror or exc}; "
+                  "`status` or the attached run records it", file=sys.stderr, flush=True)
+            continue
+        print(f"[nemotron] artifact {name} v{rec['version']}: {rec['path']} (recorded at job end)", file=sys.stderr,
+              flush=True)
+        out.append(rec)
+    return out
 
 
 #: File in the run folder (``$NEMOTRON_RUN_DIR``) where a stage's runtime says what it actually wrote.

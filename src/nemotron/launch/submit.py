@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import os
 import shlex
 import sys
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemotron.config import yamlio
+from nemotron.config import artifacts, yamlio
 from nemotron.config.artifacts import home
 from nemotron.config.paths import stages_dir
 from nemotron.errors import ConfigError, NemotronError, RuntimeFailure
@@ -399,6 +400,13 @@ def stage_files(tunnel: Any, req: Any, compiled: Any, profile: Any, plan: Any) -
 
     files = {"train.yaml": yamlio.dumps(compiled.config),
              "job.yaml": yamlio.dumps(execute.provenance(req, compiled, profile, plan))}
+    if getattr(profile, "tunnel", "local") != "ssh":  # the job runs where this machine's store is: it records at end
+        files[artifacts.RECORD_FILE] = json.dumps({
+            "store": str(artifacts.store()), "data": plan.stage.kind == "data",
+            "outputs": recorded_outputs(compiled, profile, getattr(req, "latest", False)),
+            "fields": {"stage": plan.stage.name, "config": Path(plan.config_name).stem,
+                       "experiment_id": plan.experiment_id, "config_hash": compiled.config_hash()}},
+            indent=2, sort_keys=True, default=str)
     secrets = profile.secret_values()
     if secrets:
         files["secrets.env"] = "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items()))
