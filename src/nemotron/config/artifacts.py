@@ -7,7 +7,8 @@ A record is a small JSON file ``<store>/<name>/v<N>.json`` with at least ``name`
 Configs refer to records with ``${art:NAME,FIELD}`` (latest version) or ``${art:NAME:VERSION,FIELD}``.
 "Latest" is the version recorded last; a run that reproduces an already recorded output (an "up to date"
 data prep rerun) adds no version but makes that one the latest again (:func:`record`). Every run that
-takes an input from a record says so in one line (:func:`used_line`).
+takes an input from a record says so first, in one line each (:func:`input_line`); "latest" is scoped to what the
+consumer can read (:class:`Scope`).
 """
 
 from __future__ import annotations
@@ -396,12 +397,6 @@ def input_line(rec: Mapping[str, Any], keys: list[str]) -> str:
     where = rec.get("site") or "an unrecorded place"
     return (f"[nemotron] input {name} v{rec['version']}: {rec.get('path')} (made on {where}{by}{job}, {when})"
             + (f" -> {', '.join(keys)}" if keys else ""))
-
-
-def used_line(key: str, artifact: str, value: Any) -> str:
-    """The line a run prints for config ``key`` resolved from ``artifact`` (``"pretrain-data v12"``) to
-    ``value``: ``[nemotron] data.per_split_data_args_path: artifact pretrain-data v12, /data/v2/blend.json``."""
-    return f"[nemotron] {key}: artifact {artifact}, {value}"
 
 
 def parse_ref(ref: str) -> tuple[str, int | None]:
