@@ -10,6 +10,7 @@ cancelled job whose log shows a save and exit 75 on the way out is a cancel.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -62,8 +63,13 @@ def test_a_reused_job_id_never_reports_the_older_jobs_state(old_job, tmp_path, c
     # another job name with the same id and time: not this submission either
     other = _record(tmp_path, job, "ultra3-sft-tiny", t0, folder="other")
     assert jobs.state(other)[0] == "UNKNOWN"
-    # the real submission (its name, submitted when it was) is still found
+    # a submission made from another folder (Slurm's WorkDir) with the same id, name and time: not this one either
+    elsewhere = _record(tmp_path, job, "ultra3-pretrain-tiny", t0, folder="elsewhere")
+    elsewhere.work_dir = str(tmp_path / "another folder")
+    assert jobs.state(elsewhere)[0] == "UNKNOWN"
+    # the real submission (its name, submitted when it was, from this folder) is still found
     real = _record(tmp_path, job, "ultra3-pretrain-tiny", t0, folder="real")
+    real.work_dir = os.getcwd()
     assert jobs.state(real) == ("COMPLETED", "0:0") and jobs.started(real)
 
 

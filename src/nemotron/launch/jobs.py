@@ -62,6 +62,7 @@ class JobRecord:
     config: str | None = None  # the -c name the job ran with (artifacts are matched by it)
     port: int | None = None  # SSH port of an ssh-tunnel profile
     identity: str | None = None  # SSH private key of an ssh-tunnel profile
+    work_dir: str | None = None  # the folder sbatch ran in (Slurm's WorkDir; a local tunnel's), None: not known
 
 
 def _folder() -> Path:
@@ -256,14 +257,17 @@ _PLACEHOLDER_NAME = "allocation"
 
 
 def _this_submission(rec: JobRecord, rows: list[list[str]]) -> list[str] | None:
-    """The row (``[name, submit epoch, ...]``) of this submission among Slurm's rows for the job id: its job name
-    is the record's and it was submitted at or after the record's submission (less :data:`SUBMIT_SLACK_S`), so an
-    older job that had the same id (ids restart when a controller's state is reset, while the accounting database
-    keeps the old jobs) is never taken for it. The latest such row (a requeued job has several)."""
+    """The row (``[name, submit epoch, work dir, ...]``) of this submission among Slurm's rows for the job id: its
+    job name is the record's, its work dir the record's (when both are known), and it was submitted at or after the
+    record's submission (less :data:`SUBMIT_SLACK_S`), so an older job that had the same id (ids restart when a
+    controller's state is reset, while the accounting database keeps the old jobs) is never taken for it. The latest
+    such row (a requeued job has several)."""
     slack = SUBMIT_SLACK_S.get(rec.tunnel, _DEFAULT_SLACK_S)
     mine = []
     for row in rows:
-        if len(row) < 3 or (rec.job_name and row[0] not in (rec.job_name, _PLACEHOLDER_NAME)):
+        if len(row) < 4 or (rec.job_name and row[0] not in (rec.job_name, _PLACEHOLDER_NAME)):
+            continue
+        if rec.work_dir and row[2].strip() and os.path.normpath(row[2].strip()) != os.path.normpath(rec.work_dir):
             continue
         try:
             submitted = float(row[1])
@@ -286,7 +290,7 @@ def state(rec: JobRecord) -> tuple[str, str]:
     """``(state, exit code)`` of this submission's allocation from sacct (``PENDING``/``RUNNING`` from squeue
     while sacct has no record yet, which happens for a second or so after sbatch returns); ``UNKNOWN`` when neither
     holds it (:func:`unknown_reason`). Every lookup is tied to this submission (:func:`_this_submission`: the job
-    name and the submit time), so a terminal state of an older job with the same id is never taken. For a job
+    name, the work dir and the submit time), so a terminal state of an older job with the same id is never taken. For a job
     on a Ray cluster, the Ray job status in the same words (SUCCEEDED is COMPLETED, STOPPED CANCELLED).
 
     Raises:
@@ -309,16 +313,16 @@ def state(rec: JobRecord) -> tuple[str, str]:
     job = shlex.quote(rec.job_id)
     # -D: every job that had this id (sacct otherwise shows only the most recent one); epoch submit times
     # (the folder check rides on the same round trip; the exit status stays sacct's)
-    out = _ask(rec, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {job} -o JobName,Submit,State,ExitCode; "
+    out = _ask(rec, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {job} -o JobName,Submit,WorkDir,State,ExitCode; "
                     f"rc=$?; {_folder_check(rec) or 'true'}; exit $rc", "sacct")
     lines, missing = _split_missing(out.stdout)
     row = _this_submission(rec, [ln.split("|") for ln in lines if ln.strip()])
-    if row is not None and len(row) >= 4:
-        st, code = row[2].split()[0] if row[2].strip() else "UNKNOWN", row[3]
+    if row is not None and len(row) >= 5:
+        st, code = row[3].split()[0] if row[3].strip() else "UNKNOWN", row[4]
     else:
-        q = _ask(rec, f"SLURM_TIME_FORMAT=%s squeue -h -j {job} -o '%j|%V|%T'", "squeue")
+        q = _ask(rec, f"SLURM_TIME_FORMAT=%s squeue -h -j {job} -o '%j|%V|%Z|%T'", "squeue")
         qrow = _this_submission(rec, [ln.split("|") for ln in q.stdout.splitlines() if ln.strip()])
-        st, code = (qrow[2].strip() if qrow is not None and len(qrow) >= 3 else "UNKNOWN"), ""
+        st, code = (qrow[3].strip() if qrow is not None and len(qrow) >= 4 else "UNKNOWN"), ""
     if missing:
         known = f", Slurm state {st}" + (f" (exit code {code})" if code else "") if st != "UNKNOWN" else ""
         raise _missing_error(rec, missing, known)
@@ -341,10 +345,10 @@ def started(rec: JobRecord) -> bool:
     0, and a ``Start`` time all the same). Jobs on a Ray cluster or a ``local`` profile: True."""
     if rec.tunnel in ("ray", LOCAL_EXECUTOR):
         return True
-    out = _ask(rec, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {shlex.quote(rec.job_id)} -o JobName,Submit,AllocNodes",
+    out = _ask(rec, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {shlex.quote(rec.job_id)} -o JobName,Submit,WorkDir,AllocNodes",
                "sacct")
     row = _this_submission(rec, [ln.split("|") for ln in out.stdout.splitlines() if ln.strip()])
-    nodes = row[2].strip() if row is not None else "0"
+    nodes = row[3].strip() if row is not None else "0"
     return not nodes.isdigit() or int(nodes) > 0
 
 
@@ -550,10 +554,10 @@ def ended_at(rec: JobRecord) -> float | None:
     if rec.tunnel == LOCAL_EXECUTOR:
         ended = local_job.read_state(rec.run_dir).get("ended")
         return float(ended) if isinstance(ended, (int, float)) else None
-    out = _remote(rec, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {shlex.quote(rec.job_id)} -o JobName,Submit,End")
+    out = _remote(rec, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {shlex.quote(rec.job_id)} -o JobName,Submit,WorkDir,End")
     row = _this_submission(rec, [ln.split("|") for ln in out.stdout.splitlines() if ln.strip()])
     try:
-        return float(row[2]) if row is not None else None
+        return float(row[3]) if row is not None else None
     except ValueError:  # "Unknown": not ended
         return None
 

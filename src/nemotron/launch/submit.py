@@ -578,6 +578,8 @@ def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies
             port=getattr(profile, "port", None), identity=getattr(profile, "identity", None),
             outputs=recorded_outputs(compiled, profile, getattr(req, "latest", False)), config_hash=compiled.config_hash(), config=Path(p.config_name).stem,
             submitted=submitted,
+            # sbatch runs in this folder through a local tunnel (Slurm's WorkDir); over ssh it is the remote side's
+            work_dir=os.getcwd() if (getattr(profile, "tunnel", "local") or "local") == "local" else None,
         ))
         ids.append(job_id)
 
