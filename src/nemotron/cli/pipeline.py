@@ -273,7 +273,7 @@ def job_status(ident: str | None, as_json: bool = False) -> int:
 
     rec = jobs.load(ident)
     st, code = jobs.state(rec)
-    reason = jobs.unknown_reason(rec) if st == "UNKNOWN" else None
+    reason = jobs.unknown_reason(rec) if st == "UNKNOWN" and rec.tunnel not in ("ray", jobs.LOCAL_EXECUTOR) else None
     if st == "COMPLETED":
         try:
             jobs.record_outputs(rec)
