@@ -250,3 +250,27 @@ def test_gpu_stage_is_refused_before_anything_is_packaged(env_file, env, tmp_pat
     assert proc.returncode == 2, proc.stderr[-1500:]
     assert "needs 8 GPUs per node; this machine has 0 visible" in proc.stderr, proc.stderr
     assert not (tmp_path / "job root").exists()
+
+
+def test_a_batch_job_records_its_artifact_when_it_ends(cli, env_file, tmp_path):
+    """The artifact is recorded by the job as it ends (stamped then), not when a later command looks: the record is
+    there before any `status`, made no later than the supervisor saw the job end."""
+    out_dir = tmp_path / "output" / "rl"
+    proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "here", "--env-file", str(env_file),
+               f"output_dir={out_dir}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    state_file = _run_folder(tmp_path) / "local-job.json"
+    state = _wait(lambda: (s := json.loads(state_file.read_text())) if json.loads(state_file.read_text())["state"]
+                  in ("COMPLETED", "FAILED", "CANCELLED") else None, 240, "the job to end")
+    assert state["state"] == "COMPLETED", state
+    record = tmp_path / "home" / "artifacts" / "rl-data" / "v1.json"
+    assert record.is_file(), "no artifact recorded when the job ended"
+    recorded = json.loads(record.read_text())
+    assert recorded["path"] == str(out_dir) and recorded["created"] <= state["ended"], (recorded, state)
+    assert recorded["site"].startswith("here:") and recorded["job_id"] == state["experiment_id"], recorded
+    assert "(recorded at job end)" in Path(state["stderr"]).read_text()
+    # a later `status` adds no version and keeps the job's time
+    assert cli("ultra3", "status").returncode == 0
+    assert sorted(p.name for p in record.parent.glob("v*.json")) == ["v1.json"]
+    again = json.loads(record.read_text())
+    assert again.get("latest_at", again["created"]) <= state["ended"] + 1, again

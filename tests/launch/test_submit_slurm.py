@@ -354,3 +354,22 @@ def test_pipe_stage_refused_names_the_queued_jobs(cli, env_file, tmp_path, slurm
     finally:
         if first:
             slurm.run("scancel", first.group(1), check=False)
+
+
+def test_batch_job_records_its_artifact_when_it_ends(cli, env_file, tmp_path, slurm):
+    """A detached Slurm job (local tunnel: the job reaches this machine's store) records its artifact as it ends:
+    the record is there once Slurm says COMPLETED, before any `status` looks, with the job's own id."""
+    out_dir = tmp_path / "data" / "rl"
+    proc = cli("ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "ci", "--env-file", str(env_file),
+               f"output_dir={out_dir}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    job_id = proc.stdout.split()[-1]
+    assert slurm.wait(job_id, timeout=240) == "COMPLETED"
+    record = tmp_path / "home" / "artifacts" / "rl-data" / "v1.json"
+    assert record.is_file(), "no artifact recorded when the job ended"
+    recorded = json.loads(record.read_text())
+    assert recorded["path"] == str(out_dir) and recorded["job_id"] == job_id, recorded
+    assert recorded["site"].startswith("slurm:") and recorded["scratch"] is False, recorded
+    status = cli("ultra3", "status", job_id)
+    assert status.returncode == 0 and "COMPLETED" in status.stdout
+    assert sorted(p.name for p in record.parent.glob("v*.json")) == ["v1.json"]

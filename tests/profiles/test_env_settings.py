@@ -67,8 +67,9 @@ def test_records_go_to_the_artifacts_root_and_are_read_from_it(cli, tmp_path):
     [artifacts] root, not in $NEMOTRON_HOME/artifacts; pretrain's dry-run then resolves it from there."""
     store = tmp_path / "team store"
     _env(tmp_path, f'[artifacts]\nroot = "{store}"\n')
-    out = tmp_path / "prep"
-    proc = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", f"output_dir={out}", "sample=300")
+    out = tmp_path / "output" / "ultra3" / "pretrain-data" / "tiny"  # the default output folder (a scratch
+    # output_dir= elsewhere would not be the latest: tests/config/test_artifact_scope.py)
+    proc = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", "sample=300")
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((store / "pretrain-data" / "v1.json").read_text())
     assert record["path"] == str(out) and Path(record["blend_path"]).is_file()

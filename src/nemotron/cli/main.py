@@ -63,6 +63,10 @@ def _stage_params() -> list[click.Parameter]:
                      help="env.toml to read profiles from (default: $NEMOTRON_ENV_FILE, ./env.toml upward, "
                           "~/.config/nemotron/env.toml)."),
         click.Option(["--debug"], is_flag=True, help="Show tracebacks."),
+        click.Option(["--latest"], is_flag=True,
+                     help="Make this run's output the latest for its consumers even when it is written outside the "
+                          "default output folders (a scratch output_dir=); without it such an output is taken only "
+                          "when pinned by version."),
         click.Option(["--json"], is_flag=True,
                      help="With --dry-run or estimate: one JSON document on stdout (docs/schema/)."),
         click.Argument(["overrides"], nargs=-1, metavar="[estimate] [key=value | +key=value | ~key]..."),

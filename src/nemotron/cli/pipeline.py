@@ -52,6 +52,7 @@ class StageRequest:
     argv: tuple[str, ...] = field(default_factory=tuple)
     json: bool = False  # --json: one JSON document on stdout (nemotron.cli.jsonout)
     estimate: bool = False  # the word `estimate` after the options: nemotron.cli.estimate
+    latest: bool = False  # --latest: its output is the latest even outside the default output folders (promoted)
 
     @classmethod
     def from_cli(cls, stage: Stage, kw: dict[str, Any]) -> StageRequest:
@@ -68,7 +69,7 @@ class StageRequest:
         estimate = "estimate" in overrides  # a word, not an override (those have `=` or start with + or ~)
         return cls(stage=stage, config=kw.get("config"), overrides=tuple(o for o in overrides if o != "estimate"),
                    mode=mode, profile=run or batch, dry_run=bool(kw.get("dry_run")), env_file=kw.get("env_file"),
-                   argv=tuple(sys.argv), json=bool(kw.get("json")), estimate=estimate)
+                   argv=tuple(sys.argv), json=bool(kw.get("json")), estimate=estimate, latest=bool(kw.get("latest")))
 
 
 @dataclass
@@ -100,9 +101,12 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     # inputs are checked for existence here unless the job's nodes are reached over ssh: then this machine
     # cannot see their storage, and validation.cluster checks that each path lies on storage they declare
     remote = profile is not None and getattr(profile, "tunnel", "local") == "ssh"
-    compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
-                              env={**profile.storage_env(), **(getattr(profile, "tracking_env", None) or {})}
-                              if profile is not None else None)
+    # "latest" of an ${art:...} input: among the records this run can read (its machine or cluster, its default
+    # output folders: nemotron.config.artifacts.Scope)
+    with artifacts.scoped(consumer_scope(profile)):
+        compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
+                                  env={**profile.storage_env(), **(getattr(profile, "tracking_env", None) or {})}
+                                  if profile is not None else None)
     if req.profile:
         import shlex
 
@@ -143,6 +147,27 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     return Prepared(req, compiled, profile, plan, problems, notes)
 
 
+def consumer_scope(profile: Any) -> artifacts.Scope:
+    """The artifact scope of a stage run on ``profile`` (None: this machine): the profile's executor and host (an ssh
+    profile's login host, a Ray profile's address), its storage variables over this shell's environment."""
+    import os
+
+    executor = getattr(profile, "executor", None) if profile is not None else None
+    host = (getattr(profile, "address", None) if executor == "ray" else getattr(profile, "host", None)) \
+        if profile is not None else None
+    env = {**os.environ, **(profile.storage_env() if profile is not None else {})}
+    return artifacts.Scope.of(executor, host, env)
+
+
+def print_inputs(compiled: Any) -> None:
+    """The first lines of a run and a dry run: each artifact the config takes, its version, path, where and when it
+    was made (:func:`nemotron.config.compile.input_lines`), on stderr (stdout stays the report a dry run prints)."""
+    from nemotron.config.compile import input_lines
+
+    for line in input_lines(compiled):
+        print(line, file=sys.stderr, flush=True)
+
+
 def run_stage(req: StageRequest) -> int:
     """The whole flow for one stage: prepare, then render (``--dry-run``), run here, or submit.
     Returns the exit code.
@@ -157,6 +182,7 @@ def run_stage(req: StageRequest) -> int:
         raise UsageError("--json is for --dry-run and `estimate` of a stage command",
                          f"e.g. nemotron {req.stage.recipe} {' '.join(req.stage.command)} --dry-run --json")
     p = prepare_stage(req)
+    print_inputs(p.compiled)
     # 4a. dry run: show everything, submit nothing
     if req.dry_run:
         dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
@@ -237,12 +263,21 @@ def show_profiles(name: str | None, env_file: str | None, as_json: bool = False)
 
 
 def job_status(ident: str | None, as_json: bool = False) -> int:
-    """``status [ID]``: the job's Slurm state and where its files are."""
+    """``status [ID]``: the job's Slurm state and where its files are; for ``UNKNOWN`` the reason
+    (:func:`nemotron.launch.jobs.unknown_reason`).
+
+    Raises:
+        ConfigError: no such job. SchedulerUnreachable (a RuntimeFailure, exit 1): Slurm could not be asked.
+    """
 
     rec = jobs.load(ident)
     st, code = jobs.state(rec)
+    reason = jobs.unknown_reason(rec) if st == "UNKNOWN" and rec.tunnel not in ("ray", jobs.LOCAL_EXECUTOR) else None
     if st == "COMPLETED":
-        jobs.record_outputs(rec)
+        try:
+            jobs.record_outputs(rec)
+        except RuntimeFailure as exc:  # the state is still reported; the missing output is said, not recorded
+            report.err(f"warning: {exc.message}")
     if as_json:
         from nemotron.cli import jsonout
 
@@ -250,9 +285,9 @@ def job_status(ident: str | None, as_json: bool = False) -> int:
                                 "title": rec.title, "profile": rec.profile, "config": rec.config, "state": st,
                                 "exit_code": code or None, "terminal": st in jobs.TERMINAL,
                                 "run_folder": rec.run_dir, "logs": rec.log_dir, "submitted": rec.submitted,
-                                "tunnel": rec.tunnel})
+                                "tunnel": rec.tunnel, "reason": reason})
         return 0
-    report.out("\n".join(jobs.status_lines(rec, st, code)), plain=True)
+    report.out("\n".join(jobs.status_lines(rec, st, code, reason)), plain=True)
     return 0
 
 
@@ -459,6 +494,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                 raise UsageError(f"pipe --{mode} needs a slurm profile (got {p.plan.executor})",
                                  "run the chain here without a profile, or use a slurm profile")
             if kw.get("dry_run"):
+                print_inputs(p.compiled)
                 report.heading(f"[{i}/{len(chain)}] {stage.title}")
                 dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes, part=f"stage {i}/{len(chain)}")
             invalid += bool(p.errors)
@@ -491,6 +527,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                        "nothing was submitted", plain=True)
         return 0
     for p in prepared:
+        print_inputs(p.compiled)
         _check_startable(p)
     if mode == "here":  # one after the other on this machine; stop at the first failure or failed gate
         return _run_here(prepared, gates)

@@ -7,13 +7,15 @@ A record is a small JSON file ``<store>/<name>/v<N>.json`` with at least ``name`
 Configs refer to records with ``${art:NAME,FIELD}`` (latest version) or ``${art:NAME:VERSION,FIELD}``.
 "Latest" is the version recorded last; a run that reproduces an already recorded output (an "up to date"
 data prep rerun) adds no version but makes that one the latest again (:func:`record`). Every run that
-takes an input from a record says so in one line (:func:`used_line`).
+takes an input from a record says so first, in one line each (:func:`input_line`); "latest" is scoped to what the
+consumer can read (:class:`Scope`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import hashlib
 import json
 import os
@@ -151,7 +153,8 @@ def _present(rec: dict[str, Any]) -> bool:
 
 
 def check_present(rec: dict[str, Any]) -> dict[str, Any]:
-    """``rec`` when what it records is still there; a record of a run on this machine (``job_id`` ``local``)
+    """``rec`` when what it records is still there; a record of a run on this machine (``job_id`` ``local``, or a
+    ``site`` ``here:...``: a local profile's job too)
     whose ``path`` is gone is an error naming the artifact, its version and record, and what to do: rerun the
     producer (its command) or pin a version whose folder exists. The store is shared by every checkout and
     working folder that uses the same ``$NEMOTRON_HOME``, so a record can outlive the folder it points at. A
@@ -160,18 +163,122 @@ def check_present(rec: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: the recorded folder of a local record does not exist.
     """
-    if str(rec.get("job_id", "")) != "local" or _present(rec):
+    here = str(rec.get("job_id", "")) == "local" or str(rec.get("site", "")).startswith("here:")
+    if not here or _present(rec):
         return rec
     name, version = str(rec.get("name", "?")), rec.get("version")
     where = store() / name / f"v{version}.json"
     present = [str(r.get("version")) for r in _newest_first(name) if r.get("version") != version and _present(r)
-               and str(r.get("job_id", "")) == "local"]
+               and (str(r.get("job_id", "")) == "local" or str(r.get("site", "")).startswith("here:"))]
     command = producer_command(name, rec.get("config"))
     fix = f"rerun its producer: {command} (it records the output again)" if command else "rerun the stage that made it"
     pin = (f"or pin a version whose folder exists: ${{art:{name}:{present[0]},FIELD}} (present: "
            f"{', '.join('v' + v for v in present)})" if present else "no other version of it has its folder")
     raise ConfigError(f"artifact {name} v{version}: its folder {rec['path']} no longer exists (record {where})",
                       f"{fix}; {pin}")
+
+
+# --------------------------------------------------------------------------------------------- scope
+#: The environment variables the shipped configs' default output folders are built on, with their defaults
+#: (``${oc.env:NEMOTRON_DATA_DIR,'./output'}``, ``${oc.env:NEMOTRON_CKPT_ROOT,'./checkpoints'}``).
+DEFAULT_ROOTS = (("NEMOTRON_DATA_DIR", "./output"), ("NEMOTRON_CKPT_ROOT", "./checkpoints"))
+
+
+def site(executor: str | None, host: str | None = None) -> str:
+    """Where a run's files live, as records name it: ``here:<hostname>`` for a run on this machine (no profile, a
+    ``local`` profile), ``slurm:<login host>`` for a Slurm job (``host``: an ssh profile's; this machine's for a
+    local tunnel), ``ray:<address>`` for a job on a Ray cluster."""
+    import socket
+
+    if executor in (None, "direct", "local"):
+        return f"here:{socket.gethostname()}"
+    if executor == "ray":
+        return f"ray:{host}"
+    return f"slurm:{host or socket.gethostname()}"
+
+
+def default_roots(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The folders default outputs go to for a run with environment ``env`` (a profile's storage variables over
+    ``os.environ``): ``NEMOTRON_DATA_DIR`` / ``NEMOTRON_CKPT_ROOT``, else ``./output`` / ``./checkpoints`` of the
+    working folder (absolute, as a compiled config makes every ``./`` path:
+    :func:`nemotron.config.compile.compile_config`)."""
+    return tuple(os.path.abspath(os.path.expanduser(env.get(var) or default)) for var, default in DEFAULT_ROOTS)
+
+
+def in_roots(path: Any, roots: tuple[str, ...]) -> bool:
+    """Whether ``path`` is one of ``roots`` or inside one."""
+    if not isinstance(path, str) or not path:
+        return False
+    p = os.path.abspath(os.path.expanduser(path))
+    return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def scope_fields(executor: str | None, host: str | None, env: Mapping[str, str], path: Any,
+                 promoted: bool = False) -> dict[str, Any]:
+    """The fields a producer adds to its record: ``site`` (:func:`site`), ``scratch`` (its ``path`` lies outside
+    the default output folders of its own run: :func:`default_roots`; such an output is never "latest" unless
+    pinned by version or ``promoted``) and ``promoted`` when asked."""
+    scratch = not in_roots(path, default_roots(env))
+    return {"site": site(executor, host), "scratch": scratch, **({"promoted": True} if promoted else {})}
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """What a consumer can read: its ``site`` (:func:`site`) and the default output folders of its working folder
+    and environment (``roots``: :func:`default_roots`)."""
+
+    site: str
+    roots: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, executor: str | None, host: str | None, env: Mapping[str, str]) -> Scope:
+        """The scope of a consumer run by ``executor`` (None: this machine) on ``host`` with environment ``env``."""
+        return cls(site(executor, host), default_roots(env))
+
+    def why_not(self, rec: Mapping[str, Any]) -> str | None:
+        """None when the "latest" of a consumer in this scope may be ``rec``; else why not, in words. A record
+        without ``site`` (written before records carried one) is in every scope."""
+        where = rec.get("site")
+        if where is None:
+            return None
+        if where != self.site:
+            return f"made on {where}, not readable by this run ({self.site})"
+        if rec.get("promoted"):
+            return None
+        if not in_roots(rec.get("path"), self.roots):
+            what = "a scratch output" if rec.get("scratch") else "another working folder's output"
+            return f"{rec.get('path')} is {what}, outside this run's output folders ({', '.join(self.roots)})"
+        return None
+
+
+#: The scope of the consumer being compiled (:func:`scoped`); None: every record (no consumer in particular).
+_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("scope", default=None)
+
+
+@contextlib.contextmanager
+def scoped(scope: Scope | None) -> Iterator[None]:
+    """Within the ``with``: :func:`lookup` picks "latest" among the records ``scope`` can read."""
+    token = _SCOPE.set(scope)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def skipped(name: str, config: str | None = None) -> list[str]:
+    """``vN: why`` of each record of ``name`` (of a config ``config`` accepts) that the scope in effect left out
+    of "latest" (for the message of an input not found)."""
+    scope = _SCOPE.get()
+    if scope is None:
+        return []
+    out = []
+    for rec in _newest_first(name):
+        if config is not None and rec.get("config") not in accepted_configs(config) and rec.get("config") != name:
+            continue
+        why = scope.why_not(rec)
+        if why:
+            out.append(f"v{rec.get('version')}: {why}")
+    return out
 
 
 def lookup(name: str, version: int | None = None, config: str | None = None) -> dict[str, Any] | None:
@@ -184,6 +291,12 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
     given by path), or one named after the config that made it. A planned artifact (:func:`planning`)
     wins when no version is asked for.
 
+    Within :func:`scoped` (every stage command: :func:`nemotron.cli.pipeline.prepare_stage`), "latest" is
+    taken only among the records the consumer can read (:meth:`Scope.why_not`): made where it runs (this machine,
+    or the profile's cluster), inside its own default output folders (a run here: its working folder's
+    ``./output``/``./checkpoints`` or ``NEMOTRON_DATA_DIR``/``NEMOTRON_CKPT_ROOT``), not a scratch output unless
+    that run was promoted. A version asked for by number is taken wherever it was made.
+
     The record found is checked with :func:`check_present`: a record of this machine whose folder was deleted is
     an error, never silently replaced by an older version.
 
@@ -195,11 +308,13 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
     if version is not None:
         rec = _read(name, version)
         return None if rec is None else check_present(rec)
+    scope = _SCOPE.get()
     for rec in _newest_first(name):
         # An artifact named after the config that made it (``teacher-reasoning`` by ``-c teacher-reasoning``)
         # is that config's only product: every consumer takes it.
         if rec is not None and (config is None or rec.get("config") in accepted_configs(config)
-                                or rec.get("config") == name or name.startswith(ANY_CONSUMER_PREFIXES)):
+                                or rec.get("config") == name or name.startswith(ANY_CONSUMER_PREFIXES)) \
+                and (scope is None or scope.why_not(rec) is None):
             return check_present(rec)
     return None
 
@@ -239,14 +354,15 @@ def _write_record(folder: Path, rec: dict[str, Any]) -> None:
     os.replace(tmp, folder / f"v{rec['version']}.json")
 
 
-def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
+def record(name: str, fields: dict[str, Any], at: float | None = None) -> dict[str, Any]:
     """Record what a run produced as artifact ``name`` (atomically) and return the record.
 
     ``fields`` must contain ``path``. When ``path`` holds a data prep ``manifest.json``, its SHA-256 is
     added as ``manifest_sha256``. A run whose output is one already recorded (same fields apart from
     :data:`VOLATILE` ones; for data, the same manifest: a rerun that found its output up to date) adds no
     version: that version is stamped ``latest_at`` = now, so it is the latest again, and returned.
-    Otherwise a new version, one more than the highest recorded.
+    Otherwise a new version, one more than the highest recorded. ``at``: when the run made it (seconds since the
+    epoch; a cluster job's end time), else now: the ``created`` / ``latest_at`` stamp that orders "latest".
 
     Raises:
         ValueError: ``fields`` has no ``path``.
@@ -259,7 +375,7 @@ def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     manifest = _manifest_sha256(fields["path"])
     if manifest is not None:
         fields.setdefault("manifest_sha256", manifest)
-    now = time.time()
+    now = time.time() if at is None else at
     for old in _newest_first(name):
         if _same_output(old, fields):
             old = {**old, "latest_at": now}
@@ -271,10 +387,22 @@ def record(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def used_line(key: str, artifact: str, value: Any) -> str:
-    """The line a run prints for config ``key`` resolved from ``artifact`` (``"pretrain-data v12"``) to
-    ``value``: ``[nemotron] data.per_split_data_args_path: artifact pretrain-data v12, /data/v2/blend.json``."""
-    return f"[nemotron] {key}: artifact {artifact}, {value}"
+def input_line(rec: Mapping[str, Any], keys: list[str]) -> str:
+    """The line a run and a dry run print first for each artifact its config takes (``rec``: the record resolved,
+    or a planned artifact of a ``pipe``), with the config ``keys`` set from it:
+    ``[nemotron] input pretrain-data v3: /data/v3 (made here:host by data_prep_pretrain -c tiny, job local,
+    2026-12-05 13:55:12) -> data.per_split_data_args_path``."""
+    name = rec.get("name") or "?"
+    if rec.get("version") is None:
+        return f"[nemotron] input {name} (planned: an earlier stage of this pipe writes it): {rec.get('path')}" + (
+            f" -> {', '.join(keys)}" if keys else "")
+    made = rec.get("latest_at") or rec.get("created")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(made)) if isinstance(made, (int, float)) else "?"
+    by = f" by {rec['stage']}" + (f" -c {rec['config']}" if rec.get("config") else "") if rec.get("stage") else ""
+    job = f", job {rec['job_id']}" if rec.get("job_id") else ""
+    where = rec.get("site") or "an unrecorded place"
+    return (f"[nemotron] input {name} v{rec['version']}: {rec.get('path')} (made on {where}{by}{job}, {when})"
+            + (f" -> {', '.join(keys)}" if keys else ""))
 
 
 def parse_ref(ref: str) -> tuple[str, int | None]:
@@ -290,6 +418,69 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
     if not v.isdigit() or int(v) < 1:
         raise ConfigError(f"artifact reference {ref!r}: version must be a positive integer (e.g. {name}:2)")
     return name, int(v)
+
+
+#: File in a submitted job's run folder: what to record when the job ends (:func:`record_at_end`).
+RECORD_FILE = "record.json"
+
+
+def output_problems(outputs: Mapping[str, Mapping[str, Any]], data: bool) -> list[str]:
+    """What keeps ``outputs`` (artifact name → fields) from being recorded, on this machine: each ``path`` /
+    ``*_path`` that does not exist; for a data stage (``data``) an output folder whose ``manifest.json`` (written
+    last) does not say ``"complete": true``. Empty: present and complete."""
+    out = []
+    for name, fields in outputs.items():
+        for key, value in fields.items():
+            if (key == "path" or key.endswith("_path")) and isinstance(value, str) and value \
+                    and not os.path.exists(value):
+                out.append(f"{name}: {value} does not exist")
+        folder = fields.get("path")
+        if data and isinstance(folder, str) and folder and os.path.isdir(folder):
+            try:
+                complete = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8")).get("complete") is True
+            except (OSError, ValueError, AttributeError):
+                complete = False
+            if not complete:
+                out.append(f"{name}: {folder} has no complete {MANIFEST}")
+    return out
+
+
+def record_at_end(run_dir: str | None = None) -> list[dict[str, Any]]:
+    """Called by a submitted job's entry when its stage ended with exit 0: record its artifacts now, when the job
+    ends, from ``<run folder>/record.json`` (written at submission where the job can reach the store: a local
+    profile's job, a Slurm job through a local tunnel; absent otherwise, and then ``status``/an attached run records
+    them, stamped with the job's end time). The planned fields are updated with ``outputs.json``; nothing is recorded
+    when :func:`output_problems` finds any (each said on stderr, in the job's log). Returns the records written."""
+    import sys
+
+    folder = run_dir or os.environ.get("NEMOTRON_RUN_DIR")
+    spec_file = Path(folder) / RECORD_FILE if folder else None
+    if spec_file is None or not spec_file.is_file():
+        return []
+    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    report = Path(folder) / OUTPUTS_FILE
+    outputs = merge_outputs(spec.get("outputs") or {}, report.read_text(encoding="utf-8") if report.is_file() else None)
+    problems = output_problems(outputs, bool(spec.get("data")))
+    for line in problems:
+        print(f"[nemotron] not recorded as an artifact: {line}", file=sys.stderr, flush=True)
+    if problems:
+        return []
+    set_root(Path(spec["store"]))
+    # Slurm's job id; a local profile's job (whose NeMo-Run app id is given after its files are staged): its
+    # experiment id
+    job_id = os.environ.get("SLURM_JOB_ID") or (spec.get("fields") or {}).get("experiment_id") or "?"
+    out = []
+    for name, fields in outputs.items():
+        try:
+            rec = record(name, {**fields, **(spec.get("fields") or {}), "job_id": job_id})
+        except OSError as exc:  # the store is not writable from here: the submitting side records it later
+            print(f"[nemotron] artifact {name} not recorded at job end: {spec['store']}: {exc.strerror or exc}; "
+                  "`status` or the attached run records it", file=sys.stderr, flush=True)
+            continue
+        print(f"[nemotron] artifact {name} v{rec['version']}: {rec['path']} (recorded at job end)", file=sys.stderr,
+              flush=True)
+        out.append(rec)
+    return out
 
 
 #: File in the run folder (``$NEMOTRON_RUN_DIR``) where a stage's runtime says what it actually wrote.

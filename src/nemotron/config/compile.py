@@ -505,6 +505,7 @@ class _Resolution:
     env: dict[str, str] = field(default_factory=dict)
     config: str | None = None
     used: dict[str, str] = field(default_factory=dict)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # ref -> the record (or planned fields) taken
 
 
 #: The resolution in progress (OmegaConf's resolvers are registered once, process-wide; they read this).
@@ -535,9 +536,13 @@ def _register_resolvers() -> None:
             made_by = f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config and version is None else ""
             if name.startswith(artifacts.ANY_CONSUMER_PREFIXES):  # a released RL blend's stage file
                 made_by = "; nemotron ultra3 data prep rl -c ultra-blends records it"
-            raise Unresolved(f"artifact {ref} does not exist yet{made_by}")
+            left = artifacts.skipped(name, config) if version is None else []
+            raise Unresolved(f"artifact {ref} does not exist yet{made_by}" + (
+                f" that this run can read (left out: {'; '.join(left[:3])}; pin one with ${{art:{name}:N,...}})"
+                if left else ""))
         _RESOLUTION.get().used[str(ref)] = (f"{name} (planned)" if rec.get("version") is None
                                             else f"{name} v{rec['version']}")
+        _RESOLUTION.get().records[str(ref)] = {"name": name, **rec}
         if fieldname not in rec:
             raise ConfigError(f"artifact {ref} has no field {fieldname!r}", f"fields: {', '.join(sorted(rec))}")
         return rec[fieldname]
@@ -663,6 +668,9 @@ class Compiled:
     overrides: list[str] = field(default_factory=list)
     planned_keys: set[str] = field(default_factory=set)
     artifact_keys: dict[str, str] = field(default_factory=dict)
+    #: the artifacts the config took, in key order: ``(record, [keys set from it])`` (a planned artifact of a
+    #: ``pipe`` has no ``version``); printed first by every run and dry run (:func:`input_lines`)
+    inputs: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
     #: where the command sends the job, as options to repeat in a hint (`` --run P --env-file F``; empty: here)
     launch_args: str = ""
 
@@ -781,11 +789,16 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     used = resolution.used
     artifact_keys = {k: used[ref] for k, v in leaves(tree) if isinstance(v, str)
                      for ref in used if f"${{art:{ref}," in v or f"${{art:{ref}}}" in v}
+    inputs: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    for k, v in leaves(tree):
+        for ref, rec in resolution.records.items():
+            if isinstance(v, str) and (f"${{art:{ref}," in v or f"${{art:{ref}}}" in v):
+                inputs.setdefault(ref, (rec, []))[1].append(k)
     default_labels = {SCHEMA, "default.yaml"} | ({base[0]} if base is not None else set())
     user_keys = {k for k, label in prov.items() if label not in default_labels}
     compiled = Compiled(stage=stage, config=resolved, provenance=prov, layers=layers, config_name=name,
                         unresolved=unresolved, user_keys=user_keys, profile_overrides=profile_overrides(overrides),
-                        artifact_keys=artifact_keys,
+                        artifact_keys=artifact_keys, inputs=list(inputs.values()),
                         overrides=list(overrides))
     compiled.config = _absolute_paths(compiled.config)
     compiled.planned_keys = {k for k, v in leaves(tree) if isinstance(v, str)
@@ -793,6 +806,12 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     if check_paths:
         _check_input_paths(compiled)
     return compiled
+
+
+def input_lines(compiled: Compiled) -> list[str]:
+    """One line per artifact ``compiled`` takes (:func:`nemotron.config.artifacts.input_line`: artifact, version,
+    path, where and when made, the keys set from it); what every run and dry run prints first."""
+    return [artifacts.input_line(rec, keys) for rec, keys in compiled.inputs]
 
 
 def _absolute_paths(tree: Any) -> Any:

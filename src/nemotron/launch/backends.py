@@ -10,7 +10,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from nemotron.config.artifacts import used_line
 from nemotron.errors import RESUMABLE
 from nemotron.launch import jobs, local, local_job, submit
 from nemotron.launch.execute import _job_env, run_dir, run_here
@@ -139,8 +138,6 @@ def start(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
     Raises:
         RuntimeFailure: the job could not be started or submitted.
     """
-    for key, artifact in sorted(compiled.artifact_keys.items()):  # what --dry-run tags "(from artifact ...)"
-        print(used_line(key, artifact, compiled.get(key)), file=sys.stderr)
     job, chosen = Job(req, compiled, profile, plan), backend(plan.executor)
     if chosen.runs_here:
         return chosen.run(job)

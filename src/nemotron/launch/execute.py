@@ -23,7 +23,7 @@ from nemotron.config.artifacts import home
 from nemotron.config.compile import write_yaml
 from nemotron.config.paths import repo_root
 from nemotron.errors import INTERRUPT_REPORTED_BY_PARENT, RESUMABLE, ConfigError, RuntimeFailure
-from nemotron.launch.plan import planned_outputs
+from nemotron.launch.plan import recorded_outputs
 from nemotron.profiles.schema import redact_text
 from nemotron.runtime.prestart import visible_gpus
 
@@ -298,7 +298,7 @@ def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
         return code
 
     report = folder / artifacts.OUTPUTS_FILE
-    outputs = artifacts.merge_outputs(planned_outputs(compiled), report.read_text() if report.is_file() else None)
+    outputs = artifacts.merge_outputs(recorded_outputs(compiled, profile, getattr(req, "latest", False)), report.read_text() if report.is_file() else None)
     for name, fields in outputs.items():
         art = artifacts.record(name, {**fields, "stage": plan.stage.name, "config": Path(plan.config_name).stem,
                                       "experiment_id": plan.experiment_id, "job_id": "local",

@@ -62,6 +62,7 @@ class JobRecord:
     config: str | None = None  # the -c name the job ran with (artifacts are matched by it)
     port: int | None = None  # SSH port of an ssh-tunnel profile
     identity: str | None = None  # SSH private key of an ssh-tunnel profile
+    work_dir: str | None = None  # the folder sbatch ran in (Slurm's WorkDir; a local tunnel's), None: not known
 
 
 def _folder() -> Path:
@@ -220,15 +221,84 @@ def _local_missing(rec: JobRecord, logs_only: bool = False) -> list[str]:
     return missing
 
 
+#: How far before our record of a submission (``JobRecord.submitted``: taken before sbatch ran) Slurm's own
+#: ``Submit`` time of the job may lie and still be this submission: Slurm keeps whole seconds; a cluster reached over
+#: ssh keeps its own clock (NTP keeps clocks within a second; a minute is allowed).
+SUBMIT_SLACK_S = {"ssh": 60.0}
+_DEFAULT_SLACK_S = 5.0
+
+
+class SchedulerUnreachable(RuntimeFailure):
+    """Slurm could not be asked about a job (``sacct``/``squeue`` failed: no ``SLURM_CONF``, no controller or
+    accounting daemon reachable, ssh refused)."""
+
+
+def _slurm_hint(rec: JobRecord) -> str:
+    if rec.tunnel == "ssh":
+        return (f"check that `ssh {rec.user + '@' if rec.user else ''}{rec.host} sacct` works from this machine "
+                "(BatchMode: a key, no password prompt)")
+    return ("point the Slurm commands at the cluster: export SLURM_CONF=/path/to/slurm.conf (or run on a login node "
+            "where `sacct` works); sacct also needs the accounting daemon (slurmdbd)")
+
+
+def _ask(rec: JobRecord, command: str, what: str) -> subprocess.CompletedProcess:
+    """Run a Slurm command about the job; a failure that is not "no such job" is :class:`SchedulerUnreachable`."""
+    out = _remote(rec, command)
+    if out.returncode != 0 and "Invalid job id" not in out.stderr:
+        said = next((ln.strip() for ln in reversed(out.stderr.splitlines()) if ln.strip()),
+                    f"exit status {out.returncode}")
+        raise SchedulerUnreachable(f"cannot ask Slurm about job {rec.job_id}: {what} failed: {said}", _slurm_hint(rec))
+    return out
+
+
+#: The job name that Slurm's accounting (22.05, seen on the local test cluster) holds for a job in its first
+#: second or so, before the job's own name arrives: the submit time alone ties such a row to the submission.
+_PLACEHOLDER_NAME = "allocation"
+
+
+def _this_submission(rec: JobRecord, rows: list[list[str]]) -> list[str] | None:
+    """The row (``[name, submit epoch, work dir, ...]``) of this submission among Slurm's rows for the job id: its
+    job name is the record's, its work dir the record's (when both are known), and it was submitted at or after the
+    record's submission (less :data:`SUBMIT_SLACK_S`), so an older job that had the same id (ids restart when a
+    controller's state is reset, while the accounting database keeps the old jobs) is never taken for it. The latest
+    such row (a requeued job has several)."""
+    slack = SUBMIT_SLACK_S.get(rec.tunnel, _DEFAULT_SLACK_S)
+    mine = []
+    for row in rows:
+        if len(row) < 4 or (rec.job_name and row[0] not in (rec.job_name, _PLACEHOLDER_NAME)):
+            continue
+        if rec.work_dir and row[2].strip() and os.path.normpath(row[2].strip()) != os.path.normpath(rec.work_dir):
+            continue
+        try:
+            submitted = float(row[1])
+        except ValueError:
+            continue
+        if not rec.submitted or submitted >= rec.submitted - slack:
+            mine.append((submitted, row))
+    return max(mine, key=lambda m: m[0])[1] if mine else None
+
+
+def unknown_reason(rec: JobRecord) -> str:
+    """Why a Slurm job's state is ``UNKNOWN``: neither ``sacct`` nor ``squeue`` holds a job of that id with this
+    submission's name and time (one line, for ``status`` and ``why``)."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.submitted)) if rec.submitted else "?"
+    return (f"Slurm (sacct and squeue) holds no job {rec.job_id} named {rec.job_name} submitted at or after {when}: "
+            "its record was purged, or the controller's state was reset and the id now names another job")
+
+
 def state(rec: JobRecord) -> tuple[str, str]:
-    """``(state, exit code)`` of the job's allocation from sacct (``PENDING``/``RUNNING`` from squeue
-    while sacct has no record yet, which happens for a second or so after sbatch returns). For a job
+    """``(state, exit code)`` of this submission's allocation from sacct (``PENDING``/``RUNNING`` from squeue
+    while sacct has no record yet, which happens for a second or so after sbatch returns); ``UNKNOWN`` when neither
+    holds it (:func:`unknown_reason`). Every lookup is tied to this submission (:func:`_this_submission`: the job
+    name, the work dir and the submit time), so a terminal state of an older job with the same id is never taken. For a job
     on a Ray cluster, the Ray job status in the same words (SUCCEEDED is COMPLETED, STOPPED CANCELLED).
 
     Raises:
         JobFilesMissing: the job's run folder or log folder (or a ``local`` profile's ``local-job.json``) is
             gone: the message names the path and the state Slurm reports, if any.
-        RuntimeFailure: Slurm or the Ray cluster cannot be asked.
+        SchedulerUnreachable: sacct or squeue failed (no ``SLURM_CONF``, daemons down, ssh refused): says how to
+            point at the cluster.
+        RuntimeFailure: the Ray cluster cannot be asked.
     """
     if rec.tunnel == "ray":
         status = str(_ray_client(rec).get_job_status(rec.job_id)).rsplit(".", 1)[-1]
@@ -240,26 +310,32 @@ def state(rec: JobRecord) -> tuple[str, str]:
             raise _missing_error(rec, missing)
         st, code = local_job.status(rec.run_dir)
         return st, "" if code is None else str(code)
-    out = _remote(rec, f"sacct -n -X -P -j {shlex.quote(rec.job_id)} -o State,ExitCode; {_folder_check(rec)}")
+    job = shlex.quote(rec.job_id)
+    # -D: every job that had this id (sacct otherwise shows only the most recent one); epoch submit times
+    # (the folder check rides on the same round trip; the exit status stays sacct's)
+    out = _ask(rec, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {job} -o JobName,Submit,WorkDir,State,ExitCode; "
+                    f"rc=$?; {_folder_check(rec) or 'true'}; exit $rc", "sacct")
     lines, missing = _split_missing(out.stdout)
-    line = next((ln for ln in lines if ln.strip()), "")
-    if line:
-        st, _, code = line.partition("|")
-        st = st.split()[0]
+    row = _this_submission(rec, [ln.split("|") for ln in lines if ln.strip()])
+    if row is not None and len(row) >= 5:
+        st, code = row[3].split()[0] if row[3].strip() else "UNKNOWN", row[4]
     else:
-        q = _remote(rec, f"squeue -h -j {shlex.quote(rec.job_id)} -o %T")
-        st, code = (q.stdout.strip().splitlines()[0] if q.stdout.strip() else "UNKNOWN"), ""
+        q = _ask(rec, f"SLURM_TIME_FORMAT=%s squeue -h -j {job} -o '%j|%V|%Z|%T'", "squeue")
+        qrow = _this_submission(rec, [ln.split("|") for ln in q.stdout.splitlines() if ln.strip()])
+        st, code = (qrow[3].strip() if qrow is not None and len(qrow) >= 4 else "UNKNOWN"), ""
     if missing:
         known = f", Slurm state {st}" + (f" (exit code {code})" if code else "") if st != "UNKNOWN" else ""
         raise _missing_error(rec, missing, known)
     return st, code
 
 
-def status_lines(rec: JobRecord, st: str, code: str) -> list[str]:
+def status_lines(rec: JobRecord, st: str, code: str, reason: str | None = None) -> list[str]:
     """What ``status`` prints: ``name: value`` lines, one per field, so that no terminal width ever wraps a job
-    id, an experiment id or a path in the middle (they are copied into ``logs``/``cancel`` and shells)."""
+    id, an experiment id or a path in the middle (they are copied into ``logs``/``cancel`` and shells); ``reason``
+    (why the state is what it is, e.g. :func:`unknown_reason`) follows the state when given."""
     fields = [("job", rec.job_id), ("experiment", rec.experiment_id), ("stage", rec.title), ("profile", rec.profile),
-              ("state", st), ("exit code", code or "-"), ("run folder", rec.run_dir), ("logs", rec.log_dir)]
+              ("state", st), *([("reason", reason)] if reason else []), ("exit code", code or "-"),
+              ("run folder", rec.run_dir), ("logs", rec.log_dir)]
     width = max(len(k) for k, _ in fields) + 1
     return [f"{k + ':':<{width}} {v}" for k, v in fields]
 
@@ -269,8 +345,10 @@ def started(rec: JobRecord) -> bool:
     0, and a ``Start`` time all the same). Jobs on a Ray cluster or a ``local`` profile: True."""
     if rec.tunnel in ("ray", LOCAL_EXECUTOR):
         return True
-    out = _remote(rec, f"sacct -n -X -P -j {shlex.quote(rec.job_id)} -o AllocNodes")
-    nodes = next((ln.strip() for ln in out.stdout.splitlines() if ln.strip()), "0")
+    out = _ask(rec, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {shlex.quote(rec.job_id)} -o JobName,Submit,WorkDir,AllocNodes",
+               "sacct")
+    row = _this_submission(rec, [ln.split("|") for ln in out.stdout.splitlines() if ln.strip()])
+    nodes = row[3].strip() if row is not None else "0"
     return not nodes.isdigit() or int(nodes) > 0
 
 
@@ -335,15 +413,40 @@ def redactor(rec: JobRecord, keep_colour: bool = False):
     return clean
 
 
+#: How long :func:`follow` waits through Slurm not answering, or not knowing the submission, before it says so.
+FOLLOW_PATIENCE_S = 120.0
+
+
 def follow(rec: JobRecord, *, poll_s: float = 1.0, stream=None) -> tuple[str, str]:
-    """Stream the job's task log until Slurm reports a terminal state; returns ``(state, exit code)``."""
+    """Stream the job's task log until Slurm reports a terminal state of this submission; returns
+    ``(state, exit code)``.
+
+    Raises:
+        SchedulerUnreachable: Slurm could not be asked for :data:`FOLLOW_PATIENCE_S` seconds in a row.
+        RuntimeFailure: Slurm held no record of this submission for that long (:func:`unknown_reason`).
+    """
     stream = stream or sys.stdout
     redact = redactor(rec, keep_colour=stream.isatty())
     offsets: dict[str, int] = {}
     st, code = "PENDING", ""
     last_state = None
+    failing_since = unknown_since = None
     while True:
-        st, code = state(rec)
+        try:
+            st, code = state(rec)
+        except SchedulerUnreachable:  # a controller restarting: wait a while, then say so
+            failing_since = failing_since or time.monotonic()
+            if time.monotonic() - failing_since > FOLLOW_PATIENCE_S:
+                raise
+            time.sleep(poll_s)
+            continue
+        failing_since = None
+        # no record of this submission at all (its id reused by a reset controller): never waits forever
+        unknown_since = (unknown_since or time.monotonic()) if st == "UNKNOWN" else None
+        if unknown_since is not None and time.monotonic() - unknown_since > FOLLOW_PATIENCE_S:
+            raise RuntimeFailure(f"job {rec.job_id}: {unknown_reason(rec)}",
+                                 f"its logs, if any: {rec.log_dir}; `nemotron {rec.job_name.split('-', 1)[0]} why "
+                                 f"{rec.experiment_id}` once Slurm knows it")
         if st != last_state:
             print(f"[nemotron] job {rec.job_id}: {st}", file=sys.stderr, flush=True)
             last_state = st
@@ -418,10 +521,64 @@ def cancel(rec: JobRecord) -> None:
         raise RuntimeFailure(f"scancel {rec.job_id} failed: {out.stderr.strip() or out.stdout.strip()}")
 
 
+#: What :func:`_output_check` prints for an output path that is not there / a data output not finished.
+_ABSENT_TAG, _UNFINISHED_TAG = "nemotron-absent:", "nemotron-unfinished:"
+
+
+def _path_fields(fields: dict) -> list[str]:
+    """The paths an artifact's fields name (``path`` and every ``*_path``): each must exist for it to be recorded."""
+    return [str(v) for k, v in fields.items() if (k == "path" or k.endswith("_path")) and isinstance(v, str) and v]
+
+
+def _output_check(outputs: dict[str, dict], data: bool) -> str:
+    """A shell line printing :data:`_ABSENT_TAG` + path for each output path that does not exist and, for a data
+    stage (``data``), :data:`_UNFINISHED_TAG` + folder for an output folder whose ``manifest.json`` (written last)
+    does not say ``"complete": true``."""
+    parts = []
+    for fields in outputs.values():
+        for path in _path_fields(fields):
+            parts.append(f"test -e {shlex.quote(path)} || echo {shlex.quote(_ABSENT_TAG + path)}")
+        folder = fields.get("path")
+        if data and isinstance(folder, str) and folder:
+            manifest = shlex.quote(f"{folder}/{artifacts.MANIFEST}")
+            parts.append(f"grep -Eq '\"complete\": *true' {manifest} 2>/dev/null || "
+                         f"echo {shlex.quote(_UNFINISHED_TAG + folder)}")
+    return "; ".join(parts) or "true"
+
+
+def ended_at(rec: JobRecord) -> float | None:
+    """When this submission ended (seconds since the epoch): sacct's ``End`` of its row (:func:`_this_submission`),
+    a ``local`` profile's supervisor record; None when not known (a Ray job, a job not ended)."""
+    if rec.tunnel == "ray":
+        return None
+    if rec.tunnel == LOCAL_EXECUTOR:
+        ended = local_job.read_state(rec.run_dir).get("ended")
+        return float(ended) if isinstance(ended, (int, float)) else None
+    out = _remote(rec, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {shlex.quote(rec.job_id)} -o JobName,Submit,WorkDir,End")
+    row = _this_submission(rec, [ln.split("|") for ln in out.stdout.splitlines() if ln.strip()])
+    try:
+        return float(row[3]) if row is not None else None
+    except ValueError:  # "Unknown": not ended
+        return None
+
+
 def record_outputs(rec: JobRecord) -> list[dict]:
-    """Record the job's artifacts in the store (once), after Slurm reported COMPLETED."""
+    """Record the job's artifacts in the store (once), after its scheduler reported COMPLETED, stamped with the
+    time the job ended (:func:`ended_at`; not the time a command looked), and only when what it names is there:
+    every path of every artifact exists, and a data stage's output folder holds its ``manifest.json`` saying
+    ``"complete": true`` (checked where the job ran: here, or over ssh). A job on a Ray cluster is not checked
+    (its storage is the Ray cluster's).
+
+    Returns: the records written (each as :func:`nemotron.config.artifacts.record` returns it).
+
+    Raises:
+        RuntimeFailure: an output is absent or unfinished: nothing of this job is recorded; the message names the
+            artifact and the path.
+    """
     if rec.recorded or not rec.outputs:
         return []
+
+    from nemotron.config.registry import STAGES
 
     # where the submitting command kept its records: the [artifacts] root of the env.toml it read
     use_env_file(rec.env_file if rec.env_file and os.path.isfile(rec.env_file) else None)
@@ -429,9 +586,24 @@ def record_outputs(rec: JobRecord) -> list[dict]:
     actual = None if rec.tunnel == "ray" else _remote(rec, f"cat {shlex.quote(rec.run_dir + '/' + artifacts.OUTPUTS_FILE)} "
                                                            "2>/dev/null").stdout
     outputs = artifacts.merge_outputs(rec.outputs, actual)
+    if rec.tunnel != "ray":
+        data = any(s.name == rec.stage and s.kind == "data" for s in STAGES)
+        said = _remote(rec, _output_check(outputs, data)).stdout.splitlines()
+        absent = [ln[len(_ABSENT_TAG):] for ln in said if ln.startswith(_ABSENT_TAG)]
+        unfinished = [ln[len(_UNFINISHED_TAG):] for ln in said if ln.startswith(_UNFINISHED_TAG)]
+        if absent or unfinished:
+            names = {p: n for n, fields in outputs.items() for p in _path_fields(fields)}
+            what = "; ".join([*(f"{names.get(p, 'output')}: {p} does not exist" for p in absent),
+                              *(f"{names.get(p, 'output')}: {p} has no complete {artifacts.MANIFEST}"
+                                for p in unfinished)])
+            raise RuntimeFailure(f"job {rec.job_id} ({rec.experiment_id}) ended COMPLETED but its output is not "
+                                 f"there: {what}; not recorded as an artifact",
+                                 f"read its log (nemotron {rec.job_name.split('-', 1)[0]} logs {rec.job_id}); "
+                                 "run the stage again to make it")
+    at = ended_at(rec)
     out = [artifacts.record(name, {**fields, "stage": rec.stage, "config": rec.config,
                                    "experiment_id": rec.experiment_id, "job_id": rec.job_id,
-                                   "config_hash": rec.config_hash})
+                                   "config_hash": rec.config_hash}, at=at)
            for name, fields in outputs.items()]
     rec.recorded = True
     save(rec)

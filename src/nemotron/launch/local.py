@@ -15,7 +15,7 @@ from nemotron.errors import RuntimeFailure
 from nemotron.launch import execute, jobs, submit
 from nemotron.launch.local_job import START_TIMEOUT_S, STATE_FILE, _write, cancel, read_state
 from nemotron.launch.nemo_run import _import_nemo_run
-from nemotron.launch.plan import planned_outputs
+from nemotron.launch.plan import recorded_outputs
 
 
 def _host_python_env(profile: Any, plan: Any) -> dict[str, str]:
@@ -107,7 +107,7 @@ def submit_local(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
     jobs.save(jobs.JobRecord(
         experiment_id=plan.experiment_id, job_id=state["app_id"], stage=plan.stage.name, title=plan.stage.title,
         profile=profile.name, env_file=str(profile.source), run_dir=str(rdir), log_dir=state["log_dir"],
-        job_name=plan.job_name, tunnel=jobs.LOCAL_EXECUTOR, outputs=planned_outputs(compiled),
+        job_name=plan.job_name, tunnel=jobs.LOCAL_EXECUTOR, outputs=recorded_outputs(compiled, profile, getattr(req, "latest", False)),
         config_hash=compiled.config_hash(), config=Path(plan.config_name).stem,
     ))
     return state["app_id"]

@@ -201,3 +201,20 @@ def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
     named = compiled.get("output_artifact")
     names = (str(named),) if isinstance(named, str) and named else compiled.stage.produces
     return {artifact: dict(fields) for artifact in names}
+
+
+def recorded_outputs(compiled: Compiled, profile: Any, promoted: bool = False) -> dict[str, dict[str, Any]]:
+    """:func:`planned_outputs` with the fields that scope each record (:func:`nemotron.config.artifacts.scope_fields`:
+    ``site`` where the job runs, ``scratch`` when its path lies outside the default output folders of the job's
+    environment; ``promoted``: ``--latest`` asked it to be the latest all the same): what a run, a Slurm job, a Ray
+    job and a local job record when they end."""
+    import os
+
+    from nemotron.config import artifacts
+
+    executor = getattr(profile, "executor", None) if profile is not None else None
+    host = (getattr(profile, "address", None) if executor == "ray" else getattr(profile, "host", None)) \
+        if profile is not None else None
+    env = {**os.environ, **(profile.storage_env() if profile is not None else {})}
+    return {name: {**fields, **artifacts.scope_fields(executor, host, env, fields.get("path"), promoted)}
+            for name, fields in planned_outputs(compiled).items()}

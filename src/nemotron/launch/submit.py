@@ -18,21 +18,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import os
 import shlex
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
-from nemotron.config import yamlio
+from nemotron.config import artifacts, yamlio
 from nemotron.config.artifacts import home
 from nemotron.config.paths import stages_dir
 from nemotron.errors import ConfigError, NemotronError, RuntimeFailure
 from nemotron.launch import execute, jobs
 from nemotron.launch.nemo_run import _import_nemo_run
-from nemotron.launch.plan import planned_outputs
+from nemotron.launch.plan import recorded_outputs
 from nemotron.profiles.schema import DEFAULT_TIME, shell_safe_root
 from nemotron.runtime.dispatch import REQUEUE_MARKER_ENV
 from nemotron.validation.cluster import _under, warning_signal_problem
@@ -411,6 +413,13 @@ def stage_files(tunnel: Any, req: Any, compiled: Any, profile: Any, plan: Any) -
 
     files = {"train.yaml": yamlio.dumps(compiled.config),
              "job.yaml": yamlio.dumps(execute.provenance(req, compiled, profile, plan))}
+    if getattr(profile, "tunnel", "local") != "ssh":  # the job runs where this machine's store is: it records at end
+        files[artifacts.RECORD_FILE] = json.dumps({
+            "store": str(artifacts.store()), "data": plan.stage.kind == "data",
+            "outputs": recorded_outputs(compiled, profile, getattr(req, "latest", False)),
+            "fields": {"stage": plan.stage.name, "config": Path(plan.config_name).stem,
+                       "experiment_id": plan.experiment_id, "config_hash": compiled.config_hash()}},
+            indent=2, sort_keys=True, default=str)
     secrets = profile.secret_values()
     if secrets:
         files["secrets.env"] = "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items()))
@@ -569,6 +578,8 @@ def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies
 
     for i in range(1 + plan.chain):
         p = plan if i == 0 else dataclasses.replace(plan, experiment_id=f"{plan.experiment_id}-c{i}")
+        # taken before sbatch: Slurm's Submit time of this job is not earlier (jobs.state ties lookups to it)
+        submitted = time.time()
         job_id = sbatch(p, profile, req.mode, lambda ex, p=p: _stage_files(ex, req, compiled, profile, p),
                         lambda p=p: _task(run, p, profile), dependencies if i == 0 else None, singleton=i > 0)
         exp_dir = f"{root}/experiments/{p.job_name}/{p.experiment_id}/{task_name(p)}"
@@ -578,7 +589,10 @@ def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies
             job_name=f"{p.stage.recipe}-{task_name(p)}", tunnel=getattr(profile, "tunnel", "local") or "local",
             host=getattr(profile, "host", None), user=getattr(profile, "user", None),
             port=getattr(profile, "port", None), identity=getattr(profile, "identity", None),
-            outputs=planned_outputs(compiled), config_hash=compiled.config_hash(), config=Path(p.config_name).stem,
+            outputs=recorded_outputs(compiled, profile, getattr(req, "latest", False)), config_hash=compiled.config_hash(), config=Path(p.config_name).stem,
+            submitted=submitted,
+            # sbatch runs in this folder through a local tunnel (Slurm's WorkDir); over ssh it is the remote side's
+            work_dir=os.getcwd() if (getattr(profile, "tunnel", "local") or "local") == "local" else None,
         ))
         ids.append(job_id)
 
@@ -640,6 +654,6 @@ def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
         experiment_id=plan.experiment_id, job_id=job_id, stage=plan.stage.name, title=plan.stage.title,
         profile=profile.name, env_file=str(profile.source), run_dir="(the Ray job's working directory)",
         log_dir="(kept by the Ray cluster)", job_name=plan.job_name, tunnel="ray", host=profile.address,
-        outputs=planned_outputs(compiled), config_hash=compiled.config_hash(), config=Path(plan.config_name).stem,
+        outputs=recorded_outputs(compiled, profile, getattr(req, "latest", False)), config_hash=compiled.config_hash(), config=Path(plan.config_name).stem,
     ))
     return job_id

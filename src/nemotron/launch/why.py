@@ -5,7 +5,9 @@ final state and exit code (``sacct``, or a ``local`` profile's supervisor record
 and our run record (:class:`nemotron.launch.jobs.JobRecord`). ``--log FILE`` classifies files alone.
 
 How a cause is chosen: the scheduler's own verdicts first (walltime, preemption, node failure, the cgroup's
-out-of-memory killer, a cancellation), since a job killed from outside leaves the last word to Slurm; then the
+out-of-memory killer), since a job killed from outside leaves the last word to Slurm; then a cancellation (state
+``CANCELLED``: whatever the log shows on the way out, a saved checkpoint and exit 75 included, is listed as
+``also``, never the cause); then the
 first of the log patterns below in the order of :data:`CAUSES`, which lists root causes before their consequences
 (an out-of-memory rank makes the other ranks' collectives time out: the OOM is named, the NCCL timeout listed as
 ``also``); a Python traceback last, named by its exception and the first frame in our code (``src/nemotron`` or
@@ -190,21 +192,22 @@ def classify(text: str, state: str | None = None, exit_code: str | None = None,
     st = (state or "").split()[0].upper() if state else ""
     if st in _STATE_CAUSE and _STATE_CAUSE[st] not in found:
         found[_STATE_CAUSE[st]] = f"{scheduler_name} state {st}" + (f" (exit code {exit_code})" if exit_code else "")
-    if exit_code and exit_code.split(":")[0] == "75" and "resumable-stop" not in found:
+    cancelled = st.startswith("CANCELLED")
+    if exit_code and exit_code.split(":")[0] == "75" and "resumable-stop" not in found and not cancelled:
         found["resumable-stop"] = f"exit code {exit_code}"
     tb = traceback_summary(lines)
     order = [c.id for c in CAUSES]
     scheduler = [c for c in _SCHEDULER if c in found]
     if scheduler:
         chosen = scheduler[0]
+    elif cancelled:  # a cancel is a cancel: what the log shows (a save on the way out, exit 75) is listed as also
+        chosen = "cancelled"
     elif found:
         chosen = min(found, key=order.index)
         if chosen == "stage-error" and "python-exception" in found and tb and not tb["frame_is_ours"]:
             chosen = "python-exception"
     elif st == "COMPLETED":
         chosen = "completed"
-    elif st.startswith("CANCELLED"):
-        chosen = "cancelled"
     else:
         chosen = "unknown"
     base = {"state": st or None, "exit_code": exit_code or None,
@@ -255,7 +258,8 @@ def explain_job(ident: str | None) -> dict[str, Any]:
     """:func:`classify` of a submitted job: its logs, its Slurm (or local supervisor) state and our record.
 
     Raises:
-        ConfigError: no such job; RuntimeFailure: Slurm cannot be asked.
+        ConfigError: no such job; SchedulerUnreachable (a RuntimeFailure): Slurm cannot be asked (no
+        ``SLURM_CONF``, daemons down): the message says how to point at it; never a silent ``UNKNOWN``.
     """
     from pathlib import Path
 
@@ -279,7 +283,10 @@ def explain_job(ident: str | None) -> dict[str, Any]:
         files = []
     scheduler_name = {"ray": "Ray", jobs.LOCAL_EXECUTOR: "local executor"}.get(rec.tunnel, "Slurm")
     out = classify("\n".join(texts), st, code, scheduler_name)
-    if st not in jobs.TERMINAL and st != "UNKNOWN":
+    if st == "UNKNOWN" and rec.tunnel not in ("ray", jobs.LOCAL_EXECUTOR):
+        out.update(title="Slurm holds no record of this submission", evidence=jobs.unknown_reason(rec),
+                   hint=f"the log, if any, is in {rec.log_dir}: nemotron ultra3 why --log FILE classifies it")
+    elif st not in jobs.TERMINAL and st != "UNKNOWN":
         out["title"] = f"the job has not ended ({st}); so far: " + out["title"]
     return {"job": rec.job_id, "experiment": rec.experiment_id, "stage": rec.title, "sources": files, **out}
 

@@ -209,7 +209,14 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
             print(f"{stage}: the {name} runtime of this stage is not available yet in this version", file=sys.stderr)
             return 1
         code = _call(backend.runtime, cfg)
+        if code == 0:  # a submitted job records its artifacts when it ends (config.artifacts.record_at_end)
+            from nemotron.config.artifacts import record_at_end
 
+            try:
+                record_at_end()
+            except (OSError, ValueError, KeyError) as exc:  # said; the submitting side records it when it looks
+                print(f"[nemotron] artifacts not recorded at job end ({type(exc).__name__}: {exc}); `status` or the "
+                      "attached run records them", file=sys.stderr, flush=True)
         if code == RESUMABLE:
             mark_stopped(stage)
         return code
