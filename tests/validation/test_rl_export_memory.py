@@ -14,7 +14,7 @@ from nemotron.config.compile import compile_config
 from nemotron.config.registry import get_stage
 from nemotron.errors import ConfigError
 from nemotron.layout import rules
-from nemotron.layout.views import host_memory, rl_export_params, slurm_mem_bytes
+from nemotron.layout import views
 from nemotron.profiles.load import load_profile
 from nemotron import validation
 from nemotron.runtime import nemo_rl, prestart
@@ -54,17 +54,17 @@ def test_rule_errors_below_the_need_warns_when_unknown_and_holds_above():
 
 
 def test_slurm_mem_sizes_in_bytes():
-    assert slurm_mem_bytes(500000) == 500000 * 2**20  # an integer is MB
-    assert slurm_mem_bytes("2T") == 2 * 2**40 and slurm_mem_bytes("1536g") == 1536 * 2**30
-    assert slurm_mem_bytes("1000") == 1000 * 2**20 and slurm_mem_bytes("64K") == 64 * 2**10
-    assert slurm_mem_bytes(0) is None and slurm_mem_bytes("0G") is None and slurm_mem_bytes(None) is None
+    assert views.slurm_mem_bytes(500000) == 500000 * 2**20  # an integer is MB
+    assert views.slurm_mem_bytes("2T") == 2 * 2**40 and views.slurm_mem_bytes("1536g") == 1536 * 2**30
+    assert views.slurm_mem_bytes("1000") == 1000 * 2**20 and views.slurm_mem_bytes("64K") == 64 * 2**10
+    assert views.slurm_mem_bytes(0) is None and views.slurm_mem_bytes("0G") is None and views.slurm_mem_bytes(None) is None
 
 
 # ------------------------------------------------------------------------------------------ the profile key
 def test_profile_key_host_memory_is_parsed_and_checked(tmp_path):
     p = _profile(tmp_path, "host_memory = 2048\n")
     assert p.host_memory == 2048 and p.redacted()["host_memory"] == 2048
-    assert host_memory(p).bytes == 2048 * 10**9 and host_memory(p).key == "profile.c.host_memory"
+    assert views.host_memory(p).bytes == 2048 * 10**9 and views.host_memory(p).key == "profile.c.host_memory"
     assert _profile(tmp_path, "", {"host_memory": "1536"}).host_memory == 1536  # profile.host_memory=1536
     with pytest.raises(ConfigError, match=r"env.toml:5: profile 'c': host_memory: 0 must be > 0"):
         _profile(tmp_path, "host_memory = 0\n")
@@ -72,9 +72,9 @@ def test_profile_key_host_memory_is_parsed_and_checked(tmp_path):
         _profile(tmp_path, 'host_memory = "2T"\n')
     # Slurm's mem, when a size, is what the job gets and wins; mem = 0 (all of the node) falls back to host_memory
     both = _profile(tmp_path, 'mem = "512G"\nhost_memory = 2048\n')
-    assert host_memory(both).bytes == 512 * 2**30 and host_memory(both).key == "profile.c.mem"
-    assert host_memory(_profile(tmp_path, 'mem = 0\nhost_memory = 2048\n')).bytes == 2048 * 10**9
-    assert host_memory(_profile(tmp_path, "mem = 0\n")).bytes is None
+    assert views.host_memory(both).bytes == 512 * 2**30 and views.host_memory(both).key == "profile.c.mem"
+    assert views.host_memory(_profile(tmp_path, 'mem = 0\nhost_memory = 2048\n')).bytes == 2048 * 10**9
+    assert views.host_memory(_profile(tmp_path, "mem = 0\n")).bytes is None
 
 
 # ------------------------------------------------------------------------------------------ the dry-run's check
@@ -97,7 +97,7 @@ def test_dry_run_warns_when_the_node_memory_is_unknown_and_skips_when_nothing_is
     _, [warn] = _validate("rlvr", "tiny", None)  # no profile: unknown too; the 4-layer slice needs 72 GB
     assert "35.8 B parameters x 2 bytes (BF16) = 72 GB" in warn.message and "(no profile)" in warn.message
     cfg, found = _validate("rlvr", "default", _profile(tmp_path, 'mem = "512G"\n'), {"checkpointing.enabled": False})
-    assert found == [] and rl_export_params(cfg) is None  # checkpointing off: the run exports nothing
+    assert found == [] and views.rl_export_params(cfg) is None  # checkpointing off: the run exports nothing
 
 
 # ------------------------------------------------------------------------------------------ the job-start check
