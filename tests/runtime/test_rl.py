@@ -620,7 +620,7 @@ def test_v5_checkpoints_get_v4_views_and_the_config_points_at_them(tmp_path):
 
 def test_precheck_says_each_problem_in_one_line(tmp_path):
     cfg, _, _ = checked("rlvr", "tiny", {"policy.model_name": str(tmp_path / "missing")})
-    lines = nemo_rl.precheck(cfg, importable=lambda m: False, gpus=4)
+    lines = nemo_rl.precheck(cfg, importable=lambda m: False, gpus=4, host_memory=lambda: (10**12, "a 1 TB node"))
     assert len(lines) == 4 and all("\n" not in line for line in lines)
     assert lines[0].startswith("NeMo RL not available: nemo_rl is not importable here")
     assert lines[1].startswith("NeMo RL not available: vllm is not importable here")
@@ -628,7 +628,17 @@ def test_precheck_says_each_problem_in_one_line(tmp_path):
     assert lines[3].startswith("cluster.gpus_per_node=8: this node shows 4 GPU(s)")
     ckpt = _checkpoint(tmp_path / "ckpt", "v4")
     cfg, _, _ = checked("rlvr", "tiny", {"policy.model_name": str(ckpt)})
-    assert nemo_rl.precheck(cfg, importable=lambda m: True, gpus=8) == []
+    assert nemo_rl.precheck(cfg, importable=lambda m: True, gpus=8, host_memory=lambda: (10**12, "a 1 TB node")) == []
+    # the 4-layer slice's export holds 35.8 B x 2 bytes = 72 GB: a 64 GB node is refused before NeMo RL trains
+    [line] = nemo_rl.precheck(cfg, importable=lambda m: True, gpus=8, host_memory=lambda: (64 * 10**9, "a 64 GB node"))
+    assert "= 72 GB of host RAM" in line and "more than the 64 GB of a 64 GB node" in line
+
+
+def nemotron_src() -> str:
+    """The folder this test imports ``nemotron`` from, so that a child Python runs the same source."""
+    import nemotron
+
+    return str(Path(nemotron.__file__).resolve().parents[1])
 
 
 def test_entry_script_fails_with_one_clear_line_here(tmp_path):
@@ -640,13 +650,17 @@ def test_entry_script_fails_with_one_clear_line_here(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     proc = subprocess.run([sys.executable, str(STAGES / "rlvr" / "run.py"), "--config", str(path)],
                           capture_output=True, text=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin",
-                                                                           "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"})
+                                                                           "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+                                                                           # the source under test, as imported here
+                                                                           "PYTHONPATH": nemotron_src()})
     assert proc.returncode == 1
+    # and, on a machine with less RAM than the slice's export holds (72 GB), the rl-export-host-memory line
+    memory = [f"ultra3 rlvr: {line}" for line in nemo_rl.export_memory_problems(cfg)]
     assert proc.stderr.splitlines() == [
         ("ultra3 rlvr: NeMo RL not available: nemo_rl is not importable here; this stage runs inside the NeMo RL "
          "container (image nemo-rl:main-ultra)"),
         ("ultra3 rlvr: NeMo RL not available: vllm is not importable here; this stage runs inside the NeMo RL "
-         "container (image nemo-rl:main-ultra)")]
+         "container (image nemo-rl:main-ultra)")] + memory
     assert "Traceback" not in proc.stdout + proc.stderr
 
 

@@ -79,7 +79,8 @@ def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Proble
 
 
 _PROFILE_KEYS = ("executor", "account", "partition", "run_partition", "batch_partition", "qos", "reservation", "time",
-                 "exclusive", "gpus_per_node", "gpu", "gpu_arch", "gpu_memory", "cpus_per_node", "mem", "container",
+                 "exclusive", "gpus_per_node", "gpu", "gpu_arch", "gpu_memory", "host_memory", "cpus_per_node", "mem",
+                 "container",
                  "mounts", "tunnel", "host", "user", "job_dir", "address")
 
 

@@ -442,6 +442,46 @@ def serving_memory(weights_gb: float, state_gb: float, allowance_gb: float, gpu_
     return [Problem(key=key, value=value, message=msg, valid=valid, rule="serving-memory", severity=severity)]
 
 
+#: Bytes a parameter takes in host RAM and in the files NeMo RL's Hugging Face export reads and writes: BF16, the
+#: dtype of the Megatron model Megatron-Bridge builds for NemotronH and of the safetensors it saves.
+EXPORT_BYTES_PER_PARAM = 2
+
+
+@rule("rl-export-host-memory", "NeMo RL's Hugging Face export after RLVR/MOPD holds the whole policy in the host RAM "
+      "of one process on the Ray head's node: params x 2 bytes (BF16) must fit the node's memory",
+      "NeMo RL examples/converters/convert_megatron_to_hf.py -> nemo_rl/models/megatron/community_import.py "
+      "export_model_from_megatron (one process: gloo temporary_distributed_context on CPU, "
+      "bridge.load_megatron_model, then save_hf_pretrained); convert_dcp_to_hf.py -> nemo_rl/utils/native_checkpoint.py "
+      "convert_dcp_to_hf (dcp_to_torch_save, then torch.load of the whole state dict); parameters: "
+      "nemotron.config.catalogue.param_count (Ultra 560.5 B)", "NeMo RL main 7ea279a")
+def rl_export_host_memory(params: int, available_bytes: int | None, key: str, value: Any, where: str,
+                          fix: str, severity_unknown: str = "warning") -> list[Problem]:
+    """The Ray head's node against the host RAM NeMo RL's export needs (what :func:`nemotron.runtime.nemo_rl.finish`
+    runs after training): ``params`` (elements, total incl. MTP) x :data:`EXPORT_BYTES_PER_PARAM` bytes, a lower
+    bound (no margin is added: no pinned source states the converter's peak above the weights it holds). The one
+    process reads about that many bytes of Megatron weights (the checkpoint's optimizer state is not read) and
+    writes as many of Hugging Face safetensors.
+
+    ``available_bytes``: the RAM a process may use there (None: unknown); ``where`` says where that figure comes
+    from (``Slurm mem = '512G' of profile cluster``, ``this node (/proc/meminfo MemTotal)``); ``key`` /
+    ``value`` the key that sets it (or would); ``fix`` the hint. Returns an error when the figure is known and
+    below the need, a ``severity_unknown`` problem (default a warning) when it is unknown, nothing when it fits.
+    All figures in GB = 10^9 bytes."""
+    need = int(params) * EXPORT_BYTES_PER_PARAM
+    what = (f"NeMo RL's Hugging Face export after training loads the whole policy into one CPU process on the Ray "
+            f"head's node: {params / 1e9:.1f} B parameters x {EXPORT_BYTES_PER_PARAM} bytes (BF16) = "
+            f"{need / 1e9:.0f} GB of host RAM at least (it reads {need / 1e9:.0f} GB of Megatron weights and writes "
+            f"{need / 1e9:.0f} GB of safetensors)")
+    if available_bytes is None:
+        return [Problem(key=key, value=value, rule="rl-export-host-memory", severity=severity_unknown, valid=fix,
+                        message=f"{what}; the node's memory is unknown ({where}), so it is not checked before the "
+                                f"run: a node with less loses the conversion only after the whole training run")]
+    if available_bytes >= need:
+        return []
+    return [_err(key, value, f"{what}, more than the {available_bytes / 1e9:.0f} GB of {where}: the conversion "
+                             "would fail after the whole training run", fix, "rl-export-host-memory")]
+
+
 @rule("gb200-tuned", "settings the Ultra RL recipes tuned for GB200 NVL72 on other GPUs: HybridEP's multi-node NVLink "
       "(refused), HybridEP itself and vLLM's flashinfer_cutlass MoE backend (warnings: no source states their hardware)",
       "NeMo RL nemo_rl/models/megatron/setup.py (hybridep: NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN defaults to "

@@ -61,6 +61,58 @@ def node_shape(cfg: dict, profile: Any) -> NodeShape:
     return NodeShape(gpn, cfg_gpn, prof_gpn, name, arch, float(mem) if mem else None, arch is not None, True, source)
 
 
+#: Slurm's memory size suffixes (``sbatch --mem``: "Default units are megabytes. Different units can be specified
+#: using the suffix [K|M|G|T]"), in bytes: Slurm's units are binary (a megabyte is 2^20 bytes).
+_SLURM_MEM_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def slurm_mem_bytes(value: Any) -> int | None:
+    """Bytes of a Slurm ``--mem`` value (a profile's ``mem``): an integer or digits alone are MB (2^20 bytes), a
+    ``K``/``M``/``G``/``T`` suffix (any case) binary multiples. ``None`` for no concrete size: unset, ``0`` (all
+    of the node's memory, whatever it is), or anything else (the profile schema refuses those when it loads)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    text = str(value).strip().upper()
+    unit = _SLURM_MEM_UNITS.get(text[-1:], None)
+    digits = text[:-1] if unit else text
+    if not digits.isdigit() or int(digits) == 0:
+        return None
+    return int(digits) * (unit or _SLURM_MEM_UNITS["M"])
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """The RAM a job's process may use on one node, as the profile states it: ``bytes`` (None: unknown),
+    ``key`` (the profile key it came from, ``profile.<name>.mem`` / ``profile.<name>.host_memory``; the key to set
+    when unknown), ``value`` (that key's value) and ``source`` (the words a message uses: ``Slurm mem = '512G'
+    of profile cluster``)."""
+
+    bytes: int | None
+    key: str
+    value: Any
+    source: str
+
+
+def host_memory(profile: Any) -> HostMemory:
+    """The host memory a node of ``profile`` gives a job: Slurm's ``mem`` (the job's memory per node) when it is a
+    concrete size (:func:`slurm_mem_bytes`), else the profile's ``host_memory`` (GB = 10^9 bytes, the node's RAM),
+    else unknown (``bytes`` None; ``key`` then names ``host_memory``, the key that declares it). ``profile`` None
+    (no profile) is unknown too."""
+    name = getattr(profile, "name", None) if profile is not None else None
+    prefix = f"profile.{name}." if name else "profile."
+    mem = getattr(profile, "mem", None) if profile is not None else None
+    got = slurm_mem_bytes(mem)
+    if got is not None:
+        return HostMemory(got, prefix + "mem", mem, f"Slurm mem = {mem!r} of profile {name}")
+    declared = getattr(profile, "host_memory", None) if profile is not None else None
+    if declared:
+        return HostMemory(int(float(declared) * 1e9), prefix + "host_memory", declared,
+                          f"host_memory = {declared:g} of profile {name}")
+    why = "no profile" if profile is None else \
+        f"profile {name} declares {'mem = 0 (all of the node) and ' if mem is not None else ''}no host_memory"
+    return HostMemory(None, prefix + "host_memory", declared, why)
+
+
 @dataclass
 class TrainView:
     """One Megatron training (or inference) layout and the keys it was read from."""
@@ -245,3 +297,21 @@ def manifest_field(manifest: dict[str, Any] | None, *names: str) -> Any:
         if v is not None:
             return v
     return None
+
+
+def rl_export_params(cfg: dict) -> int | None:
+    """Parameters (elements, total incl. MTP: :func:`nemotron.config.catalogue.param_count`) of the policy that an
+    RLVR/MOPD run's Hugging Face export (:func:`nemotron.runtime.nemo_rl.finish`) holds, from ``model.name``;
+    None when nothing is exported (``checkpointing.enabled`` false or no ``checkpointing.checkpoint_dir``: the
+    run records no checkpoint) or the model is not in the catalogue (reported by the model-name rule)."""
+    from nemotron.config import catalogue
+
+    if get(cfg, "checkpointing.enabled", True) is False or not get(cfg, "checkpointing.checkpoint_dir"):
+        return None
+    name = get(cfg, "model.name")
+    if not isinstance(name, str):
+        return None
+    try:
+        return catalogue.param_count(catalogue.get(name))["total"]
+    except catalogue.CatalogueError:
+        return None

@@ -187,6 +187,7 @@ class _Common(_Strict):
     gpu: str | None = None
     gpu_arch: Literal["ampere", "hopper", "blackwell"] | None = None
     gpu_memory: float | None = Field(None, gt=0)
+    host_memory: float | None = Field(None, gt=0)  # GB (10^9 bytes) of RAM on each node: host_memory_bytes
     # shared storage and caches (visible from login and compute nodes); see STORAGE_ENV
     data_root: str | None = None
     checkpoint_root: str | None = None
@@ -357,11 +358,11 @@ _ALL_FIELDS = {k for m in _MODELS.values() for k in m.model_fields}
 _ORDER = ("executor", "account", "partition", "run_partition", "batch_partition", "qos", "reservation", "time",
           "exclusive", "address", "tunnel", "host", "user", "identity", "port", "job_dir", "nodes", "ntasks_per_node",
           "gpus_per_node", "gpu",
-          "gpu_arch", "gpu_memory", "cpus_per_node", "mem", "container", "ray_srun_mpi", "images", "mounts", "setup",
+          "gpu_arch", "gpu_memory", "host_memory", "cpus_per_node", "mem", "container", "ray_srun_mpi", "images", "mounts", "setup",
           "env_vars")
 
 
-_PARSED = {"nodes", "ntasks_per_node", "gpus_per_node", "gpu_memory", "cpus_per_node", "exclusive", "container", "port", "mem", "hf_offline",
+_PARSED = {"nodes", "ntasks_per_node", "gpus_per_node", "gpu_memory", "host_memory", "cpus_per_node", "exclusive", "container", "port", "mem", "hf_offline",
            "mounts", "setup", "images", "env_vars"}
 
 

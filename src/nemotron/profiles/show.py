@@ -107,5 +107,6 @@ def profiles_document(profiles: Profiles, name: str | None = None) -> dict[str, 
                      "partition": getattr(p, "partition", None), "address": getattr(p, "address", None),
                      "tunnel": getattr(p, "tunnel", None), "host": getattr(p, "host", None),
                      "gpus_per_node": p.gpus_per_node, "gpu": getattr(p, "gpu", None),
-                     "gpu_memory_gb": getattr(p, "gpu_memory", None), "source": str(p.source)})
+                     "gpu_memory_gb": getattr(p, "gpu_memory", None),
+                     "host_memory_gb": getattr(p, "host_memory", None), "source": str(p.source)})
     return {"source": str(profiles.source), "profiles": rows, "sections": list(profiles.sections)}

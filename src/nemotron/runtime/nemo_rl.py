@@ -141,7 +141,8 @@ def is_local_path(value: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------ checks
-def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path | None = None) -> list[str]:
+def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path | None = None,
+             host_memory=None) -> list[str]:
     """Every reason the cluster run cannot start here, one line each (empty: ready).
 
     ``importable(module) -> bool`` and ``gpus`` (GPUs visible on this node) default to the real ones;
@@ -150,7 +151,10 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
     holds a ``config.json``; the data files (``data.train/validation.data_path``) exist; ``gpus`` equals ``cluster.gpus_per_node`` (NeMo RL places
     ``cluster.num_nodes`` x that many GPUs with Ray placement groups; a node that shows fewer cannot
     hold its bundles); the base recipe in the container's NeMo RL checkout (``checkout``, default: the one
-    ``nemo_rl`` is imported from) is the one the config was validated against (:func:`recipe_drift`).
+    ``nemo_rl`` is imported from) is the one the config was validated against (:func:`recipe_drift`); this node
+    (the Ray head, where :func:`finish` runs NeMo RL's Hugging Face export after training) has the host RAM the
+    export holds (:func:`export_memory_problems`; ``host_memory() -> (bytes or None, where)``, default
+    :func:`nemotron.runtime.prestart.host_memory`), checked before NeMo RL trains.
     """
     if importable is None:
         from nemotron.runtime.dispatch import _importable as importable
@@ -185,7 +189,33 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
     env = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}
     problems += prestart.gpu_problems(_get(cfg, "cluster.num_nodes"), _get(cfg, "cluster.gpus_per_node"), env, gpus,
                                       "cluster.num_nodes", "cluster.gpus_per_node")
+    problems += export_memory_problems(cfg, host_memory)
     return problems
+
+
+def export_memory_problems(cfg: dict, host_memory=None) -> list[str]:
+    """Rule rl-export-host-memory (:func:`nemotron.layout.rules.rl_export_host_memory`, the dry-run's rule) on this
+    node's real memory (``host_memory() -> (bytes or None, where)``, default
+    :func:`nemotron.runtime.prestart.host_memory`: ``/proc/meminfo`` ``MemTotal`` and the cgroup limit): one line
+    when it is below the policy's parameters x 2 bytes, which NeMo RL's export after training holds in one process
+    here. Memory that cannot be read is not a refusal (a line on stdout says so); nothing is exported (checkpointing
+    off, a model outside the catalogue): no line."""
+    from nemotron.layout.rules import EXPORT_BYTES_PER_PARAM, rl_export_host_memory
+    from nemotron.layout.views import rl_export_params
+
+    params = rl_export_params(cfg)
+    if params is None:
+        return []
+    have, where = (host_memory or prestart.host_memory)()
+    need_gb = -(-params * EXPORT_BYTES_PER_PARAM // 10**9)
+    fix = (f"run the job where the Ray head's node has at least {need_gb} GB of RAM for it (a partition of such nodes; "
+           "Slurm mem = 0 or a size that large), and declare host_memory in the profile so the dry-run checks it")
+    found = rl_export_host_memory(params, have, "", None, where, fix)
+    if have is None:
+        for p in found:
+            print(f"note: {p.render()}", flush=True)
+        return []
+    return [p.render() for p in found]
 
 
 def _checkout_root() -> Path | None:

@@ -202,6 +202,44 @@ def path_problem(key: str, value: Any, kind: str = "file") -> str | None:
     return None
 
 
+#: The cgroup files that cap this process's memory: cgroup v2 ``memory.max`` (``max``: no limit) and cgroup v1
+#: ``memory.limit_in_bytes`` (a huge number: no limit), as a Slurm job's cgroup (``--mem``) or a container sets them.
+CGROUP_MEMORY_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def host_memory(meminfo: str | Path = "/proc/meminfo",
+                cgroup_files: tuple[str | Path, ...] = CGROUP_MEMORY_FILES) -> tuple[int | None, str]:
+    """``(bytes, where)``: the RAM a process may use on this node, the smaller of ``MemTotal`` of ``meminfo``
+    (kB = 1024 bytes, as the kernel writes it) and the first cgroup limit of ``cgroup_files`` that is a number below
+    it; ``where`` says which (``this node (/proc/meminfo MemTotal)`` or ``this node's cgroup limit
+    (/sys/fs/cgroup/memory.max; MemTotal 2164 GB)``). ``(None, why)`` when ``meminfo`` cannot be read or has no
+    ``MemTotal`` line (and no cgroup limit is set)."""
+    total = None
+    try:
+        for line in Path(meminfo).read_text(encoding="ascii", errors="replace").splitlines():
+            name, _, rest = line.partition(":")
+            if name.strip() == "MemTotal" and rest.split() and rest.split()[0].isdigit():
+                total = int(rest.split()[0]) * 1024
+                break
+    except OSError:
+        pass
+    limit, limit_file = None, None
+    for f in cgroup_files:
+        try:
+            text = Path(f).read_text(encoding="ascii", errors="replace").strip()
+        except OSError:
+            continue
+        if text.isdigit() and (total is None or int(text) < total):
+            limit, limit_file = int(text), f
+        break
+    if limit is not None:
+        seen = f"; MemTotal {total / 1e9:.0f} GB" if total is not None else ""
+        return limit, f"this node's cgroup memory limit ({limit_file}{seen})"
+    if total is None:
+        return None, f"{meminfo} has no MemTotal line to read"
+    return total, f"this node ({meminfo} MemTotal)"
+
+
 def refuse(title: str, problems: list[str]) -> int:
     """Print each problem as one line of the job log (``<title>: <problem>``, stderr); returns exit code 1."""
     import sys
@@ -211,6 +249,6 @@ def refuse(title: str, problems: list[str]) -> int:
     return 1
 
 
-__all__ = ["commit_problems", "gpu_problems", "installed_commits", "installed_versions", "minimum_version_problem",
+__all__ = ["commit_problems", "gpu_problems", "host_memory", "installed_commits", "installed_versions", "minimum_version_problem",
            "missing_modules", "path_problem", "pinned_commits", "pinned_versions", "refuse", "release_tuple",
            "same_release", "version_problems", "visible_gpus"]

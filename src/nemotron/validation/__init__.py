@@ -162,7 +162,8 @@ def _data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
 def _nemo_rl_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     if checks.backend(cfg) == checks.LOCAL:
         return []
-    return _passthrough_keys(cfg, "nemo-rl") + _nemo_rl_rules(cfg) + checks.gb200_tuned_rules(cfg, node_shape(cfg, profile))
+    return (_passthrough_keys(cfg, "nemo-rl") + _nemo_rl_rules(cfg) + checks.gb200_tuned_rules(cfg, node_shape(cfg, profile))
+            + checks.rl_export_rules(cfg, profile))
 
 
 def _training_data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:

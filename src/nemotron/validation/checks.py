@@ -20,11 +20,13 @@ from nemotron.layout.views import (
     EXPORT_KEYS,
     NodeShape,
     TrainView,
+    host_memory,
     layout_keys,
     manifest_field,
     megatron_view,
     node_shape,
     read_manifest,
+    rl_export_params,
     rl_view,
 )
 
@@ -956,3 +958,25 @@ def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str
 
 
 __all__ = ["RLPlan", "backend", "describe_megatron", "describe_rl", "model_of", "validate_training"]
+
+
+def rl_export_rules(cfg: dict, profile: Any) -> list[Problem]:
+    """Rule rl-export-host-memory on a NeMo RL stage: the host memory of a node of ``profile``
+    (:func:`nemotron.layout.views.host_memory`: Slurm ``mem`` when a concrete size, else ``host_memory``) against
+    what the Hugging Face export after training holds (:func:`nemotron.layout.views.rl_export_params` x 2 bytes).
+    The run checks the Ray head's real memory at job start with the same rule (:func:`nemotron.runtime.nemo_rl.precheck`)."""
+    params = rl_export_params(cfg)
+    if params is None:
+        return []
+    need_gb = -(-params * rules.EXPORT_BYTES_PER_PARAM // 10**9)
+    mem = host_memory(profile)
+    if mem.bytes is None:
+        fix = (f"set host_memory = <the RAM of a node, GB> in the profile (or a Slurm mem size) so the dry-run checks "
+               f"it; the Ray head's node needs at least {need_gb} GB")
+    elif mem.key.endswith(".mem"):
+        need_gib = -(-params * rules.EXPORT_BYTES_PER_PARAM // 2**30)  # Slurm's G is 2^30 bytes
+        fix = (f"profile.mem={need_gib}G or more on nodes that have that RAM, or mem = 0 and host_memory = their RAM "
+               "in GB")
+    else:
+        fix = f"nodes with at least {need_gb} GB of RAM (a partition of them), and host_memory = their RAM in GB"
+    return rules.rl_export_host_memory(params, mem.bytes, mem.key, mem.value, mem.source, fix)
