@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import IN_CI, REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def _script():
