@@ -269,7 +269,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     missing = untouched(_QUICK_SEEN)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.ensure_newline()
+        reporter.write("\n")  # after the progress line's "[100%]", which leaves the cursor on its line
     if missing:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if reporter is not None:

@@ -67,5 +67,5 @@ def test_quick_session_fails_naming_modules_no_test_imported(tmp_path: Path) -> 
                           text=True, timeout=300)
     assert done.returncode == 1, done.stdout[-3000:]
     assert "1 passed" in done.stdout
-    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("quick tier:"))
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("quick tier: "))
     assert "imported by no quick test" in line and "nemotron.cli.main" in line and "nemotron.runtime.trainer" in line
