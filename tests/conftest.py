@@ -270,7 +270,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write("\n")  # after the progress line's "[100%]", which leaves the cursor on its line
-    if missing:
+    config = session.config
+    # the whole tier ran: no test paths, -k or -m of the caller (a part of it, e.g. one file, names what it left out
+    # without failing; NEMOTRON_QUICK_STRICT=1 fails a part too)
+    whole = (config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.keyword
+             and not config.option.markexpr)
+    if missing and not whole and os.environ.get("NEMOTRON_QUICK_STRICT") != "1":
+        if reporter is not None:
+            reporter.write_line(f"quick tier (a part of it ran): {len(missing)} module(s) of src/nemotron not imported")
+    elif missing:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if reporter is not None:
             reporter.write_line(
