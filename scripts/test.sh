@@ -2,6 +2,8 @@
 # The project's test command: set up .venv, start the local Slurm test cluster where possible, run pytest.
 #
 #   bash scripts/test.sh [PYTEST ARGS...]      # default: everything under tests/, on 2 pytest-xdist workers
+#   bash scripts/test.sh --quick [PYTEST ARGS...]   # the quick tier (tests/quick_tier.py): under 5 minutes on 2
+#                                              # cores, every module of src/nemotron imported; no Slurm, no contracts
 #
 # As root (or with CI=true) the one-node Slurm cluster of scripts/local_slurm.sh is started for the
 # run; at exit the last test run still using it stops it (unless someone started it by hand before).
@@ -13,11 +15,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # .venv and the contract tests' interpreter (tests/contract) are independent: installed side by side (on a fresh
 # clone pip mostly waits on the package index and the disk; each script's lines carry its own prefix)
+# --quick (a pytest option of tests/conftest.py, passed on) runs neither the contract tests nor the Slurm ones: it
+# needs neither the contract interpreter nor the cluster
+quick=0
+for arg in "$@"; do [[ $arg == --quick ]] && quick=1; done
 bash scripts/setup.sh & setup=$!
-bash scripts/setup_upstream.sh & upstream=$!
+if ((quick)); then upstream=; else bash scripts/setup_upstream.sh & upstream=$!; fi
 rc_setup=0 rc_upstream=0
 wait "$setup" || rc_setup=$?
-wait "$upstream" || rc_upstream=$?
+[[ -z $upstream ]] || wait "$upstream" || rc_upstream=$?
 if ((rc_setup || rc_upstream)); then
   echo "[test] set-up failed: scripts/setup.sh exited $rc_setup, scripts/setup_upstream.sh $rc_upstream (see above)" >&2
   exit 1
@@ -31,7 +37,9 @@ stop_cluster_if_last() {
   if flock -x -n 9 && [[ -e "$marker" ]]; then bash "$SLURM_SCRIPT" stop 9>&- || true; fi
 }
 
-if [[ $(id -u) == 0 || "${CI:-}" == true ]]; then
+if ((quick)); then
+  export NEMOTRON_TEST_SLURM_REASON="--quick: the quick tier has no Slurm tests"
+elif [[ $(id -u) == 0 || "${CI:-}" == true ]]; then
   home=$(eval "$(bash "$SLURM_SCRIPT" env)"; echo "$NEMOTRON_SLURM_HOME")
   marker="$home/run/test-session.marker"
   # every test run holds a shared lock while it uses the cluster (fd 9, closed for the daemons)

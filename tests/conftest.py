@@ -48,6 +48,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # or pytest-xdist's workers (which export COLUMNS=80), would rewrap every table the tests read
     for var in ("COLUMNS", "LINES"):
         os.environ.pop(var, None)
+    if config.getoption("--quick") and not os.environ.get("NEMOTRON_QUICK_MODULES"):
+        # the quick tier's module check (tests/quick_tier.py): the processes the tests start report their modules
+        # too (tests/quick_probe/sitecustomize.py); pytest-xdist's workers inherit both variables
+        os.environ["NEMOTRON_QUICK_MODULES"] = tempfile.mkdtemp(prefix="nemotron-quick-modules-")
+        probe = str(REPO_ROOT / "tests" / "quick_probe")
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (probe, os.environ.get("PYTHONPATH")) if p)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
@@ -200,12 +206,84 @@ def tok_cache(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("tokenizers"))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the Slurm tests; then put the files that hold a ``slow`` test first (in their own order, stable
-    otherwise). ``scripts/test.sh`` hands whole files to pytest-xdist's workers in this order: a long file started
-    last would leave the other workers idle while it runs."""
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--quick", action="store_true", default=False,
+                     help="the quick tier only (tests/quick_tier.py); fails when a module of src/nemotron was not "
+                          "imported by its tests")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the Slurm tests; under ``--quick`` deselect what is not in the quick tier (``tests/quick_tier.py``);
+    then put the files that hold a ``slow`` test first (in their own order, stable otherwise). ``scripts/test.sh``
+    hands whole files to pytest-xdist's workers in this order: a long file started last would leave the other
+    workers idle while it runs."""
     for item in items:
         if "slurm" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slurm)
+    if config.getoption("--quick"):
+        from quick_tier import in_quick_tier
+
+        keep, drop = [], []
+        for item in items:
+            rel = item.path.relative_to(REPO_ROOT).as_posix() if item.path.is_relative_to(REPO_ROOT) else ""
+            name = getattr(item, "originalname", item.name)
+            (keep if in_quick_tier(rel, name, (m.name for m in item.iter_markers())) else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+# --quick: every module of src/nemotron imported by the tier's tests. Each process reports its sys.modules at its
+# session's end (a pytest-xdist worker through workeroutput); the main process takes the union and fails the session,
+# naming each module, when one is missing.
+_QUICK_SEEN: set[str] = set()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # pytest-xdist, in the main process: a worker finished
+    _QUICK_SEEN.update(getattr(node, "workeroutput", {}).get("nemotron_modules", ()))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not session.config.getoption("--quick"):
+        return
+    import sys
+
+    from quick_tier import imported, untouched
+
+    mine = sorted(imported(sys.modules))
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the main process checks the union
+        workeroutput["nemotron_modules"] = mine
+        return
+    _QUICK_SEEN.update(mine)
+    folder = Path(os.environ.get("NEMOTRON_QUICK_MODULES", ""))
+    if folder.name.startswith("nemotron-quick-modules-"):
+        for report in folder.glob("*.txt"):
+            _QUICK_SEEN.update(report.read_text(encoding="utf-8").split())
+        shutil.rmtree(folder, ignore_errors=True)
+    if session.testscollected == 0 or exitstatus not in (0, 1):
+        return  # nothing ran (or it was interrupted): nothing to judge
+    missing = untouched(_QUICK_SEEN)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write("\n")  # after the progress line's "[100%]", which leaves the cursor on its line
+    config = session.config
+    # the whole tier ran: no test paths, -k or -m of the caller (a part of it, e.g. one file, names what it left out
+    # without failing; NEMOTRON_QUICK_STRICT=1 fails a part too)
+    whole = (config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.keyword
+             and not config.option.markexpr)
+    if missing and not whole and os.environ.get("NEMOTRON_QUICK_STRICT") != "1":
+        if reporter is not None:
+            reporter.write_line(f"quick tier (a part of it ran): {len(missing)} module(s) of src/nemotron not imported")
+    elif missing:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if reporter is not None:
+            reporter.write_line(
+                f"quick tier: {len(missing)} module(s) of src/nemotron imported by no quick test (nor by a process one "
+                f"started): "
+                f"{', '.join(missing)} (add a test of it to a file of tests/quick_tier.py QUICK_FILES)", red=True)
+    elif reporter is not None:
+        reporter.write_line(f"quick tier: all {len(_QUICK_SEEN)} modules of src/nemotron imported by its tests")

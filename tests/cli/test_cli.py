@@ -414,6 +414,34 @@ def test_readme_commands_resolve():
             raise AssertionError(f"README: {line!r}: {exc.format_message()}") from None
 
 
+def test_readme_usage_lines_exit_0_on_a_fresh_set_up(capsys, tmp_path, monkeypatch):
+    """The README's Usage block, as written, in a fresh folder after its own `cp env.toml.example env.toml`: every
+    line that runs no job (a dry run, `list`, `profiles`) exits 0 on a machine without GPUs; the two that run a job
+    here name what they need (base install, or the `local` extra)."""
+    import shlex
+    import shutil
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## Usage", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines = [ln.split("#", 1)[0].strip() for ln in block.splitlines() if ln.strip().startswith(("nemotron ", "cp "))]
+    notes = {ln.split("#", 1)[0].strip(): ln.split("#", 1)[1] if "#" in ln else "" for ln in block.splitlines()}
+    assert lines[0] == "nemotron ultra3 list"
+    monkeypatch.chdir(tmp_path)
+    ran = 0
+    for line in lines:
+        words = shlex.split(line)
+        if words[0] == "cp":
+            shutil.copy(ROOT / words[1], tmp_path / words[2])
+            continue
+        if "--dry-run" not in words and words[1:] not in (["ultra3", "list"], ["profiles"]):
+            assert "base install" in notes[line] or "`local` extra" in notes[line], f"README: {line!r} names no need"
+            continue
+        code, out, err = run_cli(capsys, *words[1:])
+        assert code == 0, f"README: {line!r} exited {code}: {err[-1500:]}"
+        ran += 1
+    assert ran >= 6
+
+
 def test_debug_shows_traceback_only_when_asked(capsys):
     code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiyn", "--dry-run")
     assert code == 2 and "Traceback" not in err

@@ -72,6 +72,42 @@ def test_settings_errors_name_the_key():
         rl_settings.read(compile_stage("rlvr", [*base, "loss_fn.ratio_clip_c=3"], check_paths=False), "rlvr")
 
 
+def test_entry_names_a_missing_input_in_one_line(tmp_path, capsys):
+    """The local entry's precheck (before any heavy import): a missing checkpoint or JSONL is one line, exit 1."""
+    from nemotron.runtime import rl_entry
+
+    model = tmp_path / "sft"
+    train = tmp_path / "train.jsonl"
+    base = [f"data.train.data_path={train}", f"data.validation.data_path={train}",
+            f"checkpointing.checkpoint_dir={tmp_path / 'out'}"]
+    cfg = compile_stage("rlvr", [f"policy.model_name={model}", *base], check_paths=False)
+    assert rl_entry.rlvr(cfg) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ultra3 rlvr: policy.model_name={model}: no such file or folder (the checkpoint to start from)"]
+    model.mkdir()
+    assert rl_entry.rlvr(cfg) == 1
+    assert capsys.readouterr().err.strip() == (f"ultra3 rlvr: data.train.data_path={train}: no such file or folder "
+                                               "(train.jsonl of `data prep rl`)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_rl_lines_that_cannot_be_read_are_named_by_file_and_line(tmp_path):
+    from nemotron.runtime.rl_data import RLDataError, read_rows
+
+    good = {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(good) + "\n\n" + json.dumps({"messages": [{"content": "no answer"}]}) + "\n")
+    with pytest.raises(RLDataError, match=rf"^{path}:3: not an RL line \(expected messages\[0\].content"):
+        read_rows(path)
+    rows = read_rows(path, limit=1)
+    assert [(r.problem, r.answer, r.source) for r in rows] == [("2+2?", "4", "train.jsonl:1")]
+    path.write_text("\n")
+    with pytest.raises(RLDataError, match=rf"^{path}: no rows$"):
+        read_rows(path)
+    with pytest.raises(RLDataError, match=rf"^{tmp_path / 'absent.jsonl'}: cannot read"):
+        read_rows(tmp_path / "absent.jsonl")
+
+
 @pytest.fixture(scope="module")
 def rl_inputs(tmp_path_factory, shared_data):
     root = tmp_path_factory.mktemp("rl")
@@ -167,6 +203,8 @@ def test_sigterm_saves_exits_75_and_the_rerun_resumes_with_the_same_prompts(stag
     assert len({p for ps in ref.values() for p in ps}) == 6  # 3 steps x 2 distinct prompts, none repeated
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 3 and summary["resumed_at_step"] == 2
+    assert f"curves: {run_dir / 'metrics.png'}" in out  # reward (rlvr) or reverse KL (mopd) per step, as a picture
+    assert (run_dir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
     if stage == "mopd":
         assert "KL by teacher: math" in out
         assert summary["kl_last"] is not None and summary["kl_last"] > 0  # the teacher is another model

@@ -198,3 +198,11 @@ def test_resumed_run_summary_spans_the_whole_run(home, capsys):
     assert [s for s, _ in summary["eval_losses"]] == [0, 2, 4]
     assert f"done: 4 steps (resumed at step 2); final model in {ckpt}" in out
     assert f"held-out loss {first_eval:.3f} -> {summary['eval_loss_last']:.3f}" in out
+    # the curves of the whole run, beside metrics.jsonl: each step once, though steps were logged by both segments
+    png = ckpt / "metrics.png"
+    assert f"curves: {png}" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from nemotron.runtime.curves import read_metrics, series
+
+    assert [r["step"] for r in read_metrics(ckpt / "metrics.jsonl")] == [0, 1, 2, 3, 4]
+    assert series(read_metrics(ckpt / "metrics.jsonl"), "eval_loss") == ([0, 2, 4], [v for _, v in summary["eval_losses"]])

@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from nemotron.runtime.curves import write_curves_or_say
 from nemotron.runtime.rl_settings import RLSettings, route
 from nemotron.runtime.settings import EXIT_REQUEUE, thread_count
 
@@ -388,6 +389,7 @@ def run(s: RLSettings, spec: Any = None) -> int:
     seconds = time.perf_counter() - t0
     step = trainer.state.global_step
     _write_latest(s.checkpoint_dir)
+    write_curves_or_say(log.path, f"{s.stage} (local)", _say)
     if stopper.signal is not None and step < s.max_steps:
         _say(f"stopped by {stopper.signal} at step {step}/{s.max_steps}; checkpoint saved in {s.checkpoint_dir}. "
              "Run the same command again to resume.")

@@ -37,7 +37,8 @@ Checkpoint folder layout (``checkpoint.save``)::
                          (each file's size and SHA-256, consumed samples: written after the save)
     config.json, model.safetensors, generation_config.json   the final model (after a complete run)
     latest_checkpointed_iteration.txt   the newest completed save (as Megatron writes it; written last)
-    metrics.jsonl, summary.json, lineage.json   (lineage.json: what the run started on, and each input
+    metrics.jsonl, metrics.png, summary.json, lineage.json   (metrics.png: the curves, nemotron.runtime.curves;
+                                                 lineage.json: what the run started on, and each input
                                                  a resume was allowed to change: nemotron.runtime.lineage)
 """
 
@@ -51,6 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nemotron.runtime.curves import write_curves_or_say
 from nemotron.runtime.settings import EXIT_REQUEUE, LocalSettings, thread_count
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
@@ -367,6 +369,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     seconds = time.perf_counter() - t0
     step = trainer.state.global_step
     _write_latest(s.save_dir)
+    write_curves_or_say(metrics.path, f"{s.stage} (local)", _say)
     if stopper.signal is not None and step < s.train_iters:
         _say(f"stopped by {stopper.signal} at step {step}/{s.train_iters}; checkpoint saved in {s.save_dir}. "
              "Run the same command again to resume.")
