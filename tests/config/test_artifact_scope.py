@@ -99,3 +99,31 @@ def test_a_cluster_jobs_record_is_not_a_local_runs_input(folders, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _first_line(proc).startswith(f"[nemotron] input pretrain-data v1: {local} (made on here:"), proc.stderr
     assert f"per_split_data_args_path: {blend_local}" in proc.stdout
+
+
+def test_an_older_record_without_site_is_judged_by_its_folder(folders, tmp_path):
+    """A record written before records said where they were made (no ``site``) is an input only inside this run's
+    output folders: another checkout's ``./output`` on the same machine (a fresh clone beside an older one, both
+    using ``~/.nemotron``) is not taken, and the refusal says why; the same kind of record inside ``./output`` is."""
+    from local_runtime_support import write_pretrain_data
+
+    home, here, _, work = folders
+    other_checkout = tmp_path / "older-checkout" / "output" / "ultra3" / "pretrain-data" / "tiny"
+    blend_other = write_pretrain_data(other_checkout, docs=10, valid_docs=3)
+    store = home / "artifacts" / "pretrain-data"
+    store.mkdir(parents=True)
+    (store / "v1.json").write_text(json.dumps(
+        {"name": "pretrain-data", "version": 1, "path": str(other_checkout), "blend_path": str(blend_other),
+         "config": "tiny", "stage": "data-prep-pretrain", "job_id": "local", "created": 1000.0}))
+    proc = here("ultra3", "pretrain", "-c", "local", "--dry-run")
+    assert "[nemotron] input pretrain-data" not in proc.stderr, proc.stderr[:1000]
+    assert f"v1: {other_checkout} is an older record's output" in proc.stdout, proc.stdout[-3000:]
+
+    mine = work / "output" / "ultra3" / "pretrain-data" / "tiny"
+    blend_mine = write_pretrain_data(mine, docs=10, valid_docs=3)
+    (store / "v2.json").write_text(json.dumps(
+        {"name": "pretrain-data", "version": 2, "path": str(mine), "blend_path": str(blend_mine), "config": "tiny",
+         "stage": "data-prep-pretrain", "job_id": "local", "created": 2000.0}))
+    proc = here("ultra3", "pretrain", "-c", "local", "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _first_line(proc).startswith(f"[nemotron] input pretrain-data v2: {mine} "), proc.stderr[:1000]

@@ -237,10 +237,14 @@ class Scope:
 
     def why_not(self, rec: Mapping[str, Any]) -> str | None:
         """None when the "latest" of a consumer in this scope may be ``rec``; else why not, in words. A record
-        without ``site`` (written before records carried one) is in every scope."""
+        without ``site`` (written before records carried one) is judged by its folder alone: in scope only inside
+        this run's output folders (another checkout's ``./output`` on the same machine is not this run's input)."""
         where = rec.get("site")
         if where is None:
-            return None
+            if in_roots(rec.get("path"), self.roots):
+                return None
+            return (f"{rec.get('path')} is an older record's output (made before records said where), outside this "
+                    f"run's output folders ({', '.join(self.roots)})")
         if where != self.site:
             return f"made on {where}, not readable by this run ({self.site})"
         if rec.get("promoted"):
