@@ -71,6 +71,20 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("error: ")
 
 
+def test_binary_and_empty_rl_files_are_one_line_exit_2(tmp_path, capsys):
+    """Bytes that are not UTF-8 (a binary file named .jsonl) and an empty file: one line naming the file (and the
+    line), exit 2; they were an internal error (UnicodeDecodeError, exit 1) and a 0-record report (exit 0)."""
+    binary = tmp_path / "garbage.jsonl"
+    binary.write_bytes(b'\xdd\xfe\x00\x81 not text\n')
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    assert main(["ultra3", "data", "inspect", str(binary)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {binary}:1: not UTF-8 text") and "internal error" not in err, err
+    assert main(["ultra3", "data", "inspect", str(empty)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {empty}: no RL lines"), err
+
+
 def test_step_needs_the_run_length(tmp_path):
     from nemotron.data.indexed import IndexedWriter
 

@@ -328,14 +328,20 @@ def rl(path: Path, count: int) -> dict[str, Any]:
     another value. An answer that fails any of these is listed (``failed_lines``): it cannot reward a policy right.
 
     Raises:
-        ConfigError: a line that is not JSON or has no user prompt and assistant answer (file and line named).
+        ConfigError: a line that is not UTF-8, not JSON or has no user prompt and assistant answer (file and line
+            named), or a file without any line.
     """
     check = _checker()
     shown, total = [], 0
     counts = {"parsed": 0, "numeric": 0, "rewarded": 0, "wrong_rejected": 0}
     failed: list[int] = []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
+    with open(path, "rb") as fh:
+        for line_no, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{path}:{line_no}: not UTF-8 text (byte {raw[exc.start]:#04x} at column "
+                                  f"{exc.start + 1}): not an RL JSONL file", "data prep rl writes them") from None
             if not line.strip():
                 continue
             try:
@@ -355,6 +361,8 @@ def rl(path: Path, count: int) -> dict[str, Any]:
                     failed.append(line_no)
             if len(shown) < count:
                 shown.append({"line": line_no, "prompt": prompt, "answer": answer, "check": outcome})
+    if total == 0:
+        raise ConfigError(f"{path}: no RL lines (the file is empty or blank)", "data prep rl writes them")
     return {"kind": "rl", "path": str(path), "records": total, "checker": "math-verify" if check else None,
             "check": None if check is None else {**counts, "failed_lines": failed[:20], "failed": len(failed)},
             "shown": shown}
