@@ -18,7 +18,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # --quick (a pytest option of tests/conftest.py, passed on) runs neither the contract tests nor the Slurm ones: it
 # needs neither the contract interpreter nor the cluster
 quick=0
-for arg in "$@"; do [[ $arg == --quick ]] && quick=1; done
+for arg in "$@"; do
+  [[ $arg == --quick ]] && quick=1
+  if [[ $arg == -h || $arg == --help ]]; then  # help straight away: no set-up, no cluster
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    if [[ -x .venv/bin/python ]]; then echo; exec .venv/bin/python -m pytest --help; fi
+    echo "(pytest's own options: after the set-up, .venv/bin/python -m pytest --help)"
+    exit 0
+  fi
+done
 bash scripts/setup.sh & setup=$!
 if ((quick)); then upstream=; else bash scripts/setup_upstream.sh & upstream=$!; fi
 rc_setup=0 rc_upstream=0
