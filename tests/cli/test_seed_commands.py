@@ -151,3 +151,40 @@ def test_the_seed_build_command_builds_every_image(seed_folder):
     images = re.findall(r"^squashfs: (\S+)$", proc.stdout, re.M)
     assert [Path(p).name for p in images] == ["data-2.52.0-py311-cpu.sqsh", "nemo-26.04.01.sqsh", "nemo-rl-main-ultra.sqsh"]
     assert all(Path(p).parent == seed_folder / "home" / "jobs" / "images" for p in images), images
+
+
+def miles_launcher_commands() -> list[str]:
+    """The miles page's own launch lines (``python scripts/run_nemotron_3_ultra_550b_a55b.py ...``), as written."""
+    text = MILES.read_text(encoding="utf-8")
+    found = []
+    for block in re.findall(r"```[^\n]*\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = " ".join(line.split())
+            if line.startswith("python scripts/run_nemotron_3_ultra_550b_a55b.py"):
+                found.append(line)
+    return found
+
+
+def test_the_miles_launcher_lines_name_the_nemotron_command_of_the_same_run(tmp_path):
+    """Typed here as the miles page writes them (from the checkout's root, its ``cd`` aside), miles' launcher lines
+    answer with one error line, the reasons, and a hint that is the nemotron command of the same run (a command
+    of :data:`MILES_EQUIVALENTS`, which passes its dry run on the seed profile); exit 2, nothing started."""
+    lines = miles_launcher_commands()
+    assert [line.split()[2] for line in lines] == ["full-train", "train"], lines
+    for line in lines:
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MILES_SCRIPT_EXTERNAL_RAY")}
+        if " train " in f"{line} ":
+            env.update(MILES_SCRIPT_EXTERNAL_RAY="1", RAY_ADDRESS="http://10.0.0.1:8265")  # section 4.2's exports
+        proc = subprocess.run([sys.executable, *line.split()[1:]], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (line, proc.returncode, proc.stderr)
+        err = proc.stderr.splitlines()
+        assert err[0].startswith("error: this is miles' launcher command"), proc.stderr
+        hint = err[-1].removeprefix("hint: ")
+        expected = "nemotron ultra3 rlvr -c tiny --run YOUR-CLUSTER --dry-run" if "4layer" in line else \
+            "nemotron ultra3 rlvr -c default --run YOUR-CLUSTER --dry-run"
+        assert hint == expected, proc.stderr
+        if "4layer" in line:
+            assert hint in MILES_EQUIVALENTS
+        else:
+            assert any('executor = "ray"' in x for x in err), proc.stderr  # the external Ray cluster of section 4.2
