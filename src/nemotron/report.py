@@ -57,9 +57,43 @@ def table(title: str | None, header: list[str], rows: list[list[Any]]) -> None:
     console().print(t)
 
 
+#: A message line longer than this many characters is broken at its clauses (:func:`readable`); a shorter one stays
+#: whole, so that it can be searched for as one line (the report's fixed width is 120 columns; a terminal wraps a line
+#: of up to two of its widths readably by itself).
+LINE_LIMIT = 200
+
+
+def readable(text: str, limit: int = LINE_LIMIT) -> str:
+    """``text`` (one message line) as lines a terminal shows whole: unchanged when it is at most ``limit``
+    characters; else broken after each ``"; "`` (a clause: the message, ``valid: ...``, a hint, each alternative),
+    every line after the first indented by 4 spaces, and a clause still longer than ``limit`` wrapped at spaces
+    (never inside a word, so a key, value, path or command stays whole and searchable). Nothing is dropped: joining
+    the lines with single spaces gives back ``text`` but for the breaks.
+
+    Returns: str, lines joined with ``\n``.
+    """
+    import textwrap
+
+    if len(text) <= limit:
+        return text
+    clauses = text.split("; ")
+    lines: list[str] = []
+    for i, clause in enumerate(clauses):
+        piece = clause + (";" if i < len(clauses) - 1 else "")
+        indent = "" if i == 0 else "    "
+        lines += textwrap.wrap(piece, width=120, initial_indent=indent, subsequent_indent="    ",
+                               break_long_words=False, break_on_hyphens=False) or [indent]
+    return "\n".join(lines)
+
+
+def problem_line(p: Problem) -> str:
+    """``severity: key=value: message; valid: ...`` made :func:`readable`, as the run and the dry run print it."""
+    return readable(f"{p.severity}: {p.render()}")
+
+
 def problems(items: list[Problem]) -> None:
-    """Warnings then errors, one line each, on stderr."""
+    """Warnings then errors, each :func:`problem_line` (a long one broken at its clauses), on stderr."""
     for p in sorted(items, key=lambda p: p.severity != "warning"):
-        err(f"{p.severity}: {p.render()}")
+        err(problem_line(p))
 
 
