@@ -41,6 +41,7 @@ def _sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow  # a whole local run: model, training, two speculative decodes (about 2 CPU-minutes)
 def test_local_run_trains_the_head_only_and_reports_acceptance_before_and_after(inputs, tmp_path):
     import torch
 

@@ -194,6 +194,9 @@ def _recipe_group(recipe: str) -> click.Group:
     from nemotron.cli.tools import add_recipe_tools
 
     add_recipe_tools(group, recipe, _CONTEXT)
+    from nemotron.cli.imports import add_import_commands
+
+    add_import_commands(group, _CONTEXT, _group)
 
     @group.command("logs", context_settings=_CONTEXT)
     @click.argument("ident", required=False, metavar="[ID]")

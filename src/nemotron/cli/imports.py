@@ -1,0 +1,397 @@
+"""``model import PATH`` and ``data import PATH``: register an existing checkpoint or prepared data folder as an
+artifact, so that the stages that consume that artifact start from it (released weights, a NeMo RL ``step_N``,
+data prepared elsewhere).
+
+The folder is checked first, with the readers the consumers use; a bad folder is one line naming the missing or bad
+file (exit 2) and nothing is recorded. The record (:func:`nemotron.config.artifacts.record`) is made for runs on this
+machine: ``site`` ``here:<hostname>`` and ``promoted`` (an imported folder lies outside the default output folders,
+and an import is an explicit choice), with ``config`` = the consumer config it is for (``-c``, default ``default``:
+:func:`nemotron.config.artifacts.accepted_configs`), ``stage`` ``import`` and ``job_id`` ``local`` (so a record
+whose folder is later deleted is an error, never silently replaced: :func:`nemotron.config.artifacts.check_present`).
+
+Checkpoint forms (:func:`checkpoint_form`):
+
+* ``hf``: a Hugging Face folder: ``config.json`` (a JSON object with ``vocab_size``), its weights
+  (``model.safetensors``, or ``model.safetensors.index.json`` whose ``weight_map`` names shards that all exist), each
+  shard's safetensors header parsing and covering exactly the file's bytes (a truncated copy is refused), and a
+  tokenizer (``tokenizer.json`` or ``tokenizer.model``) whose ids fit ``config.json``'s ``vocab_size``.
+* ``megatron``: a Megatron distributed checkpoint: ``latest_checkpointed_iteration.txt`` naming ``iter_NNNNNNN/``
+  with its ``metadata.json`` (``sharded_backend``) and, for ``torch_dist``, the ``.metadata`` file.
+* ``nemo-rl``: a NeMo RL ``step_N`` (``config.yaml`` and a non-empty ``policy/weights/``); the record's ``path`` is its
+  Hugging Face form ``<checkpoint_dir>/hf/step_N`` (what rlvr's and mopd's consumers load), which must exist and pass
+  the ``hf`` checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nemotron.errors import ConfigError
+
+#: The checkpoint artifacts, and the forms each one's consumers load (``model.name``/``convert.source``: a Hugging
+#: Face folder; ``checkpoint.pretrained_checkpoint``: a Megatron one).
+CHECKPOINT_FORMS: dict[str, tuple[str, ...]] = {
+    "pretrain-checkpoint": ("megatron",),
+    "sft-checkpoint": ("megatron",),
+    "hf-checkpoint": ("hf",),
+    "rl-checkpoint": ("hf", "nemo-rl"),
+    "mopd-checkpoint": ("hf", "nemo-rl"),
+}
+#: The artifact a checkpoint of each form is recorded as when ``--as`` is not given.
+DEFAULT_ARTIFACT = {"hf": "hf-checkpoint", "megatron": "pretrain-checkpoint", "nemo-rl": "rl-checkpoint"}
+DATA_ARTIFACTS = ("pretrain-data", "sft-data", "rl-data")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
+_STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+def _fail(message: str, hint: str) -> ConfigError:
+    return ConfigError(message, hint + "; nothing was recorded")
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise _fail(f"{path}: cannot read ({exc.strerror or exc})", "a readable file") from None
+    except ValueError as exc:
+        raise _fail(f"{path}: not valid JSON ({exc})", "the file as the checkpoint's producer wrote it") from None
+    if not isinstance(data, dict):
+        raise _fail(f"{path}: not a JSON object", "the file as the checkpoint's producer wrote it")
+    return data
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+def checkpoint_form(path: Path) -> str | None:
+    """``"hf"``, ``"megatron"`` or ``"nemo-rl"`` by the files ``path`` holds (``config.json``;
+    ``latest_checkpointed_iteration.txt`` or an ``iter_N`` folder's ``metadata.json``; ``config.yaml`` with
+    ``policy/``), or None."""
+    if (path / "config.json").is_file():
+        return "hf"
+    if (path / "latest_checkpointed_iteration.txt").is_file() or any(path.glob("iter_*")) \
+            or (path.name.startswith("iter_") and (path / "metadata.json").is_file()):
+        return "megatron"
+    if (path / "config.yaml").is_file() and (path / "policy").is_dir():
+        return "nemo-rl"
+    return None
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why ``path`` is not a whole safetensors file, or None: the 8-byte little-endian header length, the JSON
+    header, and the data offsets, whose end must be the file's size in bytes (a truncated copy ends earlier)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return f"{path}: {size} bytes, too short for a safetensors header"
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                return f"{path}: header length {n} runs past the file's {size} bytes (truncated?)"
+            header = json.loads(fh.read(n))
+    except OSError as exc:
+        return f"{path}: cannot read ({exc.strerror or exc})"
+    except ValueError:
+        return f"{path}: the safetensors header is not valid JSON"
+    ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)
+            and isinstance(v.get("data_offsets"), list) and len(v["data_offsets"]) == 2]
+    if size != 8 + n + max(ends, default=0):
+        return (f"{path}: {size} bytes, but its header describes {8 + n + max(ends, default=0)} (a truncated or "
+                "partial copy?)")
+    return None
+
+
+def tokenizer_size(folder: Path) -> int | None:
+    """The number of token ids of ``folder/tokenizer.json`` (one more than the largest id of its ``model.vocab``
+    and ``added_tokens``), or None when there is no ``tokenizer.json`` (a SentencePiece ``tokenizer.model``).
+
+    Raises:
+        ConfigError: ``tokenizer.json`` is not valid JSON or has no vocabulary.
+    """
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    data = _json_object(path)
+    vocab = (data.get("model") or {}).get("vocab") if isinstance(data.get("model"), dict) else None
+    ids = list(vocab.values()) if isinstance(vocab, dict) else []
+    if isinstance(vocab, list):  # Unigram: [[piece, score], ...], the id is the position
+        ids = [len(vocab) - 1] if vocab else []
+    ids += [t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)]
+    ids = [i for i in ids if isinstance(i, int)]
+    if not ids:
+        raise _fail(f"{path}: no model.vocab or added_tokens (not a tokenizers file?)",
+                    "the tokenizer files saved with the model")
+    return max(ids) + 1
+
+
+def check_hf(path: Path) -> dict[str, Any]:
+    """Check a Hugging Face checkpoint folder (module docstring); returns the record fields it adds:
+    ``form``, ``model_type``, ``vocab_size``, ``shards`` (the number of weight files).
+
+    Raises:
+        ConfigError: the first missing or bad file, by name.
+    """
+    cfg = _json_object(path / "config.json")
+    vocab = cfg.get("vocab_size")
+    if not isinstance(vocab, int) or vocab < 1:
+        raise _fail(f"{path / 'config.json'}: vocab_size={vocab!r} is not a positive integer",
+                    "the config.json saved with the model")
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = _json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise _fail(f"{index}: no weight_map", "the index saved with the shards")
+        shards = sorted(set(map(str, weight_map.values())))
+        missing = [s for s in shards if not (path / s).is_file()]
+        if missing:
+            more = f" (and {len(missing) - 1} more of {len(shards)})" if len(missing) > 1 else ""
+            raise _fail(f"{path / missing[0]}: shard named by {index.name} does not exist{more}",
+                        "copy every shard the index names")
+    elif (path / "model.safetensors").is_file():
+        shards = ["model.safetensors"]
+    else:
+        others = sorted(p.name for p in path.glob("*.safetensors"))
+        raise _fail(f"{path}: no model.safetensors and no model.safetensors.index.json"
+                    + (f" (found {', '.join(others[:3])} without their index)" if others else ""),
+                    "a Hugging Face folder saved with save_pretrained (safetensors weights)")
+    for shard in shards:
+        problem = safetensors_problem(path / shard)
+        if problem:
+            raise _fail(problem, "copy the shard again")
+    if not any((path / f).is_file() for f in _TOKENIZER_FILES):
+        raise _fail(f"{path}: no tokenizer ({' or '.join(_TOKENIZER_FILES)})",
+                    "copy the tokenizer files released with the model into the folder")
+    ids = tokenizer_size(path)
+    if ids is not None and ids > vocab:
+        raise _fail(f"{path / 'tokenizer.json'}: {ids:,} token ids, more than config.json's vocab_size={vocab:,} "
+                    "(token ids would overflow the embedding)", "the tokenizer released with these weights")
+    return {"form": "hf", "model_type": cfg.get("model_type"), "vocab_size": vocab, "shards": len(shards)}
+
+
+def check_megatron(path: Path) -> dict[str, Any]:
+    """Check a Megatron distributed checkpoint (module docstring); returns ``form``, ``iteration``.
+
+    Raises:
+        ConfigError: the first missing or bad file, by name.
+    """
+    if path.name.startswith("iter_"):
+        folder, step = path, int(path.name[5:]) if path.name[5:].isdigit() else None
+    else:
+        tracker = path / "latest_checkpointed_iteration.txt"
+        if not tracker.is_file():
+            raise _fail(f"{tracker}: missing (Megatron writes it last, after a save completes)",
+                        "the checkpoint folder of a finished save (the one holding iter_NNNNNNN/)")
+        text = tracker.read_text(encoding="utf-8").strip()
+        if not text.isdigit():
+            raise _fail(f"{tracker}: {text!r} is not an iteration number", "the tracker file Megatron wrote")
+        step = int(text)
+        folder = path / f"iter_{step:07d}"
+        if not folder.is_dir():
+            raise _fail(f"{folder}: missing (named by {tracker.name})", "copy the iteration folder the tracker names")
+    meta = _json_object(folder / "metadata.json") if (folder / "metadata.json").is_file() else None
+    if meta is None or not meta.get("sharded_backend"):
+        raise _fail(f"{folder / 'metadata.json'}: missing or without sharded_backend (not a distributed checkpoint)",
+                    "a Megatron distributed checkpoint (torch_dist), as Megatron-Bridge saves it")
+    if meta.get("sharded_backend") == "torch_dist" and not (folder / ".metadata").is_file():
+        raise _fail(f"{folder / '.metadata'}: missing (torch_dist's index of the shards)",
+                    "copy the whole iteration folder, hidden files included")
+    return {"form": "megatron", "iteration": step}
+
+
+def check_nemo_rl(path: Path) -> dict[str, Any]:
+    """Check a NeMo RL ``step_N`` (module docstring); returns ``form``, ``step``, ``checkpoint_dir``, ``source`` and
+    ``path`` = its Hugging Face form, with that folder's fields (:func:`check_hf`).
+
+    Raises:
+        ConfigError: the first missing or bad file, by name.
+    """
+    m = _STEP_RE.match(path.name)
+    if not m:
+        raise _fail(f"{path}: a NeMo RL checkpoint is a step_N folder", "the step_N folder under checkpoint_dir")
+    if not (path / "config.yaml").is_file():
+        raise _fail(f"{path / 'config.yaml'}: missing", "the step_N folder as NeMo RL saved it")
+    weights = path / "policy" / "weights"
+    if not weights.is_dir() or not any(weights.iterdir()):
+        raise _fail(f"{weights}: missing or empty", "the step_N folder as NeMo RL saved it")
+    step = int(m.group(1))
+    hf = path.parent / "hf" / f"step_{step}"
+    if not (hf / "config.json").is_file():
+        raise _fail(f"{hf}: {path.name} has no Hugging Face form (the consumers load one)",
+                    "convert it with NeMo RL's examples/converters/convert_dcp_to_hf.py into that folder "
+                    "(with policy/tokenizer's files), or import a Hugging Face folder")
+    fields = check_hf(hf)
+    return {**fields, "form": "nemo-rl", "path": str(hf), "step": step, "checkpoint_dir": str(path.parent),
+            "source": str(path)}
+
+
+def check_checkpoint(path: Path, artifact: str | None) -> tuple[str, dict[str, Any]]:
+    """The artifact name and record fields of checkpoint folder ``path`` (``artifact``: ``--as``, else by its form:
+    :data:`DEFAULT_ARTIFACT`).
+
+    Raises:
+        ConfigError: not a folder, an unknown artifact, a form the artifact's consumers do not load, a bad file.
+    """
+    if not path.is_dir():
+        raise _fail(f"{path}: {'not a folder' if path.exists() else 'does not exist'}", "a checkpoint folder")
+    if artifact is not None and artifact not in CHECKPOINT_FORMS:
+        raise _fail(f"--as {artifact}: not a checkpoint artifact", f"one of {', '.join(CHECKPOINT_FORMS)}")
+    form = checkpoint_form(path)
+    if form is None:
+        raise _fail(f"{path}: neither a Hugging Face folder (config.json), a Megatron checkpoint "
+                    "(latest_checkpointed_iteration.txt) nor a NeMo RL step_N (config.yaml, policy/)",
+                    "the checkpoint's own folder")
+    name = artifact or DEFAULT_ARTIFACT[form]
+    if form not in CHECKPOINT_FORMS[name]:
+        raise _fail(f"{path}: a {form} checkpoint; the consumers of {name} load a {' or '.join(CHECKPOINT_FORMS[name])} "
+                    "checkpoint", "convert it first (nemotron ultra3 convert), or import it as "
+                    + " or ".join(a for a, forms in CHECKPOINT_FORMS.items() if form in forms))
+    fields = {"hf": check_hf, "megatron": check_megatron, "nemo-rl": check_nemo_rl}[form](path)
+    return name, {"path": str(path), **fields}
+
+
+# ------------------------------------------------------------------------------------------------ data
+def check_data(path: Path, artifact: str) -> dict[str, Any]:
+    """Check a prepared data folder as the consumers of ``artifact`` read it; returns the record fields (those
+    the stages' configs take: ``blend_path``; ``train_path``/``valid_path``/``metadata_path``/``pack_size``;
+    ``train_path``/``validation_path``).
+
+    * ``pretrain-data``: ``blend.json`` parses with the trainer's reader and every prefix has its ``.bin`` and
+      ``.idx`` of the right size (:func:`nemotron.validation.data.training_data_problems`).
+    * ``sft-data``: ``manifest.json``, ``data/training_<N>.idx.parquet`` and ``data/validation_<N>.idx.parquet``
+      (read and checked row by row: :func:`nemotron.runtime.sft_data.read_packed`) and ``data/<N>_metadata.jsonl``.
+    * ``rl-data``: ``train.jsonl`` and ``validation.jsonl``, every line read by
+      :func:`nemotron.runtime.rl_data.read_rows`.
+
+    Raises:
+        ConfigError: the first missing or bad file, by name.
+    """
+    from nemotron.data import outputs
+
+    if not path.is_dir():
+        raise _fail(f"{path}: {'not a folder' if path.exists() else 'does not exist'}", "a prepared data folder")
+    if artifact == "pretrain-data":
+        from nemotron.validation.data import training_data_problems
+
+        blend = path / outputs.BLEND
+        if not blend.is_file():
+            raise _fail(f"{blend}: missing", "a data prep pretrain output (blend.json beside its .bin/.idx shards)")
+        problems = training_data_problems("pretrain", {"data": {"per_split_data_args_path": str(blend)}})
+        if problems:
+            raise _fail(f"{blend}: {problems[0].message}", problems[0].valid or "the output as data prep wrote it")
+        return {"path": str(path), "blend_path": str(blend)}
+    if artifact == "sft-data":
+        from nemotron.runtime.pretrain_data import DataError
+        from nemotron.runtime.sft_data import read_packed
+
+        if not (path / outputs.MANIFEST).is_file():
+            raise _fail(f"{path / outputs.MANIFEST}: missing", "a data prep sft output (its version folder)")
+        sizes = sorted({int(m.group(1)) for p in (path / "data").glob("training_*.idx.parquet")
+                        if (m := re.match(r"^training_(\d+)\.idx\.parquet$", p.name))})
+        if len(sizes) != 1:
+            raise _fail(f"{path / 'data'}: {'no' if not sizes else 'several'} training_<pack size>.idx.parquet"
+                        + (f" ({', '.join(map(str, sizes))})" if sizes else ""),
+                        "one data prep sft output (one pack size)")
+        pack = sizes[0]
+        fields = {"path": str(path), "pack_size": str(pack),
+                  "train_path": str(outputs.sft_split_file(path, pack, "train")),
+                  "valid_path": str(outputs.sft_split_file(path, pack, "valid")),
+                  "metadata_path": str(outputs.sft_metadata_file(path, pack))}
+        for key in ("train_path", "valid_path", "metadata_path"):
+            if not Path(fields[key]).is_file():
+                raise _fail(f"{fields[key]}: missing", "the output as data prep sft wrote it")
+        for key in ("train_path", "valid_path"):
+            try:
+                read_packed(fields[key], pack)
+            except DataError as exc:
+                raise _fail(str(exc), "the output as data prep sft wrote it") from None
+        return fields
+    if artifact == "rl-data":
+        from nemotron.runtime.rl_data import RLDataError, read_rows
+
+        fields = {"path": str(path), "train_path": str(path / outputs.RL_TRAIN),
+                  "validation_path": str(path / outputs.RL_VALID)}
+        for key in ("train_path", "validation_path"):
+            if not Path(fields[key]).is_file():
+                raise _fail(f"{fields[key]}: missing", "a data prep rl output (train.jsonl and validation.jsonl)")
+            try:
+                read_rows(Path(fields[key]))
+            except RLDataError as exc:
+                raise _fail(str(exc), "the output as data prep rl wrote it") from None
+        return fields
+    raise _fail(f"--as {artifact}: not a data artifact", f"one of {', '.join(DATA_ARTIFACTS)}")
+
+
+# ------------------------------------------------------------------------------------------------ record
+def register(name: str, fields: dict[str, Any], config: str, env_file: str | None) -> dict[str, Any]:
+    """Record ``fields`` as artifact ``name`` for consumers run with ``-c config`` on this machine (module
+    docstring), in the store a stage command uses: the ``[artifacts] root`` of the env.toml found as a stage command finds it
+    (``env_file``, ``$NEMOTRON_ENV_FILE``, ``./env.toml`` upward...), else the default store. Returns the record."""
+    import time
+
+    from nemotron.config import artifacts
+    from nemotron.profiles.load import load_profile
+
+    load_profile(None, env_file, {})  # the env.toml a stage command finds, its [artifacts] root checked and used
+    return artifacts.record(name, {**fields, "config": config, "stage": "import", "job_id": "local",
+                                   "site": artifacts.site(None), "scratch": False, "promoted": True,
+                                   "imported_at": time.strftime("%Y-%m-%d %H:%M:%S")})
+
+
+def _run(kind: str, path: str, artifact: str | None, config: str, env_file: str | None) -> int:
+    folder = Path(os.path.abspath(os.path.expanduser(path)))
+    if kind == "model":
+        name, fields = check_checkpoint(folder, artifact)
+    else:
+        name, fields = str(artifact), check_data(folder, str(artifact))
+    rec = register(name, fields, config, env_file)
+    click.echo(f"[nemotron] artifact {name} v{rec['version']}: {rec['path']} (imported for -c {config} on "
+               f"{rec['site']}; its consumers take it as ${{art:{name},path}})")
+    return 0
+
+
+_OPTIONS = (
+    click.option("-c", "--config", default="default", show_default=True, metavar="NAME",
+                 help="The consumer config that takes it (its records' config: sft -c NAME reads it)."),
+    click.option("--env-file", metavar="PATH", help="env.toml whose [artifacts] root holds the record."),
+    click.option("--debug", is_flag=True, help="Show tracebacks."),
+)
+
+
+def add_import_commands(group: click.Group, context: dict[str, Any], make_group: Any) -> None:
+    """Add ``model import`` (a new ``model`` group) and ``data import`` (under the existing ``data`` group)."""
+    model = group.commands.get("model") or make_group("model", "Model checkpoints.")
+    group.add_command(model)
+
+    @click.command("import", context_settings=context)
+    @click.argument("path", metavar="PATH")
+    @click.option("--as", "artifact", type=click.Choice(list(CHECKPOINT_FORMS)),
+                  help="The artifact to record (default: by the folder's form: hf-checkpoint, pretrain-checkpoint, "
+                       "rl-checkpoint for a NeMo RL step_N).")
+    def model_import(path: str, artifact: str | None, config: str, env_file: str | None, debug: bool) -> int:
+        """Register a checkpoint folder (Hugging Face, Megatron, NeMo RL step_N) as an artifact, after checking it."""
+        return _run("model", path, artifact, config, env_file)
+
+    @click.command("import", context_settings=context)
+    @click.argument("path", metavar="PATH")
+    @click.option("--as", "artifact", type=click.Choice(list(DATA_ARTIFACTS)), required=True,
+                  help="The artifact to record.")
+    def data_import(path: str, artifact: str, config: str, env_file: str | None, debug: bool) -> int:
+        """Register a prepared data folder (a data prep output's version folder) as an artifact, after checking it."""
+        return _run("data", path, artifact, config, env_file)
+
+    for command in (model_import, data_import):
+        for option in _OPTIONS:
+            option(command)
+    model.add_command(model_import)
+    data = group.commands.get("data")
+    if isinstance(data, click.Group):
+        data.add_command(data_import)
+
+
+__all__ = ["add_import_commands", "check_checkpoint", "check_data", "register"]

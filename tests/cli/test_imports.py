@@ -1,0 +1,157 @@
+"""`model import` / `data import`: real-shaped folders built in tmp_path (a real HF NemotronH saved with transformers
+from the catalogue's ``small`` config with a real 131,072-id tokenizer; a torch distributed checkpoint in Megatron's
+layout; packed Parquet, blend.json + .bin/.idx and RL JSONL written the way the data prep writes them) are checked,
+recorded, and resolved by the consuming stage's dry run; every bad folder is one line naming the file, exit 2, and
+no record."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nemotron.config import artifacts
+from test_cli import _isolated_home, run_cli  # noqa: F401 - the autouse fixture isolates NEMOTRON_HOME, cwd here
+
+
+@pytest.fixture(scope="module")
+def hf_model(tmp_path_factory) -> Path:
+    from rl_support import checkpoint, tokenizer_folder
+
+    root = tmp_path_factory.mktemp("hf")
+    return checkpoint(root / "model", tokenizer_folder(root / "tok"), seed=1)
+
+
+def megatron_checkpoint(folder: Path, step: int = 20) -> Path:
+    """Megatron's layout: the tracker file and ``iter_NNNNNNN/`` saved by torch.distributed.checkpoint
+    (``.metadata``, ``__0_0.distcp``) with Megatron's ``metadata.json``."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    it = folder / f"iter_{step:07d}"
+    dcp.save({"decoder.weight": torch.randn(8, 4)}, checkpoint_id=str(it), no_dist=True)
+    (it / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1,
+                                                   "common_backend": "torch", "common_backend_version": 1}))
+    (folder / "latest_checkpointed_iteration.txt").write_text(f"{step}\n")
+    return folder
+
+
+def sft_data(folder: Path, pack: int = 64) -> Path:
+    from local_runtime_support import write_sft_data
+
+    write_sft_data(folder / "data", pack)
+    (folder / "data" / f"{pack}_metadata.jsonl").write_text(json.dumps({"max_samples_per_bin": 8}) + "\n")
+    (folder / "manifest.json").write_text(json.dumps({"complete": True}))
+    return folder
+
+
+def records(name: str) -> list[Path]:
+    return sorted((artifacts.store() / name).glob("v*.json"))
+
+
+def test_hf_import_is_recorded_for_this_machine_and_resolved(capsys, hf_model):
+    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(hf_model))
+    assert code == 0, err
+    assert f"artifact hf-checkpoint v1: {hf_model}" in out
+    rec = artifacts.lookup("hf-checkpoint", config="default")
+    assert rec["path"] == str(hf_model) and rec["form"] == "hf" and rec["vocab_size"] == 131072
+    scope = artifacts.Scope.of(None, None, {})  # a stage run on this machine, from another working folder
+    assert scope.why_not(rec) is None
+    with artifacts.scoped(scope):
+        assert artifacts.lookup("hf-checkpoint", config="default")["version"] == 1
+
+
+def _fails(capsys, *args: str, match: str) -> None:
+    code, out, err = run_cli(capsys, "ultra3", *args)
+    assert code == 2, (out, err)
+    first = err.splitlines()[0]
+    assert first.startswith("error: ") and match in first, err
+    assert "nothing was recorded" in err
+    assert not any(artifacts.store().glob("*/v*.json")), "a bad folder was recorded"
+
+
+def test_hf_import_refuses_a_missing_shard_a_truncated_one_and_a_too_large_tokenizer(capsys, hf_model, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(hf_model, bad)
+    (bad / "model.safetensors").rename(bad / "model-00001-of-00002.safetensors")
+    (bad / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    _fails(capsys, "model", "import", str(bad), match=f"{bad / 'model-00002-of-00002.safetensors'}: shard named")
+    (bad / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors"}}))
+    shard = bad / "model-00001-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    _fails(capsys, "model", "import", str(bad), match=f"{shard}: ")
+    shutil.copy2(hf_model / "model.safetensors", shard)
+    cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, "vocab_size": 1000}))
+    _fails(capsys, "model", "import", str(bad), match="131,072 token ids, more than config.json's vocab_size=1,000")
+    (bad / "config.json").write_text(json.dumps(cfg))
+    (bad / "tokenizer.json").unlink()
+    _fails(capsys, "model", "import", str(bad), match="no tokenizer")
+
+
+def test_hf_folder_as_a_megatron_artifact_is_refused(capsys, hf_model):
+    _fails(capsys, "model", "import", str(hf_model), "--as", "pretrain-checkpoint",
+           match="a hf checkpoint; the consumers of pretrain-checkpoint load a megatron checkpoint")
+
+
+def test_megatron_import_then_sft_dry_run_takes_it(capsys, tmp_path):
+    ckpt = megatron_checkpoint(tmp_path / "released")
+    data = sft_data(tmp_path / "sft-v1")
+    assert run_cli(capsys, "ultra3", "model", "import", str(ckpt), "-c", "tiny")[0] == 0
+    code, out, err = run_cli(capsys, "ultra3", "data", "import", str(data), "--as", "sft-data", "-c", "tiny")
+    assert code == 0, err
+    rec = json.loads(records("sft-data")[0].read_text())
+    assert rec["train_path"] == str(data / "data" / "training_64.idx.parquet") and rec["pack_size"] == "64"
+    code, out, err = run_cli(capsys, "ultra3", "sft", "-c", "tiny", "--dry-run")
+    text = out + err
+    assert f"[nemotron] input pretrain-checkpoint v1: {ckpt} (made on here:" in text, text[:3000]
+    assert "-> checkpoint.pretrained_checkpoint" in text
+    assert f"[nemotron] input sft-data v1: {data}" in text
+
+
+def test_megatron_import_refuses_a_missing_iteration_and_missing_metadata(capsys, tmp_path):
+    ckpt = megatron_checkpoint(tmp_path / "m")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("30\n")
+    _fails(capsys, "model", "import", str(ckpt), match=f"{ckpt / 'iter_0000030'}: missing")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("20\n")
+    (ckpt / "iter_0000020" / ".metadata").unlink()
+    _fails(capsys, "model", "import", str(ckpt), match=f"{ckpt / 'iter_0000020' / '.metadata'}: missing")
+
+
+def test_nemo_rl_step_is_recorded_as_its_hf_form(capsys, tmp_path, hf_model):
+    step = tmp_path / "ck" / "step_7"
+    (step / "policy" / "weights").mkdir(parents=True)
+    (step / "policy" / "weights" / "__0_0.distcp").write_bytes(b"x")
+    (step / "config.yaml").write_text("policy: {}\n")
+    _fails(capsys, "model", "import", str(step), match=f"{tmp_path / 'ck' / 'hf' / 'step_7'}: step_7 has no Hugging")
+    shutil.copytree(hf_model, tmp_path / "ck" / "hf" / "step_7")
+    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(step), "--as", "mopd-checkpoint")
+    assert code == 0, err
+    rec = artifacts.lookup("mopd-checkpoint", config="default")
+    assert rec["path"] == str(tmp_path / "ck" / "hf" / "step_7") and rec["step"] == 7 and rec["source"] == str(step)
+
+
+def test_data_imports_check_with_the_consumers_readers(capsys, tmp_path, shared_data):
+    from local_runtime_support import write_pretrain_data
+    from rl_support import rl_jsonl
+
+    pre = tmp_path / "pre"
+    write_pretrain_data(pre)
+    (pre / "train_1.bin").unlink()
+    _fails(capsys, "data", "import", str(pre), "--as", "pretrain-data", match=f"{pre / 'train_1.bin'} does not exist")
+    rl = tmp_path / "rl"
+    rl_jsonl(rl, shared_data)
+    with open(rl / "validation.jsonl", "a", encoding="utf-8") as fh:
+        fh.write('{"messages": []}\n')
+    _fails(capsys, "data", "import", str(rl), "--as", "rl-data", match=f"{rl / 'validation.jsonl'}:5: not an RL line")
+    sft = sft_data(tmp_path / "sft")
+    (sft / "data" / "64_metadata.jsonl").unlink()
+    _fails(capsys, "data", "import", str(sft), "--as", "sft-data", match=f"{sft / 'data' / '64_metadata.jsonl'}: missing")
+    write_pretrain_data(pre)
+    code, out, err = run_cli(capsys, "ultra3", "data", "import", str(pre), "--as", "pretrain-data")
+    assert code == 0, err
+    assert artifacts.lookup("pretrain-data", config="default")["blend_path"] == str(pre / "blend.json")
