@@ -6,6 +6,8 @@ columns, so it can be diffed and kept as golden files.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from nemotron.errors import Problem
@@ -63,9 +65,19 @@ def table(title: str | None, header: list[str], rows: list[list[Any]]) -> None:
 LINE_LIMIT = 200
 
 
+def wrapping() -> bool:
+    """Whether :func:`readable` breaks long lines: for a person at a terminal (standard output and standard error
+    both terminals), not for logs, pipes and scripts, which keep one message per line to search it whole.
+    ``NEMOTRON_WRAP=1`` / ``0`` decides instead."""
+    forced = os.environ.get("NEMOTRON_WRAP")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
 def readable(text: str, limit: int = LINE_LIMIT) -> str:
     """``text`` (one message line) as lines a terminal shows whole: unchanged when it is at most ``limit``
-    characters; else broken after each ``"; "`` (a clause: the message, ``valid: ...``, a hint, each alternative),
+    characters, or when nobody reads it at a terminal (:func:`wrapping`); else broken after each ``"; "`` (a clause: the message, ``valid: ...``, a hint, each alternative),
     every line after the first indented by 4 spaces, and a clause still longer than ``limit`` wrapped at spaces
     (never inside a word, so a key, value, path or command stays whole and searchable). Nothing is dropped: joining
     the lines with single spaces gives back ``text`` but for the breaks.
@@ -74,7 +86,7 @@ def readable(text: str, limit: int = LINE_LIMIT) -> str:
     """
     import textwrap
 
-    if len(text) <= limit:
+    if len(text) <= limit or not wrapping():
         return text
     clauses = text.split("; ")
     lines: list[str] = []

@@ -62,8 +62,12 @@ def test_quiet_without_dry_run_is_refused(capsys):
     assert "--quiet is for --dry-run" in capsys.readouterr().err
 
 
-def test_a_very_long_problem_line_is_broken_at_its_clauses_nothing_lost():
+def test_a_very_long_problem_line_is_broken_at_its_clauses_nothing_lost(monkeypatch):
+    """At a terminal (NEMOTRON_WRAP=1 stands in for one) a long line is broken at its clauses; for a pipe or a log
+    (NEMOTRON_WRAP=0, or no terminal) it stays one line, searchable whole."""
     from nemotron.report import problem_line
+
+    monkeypatch.setenv("NEMOTRON_WRAP", "1")
 
     message = "; ".join(f"clause {i}: the path /data/some/long/folder/name-{i}/shard_{i:05d}.parquet is not there"
                         for i in range(9))
@@ -77,6 +81,8 @@ def test_a_very_long_problem_line_is_broken_at_its_clauses_nothing_lost():
     assert " ".join(x.strip() for x in lines) == flat  # nothing dropped
     short = Problem(key="k", value=1, message="too small")
     assert problem_line(short) == "error: k=1: too small"  # a short line stays one searchable line
+    monkeypatch.setenv("NEMOTRON_WRAP", "0")
+    assert problem_line(p) == flat  # not at a terminal: one line
 
 
 def test_estimate_is_offered_only_by_the_stages_that_have_it(capsys):
