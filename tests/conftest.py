@@ -48,6 +48,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # or pytest-xdist's workers (which export COLUMNS=80), would rewrap every table the tests read
     for var in ("COLUMNS", "LINES"):
         os.environ.pop(var, None)
+    # one message per line, as in a log, also when pytest runs at a terminal with -s (nemotron.report.wrapping)
+    os.environ["NEMOTRON_WRAP"] = "0"
     if config.getoption("--quick") and not os.environ.get("NEMOTRON_QUICK_MODULES"):
         # the quick tier's module check (tests/quick_tier.py): the processes the tests start report their modules
         # too (tests/quick_probe/sitecustomize.py); pytest-xdist's workers inherit both variables

@@ -6,6 +6,8 @@ columns, so it can be diffed and kept as golden files.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from nemotron.errors import Problem
@@ -57,9 +59,53 @@ def table(title: str | None, header: list[str], rows: list[list[Any]]) -> None:
     console().print(t)
 
 
+#: A message line longer than this many characters is broken at its clauses (:func:`readable`); a shorter one stays
+#: whole, so that it can be searched for as one line (the report's fixed width is 120 columns; a terminal wraps a line
+#: of up to two of its widths readably by itself).
+LINE_LIMIT = 200
+
+
+def wrapping() -> bool:
+    """Whether :func:`readable` breaks long lines: for a person at a terminal (standard output and standard error
+    both terminals), not for logs, pipes and scripts, which keep one message per line to search it whole.
+    ``NEMOTRON_WRAP=1`` / ``0`` decides instead."""
+    forced = os.environ.get("NEMOTRON_WRAP")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+def readable(text: str, limit: int = LINE_LIMIT) -> str:
+    """``text`` (one message line) as lines a terminal shows whole: unchanged when it is at most ``limit``
+    characters, or when nobody reads it at a terminal (:func:`wrapping`); else broken after each ``"; "`` (a clause: the message, ``valid: ...``, a hint, each alternative),
+    every line after the first indented by 4 spaces, and a clause still longer than ``limit`` wrapped at spaces
+    (never inside a word, so a key, value, path or command stays whole and searchable). Nothing is dropped: joining
+    the lines with single spaces gives back ``text`` but for the breaks.
+
+    Returns: str, lines joined with ``\n``.
+    """
+    import textwrap
+
+    if len(text) <= limit or not wrapping():
+        return text
+    clauses = text.split("; ")
+    lines: list[str] = []
+    for i, clause in enumerate(clauses):
+        piece = clause + (";" if i < len(clauses) - 1 else "")
+        indent = "" if i == 0 else "    "
+        lines += textwrap.wrap(piece, width=120, initial_indent=indent, subsequent_indent="    ",
+                               break_long_words=False, break_on_hyphens=False) or [indent]
+    return "\n".join(lines)
+
+
+def problem_line(p: Problem) -> str:
+    """``severity: key=value: message; valid: ...`` made :func:`readable`, as the run and the dry run print it."""
+    return readable(f"{p.severity}: {p.render()}")
+
+
 def problems(items: list[Problem]) -> None:
-    """Warnings then errors, one line each, on stderr."""
+    """Warnings then errors, each :func:`problem_line` (a long one broken at its clauses), on stderr."""
     for p in sorted(items, key=lambda p: p.severity != "warning"):
-        err(f"{p.severity}: {p.render()}")
+        err(problem_line(p))
 
 

@@ -529,4 +529,4 @@ def test_a_pipe_dry_run_never_calls_a_chain_valid_that_the_run_refuses(capsys, t
                  "--dry-run"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == ("dry run: the chain's configs are valid, but the run would refuse to start at stage 1/2 "
-                    "(ultra3 sft): see its line above; nothing was submitted"), last
+                    "(ultra3 sft): see that stage's verdict; nothing was submitted"), last

@@ -43,10 +43,22 @@ def _here(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
+def unwrap(text: str) -> str:
+    """``text`` with each long message (``error:``, ``warning:``, ``hint:``, ``note:``, ``dry run:``) that
+    :func:`nemotron.report.readable` broke into indented lines joined back into one line."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        if lines and line.startswith("    ") and lines[-1].startswith(("error:", "warning:", "hint:", "note:", "dry run:")):
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     cap = capsys.readouterr()
-    return code, cap.out, cap.err
+    return code, unwrap(cap.out), unwrap(cap.err)
 
 
 def errors(text: str) -> list[str]:

@@ -102,11 +102,11 @@ def test_the_seed_commands_hints_name_commands_that_pass_their_dry_run(seed_env,
         assert "ntasks_per_node" not in command, command
         again = _cli(tmp_path, *shlex.split(command), "--dry-run")
         assert again.returncode == 0, f"{command}: {again.stdout[-1500:]}{again.stderr[-1500:]}"
-    # the pipe's verdict lines: each stage's own, then the chain's
+    # the pipe's verdict lines: the chain's first, each stage's report led and ended by its own, the chain's last
     verdicts = [ln for ln in again.stdout.splitlines() if ln.startswith("dry run:")]
     assert [v.split(" is valid")[0] for v in verdicts] == [
-        "dry run: stage 1/2 (ultra3 data prep pretrain)", "dry run: stage 2/2 (ultra3 pretrain)",
-        "dry run: the chain of 2 stages"], verdicts
+        "dry run: the chain of 2 stages", *["dry run: stage 1/2 (ultra3 data prep pretrain)"] * 2,
+        *["dry run: stage 2/2 (ultra3 pretrain)"] * 2, "dry run: the chain of 2 stages"], verdicts
     # a profile key given to a pipe without its stage: the hint names a stage-prefixed form that works
     bare = _cli(tmp_path, "ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER",
                 "--dry-run", "profile.gpus_per_node=8")

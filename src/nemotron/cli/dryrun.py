@@ -10,18 +10,28 @@ from nemotron.config.compile import annotated_yaml
 from nemotron.errors import NemotronError, Problem, plural
 from nemotron.launch import backends
 from nemotron.profiles.schema import redact_text
-from nemotron.report import heading, out, table
+from nemotron.report import heading, out, problem_line, readable, table
 from nemotron.validation.refusal import unresolved_refusal
 
 
 def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Problem], notes: list[str],
-            part: str | None = None) -> None:
+            part: str | None = None, quiet: bool = False) -> None:
     """The ``--dry-run`` report: (1) the compiled config with the layer that set each value and the
     profile values used, (2) the resource plan, validation tables and notes, (3) the exact job — the
     sbatch script rendered by NeMo-Run for a Slurm profile, the command line otherwise — then every
     problem found. ``part`` (a pipe's ``stage 1/2``): the closing verdict is said of that stage only, not of the
-    command (the pipe says its own after the last stage)."""
+    command (the pipe says its own after the last stage).
 
+    The verdict (:func:`verdict`) comes first, before the details, and again last when the config is valid;
+    ``quiet``: the verdict and the errors only."""
+
+    line = verdict(req, compiled, found, part)
+    out(readable(line), plain=True)  # first: the verdict (the `[nemotron] input` lines came before it, on stderr)
+    if quiet:  # the verdict alone, and the errors it counts
+        for p in found:
+            if p.severity == "error":
+                out(problem_line(p), plain=True)
+        return
     secrets = profile.secret_values().values() if profile is not None else ()
     where = f"profile {plan.profile} ({plan.executor})" if plan.profile else "this machine (no profile)"
     heading(f"{req.stage.title} · config {compiled.config_name} · {where}")
@@ -62,21 +72,31 @@ def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Proble
     if found:
         heading("problems")
         for p in sorted(found, key=lambda p: p.severity != "warning"):
-            out(f"{p.severity}: {p.render()}", plain=True)
+            out(problem_line(p), plain=True)
+    if not any(p.severity == "error" for p in found):  # last as well: what a terminal shows after a long report
+        out(readable(line), plain=True)  # (errors: the run's own `error: N problems found` line ends it, on stderr)
+
+
+def verdict(req: Any, compiled: Any, found: list[Problem], part: str | None = None) -> str:
+    """The dry run's verdict, one line (before :func:`nemotron.report.readable` breaks it): ``dry run: valid (N
+    warnings); nothing was submitted``; valid but refused by the run's own check
+    (:func:`nemotron.validation.refusal.unresolved_refusal`: ``..., but the run would refuse to start: WHY; HINT``);
+    or ``dry run: N problems found (M warnings): the run would refuse to start; nothing was submitted``. ``part`` (a
+    pipe's ``stage 1/2``): said of that stage only."""
     n_err = sum(p.severity == "error" for p in found)
-    if not n_err:
-
-        refusal = unresolved_refusal(compiled)
-        if refusal is not None:  # the run's own refusal (nemotron.cli.pipeline._check_startable), said as such
-            what = f"{part} ({req.stage.title}): its config is valid" if part else "the config is valid"
-            out(f"dry run: {what} ({plural(len(found), 'warning')}), but the run would refuse to start: "
-                f"{refusal.message.removeprefix('refusing to start ')}; {refusal.hint}; nothing was submitted",
-                plain=True)
-        elif part:
-            out(f"dry run: {part} ({req.stage.title}) is valid ({plural(len(found), 'warning')})", plain=True)
-        else:
-            out(f"dry run: valid ({plural(len(found), 'warning')}); nothing was submitted", plain=True)
-
+    warnings = plural(len(found) - n_err, "warning")
+    if n_err:
+        what = f"{part} ({req.stage.title}): " if part else ""
+        return (f"dry run: {what}{plural(n_err, 'problem')} found ({warnings}): the run would refuse to start; "
+                "nothing was submitted")
+    refusal = unresolved_refusal(compiled)
+    if refusal is not None:  # the run's own refusal (nemotron.cli.pipeline._check_startable), said as such
+        what = f"{part} ({req.stage.title}): its config is valid" if part else "the config is valid"
+        return (f"dry run: {what} ({warnings}), but the run would refuse to start: "
+                f"{refusal.message.removeprefix('refusing to start ')}; {refusal.hint}; nothing was submitted")
+    if part:
+        return f"dry run: {part} ({req.stage.title}) is valid ({warnings})"
+    return f"dry run: valid ({warnings}); nothing was submitted"
 
 _PROFILE_KEYS = ("executor", "account", "partition", "run_partition", "batch_partition", "qos", "reservation", "time",
                  "exclusive", "gpus_per_node", "gpu", "gpu_arch", "gpu_memory", "host_memory", "cpus_per_node", "mem",

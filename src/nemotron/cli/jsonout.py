@@ -20,6 +20,7 @@ SCHEMAS = {
     "list": "nemotron RECIPE list --json",
     "profiles": "nemotron profiles [NAME] --json",
     "status": "nemotron RECIPE status [ID] --json",
+    "jobs": "nemotron RECIPE jobs --json",
     "dry-run": "nemotron RECIPE STAGE --dry-run --json",
     "estimate": "nemotron RECIPE STAGE estimate --json",
     "data-inspect": "nemotron RECIPE data inspect PATH --json",

@@ -49,7 +49,14 @@ def check_profile_names(kwargs: dict[str, Any]) -> None:
                              "(leave the option out to run on this machine)")
 
 
-def _stage_params() -> list[click.Parameter]:
+def has_estimate(stage: Stage) -> bool:
+    """Whether ``stage`` takes the word ``estimate``: the Megatron training stages (kind ``megatron``), the runs
+    :func:`nemotron.cli.costs.run_estimate` models."""
+    return stage.kind == "megatron"
+
+
+def _stage_params(stage: Stage) -> list[click.Parameter]:
+    estimate = has_estimate(stage)
     return [
         click.Option(["-c", "--config"], metavar="NAME|PATH", multiple=True, callback=_one_config,
                      help="Config of the stage (default, tiny, local, ...) or a YAML file; default: default."),
@@ -58,7 +65,10 @@ def _stage_params() -> list[click.Parameter]:
         click.Option(["--batch", "batch_profile"], metavar="PROFILE",
                      help="Submit detached on this env.toml profile and print the job id."),
         click.Option(["--dry-run"], is_flag=True,
-                     help="Compile, validate and show the config, resources and exact job; submit nothing."),
+                     help="Compile, validate and show the config, resources and exact job; submit nothing. "
+                          "Its verdict comes first, then the details."),
+        click.Option(["-q", "--quiet"], is_flag=True,
+                     help="With --dry-run: print the verdict alone (and the errors); the exit code is the same."),
         click.Option(["--env-file"], metavar="PATH",
                      help="env.toml to read profiles from (default: $NEMOTRON_ENV_FILE, ./env.toml upward, "
                           "~/.config/nemotron/env.toml)."),
@@ -68,8 +78,10 @@ def _stage_params() -> list[click.Parameter]:
                           "default output folders (a scratch output_dir=); without it such an output is taken only "
                           "when pinned by version."),
         click.Option(["--json"], is_flag=True,
-                     help="With --dry-run or estimate: one JSON document on stdout (docs/schema/)."),
-        click.Argument(["overrides"], nargs=-1, metavar="[estimate] [key=value | +key=value | ~key]..."),
+                     help=f"With --dry-run{' or estimate' if estimate else ''}: one JSON document on stdout "
+                          "(docs/schema/)."),
+        click.Argument(["overrides"], nargs=-1,
+                       metavar=f"{'[estimate] ' if estimate else ''}[key=value | +key=value | ~key]..."),
     ]
 
 
@@ -88,6 +100,12 @@ def _stage_command(stage: Stage) -> click.Command:
                 raise UsageError(str(exc), "A and B: eval.json files, their folders, or eval-results[:vN] "
                                            "(append #LABEL for one checkpoint)") from None
         check_profile_names(kwargs)
+        if not has_estimate(stage) and "estimate" in (kwargs.get("overrides") or ()):
+            offered = ", ".join(" ".join(s.command) for s in STAGES if s.recipe == stage.recipe and has_estimate(s))
+            raise UsageError(f"{stage.title} has no estimate: the word estimate is for the Megatron training stages "
+                             f"({offered})", f"e.g. nemotron {stage.recipe} {offered.split(', ')[0]} -c tiny estimate; "
+                             f"or see this stage's plan with: nemotron {stage.recipe} {' '.join(stage.command)} "
+                             "--dry-run")
         req = StageRequest.from_cli(stage, kwargs)
         if req.estimate or (req.json and req.dry_run):  # the estimate report, the dry run as JSON
             from nemotron.cli.estimate import run_report
@@ -99,11 +117,11 @@ def _stage_command(stage: Stage) -> click.Command:
         f"{stage.summary}\n\nConsumes: {', '.join(stage.consumes) or 'raw inputs'}. "
         f"Produces: {', '.join(stage.produces)}. Launch: {stage.launch}.\n\n"
         "Overrides set config keys: key=value (must exist), +key=value (add), ~key (delete), "
-        "list[0]=value; profile.KEY=VALUE overrides a profile key for this command.\n\n"
-        "The word estimate (after the options) prints the run's step time, GPU-hours, jobs and checkpoint "
-        "bytes instead of running it (docs/estimate.md)."
+        "list[0]=value; profile.KEY=VALUE overrides a profile key for this command."
+        + ("\n\nThe word estimate (after the options) prints the run's step time, GPU-hours, jobs and checkpoint "
+           "bytes instead of running it (docs/estimate.md)." if has_estimate(stage) else "")
     )
-    params = _stage_params()
+    params = _stage_params(stage)
     if stage.name == "eval":
         params.insert(-1, click.Option(["--compare"], nargs=2, metavar="A B",
                                        help="Print the deltas of two eval results (eval.json, its folder, or "
@@ -164,6 +182,15 @@ def _recipe_group(recipe: str) -> click.Group:
 
         return job_status(ident, as_json)
 
+    @group.command("jobs", context_settings=_CONTEXT)
+    @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (docs/schema/jobs.schema.json).")
+    @click.option("--debug", is_flag=True, help="Show tracebacks.")
+    def jobs_list(as_json: bool, debug: bool) -> int:
+        """List the jobs submitted from this machine, newest first: id, stage, config, profile, state, run folder."""
+        from nemotron.cli.pipeline import job_list
+
+        return job_list(recipe, as_json)
+
     from nemotron.cli.tools import add_recipe_tools
 
     add_recipe_tools(group, recipe, _CONTEXT)
@@ -198,7 +225,9 @@ def _recipe_group(recipe: str) -> click.Group:
                   help="Run the chain attached on this profile.")
     @click.option("--batch", "batch_profile", metavar="PROFILE",
                   help="Submit the chain detached on this profile.")
-    @click.option("--dry-run", is_flag=True, help="Show the whole chain; submit nothing.")
+    @click.option("--dry-run", is_flag=True, help="Show the whole chain; submit nothing. The chain's verdict comes "
+                  "first, then each stage's report.")
+    @click.option("-q", "--quiet", is_flag=True, help="With --dry-run: the verdicts alone (and the errors).")
     @click.option("--env-file", metavar="PATH", help="env.toml to read profiles from.")
     @click.option("--gates", metavar="PATH",
                   help="YAML of per-stage gates ({stage: {metric: {max|min|max_drop: X}}}): a failed one stops the "
@@ -270,9 +299,11 @@ def build_cli() -> click.Group:
 
 
 def _fail(message: str, hint: str | None, code: int) -> int:
-    click.echo(f"error: {message}", err=True)
+    from nemotron.report import readable  # a long message is broken at its clauses, nothing dropped
+
+    click.echo(readable(f"error: {message}"), err=True)
     if hint:
-        click.echo(f"hint: {hint}", err=True)
+        click.echo(readable(f"hint: {hint}"), err=True)
     return code
 
 

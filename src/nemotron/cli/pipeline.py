@@ -53,23 +53,42 @@ class StageRequest:
     json: bool = False  # --json: one JSON document on stdout (nemotron.cli.jsonout)
     estimate: bool = False  # the word `estimate` after the options: nemotron.cli.estimate
     latest: bool = False  # --latest: its output is the latest even outside the default output folders (promoted)
+    quiet: bool = False  # --quiet (with --dry-run): the verdict and the errors only
 
     @classmethod
     def from_cli(cls, stage: Stage, kw: dict[str, Any]) -> StageRequest:
         """Build from click's keyword arguments.
 
         Raises:
-            UsageError: ``--run`` and ``--batch`` together.
+            UsageError: ``--run`` and ``--batch`` together; ``--quiet`` without ``--dry-run`` or with ``--json``.
         """
         run, batch = kw.get("run_profile"), kw.get("batch_profile")
         if run and batch:
             raise UsageError("--run and --batch are mutually exclusive", "--run waits for the job; --batch submits and returns")
         mode = "run" if run else "batch" if batch else "here"
+        check_quiet(kw)
         overrides = tuple(kw.get("overrides") or ())
         estimate = "estimate" in overrides  # a word, not an override (those have `=` or start with + or ~)
         return cls(stage=stage, config=kw.get("config"), overrides=tuple(o for o in overrides if o != "estimate"),
                    mode=mode, profile=run or batch, dry_run=bool(kw.get("dry_run")), env_file=kw.get("env_file"),
-                   argv=tuple(sys.argv), json=bool(kw.get("json")), estimate=estimate, latest=bool(kw.get("latest")))
+                   argv=tuple(sys.argv), json=bool(kw.get("json")), estimate=estimate, latest=bool(kw.get("latest")),
+                   quiet=bool(kw.get("quiet")))
+
+
+def check_quiet(kw: dict[str, Any]) -> None:
+    """``--quiet`` shortens the dry-run report to its verdict (and errors).
+
+    Raises:
+        UsageError: ``--quiet`` without ``--dry-run`` (a run's output is the job's), or with ``--json`` (one document
+            either way).
+    """
+    if not kw.get("quiet"):
+        return
+    if not kw.get("dry_run"):
+        raise UsageError("--quiet is for --dry-run: it prints the dry run's verdict alone",
+                         "add --dry-run, or leave --quiet out")
+    if kw.get("json"):
+        raise UsageError("--quiet and --json together: --json prints one document either way", "leave --quiet out")
 
 
 @dataclass
@@ -185,7 +204,7 @@ def run_stage(req: StageRequest) -> int:
     print_inputs(p.compiled)
     # 4a. dry run: show everything, submit nothing
     if req.dry_run:
-        dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes)
+        dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes, quiet=req.quiet)
         if p.errors:
             raise ValidationError(problems=p.problems)
         return 0
@@ -291,6 +310,45 @@ def job_status(ident: str | None, as_json: bool = False) -> int:
     return 0
 
 
+def job_list(recipe: str, as_json: bool = False) -> int:
+    """``nemotron RECIPE jobs``: every job submitted from this machine for ``recipe`` (the records of
+    :mod:`nemotron.launch.jobs`), newest first: id, stage, config, profile, state, submitted (local time), run folder.
+    A state the scheduler cannot give (Slurm unreachable, the job's folders gone) is ``UNKNOWN``, its reason in the
+    JSON document and on stderr, one line per job; the other jobs are still listed. No record: an empty list (exit 0).
+    """
+    import time
+
+    names = {s.name for s in STAGES if s.recipe == recipe}
+    rows, records = [], []
+    for rec in reversed(jobs.records_all()):
+        if rec.stage not in names:
+            continue
+        reason = None
+        try:
+            st, code = jobs.state(rec)
+        except RuntimeFailure as exc:  # one job's state unknown: said, the others still listed
+            st, code, reason = "UNKNOWN", "", exc.message
+            report.err(f"warning: job {rec.job_id} ({rec.experiment_id}): state unknown: {exc.message}")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.submitted)) if rec.submitted else "-"
+        records.append({"job": rec.job_id, "experiment": rec.experiment_id, "stage": rec.stage, "title": rec.title,
+                        "config": rec.config, "profile": rec.profile, "state": st, "exit_code": code or None,
+                        "submitted": rec.submitted, "run_folder": rec.run_dir, "reason": reason})
+        rows.append([rec.job_id, rec.stage, rec.config or "-", rec.profile, st + (f" ({code})" if code else ""), when,
+                     rec.run_dir])
+    if as_json:
+        from nemotron.cli import jsonout
+
+        jsonout.emit("jobs", {"recipe": recipe, "jobs": records})
+        return 0
+    if not rows:
+        report.out(f"no {recipe} job has been submitted from this machine yet (submit one with --batch PROFILE)",
+                   plain=True)
+        return 0
+    report.table(f"nemotron {recipe} jobs (newest first)",
+                 ["id", "stage", "config", "profile", "state", "submitted", "run folder"], rows)
+    return 0
+
+
 def job_logs(ident: str | None, follow: bool) -> int:
     """``logs [ID] [-f]``: print the job's log; with ``-f`` stream it until the job ends (exit code as
     for an attached run)."""
@@ -355,6 +413,8 @@ def _run_here(prepared: list[Prepared], gates: dict[str, Any]) -> int:
                      ["#", "stage", "config", "exit", "seconds", "metrics"], rows)
 
     for i, p in enumerate(prepared, 1):
+        # a header per stage, as its dry run prints: where one stage's output ends and the next one's starts
+        report.heading(f"[{i}/{len(prepared)}] {p.req.stage.title} · config {p.compiled.config_name}")
         t0 = time.perf_counter()
         code = backends.start(p.req, p.compiled, p.profile, p.plan)
         metrics = collect(p.req.stage.name, p.compiled.config) if code == 0 else {}
@@ -434,6 +494,22 @@ def _override_hint(recipe: str, names: list[str], arg: str, config: str | None) 
     return f"no config of {where} has the key {key!r}: check its spelling (docs/execution.md, Pipelines)"
 
 
+def _chain_verdict(prepared: list[Prepared]) -> str:
+    """A pipe dry run's verdict, one line: the stages with errors and their count; else valid, or the first stage
+    the run would refuse to start (its own check, :func:`_check_startable`); nothing was submitted."""
+    bad = [(i, p) for i, p in enumerate(prepared, 1) if p.errors]
+    if bad:
+        where = ", ".join(f"{i}/{len(prepared)} ({p.req.stage.title}): {len(p.errors)}" for i, p in bad)
+        return (f"dry run: {sum(len(p.errors) for _, p in bad)} problems found in the chain's stages ({where}): "
+                "the run would refuse to start; nothing was submitted")
+    refused = next((i for i, p in enumerate(prepared, 1) if unresolved_refusal(p.compiled) is not None), None)
+    if refused is None:
+        return f"dry run: the chain of {len(prepared)} stages is valid; nothing was submitted"
+    return (f"dry run: the chain's configs are valid, but the run would refuse to start at stage "
+            f"{refused}/{len(prepared)} ({prepared[refused - 1].req.stage.title}): see that stage's verdict; "
+            "nothing was submitted")
+
+
 def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     """``nemotron RECIPE pipe [STAGES...]``: each stage in order, each consuming the one before.
 
@@ -472,6 +548,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     if run and batch:
         raise UsageError("--run and --batch are mutually exclusive")
     mode = "run" if run else "batch" if batch else "here"
+    check_quiet(kw)
     gates = _read_gates(kw.get("gates"), [s.name for s in chain])  # the dry run refuses a bad gates file too
     if gates and mode != "here":
         raise UsageError("pipe --gates: gates are checked between stages run here; a Slurm chain (afterok) has no "
@@ -485,7 +562,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
         with artifacts.planning(planned):
             req = StageRequest(stage=stage, config=kw.get("config"), overrides=tuple(per_stage.get(stage.name, ())),
                                mode=mode, profile=run or batch, dry_run=bool(kw.get("dry_run")),
-                               env_file=kw.get("env_file"), argv=tuple(sys.argv))
+                               env_file=kw.get("env_file"), argv=tuple(sys.argv), quiet=bool(kw.get("quiet")))
             try:
                 p = prepare_stage(req)
             except (ConfigError, UsageError) as exc:  # name the stage: a pipe compiles several configs
@@ -493,10 +570,6 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
             if i == 1 and mode != "here" and p.plan.executor != "slurm":  # before anything is shown or queued
                 raise UsageError(f"pipe --{mode} needs a slurm profile (got {p.plan.executor})",
                                  "run the chain here without a profile, or use a slurm profile")
-            if kw.get("dry_run"):
-                print_inputs(p.compiled)
-                report.heading(f"[{i}/{len(chain)}] {stage.title}")
-                dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes, part=f"stage {i}/{len(chain)}")
             invalid += bool(p.errors)
             prepared.append(p)
         made = planned_outputs(p.compiled)
@@ -504,11 +577,23 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
         for name in stage.stands_in_for:  # the stages after it take its output for that artifact (registry.py)
             planned[name] = dict(next(iter(made.values())))
     if kw.get("dry_run"):
-        how = "afterok; a failure cancels the rest" if mode != "here" else "when it succeeded"
-        report.table("the chain", ["#", "stage", "config", "executor", "nodes x GPUs", "starts", "problems"],
-                     [[i, p.req.stage.title, p.compiled.config_name, p.plan.executor,
-                       f"{p.plan.nodes} x {p.plan.gpus_per_node}", "first" if i == 1 else f"after #{i - 1} ({how})",
-                       len(p.errors) or "-"] for i, p in enumerate(prepared, 1)])
+        quiet = bool(kw.get("quiet"))
+        verdict = _chain_verdict(prepared)
+        report.out(report.readable(verdict), plain=True)  # first the chain's verdict, then each stage's report
+        n = len(prepared)
+        for i, p in enumerate(prepared, 1):
+            print_inputs(p.compiled)
+            if not quiet:
+                report.heading(f"[{i}/{n}] {p.req.stage.title}")
+            dryrun.dry_run(p.req, p.compiled, p.profile, p.plan, p.problems, p.notes, part=f"stage {i}/{n}",
+                           quiet=quiet)
+        if not quiet:
+            how = "afterok; a failure cancels the rest" if mode != "here" else "when it succeeded"
+            report.table("the chain", ["#", "stage", "config", "executor", "nodes x GPUs", "starts", "problems"],
+                         [[i, p.req.stage.title, p.compiled.config_name, p.plan.executor,
+                           f"{p.plan.nodes} x {p.plan.gpus_per_node}",
+                           "first" if i == 1 else f"after #{i - 1} ({how})",
+                           len(p.errors) or "-"] for i, p in enumerate(prepared, 1)])
     if invalid:
         if not kw.get("dry_run"):  # the dry run printed them already; here they are the only report
             for p in prepared:
@@ -517,14 +602,8 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                     report.problems(p.problems)
         raise ValidationError(problems=[q for p in prepared for q in p.problems])
     if kw.get("dry_run"):
-        # the run's own refusal (_check_startable) of a stage whose inputs nothing makes: said of the chain too
-        refused = next((i for i, p in enumerate(prepared, 1) if unresolved_refusal(p.compiled) is not None), None)
-        if refused is None:
-            report.out(f"dry run: the chain of {len(prepared)} stages is valid; nothing was submitted", plain=True)
-        else:
-            report.out(f"dry run: the chain's configs are valid, but the run would refuse to start at stage "
-                       f"{refused}/{len(prepared)} ({prepared[refused - 1].req.stage.title}): see its line above; "
-                       "nothing was submitted", plain=True)
+        if not kw.get("quiet"):  # last as well: what a terminal shows after a long report
+            report.out(report.readable(verdict), plain=True)
         return 0
     for p in prepared:
         print_inputs(p.compiled)
@@ -546,7 +625,9 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     if mode == "batch":
         print("\n".join(chain[0] for chain in chains))
         return 0
-    for chain in chains:
+    for i, chain in enumerate(chains, 1):
+        p = prepared[i - 1]
+        report.heading(f"[{i}/{len(chains)}] {p.req.stage.title} · config {p.compiled.config_name} · Slurm job {chain[0]}")
         code = backends.attach(jobs.load(chain[0]), chain=[jobs.load(job_id) for job_id in chain[1:]])
         if code != 0:
             return code

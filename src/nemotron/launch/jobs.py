@@ -81,12 +81,10 @@ def save(rec: JobRecord) -> Path:
     return path
 
 
-def load(ident: str | None) -> JobRecord:
-    """The record for an experiment id or Slurm job id, or the most recent one.
-
-    Raises:
-        ConfigError: nothing submitted yet, or no submission with that id.
-    """
+def records_all() -> list[JobRecord]:
+    """Every submission record on this machine (``$NEMOTRON_HOME/submissions/*.json``), oldest first (by
+    ``submitted``, seconds since the epoch). An unreadable record is said on stderr (its file, what to do) and left
+    out, never silently skipped."""
     folder = _folder()
     records = []
     for f in folder.glob("*.json") if folder.is_dir() else []:
@@ -98,10 +96,21 @@ def load(ident: str | None) -> JobRecord:
             print(f"warning: {f}: unreadable submission record ({type(exc).__name__}); left out (delete it, or "
                   "restore it from a backup)", file=sys.stderr)
             continue
+    records.sort(key=lambda r: r.submitted)
+    return records
+
+
+def load(ident: str | None) -> JobRecord:
+    """The record for an experiment id or Slurm job id, or the most recent one.
+
+    Raises:
+        ConfigError: nothing submitted yet, or no submission with that id.
+    """
+    folder = _folder()
+    records = records_all()
     if not records:
         raise ConfigError((f"no job {ident!r}: " if ident else "") + "no job has been submitted from this machine yet "
                           f"(records: {folder})", "submit one with --batch PROFILE or --run PROFILE")
-    records.sort(key=lambda r: r.submitted)
     if ident is None:
         return records[-1]
     for rec in reversed(records):
