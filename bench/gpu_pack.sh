@@ -32,7 +32,8 @@ dl "pydantic-core==$pc"
 python3 -m pip wheel -q --no-deps -w "$WORK/wheels" "antlr4-python3-runtime==4.9.3"
 say "wheels: $(ls "$WORK/wheels" | wc -l), $(du -sh "$WORK/wheels" | cut -f1)"
 
-# the kit: Megatron-Bridge and Megatron-LM source at the pinned refs, mamba-ssm's Python package, TE's torch sdist
+# the kit: Megatron-Bridge and Megatron-LM source at the pinned refs, mamba-ssm's Python package, TE's torch sdist,
+# causal-conv1d's sdist
 tar -xzf "$UPSTREAM"/megatron-bridge-nemotron_3_ultra-*.tgz -C "$WORK"
 tar -xzf "$UPSTREAM"/megatron-lm-*.tgz -C "$WORK"
 mkdir -p "$WORK/kit/src/megatron"
@@ -65,9 +66,14 @@ PY
 }
 sdist mamba-ssm 2.3.2.post1
 sdist transformer-engine-torch "$TE_VERSION"
+# causal-conv1d: Megatron-Core's fused Mamba path (mamba_split_conv1d_scan_combined, use_mamba_mem_eff_path) calls
+# its CUDA extension, and packed SFT runs only on that path (rule packed-mamba-path); no wheel exists for the GPU
+# machine's torch, so install-conv1d builds it there from this source
+sdist causal-conv1d 1.6.1
 tar -xzf "$WORK"/sdist/mamba_ssm-*.tar.gz -C "$WORK/sdist"
 cp -r "$WORK"/sdist/mamba_ssm-*/mamba_ssm "$WORK/kit/src/"
 cp "$WORK"/sdist/transformer_engine_torch-*.tar.gz "$WORK/kit/"
+cp "$WORK"/sdist/causal_conv1d-*.tar.gz "$WORK/kit/"
 # the pretraining data: our own `data prep pretrain -c tiny` output (paths are relocated by install-kit)
 (cd "$REPO" && [[ -f output/ultra3/pretrain-data/tiny/blend.json ]] || .venv/bin/nemotron ultra3 data prep pretrain -c tiny >/dev/null)
 (cd "$REPO" && tar -cf "$WORK/kit/data.tar" output/ultra3/pretrain-data/tiny)
@@ -77,7 +83,7 @@ sft=output/ultra3/sft-data/tiny
 (cd "$REPO" && [[ -f $sft/manifest.json ]] || .venv/bin/nemotron ultra3 data prep sft -c tiny >/dev/null)
 (cd "$REPO" && tar -cf "$WORK/sft-data.tar" $sft/manifest.json $sft/plan.json $sft/tokenizer $sft/data/*.idx.parquet \
    $sft/data/*_metadata.jsonl $sft/data/*.receipt.json)
-(cd "$WORK/kit" && tar -cJf "$WORK/kit_src.tar.xz" src data.tar transformer_engine_torch-*.tar.gz)
+(cd "$WORK/kit" && tar -cJf "$WORK/kit_src.tar.xz" src data.tar transformer_engine_torch-*.tar.gz causal_conv1d-*.tar.gz)
 say "kit: $(du -sh "$WORK/kit_src.tar.xz" | cut -f1)"
 
 # Transformer Engine's core (the cu13 wheel is larger than one transfer): unpacked, re-archived as xz, split

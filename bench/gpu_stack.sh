@@ -7,6 +7,7 @@
 #   bash bench/gpu_stack.sh install-missing  # the extra wheels (in/extra) of distributions this Python lacks
 #   bash bench/gpu_stack.sh install-te     # join + check the Transformer Engine archive, unpack it, build its
 #                                          # PyTorch extension (C++ against this torch; sm_90 only)
+#   bash bench/gpu_stack.sh install-conv1d # build causal-conv1d's CUDA extension (the fused Mamba path packed SFT needs)
 #   bash bench/gpu_stack.sh probe          # import the training path; name every module still missing
 #   bash bench/gpu_stack.sh run [ARGS]     # python bench/gpu_megatron.py --blend <the data> --packed <the SFT packs>
 #                                          #   --out $OUT/gpu-run ARGS (--stage sft: the SFT run)
@@ -143,6 +144,34 @@ EOF
     say "Transformer Engine's PyTorch extension built: $(basename "$so") ($((SECONDS - t0)) s in all)"
     PYTHONPATH="$SITE:$EXTRA" "$PY" -c 'import transformer_engine.pytorch as te, transformer_engine; print("[gpu-stack] transformer_engine", transformer_engine.__version__, "imports")'
     ;;
+  install-conv1d)
+    # causal-conv1d's CUDA extension (Megatron-Core's fused Mamba path; packed SFT needs it), built from the kit's
+    # sdist for this GPU's architecture only (its setup.py compiles ten; one takes about a tenth of the time), with
+    # the nvcc flags of its setup.py, then its Python package beside it in site/
+    t0=$SECONDS
+    rm -rf "$STASH/build/conv1d" && mkdir -p "$STASH/build/conv1d"
+    tar -xzf "$STASH"/build/causal_conv1d-*.tar.gz -C "$STASH/build/conv1d" --strip-components=1
+    cd "$STASH/build/conv1d"
+    arch=$("$PY" -c 'import torch; print("%d%d" % torch.cuda.get_device_capability())')
+    PYTHONPATH="$SITE" MAX_JOBS=${MAX_JOBS:-16} "$PY" - "$arch" <<'PY' > build.log 2>&1 || { tail -30 build.log; exit 1; }
+import sys
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+arch = sys.argv[1]
+sys.argv = [sys.argv[0], "build_ext", "--inplace"]
+nvcc = ["-O3", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_OPERATORS__",
+        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_BFLOAT162_OPERATORS__", "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
+        "--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math", "--threads", "4",
+        "-gencode", f"arch=compute_{arch},code=sm_{arch}"]
+srcs = ["csrc/causal_conv1d.cpp", "csrc/causal_conv1d_fwd.cu", "csrc/causal_conv1d_bwd.cu", "csrc/causal_conv1d_update.cu"]
+setup(name="causal_conv1d", ext_modules=[CUDAExtension("causal_conv1d_cuda", srcs, include_dirs=["csrc"],
+      extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc})], cmdclass={"build_ext": BuildExtension})
+PY
+    cp causal_conv1d_cuda*.so "$SITE/"
+    rm -rf "$SITE/causal_conv1d" && cp -r causal_conv1d "$SITE/"
+    PYTHONPATH="$SITE" "$PY" -c 'import causal_conv1d, causal_conv1d_cuda; print("[gpu-stack] causal_conv1d", causal_conv1d.__version__, "imports")'
+    say "causal-conv1d built for sm_$arch ($((SECONDS - t0)) s)"
+    ;;
   probe)
     cd "$REPO"
     PYTHONPATH="$SITE:$EXTRA:$REPO/src" "$PY" - <<'EOF'
@@ -150,7 +179,8 @@ EOF
 # listing only: nothing of it runs), so one pass names every missing package.
 import importlib, sys, traceback, types
 missing = []
-targets = ["transformer_engine.pytorch", "megatron.core", "mamba_ssm", "nvidia_resiliency_ext.inprocess", "megatron.bridge",
+targets = ["transformer_engine.pytorch", "megatron.core", "mamba_ssm", "causal_conv1d", "nvidia_resiliency_ext.inprocess",
+           "megatron.bridge",
            "megatron.bridge.recipes.nemotronh", "megatron.bridge.training.gpt_step",
            "megatron.bridge.training.pretrain", "megatron.bridge.training.finetune", "nemotron.runtime.megatron_bridge"]
 for t in targets:
@@ -185,7 +215,7 @@ EOF
     exit $rc
     ;;
   *)
-    sed -n '2,16p' "$0"
+    sed -n '2,17p' "$0"
     exit 2
     ;;
 esac

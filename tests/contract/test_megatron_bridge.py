@@ -471,6 +471,8 @@ def test_the_one_gpu_sft_run_is_a_packed_finetune_of_the_same_small_model(result
               "moe_latent_size", "moe_shared_expert_intermediate_size", "mtp_num_layers")
     assert {k: rec["provider"][k] for k in fields} == {k: pre["provider"][k] for k in fields}
     assert rec["provider"]["hybrid_layer_pattern"] == spec.pattern
+    # packs run only on Mamba's fused path (rule packed-mamba-path; an H100 run stopped at MambaMixer's assert)
+    assert rec["provider"]["use_mamba_mem_eff_path"] is True
     assert rec["validate"]["ok"], rec["validate"]
     assert rec["validate"]["data_parallel_size"] == 1
 

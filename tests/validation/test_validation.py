@@ -390,6 +390,9 @@ KNOWN_BAD = [
     # Megatron-Bridge / Megatron-LM refusals, each with a parity contract test (tests/contract/)
     ("packed-sft-micro-batch-2", "sft", "tiny", {"train.micro_batch_size": 2}, None, "packed-micro-batch",
      "train.micro_batch_size", "one pack of 4096 tokens per micro-batch"),
+    # Found on one H100 (docs/gpu_run.md): packs reach Mamba's unfused path, which asserts at step 1
+    ("packed-sft-unfused-mamba", "sft", "tiny", {"+model.use_mamba_mem_eff_path": False}, None, "packed-mamba-path",
+     "model.use_mamba_mem_eff_path", "cannot train on Mamba's unfused path"),
     ("offload-without-precision-aware", "pretrain", "tiny", {"optimizer.use_precision_aware_optimizer": False}, None,
      "optimizer-offload", "optimizer.use_precision_aware_optimizer", "needs the precision-aware optimizer"),
     ("offload-with-mxfp8-param-gather", "pretrain", "tiny", {"mixed_precision": "bf16_with_mxfp8_mixed"}, None,

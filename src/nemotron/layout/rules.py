@@ -901,6 +901,28 @@ def packed_micro_batch(pack_size: Any, mbs: Any, gbs: Any, mbs_key: str = "train
                                f"a larger micro batch at start){same}", "1", "packed-micro-batch")]
 
 
+@rule("packed-mamba-path", "packed SFT on a hybrid (Mamba) model trains on Mamba's memory-efficient path: "
+      "model.use_mamba_mem_eff_path stays true",
+      "Megatron-Core ssm/mamba_mixer.py MambaMixer.forward asserts packed_seq_params is None on the "
+      "non-memory-efficient path ('Training with packed sequences is not supported in the non-memory-efficient code "
+      "path') at the first forward step; seen on one H100 on 2026-12-05 (sft -c tiny's packs through "
+      "Megatron-Bridge's finetune(), docs/gpu_run.md). The memory-efficient path needs causal-conv1d's CUDA "
+      "extension, which the NeMo image has", "Megatron-LM c8288b6 (megatron-core 0.18.0)")
+def packed_mamba_path(pack_size: Any, mem_eff_path: Any, hybrid: bool,
+                      key: str = "model.use_mamba_mem_eff_path") -> list[Problem]:
+    """``pack_size``: tokens per pack (None or <= 0: not packed); ``mem_eff_path``: the config's
+    ``model.use_mamba_mem_eff_path`` (None: unset, Megatron-Core's default true); ``hybrid``: the model has Mamba
+    layers. An error when packed data meets the unfused Mamba path (it fails at step 1, after the job queued and
+    loaded its checkpoint)."""
+    size = _iters(pack_size)
+    if not hybrid or size is None or size <= 0 or mem_eff_path is not False:
+        return []
+    return [_err(key, mem_eff_path, "packed SFT data cannot train on Mamba's unfused path: Megatron-Core asserts "
+                                    "packed_seq_params is None there at the first forward step",
+                 "true (Megatron-Core's default; it needs causal-conv1d's CUDA extension, which the NeMo image has)",
+                 "packed-mamba-path")]
+
+
 @rule("optimizer-offload", "optimizer CPU offload needs the precision-aware optimizer (and, with FP8 parameter "
       "gather, delayed FP8 scaling); the precision-aware optimizer needs Adam and the distributed optimizer",
       "Megatron-LM megatron/training/arguments.py validate_args asserts use_precision_aware_optimizer (and "

@@ -202,7 +202,7 @@ def _megatron_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec 
     if getattr(stage, "name", "") in ("pretrain", "sft", "convert") and backend(cfg) == "megatron-bridge":
         out += bridge_translation(stage.name, cfg)
     if getattr(stage, "name", "") == "sft":
-        out += sft_data_rules(cfg, v)
+        out += sft_data_rules(cfg, v, hybrid="M" in model.pattern)
     if getattr(stage, "name", "") in ("pretrain", "sft"):
         out += data_tokenizer_rules(stage, cfg, model)
     if v.ok and not any(p.severity == "error" for p in out):
@@ -429,9 +429,9 @@ def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Probl
     return out
 
 
-def sft_data_rules(cfg: dict, v: TrainView) -> list[Problem]:
-    """Rules 7 (packing vs layout) and 13 (pack size vs sequence length) for SFT, and the warning for
-    packed data without a validation split."""
+def sft_data_rules(cfg: dict, v: TrainView, hybrid: bool = True) -> list[Problem]:
+    """Rules 7 (packing vs layout) and 13 (pack size vs sequence length) for SFT, the warning for packed data
+    without a validation split, and packed data on Mamba's unfused path (``hybrid``: the model has Mamba layers)."""
     specs = "dataset.packed_sequence_specs"
     out: list[Problem] = rules.sft_validation_data(get(cfg, f"{specs}.packed_train_data_path"),
                                                    get(cfg, f"{specs}.packed_val_data_path"),
@@ -439,6 +439,7 @@ def sft_data_rules(cfg: dict, v: TrainView) -> list[Problem]:
     # the job always packs (nemotron.runtime.megatron_bridge.translate: packed_sequence_size = model.seq_length)
     pack = as_int(get(cfg, f"{specs}.packed_sequence_size")) or as_int(get(cfg, "model.seq_length"))
     out += rules.packed_micro_batch(pack, get(cfg, "train.micro_batch_size"), get(cfg, "train.global_batch_size"))
+    out += rules.packed_mamba_path(pack, get(cfg, "model.use_mamba_mem_eff_path"), hybrid)
     if not v.ok:
         return out
     required = rules.pack_pad_multiple(v.tp, v.cp, v.sp)
