@@ -48,14 +48,26 @@ def _local_pretrain_data(tmp_path: Path) -> Path:
 def test_local_artifact_wired_into_a_cluster_job_is_an_error_naming_path_key_and_artifact(tmp_path):
     (tmp_path / "env.toml").write_text(CLUSTER, encoding="utf-8")
     blend = _local_pretrain_data(tmp_path)
-    done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "cluster", "--dry-run")
+    # unpinned, the cluster job does not pick this machine's output: left out of the resolution, saying which and
+    # why; the dry run says the run would refuse to start (an input not made yet is a warning there: a chain is
+    # planned before its first stage ran), and the run refuses it
+    for dry in (["--dry-run"], []):
+        done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "cluster", *dry)
+        text = done.stdout + done.stderr
+        assert done.returncode == (0 if dry else 2), text
+        assert f"left out: v1: {blend.parent} is an older record's output" in text
+        assert "outside this run's output folders (/lustre/proj/data" in text and "${art:pretrain-data:N,...}" in text
+        assert ("but the run would refuse to start" in text) == bool(dry)
+    # pinned, it resolves, and the storage check names path, key and artifact
+    pin = "data.per_split_data_args_path=${art:pretrain-data:1,blend_path}"
+    done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "cluster", "--dry-run", pin)
     text = done.stdout + done.stderr
     assert done.returncode == 2, text
     line = next(ln for ln in text.splitlines() if ln.startswith("error: data.per_split_data_args_path"))
     assert str(blend) in line and "from artifact pretrain-data v1" in line
     assert "not on storage the nodes of profile cluster see" in line and "mounts[0] /lustre/proj" in line
     # the run refuses it too (one set of checks), before anything is queued
-    done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "cluster")
+    done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "cluster", pin)
     assert done.returncode == 2 and "data.per_split_data_args_path" in done.stdout + done.stderr
 
 

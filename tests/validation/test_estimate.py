@@ -73,7 +73,9 @@ def test_estimate_refuses_a_checkpoint_that_cannot_fit(capsys, tmp_path, monkeyp
 
 def test_estimate_is_for_training_stages(capsys):
     assert main(["ultra3", "data", "prep", "pretrain", "-c", "tiny", "estimate"]) == 2
-    assert "estimate models the training stages" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "ultra3 data prep pretrain has no estimate" in err and "the Megatron training stages" in err
+    assert "nemotron ultra3 pretrain -c tiny estimate" in err  # the hint: the same word on a stage that has it
 
 
 def test_a_default_checkpoint_root_that_cannot_fit_is_a_warning(capsys, tmp_path, monkeypatch):
