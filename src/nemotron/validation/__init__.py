@@ -42,10 +42,9 @@ _SLICE = {"tp": 1, "pp": 1, "cp": 1, "etp": 1, "ep": "ep", "sp": False, "first":
 
 
 def _slice_layout(stage: Any) -> dict[str, Any]:
-    kind = getattr(stage, "kind", "")
-    keys = layout_keys(kind)
+    keys = layout_keys(stage.family.layout)
     out = {keys[k]: v for k, v in _SLICE.items()}
-    if kind == "quantize":
+    if stage.family.quantizes:  # the export layout too
         out.update({EXPORT_KEYS[k]: _SLICE[k] for k in EXPORT_KEYS})
     return out
 
@@ -63,7 +62,8 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
     * NeMo RL stages: a null ``cluster.gpus_per_node`` takes the node shape.
     """
     notes: list[str] = []
-    if getattr(stage, "kind", "") == "data":
+    family = stage.family
+    if family.prepares_data:
         return notes
     shape = node_shape(cfg, profile)
     name = get(cfg, "model.name")
@@ -79,14 +79,14 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
             ep = max(d for d in rules.divisors(spec.num_experts) if gpn % d == 0) if spec.num_experts else 1
             changed, kept = [], []
             layout = _slice_layout(stage)
-            if getattr(stage, "kind", "") != "rl":
+            if not family.nemo_rl:  # NeMo RL counts its nodes in cluster.num_nodes
                 layout["run.env.nodes"] = 1
             for key, value in layout.items():
                 value = ep if value == "ep" else value
-                if key == layout_keys(getattr(stage, "kind", ""))["sp"]:
+                if key == layout_keys(family.layout)["sp"]:
                     # with a TP you kept above 1 an MoE model needs sequence parallel (rule moe-tp-needs-sp): the
                     # preparation must not write a value that validation then refuses
-                    tp = as_int(get(cfg, layout_keys(getattr(stage, "kind", ""))["tp"])) or 1
+                    tp = as_int(get(cfg, layout_keys(family.layout)["tp"])) or 1
                     value = bool(tp > 1 and spec.is_moe)
                 if key in user_keys:
                     if get(cfg, key) != value:
@@ -103,7 +103,7 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
                 if kept:
                     msg += f"; kept your {', '.join(kept)}"
                 notes.append(msg)
-    if getattr(stage, "kind", "") == "rl":
+    if family.nemo_rl:
         if get(cfg, "cluster.gpus_per_node") is None and shape.gpus_per_node and "cluster" in cfg:
             put(cfg, "cluster.gpus_per_node", shape.gpus_per_node)
             notes.append(f"cluster.gpus_per_node=null: set to the node shape, {shape.gpus_per_node}")
@@ -129,7 +129,7 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
                 listed = ", ".join(f"{a}->{s}" for a, s in routed.items()) if isinstance(routed, dict) else ""
             notes.append(f"teacher routing: {listed + '; ' if listed else ''}any other task goes to the "
                          f"'{default_slot}' teacher")
-    if getattr(stage, "kind", "") == "quantize" and checks.backend(cfg) != checks.LOCAL:
+    if family.quantizes and checks.backend(cfg) != checks.LOCAL:
         notes.append("export.*: this version exports from the calibration layout (model.*); the export layout "
                      "is validated, not applied")
         if get(cfg, "generate.enabled", False):
@@ -260,7 +260,7 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
 
     ``importable(module)`` and ``gpus`` default to the real ones (tests of other machines pass their own).
     """
-    if getattr(plan, "executor", None) not in ("direct", "local") or getattr(stage, "kind", "") == "data":
+    if getattr(plan, "executor", None) not in ("direct", "local") or stage.family.prepares_data:
         return []
     from nemotron.runtime import prestart
 
@@ -300,7 +300,7 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
 
         env = {"LOCAL_WORLD_SIZE": str(gpn), **({"WORLD_SIZE": str(gpn)} if plan.launch == "torchrun" else {}),
                **{k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}}
-        keys = ("cluster.num_nodes", "cluster.gpus_per_node") if getattr(stage, "kind", "") == "rl" else \
+        keys = ("cluster.num_nodes", "cluster.gpus_per_node") if stage.family.nemo_rl else \
             ("run.env.nodes", "run.env.gpus_per_node")
         for line in prestart.gpu_problems(nodes if plan.launch == "torchrun" else 1, gpn, env, have, *keys):
             if have < gpn and f"shows {have} GPU" in line:  # said as the run's own check says it (execute.check_gpus)
@@ -480,11 +480,10 @@ def describe(stage: Any, cfg: dict, profile: Any) -> list[Table]:
     counts and MTP placement, the parallel layout (world, DP, EDP, minimum GPUs), the per-GPU memory
     estimate against the GPU memory, and for NeMo RL stages the node arithmetic, the generation
     engines and the teacher panel."""
-    kind = getattr(stage, "kind", "")
-    if kind == "data":
+    if stage.family.prepares_data:
         return []
     try:
-        if kind == "rl":
+        if stage.family.nemo_rl:
             return checks.describe_rl(stage, cfg, profile)
         return checks.describe_megatron(stage, cfg, profile)
     except (ArithmeticError, TypeError, ValueError):  # an invalid layout: validate() has said why
