@@ -203,7 +203,7 @@ def _run_locked(stage: str, cfg: dict[str, Any], settings: LocalSettings, title:
 
         return run(settings)
 
-    return run_heavy(title, settings.cpus, *LOCAL_NEEDS["pretrain"], train)
+    return run_heavy(title, settings.cpus, *local_needs(stage), train)
 
 
 #: What each ``backend: local`` runtime imports before it works (``modules``) and how its one-line refusal names the
@@ -221,6 +221,23 @@ LOCAL_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "eval": (("torch", "transformers", "math_verify"), "torch, transformers>=5.2 and math-verify"),
     "mtp-boost": (("torch", "transformers", "safetensors"), "torch, transformers>=5.2 and safetensors"),
 }
+
+
+def local_needs(stage: str) -> tuple[tuple[str, ...], str]:
+    """``(modules, needs)`` of the ``backend: local`` runtime of ``stage`` (a registry name): its
+    :data:`LOCAL_NEEDS` entry; a stage without one that trains on training data (its row's ``trains_on``) runs the
+    local trainer and needs what ``pretrain`` needs; else ``((), "")`` (a runtime that imports nothing heavy).
+
+    Raises:
+        KeyError: ``stage`` is not a registry stage.
+    """
+    from nemotron.config.registry import get_stage
+
+    if stage in LOCAL_NEEDS:
+        return LOCAL_NEEDS[stage]
+    return LOCAL_NEEDS["pretrain"] if get_stage(stage).training_data is not None else ((), "")
+
+
 #: How the local extra is installed, in the refusals.
 LOCAL_INSTALL = "pip install 'nemotron-cli[local]'; in a checkout: NEMOTRON_EXTRAS=local bash scripts/setup.sh"
 
@@ -253,5 +270,5 @@ def run_heavy(title: str, cpus: int | None, modules: tuple[str, ...], needs: str
         return interrupted(title)
 
 
-__all__ = ["Refusal", "kind_problems", "load_config", "main", "precheck", "refusals", "run_config", "run_heavy",
-           "train"]
+__all__ = ["Refusal", "kind_problems", "load_config", "local_needs", "main", "precheck", "refusals", "run_config",
+           "run_heavy", "train"]

@@ -275,9 +275,9 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
     title = getattr(stage, "title", getattr(stage, "name", "stage"))
     if local:
         from nemotron.runtime.dispatch import _importable
-        from nemotron.runtime.entry import LOCAL_INSTALL, LOCAL_NEEDS
+        from nemotron.runtime.entry import LOCAL_INSTALL, local_needs
 
-        modules, needs = LOCAL_NEEDS.get(getattr(stage, "name", ""), ((), ""))
+        modules, needs = local_needs(stage.name)
         check = importable or _importable
         absent = [m for m in modules if not m.startswith("nemotron.") and not check(m.split(".")[0])]
         if absent:  # the entry's own refusal (runtime.entry.run_heavy), before anything starts
