@@ -40,7 +40,8 @@ def _import_with(row_source: str) -> types.ModuleType:
 def test_a_complete_new_row_imports_and_carries_what_the_points_of_use_read():
     mod = _import_with('_stage("midtrain", "midtrain", "megatron", "torchrun", "nemo", "pretrain-checkpoint '
                        'pretrain-data", "midtrain-checkpoint", True, "Mid-training on a blend.", '
-                       '{"path": "{checkpoint.save}"}, "layout megatron-keys training-data", trains_on="pretrain-data")')
+                       '{"path": "{checkpoint.save}"}, "layout megatron-keys training-data", '
+                       'trains_on="pretrain-data")')
     row = mod.get_stage("midtrain")
     assert row.family is mod.FAMILIES["megatron"] and row.family.estimate and row.family.optimizer
     assert row.training_data.blend and row.training_data.artifact == "pretrain-data"
@@ -157,7 +158,8 @@ def test_no_stage_is_told_by_comparing_its_name_or_kind():
     runtime, which reads its own two stages (``runtime/rl_local.py``, ``runtime/rl_settings.py``)."""
     names = re.compile(r"(name|stage)[\"']?\)? ?(==|!=|in) \(?[\"'](pretrain|sft|convert|rlvr|mopd|quantize|eval|"
                        r"data-prep)")
-    kinds = re.compile(r"\.kind ?(==|!=|in\b)|getattr\([\w.]*stage, \"kind\"|getattr\([\w.]*stage, \"name\", \"\"\) ?(==|in)")
+    kinds = re.compile(r"\.kind ?(==|!=|in\b)|getattr\([\w.]*stage, \"kind\""
+                       r"|getattr\([\w.]*stage, \"name\", \"\"\) ?(==|in)")
     found = []
     for path in sorted(SRC.rglob("*.py")):
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

@@ -778,9 +778,8 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     if parsed:
         layers.append(OVERRIDE)
 
-    resolution = _Resolution(env=dict(env or {}),
-                             config=name if name in config_names(stage) or (name == "local" and stage.family.prepares_data)
-                             else None)
+    known = name in config_names(stage) or (name == "local" and stage.family.prepares_data)
+    resolution = _Resolution(env=dict(env or {}), config=name if known else None)
     token = _RESOLUTION.set(resolution)
     try:
         resolved, unresolved = _resolve(tree, prov)

@@ -28,6 +28,7 @@ from typing import Any
 from nemotron.config import catalogue, keys
 from nemotron.config.images import framework_version, keylist_version
 from nemotron.config.paths import OUTPUT_FOLDER_KEYS, cannot_create_folder, config_names
+from nemotron.config.registry import Stage
 from nemotron.config.tree import as_int, get, put
 from nemotron.errors import ConfigError, Problem, plural
 from nemotron.layout import rules
@@ -41,7 +42,7 @@ Table = tuple[str, list[str], list[list[str]]]
 _SLICE = {"tp": 1, "pp": 1, "cp": 1, "etp": 1, "ep": "ep", "sp": False, "first": None, "last": None}
 
 
-def _slice_layout(stage: Any) -> dict[str, Any]:
+def _slice_layout(stage: Stage) -> dict[str, Any]:
     keys = layout_keys(stage.family.layout)
     out = {keys[k]: v for k, v in _SLICE.items()}
     if stage.family.quantizes:  # the export layout too
@@ -49,7 +50,7 @@ def _slice_layout(stage: Any) -> dict[str, Any]:
     return out
 
 
-def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[str]:
+def prepare(stage: Stage, cfg: dict, user_keys: set[str], profile: Any) -> list[str]:
     """Adjust ``cfg`` in place before validation; return one note per change for ``--dry-run``.
 
     * ``model.name`` ending in ``<N>layer``: the slice fits one node, so the layout becomes TP=1,
@@ -140,7 +141,7 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
     return notes
 
 
-def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def validate(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     """Every problem of ``cfg`` for ``stage`` on ``profile`` (errors and warnings), all at once.
 
     Data stages run on CPUs through Ray and have no layout: their configs and inputs are checked by
@@ -153,32 +154,32 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     return _dedupe(missing + problems + _run_keys(cfg, profile))
 
 
-def _data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _data_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     from nemotron.validation.data import validate_data  # the data stages' own parsers (light, but only when asked)
 
     return validate_data(stage, cfg, profile)
 
 
-def _nemo_rl_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _nemo_rl_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     if checks.backend(cfg) == checks.LOCAL:
         return []
     return (_passthrough_keys(cfg, "nemo-rl") + _nemo_rl_rules(cfg) + checks.gb200_tuned_rules(cfg, node_shape(cfg, profile))
             + checks.rl_export_rules(cfg, profile))
 
 
-def _training_data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _training_data_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     from nemotron.validation.data import training_data_problems
 
     return training_data_problems(stage.name, cfg)
 
 
-def _quantize_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _quantize_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     from nemotron.validation.quantize import validate_quantize
 
     return validate_quantize(cfg, profile)
 
 
-def _eval_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _eval_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     """The eval stage: ``backend: local`` is read by its runtime's own reader (:func:`nemotron.runtime.evaluate.read`,
     stdlib only); the cluster backend by the translation its job runs (:func:`nemotron.runtime.nemo_rl.eval_config`)."""
     from nemotron.runtime.settings import SettingsError
@@ -205,7 +206,7 @@ def _eval_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
 
 #: The check sets a stage's registry row names (:attr:`nemotron.config.registry.Stage.checks`), each
 #: ``(stage, cfg, profile) -> [Problem]``.
-def _mtp_boost_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _mtp_boost_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     """Rule ``mtp-boost-framework`` (the job's runtime refuses with the same function), then the local runtime's
     own reader of its settings (:func:`nemotron.runtime.mtp_local.read`: stdlib only) on ``backend: local``."""
     from nemotron.layout.rules import mtp_boost_framework
@@ -242,7 +243,7 @@ CHECK_SETS: dict[str, Any] = {
 FRAMEWORK_MODULES = {"nemo": "megatron.bridge", "nemo-rl": "nemo_rl"}
 
 
-def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus: int | None = None) -> list[Problem]:
+def this_machine(stage: Stage, cfg: dict, plan: Any, importable: Any = None, gpus: int | None = None) -> list[Problem]:
     """The refusals of a run on this machine (``plan.executor`` ``direct``: no profile, or ``local``), as errors, so
     that a dry run never calls valid what the run then refuses. Empty for a cluster profile (its nodes are checked
     when the job starts there) and for the data stages (CPU, local Ray).
@@ -322,7 +323,7 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
 _CONTAINER_LABEL = {"nemo": "NeMo", "nemo-rl": "NeMo RL"}
 
 
-def _local_config(stage: Any) -> str | None:
+def _local_config(stage: Stage) -> str | None:
     """``"-c local"`` when the stage ships a ``local`` config whose backend has a runtime in this version."""
     from nemotron.config.compile import config_backend
     from nemotron.runtime.dispatch import missing_runtime
@@ -393,7 +394,7 @@ def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
     return out
 
 
-def _missing_runtime(stage: Any, cfg: dict) -> list[Problem]:
+def _missing_runtime(stage: Stage, cfg: dict) -> list[Problem]:
     """An error when the config's ``backend`` is one the stage's entry script has no runtime for in this version
     (:func:`nemotron.runtime.dispatch.missing_runtime`: ``rlvr``/``mopd -c local``): its job would only say so and exit 1,
     after the stages before it in a ``pipe`` had run."""
@@ -475,7 +476,7 @@ def _nemo_rl_rules(cfg: dict) -> list[Problem]:
     return validate_nemo_rl(cfg, keylist)
 
 
-def describe(stage: Any, cfg: dict, profile: Any) -> list[Table]:
+def describe(stage: Stage, cfg: dict, profile: Any) -> list[Table]:
     """Tables for ``--dry-run``: ``(title, header, rows)`` — per-pipeline-stage Mamba/MoE/attention
     counts and MTP placement, the parallel layout (world, DP, EDP, minimum GPUs), the per-GPU memory
     estimate against the GPU memory, and for NeMo RL stages the node arithmetic, the generation

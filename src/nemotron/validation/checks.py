@@ -13,6 +13,7 @@ from typing import Any
 from nemotron.config import catalogue
 from nemotron.config.catalogue import ModelSpec
 from nemotron.config.images import framework_version, keylist_version
+from nemotron.config.registry import Stage
 from nemotron.config.tree import as_int, get, unresolved
 from nemotron.errors import Problem, plural
 from nemotron.layout import memory, rules
@@ -51,7 +52,7 @@ def model_of(cfg: dict) -> tuple[ModelSpec | None, list[Problem]]:
                               valid=", ".join(catalogue.names()), rule="model-name")]
 
 
-def mcore_version(stage: Any) -> str | None:
+def mcore_version(stage: Stage) -> str | None:
     return framework_version(getattr(stage, "image", ""), "megatron_core")
 
 
@@ -123,7 +124,7 @@ def memory_problem(est: memory.Estimate, key: str, value: Any, what: str = "") -
     return []
 
 
-def resource_rules(stage: Any, cfg: dict, shape: NodeShape, world_needed: int | None) -> list[Problem]:
+def resource_rules(stage: Stage, cfg: dict, shape: NodeShape, world_needed: int | None) -> list[Problem]:
     """Rule 12: node shape owned by the profile; GPU stages need GPUs."""
     out: list[Problem] = []
     raw_nodes, raw_gpn = get(cfg, "run.env.nodes"), get(cfg, "run.env.gpus_per_node")
@@ -144,7 +145,7 @@ def resource_rules(stage: Any, cfg: dict, shape: NodeShape, world_needed: int | 
     return out
 
 
-def _cpu_conversion(stage: Any, cfg: dict) -> bool:
+def _cpu_conversion(stage: Stage, cfg: dict) -> bool:
     """A conversion with ``convert.device: cpu``: one process on one node, no GPU."""
     key = stage.family.cpu_key
     return bool(key) and str(get(cfg, key, "gpu")).lower() == "cpu"
@@ -158,7 +159,7 @@ def megatron_layout(cfg: dict, shape: NodeShape) -> TrainView:
     return v
 
 
-def validate_training(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def validate_training(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     """Every problem of a GPU stage's config (Megatron training, convert, quantize, RL) on ``profile``.
 
     The model's problems come first; ``backend: local`` then gets :func:`validate_local`, a cluster
@@ -175,7 +176,7 @@ def validate_training(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     return cluster(stage, cfg, shape, model, out)
 
 
-def _megatron_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec | None,
+def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | None,
                       out: list[Problem]) -> list[Problem]:
     """:func:`validate_training` for a Megatron backend: adds to ``out`` (the problems so far) and returns it."""
     v = megatron_layout(cfg, shape)
@@ -378,7 +379,7 @@ def local_rl_settings(stage_name: str, cfg: dict) -> list[Problem]:
     return []
 
 
-def local_refusals(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def local_refusals(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     """Rule ``local-refusal``: what the local trainer refuses before it starts, with its own lines
     (:func:`nemotron.runtime.entry.refusals`: an input path of the wrong kind; a resume whose inputs or
     ``train.train_iters`` contradict the checkpoint already in the folder). Only for a run on this machine
@@ -397,7 +398,7 @@ def local_refusals(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     return [Problem(key="", value=None, message=line, rule="local-refusal") for line in refusals(settings)]
 
 
-def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Problem]:
+def validate_local(stage: Stage, cfg: dict, model: ModelSpec | None) -> list[Problem]:
     """``backend: local`` runs one process on this machine (HF transformers / Model Optimizer)."""
     out: list[Problem] = []
     if stage.training_data is not None:  # the local trainer (nemotron.runtime.trainer)
@@ -461,7 +462,7 @@ def sft_data_rules(cfg: dict, v: TrainView) -> list[Problem]:
     return out
 
 
-def data_tokenizer_rules(stage: Any, cfg: dict, model: ModelSpec) -> list[Problem]:
+def data_tokenizer_rules(stage: Stage, cfg: dict, model: ModelSpec) -> list[Problem]:
     """Rule 13: the data artifact's tokenizer is the model's."""
     path_key = stage.training_data.path_key
     manifest, where = read_manifest(get(cfg, path_key))
@@ -608,7 +609,7 @@ def rl_layout(cfg: dict, shape: NodeShape) -> tuple[TrainView, RLPlan]:
     return v, plan
 
 
-def _rl_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec | None,
+def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | None,
                 out: list[Problem]) -> list[Problem]:
     """:func:`validate_training` for the NeMo RL backend: adds to ``out`` (the problems so far) and returns it."""
     v, plan = rl_layout(cfg, shape)
@@ -851,7 +852,7 @@ def memory_table(est: memory.Estimate, title: str) -> tuple[str, list[str], list
     return (title, ["term", "per GPU"], est.rows())
 
 
-def describe_megatron(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
+def describe_megatron(stage: Stage, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
     model, _ = model_of(cfg)
     if model is None:
         return []
@@ -887,7 +888,7 @@ def describe_megatron(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, li
     return tables
 
 
-def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
+def describe_rl(stage: Stage, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
     model, _ = model_of(cfg)
     if model is None:
         return []
