@@ -166,3 +166,43 @@ def test_no_stage_is_told_by_comparing_its_name_or_kind():
             if kinds.search(line) or (names.search(line) and path.name not in ("rl_local.py", "rl_settings.py")):
                 found.append(f"{path.relative_to(SRC)}:{n}: {line.strip()}")
     assert found == [], "\n".join(found)
+
+
+def test_a_new_training_stage_needs_only_its_row_configs_and_entry(tmp_path, monkeypatch):
+    """docs/architecture.md's worked example, made true: a Megatron stage that trains on a blend (a mid-training
+    stage), registered as one row, is compiled, validated as pretrain is, translated for Megatron-Bridge, read by the
+    local trainer and its ``pipe`` metrics collected, with no edit anywhere else. Its configs and entry here are
+    pretrain's own files (the row points at them), standing for the YAML and run.py such a stage would add."""
+    import dataclasses
+
+    from local_runtime_support import write_pretrain_data
+    from nemotron import validation
+    from nemotron.config.compile import compile_config
+    from nemotron.runtime import megatron_bridge as mb
+    from nemotron.runtime.pretrain_data import read_blend
+    from nemotron.runtime.settings import read
+    from nemotron.runtime.stage_metrics import collect
+
+    row = dataclasses.replace(_stage(**ROW, trains_on="pretrain-data"), config_dir="ultra3/pretrain",
+                              entry="ultra3/pretrain/run.py")
+    monkeypatch.setitem(registry._BY_NAME, "midtrain", row)
+    monkeypatch.setattr(registry, "STAGES", (*registry.STAGES, row))
+    blend = write_pretrain_data(tmp_path / "data")
+    over = [f"data.per_split_data_args_path={blend}", f"checkpoint.save={tmp_path / 'ckpt'}"]
+
+    def checked(stage):
+        compiled = compile_config(stage, "tiny", over)
+        validation.prepare(stage, compiled.config, compiled.user_keys, None)
+        found = validation.validate(stage, compiled.config, None)
+        return compiled.config, sorted((p.rule, p.key, p.severity) for p in found)
+
+    cfg, problems = checked(row)
+    assert problems == checked(get_stage("pretrain"))[1]
+    assert not [p for p in problems if p[2] == "error"], problems
+    bc = mb.translate(cfg, "midtrain", blend=read_blend(blend))
+    assert bc.dataset_kind == "gpt" and bc.data.artifact == "pretrain-data" and bc.stage == "midtrain"
+    local = compile_config(row, "local", over).config
+    assert read(local, "midtrain").blend_path == blend
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "summary.json").write_text('{"train_loss_last": 2.5}', encoding="utf-8")
+    assert collect("midtrain", cfg) == {"train_loss": 2.5}
