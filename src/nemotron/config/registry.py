@@ -131,7 +131,8 @@ class Stage:
         command: the words after ``nemotron <recipe>`` (``("data", "prep", "sft")``).
         recipe: command group (``"ultra3"``).
         kind: ``"data"`` (CPU data prep), ``"megatron"`` (Megatron-Bridge), ``"rl"`` (NeMo RL),
-            ``"quantize"`` (Model Optimizer) or ``"convert"``.
+            ``"quantize"`` (Model Optimizer), ``"convert"`` or ``"eval"``: a key of :data:`FAMILIES`, whose
+            :class:`Family` (:attr:`family`) answers what the points of use ask of the stage's kind.
         config_dir: folder under ``stages/`` holding ``default.yaml``, ``tiny.yaml``, ``local.yaml``...
         entry: the runtime entry script under ``stages/``; the job runs ``python ENTRY --config train.yaml``
             (or torchrun / a Ray job, per ``launch``).
