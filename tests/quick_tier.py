@@ -33,6 +33,7 @@ QUICK_FILES: tuple[str, ...] = (
     "tests/config/test_images.py",
     "tests/config/test_keys.py",
     "tests/config/test_long_context.py",
+    "tests/config/test_registry.py",
     "tests/config/test_yamlio.py",
     "tests/profiles/test_env_settings.py",
     "tests/profiles/test_profile_setup.py",

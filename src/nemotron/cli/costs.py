@@ -66,7 +66,7 @@ def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any, measure_cpu
     Raises:
         UsageError: a stage whose run the estimate does not model, or a model name not in the catalogue.
     """
-    if stage.kind != "megatron":
+    if not stage.family.estimate:
         raise UsageError(f"estimate models the training stages (pretrain, sft), not {stage.title} ({stage.kind})",
                          "e.g. nemotron ultra3 pretrain -c tiny estimate")
     cfg = compiled.config

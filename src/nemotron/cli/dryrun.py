@@ -49,7 +49,7 @@ def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Proble
           [[plan.nodes, plan.gpus_per_node, plan.world_size, plan.launch, plan.executor, plan.image or "none (host Python)"]])
     for title, header, rows in validation.describe(req.stage, compiled.config, profile):
         table(title, header, rows)
-    if req.stage.kind == "megatron" and not any(p.severity == "error" for p in found):
+    if req.stage.family.estimate and not any(p.severity == "error" for p in found):
         from nemotron.cli.costs import estimate_section
 
         rows = estimate_section(req.stage, compiled, profile, plan)

@@ -38,7 +38,7 @@ def dry_run_document(p: Any) -> dict[str, Any]:
         job = redact_text(job, secrets)
     refusal = unresolved_refusal(compiled) if not p.errors else None
     estimate = None
-    if req.stage.kind == "megatron" and not p.errors:
+    if req.stage.family.estimate and not p.errors:
         try:
             estimate = estimate_document(run_estimate(req.stage, compiled, profile, plan), req, compiled, plan)
         except UsageError as exc:

@@ -50,9 +50,9 @@ def check_profile_names(kwargs: dict[str, Any]) -> None:
 
 
 def has_estimate(stage: Stage) -> bool:
-    """Whether ``stage`` takes the word ``estimate``: the Megatron training stages (kind ``megatron``), the runs
-    :func:`nemotron.cli.costs.run_estimate` models."""
-    return stage.kind == "megatron"
+    """Whether ``stage`` takes the word ``estimate``: the stages whose family :func:`nemotron.cli.costs.run_estimate`
+    models (:attr:`nemotron.config.registry.Family.estimate`: the Megatron training stages)."""
+    return stage.family.estimate
 
 
 def _stage_params(stage: Stage) -> list[click.Parameter]:
@@ -122,7 +122,7 @@ def _stage_command(stage: Stage) -> click.Command:
            "bytes instead of running it (docs/estimate.md)." if has_estimate(stage) else "")
     )
     params = _stage_params(stage)
-    if stage.name == "eval":
+    if stage.family.compare:
         params.insert(-1, click.Option(["--compare"], nargs=2, metavar="A B",
                                        help="Print the deltas of two eval results (eval.json, its folder, or "
                                             "eval-results[:vN]); runs nothing."))

@@ -156,7 +156,7 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     # Errors for the dry run too: it must not call valid what the run refuses (one set of refusals)
     problems += validation.this_machine(req.stage, compiled.config, plan)
     cluster_checks(compiled, profile, plan, problems, notes)  # the profile's nodes, tasks and storage (cluster.py)
-    if req.stage.kind == "megatron":
+    if req.stage.family.estimate:
         from nemotron.cli.costs import checkpoint_check
 
         problems += checkpoint_check(req.stage, compiled, profile, plan)  # one checkpoint must fit (estimate.py)

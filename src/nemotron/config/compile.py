@@ -170,7 +170,7 @@ def _base_layer(stage: Stage, config: str | None, overrides: list[str]) -> tuple
     Raises:
         ConfigError: an unknown recipe; an unreadable config file.
     """
-    if stage.kind != "rl":
+    if not stage.family.nemo_rl:
         return None
 
     given = {ov.path[1]: ov.value for ov in (parse_override(o) for o in overrides)
@@ -195,7 +195,7 @@ def _resolve_config_ref(stage: Stage, ref: str, relative_to: Path | None) -> Pat
     candidate = folder / f"{ref}.yaml"
     if candidate.is_file():
         return candidate
-    if ref == "local" and stage.kind == "data" and (folder / "tiny.yaml").is_file():
+    if ref == "local" and stage.family.prepares_data and (folder / "tiny.yaml").is_file():
         return folder / "tiny.yaml"  # data prep's tiny sample runs anywhere: it is also its local
     if relative_to is not None and (relative_to / f"{ref}.yaml").is_file():
         return (relative_to / f"{ref}.yaml").resolve()
@@ -778,9 +778,8 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
     if parsed:
         layers.append(OVERRIDE)
 
-    resolution = _Resolution(env=dict(env or {}),
-                             config=name if name in config_names(stage) or (name == "local" and stage.kind == "data")
-                             else None)
+    known = name in config_names(stage) or (name == "local" and stage.family.prepares_data)
+    resolution = _Resolution(env=dict(env or {}), config=name if known else None)
     token = _RESOLUTION.set(resolution)
     try:
         resolved, unresolved = _resolve(tree, prov)

@@ -596,7 +596,7 @@ def record_outputs(rec: JobRecord) -> list[dict]:
                                                            "2>/dev/null").stdout
     outputs = artifacts.merge_outputs(rec.outputs, actual)
     if rec.tunnel != "ray":
-        data = any(s.name == rec.stage and s.kind == "data" for s in STAGES)
+        data = any(s.name == rec.stage and s.family.prepares_data for s in STAGES)
         said = _remote(rec, _output_check(outputs, data)).stdout.splitlines()
         absent = [ln[len(_ABSENT_TAG):] for ln in said if ln.startswith(_ABSENT_TAG)]
         unfinished = [ln[len(_UNFINISHED_TAG):] for ln in said if ln.startswith(_UNFINISHED_TAG)]

@@ -16,6 +16,7 @@ from nemotron.config.compile import Compiled
 from nemotron.config.images import image_table
 from nemotron.config.paths import stages_dir
 from nemotron.config.registry import Stage
+from nemotron.config.tree import get
 from nemotron.errors import ConfigError
 
 #: GPUs per node assumed for a GPU stage when no profile says otherwise (an 8-GPU HGX/DGX node).
@@ -113,8 +114,8 @@ def cpu_only(stage: Stage, cfg: dict[str, Any]) -> bool:
     asks Slurm for no GPU (a GPU request holds idle GPUs, and a CPU partition refuses it)."""
     if not stage.gpu:
         return True
-    device = (cfg.get("convert") or {}).get("device") if stage.kind == "convert" else None
-    return str(device or "").lower() == "cpu"
+    key = stage.family.cpu_key  # convert.device
+    return bool(key) and str(get(cfg, key) or "").lower() == "cpu"
 
 
 def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None = None) -> JobPlan:

@@ -415,7 +415,7 @@ def stage_files(tunnel: Any, req: Any, compiled: Any, profile: Any, plan: Any) -
              "job.yaml": yamlio.dumps(execute.provenance(req, compiled, profile, plan))}
     if getattr(profile, "tunnel", "local") != "ssh":  # the job runs where this machine's store is: it records at end
         files[artifacts.RECORD_FILE] = json.dumps({
-            "store": str(artifacts.store()), "data": plan.stage.kind == "data",
+            "store": str(artifacts.store()), "data": plan.stage.family.prepares_data,
             "outputs": recorded_outputs(compiled, profile, getattr(req, "latest", False)),
             "fields": {"stage": plan.stage.name, "config": Path(plan.config_name).stem,
                        "experiment_id": plan.experiment_id, "config_hash": compiled.config_hash()}},

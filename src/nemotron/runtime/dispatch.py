@@ -45,11 +45,16 @@ class Backend:
             this version has no runtime for the backend yet (the entry then says so and exits 1).
         requires: a module that must be importable first (the cluster framework, e.g. ``megatron.bridge``).
         image: the ``stages/images.toml`` key of the container that provides it (for the message).
+        per_stage: the runtime serves several stages (``megatron_bridge:main``, ``entry:train``): it is called as
+            ``function(cfg, stage)`` with the registry name of the stage the entry runs (its title looked up with
+            :func:`nemotron.config.registry.get_stage`), and reads what it needs from that stage's row. A new stage
+            of such a runtime then needs only its row, its configs and a ``run.py`` naming the function.
     """
 
     runtime: str | None = None
     requires: str | None = None
     image: str | None = None
+    per_stage: bool = False
 
 
 #: Display names of the ``stages/images.toml`` keys, for messages.
@@ -85,9 +90,27 @@ def interrupted(title: str) -> int:
     return EXIT_INTERRUPTED
 
 
-def _call(spec: str, cfg: dict[str, Any]) -> int:
+def _call(spec: str, cfg: dict[str, Any], stage: str | None = None) -> int:
+    """``spec`` (``"module:function"``) called with ``cfg`` (and ``stage``, the registry name, when given)."""
     module, _, function = spec.partition(":")
-    return int(getattr(importlib.import_module(module), function or "main")(cfg) or 0)
+    fn = getattr(importlib.import_module(module), function or "main")
+    return int((fn(cfg) if stage is None else fn(cfg, stage)) or 0)
+
+
+def registry_name(title: str) -> str:
+    """The registry name of the stage an entry script runs, from its title (``"ultra3 data prep sft"`` ->
+    ``"data-prep-sft"``).
+
+    Raises:
+        ConfigError: the title names no registry stage (the message lists them).
+    """
+    from nemotron.config.registry import get_stage
+
+    try:
+        return get_stage(title).name
+    except KeyError as exc:
+        raise ConfigError(f"{title}: {exc.args[0]}", "run.py's run(TITLE, ...) names its stage as it is typed "
+                          "after nemotron (nemotron.config.registry)") from None
 
 
 #: Set by a Slurm submission of a resumable stage (:func:`nemotron.launch.submit.job_env_vars`): the file the stage writes
@@ -208,7 +231,7 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
         if backend.runtime is None:
             print(f"{stage}: the {name} runtime of this stage is not available yet in this version", file=sys.stderr)
             return 1
-        code = _call(backend.runtime, cfg)
+        code = _call(backend.runtime, cfg, registry_name(stage) if backend.per_stage else None)
         if code == 0:  # a submitted job records its artifacts when it ends (config.artifacts.record_at_end)
             from nemotron.config.artifacts import record_at_end
 

@@ -100,7 +100,7 @@ def precheck(s: LocalSettings) -> None:
     Raises:
         SettingsError: with the key and the path.
     """
-    if s.stage == "pretrain":
+    if s.data.blend:
         assert s.blend_path is not None
         if not s.blend_path.is_file():
             raise SettingsError(f"data.per_split_data_args_path={s.blend_path}: no such file (the blend.json of "
@@ -133,8 +133,8 @@ def _limit_threads(cpus: int | None) -> None:
 
 
 def main(stage: str, config_path: Path, title: str | None = None) -> int:
-    """Run the local ``stage`` (``"pretrain"`` / ``"sft"``) from the compiled ``config_path``; returns the
-    exit code (see the module docstring)."""
+    """Run the local ``stage`` (a registry name with training data: ``"pretrain"`` / ``"sft"``) from the compiled
+    ``config_path``; returns the exit code (see the module docstring)."""
     try:
         cfg = load_config(config_path)
     except SettingsError as exc:
@@ -143,14 +143,11 @@ def main(stage: str, config_path: Path, title: str | None = None) -> int:
     return run_config(stage, cfg, title)
 
 
-def pretrain(cfg: dict[str, Any]) -> int:
-    """``backend: local`` of ``ultra3 pretrain`` (called by :func:`nemotron.runtime.dispatch.run`)."""
-    return run_config("pretrain", cfg)
-
-
-def sft(cfg: dict[str, Any]) -> int:
-    """``backend: local`` of ``ultra3 sft`` (called by :func:`nemotron.runtime.dispatch.run`)."""
-    return run_config("sft", cfg)
+def train(cfg: dict[str, Any], stage: str) -> int:
+    """``backend: local`` of a stage that trains on training data (its registry row's ``trains_on``: ``ultra3
+    pretrain``, ``ultra3 sft``), called by :func:`nemotron.runtime.dispatch.run` with the stage's registry name
+    (``Backend(..., per_stage=True)``)."""
+    return run_config(stage, cfg)
 
 
 def run_config(stage: str, cfg: dict[str, Any], title: str | None = None) -> int:
@@ -187,7 +184,7 @@ def run_config(stage: str, cfg: dict[str, Any], title: str | None = None) -> int
 def _run_locked(stage: str, cfg: dict[str, Any], settings: LocalSettings, title: str) -> int:
     """:func:`run_config` once it holds the checkpoint folder: the mix of blends, then the trainer."""
     try:
-        if stage == "pretrain" and (cfg.get("data") or {}).get("mix_with"):  # a mix of blends (-c long_context)
+        if settings.data.blend and (cfg.get("data") or {}).get("mix_with"):  # a mix of blends (-c long_context)
             from dataclasses import replace
 
             from nemotron.data.blend import training_blend
@@ -206,7 +203,7 @@ def _run_locked(stage: str, cfg: dict[str, Any], settings: LocalSettings, title:
 
         return run(settings)
 
-    return run_heavy(title, settings.cpus, *LOCAL_NEEDS["pretrain"], train)
+    return run_heavy(title, settings.cpus, *local_needs(stage), train)
 
 
 #: What each ``backend: local`` runtime imports before it works (``modules``) and how its one-line refusal names the
@@ -224,6 +221,23 @@ LOCAL_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "eval": (("torch", "transformers", "math_verify"), "torch, transformers>=5.2 and math-verify"),
     "mtp-boost": (("torch", "transformers", "safetensors"), "torch, transformers>=5.2 and safetensors"),
 }
+
+
+def local_needs(stage: str) -> tuple[tuple[str, ...], str]:
+    """``(modules, needs)`` of the ``backend: local`` runtime of ``stage`` (a registry name): its
+    :data:`LOCAL_NEEDS` entry; a stage without one that trains on training data (its row's ``trains_on``) runs the
+    local trainer and needs what ``pretrain`` needs; else ``((), "")`` (a runtime that imports nothing heavy).
+
+    Raises:
+        KeyError: ``stage`` is not a registry stage.
+    """
+    from nemotron.config.registry import get_stage
+
+    if stage in LOCAL_NEEDS:
+        return LOCAL_NEEDS[stage]
+    return LOCAL_NEEDS["pretrain"] if get_stage(stage).training_data is not None else ((), "")
+
+
 #: How the local extra is installed, in the refusals.
 LOCAL_INSTALL = "pip install 'nemotron-cli[local]'; in a checkout: NEMOTRON_EXTRAS=local bash scripts/setup.sh"
 
@@ -256,5 +270,5 @@ def run_heavy(title: str, cpus: int | None, modules: tuple[str, ...], needs: str
         return interrupted(title)
 
 
-__all__ = ["Refusal", "kind_problems", "load_config", "main", "precheck", "pretrain", "refusals", "run_config",
-           "run_heavy", "sft"]
+__all__ = ["Refusal", "kind_problems", "load_config", "local_needs", "main", "precheck", "refusals", "run_config",
+           "run_heavy", "train"]

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.settings import LocalSettings, SettingsError, config_path, get
+from nemotron.runtime.settings import LocalSettings, SettingsError, config_path, get, training_data
 
 LINEAGE = "lineage.json"
 #: The key that lets a resumed run take inputs other than those its checkpoint was trained on.
@@ -48,7 +48,7 @@ def inputs(s: LocalSettings) -> dict[str, str | None]:
         return str(p) if p is not None else None
 
     out: dict[str, str | None] = {}
-    if s.stage == "pretrain":
+    if s.data.blend:
         out["data.per_split_data_args_path"] = text(get(s.raw, "data.per_split_data_args_path"))
         for i, item in enumerate(get(s.raw, "data.mix_with") or []):
             out[f"data.mix_with[{i}].blend"] = text(item.get("blend") if isinstance(item, dict) else None)
@@ -75,7 +75,7 @@ def recorded_inputs(lineage: dict[str, Any], stage: str) -> dict[str, str | None
     if isinstance(lineage.get("inputs"), dict):
         return dict(lineage["inputs"])
     out: dict[str, str | None] = {}
-    if stage == "pretrain" and lineage.get("data") and Path(str(lineage["data"])).name != "mixed_blend.json":
+    if training_data(stage).blend and lineage.get("data") and Path(str(lineage["data"])).name != "mixed_blend.json":
         out["data.per_split_data_args_path"] = str(lineage["data"])
     if lineage.get("pretrained_checkpoint"):
         out["checkpoint.pretrained_checkpoint"] = str(lineage["pretrained_checkpoint"])

@@ -65,10 +65,10 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.config.keys import OWN_KEYS
+from nemotron.config.registry import Stage, TrainingData, get_stage
 from nemotron.runtime import prestart
 from nemotron.runtime.settings import EXIT_REQUEUE, get
 
-STAGES = ("pretrain", "sft", "convert")
 #: ConfigContainer sections our configs pass through field by field (dataset and mixed_precision are built).
 PASS_THROUGH = ("model", "train", "validation", "optimizer", "scheduler", "ddp", "checkpoint", "logger", "rng",
                 "dist", "tokenizer", "comm_overlap", "profiling", "ft", "straggler", "rerun_state_machine")
@@ -85,7 +85,7 @@ class BridgeConfig:
     """What the Megatron-Bridge run gets, built from the compiled config by :func:`translate`.
 
     Attributes:
-        stage: ``pretrain`` | ``sft`` | ``convert``.
+        stage: the registry stage's name (``pretrain``, ``sft``, ``convert``, or any row :func:`row` accepts).
         recipe: Megatron-Bridge recipe function (``recipe.name``) the ``ConfigContainer`` starts from; None
             for convert.
         hf_model_id: ``recipe.hf_model_id``: the HF repo id or local folder of the model (its ``config.json``
@@ -126,15 +126,39 @@ class BridgeConfig:
     hf_config: dict[str, Any] | None = None
     trust_remote_code: bool = False
     seq_length: int | None = None
+    data: TrainingData | None = None
 
 
 #: The classes the job constructs itself from a section of our config (not the recipe's object set field by field),
-#: per stage: their required fields (no default) must be in the config (:func:`nemotron.config.keys.missing_keys`).
-CONSTRUCTED = {"sft": {"dataset": "FinetuningDatasetConfig"}}
+#: per dataset kind (:attr:`BridgeConfig.dataset_kind`): their required fields (no default) must be in the config
+#: (:func:`nemotron.config.keys.missing_keys`).
+CONSTRUCTED = {"finetuning": {"dataset": "FinetuningDatasetConfig"}}
 
 
 class TranslateError(ValueError):
     """The compiled config cannot be given to Megatron-Bridge as it is; ``str()`` names the key."""
+
+
+def row(stage: str) -> Stage:
+    """The registry row of ``stage`` when this runtime runs it: a conversion (its family ``converts``) or a training
+    stage that reads training data (:attr:`nemotron.config.registry.Stage.training_data`: a blend of ``.bin/.idx``
+    or packed Parquet).
+
+    Raises:
+        TranslateError: ``stage`` is not a registry stage, or one this runtime does not run (named, with the ones
+            it does).
+    """
+    try:
+        found = get_stage(stage)
+    except KeyError as exc:
+        raise TranslateError(str(exc.args[0])) from None
+    if not found.bridge:
+        from nemotron.config.registry import STAGES
+
+        runs = ", ".join(s.name for s in STAGES if s.bridge)
+        raise TranslateError(f"stage {stage!r}: the Megatron-Bridge runtime runs the stages that train on "
+                             f"pretrain-data or sft-data and the conversions ({runs})")
+    return found
 
 
 # ------------------------------------------------------------------------------------ pure translation
@@ -176,8 +200,7 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
     """
     from nemotron.runtime.tracking import data_label, wandb_identity
 
-    if stage not in STAGES:
-        raise TranslateError(f"stage {stage!r}: the Megatron-Bridge runtime runs {', '.join(STAGES)}")
+    the_row = row(stage)
     own = _strip_own(cfg)
     hf_model_id = get(cfg, "recipe.hf_model_id")
     if not hf_model_id:
@@ -187,7 +210,7 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
     trust = get(cfg, "recipe.trust_remote_code", False)
     if not isinstance(trust, bool):
         raise TranslateError(f"recipe.trust_remote_code={trust!r}: must be true or false")
-    if stage == "convert":
+    if the_row.family.converts:
         conv = dict(cfg.get("convert") or {})
         direction = conv.get("direction")
         if direction not in ("hf_to_megatron", "megatron_to_hf"):
@@ -264,13 +287,14 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
 
     dataset: dict[str, Any] = {}
     ds = own.get("dataset") or {}
-    if stage == "pretrain":
+    data = the_row.training_data
+    assert data is not None  # row(): a stage that is no conversion trains on its training data
+    if data.blend:
         if blend is None:
             raise TranslateError("data.per_split_data_args_path: the blend.json was not read")
         kind = "gpt"
         dataset = {k: v for k, v in ds.items() if k not in ("packed_sequence_specs", "dataset_kwargs", "dataset_root")}
         dataset.update(seq_length=seq, blend=None, blend_per_split=blend_per_split(blend), split=None)
-        artifact = "pretrain-data"
     else:
         kind = "finetuning"
         kwargs = dict(ds.get("dataset_kwargs") or {})
@@ -297,7 +321,7 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
         if not get(cfg, "checkpoint.pretrained_checkpoint"):
             raise TranslateError("checkpoint.pretrained_checkpoint is not set: SFT starts from the pretrained "
                                  "checkpoint (pretrain's output)")
-        artifact = "sft-data"
+    artifact = data.artifact
 
     env: dict[str, str] = {}
     ident = wandb_identity(checkpoint_dir=save, project=logger.get("wandb_project"),
@@ -312,7 +336,7 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
                         model_name=model_name, sections=sections, dataset_kind=kind, dataset=dataset,
                         mixed_precision=str(mp) if mp else None, mixed_precision_overrides=overrides, env=env,
                         train_iters=get(cfg, "train.train_iters"), checkpoint_dir=str(save), hf_config=hf_config,
-                        trust_remote_code=trust, seq_length=seq)
+                        trust_remote_code=trust, seq_length=seq, data=data)
 
 
 # ------------------------------------------------------------------------------------ checks (no heavy import)
@@ -361,7 +385,12 @@ def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: i
 
     ``importable(module)``, ``gpus`` (GPUs visible on this node), ``installed`` (``{framework: version}``)
     and ``env`` default to the real ones; tests pass their own.
+
+    Raises:
+        TranslateError: ``stage`` is not one this runtime runs (:func:`row`).
     """
+    the_row = row(stage)
+    data = the_row.training_data
     env = os.environ if env is None else env
     problems: list[str] = []
     # said last: the line a job log's tail shows
@@ -372,9 +401,10 @@ def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: i
             for line in container:
                 print(f"ultra3 {stage}: warning ({SKIP_FRAMEWORK_CHECK}=1): {line}", flush=True)
             container = []
-    if not (stage == "convert" and get(cfg, "convert.device") == "cpu"):
+    cpu_key = the_row.family.cpu_key
+    if not (cpu_key and get(cfg, cpu_key) == "cpu"):
         problems += prestart.gpu_problems(get(cfg, "run.env.nodes", 1), get(cfg, "run.env.gpus_per_node"), env, gpus)
-    if stage == "pretrain":
+    if data is not None and data.blend:
         blend = _exists("data.per_split_data_args_path", get(cfg, "data.per_split_data_args_path"), problems)
         if blend is not None:
             from nemotron.runtime.pretrain_data import DataError, read_blend
@@ -399,7 +429,7 @@ def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: i
                     mix_blend_files(blend, get(cfg, "data.mix_with"))
                 except ConfigError as exc:
                     problems.append(exc.message)
-    elif stage == "sft":
+    elif data is not None:  # packed Parquet
         specs = "dataset.packed_sequence_specs"
         for key in ("packed_train_data_path", "packed_val_data_path", "packed_metadata_path"):
             value = get(cfg, f"{specs}.{key}")
@@ -418,7 +448,7 @@ def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: i
                 and not any(src.glob("iter_*")) and not (src / "latest_checkpointed_iteration.txt").is_file():
             problems.append(f"convert.source={src}: a Hugging Face checkpoint, not a Megatron one "
                             "(convert.direction=megatron_to_hf)")
-    if stage != "convert":
+    if data is not None:  # a training run: W&B, its checkpoint folder and where it resumes
         from nemotron.profiles.sections import wandb_key_problem
 
         problem = wandb_key_problem(get(cfg, "logger.wandb_project"), dict(env))
@@ -551,11 +581,12 @@ def _recipe(bc: BridgeConfig, hf_path: str | None = None) -> Any:
 
             builder = getattr(mod, bc.recipe)
             return builder(**recipe_kwargs(bc, inspect.signature(builder).parameters, hf_path))
-    from megatron.bridge.recipes.common import _pretrain_common, _sft_common
+    import megatron.bridge.recipes.common as common
 
+    defaults = bc.data.bridge_defaults if bc.data is not None else "_sft_common"
     print(f"ultra3 {bc.stage}: recipe.name={bc.recipe!r} is not in this Megatron-Bridge's recipes; starting from its "
-          f"common {'pretrain' if bc.stage == 'pretrain' else 'SFT'} defaults", flush=True)
-    container = _pretrain_common() if bc.stage == "pretrain" else _sft_common()
+          f"common defaults ({defaults})", flush=True)
+    container = getattr(common, defaults)()
     container.model = None  # built from hf_path by AutoBridge (_apply)
     return container
 
@@ -600,19 +631,26 @@ def _say(stage: str, msg: str) -> None:
 
 
 def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Megatron-Bridge and GPUs
-    """Run ``stage`` with Megatron-Bridge; returns the exit code (module docstring, step 3)."""
+    """Run ``stage`` (a registry name: a stage with training data, or a conversion; :func:`row`) with
+    Megatron-Bridge; returns the exit code (module docstring, step 3). The entry scripts name it with
+    ``Backend("nemotron.runtime.megatron_bridge:main", per_stage=True)``."""
+    try:
+        the_row = row(stage)
+    except TranslateError as exc:
+        return prestart.refuse(f"ultra3 {stage}", [str(exc)])
+    data = the_row.training_data
     problems = precheck(cfg, stage)
     if problems:
         return prestart.refuse(f"ultra3 {stage}", problems)
     blend, tokenizer, version = None, None, None
     sources: list[Any] = []
-    if stage == "pretrain":
+    if data is not None and data.blend:
         from nemotron.data.blend import training_blend
         from nemotron.runtime.pretrain_data import read_blend
 
         sources = [get(cfg, "data.per_split_data_args_path"), *(m["blend"] for m in get(cfg, "data.mix_with") or [])]
         blend = read_blend(training_blend(cfg, get(cfg, "checkpoint.save")))  # the mix: mixed_blend.json there
-    elif stage == "sft":
+    elif data is not None:  # packed Parquet
         sources = [get(cfg, "dataset.packed_sequence_specs.packed_train_data_path")]
     if sources:  # the same on every rank: read, never written here
         from nemotron.data.outputs import data_manifest, megatron_tokenizer
@@ -628,7 +666,7 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
         bc = translate(cfg, stage, blend=blend, data_tokenizer=tokenizer, data_version=version)
     except TranslateError as exc:
         return prestart.refuse(f"ultra3 {stage}", [str(exc)])
-    if stage == "convert":
+    if data is None:  # row(): a conversion
         return _convert(bc, get(cfg, "dist.distributed_timeout_minutes"))
     os.environ.update(bc.env)
     from nemotron.config import catalogue
@@ -646,8 +684,7 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
         from nemotron.runtime.trainer import record_consumption
 
         for source in sources:
-            record_consumption(Path(str(source)), stage, Path(str(bc.checkpoint_dir)),
-                               "pretrain-data" if stage == "pretrain" else "sft-data")
+            record_consumption(Path(str(source)), stage, Path(str(bc.checkpoint_dir)), data.artifact)
     from megatron.bridge.training.gpt_step import forward_step
 
     from nemotron.runtime import batch_log
@@ -659,10 +696,10 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
         exit_signal = ExitSignal(container.train.exit_signal)
         exit_signal.install_early()
         step = exit_signal.wrap(step)
-    if stage == "pretrain":
-        from megatron.bridge.training.pretrain import pretrain as train
-    else:
-        from megatron.bridge.training.finetune import finetune as train
+    import importlib
+
+    module, _, function = data.bridge_train.partition(":")  # Megatron-Bridge's pretrain or finetune
+    train = getattr(importlib.import_module(module), function)
     return train_exit_code(lambda: train(container, step), stage, bc.checkpoint_dir, bc.train_iters)
 
 
@@ -742,7 +779,7 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
     try:
         pg_options = None if conv.get("device") == "cpu" else process_group_options(timeout_minutes)
     except TranslateError as exc:
-        return prestart.refuse("ultra3 convert", [str(exc)])
+        return prestart.refuse(f"ultra3 {bc.stage}", [str(exc)])
     import torch
     from megatron.bridge import AutoBridge
 
@@ -782,7 +819,7 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
     if direction == "megatron_to_hf" and conv.get("hf_config_form", "v4") == "v4" and rank0:
         rewrite_config_v4(out)
     if rank0:
-        _say("convert", f"{direction}: {src} -> {out}")
+        _say(bc.stage, f"{direction}: {src} -> {out}")
     return 0
 
 
@@ -805,21 +842,6 @@ def rewrite_config_v4(folder: str | os.PathLike[str]) -> bool:
     tmp.write_text(json.dumps(v5_to_v4(config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return True
-
-
-def pretrain_main(cfg: dict[str, Any]) -> int:  # pragma: no cover - needs Megatron-Bridge
-    """``backend: megatron-bridge`` of ``ultra3 pretrain`` (called by :func:`nemotron.runtime.dispatch.run`)."""
-    return main(cfg, "pretrain")
-
-
-def sft_main(cfg: dict[str, Any]) -> int:  # pragma: no cover - needs Megatron-Bridge
-    """``backend: megatron-bridge`` of ``ultra3 sft``."""
-    return main(cfg, "sft")
-
-
-def convert_main(cfg: dict[str, Any]) -> int:  # pragma: no cover - needs Megatron-Bridge
-    """``backend: megatron-bridge`` of ``ultra3 convert``."""
-    return main(cfg, "convert")
 
 
 if __name__ == "__main__":  # pragma: no cover

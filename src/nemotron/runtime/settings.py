@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nemotron.config.registry import TrainingData, get_stage
 from nemotron.layout import rules
 
 #: ``mixed_precision`` values the local runtime understands → autocast dtype (None = FP32 on the CPU,
@@ -165,6 +166,32 @@ class LocalSettings:
         """Micro-batches per optimizer step (one process: DP = 1)."""
         return self.global_batch_size // self.micro_batch_size
 
+    @property
+    def data(self) -> TrainingData:
+        """The training data of its stage's registry row (:func:`training_data`): a blend (pretrain) or packed
+        Parquet (SFT), and the artifact the run records itself as a consumer of."""
+        return training_data(self.stage)
+
+
+def training_data(stage: str) -> TrainingData:
+    """The training data the local trainer reads for ``stage``: its registry row's
+    :attr:`~nemotron.config.registry.Stage.training_data`.
+
+    Raises:
+        SettingsError: ``stage`` is not a registry stage, or one that trains on no training data (the local trainer
+            trains the rows that set ``trains_on``: ``pretrain``, ``sft``).
+    """
+    try:
+        row = get_stage(stage)
+    except KeyError as exc:
+        raise SettingsError(str(exc.args[0])) from None
+    if row.training_data is None:
+        from nemotron.config.registry import STAGES
+
+        raise SettingsError(f"stage {stage!r}: the local trainer trains the stages that read training data "
+                            f"({', '.join(s.name for s in STAGES if s.training_data is not None)})")
+    return row.training_data
+
 
 def config_path(value: Any, key: str | None = None, error: type[SettingsError] = SettingsError) -> Path | None:
     """A config path, ``~`` expanded and absolute; None when unset.
@@ -183,7 +210,8 @@ def config_path(value: Any, key: str | None = None, error: type[SettingsError] =
 
 
 def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> LocalSettings:
-    """Read and check the settings of a ``local`` run of ``stage`` (``"pretrain"`` or ``"sft"``).
+    """Read and check the settings of a ``local`` run of ``stage`` (a row that trains on training data:
+    ``"pretrain"`` reads a blend, ``"sft"`` packed Parquet; :func:`training_data`).
 
     ``unresolved_ok``: a path still holding ``${...}`` (an artifact not produced yet) is kept as it is
     instead of refused, so ``--dry-run`` (:mod:`nemotron.validation.checks`) runs every other check of
@@ -197,8 +225,7 @@ def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> LocalSettings
             return Path(str(value))
         return config_path(value, key)
 
-    if stage not in ("pretrain", "sft"):
-        raise SettingsError(f"stage {stage!r}: the local runtime trains 'pretrain' or 'sft'")
+    data = training_data(stage)
     train_iters = _int(cfg, "train.train_iters", minimum=1)
     gbs = _int(cfg, "train.global_batch_size", minimum=1)
     mbs = _int(cfg, "train.micro_batch_size", minimum=1)
@@ -261,7 +288,7 @@ def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> LocalSettings
     if get(cfg, "model.mtp_num_layers", 0):
         raise SettingsError(f"model.mtp_num_layers={get(cfg, 'model.mtp_num_layers')}: transformers' NemotronH "
                             "does not build the MTP block; set 0 for a local run")
-    if stage == "pretrain":
+    if data.blend:
         blend = path(get(cfg, "data.per_split_data_args_path"), "data.per_split_data_args_path")
         if blend is None:
             raise SettingsError("data.per_split_data_args_path is not set: point it at the blend.json of "

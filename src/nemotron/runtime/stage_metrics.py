@@ -1,7 +1,9 @@
 """What a finished stage measured, read back from the files its runtime wrote, for ``pipe``'s final table and its
 gates (stdlib only: the CLI imports it).
 
-Per stage (the compiled config names the folder):
+Per stage: the reader its registry row names (:attr:`nemotron.config.registry.Stage.metrics`, :data:`READERS`) on
+its file in the row's output folder (:attr:`nemotron.config.registry.Stage.output_folder`, filled from the compiled
+config):
 
 =================  =====================================================  ==========================================
 stage              file                                                   metrics
@@ -48,49 +50,92 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _put(out: dict[str, float], name: str, value: Any) -> None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        out[name] = float(value)
+
+
+def _trainer(s: dict[str, Any], out: dict[str, float]) -> None:
+    _put(out, "train_loss", s.get("train_loss_last"))
+    _put(out, "eval_loss", s.get("eval_loss_last"))
+    _put(out, "tokens_per_s", s.get("tokens_per_s"))
+
+
+def _rl(s: dict[str, Any], out: dict[str, float]) -> None:
+    # GRPO with a reward (rlvr) writes reward_*, on-policy distillation (mopd) kl_*: each is read when written
+    _put(out, "reward", s.get("reward_last"))
+    _put(out, "reward_mean", s.get("reward_mean"))
+    _put(out, "kl", s.get("kl_last"))
+    _put(out, "kl_first", s.get("kl_first"))
+    _put(out, "val_accuracy", s.get("val_accuracy_last"))
+    _put(out, "generated_tokens_per_s", s.get("generated_tokens_per_s"))
+
+
+def _mtp_boost(s: dict[str, Any], out: dict[str, float]) -> None:
+    for when in ("before", "after"):
+        rec = s.get(when) if isinstance(s.get(when), dict) else {}
+        _put(out, f"acceptance_length_{when}", rec.get("acceptance_length"))
+    _put(out, "draft_length", s.get("draft_length"))
+    _put(out, "kl", s.get("kl_last"))
+
+
+def _quantize(s: dict[str, Any], out: dict[str, float]) -> None:
+    held = s.get("held_out") if isinstance(s.get("held_out"), dict) else {}
+    for k in ("ppl_bf16", "ppl_quantized", "kl_per_token", "top1_agreement"):
+        _put(out, k, held.get(k))
+    wb = s.get("weight_bytes") if isinstance(s.get("weight_bytes"), dict) else {}
+    _put(out, "weight_reduction", wb.get("reduction"))
+
+
+def _eval(s: dict[str, Any], out: dict[str, float]) -> None:
+    for label, rec in (s.get("checkpoints") or {}).items():
+        for k, v in (rec.get("metrics") or {}).items() if isinstance(rec, dict) else ():
+            if k in ("perplexity", "gsm8k_accuracy"):
+                _put(out, f"{label}.{k}", v)
+
+
+#: The readers a registry row names (:attr:`nemotron.config.registry.Stage.metrics`, one of
+#: :data:`nemotron.config.registry.METRICS_READERS`): ``(file in the stage's output folder, reader)``.
+READERS: dict[str, tuple[str, Any]] = {
+    "trainer": ("summary.json", _trainer),
+    "rl": ("summary.json", _rl),
+    "mtp-boost": ("summary.json", _mtp_boost),
+    "quantize": ("summary.json", _quantize),
+    "eval": ("eval.json", _eval),
+}
+
+
+def output_folder(stage: Any, cfg: dict) -> Path | None:
+    """The folder a run of ``stage`` (a registry row) with config ``cfg`` writes into: the row's
+    :attr:`~nemotron.config.registry.Stage.output_folder` template filled from ``cfg``; None when the row has none
+    or ``cfg`` lacks a key it names."""
+    import re
+
+    template = stage.output_folder
+    if not template:
+        return None
+    values = {m: _get(cfg, m) for m in re.findall(r"\{([^{}]+)\}", template)}
+    if any(v is None for v in values.values()):
+        return None
+    return Path(re.sub(r"\{([^{}]+)\}", lambda m: str(values[m.group(1)]), template))
+
+
 def collect(stage: str, cfg: dict) -> dict[str, float]:
-    """The metrics of a finished ``stage`` run with config ``cfg`` (empty when it wrote none we read)."""
+    """The metrics of a finished ``stage`` run with config ``cfg`` (empty when it wrote none we read): the reader
+    its registry row names (:data:`READERS`), on that reader's file in the row's output folder.
+
+    Raises:
+        KeyError: ``stage`` is not a registry stage (:func:`nemotron.config.registry.get_stage`).
+    """
+    from nemotron.config.registry import get_stage
+
+    row = get_stage(stage)
     out: dict[str, float] = {}
-
-    def put(name: str, value: Any) -> None:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[name] = float(value)
-
-    if stage in ("pretrain", "sft"):
-        s = _read(Path(str(_get(cfg, "checkpoint.save") or "")) / "summary.json") or {}
-        put("train_loss", s.get("train_loss_last"))
-        put("eval_loss", s.get("eval_loss_last"))
-        put("tokens_per_s", s.get("tokens_per_s"))
-    elif stage in ("rlvr", "mopd"):
-        s = _read(Path(str(_get(cfg, "checkpointing.checkpoint_dir") or "")) / "summary.json") or {}
-        if stage == "rlvr":
-            put("reward", s.get("reward_last"))
-            put("reward_mean", s.get("reward_mean"))
-        else:
-            put("kl", s.get("kl_last"))
-            put("kl_first", s.get("kl_first"))
-        put("val_accuracy", s.get("val_accuracy_last"))
-        put("generated_tokens_per_s", s.get("generated_tokens_per_s"))
-    elif stage == "mtp-boost":
-        s = _read(Path(str(_get(cfg, "mtp_boost.output_dir") or "")) / "summary.json") or {}
-        for when in ("before", "after"):
-            rec = s.get(when) if isinstance(s.get(when), dict) else {}
-            put(f"acceptance_length_{when}", rec.get("acceptance_length"))
-        put("draft_length", s.get("draft_length"))
-        put("kl", s.get("kl_last"))
-    elif stage == "quantize":
-        s = _read(Path(str(_get(cfg, "export.output_dir") or "")) / "summary.json") or {}
-        held = s.get("held_out") if isinstance(s.get("held_out"), dict) else {}
-        for k in ("ppl_bf16", "ppl_quantized", "kl_per_token", "top1_agreement"):
-            put(k, held.get(k))
-        wb = s.get("weight_bytes") if isinstance(s.get("weight_bytes"), dict) else {}
-        put("weight_reduction", wb.get("reduction"))
-    elif stage == "eval":
-        s = _read(Path(str(_get(cfg, "eval.output_dir") or "")) / "eval.json") or {}
-        for label, rec in (s.get("checkpoints") or {}).items():
-            for k, v in (rec.get("metrics") or {}).items() if isinstance(rec, dict) else ():
-                if k in ("perplexity", "gsm8k_accuracy"):
-                    put(f"{label}.{k}", v)
+    folder = output_folder(row, cfg)
+    if not row.metrics or folder is None:
+        return out
+    name, reader = READERS[row.metrics]
+    reader(_read(folder / name) or {}, out)
     return out
 
 
@@ -166,4 +211,4 @@ def check_gates(stage: str, metrics: dict[str, float], gates: dict[str, dict[str
     return failed
 
 
-__all__ = ["GATE_OPS", "GateError", "check_gates", "collect", "describe", "read_gates"]
+__all__ = ["GATE_OPS", "READERS", "GateError", "check_gates", "collect", "describe", "output_folder", "read_gates"]

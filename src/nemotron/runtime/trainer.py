@@ -114,7 +114,7 @@ def _data_sources(s: LocalSettings, source: Path) -> list[Path]:
     of the mix (each one's data folder becomes immutable to data prep)."""
     from nemotron.runtime.settings import get
 
-    mix = get(s.raw, "data.mix_with") if s.stage == "pretrain" else None
+    mix = get(s.raw, "data.mix_with") if s.data.blend else None
     if not mix:
         return [source]
     primary = get(s.raw, "data.per_split_data_args_path")
@@ -226,7 +226,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
              f"{s.save_dir}")
         return 0
     stream = SampleStream.resumed(s, step0, resume)
-    data = (pretrain_data(s, spec.vocab_size, stream.total) if s.stage == "pretrain"
+    data = (pretrain_data(s, spec.vocab_size, stream.total) if s.data.blend
             else sft_data(s, spec.vocab_size, device, stream.total))
     stream.base = data.train
     if resume is not None:
@@ -249,7 +249,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
         _say(line)
     data_version = None
     for source in _data_sources(s, data.source):
-        rec = record_consumption(source, s.stage, s.save_dir, "pretrain-data" if s.stage == "pretrain" else "sft-data")
+        rec = record_consumption(source, s.stage, s.save_dir, s.data.artifact)
         if rec is not None:
             _say(f"recorded this run as a consumer of {rec.parent.parent}")
             data_version = data_version or rec.parent.parent
@@ -422,7 +422,7 @@ def _reporting(s: LocalSettings, data_version: Path | None) -> tuple[list[str], 
         os.environ["TENSORBOARD_LOGGING_DIR"] = str(s.tensorboard_dir or s.save_dir / "tb_logs")
     else:
         _say("TensorBoard is not installed (pip install 'nemotron-cli[local]'): metrics go to metrics.jsonl only")
-    artifact = "pretrain-data" if s.stage == "pretrain" else "sft-data"
+    artifact = s.data.artifact
     ident = wandb_identity(checkpoint_dir=s.save_dir, project=s.wandb_project, entity=s.wandb_entity,
                            exp_name=s.wandb_exp_name, stage=s.stage,
                            data=data_label(data_version, artifact) if data_version else None)

@@ -28,6 +28,7 @@ from typing import Any
 from nemotron.config import catalogue, keys
 from nemotron.config.images import framework_version, keylist_version
 from nemotron.config.paths import OUTPUT_FOLDER_KEYS, cannot_create_folder, config_names
+from nemotron.config.registry import Stage
 from nemotron.config.tree import as_int, get, put
 from nemotron.errors import ConfigError, Problem, plural
 from nemotron.layout import rules
@@ -41,16 +42,15 @@ Table = tuple[str, list[str], list[list[str]]]
 _SLICE = {"tp": 1, "pp": 1, "cp": 1, "etp": 1, "ep": "ep", "sp": False, "first": None, "last": None}
 
 
-def _slice_layout(stage: Any) -> dict[str, Any]:
-    kind = getattr(stage, "kind", "")
-    keys = layout_keys(kind)
+def _slice_layout(stage: Stage) -> dict[str, Any]:
+    keys = layout_keys(stage.family.layout)
     out = {keys[k]: v for k, v in _SLICE.items()}
-    if kind == "quantize":
+    if stage.family.quantizes:  # the export layout too
         out.update({EXPORT_KEYS[k]: _SLICE[k] for k in EXPORT_KEYS})
     return out
 
 
-def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[str]:
+def prepare(stage: Stage, cfg: dict, user_keys: set[str], profile: Any) -> list[str]:
     """Adjust ``cfg`` in place before validation; return one note per change for ``--dry-run``.
 
     * ``model.name`` ending in ``<N>layer``: the slice fits one node, so the layout becomes TP=1,
@@ -63,7 +63,8 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
     * NeMo RL stages: a null ``cluster.gpus_per_node`` takes the node shape.
     """
     notes: list[str] = []
-    if getattr(stage, "kind", "") == "data":
+    family = stage.family
+    if family.prepares_data:
         return notes
     shape = node_shape(cfg, profile)
     name = get(cfg, "model.name")
@@ -79,14 +80,14 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
             ep = max(d for d in rules.divisors(spec.num_experts) if gpn % d == 0) if spec.num_experts else 1
             changed, kept = [], []
             layout = _slice_layout(stage)
-            if getattr(stage, "kind", "") != "rl":
+            if not family.nemo_rl:  # NeMo RL counts its nodes in cluster.num_nodes
                 layout["run.env.nodes"] = 1
             for key, value in layout.items():
                 value = ep if value == "ep" else value
-                if key == layout_keys(getattr(stage, "kind", ""))["sp"]:
+                if key == layout_keys(family.layout)["sp"]:
                     # with a TP you kept above 1 an MoE model needs sequence parallel (rule moe-tp-needs-sp): the
                     # preparation must not write a value that validation then refuses
-                    tp = as_int(get(cfg, layout_keys(getattr(stage, "kind", ""))["tp"])) or 1
+                    tp = as_int(get(cfg, layout_keys(family.layout)["tp"])) or 1
                     value = bool(tp > 1 and spec.is_moe)
                 if key in user_keys:
                     if get(cfg, key) != value:
@@ -103,7 +104,7 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
                 if kept:
                     msg += f"; kept your {', '.join(kept)}"
                 notes.append(msg)
-    if getattr(stage, "kind", "") == "rl":
+    if family.nemo_rl:
         if get(cfg, "cluster.gpus_per_node") is None and shape.gpus_per_node and "cluster" in cfg:
             put(cfg, "cluster.gpus_per_node", shape.gpus_per_node)
             notes.append(f"cluster.gpus_per_node=null: set to the node shape, {shape.gpus_per_node}")
@@ -129,7 +130,7 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
                 listed = ", ".join(f"{a}->{s}" for a, s in routed.items()) if isinstance(routed, dict) else ""
             notes.append(f"teacher routing: {listed + '; ' if listed else ''}any other task goes to the "
                          f"'{default_slot}' teacher")
-    if getattr(stage, "kind", "") == "quantize" and checks.backend(cfg) != checks.LOCAL:
+    if family.quantizes and checks.backend(cfg) != checks.LOCAL:
         notes.append("export.*: this version exports from the calibration layout (model.*); the export layout "
                      "is validated, not applied")
         if get(cfg, "generate.enabled", False):
@@ -140,7 +141,7 @@ def prepare(stage: Any, cfg: dict, user_keys: set[str], profile: Any) -> list[st
     return notes
 
 
-def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def validate(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     """Every problem of ``cfg`` for ``stage`` on ``profile`` (errors and warnings), all at once.
 
     Data stages run on CPUs through Ray and have no layout: their configs and inputs are checked by
@@ -153,32 +154,32 @@ def validate(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     return _dedupe(missing + problems + _run_keys(cfg, profile))
 
 
-def _data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _data_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     from nemotron.validation.data import validate_data  # the data stages' own parsers (light, but only when asked)
 
     return validate_data(stage, cfg, profile)
 
 
-def _nemo_rl_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _nemo_rl_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     if checks.backend(cfg) == checks.LOCAL:
         return []
     return (_passthrough_keys(cfg, "nemo-rl") + _nemo_rl_rules(cfg) + checks.gb200_tuned_rules(cfg, node_shape(cfg, profile))
             + checks.rl_export_rules(cfg, profile))
 
 
-def _training_data_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _training_data_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     from nemotron.validation.data import training_data_problems
 
     return training_data_problems(stage.name, cfg)
 
 
-def _quantize_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _quantize_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     from nemotron.validation.quantize import validate_quantize
 
     return validate_quantize(cfg, profile)
 
 
-def _eval_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _eval_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     """The eval stage: ``backend: local`` is read by its runtime's own reader (:func:`nemotron.runtime.evaluate.read`,
     stdlib only); the cluster backend by the translation its job runs (:func:`nemotron.runtime.nemo_rl.eval_config`)."""
     from nemotron.runtime.settings import SettingsError
@@ -205,7 +206,7 @@ def _eval_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
 
 #: The check sets a stage's registry row names (:attr:`nemotron.config.registry.Stage.checks`), each
 #: ``(stage, cfg, profile) -> [Problem]``.
-def _mtp_boost_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _mtp_boost_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     """Rule ``mtp-boost-framework`` (the job's runtime refuses with the same function), then the local runtime's
     own reader of its settings (:func:`nemotron.runtime.mtp_local.read`: stdlib only) on ``backend: local``."""
     from nemotron.layout.rules import mtp_boost_framework
@@ -242,7 +243,7 @@ CHECK_SETS: dict[str, Any] = {
 FRAMEWORK_MODULES = {"nemo": "megatron.bridge", "nemo-rl": "nemo_rl"}
 
 
-def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus: int | None = None) -> list[Problem]:
+def this_machine(stage: Stage, cfg: dict, plan: Any, importable: Any = None, gpus: int | None = None) -> list[Problem]:
     """The refusals of a run on this machine (``plan.executor`` ``direct``: no profile, or ``local``), as errors, so
     that a dry run never calls valid what the run then refuses. Empty for a cluster profile (its nodes are checked
     when the job starts there) and for the data stages (CPU, local Ray).
@@ -260,7 +261,7 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
 
     ``importable(module)`` and ``gpus`` default to the real ones (tests of other machines pass their own).
     """
-    if getattr(plan, "executor", None) not in ("direct", "local") or getattr(stage, "kind", "") == "data":
+    if getattr(plan, "executor", None) not in ("direct", "local") or stage.family.prepares_data:
         return []
     from nemotron.runtime import prestart
 
@@ -275,9 +276,9 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
     title = getattr(stage, "title", getattr(stage, "name", "stage"))
     if local:
         from nemotron.runtime.dispatch import _importable
-        from nemotron.runtime.entry import LOCAL_INSTALL, LOCAL_NEEDS
+        from nemotron.runtime.entry import LOCAL_INSTALL, local_needs
 
-        modules, needs = LOCAL_NEEDS.get(getattr(stage, "name", ""), ((), ""))
+        modules, needs = local_needs(stage.name)
         check = importable or _importable
         absent = [m for m in modules if not m.startswith("nemotron.") and not check(m.split(".")[0])]
         if absent:  # the entry's own refusal (runtime.entry.run_heavy), before anything starts
@@ -300,7 +301,7 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
 
         env = {"LOCAL_WORLD_SIZE": str(gpn), **({"WORLD_SIZE": str(gpn)} if plan.launch == "torchrun" else {}),
                **{k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}}
-        keys = ("cluster.num_nodes", "cluster.gpus_per_node") if getattr(stage, "kind", "") == "rl" else \
+        keys = ("cluster.num_nodes", "cluster.gpus_per_node") if stage.family.nemo_rl else \
             ("run.env.nodes", "run.env.gpus_per_node")
         for line in prestart.gpu_problems(nodes if plan.launch == "torchrun" else 1, gpn, env, have, *keys):
             if have < gpn and f"shows {have} GPU" in line:  # said as the run's own check says it (execute.check_gpus)
@@ -322,7 +323,7 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
 _CONTAINER_LABEL = {"nemo": "NeMo", "nemo-rl": "NeMo RL"}
 
 
-def _local_config(stage: Any) -> str | None:
+def _local_config(stage: Stage) -> str | None:
     """``"-c local"`` when the stage ships a ``local`` config whose backend has a runtime in this version."""
     from nemotron.config.compile import config_backend
     from nemotron.runtime.dispatch import missing_runtime
@@ -393,7 +394,7 @@ def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
     return out
 
 
-def _missing_runtime(stage: Any, cfg: dict) -> list[Problem]:
+def _missing_runtime(stage: Stage, cfg: dict) -> list[Problem]:
     """An error when the config's ``backend`` is one the stage's entry script has no runtime for in this version
     (:func:`nemotron.runtime.dispatch.missing_runtime`: ``rlvr``/``mopd -c local``): its job would only say so and exit 1,
     after the stages before it in a ``pipe`` had run."""
@@ -475,16 +476,15 @@ def _nemo_rl_rules(cfg: dict) -> list[Problem]:
     return validate_nemo_rl(cfg, keylist)
 
 
-def describe(stage: Any, cfg: dict, profile: Any) -> list[Table]:
+def describe(stage: Stage, cfg: dict, profile: Any) -> list[Table]:
     """Tables for ``--dry-run``: ``(title, header, rows)`` — per-pipeline-stage Mamba/MoE/attention
     counts and MTP placement, the parallel layout (world, DP, EDP, minimum GPUs), the per-GPU memory
     estimate against the GPU memory, and for NeMo RL stages the node arithmetic, the generation
     engines and the teacher panel."""
-    kind = getattr(stage, "kind", "")
-    if kind == "data":
+    if stage.family.prepares_data:
         return []
     try:
-        if kind == "rl":
+        if stage.family.nemo_rl:
             return checks.describe_rl(stage, cfg, profile)
         return checks.describe_megatron(stage, cfg, profile)
     except (ArithmeticError, TypeError, ValueError):  # an invalid layout: validate() has said why

@@ -13,6 +13,7 @@ from typing import Any
 from nemotron.config import catalogue
 from nemotron.config.catalogue import ModelSpec
 from nemotron.config.images import framework_version, keylist_version
+from nemotron.config.registry import Stage
 from nemotron.config.tree import as_int, get, unresolved
 from nemotron.errors import Problem, plural
 from nemotron.layout import memory, rules
@@ -51,7 +52,7 @@ def model_of(cfg: dict) -> tuple[ModelSpec | None, list[Problem]]:
                               valid=", ".join(catalogue.names()), rule="model-name")]
 
 
-def mcore_version(stage: Any) -> str | None:
+def mcore_version(stage: Stage) -> str | None:
     return framework_version(getattr(stage, "image", ""), "megatron_core")
 
 
@@ -123,7 +124,7 @@ def memory_problem(est: memory.Estimate, key: str, value: Any, what: str = "") -
     return []
 
 
-def resource_rules(stage: Any, cfg: dict, shape: NodeShape, world_needed: int | None) -> list[Problem]:
+def resource_rules(stage: Stage, cfg: dict, shape: NodeShape, world_needed: int | None) -> list[Problem]:
     """Rule 12: node shape owned by the profile; GPU stages need GPUs."""
     out: list[Problem] = []
     raw_nodes, raw_gpn = get(cfg, "run.env.nodes"), get(cfg, "run.env.gpus_per_node")
@@ -144,9 +145,10 @@ def resource_rules(stage: Any, cfg: dict, shape: NodeShape, world_needed: int | 
     return out
 
 
-def _cpu_conversion(stage: Any, cfg: dict) -> bool:
+def _cpu_conversion(stage: Stage, cfg: dict) -> bool:
     """A conversion with ``convert.device: cpu``: one process on one node, no GPU."""
-    return getattr(stage, "kind", "") == "convert" and str(get(cfg, "convert.device", "gpu")).lower() == "cpu"
+    key = stage.family.cpu_key
+    return bool(key) and str(get(cfg, key, "gpu")).lower() == "cpu"
 
 
 # ------------------------------------------------------------------------------------ Megatron stages
@@ -157,7 +159,7 @@ def megatron_layout(cfg: dict, shape: NodeShape) -> TrainView:
     return v
 
 
-def validate_training(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def validate_training(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     """Every problem of a GPU stage's config (Megatron training, convert, quantize, RL) on ``profile``.
 
     The model's problems come first; ``backend: local`` then gets :func:`validate_local`, a cluster
@@ -170,17 +172,17 @@ def validate_training(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     out += probs
     if backend(cfg) == LOCAL:
         return out + validate_local(stage, cfg, model) + local_refusals(stage, cfg, profile)
-    cluster = _rl_cluster if getattr(stage, "kind", "") == "rl" else _megatron_cluster
+    cluster = _rl_cluster if stage.family.nemo_rl else _megatron_cluster
     return cluster(stage, cfg, shape, model, out)
 
 
-def _megatron_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec | None,
+def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | None,
                       out: list[Problem]) -> list[Problem]:
     """:func:`validate_training` for a Megatron backend: adds to ``out`` (the problems so far) and returns it."""
     v = megatron_layout(cfg, shape)
     planned_world = v.nodes * (shape.config_gpus_per_node or shape.gpus_per_node)
     out += resource_rules(stage, cfg, shape, planned_world)
-    kind = getattr(stage, "kind", "")
+    family = stage.family
     if _cpu_conversion(stage, cfg):
         nodes = as_int(get(cfg, "run.env.nodes")) or 1
         if nodes != 1:
@@ -188,22 +190,23 @@ def _megatron_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec 
         return out
     if model is None or (shape.has_profile and not shape.gpus_per_node):
         return out
-    inference = kind in ("convert", "quantize")
-    out += training_rules(model, v, mcore_version(stage), batch_check=kind != "convert", nodes=v.nodes,
+    inference = family.inference
+    out += training_rules(model, v, mcore_version(stage), batch_check=family.batch, nodes=v.nodes,
                           gpn=shape.gpus_per_node, training=not inference)
     # rule 11: NVFP4 precision
-    if kind == "megatron":
+    if family.optimizer:
         out += rules.nvfp4_needs_blackwell(v.precision == "nvfp4", shape.gpu_arch, shape.declared_arch,
                                            "mixed_precision", get(cfg, "mixed_precision"), "NVFP4 training precision")
-    if kind == "quantize":
+    if family.quantizes:
         out += quantize_rules(model, cfg, v, shape)
-    if kind == "megatron":
+    if family.optimizer:
         out += optimizer_rules(cfg, *bridge_precisions()) + offload_rules(cfg)
-    if getattr(stage, "name", "") in ("pretrain", "sft", "convert") and backend(cfg) == "megatron-bridge":
+    if stage.bridge and backend(cfg) == "megatron-bridge":
         out += bridge_translation(stage.name, cfg)
-    if getattr(stage, "name", "") == "sft":
+    data = stage.training_data
+    if data is not None and not data.blend:  # packed Parquet
         out += sft_data_rules(cfg, v, hybrid="M" in model.pattern)
-    if getattr(stage, "name", "") in ("pretrain", "sft"):
+    if data is not None:
         out += data_tokenizer_rules(stage, cfg, model)
     if v.ok and not any(p.severity == "error" for p in out):
         est = memory.estimate(model, setup_of(v, inference=inference), shape.gpu_memory_gb,
@@ -278,10 +281,12 @@ def bridge_translation(stage_name: str, cfg: dict) -> list[Problem]:
     ``FinetuningDatasetConfig``) get every field they require (:func:`nemotron.config.keys.missing_keys`). The blend.json
     is read by the job (here: an empty blend); a value still waiting for an artifact is the dry-run's warning."""
     from nemotron.config import keys
+    from nemotron.config.registry import get_stage
     from nemotron.runtime.megatron_bridge import CONSTRUCTED, TranslateError, recipe_kwargs, translate
 
+    data = get_stage(stage_name).training_data
     try:
-        bc = translate(cfg, stage_name, blend={} if stage_name == "pretrain" else None)
+        bc = translate(cfg, stage_name, blend={} if data is not None and data.blend else None)
     except TranslateError as exc:
         message = str(exc)
         if "${" in message or "unresolved" in message:
@@ -295,8 +300,8 @@ def bridge_translation(stage_name: str, cfg: dict) -> list[Problem]:
         return []
     out = [Problem(key=p.key, value=None, message=p.message.removeprefix(f"{p.key}: "), rule="bridge-translate",
                    valid="a value (the job's translation does not set it)")
-           for p in keys.missing_keys({"dataset": bc.dataset}, kl, CONSTRUCTED.get(stage_name, {}))]
-    if stage_name == "convert":
+           for p in keys.missing_keys({"dataset": bc.dataset}, kl, CONSTRUCTED.get(bc.dataset_kind or "", {}))]
+    if data is None:  # a conversion builds no recipe
         return out
     # the recipe builder by its signature, as the job calls it (the key list records the pinned recipes')
     recipe = (kl.get("recipes") or {}).get(str(bc.recipe))
@@ -374,12 +379,12 @@ def local_rl_settings(stage_name: str, cfg: dict) -> list[Problem]:
     return []
 
 
-def local_refusals(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def local_refusals(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     """Rule ``local-refusal``: what the local trainer refuses before it starts, with its own lines
     (:func:`nemotron.runtime.entry.refusals`: an input path of the wrong kind; a resume whose inputs or
     ``train.train_iters`` contradict the checkpoint already in the folder). Only for a run on this machine
     (no profile, or a ``local`` one): on a cluster profile the folders live on the cluster's file system."""
-    if getattr(stage, "kind", "") != "megatron" or getattr(stage, "name", "") not in ("pretrain", "sft"):
+    if stage.training_data is None:  # the local trainer trains the stages that read training data
         return []
     if profile is not None and getattr(profile, "executor", None) != "local":
         return []
@@ -393,17 +398,17 @@ def local_refusals(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     return [Problem(key="", value=None, message=line, rule="local-refusal") for line in refusals(settings)]
 
 
-def validate_local(stage: Any, cfg: dict, model: ModelSpec | None) -> list[Problem]:
+def validate_local(stage: Stage, cfg: dict, model: ModelSpec | None) -> list[Problem]:
     """``backend: local`` runs one process on this machine (HF transformers / Model Optimizer)."""
     out: list[Problem] = []
-    if getattr(stage, "name", "") in ("pretrain", "sft"):  # the local trainer (nemotron.runtime.trainer)
+    if stage.training_data is not None:  # the local trainer (nemotron.runtime.trainer)
         from nemotron.runtime.settings import LOCAL_PRECISIONS
 
         out += optimizer_rules(cfg, [k for k in LOCAL_PRECISIONS if k is not None],
                                "the local runtime (no Transformer Engine: FP8/NVFP4 presets need a cluster backend)")
         if not out:  # the reader applies the rules above again: its first refusal would repeat them
             out += local_settings(stage.name, cfg)
-    if getattr(stage, "kind", "") == "rl":  # rlvr, mopd: the cluster's panel rules, then the local RL runtime's reader
+    if stage.family.nemo_rl:  # rlvr, mopd: the cluster's panel rules, then the local RL runtime's reader
         panel = local_panel_rules(cfg) if get(cfg, "on_policy_distillation.enabled", False) else []
         out += panel or local_rl_settings(stage.name, cfg)
     keys = tuple(layout_keys("megatron")[k] for k in ("tp", "pp", "ep", "cp", "etp")) + \
@@ -458,9 +463,9 @@ def sft_data_rules(cfg: dict, v: TrainView, hybrid: bool = True) -> list[Problem
     return out
 
 
-def data_tokenizer_rules(stage: Any, cfg: dict, model: ModelSpec) -> list[Problem]:
+def data_tokenizer_rules(stage: Stage, cfg: dict, model: ModelSpec) -> list[Problem]:
     """Rule 13: the data artifact's tokenizer is the model's."""
-    path_key = "data.per_split_data_args_path" if getattr(stage, "name", "") == "pretrain" else "dataset.dataset_root"
+    path_key = stage.training_data.path_key
     manifest, where = read_manifest(get(cfg, path_key))
     tok = manifest_field(manifest, "tokenizer")
     if not isinstance(tok, dict):
@@ -605,7 +610,7 @@ def rl_layout(cfg: dict, shape: NodeShape) -> tuple[TrainView, RLPlan]:
     return v, plan
 
 
-def _rl_cluster(stage: Any, cfg: dict, shape: NodeShape, model: ModelSpec | None,
+def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | None,
                 out: list[Problem]) -> list[Problem]:
     """:func:`validate_training` for the NeMo RL backend: adds to ``out`` (the problems so far) and returns it."""
     v, plan = rl_layout(cfg, shape)
@@ -848,7 +853,7 @@ def memory_table(est: memory.Estimate, title: str) -> tuple[str, list[str], list
     return (title, ["term", "per GPU"], est.rows())
 
 
-def describe_megatron(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
+def describe_megatron(stage: Stage, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
     model, _ = model_of(cfg)
     if model is None:
         return []
@@ -865,27 +870,26 @@ def describe_megatron(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, li
     v = megatron_layout(cfg, shape)
     if not v.ok or not shape.gpus_per_node:
         return []
-    kind = getattr(stage, "kind", "")
+    family = stage.family
     if model.num_layers % v.pp == 0 or v.first is not None or v.last is not None:
         tables.append(pipeline_table(model, v.pp, v.first, v.last, v.mtp_depths, f"pipeline stages of {model.name}"))
     tables.append(("parallel layout", ["", "value"], layout_rows(model, v, mcore_version(stage), shape.gpus_per_node,
-                                                          training=kind != "convert")))
-    if kind == "quantize":
+                                                          training=family.batch)))
+    if family.quantizes:
         ek = {k: as_int(get(cfg, f"export.{k}", 1)) or 1 for k in (
             "tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size")}
         tables.append(("export layout", ["", "value"], [
             ["TP / PP / EP", f"{ek['tensor_model_parallel_size']} / {ek['pipeline_model_parallel_size']} / {ek['expert_model_parallel_size']}"],
             ["weights per GPU (BF16)", f"{memory.inference_weights_gb(model, ek['tensor_model_parallel_size'], ek['expert_model_parallel_size'], ek['pipeline_model_parallel_size']):.0f} GB"]]))
     if model.num_layers % v.pp == 0 or v.first is not None or v.last is not None:
-        inference = kind in ("convert", "quantize")
+        inference = family.inference
         est = memory.estimate(model, setup_of(v, inference=inference), shape.gpu_memory_gb,
                               label="inference" if inference else "training", memory_source=shape.memory_source)
-        suffix = {"convert": " — weights only (conversion)", "quantize": " — weights and calibration forward"}.get(kind, "")
-        tables.append(memory_table(est, "memory per GPU (estimate)" + suffix))
+        tables.append(memory_table(est, "memory per GPU (estimate)" + family.memory_note))
     return tables
 
 
-def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
+def describe_rl(stage: Stage, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
     model, _ = model_of(cfg)
     if model is None:
         return []

@@ -17,9 +17,6 @@ from typing import Any
 
 from nemotron.errors import ConfigError, Problem
 
-_RUNTIMES = {"data-prep-pretrain": "nemotron.data.pretrain", "data-prep-sft": "nemotron.data.sft",
-             "data-prep-rl": "nemotron.data.rl"}
-
 
 def _problem(exc: ConfigError, rule: str) -> Problem:
     return Problem(key="", value=None, message=exc.message, valid=exc.hint, rule=rule)
@@ -44,15 +41,37 @@ def token_dtype_fits(tokenizer: str, requested: str) -> list[Problem]:
     return []
 
 
+def runtime_module(stage: Any, cfg: dict) -> str | None:
+    """The module of the runtime a data prep ``stage`` runs with ``cfg``: the one its entry script's ``BACKENDS``
+    names for the config's ``backend`` (its ``DEFAULT`` when unset; :func:`nemotron.runtime.dispatch.stage_backends`,
+    the table the job runs with). None for a backend without a runtime or one the entry does not have (the
+    config's own check says so).
+
+    Raises:
+        KeyError: ``stage`` names no registry stage (:func:`nemotron.config.registry.get_stage`).
+    """
+    from nemotron.config.registry import get_stage
+    from nemotron.runtime.dispatch import stage_backends
+
+    backends, default = stage_backends(get_stage(stage.name))
+    entry = backends.get(str(cfg.get("backend") or default))
+    return entry.runtime.partition(":")[0] if entry is not None and entry.runtime else None
+
+
 def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
     """Problems of a data prep config (errors), each the runtime's own message; ``profile`` (None: a run here)
-    decides whether an unreachable hub is an error (:func:`hub_problems`)."""
-    module = _RUNTIMES.get(getattr(stage, "name", ""))
+    decides whether an unreachable hub is an error (:func:`hub_problems`). ``stage``: a registry row (or an object
+    with its ``name``); the runtime checked is the one its entry script runs (:func:`runtime_module`)."""
+    from nemotron.config.registry import get_stage
+
+    row = get_stage(stage.name)
+    module = runtime_module(row, cfg)
     if module is None:
         return []
-    if getattr(stage, "name", "") == "data-prep-rl" and cfg.get("backend") == "blends":
+    mod = importlib.import_module(module)
+    if module == "nemotron.data.rl_blends":  # a released RL blend repository (backend: blends): its own checks
         return blend_repo_problems(stage, cfg, profile)
-    settings_cls = getattr(importlib.import_module(module), "Settings", None)
+    settings_cls = getattr(mod, "Settings", None)
     if settings_cls is None:
         return []
     try:
@@ -60,6 +79,8 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
     except ConfigError as exc:
         return [_problem(exc, "data-settings")]
     problems: list[Problem] = []
+    written = row.written_data
+    documents = written is not None and written.blend  # tokenized plain-text documents (data prep pretrain)
     out = getattr(s, "output_dir", None)
     if out and Path(out).exists() and not Path(out).is_dir():
         problems.append(Problem("output_dir", out, "is a file, not a folder", "a folder path (it is created)",
@@ -106,7 +127,7 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
             empty.append((ds, found))
             continue
         if found:
-            if getattr(stage, "name", "") == "data-prep-pretrain":  # the run's own refusal of too little plain text
+            if documents:  # the run's own refusal of too little plain text
                 from nemotron.data.pretrain import text_documents_problem
                 from nemotron.data.sources import detect_format, text_format
 
@@ -114,7 +135,7 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
                 refused = text_documents_problem(blend_path, ds, fmt, len(found), s)
                 if refused is not None:
                     problems.append(_problem(refused, "data-text"))
-            elif getattr(stage, "name", "") in ("data-prep-sft", "data-prep-rl"):  # the run's refusal of plain text
+            else:  # chat and RL records: the run's refusal of plain text
                 from nemotron.data.prep import plain_text_problem
                 from nemotron.data.sources import detect_format
 
@@ -132,7 +153,7 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
             problems.append(Problem(f"{blend_path}:{ds.line} datasets ({ds.name})", ds.path,
                                     "matches no file" + relative_note(ds),
                                     "an existing file, folder or glob; or mark the dataset optional", rule="data-inputs"))
-    problems += empty_input_problems(stage, blend_path, blend, empty)
+    problems += empty_input_problems(row, blend_path, blend, empty)
     return problems + hub_problems(s, blend, profile, stage=stage) + ray_address_problems()
 
 
@@ -219,7 +240,8 @@ def hub_problems(s: Any, blend: Any, profile: Any = None, env: Any = None, stage
 
 
 def empty_input_problems(stage: Any, blend_path: str, blend: Any, empty: list[tuple[Any, list[str]]]) -> list[Problem]:
-    """Rule ``data-empty``: datasets of ``blend`` whose every local file is 0 bytes (``empty``: ``(dataset, files)``).
+    """Rule ``data-empty``: datasets of ``blend`` whose every local file is 0 bytes (``empty``: ``(dataset, files)``);
+    ``stage``: the registry row (:class:`nemotron.config.registry.Stage`).
 
     The runs refuse them after reading: pretrain per dataset (``produced no training tokens``,
     :func:`nemotron.data.pretrain._no_train_tokens`), SFT and RL only when no dataset yields a record (``no training
@@ -227,7 +249,8 @@ def empty_input_problems(stage: Any, blend_path: str, blend: Any, empty: list[tu
     warning each, and an error when every dataset of the blend is empty."""
     if not empty:
         return []
-    per_dataset = getattr(stage, "name", "") == "data-prep-pretrain"
+    written = stage.written_data
+    per_dataset = written is not None and written.blend  # a blend of tokenized documents, refused per dataset
     every = len(empty) == len(blend.datasets)
     out = []
     for ds, files in empty:
@@ -265,20 +288,27 @@ def training_sources(stage_name: str, cfg: dict) -> list[tuple[str, str]]:
     pretrain: ``data.per_split_data_args_path``, then each ``data.mix_with[i].blend`` (the mix the run trains
     on, :func:`nemotron.data.blend.training_blend`). SFT: ``dataset.packed_sequence_specs.packed_train_data_path``
     (the run loads the tokenizer of its output), ``dataset.dataset_root`` and ``packed_val_data_path``. Values
-    that are not set, or still hold ``${...}``, are left out."""
+    that are not set, or still hold ``${...}``, are left out. Which of these a stage reads is its registry row's
+    training data (:attr:`nemotron.config.registry.Stage.training_data`); a stage without any has none.
+
+    Raises:
+        KeyError: ``stage_name`` is not a registry stage.
+    """
+    from nemotron.config.registry import get_stage
     from nemotron.config.tree import get
 
-    if stage_name == "pretrain":
+    data = get_stage(stage_name).training_data
+    if data is None:
+        return []
+    if data.blend:
         pairs = [("data.per_split_data_args_path", get(cfg, "data.per_split_data_args_path"))]
         for i, item in enumerate(get(cfg, "data.mix_with") or []):
             pairs.append((f"data.mix_with[{i}].blend", item.get("blend") if isinstance(item, dict) else None))
-    elif stage_name == "sft":
+    else:  # packed Parquet
         specs = "dataset.packed_sequence_specs"
         pairs = [(f"{specs}.packed_train_data_path", get(cfg, f"{specs}.packed_train_data_path")),
                  ("dataset.dataset_root", get(cfg, "dataset.dataset_root")),
                  (f"{specs}.packed_val_data_path", get(cfg, f"{specs}.packed_val_data_path"))]
-    else:
-        return []
     return [(k, os.path.expanduser(v)) for k, v in pairs if isinstance(v, str) and v and "${" not in v]
 
 
@@ -302,9 +332,12 @@ def training_data_problems(stage_name: str, cfg: dict) -> list[Problem]:
     from nemotron.data.blend import BlendFileError, read_blend_pairs
     from nemotron.data.outputs import data_manifest
 
+    from nemotron.config.registry import get_stage
+
     sources = training_sources(stage_name, cfg)
     out: list[Problem] = []
-    if stage_name == "pretrain":
+    data = get_stage(stage_name).training_data
+    if data is not None and data.blend:
         mixed = bool(get(cfg, "data.mix_with")) and bool(sources) and Path(sources[0][1]).is_file()
         for key, path in sources:
             if not Path(path).is_file():

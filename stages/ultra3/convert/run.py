@@ -12,7 +12,7 @@ from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
     "local": Backend("nemotron.runtime.convert_local:local_main"),
-    "megatron-bridge": Backend("nemotron.runtime.megatron_bridge:convert_main"),
+    "megatron-bridge": Backend("nemotron.runtime.megatron_bridge:main", per_stage=True),
 }
 DEFAULT = "megatron-bridge"
 

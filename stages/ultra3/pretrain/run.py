@@ -12,8 +12,8 @@ import sys
 from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
-    "local": Backend("nemotron.runtime.entry:pretrain"),
-    "megatron-bridge": Backend("nemotron.runtime.megatron_bridge:pretrain_main"),
+    "local": Backend("nemotron.runtime.entry:train", per_stage=True),
+    "megatron-bridge": Backend("nemotron.runtime.megatron_bridge:main", per_stage=True),
 }
 DEFAULT = "megatron-bridge"
 
