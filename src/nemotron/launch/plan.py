@@ -17,6 +17,7 @@ from nemotron.config.images import image_table
 from nemotron.config.paths import stages_dir
 from nemotron.config.registry import Stage
 from nemotron.errors import ConfigError
+from nemotron.profiles.schema import storage_site, uses_container
 
 #: GPUs per node assumed for a GPU stage when no profile says otherwise (an 8-GPU HGX/DGX node).
 DEFAULT_GPUS_PER_NODE = 8
@@ -145,7 +146,7 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
                           f"images: {', '.join(table)}")
     image: str | None = table[stage.image]["image"]
     if profile is not None:
-        if getattr(profile, "container", True) is False or getattr(profile, "executor", None) in ("local", "ray"):
+        if not uses_container(profile):
             image = None
         else:
             image = (getattr(profile, "images", None) or {}).get(stage.image, image)
@@ -212,9 +213,7 @@ def recorded_outputs(compiled: Compiled, profile: Any, promoted: bool = False) -
 
     from nemotron.config import artifacts
 
-    executor = getattr(profile, "executor", None) if profile is not None else None
-    host = (getattr(profile, "address", None) if executor == "ray" else getattr(profile, "host", None)) \
-        if profile is not None else None
+    executor, host = storage_site(profile)
     env = {**os.environ, **(profile.storage_env() if profile is not None else {})}
     return {name: {**fields, **artifacts.scope_fields(executor, host, env, fields.get("path"), promoted)}
             for name, fields in planned_outputs(compiled).items()}

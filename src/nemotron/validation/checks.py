@@ -29,6 +29,7 @@ from nemotron.layout.views import (
     rl_export_params,
     rl_view,
 )
+from nemotron.profiles.schema import on_this_machine
 
 LOCAL = "local"
 
@@ -381,7 +382,7 @@ def local_refusals(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
     (no profile, or a ``local`` one): on a cluster profile the folders live on the cluster's file system."""
     if getattr(stage, "kind", "") != "megatron" or getattr(stage, "name", "") not in ("pretrain", "sft"):
         return []
-    if profile is not None and getattr(profile, "executor", None) != "local":
+    if profile is not None and not on_this_machine(getattr(profile, "executor", None)):
         return []
     from nemotron.runtime.entry import refusals
     from nemotron.runtime.settings import SettingsError, read

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.errors import ConfigError, Problem
+from nemotron.profiles.schema import on_this_machine
 
 _RUNTIMES = {"data-prep-pretrain": "nemotron.data.pretrain", "data-prep-sft": "nemotron.data.sft",
              "data-prep-rl": "nemotron.data.rl"}
@@ -137,7 +138,7 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
 
 
 def _runs_here(profile: Any) -> bool:
-    return profile is None or getattr(profile, "executor", None) == "local"
+    return on_this_machine(getattr(profile, "executor", None) if profile is not None else None)
 
 
 def blend_repo_problems(stage: Any, cfg: dict, profile: Any = None, env: Any = None) -> list[Problem]:
