@@ -17,7 +17,6 @@ from nemotron.config.images import image_table
 from nemotron.config.paths import stages_dir
 from nemotron.config.registry import Stage
 from nemotron.errors import ConfigError
-from nemotron.profiles.schema import storage_site, uses_container
 
 #: GPUs per node assumed for a GPU stage when no profile says otherwise (an 8-GPU HGX/DGX node).
 DEFAULT_GPUS_PER_NODE = 8
@@ -146,6 +145,8 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
                           f"images: {', '.join(table)}")
     image: str | None = table[stage.image]["image"]
     if profile is not None:
+        from nemotron.profiles.schema import uses_container  # (pydantic: loaded with the profile already)
+
         if not uses_container(profile):
             image = None
         else:
@@ -212,6 +213,8 @@ def recorded_outputs(compiled: Compiled, profile: Any, promoted: bool = False) -
     import os
 
     from nemotron.config import artifacts
+
+    from nemotron.profiles.schema import storage_site
 
     executor, host = storage_site(profile)
     env = {**os.environ, **(profile.storage_env() if profile is not None else {})}

@@ -32,7 +32,6 @@ from nemotron.config.tree import as_int, get, put
 from nemotron.errors import ConfigError, Problem, plural
 from nemotron.layout import rules
 from nemotron.layout.views import EXPORT_KEYS, layout_keys, node_shape
-from nemotron.profiles.schema import on_this_machine
 from nemotron.validation import checks
 from nemotron.validation.cluster import warning_signal_problem
 
@@ -261,7 +260,7 @@ def this_machine(stage: Any, cfg: dict, plan: Any, importable: Any = None, gpus:
 
     ``importable(module)`` and ``gpus`` default to the real ones (tests of other machines pass their own).
     """
-    if not on_this_machine(getattr(plan, "executor", None)) or getattr(stage, "kind", "") == "data":
+    if not checks.on_this_machine(getattr(plan, "executor", None)) or getattr(stage, "kind", "") == "data":
         return []
     from nemotron.runtime import prestart
 
@@ -355,7 +354,7 @@ def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
         problem = warning_signal_problem(run.get("signal_before_s"), profile)
         out += [problem] if problem is not None else []
     nodes = as_int((run.get("env") or {}).get("nodes") if isinstance(run.get("env"), dict) else None)
-    if on_this_machine(executor or None) and nodes is not None and nodes > 1 and checks.backend(cfg) != checks.LOCAL:
+    if checks.on_this_machine(executor or None) and nodes is not None and nodes > 1 and checks.backend(cfg) != checks.LOCAL:
         # (the local backend refuses several nodes: checks.validate_local)
         # like a GPU architecture no profile declares: checked as configured, said plainly (a warning)
         where = "without a profile" if profile is None else f"on the local profile {getattr(profile, 'name', '')}"
@@ -371,7 +370,7 @@ def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
     folder the config names (:data:`nemotron.config.paths.OUTPUT_FOLDER_KEYS`) exists as a writable folder or
     can be created (:func:`nemotron.config.paths.cannot_create_folder`: its nearest existing parent is a
     writable folder). Cluster profiles are not checked: their paths live on the cluster's file system."""
-    if profile is not None and not on_this_machine(getattr(profile, "executor", None)):
+    if profile is not None and not checks.on_this_machine(getattr(profile, "executor", None)):
         return []
 
     out = []

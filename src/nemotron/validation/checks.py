@@ -29,7 +29,6 @@ from nemotron.layout.views import (
     rl_export_params,
     rl_view,
 )
-from nemotron.profiles.schema import on_this_machine
 
 LOCAL = "local"
 
@@ -956,6 +955,16 @@ def describe_rl(stage: Any, cfg: dict, profile: Any) -> list[tuple[str, list[str
         est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb, memory_source=shape.memory_source)
         tables.append(memory_table(est, "policy training memory per GPU (estimate)"))
     return tables
+
+
+
+def on_this_machine(executor: str | None) -> bool:
+    """Whether a job of ``executor`` (a plan's or a profile's; None or ``direct``: no profile) runs on this machine:
+    :func:`nemotron.profiles.schema.on_this_machine`, imported when asked, so that ``import nemotron.validation``
+    stays free of pydantic."""
+    from nemotron.profiles.schema import on_this_machine as ask
+
+    return ask(executor)
 
 
 __all__ = ["RLPlan", "backend", "describe_megatron", "describe_rl", "model_of", "validate_training"]

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.errors import ConfigError, Problem
-from nemotron.profiles.schema import on_this_machine
 
 _RUNTIMES = {"data-prep-pretrain": "nemotron.data.pretrain", "data-prep-sft": "nemotron.data.sft",
              "data-prep-rl": "nemotron.data.rl"}
@@ -138,6 +137,8 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
 
 
 def _runs_here(profile: Any) -> bool:
+    from nemotron.validation.checks import on_this_machine
+
     return on_this_machine(getattr(profile, "executor", None) if profile is not None else None)
 
 
