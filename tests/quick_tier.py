@@ -59,6 +59,7 @@ QUICK_FILES: tuple[str, ...] = (
     "tests/runtime/test_rl_local.py",
     # its other tests share a module fixture that quantizes the small model (30 s): this one runs the entry's checks
     "tests/runtime/test_quantize_local.py::test_export_folder_that_is_holds_or_lies_in_the_source_is_refused_before_loading",
+    "tests/launch/test_backends.py",
     "tests/launch/test_cluster_scripts.py",
     "tests/launch/test_why.py",
     "tests/cli/test_dryrun_golden.py",

@@ -28,6 +28,7 @@ from nemotron.launch.plan import plan_job, planned_outputs
 from nemotron.profiles import load as profiles
 from nemotron.profiles import show
 from nemotron.profiles.load import load_profile
+from nemotron.profiles.schema import queues_dependent_jobs, storage_site
 from nemotron.profiles.sections import tracking_provenance
 from nemotron.runtime.dispatch import missing_runtime
 from nemotron.validation.cluster import check as cluster_checks
@@ -160,7 +161,7 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         from nemotron.cli.costs import checkpoint_check
 
         problems += checkpoint_check(req.stage, compiled, profile, plan)  # one checkpoint must fit (estimate.py)
-    if not req.dry_run and plan.executor == "direct":
+    if not req.dry_run and backends.backend(plan.executor).runs_here:
         # a data prep run here prints the datasets it leaves out itself, in the same words: once is enough
         problems = [p for p in problems if p.rule != "data-left-out"]
     return Prepared(req, compiled, profile, plan, problems, notes)
@@ -171,9 +172,7 @@ def consumer_scope(profile: Any) -> artifacts.Scope:
     profile's login host, a Ray profile's address), its storage variables over this shell's environment."""
     import os
 
-    executor = getattr(profile, "executor", None) if profile is not None else None
-    host = (getattr(profile, "address", None) if executor == "ray" else getattr(profile, "host", None)) \
-        if profile is not None else None
+    executor, host = storage_site(profile)
     env = {**os.environ, **(profile.storage_env() if profile is not None else {})}
     return artifacts.Scope.of(executor, host, env)
 
@@ -283,18 +282,19 @@ def show_profiles(name: str | None, env_file: str | None, as_json: bool = False)
 
 def job_status(ident: str | None, as_json: bool = False) -> int:
     """``status [ID]``: the job's Slurm state and where its files are; for ``UNKNOWN`` the reason
-    (:func:`nemotron.launch.jobs.unknown_reason`).
+    (the job's backend's ``unknown_reason``).
 
     Raises:
         ConfigError: no such job. SchedulerUnreachable (a RuntimeFailure, exit 1): Slurm could not be asked.
     """
 
     rec = jobs.load(ident)
-    st, code = jobs.state(rec)
-    reason = jobs.unknown_reason(rec) if st == "UNKNOWN" and rec.tunnel not in ("ray", jobs.LOCAL_EXECUTOR) else None
+    owner = backends.backend_for(rec)
+    st, code = owner.state(rec)
+    reason = owner.unknown_reason(rec) if st == "UNKNOWN" else None
     if st == "COMPLETED":
         try:
-            jobs.record_outputs(rec)
+            owner.record_outputs(rec)
         except RuntimeFailure as exc:  # the state is still reported; the missing output is said, not recorded
             report.err(f"warning: {exc.message}")
     if as_json:
@@ -325,8 +325,8 @@ def job_list(recipe: str, as_json: bool = False) -> int:
             continue
         reason = None
         try:
-            st, code = jobs.state(rec)
-        except RuntimeFailure as exc:  # one job's state unknown: said, the others still listed
+            st, code = backends.backend_for(rec).state(rec)
+        except (RuntimeFailure, ConfigError) as exc:  # one job's state unknown: said, the others still listed
             st, code, reason = "UNKNOWN", "", exc.message
             report.err(f"warning: job {rec.job_id} ({rec.experiment_id}): state unknown: {exc.message}")
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.submitted)) if rec.submitted else "-"
@@ -354,16 +354,17 @@ def job_logs(ident: str | None, follow: bool) -> int:
     for an attached run)."""
 
     rec = jobs.load(ident)
+    owner = backends.backend_for(rec)
     if follow:
-        return backends.attach(rec)
-    files = jobs.log_files(rec)
+        return owner.attach(rec)
+    files = owner.log_files(rec)
     if not files:
-        st, _ = jobs.state(rec)
+        st, _ = owner.state(rec)
         print(f"job {rec.job_id} ({st}) has written no log yet", file=sys.stderr)
         return 0
     redact = jobs.redactor(rec, keep_colour=sys.stdout.isatty())
     for path in files:
-        sys.stdout.write(redact(jobs.read_log(rec, path)))
+        sys.stdout.write(redact(owner.read_log(rec, path)))
     return 0
 
 
@@ -371,10 +372,11 @@ def job_cancel(ident: str) -> int:
     """``cancel ID``."""
 
     rec = jobs.load(ident)
-    st, _ = jobs.state(rec)
+    owner = backends.backend_for(rec)
+    st, _ = owner.state(rec)
     if st in jobs.TERMINAL:
         raise RuntimeFailure(f"job {rec.job_id} already ended ({st}); nothing to cancel")
-    jobs.cancel(rec)
+    owner.cancel(rec)
     print(f"cancelled job {rec.job_id} ({rec.experiment_id})", file=sys.stderr)
     return 0
 
@@ -567,7 +569,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                 p = prepare_stage(req)
             except (ConfigError, UsageError) as exc:  # name the stage: a pipe compiles several configs
                 raise type(exc)(f"{stage.title}: {exc.message}", exc.hint) from None
-            if i == 1 and mode != "here" and p.plan.executor != "slurm":  # before anything is shown or queued
+            if i == 1 and mode != "here" and not queues_dependent_jobs(p.plan.executor):  # before anything is shown or queued
                 raise UsageError(f"pipe --{mode} needs a slurm profile (got {p.plan.executor})",
                                  "run the chain here without a profile, or use a slurm profile")
             invalid += bool(p.errors)

@@ -185,16 +185,15 @@ DEFAULT_ROOTS = (("NEMOTRON_DATA_DIR", "./output"), ("NEMOTRON_CKPT_ROOT", "./ch
 
 
 def site(executor: str | None, host: str | None = None) -> str:
-    """Where a run's files live, as records name it: ``here:<hostname>`` for a run on this machine (no profile, a
-    ``local`` profile), ``slurm:<login host>`` for a Slurm job (``host``: an ssh profile's; this machine's for a
-    local tunnel), ``ray:<address>`` for a job on a Ray cluster."""
+    """Where a run's files live, as records name it: ``here:<hostname>`` for a run on this machine (``executor``
+    None: no profile, a ``local`` profile), else ``<executor>:<host>``: ``slurm:<login host>`` for a Slurm job
+    (``host``: an ssh profile's; this machine's for a local tunnel), ``ray:<address>`` for a job on a Ray cluster
+    (``host``: :func:`nemotron.profiles.schema.storage_host` names it)."""
     import socket
 
-    if executor in (None, "direct", "local"):
+    if executor is None:
         return f"here:{socket.gethostname()}"
-    if executor == "ray":
-        return f"ray:{host}"
-    return f"slurm:{host or socket.gethostname()}"
+    return f"{executor}:{host or socket.gethostname()}"
 
 
 def default_roots(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -232,7 +231,7 @@ class Scope:
 
     @classmethod
     def of(cls, executor: str | None, host: str | None, env: Mapping[str, str]) -> Scope:
-        """The scope of a consumer run by ``executor`` (None: this machine) on ``host`` with environment ``env``."""
+        """The scope of a consumer run by ``executor`` (None: on this machine) on ``host`` with environment ``env``."""
         return cls(site(executor, host), default_roots(env))
 
     def why_not(self, rec: Mapping[str, Any]) -> str | None:

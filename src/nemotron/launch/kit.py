@@ -23,7 +23,7 @@ from nemotron.config.images import image_table
 from nemotron.config.paths import stages_dir
 from nemotron.config.registry import get_stage
 from nemotron.errors import ConfigError, UsageError
-from nemotron.launch import backends, jobs, submit
+from nemotron.launch import backends, records, submit
 from nemotron.launch.nemo_run import _import_nemo_run
 from nemotron.launch.plan import JobPlan, new_experiment_id, safe_name
 from nemotron.profiles.load import load_profile
@@ -204,12 +204,12 @@ def _build_one(profile: Any, recipe: str, stage: Any, cache: str, dry_run: bool)
 
     job_id = submit.sbatch(plan, profile, "batch", stage_files, make_task)
     root = submit.safe_root(profile)
-    jobs.save(jobs.JobRecord(
+    records.save(records.JobRecord(
         experiment_id=plan.experiment_id, job_id=job_id, stage=stage.name, title=f"image build {stage.image}",
         profile=profile.name, env_file=str(profile.source), run_dir=rdir,
         log_dir=f"{root}/experiments/{plan.job_name}/{plan.experiment_id}/{submit.task_name(plan)}",
         job_name=f"{stage.recipe}-{submit.task_name(plan)}", tunnel=getattr(profile, "tunnel", "local") or "local",
-        host=getattr(profile, "host", None), user=getattr(profile, "user", None),
+        host=getattr(profile, "host", None), user=getattr(profile, "user", None), executor=plan.executor,
     ))
     print(f"submitted image build: Slurm job {job_id}", file=sys.stderr)
-    return backends.attach(jobs.load(job_id))
+    return backends.attach(records.load(job_id))

@@ -146,7 +146,9 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
                           f"images: {', '.join(table)}")
     image: str | None = table[stage.image]["image"]
     if profile is not None:
-        if getattr(profile, "container", True) is False or getattr(profile, "executor", None) in ("local", "ray"):
+        from nemotron.profiles.schema import uses_container  # (pydantic: loaded with the profile already)
+
+        if not uses_container(profile):
             image = None
         else:
             image = (getattr(profile, "images", None) or {}).get(stage.image, image)
@@ -213,9 +215,9 @@ def recorded_outputs(compiled: Compiled, profile: Any, promoted: bool = False) -
 
     from nemotron.config import artifacts
 
-    executor = getattr(profile, "executor", None) if profile is not None else None
-    host = (getattr(profile, "address", None) if executor == "ray" else getattr(profile, "host", None)) \
-        if profile is not None else None
+    from nemotron.profiles.schema import storage_site
+
+    executor, host = storage_site(profile)
     env = {**os.environ, **(profile.storage_env() if profile is not None else {})}
     return {name: {**fields, **artifacts.scope_fields(executor, host, env, fields.get("path"), promoted)}
             for name, fields in planned_outputs(compiled).items()}

@@ -32,7 +32,7 @@ from nemotron.config import artifacts, yamlio
 from nemotron.config.artifacts import home
 from nemotron.config.paths import stages_dir
 from nemotron.errors import ConfigError, NemotronError, RuntimeFailure
-from nemotron.launch import execute, jobs
+from nemotron.launch import execute, records
 from nemotron.launch.nemo_run import _import_nemo_run
 from nemotron.launch.plan import recorded_outputs
 from nemotron.profiles.schema import DEFAULT_TIME, shell_safe_root
@@ -546,7 +546,7 @@ def _remove_unaccepted(executor: Any, exp: Any, profile: Any, plan: Any, sink: i
 
 def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[str] | None = None,
            chain_ids: list[str] | None = None) -> str:
-    """Submit the job to Slurm; returns the Slurm job id. Records the job (see :mod:`nemotron.launch.jobs`).
+    """Submit the job to Slurm; returns the Slurm job id. Records the job (see :mod:`nemotron.launch.records`).
 
     ``dependencies``: Slurm job ids this job must wait for (``afterok``; a failed dependency cancels
     this job: ``--kill-on-invalid-dep=yes``). With ``run.chain = N`` (``plan.chain``), N continuation
@@ -578,12 +578,12 @@ def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies
 
     for i in range(1 + plan.chain):
         p = plan if i == 0 else dataclasses.replace(plan, experiment_id=f"{plan.experiment_id}-c{i}")
-        # taken before sbatch: Slurm's Submit time of this job is not earlier (jobs.state ties lookups to it)
+        # taken before sbatch: Slurm's Submit time of this job is not earlier (the slurm backend's state ties lookups to it)
         submitted = time.time()
         job_id = sbatch(p, profile, req.mode, lambda ex, p=p: _stage_files(ex, req, compiled, profile, p),
                         lambda p=p: _task(run, p, profile), dependencies if i == 0 else None, singleton=i > 0)
         exp_dir = f"{root}/experiments/{p.job_name}/{p.experiment_id}/{task_name(p)}"
-        jobs.save(jobs.JobRecord(
+        records.save(records.JobRecord(
             experiment_id=p.experiment_id, job_id=job_id, stage=p.stage.name, title=p.stage.title,
             profile=profile.name, env_file=str(profile.source), run_dir=remote_run_dir(profile, p), log_dir=exp_dir,
             job_name=f"{p.stage.recipe}-{task_name(p)}", tunnel=getattr(profile, "tunnel", "local") or "local",
@@ -593,6 +593,7 @@ def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies
             submitted=submitted,
             # sbatch runs in this folder through a local tunnel (Slurm's WorkDir); over ssh it is the remote side's
             work_dir=os.getcwd() if (getattr(profile, "tunnel", "local") or "local") == "local" else None,
+            executor=p.executor,
         ))
         ids.append(job_id)
 
@@ -609,51 +610,3 @@ def reporting_queued(ids: list[str], recipe: str) -> Any:
             print(f"[nemotron] submitted before the failure and still queued: Slurm job(s) {', '.join(ids)}; "
                   f"cancel them with: {'; '.join(f'nemotron {recipe} cancel {i}' for i in ids)}", file=sys.stderr)
         raise
-
-
-def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
-    """Submit the stage as a job to an existing Ray cluster (a ``ray`` profile's ``address``) with
-    Ray's job submission API; returns the submission id (our experiment id).
-
-    The job's working directory is the code snapshot plus train.yaml and job.yaml. Secrets travel in
-    it as ``secrets.env``, sourced by the entrypoint and deleted from the job's copy before the stage
-    starts (Ray keeps the uploaded package in its object store: anyone who can read the cluster's
-    storage can read it). Nothing here starts, stops or restarts the Ray cluster.
-
-    Raises:
-        RuntimeFailure: Ray missing, cluster unreachable, or submission refused.
-    """
-
-    require_secrets(profile)
-    client = jobs.ray_client(profile.address, profile.secret_values())
-    entry = f"nemotron/_stages/{plan.stage.entry}"
-    with tempfile.TemporaryDirectory(prefix="nemotron-ray-") as tmp:
-        work = Path(tmp) / "job"
-        work.mkdir()
-        code_snapshot(Path(tmp) / "code.tar.gz")
-        with tarfile.open(Path(tmp) / "code.tar.gz") as tar:
-            tar.extractall(work, filter="data")
-        (work / "train.yaml").write_text(yamlio.dumps(compiled.config), encoding="utf-8")
-        (work / "job.yaml").write_text(yamlio.dumps(execute.provenance(req, compiled, profile, plan)), encoding="utf-8")
-        command = f"{shlex.quote(profile.python)} {shlex.quote(entry)} --config train.yaml"
-        secrets = profile.secret_values()
-        if secrets:
-            (work / "secrets.env").write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items())))
-            command = f"set -a; . ./secrets.env; set +a; rm -f secrets.env; {command}"
-        own = profile.public_env_vars()
-        env_vars = {**own, "PYTHONPATH": "." + (f":{own['PYTHONPATH']}" if own.get("PYTHONPATH") else ""),
-                    "NEMOTRON_EXPERIMENT_ID": plan.experiment_id}
-        try:
-            job_id = client.submit_job(entrypoint=f"bash -c {shlex.quote(command)}", submission_id=plan.experiment_id,
-                                       runtime_env={"working_dir": str(work), "env_vars": env_vars},
-                                       metadata={"nemotron_stage": plan.stage.name})
-        except Exception as exc:
-            raise RuntimeFailure(f"submission to the Ray cluster at {profile.address} failed: {type(exc).__name__}: "
-                                 f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}") from exc
-    jobs.save(jobs.JobRecord(
-        experiment_id=plan.experiment_id, job_id=job_id, stage=plan.stage.name, title=plan.stage.title,
-        profile=profile.name, env_file=str(profile.source), run_dir="(the Ray job's working directory)",
-        log_dir="(kept by the Ray cluster)", job_name=plan.job_name, tunnel="ray", host=profile.address,
-        outputs=recorded_outputs(compiled, profile, getattr(req, "latest", False)), config_hash=compiled.config_hash(), config=Path(plan.config_name).stem,
-    ))
-    return job_id

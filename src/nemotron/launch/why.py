@@ -265,6 +265,7 @@ def explain_job(ident: str | None) -> dict[str, Any]:
 
     from nemotron.errors import ConfigError
     from nemotron.launch import jobs
+    from nemotron.launch.backends import backend_for
 
     try:
         rec = jobs.load(ident)
@@ -272,19 +273,20 @@ def explain_job(ident: str | None) -> dict[str, Any]:
         if ident and ("/" in ident or Path(ident).is_file()):  # a log file given where a job id goes
             raise ConfigError(exc.message, f"to read a log file: nemotron ultra3 why --log {ident}") from None
         raise
-    st, code = jobs.state(rec)
+    owner = backend_for(rec)
+    st, code = owner.state(rec)
     redact = jobs.redactor(rec)
     files = []
     texts = []
     try:
-        files = jobs.log_files(rec)
-        texts = [redact(jobs.read_log(rec, f)) for f in files]
+        files = owner.log_files(rec)
+        texts = [redact(owner.read_log(rec, f)) for f in files]
     except jobs.JobFilesMissing:
         files = []
-    scheduler_name = {"ray": "Ray", jobs.LOCAL_EXECUTOR: "local executor"}.get(rec.tunnel, "Slurm")
-    out = classify("\n".join(texts), st, code, scheduler_name)
-    if st == "UNKNOWN" and rec.tunnel not in ("ray", jobs.LOCAL_EXECUTOR):
-        out.update(title="Slurm holds no record of this submission", evidence=jobs.unknown_reason(rec),
+    out = classify("\n".join(texts), st, code, owner.scheduler)
+    reason = owner.unknown_reason(rec) if st == "UNKNOWN" else None
+    if reason:
+        out.update(title=f"{owner.scheduler} holds no record of this submission", evidence=reason,
                    hint=f"the log, if any, is in {rec.log_dir}: nemotron ultra3 why --log FILE classifies it")
     elif st not in jobs.TERMINAL and st != "UNKNOWN":
         out["title"] = f"the job has not ended ({st}); so far: " + out["title"]

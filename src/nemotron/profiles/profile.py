@@ -408,9 +408,10 @@ class Profile:
         import importlib.util
 
 
-        if self.executor == "local" and importlib.util.find_spec("wandb") is None:
+        here = self.settings.on_this_machine  # the job inherits this shell's environment
+        if here and importlib.util.find_spec("wandb") is None:
             return []
-        env = dict(os.environ) if self.executor == "local" else {}
+        env = dict(os.environ) if here else {}
         env.update({**self.settings.env_vars, **dict.fromkeys(self.settings.secrets, "declared")})
         problem = wandb_key_problem(project, env)
         if problem is None:

@@ -7,7 +7,7 @@ import os
 import re
 import tomllib
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -179,6 +179,17 @@ class SecretSpec(_Strict):
 
 
 class _Common(_Strict):
+    """What every executor's profile has. The class attributes say what the executor is, so that code outside its
+    backend (:mod:`nemotron.launch.backends`) asks them, never the executor's name (:func:`on_this_machine`,
+    :func:`storage_host`, :func:`uses_container`, :func:`queues_dependent_jobs`)."""
+
+    #: The job runs on this machine and inherits this shell's environment (its files are this machine's).
+    on_this_machine: ClassVar[bool] = False
+    #: The key naming where the job's files live, for artifact scopes (None: this machine).
+    storage_host_key: ClassVar[str | None] = None
+    #: Jobs of a ``pipe --run/--batch`` can be queued at once, each waiting for the one before (Slurm dependencies).
+    queues_dependent_jobs: ClassVar[bool] = False
+
     executor: str
     env_vars: dict[str, str] = {}
     secrets: dict[str, SecretSpec] = {}
@@ -243,12 +254,18 @@ class _Common(_Strict):
 class LocalSettings(_Common):
     """``executor = "local"``: this machine; optional node shape, env_vars, secrets, job_dir."""
 
+    on_this_machine: ClassVar[bool] = True
     executor: Literal["local"]
+
+    def where(self) -> str:
+        """Where the profile's jobs run, in words (the ``profiles`` table)."""
+        return "this machine"
 
 
 class RaySettings(_Common):
     """``executor = "ray"``: an existing Ray cluster at ``address`` (``ray://host:10001``, ``http://host:8265``)."""
 
+    storage_host_key: ClassVar[str | None] = "address"
     executor: Literal["ray"]
     address: str
     python: str = "python"  # the Python the job runs with on the cluster's nodes
@@ -260,10 +277,15 @@ class RaySettings(_Common):
             raise ValueError(f"{value!r} is not a Ray address; use ray://HOST:10001 or http://HOST:8265")
         return value
 
+    def where(self) -> str:
+        return self.address
+
 
 class SlurmSettings(_Common):
     """``executor = "slurm"``: sbatch/srun through NeMo-Run, from this machine or over SSH."""
 
+    storage_host_key: ClassVar[str | None] = "host"
+    queues_dependent_jobs: ClassVar[bool] = True
     executor: Literal["slurm"]
     python: str | None = None  # the job's Python: default "python" in a container, this Python without one
     account: str | None = None
@@ -292,6 +314,10 @@ class SlurmSettings(_Common):
     user: str | None = None
     identity: str | None = None
     port: int | None = Field(None, ge=1, le=65535)
+
+    def where(self) -> str:
+        where = self.partition or "-"
+        return f"{where} via ssh {self.host}" if self.tunnel == "ssh" else where
 
     @field_validator("env_vars")
     @classmethod
@@ -353,6 +379,56 @@ _MODELS: dict[str, type[_Common]] = {"slurm": SlurmSettings, "local": LocalSetti
 
 
 _ALL_FIELDS = {k for m in _MODELS.values() for k in m.model_fields}
+
+
+def _model(executor: str | None) -> type[_Common] | None:
+    """The profile model of ``executor`` (a profile's or a plan's executor name); None for ``direct`` (no profile)
+    and None itself."""
+    return _MODELS.get(executor) if executor not in (None, "", "direct") else None
+
+
+def on_this_machine(executor: str | None) -> bool:
+    """Whether a job of ``executor`` (a plan's ``executor``, a profile's; None or ``direct``: no profile) runs on
+    this machine, in this shell's environment, with this machine's files and GPUs."""
+    if executor in (None, "", "direct"):
+        return True
+    model = _MODELS.get(executor)
+    return model is not None and model.on_this_machine
+
+
+def storage_host(profile: Any) -> str | None:
+    """Where the jobs of ``profile`` (None: this machine) keep their files, for artifact scopes: a Ray profile's
+    ``address``, a Slurm profile's login ``host`` (None through a local tunnel); None for this machine."""
+    model = _model(getattr(profile, "executor", None)) if profile is not None else None
+    key = model.storage_host_key if model is not None else None
+    return getattr(profile, key, None) if key else None
+
+
+def storage_site(profile: Any) -> tuple[str | None, str | None]:
+    """``(executor, host)`` for an artifact's site (:func:`nemotron.config.artifacts.site`): ``(None, None)`` for a
+    job on this machine (no profile, a ``local`` one), else the profile's executor and :func:`storage_host`."""
+    executor = getattr(profile, "executor", None) if profile is not None else None
+    if on_this_machine(executor):
+        return None, None
+    return executor, storage_host(profile)
+
+
+def uses_container(profile: Any) -> bool:
+    """Whether the jobs of ``profile`` run in the stage's container image: a Slurm profile's unless
+    ``container = false``; never on this machine (no profile, ``local``) nor on a Ray cluster (its own image)."""
+    if profile is None:
+        return False
+    model = _model(getattr(profile, "executor", None))
+    if model is not None and "container" not in model.model_fields:
+        return False
+    return getattr(profile, "container", True) is not False
+
+
+def queues_dependent_jobs(executor: str | None) -> bool:
+    """Whether ``executor`` can queue a ``pipe``'s jobs at once, each waiting for the one before (Slurm's
+    ``--dependency``)."""
+    model = _model(executor)
+    return model is not None and model.queues_dependent_jobs
 
 
 _ORDER = ("executor", "account", "partition", "run_partition", "batch_partition", "qos", "reservation", "time",

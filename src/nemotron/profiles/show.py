@@ -40,9 +40,7 @@ def profiles_table(profiles: Profiles, env_file: str | Path | None = None):
             table.add_row(escape(name), "[red]invalid[/red]", "", escape(f"see: nemotron profiles {name}{env_file_option(env_file)}"), "",
                           escape(str(profiles.source)))
             continue
-        where = p.address if p.executor == "ray" else p.partition or ("this machine" if p.executor == "local" else "-")
-        if p.executor == "slurm" and p.tunnel == "ssh":
-            where = f"{where} via ssh {p.host}"
+        where = p.settings.where()
         gpus = "-" if p.gpus_per_node is None else f"{p.gpus_per_node} × {p.gpu or p.gpu_arch or 'GPU'}"
         table.add_row(*map(escape, (name, p.executor, " -> ".join(p.chain[1:]) or "-", where, gpus, str(p.source))))
     if profiles.sections:

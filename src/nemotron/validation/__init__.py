@@ -261,7 +261,7 @@ def this_machine(stage: Stage, cfg: dict, plan: Any, importable: Any = None, gpu
 
     ``importable(module)`` and ``gpus`` default to the real ones (tests of other machines pass their own).
     """
-    if getattr(plan, "executor", None) not in ("direct", "local") or stage.family.prepares_data:
+    if not checks.on_this_machine(getattr(plan, "executor", None)) or stage.family.prepares_data:
         return []
     from nemotron.runtime import prestart
 
@@ -269,7 +269,7 @@ def this_machine(stage: Stage, cfg: dict, plan: Any, importable: Any = None, gpu
     local = checks.backend(cfg) == checks.LOCAL
     gpn = int(getattr(plan, "gpus_per_node", 0) or 0)
     have = prestart.visible_gpus() if gpus is None else gpus
-    where = "without a profile the run starts here" if plan.executor == "direct" else \
+    where = "without a profile the run starts here" if plan.profile is None else \
         f"profile {plan.profile} runs it here"
     cluster = "--run PROFILE with a Slurm profile"
     here = _local_config(stage)
@@ -355,7 +355,7 @@ def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
         problem = warning_signal_problem(run.get("signal_before_s"), profile)
         out += [problem] if problem is not None else []
     nodes = as_int((run.get("env") or {}).get("nodes") if isinstance(run.get("env"), dict) else None)
-    if executor in ("", "local") and nodes is not None and nodes > 1 and checks.backend(cfg) != checks.LOCAL:
+    if checks.on_this_machine(executor or None) and nodes is not None and nodes > 1 and checks.backend(cfg) != checks.LOCAL:
         # (the local backend refuses several nodes: checks.validate_local)
         # like a GPU architecture no profile declares: checked as configured, said plainly (a warning)
         where = "without a profile" if profile is None else f"on the local profile {getattr(profile, 'name', '')}"
@@ -371,7 +371,7 @@ def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
     folder the config names (:data:`nemotron.config.paths.OUTPUT_FOLDER_KEYS`) exists as a writable folder or
     can be created (:func:`nemotron.config.paths.cannot_create_folder`: its nearest existing parent is a
     writable folder). Cluster profiles are not checked: their paths live on the cluster's file system."""
-    if profile is not None and getattr(profile, "executor", None) != "local":
+    if profile is not None and not checks.on_this_machine(getattr(profile, "executor", None)):
         return []
 
     out = []

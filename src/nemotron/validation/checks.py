@@ -386,7 +386,7 @@ def local_refusals(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     (no profile, or a ``local`` one): on a cluster profile the folders live on the cluster's file system."""
     if stage.training_data is None:  # the local trainer trains the stages that read training data
         return []
-    if profile is not None and getattr(profile, "executor", None) != "local":
+    if profile is not None and not on_this_machine(getattr(profile, "executor", None)):
         return []
     from nemotron.runtime.entry import refusals
     from nemotron.runtime.settings import SettingsError, read
@@ -960,6 +960,16 @@ def describe_rl(stage: Stage, cfg: dict, profile: Any) -> list[tuple[str, list[s
         est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb, memory_source=shape.memory_source)
         tables.append(memory_table(est, "policy training memory per GPU (estimate)"))
     return tables
+
+
+
+def on_this_machine(executor: str | None) -> bool:
+    """Whether a job of ``executor`` (a plan's or a profile's; None or ``direct``: no profile) runs on this machine:
+    :func:`nemotron.profiles.schema.on_this_machine`, imported when asked, so that ``import nemotron.validation``
+    stays free of pydantic."""
+    from nemotron.profiles.schema import on_this_machine as ask
+
+    return ask(executor)
 
 
 __all__ = ["RLPlan", "backend", "describe_megatron", "describe_rl", "model_of", "validate_training"]

@@ -52,7 +52,7 @@ RAY_PROBE_SECONDS = 2.0
 def ray_profile_problems(profile: Any) -> list[Problem]:
     """Rule ``ray-address``: an error when nothing answers at a ``ray`` profile's ``address`` (a TCP connect of at
     most :data:`RAY_PROBE_SECONDS`, :func:`nemotron.data.raypool.probe_address`): the run submits there through
-    Ray's job submission API and would fail (:func:`nemotron.launch.jobs.ray_client`), so the dry-run says so too."""
+    Ray's job submission API and would fail (:func:`nemotron.launch.records.ray_client`), so the dry-run says so too."""
     from nemotron.data.raypool import probe_address
 
     address = getattr(profile, "address", None) or ""

@@ -158,7 +158,9 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
 
 
 def _runs_here(profile: Any) -> bool:
-    return profile is None or getattr(profile, "executor", None) == "local"
+    from nemotron.validation.checks import on_this_machine
+
+    return on_this_machine(getattr(profile, "executor", None) if profile is not None else None)
 
 
 def blend_repo_problems(stage: Any, cfg: dict, profile: Any = None, env: Any = None) -> list[Problem]:

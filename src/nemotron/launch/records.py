@@ -1,0 +1,265 @@
+"""Job records: what every submission leaves in ``$NEMOTRON_HOME/submissions/<experiment id>.json``, and what all
+executors share about a submitted job (its folders, its secrets blanked out of log text, the stage's own messages
+in a log). What a job's executor does with it (state, logs, cancel, outputs) is its backend's
+(:mod:`nemotron.launch.backends`); :mod:`nemotron.launch.jobs` is the entry point for a caller that holds a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from nemotron.config.artifacts import home
+from nemotron.errors import ConfigError, RuntimeFailure
+from nemotron.profiles.load import load_profiles
+from nemotron.profiles.schema import redact_text
+
+#: ``JobRecord.tunnel`` of a job of a ``local`` profile, run by NeMo-Run's local executor under a
+#: supervisor process on this machine (:mod:`nemotron.launch.local_job`); its job id is NeMo-Run's app id.
+LOCAL_EXECUTOR = "local-executor"
+
+#: The executor of a record written before records kept it, by its ``tunnel`` (any other tunnel: ``slurm``).
+_OLD_TUNNELS = {"ray": "ray", LOCAL_EXECUTOR: "local"}
+
+#: Slurm states after which a job never runs again (sacct's names; ``CANCELLED by N`` is cut to CANCELLED).
+#: Every backend reports a job's state in these words.
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+            "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+
+#: How long following a job (:meth:`nemotron.launch.backends.base.Backend.follow`) waits through its scheduler
+#: not answering, or not knowing the submission, before it says so.
+FOLLOW_PATIENCE_S = 120.0
+
+
+@dataclass
+class JobRecord:
+    """What we know about one submission (all strings; paths are on the cluster).
+
+    ``executor`` names the backend that owns the job (:func:`nemotron.launch.backends.backend_for`): the
+    submitting plan's ``plan.executor`` (``slurm``, ``ray``, ``local``). ``tunnel`` is how a Slurm job's
+    commands are reached (``local``: here, ``ssh``: over ssh); records written before ``executor`` existed
+    told the executor by ``tunnel`` alone (``ray``, :data:`LOCAL_EXECUTOR`, else Slurm), and are read so.
+    """
+
+    experiment_id: str
+    job_id: str
+    stage: str
+    title: str
+    profile: str
+    env_file: str
+    run_dir: str
+    log_dir: str
+    job_name: str
+    tunnel: str = "local"
+    host: str | None = None
+    user: str | None = None
+    submitted: float = 0.0
+    outputs: dict | None = None  # artifact name -> fields, recorded in the store once the job COMPLETED
+    config_hash: str | None = None
+    recorded: bool = False
+    config: str | None = None  # the -c name the job ran with (artifacts are matched by it)
+    port: int | None = None  # SSH port of an ssh-tunnel profile
+    identity: str | None = None  # SSH private key of an ssh-tunnel profile
+    work_dir: str | None = None  # the folder sbatch ran in (Slurm's WorkDir; a local tunnel's), None: not known
+    executor: str | None = None  # the backend that owns the job; None in a record written before it was kept
+
+    def __post_init__(self) -> None:
+        if self.executor is None:  # an older record: told by its tunnel, as before executors were recorded
+            self.executor = _OLD_TUNNELS.get(self.tunnel, "slurm")
+
+
+def _folder() -> Path:
+    return home() / "submissions"
+
+
+def record_path(rec: JobRecord) -> Path:
+    """Where ``rec`` is kept."""
+    return _folder() / f"{rec.experiment_id}.json"
+
+
+def save(rec: JobRecord) -> Path:
+    """Write the record atomically; returns its path."""
+    rec.submitted = rec.submitted or time.time()
+    folder = _folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{rec.experiment_id}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(rec), indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def records_all() -> list[JobRecord]:
+    """Every submission record on this machine (``$NEMOTRON_HOME/submissions/*.json``), oldest first (by
+    ``submitted``, seconds since the epoch). An unreadable record is said on stderr (its file, what to do) and left
+    out, never silently skipped."""
+    folder = _folder()
+    records = []
+    for f in folder.glob("*.json") if folder.is_dir() else []:
+        try:
+            records.append(JobRecord(**json.loads(f.read_text(encoding="utf-8"))))
+        except (OSError, json.JSONDecodeError, TypeError) as exc:  # said, never silently skipped
+            import sys
+
+            print(f"warning: {f}: unreadable submission record ({type(exc).__name__}); left out (delete it, or "
+                  "restore it from a backup)", file=sys.stderr)
+            continue
+    records.sort(key=lambda r: r.submitted)
+    return records
+
+
+def load(ident: str | None) -> JobRecord:
+    """The record for an experiment id or Slurm job id, or the most recent one.
+
+    Raises:
+        ConfigError: nothing submitted yet, or no submission with that id.
+    """
+    folder = _folder()
+    records = records_all()
+    if not records:
+        raise ConfigError((f"no job {ident!r}: " if ident else "") + "no job has been submitted from this machine yet "
+                          f"(records: {folder})", "submit one with --batch PROFILE or --run PROFILE")
+    if ident is None:
+        return records[-1]
+    for rec in reversed(records):
+        if ident in (rec.experiment_id, rec.job_id):
+            return rec
+    recent = ", ".join(f"{r.job_id} ({r.experiment_id})" for r in records[-3:])
+    raise ConfigError(f"no submitted job {ident!r}", f"recent: {recent}")
+
+
+class SchedulerUnreachable(RuntimeFailure):
+    """Slurm could not be asked about a job (``sacct``/``squeue`` failed: no ``SLURM_CONF``, no controller or
+    accounting daemon reachable, ssh refused)."""
+
+
+def ray_client(address: str, secrets: dict[str, str] | None = None):
+    """A Ray ``JobSubmissionClient`` for ``address``. Ray (2.5x+) clusters started with ``ray start``
+    use token authentication: the token comes from the profile's secret ``RAY_AUTH_TOKEN``, else from
+    ``$RAY_AUTH_TOKEN`` / ``$RAY_AUTH_TOKEN_PATH`` / ``~/.ray/auth_token``, as Ray's own CLI finds it.
+
+    Raises:
+        RuntimeFailure: Ray missing or the cluster unreachable.
+    """
+    token = (secrets or {}).get("RAY_AUTH_TOKEN")  # set before Ray is imported: it reads them at import
+    if token:
+        os.environ["RAY_AUTH_TOKEN"] = token
+    token_file = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    if token or os.environ.get("RAY_AUTH_TOKEN") or token_file.is_file():
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    try:
+        from ray.job_submission import JobSubmissionClient
+    except ImportError as exc:
+        raise RuntimeFailure(f"Ray is not importable ({exc})",
+                             "Ray is part of nemotron-cli's base install: reinstall it (pip install nemotron-cli, "
+                             "or uv sync in a checkout)") from None
+    try:
+        return JobSubmissionClient(address)
+    except Exception as exc:  # connection refused, wrong address, authentication
+        raise RuntimeFailure(f"cannot reach the Ray cluster at {address}: {type(exc).__name__}: "
+                             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+
+
+def profile_secrets(rec: JobRecord) -> dict[str, str]:
+    try:
+
+        return load_profiles(Path(rec.env_file)).get(rec.profile).secret_values()
+    except Exception:  # the profile may have changed or gone since the submission
+        return {}
+
+
+#: What the folder check of :func:`folder_check` prints for a folder that is not there.
+_MISSING_TAG = "nemotron-missing-folder:"
+
+
+class JobFilesMissing(RuntimeFailure):
+    """The folders a job record names are gone (moved or deleted): status and logs cannot be told."""
+
+
+def job_folders(rec: JobRecord, logs_only: bool = False) -> list[tuple[str, str]]:
+    """``(what, path)`` of the folders the record names: the run folder (train.yaml, job.yaml; a ``local``
+    profile's ``local-job.json``) and the log folder."""
+    out = [] if logs_only else [("run folder", rec.run_dir)]
+    if rec.log_dir and rec.log_dir != rec.run_dir:
+        out.append(("log folder", rec.log_dir))
+    return out
+
+
+def folder_check(rec: JobRecord, logs_only: bool = False) -> str:
+    """A shell line that prints :data:`_MISSING_TAG` + the path for each of the job's folders that is missing
+    (appended to the command already sent to the cluster, so the check costs no extra round trip)."""
+    return "; ".join(f"test -d {shlex.quote(path)} || echo {shlex.quote(_MISSING_TAG + path)}"
+                     for _, path in job_folders(rec, logs_only))
+
+
+def missing_error(rec: JobRecord, missing: list[str], known: str = "", host: str | None = None) -> JobFilesMissing:
+    """The error for the job's ``missing`` paths; ``known``: what the scheduler still says (``, Slurm state X``);
+    ``host``: where the paths were looked for, when not this machine."""
+    names = dict((path, what) for what, path in job_folders(rec))
+    where = "; ".join(f"its {names.get(p, 'folder')} {p} does not exist" for p in missing)
+    where_host = f" on {host}" if host else ""
+    return JobFilesMissing(
+        f"job {rec.job_id} ({rec.experiment_id}){known}: {where}{where_host} (moved or deleted?)",
+        f"move it back to that path to read the job's state and logs; the record is {record_path(rec)}")
+
+
+def split_missing(stdout: str) -> tuple[list[str], list[str]]:
+    """``(other lines, missing folders)`` of a command's output that ended with :func:`folder_check`."""
+    lines, missing = [], []
+    for ln in stdout.splitlines():
+        (missing.append(ln[len(_MISSING_TAG):]) if ln.startswith(_MISSING_TAG) else lines.append(ln))
+    return lines, missing
+
+
+def status_lines(rec: JobRecord, st: str, code: str, reason: str | None = None) -> list[str]:
+    """What ``status`` prints: ``name: value`` lines, one per field, so that no terminal width ever wraps a job
+    id, an experiment id or a path in the middle (they are copied into ``logs``/``cancel`` and shells); ``reason``
+    (why the state is what it is, e.g. :func:`unknown_reason`) follows the state when given."""
+    fields = [("job", rec.job_id), ("experiment", rec.experiment_id), ("stage", rec.title), ("profile", rec.profile),
+              ("state", st), *([("reason", reason)] if reason else []), ("exit code", code or "-"),
+              ("run folder", rec.run_dir), ("logs", rec.log_dir)]
+    width = max(len(k) for k, _ in fields) + 1
+    return [f"{k + ':':<{width}} {v}" for k, v in fields]
+
+
+#: Terminal escape sequences (CSI: colours, cursor moves; OSC: titles, links) that Ray's log prefixes,
+#: progress bars and colour-forcing tools write into job logs.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def redactor(rec: JobRecord, keep_colour: bool = False):
+    """A function that blanks the profile's secret values out of log text and, unless ``keep_colour``
+    (output to a terminal), removes terminal escape sequences, so a log piped to a file or shown in a
+    summary is plain text."""
+
+    secrets = list(profile_secrets(rec).values())
+
+    def clean(text: str) -> str:
+        text = text if keep_colour else _ESCAPES.sub("", text)
+        return redact_text(text, secrets) if secrets else text
+
+    return clean
+
+
+#: What a launcher puts before each line of a rank: torchrun's ``--tee`` prefix ``[default3]:`` (or
+#: ``[rank3]:``), ``srun --label``'s ``3: ``.
+_RANK_PREFIX = re.compile(r"^(?:\[(?:default|rank)\d+\]:|\d+: )")
+
+
+def stage_messages(text: str, title: str, n: int = 10) -> list[str]:
+    """The stage's own messages in a job log: the lines that :func:`nemotron.runtime.dispatch.run` and the runtimes
+    print (``error: ...``, ``hint: ...``, ``<title>: ...``, e.g. ``ultra3 pretrain: ... megatron.bridge is
+    not importable here``), the rank prefix removed, each once (the first ``n`` distinct), with
+    ``(N ranks)`` when several ranks printed it. A launcher's own report (torchrun's failure summary)
+    is not one of them."""
+    counts: dict[str, int] = {}
+    for raw in text.splitlines():
+        line = _RANK_PREFIX.sub("", raw, count=1).rstrip()
+        if line.startswith(("error: ", "hint: ", f"{title}: ")):
+            counts[line] = counts.get(line, 0) + 1
+    return [f"{line} ({count} ranks)" if count > 1 else line for line, count in list(counts.items())[:n]]
