@@ -113,6 +113,11 @@ STAGES: tuple[Stage, ...] = (
            # the Hugging Face form of the newest step (nemotron.runtime.nemo_rl.finish; the run records hf/step_N)
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
            "layout nemo-rl"),
+    _stage("mopd-warmup", "mopd-warmup", "rl", "ray", "nemo-rl", "rl-checkpoint rl-data", "mopd-warmup-checkpoint", True,
+           "MOPD warmup: the teacher panel answers the RL prompts, the RLVR student is fine-tuned on the answers "
+           "(NeMo RL's SFT), so MOPD's rollouts start near the teachers; -c local on this machine.",
+           {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
+           "mopd-warmup"),
     _stage("mopd", "mopd", "rl", "ray", "nemo-rl", "rl-checkpoint rl-data", "mopd-checkpoint", True,
            "Multi-teacher on-policy distillation on NeMo RL.",
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},

@@ -223,6 +223,7 @@ LOCAL_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
                  "torch, transformers>=5.2 and nvidia-modelopt 0.47"),
     "eval": (("torch", "transformers", "math_verify"), "torch, transformers>=5.2 and math-verify"),
     "mtp-boost": (("torch", "transformers", "safetensors"), "torch, transformers>=5.2 and safetensors"),
+    "mopd-warmup": (("torch", "transformers"), "torch and transformers>=5.2"),
 }
 #: How the local extra is installed, in the refusals.
 LOCAL_INSTALL = "pip install 'nemotron-cli[local]'; in a checkout: NEMOTRON_EXTRAS=local bash scripts/setup.sh"

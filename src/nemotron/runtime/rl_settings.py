@@ -229,6 +229,10 @@ def _panel(cfg: dict, unresolved_ok: bool) -> tuple[dict[str, Path], str]:
     return out, alias
 
 
+#: The panel reader, shared with ``mopd-warmup`` (:mod:`nemotron.runtime.warmup`), whose teachers are MOPD's.
+panel = _panel
+
+
 def route(agent: str | None, teachers: dict[str, Path], default_alias: str) -> str:
     """The teacher alias that scores a prompt of task/agent ``agent``: its own entry of
     ``teacher_model_by_agent_name``, else ``default_teacher_alias`` (NeMo RL's fallback; ours maps it to the
@@ -236,4 +240,4 @@ def route(agent: str | None, teachers: dict[str, Path], default_alias: str) -> s
     return agent if agent is not None and agent in teachers else default_alias
 
 
-__all__ = ["RLSettings", "read", "route"]
+__all__ = ["RLSettings", "panel", "read", "route"]

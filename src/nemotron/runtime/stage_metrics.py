@@ -8,6 +8,8 @@ stage              file                                                   metric
 =================  =====================================================  ==========================================
 pretrain, sft      ``<checkpoint.save>/summary.json`` (local trainer)       ``train_loss``, ``eval_loss``, ``tokens_per_s``
 rlvr               ``<checkpointing.checkpoint_dir>/summary.json``          ``reward``, ``reward_mean``, ``val_accuracy``
+mopd-warmup        ``<checkpointing.checkpoint_dir>/summary.json`` (local)  ``kl_before``, ``kl_after`` (the student's
+                                                                          reverse KL to its teachers), ``loss``
 mopd               ``<checkpointing.checkpoint_dir>/summary.json``          ``kl`` (per-token reverse KL), ``val_accuracy``
 mtp-boost          ``<mtp_boost.output_dir>/summary.json`` (local)        ``acceptance_length_before``,
                                                                           ``acceptance_length_after``, ``draft_length``,
@@ -71,6 +73,11 @@ def collect(stage: str, cfg: dict) -> dict[str, float]:
             put("kl_first", s.get("kl_first"))
         put("val_accuracy", s.get("val_accuracy_last"))
         put("generated_tokens_per_s", s.get("generated_tokens_per_s"))
+    elif stage == "mopd-warmup":
+        s = _read(Path(str(_get(cfg, "checkpointing.checkpoint_dir") or "")) / "summary.json") or {}
+        put("kl_before", s.get("kl_before"))
+        put("kl_after", s.get("kl_after"))
+        put("loss", s.get("loss_last"))
     elif stage == "mtp-boost":
         s = _read(Path(str(_get(cfg, "mtp_boost.output_dir") or "")) / "summary.json") or {}
         for when in ("before", "after"):
