@@ -118,7 +118,7 @@ STAGES: tuple[Stage, ...] = (
            "(NeMo RL's SFT), so MOPD's rollouts start near the teachers; -c local on this machine.",
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
            "mopd-warmup"),
-    _stage("mopd", "mopd", "rl", "ray", "nemo-rl", "rl-checkpoint rl-data", "mopd-checkpoint", True,
+    _stage("mopd", "mopd", "rl", "ray", "nemo-rl", "mopd-warmup-checkpoint rl-checkpoint rl-data", "mopd-checkpoint", True,
            "Multi-teacher on-policy distillation on NeMo RL.",
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
            "layout nemo-rl"),

@@ -15,7 +15,7 @@ before on-policy distillation. Two steps, on either backend:
 image has vLLM), step 2 with NeMo RL's own SFT entry ``examples/run_sft.py`` on :func:`sft_config` (the job config
 inherits NeMo RL's ``examples/configs/sft.yaml`` of the installed checkout through NeMo RL's ``defaults:``; ours
 sets the rest); NeMo RL's converter then writes ``hf/step_N`` as after RLVR/MOPD (:func:`nemotron.runtime.nemo_rl.finish`).
-``backend: local`` (:mod:`nemotron.runtime.warmup_local`): both steps on this machine with transformers, plus the
+``backend: local`` (:func:`nemotron.runtime.warmup_local.local_main`): both steps on this machine with transformers, plus the
 student's per-token reverse KL to its routed teacher on held-out prompts before and after (the point of warmup).
 """
 
@@ -252,45 +252,5 @@ def cluster_main(cfg: dict) -> int:
     return code if code != 0 else finish(cfg, title, root)
 
 
-def local_main(cfg: dict) -> int:
-    """``backend: local``: the settings and inputs checked (one line, exit 1), then, holding the output folder's
-    writer lock as the local RL runs do, :func:`nemotron.runtime.warmup_local.run`."""
-    import contextlib
-    import sys
-
-    from nemotron.data.outputs import writer_lock
-    from nemotron.errors import RuntimeFailure
-    from nemotron.runtime.entry import LOCAL_NEEDS, run_heavy
-
-    title = "ultra3 mopd-warmup"
-    try:
-        s = read(cfg)
-        checks = [("policy.model_name", s.student), ("warmup.prompts_path", s.prompts_path)]
-        checks += [("warmup.held_out_path", s.held_out_path)] if s.held_out_path is not None else []
-        checks += [(f"_teachers (route {a})", p) for a, p in s.teachers.items()]
-        for key, path in checks:
-            if not Path(path).exists():
-                raise SettingsError(f"{key}={path}: no such file or folder")
-    except SettingsError as exc:
-        print(f"{title}: {exc}", file=sys.stderr)
-        return 1
-    with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(writer_lock(s.checkpoint_dir))
-        except RuntimeFailure as exc:
-            print(f"{title}: checkpointing.checkpoint_dir: {exc.message}; wait for it to finish, or set "
-                  "checkpointing.checkpoint_dir=<another folder>", file=sys.stderr)
-            return 1
-
-        def work() -> int:
-            from nemotron.runtime.warmup_local import run
-
-            return run(s)
-
-        from nemotron.runtime.rl_data import RLDataError
-
-        return run_heavy(title, s.cpus, *LOCAL_NEEDS["mopd-warmup"], work, errors=(RLDataError,))
-
-
-__all__ = ["OWN_KEYS", "local_main", "SFT_DEFAULTS", "SFT_ENTRY", "SFT_FIELDS", "SFT_SECTIONS", "WarmupSettings", "cluster_main",
+__all__ = ["OWN_KEYS", "SFT_DEFAULTS", "SFT_ENTRY", "SFT_FIELDS", "SFT_SECTIONS", "WarmupSettings", "cluster_main",
            "generation_groups", "read", "sft_config", "sft_problems"]

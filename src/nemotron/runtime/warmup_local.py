@@ -302,4 +302,45 @@ def run(s: WarmupSettings, spec: Any = None) -> int:
     return 0
 
 
-__all__ = ["NEEDS", "export", "held_out_kl", "reverse_kl", "run", "sft_steps"]
+def local_main(cfg: dict) -> int:
+    """``backend: local``: the settings and inputs checked (one line, exit 1), then, holding the output folder's
+    writer lock as the local RL runs do, :func:`run`."""
+    import contextlib
+    import sys
+
+    from nemotron.data.outputs import writer_lock
+    from nemotron.errors import RuntimeFailure
+    from nemotron.runtime.entry import LOCAL_NEEDS, run_heavy
+
+    from nemotron.runtime.settings import SettingsError
+    from nemotron.runtime.warmup import read
+
+    title = "ultra3 mopd-warmup"
+    try:
+        s = read(cfg)
+        checks = [("policy.model_name", s.student), ("warmup.prompts_path", s.prompts_path)]
+        checks += [("warmup.held_out_path", s.held_out_path)] if s.held_out_path is not None else []
+        checks += [(f"_teachers (route {a})", p) for a, p in s.teachers.items()]
+        for key, path in checks:
+            if not Path(path).exists():
+                raise SettingsError(f"{key}={path}: no such file or folder")
+    except SettingsError as exc:
+        print(f"{title}: {exc}", file=sys.stderr)
+        return 1
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(writer_lock(s.checkpoint_dir))
+        except RuntimeFailure as exc:
+            print(f"{title}: checkpointing.checkpoint_dir: {exc.message}; wait for it to finish, or set "
+                  "checkpointing.checkpoint_dir=<another folder>", file=sys.stderr)
+            return 1
+
+        def work() -> int:
+            return run(s)
+
+        from nemotron.runtime.rl_data import RLDataError
+
+        return run_heavy(title, s.cpus, *LOCAL_NEEDS["mopd-warmup"], work, errors=(RLDataError,))
+
+
+__all__ = ["NEEDS", "export", "local_main", "held_out_kl", "reverse_kl", "run", "sft_steps"]

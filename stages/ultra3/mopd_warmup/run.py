@@ -2,7 +2,7 @@
 
 ``backend: nemo-rl`` (:func:`nemotron.runtime.warmup.cluster_main`, inside the nemo-rl container): the teachers answer
 the RL prompts with vLLM, NeMo RL's SFT entry trains the student on the answers, NeMo RL's converter writes the
-Hugging Face form. ``backend: local`` (:func:`nemotron.runtime.warmup.local_main`): the same on this machine with
+Hugging Face form. ``backend: local`` (:func:`nemotron.runtime.warmup_local.local_main`): the same on this machine with
 transformers, plus the student's reverse KL to the teachers before and after.
 """
 
@@ -12,7 +12,7 @@ from nemotron.runtime.dispatch import Backend, run
 
 BACKENDS = {
     "nemo-rl": Backend(runtime="nemotron.runtime.warmup:cluster_main", image="nemo-rl"),
-    "local": Backend("nemotron.runtime.warmup:local_main"),
+    "local": Backend("nemotron.runtime.warmup_local:local_main"),
 }
 DEFAULT = "nemo-rl"
 
