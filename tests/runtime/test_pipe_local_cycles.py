@@ -33,7 +33,7 @@ def test_local_chain_warmup_two_mopd_cycles_and_mtp_boost(tmp_path):
              for name, folder, seed in (("pretrain-checkpoint", "pretrain", 3), ("sft-checkpoint", "sft", 7),
                                         ("rl-checkpoint", "rlvr", 8))}
     record = ("import os\nfrom nemotron.config import artifacts\n"
-              f"for name, path in {{k: str(v) for k, v in given.items()}}.items():\n"
+              f"for name, path in {({k: str(v) for k, v in given.items()})!r}.items():\n"
               "    artifacts.record(name, {'path': path, 'config': 'local', 'stage': 'test',"
               " **artifacts.scope_fields(None, None, os.environ, path)})\n")
     subprocess.run([sys.executable, "-c", record], env=env, check=True, cwd=tmp_path)
