@@ -145,3 +145,14 @@ def test_local_run_names_a_missing_teacher_in_one_line(warm_inputs, tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         f"ultra3 mopd-warmup: _teachers (route math)={tmp_path / 'absent'}: no such file or folder"]
+
+
+def test_cluster_job_reads_prompts_and_tasks_without_the_local_readers(tmp_path):
+    from nemotron.runtime.warmup import read_problems, read_tasks
+
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], '
+                    '"task": "math"}\n\n{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": []}\n')
+    assert read_problems(path, 2) == ["2+2?", "hi"] and read_tasks(path)[:2] == ["math", None]
+    with pytest.raises(ValueError, match=rf"^{path}:4: not an RL line"):
+        read_problems(path, 5)

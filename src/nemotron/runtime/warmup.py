@@ -113,7 +113,7 @@ def read(cfg: dict, *, unresolved_ok: bool = False) -> WarmupSettings:
     Raises:
         SettingsError: a missing or impossible value (each message names the key and the valid values).
     """
-    from nemotron.runtime.rl_settings import panel
+    from nemotron.runtime.panel import panel
 
     backend = str(get(cfg, "backend", "nemo-rl"))
     if backend not in ("nemo-rl", "local"):
@@ -184,11 +184,48 @@ def sft_config(cfg: dict, data_file: str, checkout: str | Path) -> dict:
     return out
 
 
+def read_problems(path: Path, limit: int) -> list[str]:
+    """The first ``limit`` prompts (``messages[0].content``) of an RL JSONL, for the cluster job (the nemo-rl image
+    has none of the local runtime's readers' dependencies).
+
+    Raises:
+        ValueError: ``path:line: not an RL line`` for a line without ``messages[0].content``; OSError unreadable.
+    """
+    import json
+
+    out: list[str] = []
+    with open(path, encoding="utf-8") as fh:
+        for i, line in enumerate(fh, 1):
+            if len(out) >= limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                out.append(str(json.loads(line)["messages"][0]["content"]))
+            except (ValueError, KeyError, IndexError, TypeError):
+                raise ValueError(f"{path}:{i}: not an RL line (messages[0].content)") from None
+    return out
+
+
+def read_tasks(path: Path) -> list[str | None]:
+    """The task of each line of an RL JSONL (``task``, else ``task_name``, else None), in order: what the MOPD panel
+    routes by. Reading errors are :func:`nemotron.runtime.rl_data.read_rows`'s to report (called first)."""
+    import json
+
+    out: list[str | None] = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                obj = json.loads(line)
+                out.append(obj.get("task") or obj.get("task_name"))
+    return out
+
+
 def generation_groups(s: WarmupSettings, tasks: list[str | None]) -> dict[str, list[int]]:
     """``{teacher checkpoint: [prompt index, ...]}``: each prompt under the checkpoint of the teacher its task is
     routed to (:func:`nemotron.runtime.rl_settings.route`); slots that share a checkpoint share one group (one
     engine), as NeMo RL deduplicates shared teacher checkpoints."""
-    from nemotron.runtime.rl_settings import route
+    from nemotron.runtime.panel import route
 
     out: dict[str, list[int]] = {}
     for i, task in enumerate(tasks):
@@ -219,11 +256,13 @@ def cluster_main(cfg: dict) -> int:
                   file=sys.stderr)
             return 1
     from nemotron.runtime.nemo_rl import finish
-    from nemotron.runtime.rl_data import read_rows
-    from nemotron.runtime.rl_local import _tasks
 
-    rows = read_rows(s.prompts_path, s.num_prompts)
-    tasks = _tasks(s.prompts_path)[:len(rows)]
+    try:
+        problems = read_problems(s.prompts_path, s.num_prompts)
+    except (OSError, ValueError) as exc:
+        print(f"{title}: {exc}", file=sys.stderr)
+        return 1
+    tasks = read_tasks(s.prompts_path)[:len(problems)]
     s.data_dir.mkdir(parents=True, exist_ok=True)
     pairs = s.data_dir / "train.jsonl"
     tp = int(get(cfg, "warmup.generation.tensor_parallel_size", 8))
@@ -235,10 +274,10 @@ def cluster_main(cfg: dict) -> int:
         for ckpt, idx in generation_groups(s, tasks).items():
             llm = LLM(model=ckpt, tensor_parallel_size=tp, trust_remote_code=True,
                       gpu_memory_utilization=float(get(cfg, "warmup.generation.gpu_memory_utilization", 0.85)))
-            prompts = [[{"role": "user", "content": rows[i].problem}] for i in idx]
+            prompts = [[{"role": "user", "content": problems[i]}] for i in idx]
             for i, res in zip(idx, llm.chat(prompts, params)):
                 for o in res.outputs:
-                    fh.write(json.dumps({"input": rows[i].problem, "output": o.text, "task": tasks[i],
+                    fh.write(json.dumps({"input": problems[i], "output": o.text, "task": tasks[i],
                                          "teacher": ckpt}) + "\n")
             del llm
     import nemo_rl
@@ -253,4 +292,4 @@ def cluster_main(cfg: dict) -> int:
 
 
 __all__ = ["OWN_KEYS", "SFT_DEFAULTS", "SFT_ENTRY", "SFT_FIELDS", "SFT_SECTIONS", "WarmupSettings", "cluster_main",
-           "generation_groups", "read", "sft_config", "sft_problems"]
+           "generation_groups", "read", "read_problems", "read_tasks", "sft_config", "sft_problems"]

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.warmup import WarmupSettings
+from nemotron.runtime.warmup import WarmupSettings, read_tasks
 
 NEEDS = ("torch", "transformers")
 
@@ -180,7 +180,6 @@ def run(s: WarmupSettings, spec: Any = None) -> int:
     from nemotron.config import catalogue
     from nemotron.runtime import model as modelmod
     from nemotron.runtime.rl_data import RLDataError, find_tokenizer, generate, load_tokenizer, read_rows, render
-    from nemotron.runtime.rl_local import _tasks
     from nemotron.runtime.rl_settings import route
     from nemotron.runtime.settings import SettingsError, thread_count
     from nemotron.runtime.trainer import record_consumption
@@ -206,7 +205,7 @@ def run(s: WarmupSettings, spec: Any = None) -> int:
             by_path[key] = t
         teachers[alias] = by_path[key]
     rows = read_rows(s.prompts_path, s.num_prompts)
-    tasks = _tasks(s.prompts_path)[:len(rows)]
+    tasks = read_tasks(s.prompts_path)[:len(rows)]
     alias_of = [route(t, s.teachers, s.default_teacher) for t in tasks]
     texts = [render(tokenizer, r, None, None) for r in rows]
     _say(f"mopd-warmup: student {s.student} ({spec.name}) on {device}, {torch.get_num_threads()} thread(s); "
@@ -216,7 +215,7 @@ def run(s: WarmupSettings, spec: Any = None) -> int:
         _say(f"recorded this run as a consumer of {rec.parent.parent}")
 
     held = read_rows(s.held_out_path, s.kl_prompts) if s.held_out_path is not None and s.kl_prompts else []
-    held_tasks = _tasks(s.held_out_path)[:len(held)] if held else []
+    held_tasks = read_tasks(s.held_out_path)[:len(held)] if held else []
     held_prompts = [(render(tokenizer, r, None, None), route(t, s.teachers, s.default_teacher))
                     for r, t in zip(held, held_tasks)]
     before = held_out_kl(student, teachers, tokenizer, held_prompts, s.kl_new_tokens) if held_prompts else None
