@@ -49,6 +49,8 @@ QUICK_FILES: tuple[str, ...] = (
     "tests/runtime/test_rl.py",
     "tests/runtime/test_curves.py",
     "tests/runtime/test_mtp_boost.py",
+    "tests/runtime/test_mopd_warmup.py",
+    "tests/cli/test_pipe_cycles.py",
     # a real local pretrain run, resumed (the trainer, its loss and MoE parts, the curves), and two cheap refusals
     "tests/runtime/test_runtime_local_refusals.py::test_resumed_run_summary_spans_the_whole_run",
     "tests/runtime/test_runtime_local_refusals.py::test_a_second_run_on_a_held_checkpoint_folder_is_refused",

@@ -269,8 +269,9 @@ def test_each_config_declares_what_it_consumes():
         for name in config_names(stage):
             consumes, produces = config_artifacts(stage, name)
             compiled = compile_config(stage, name, [], check_paths=False)
-            assert {ref.split(",")[0] for v in _strings(compiled.config) for ref in re.findall(r"\$\{art:([^}]+)", v)} \
-                <= set(consumes), (stage.name, name)  # every reference still unresolved is among them
+            assert {alt for v in _strings(compiled.config) for ref in re.findall(r"\$\{art:([^}]+)", v)
+                    for alt in ref.split(",")[0].split("|")} \
+                <= set(consumes), (stage.name, name)  # every reference still unresolved is among them (A|B: both)
     quantize = get_stage("quantize")
     assert config_artifacts(quantize, "local") == (("pretrain-data", "sft-checkpoint"), ("quantized-checkpoint",))
     assert config_artifacts(quantize, "tiny")[0] == ("mopd-checkpoint",)

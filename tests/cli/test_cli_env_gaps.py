@@ -228,7 +228,9 @@ def test_pipe_override_typo_names_its_stage(capsys):
 @pytest.mark.parametrize("stages, line", [
     (["sft", "pretrain"], "error: pipe: sft is named before pretrain, which produces its input pretrain-checkpoint; "
                           "stages run in the order named"),
-    (["pretrain", "pretrain"], "error: pipe: stage pretrain is named twice; a pipe runs each stage once"),
+    (["pretrain", "pretrain"], "error: pipe: stage pretrain is named 2 times; its occurrence 2 would run -c "
+                               "tiny-cycle2, which pretrain does not have (a stage runs again only as a new cycle, "
+                               "with its own config)"),
 ])
 def test_pipe_refuses_reordering_and_duplicates(capsys, stages, line):
     code, out, err = run_cli(capsys, "ultra3", "pipe", *stages, "-c", "tiny", "--dry-run")

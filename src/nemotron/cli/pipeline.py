@@ -437,32 +437,45 @@ def _run_here(prepared: list[Prepared], gates: dict[str, Any]) -> int:
     return 0
 
 
-def _pipe_chain(recipe: str, names: list[str], config: str | None) -> list[Stage]:
-    """The stages of a pipe in the order they run: ``names`` as given, or the whole recipe without any.
+def _pipe_chain(recipe: str, names: list[str], config: str | None) -> list[tuple[Stage, str | None]]:
+    """The stages of a pipe in the order they run, each with its config: ``names`` as given (all stages of the recipe
+    without any), each with ``config``, but the ``k``-th occurrence of a stage named again (``pipe ... mopd mopd``)
+    with that stage's cycle config :func:`nemotron.config.artifacts.cycle_config` (``local-cycle2`` for ``-c local``,
+    ``cycle2`` for ``default``): a stage runs again only as a new cycle, with its own checkpoint folder and inputs.
 
     Raises:
-        UsageError: a stage named twice, or a stage named before one whose output it consumes (what each
-            consumes and produces is read from its ``config``, as ``nemotron RECIPE list`` shows it).
+        UsageError: a stage named again that has no such cycle config, or a stage named before one whose output it
+            consumes (what each consumes and produces is read from its config, as ``nemotron RECIPE list`` shows it).
     """
 
     if not names:
-        return [s for s in STAGES if s.recipe == recipe]
+        return [(s, config) for s in STAGES if s.recipe == recipe]
     in_order = " ".join(s.name for s in STAGES if s.name in names)
-    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
-    if twice is not None:
-        raise UsageError(f"pipe: stage {twice} is named twice; a pipe runs each stage once",
-                         f"name each stage once: pipe {in_order}")
-    chain = [get_stage(n) for n in names]
-    flows = {}
-    for s in chain:
+    chain: list[tuple[Stage, str | None]] = []
+    for i, n in enumerate(names):
+        k = names[:i + 1].count(n)
+        stage = get_stage(n)
+        if k == 1:
+            chain.append((stage, config))
+            continue
+        cyc = artifacts.cycle_config(config, k)
+        if cyc not in config_names(stage):
+            raise UsageError(f"pipe: stage {n} is named {k} times; its occurrence {k} would run -c {cyc}, which {n} "
+                             "does not have (a stage runs again only as a new cycle, with its own config)",
+                             f"name each stage once: pipe {in_order}; or add stages/{stage.config_dir}/{cyc}.yaml "
+                             f"(defaults: {config or 'default'}; its own checkpoint folder and inputs)")
+        chain.append((stage, cyc))
+    flows = []
+    for s, cfg in chain:
         try:
-            flows[s.name] = config_artifacts(s, config)
+            flows.append(config_artifacts(s, cfg))
         except ConfigError:  # an unknown config: the stage's own compile reports it, naming the stage
-            flows[s.name] = (s.consumes, s.produces)
-    for i, s in enumerate(chain):
-        for later in chain[i + 1:]:
-            made = [a for a in flows[later.name][1] if a in flows[s.name][0]]
-            if made:
+            flows.append((s.consumes, s.produces))
+    for i, (s, _) in enumerate(chain):
+        for j in range(i + 1, len(chain)):
+            later = chain[j][0]
+            made = [a for a in flows[j][1] if a in flows[i][0]]
+            if made and later.name != s.name:  # a later cycle of the same stage makes a new version: no order issue
                 raise UsageError(f"pipe: {s.name} is named before {later.name}, which produces its input {made[0]}; "
                                  "stages run in the order named",
                                  f"name them in pipeline order: pipe {in_order}")
@@ -515,9 +528,11 @@ def _chain_verdict(prepared: list[Prepared]) -> str:
 def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     """``nemotron RECIPE pipe [STAGES...]``: each stage in order, each consuming the one before.
 
-    Stages run in the order named (all stages of the recipe, in registry order, when none is named), each
-    once. A stage named twice, or named before a stage that produces what it consumes (``pipe sft
-    pretrain``), is refused rather than deduplicated or reordered.
+    Stages run in the order named (all stages of the recipe, in registry order, when none is named). A stage named
+    again runs as a new cycle with its cycle config (``pipe rlvr mopd-warmup mopd mopd -c local``: the second ``mopd``
+    runs ``-c local-cycle2``, wired to the first one's output: :func:`_pipe_chain`); ``STAGE:key=value`` overrides
+    every run of STAGE, ``STAGE#K:key=value`` its K-th. A stage named again without a cycle config, or named before
+    a stage that produces what it consumes (``pipe sft pretrain``), is refused rather than deduplicated or reordered.
 
     Raises:
         UsageError: unknown stage names, a stage named twice or out of order, overrides for a stage not in
@@ -527,13 +542,22 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
 
     names: list[str] = []
     per_stage: dict[str, list[str]] = {}
+    per_cycle: dict[tuple[str, int], list[str]] = {}  # STAGE#K:key=value: the K-th occurrence of STAGE only
     for arg in kw.get("stages") or ():
         head, sep, rest = arg.partition(":")
         if sep and ("=" in rest or rest.startswith(("~", "+"))):
+            head, hash_, nth = head.partition("#")
+            if hash_ and not (nth.isdigit() and int(nth) >= 1):
+                raise UsageError(f"{arg!r}: {head}#{nth}: the occurrence is a number from 1 (STAGE#2:key=value: the "
+                                 "second run of STAGE in the chain)")
             try:
-                per_stage.setdefault(get_stage(head).name, []).append(rest)
+                name = get_stage(head).name
             except KeyError as exc:
                 raise UsageError(f"{arg!r}: {exc.args[0]}") from None
+            if hash_:
+                per_cycle.setdefault((name, int(nth)), []).append(rest)
+            else:
+                per_stage.setdefault(name, []).append(rest)
             continue
         if not sep and ("=" in arg or arg.startswith(("~", "+"))):
             raise UsageError(f"{arg!r}: a pipe override names the stage it is for: STAGE:{arg}",
@@ -543,15 +567,20 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
         except KeyError as exc:
             raise UsageError(str(exc.args[0]), "per-stage overrides are written STAGE:key=value") from None
     chain = _pipe_chain(recipe, names, kw.get("config"))
-    unknown = set(per_stage) - {s.name for s in chain}
+    unknown = set(per_stage) - {s.name for s, _ in chain}
     if unknown:
         raise UsageError(f"overrides for stages not in the chain: {', '.join(sorted(unknown))}")
+    runs = [(s.name, [t.name for t, _ in chain[:i + 1]].count(s.name)) for i, (s, _) in enumerate(chain)]
+    absent = sorted(set(per_cycle) - set(runs))
+    if absent:
+        raise UsageError(f"overrides for runs not in the chain: {', '.join(f'{n}#{k}' for n, k in absent)}",
+                         "STAGE#K names the K-th time STAGE is named in the pipe")
     run, batch = kw.get("run_profile"), kw.get("batch_profile")
     if run and batch:
         raise UsageError("--run and --batch are mutually exclusive")
     mode = "run" if run else "batch" if batch else "here"
     check_quiet(kw)
-    gates = _read_gates(kw.get("gates"), [s.name for s in chain])  # the dry run refuses a bad gates file too
+    gates = _read_gates(kw.get("gates"), [s.name for s, _ in chain])  # the dry run refuses a bad gates file too
     if gates and mode != "here":
         raise UsageError("pipe --gates: gates are checked between stages run here; a Slurm chain (afterok) has no "
                          "step between its jobs to check them", "run the chain here, or leave --gates out")
@@ -560,9 +589,10 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     prepared: list[Prepared] = []
     invalid = 0
     planned: dict[str, dict[str, Any]] = {}  # what the stages so far will write: the next ones are wired to it
-    for i, stage in enumerate(chain, 1):
+    for i, (stage, stage_config) in enumerate(chain, 1):
         with artifacts.planning(planned):
-            req = StageRequest(stage=stage, config=kw.get("config"), overrides=tuple(per_stage.get(stage.name, ())),
+            overrides = (*per_stage.get(stage.name, ()), *per_cycle.get(runs[i - 1], ()))
+            req = StageRequest(stage=stage, config=stage_config, overrides=overrides,
                                mode=mode, profile=run or batch, dry_run=bool(kw.get("dry_run")),
                                env_file=kw.get("env_file"), argv=tuple(sys.argv), quiet=bool(kw.get("quiet")))
             try:

@@ -18,6 +18,7 @@ import contextvars
 import dataclasses
 import hashlib
 import json
+import re
 import os
 import tempfile
 import time
@@ -111,15 +112,46 @@ def _read(name: str, v: int) -> dict[str, Any] | None:
         raise ConfigError(f"{path}:{exc.lineno}: artifact record is not valid JSON: {exc.msg}") from None
 
 
-def accepted_configs(config: str) -> set[str]:
+_CYCLE = re.compile(r"^(?:(?P<base>.+)-)?cycle(?P<k>[0-9]+)$")
+
+
+def cycle_config(config: str | None, k: int) -> str:
+    """The config of the ``k``-th occurrence (k >= 2) of a stage in a ``pipe`` run with ``-c config``: ``<config>-cycle<k>``
+    (``cycle<k>`` for ``default``): ``pipe ... mopd mopd ... -c local`` runs ``mopd -c local`` then ``mopd -c
+    local-cycle2`` (its own checkpoint folder and teacher panel)."""
+    return f"cycle{k}" if config in (None, "default") else f"{config}-cycle{k}"
+
+
+def cycle_base(config: str) -> str | None:
+    """The config a cycle config repeats (``local-cycle2`` -> ``local``, ``cycle2`` -> ``default``), else None."""
+    m = _CYCLE.match(config)
+    return None if m is None else (m.group("base") or "default")
+
+
+class _Accepted(frozenset):
+    """A set of config names that also holds the cycle configs of each (``local`` holds ``local-cycle2``)."""
+
+    def __contains__(self, item: object) -> bool:
+        if frozenset.__contains__(self, item):
+            return True
+        base = cycle_base(item) if isinstance(item, str) else None
+        return base is not None and frozenset.__contains__(self, base)
+
+
+def accepted_configs(config: str) -> frozenset[str]:
     """Producer configs a consumer running ``-c config`` takes artifacts from: the same name; for
     ``local`` also ``tiny`` (the data prep stages' tiny sample is their local config); for the
-    paper-scale variants of a stage (``phase2``, ``teacher-<slot>``) also ``default``."""
+    paper-scale variants of a stage (``phase2``, ``teacher-<slot>``) also ``default``; a cycle config
+    (``local-cycle2``, :func:`cycle_config`) those of the config it repeats. Each accepted name also accepts its
+    cycle configs (``mtp-boost -c local`` takes the ``mopd-checkpoint`` a ``mopd -c local-cycle2`` run made)."""
+    base = cycle_base(config)
+    if base is not None:
+        return _Accepted({config, *accepted_configs(base)})
     if config == "local":
-        return {config, "tiny"}
+        return _Accepted({config, "tiny"})
     if config == "phase2" or config.startswith("teacher-"):
-        return {config, "default"}
-    return {config}
+        return _Accepted({config, "default"})
+    return _Accepted({config})
 
 
 #: Artifacts that one producer config makes and every consumer takes, whatever its ``-c``: the stage files of a
@@ -320,6 +352,26 @@ def lookup(name: str, version: int | None = None, config: str | None = None) -> 
                 and (scope is None or scope.why_not(rec) is None):
             return check_present(rec)
     return None
+
+
+def lookup_any(refs: list[str], config: str | None = None) -> tuple[str, dict[str, Any]] | None:
+    """``(name, record)`` for a reference with alternatives (``${art:mopd-warmup-checkpoint|rl-checkpoint,path}``):
+    within a ``pipe`` (:func:`planning`) the first alternative that a stage before will produce; else, of the
+    alternatives that exist (:func:`lookup` each), the one recorded last — so ``mopd`` starts from the warmup of
+    the RLVR checkpoint when that warmup ran after it, and from the RLVR checkpoint when that is newer. None when
+    none exists.
+
+    Raises:
+        ConfigError: as :func:`lookup`, for a malformed version or record.
+    """
+    parsed = [parse_ref(r) for r in refs]
+    for name, version in parsed:
+        if version is None and name in planned():
+            return name, planned()[name]
+    found = [(name, rec) for name, version in parsed if (rec := lookup(name, version, config)) is not None]
+    if not found:
+        return None
+    return max(found, key=lambda x: (x[1].get("latest_at") or x[1].get("created") or 0))
 
 
 def _newest_first(name: str) -> list[dict[str, Any]]:

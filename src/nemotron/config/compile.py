@@ -153,9 +153,10 @@ def config_artifacts(stage: Stage, config: str | None = None) -> tuple[tuple[str
     consumes: list[str] = []
     for _, value in leaves(tree):
         for ref in re.findall(r"\$\{art:([^,}]+)", value) if isinstance(value, str) else ():
-            name = artifacts.parse_ref(ref.strip())[0]
-            if name not in consumes:
-                consumes.append(name)
+            for alt in ref.split("|"):  # NAME|OTHER: either feeds the stage
+                name = artifacts.parse_ref(alt.strip())[0]
+                if name not in consumes:
+                    consumes.append(name)
     named = tree.get("output_artifact")
     produces = (named,) if isinstance(named, str) and named else stage.produces
     return tuple(consumes), produces
@@ -529,9 +530,18 @@ def _register_resolvers() -> None:
         return default
 
     def art(ref: str, fieldname: str = "path") -> Any:
-        name, version = artifacts.parse_ref(str(ref))
         config = _RESOLUTION.get().config
-        rec = artifacts.lookup(name, version, config)
+        alternatives = [r.strip() for r in str(ref).split("|")]
+        if len(alternatives) > 1:  # NAME|OTHER: the first planned, else the one recorded last (lookup_any)
+            got = artifacts.lookup_any(alternatives, config)
+            name, version = (got[0], None) if got else artifacts.parse_ref(alternatives[-1])
+            rec = got[1] if got else None
+        else:
+            name, version = artifacts.parse_ref(str(ref))
+            rec = artifacts.lookup(name, version, config)
+        if rec is None and len(alternatives) > 1:
+            raise Unresolved(f"artifact {ref} does not exist yet: none of {', '.join(alternatives)}"
+                             + (f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config else ""))
         if rec is None:
             made_by = f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config and version is None else ""
             if name.startswith(artifacts.ANY_CONSUMER_PREFIXES):  # a released RL blend's stage file

@@ -62,7 +62,7 @@ TRAINING_DATA: dict[str, TrainingData] = {
 #: The readers of :mod:`nemotron.runtime.stage_metrics` a row's ``metrics`` may name (``""``: the stage reports
 #: none): ``trainer`` (the local trainer's ``summary.json``), ``rl`` (the RL runtimes' ``summary.json``: reward
 #: or reverse KL), ``mtp-boost``, ``quantize``, ``eval`` (``eval.json``).
-METRICS_READERS: tuple[str, ...] = ("trainer", "rl", "mtp-boost", "quantize", "eval")
+METRICS_READERS: tuple[str, ...] = ("trainer", "rl", "mopd-warmup", "mtp-boost", "quantize", "eval")
 
 #: How a stage's job is started (:class:`nemotron.launch.plan.JobPlan`).
 LAUNCHES: tuple[str, ...] = ("torchrun", "ray", "python")
@@ -288,7 +288,12 @@ STAGES: tuple[Stage, ...] = (
            # the Hugging Face form of the newest step (nemotron.runtime.nemo_rl.finish; the run records hf/step_N)
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
            "layout nemo-rl"),
-    _stage("mopd", "mopd", "rl", "ray", "nemo-rl", "rl-checkpoint rl-data", "mopd-checkpoint", True,
+    _stage("mopd-warmup", "mopd-warmup", "rl", "ray", "nemo-rl", "rl-checkpoint rl-data", "mopd-warmup-checkpoint", True,
+           "MOPD warmup: the teacher panel answers the RL prompts, the RLVR student is fine-tuned on the answers "
+           "(NeMo RL's SFT), so MOPD's rollouts start near the teachers; -c local on this machine.",
+           {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
+           "mopd-warmup", metrics="mopd-warmup"),
+    _stage("mopd", "mopd", "rl", "ray", "nemo-rl", "mopd-warmup-checkpoint rl-checkpoint rl-data", "mopd-checkpoint", True,
            "Multi-teacher on-policy distillation on NeMo RL.",
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
            "layout nemo-rl"),

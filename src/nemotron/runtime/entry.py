@@ -220,6 +220,7 @@ LOCAL_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
                  "torch, transformers>=5.2 and nvidia-modelopt 0.47"),
     "eval": (("torch", "transformers", "math_verify"), "torch, transformers>=5.2 and math-verify"),
     "mtp-boost": (("torch", "transformers", "safetensors"), "torch, transformers>=5.2 and safetensors"),
+    "mopd-warmup": (("torch", "transformers"), "torch and transformers>=5.2"),
 }
 
 

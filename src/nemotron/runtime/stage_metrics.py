@@ -10,6 +10,8 @@ stage              file                                                   metric
 =================  =====================================================  ==========================================
 pretrain, sft      ``<checkpoint.save>/summary.json`` (local trainer)       ``train_loss``, ``eval_loss``, ``tokens_per_s``
 rlvr               ``<checkpointing.checkpoint_dir>/summary.json``          ``reward``, ``reward_mean``, ``val_accuracy``
+mopd-warmup        ``<checkpointing.checkpoint_dir>/summary.json`` (local)  ``kl_before``, ``kl_after`` (the student's
+                                                                          reverse KL to its teachers), ``loss``
 mopd               ``<checkpointing.checkpoint_dir>/summary.json``          ``kl`` (per-token reverse KL), ``val_accuracy``
 mtp-boost          ``<mtp_boost.output_dir>/summary.json`` (local)        ``acceptance_length_before``,
                                                                           ``acceptance_length_after``, ``draft_length``,
@@ -71,6 +73,13 @@ def _rl(s: dict[str, Any], out: dict[str, float]) -> None:
     _put(out, "generated_tokens_per_s", s.get("generated_tokens_per_s"))
 
 
+def _warmup(s: dict[str, Any], out: dict[str, float]) -> None:
+    # the student's reverse KL to its routed teachers on held-out prompts, before and after the warmup's SFT
+    _put(out, "kl_before", s.get("kl_before"))
+    _put(out, "kl_after", s.get("kl_after"))
+    _put(out, "loss", s.get("loss_last"))
+
+
 def _mtp_boost(s: dict[str, Any], out: dict[str, float]) -> None:
     for when in ("before", "after"):
         rec = s.get(when) if isinstance(s.get(when), dict) else {}
@@ -99,6 +108,7 @@ def _eval(s: dict[str, Any], out: dict[str, float]) -> None:
 READERS: dict[str, tuple[str, Any]] = {
     "trainer": ("summary.json", _trainer),
     "rl": ("summary.json", _rl),
+    "mopd-warmup": ("summary.json", _warmup),
     "mtp-boost": ("summary.json", _mtp_boost),
     "quantize": ("summary.json", _quantize),
     "eval": ("eval.json", _eval),

@@ -225,6 +225,35 @@ def _mtp_boost_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     return out
 
 
+def _warmup_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+    """``mopd-warmup``: the MOPD panel rule (``mopd-general-teacher``, as mopd's dry run applies it), what NeMo RL's
+    SFT ``MasterConfig`` refuses in the keys we set (:func:`nemotron.runtime.warmup.sft_problems`, rule
+    ``nemo-rl-sft``; the contract test runs NeMo RL's own on the same configs), then the stage's settings reader
+    (:func:`nemotron.runtime.warmup.read`: stdlib only), and on the cluster the node count against the profile."""
+    from nemotron.runtime.settings import SettingsError
+    from nemotron.runtime.warmup import read, sft_problems
+
+    out = [Problem(key=k, value=v, message=why, rule="nemo-rl-sft") for k, v, why in sft_problems(cfg)]
+    teachers = cfg.get("_teachers") if isinstance(cfg.get("_teachers"), dict) else {}
+    if teachers.get("general") in (None, ""):
+        out.append(Problem(key="_teachers.general", value=teachers.get("general"), rule="mopd-general-teacher",
+                           message="the panel needs a general teacher (every unset slot and every unrouted task "
+                                   "falls back to it)"))
+    if not out:
+        try:
+            read(cfg, unresolved_ok=True)
+        except SettingsError as exc:
+            key = str(exc).partition("=")[0].partition(" ")[0]
+            out.append(Problem(key=key, value=get(cfg, key), message=str(exc), rule="local-settings"))
+    if checks.backend(cfg) != checks.LOCAL:
+        nodes, cluster = get(cfg, "run.env.nodes"), get(cfg, "cluster.num_nodes")
+        if cluster is not None and nodes is not None and cluster != nodes:
+            out.append(Problem(key="cluster.num_nodes", value=cluster, rule="nemo-rl-sft",
+                               message=f"NeMo RL's SFT places the policy on cluster.num_nodes; the job asks Slurm "
+                                       f"for run.env.nodes={nodes}", valid=str(nodes)))
+    return out
+
+
 CHECK_SETS: dict[str, Any] = {
     "data": _data_checks,
     "layout": checks.validate_training,
@@ -235,6 +264,7 @@ CHECK_SETS: dict[str, Any] = {
     "quantize": _quantize_checks,
     "eval": _eval_checks,
     "mtp-boost": _mtp_boost_checks,
+    "mopd-warmup": _warmup_checks,
 }
 
 

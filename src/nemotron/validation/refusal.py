@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemotron.config.artifacts import producer_command, producer_stage
+from nemotron.config.artifacts import cycle_base, producer_command, producer_stage
 from nemotron.config.compile import _resolve_config_ref
 from nemotron.errors import ConfigError, plural
 
@@ -23,9 +23,11 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
     key, why = next(iter(compiled.unresolved.items()))
     stage = compiled.stage
     hint = "set the key explicitly (key=value), or export the variable it reads"
-    m = re.search(r"artifact ([^\s:,]+)", str(why))
+    m = re.search(r"artifact (?:[^\s:,|]+\|)*([^\s:,|]+)", str(why))  # A|B: B, the input the stage falls back to
     config = compiled.config_name if "/" not in compiled.config_name and not compiled.config_name.endswith(".yaml") \
         else None
+    if config and cycle_base(config):  # a cycle config (local-cycle2): its inputs are made by runs of the base config
+        config = cycle_base(config)
     command = producer_command(m.group(1), config) if m else None
     producer = producer_stage(m.group(1)) if m else None
     # the producer goes where this job goes: made here, a cluster job could not read it
