@@ -38,8 +38,8 @@ ENV_RE = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)\}")
 @dataclass(frozen=True)
 class KeyDoc:
     """One config key as the help lists it: ``key`` dotted (``model.seq_length``), ``type`` (``int``, ``str``,
-    ``int|null``, ...), ``default`` as written in YAML flow form (``REQUIRED (...)`` for an input nothing
-    supplies), ``description`` its comment (may be empty)."""
+    ``int|null``, ...), ``default`` as written in YAML flow form (``REQUIRED`` for an input nothing supplies: its
+    description then starts with the artifact or the variable), ``description`` its comment (may be empty)."""
 
     key: str
     type: str
@@ -114,7 +114,7 @@ def file_keys(path: Path) -> list[tuple[str, Any, str]]:
             if name == "defaults" and not prefix:
                 continue
             sub = value.get(name) if isinstance(value, dict) else None
-            if isinstance(value_node, yaml.MappingNode) and value_node.value and not value_node.flow_style:
+            if isinstance(value_node, yaml.MappingNode) and value_node.value:  # a section (block or flow)
                 walk(value_node, sub, (*prefix, name))
                 continue
             row = key_node.start_mark.line
@@ -192,7 +192,9 @@ def key_docs(stage: Stage) -> list[KeyDoc]:
         default = _flow(value)
         if isinstance(value, str) and (ART_RE.search(value) or ENV_RE.search(value)):
             art, env = ART_RE.search(value), ENV_RE.search(value)
-            default = f"REQUIRED (artifact {art.group(1)})" if art else f"REQUIRED (${env.group(1)})"  # type: ignore[union-attr]
+            default = "REQUIRED"
+            need = f"artifact {art.group(1)}, see Artifact inputs" if art else f"export {env.group(1)}"  # type: ignore[union-attr]
+            about = f"{need}; {about}" if about else need
         docs.append(KeyDoc(key, kind, default, about))
     return docs
 
