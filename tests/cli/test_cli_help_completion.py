@@ -203,17 +203,20 @@ def test_completion_of_config_keys(capsys, monkeypatch):
 
 
 def test_show_and_install_completion_from_the_console_script(tmp_path):
-    """Typer's --show-completion prints the script that asks ``_NEMOTRON_COMPLETE``; --install-completion writes it
-    for the shell named (shell detection off, as Typer's own tests do) under $HOME."""
-    env = {**os.environ, "HOME": str(tmp_path), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1",
-           "PYTHONPATH": str(ROOT / "src")}
-    show = subprocess.run([sys.executable, "-m", "nemotron", "--show-completion", "bash"], capture_output=True, text=True,
-                          env=env, cwd=tmp_path)
-    assert show.returncode == 0, show.stderr
-    assert "_NEMOTRON_COMPLETE" in show.stdout and "complete -o default -F _nemotron_completion nemotron" in show.stdout
-    install = subprocess.run([sys.executable, "-m", "nemotron", "--install-completion", "bash"], capture_output=True,
-                             text=True, env=env, cwd=tmp_path)
-    assert install.returncode == 0, install.stderr
+    """--show-completion prints the script that asks ``_NEMOTRON_COMPLETE``; --install-completion writes it under
+    $HOME and sources it from ~/.bashrc. Typer detects the shell from the parent process: here a bash."""
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT / "src")}
+    env.pop("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", None)
+
+    def in_bash(option: str) -> subprocess.CompletedProcess:  # `; true`: bash stays the parent (no exec)
+        return subprocess.run(["bash", "-c", f"'{sys.executable}' -m nemotron {option}; true"], capture_output=True,
+                              text=True, env=env, cwd=tmp_path)
+
+    show = in_bash("--show-completion")
+    assert "_NEMOTRON_COMPLETE" in show.stdout and "complete -o default -F _nemotron_completion nemotron" in show.stdout, \
+        show.stderr
+    install = in_bash("--install-completion")
     script = tmp_path / ".bash_completions" / "nemotron.sh"
-    assert script.is_file() and "_NEMOTRON_COMPLETE" in script.read_text(encoding="utf-8")
+    assert script.is_file() and "_NEMOTRON_COMPLETE" in script.read_text(encoding="utf-8"), install.stderr
     assert str(script) in (tmp_path / ".bashrc").read_text(encoding="utf-8")
+    assert "bash completion installed" in install.stdout

@@ -62,7 +62,7 @@ def _keys(stage: Stage) -> list[tuple[str, str]]:
 
     try:
         return [(d.key, f"{d.type} = {d.default}" + (f": {d.description}" if d.description else ""))
-                for d in key_docs(stage)]
+                for d in key_docs(stage, null_types=False)]
     except Exception:
         return []
 

@@ -108,7 +108,24 @@ class _Interrupted(Exception):
     :func:`main`, which prints the one ``interrupted`` line."""
 
 
-class LazyGroup(TyperGroup):
+class BoolHelp:
+    """Typer 0.29's ``--help`` option has no default (None when not given), and Typer coerces every non-bool value
+    through a pydantic ``TypeAdapter``: importing pydantic and building one on every command line (~0.1-0.2 s,
+    ``bench/cli_startup.py``) only to learn that ``--help`` was not given. Its default here is ``False``, a bool,
+    which Typer passes through as it is."""
+
+    def get_help_option(self, ctx: typer.Context) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None and option.default is None:
+            option.default = False
+        return option
+
+
+class Command(BoolHelp, TyperCommand):
+    """A leaf command (Typer's ``TyperCommand``) with :class:`BoolHelp`."""
+
+
+class LazyGroup(BoolHelp, TyperGroup):
     """A Typer group whose sub-commands are built when first asked for (:meth:`get_command`), and listed in the
     order they were declared (registry order: pipeline order; Typer itself lists commands before sub-groups).
 
@@ -154,7 +171,7 @@ def short_help(text: str, limit: int = 45) -> str:
     return first[: max(limit - 3, 1)].rsplit(" ", 1)[0].rstrip(",;:") + "..."
 
 
-class StageCommand(TyperCommand):
+class StageCommand(BoolHelp, TyperCommand):
     """A stage's command: its help ends with the sections read from its files (:mod:`nemotron.cli.stagehelp`):
     configs, every config key with type, default and description, artifact inputs, profiles and examples."""
 
@@ -177,7 +194,7 @@ def _show_help_if_bare(ctx: typer.Context) -> None:
 def _leaf(name: str, func: Callable[..., Any], kw: dict[str, Any]) -> Any:
     """One command, built by Typer from ``func``'s signature (``app.command`` on an app of its own)."""
     app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
-    app.command(name, context_settings=_CONTEXT, **kw)(func)
+    app.command(name, context_settings=_CONTEXT, **{"cls": Command, **kw})(func)
     return typer.main.get_command(app)
 
 
@@ -185,9 +202,8 @@ class Tree:
     """A command group as declared: its help, callback and entries (sub-groups and commands, in order).
     :meth:`build` makes the Typer group; each entry is built by Typer when the command line reaches it."""
 
-    def __init__(self, name: str, help_text: str, callback: Callable[..., Any] = _show_help_if_bare,
-                 completion: bool = False) -> None:
-        self.name, self.help, self.callback, self.completion = name, help_text, callback, completion
+    def __init__(self, name: str, help_text: str, callback: Callable[..., Any] = _show_help_if_bare) -> None:
+        self.name, self.help, self.callback = name, help_text, callback
         self.entries: dict[str, tuple[str, bool, Callable[[], Any]]] = {}
         self.groups: dict[str, Tree] = {}
 
@@ -216,7 +232,7 @@ class Tree:
         """The group, as Typer builds it (``typer.main.get_command`` of a ``typer.Typer`` with this group's
         callback; ``cls`` is a :class:`LazyGroup` over this group's entries)."""
         app = typer.Typer(name=self.name, help=self.help, cls=type("LazyGroup", (LazyGroup,), {"entries": self.entries}),
-                          context_settings=_CONTEXT, rich_markup_mode=None, add_completion=self.completion,
+                          context_settings=_CONTEXT, rich_markup_mode=None, add_completion=False,
                           pretty_exceptions_enable=False, invoke_without_command=True, callback=self.callback)
         return typer.main.get_command(app)  # type: ignore[return-value]
 
@@ -414,17 +430,45 @@ def _show_version(ctx: typer.Context, value: bool) -> None:
         raise typer.Exit(0)
 
 
-def _root_callback(ctx: typer.Context, version: Annotated[bool, typer.Option(
-        "--version", is_eager=True, expose_value=False, callback=_show_version,
-        help="Show the version and exit.")] = False) -> None:
+def _install_completion(ctx: typer.Context, param: typer.CallbackParam, value: bool) -> Any:
+    if value and not ctx.resilient_parsing:
+        from typer.completion import install_callback
+
+        return install_callback(ctx, param, value)  # writes the script for the shell it detects, exits 0
+    return value
+
+
+def _show_completion(ctx: typer.Context, param: typer.CallbackParam, value: bool) -> Any:
+    if value and not ctx.resilient_parsing:
+        from typer.completion import show_callback
+
+        return show_callback(ctx, param, value)  # prints the script for the shell it detects, exits 0
+    return value
+
+
+def _root_callback(
+    ctx: typer.Context,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, expose_value=False, callback=_show_version,
+                                          help="Show the version and exit.")] = False,
+    install_completion: Annotated[bool, typer.Option(
+        "--install-completion", expose_value=False, callback=_install_completion,
+        help="Install completion for the current shell (bash, zsh, fish, PowerShell): stages, -c names, profiles, "
+             "config keys.")] = False,
+    show_completion: Annotated[bool, typer.Option(
+        "--show-completion", expose_value=False, callback=_show_completion,
+        help="Show completion for the current shell, to copy it or customize the installation.")] = False,
+) -> None:
+    # Typer's own --install-completion/--show-completion (add_completion=True) default to None, and Typer coerces a
+    # non-bool value through pydantic, imported and built for every command then (~0.1-0.2 s); these are the same
+    # options as bool flags, calling Typer's own callbacks.
     _show_help_if_bare(ctx)
 
 
 def build_tree() -> Tree:
-    """The root group as declared: the recipe groups from the registry, ``kit`` and ``profiles``; with Typer's
-    ``--install-completion`` / ``--show-completion`` (:mod:`nemotron.cli.complete` answers the shell)."""
+    """The root group as declared: the recipe groups from the registry, ``kit`` and ``profiles``; with
+    ``--install-completion`` / ``--show-completion`` (Typer's; :mod:`nemotron.cli.complete` answers the shell)."""
     root = Tree("nemotron", "Train Nemotron 3 Ultra: data prep, pretrain, SFT, RL, distillation and quantization as one "
-                "staged pipeline on Slurm (NeMo-Run).", callback=_root_callback, completion=True)
+                "staged pipeline on Slurm (NeMo-Run).", callback=_root_callback)
     for recipe in recipes():
         _recipe_tree(root, recipe)
 
@@ -499,6 +543,10 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("NEMOTRON_DEBUG") == "1"
     try:
+        if os.environ.get("_NEMOTRON_COMPLETE"):  # a shell asks for completions: Typer's protocol (bash, zsh, ...)
+            from typer.completion import completion_init
+
+            completion_init()
         cli = build_cli()
         rv = cli.main(args=args, prog_name="nemotron", standalone_mode=False)
         return rv if isinstance(rv, int) else 0

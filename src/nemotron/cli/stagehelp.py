@@ -159,10 +159,11 @@ def config_rows(stage: Stage) -> list[tuple[str, str]]:
     return rows
 
 
-def key_docs(stage: Stage) -> list[KeyDoc]:
+def key_docs(stage: Stage, null_types: bool = True) -> list[KeyDoc]:
     """Every key of ``stage``'s ``default.yaml`` and the schema keys every stage has (``run.env.*``,
     :data:`nemotron.config.compile.SCHEMA_DEFAULTS`), as :class:`KeyDoc`, in file order (schema keys where their
-    section is, else first)."""
+    section is, else first). ``null_types``: a null default's type is read from the stage's other configs (every
+    file of its folder parsed; the completion, which answers while a shell waits, leaves it out)."""
     from nemotron.config.compile import SCHEMA_DEFAULTS
     from nemotron.config.tree import leaves
 
@@ -176,7 +177,7 @@ def key_docs(stage: Stage) -> list[KeyDoc]:
     at = next((i for i, (k, _, _) in enumerate(rows) if k.startswith("run.")), 0)
     rows[at:at] = extra
     other: dict[str, set[str]] = {}  # types a null default takes in the other configs
-    for path in sorted(folder.glob("*.yaml")):
+    for path in sorted(folder.glob("*.yaml")) if null_types else ():
         if path.name != "default.yaml":
             try:
                 for key, value, _ in file_keys(path):
