@@ -9,7 +9,14 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-Count = Annotated[int, typer.Option("-n", "--count", min=1, help="Packs, documents or records to show.")]
+def _positive(value: Optional[int]) -> Optional[int]:
+    """A count or size of 1 or more (``-n 0`` showed the default 3, ``-n -1`` nothing, exit 0)."""
+    if value is not None and value < 1:
+        raise typer.BadParameter(f"{value} is not in the range x>=1 (1 or more)")
+    return value
+
+
+Count = Annotated[int, typer.Option("-n", "--count", metavar="N", callback=_positive, help="Packs, documents or records to show.")]
 
 
 def add_recipe_tools(tree: Any, context: dict[str, Any]) -> None:
@@ -21,21 +28,21 @@ def add_recipe_tools(tree: Any, context: dict[str, Any]) -> None:
             path: Annotated[str, typer.Argument(metavar="PATH", show_default=False)],
             count: Count = 3,
             step: Annotated[Optional[int], typer.Option(
-                "--step", min=1, help="Pretrain blend: list the documents of global batch STEP (1-based, as "
+                "--step", metavar="N", callback=_positive, help="Pretrain blend: list the documents of global batch STEP (1-based, as "
                                       "Megatron logs iterations).")] = None,
             global_batch_size: Annotated[Optional[int], typer.Option(
-                "--global-batch-size", min=1, help="With --step: train.global_batch_size.")] = None,
+                "--global-batch-size", metavar="N", callback=_positive, help="With --step: train.global_batch_size.")] = None,
             seq_length: Annotated[Optional[int], typer.Option(
-                "--seq-length", min=1, help="With --step: model.seq_length.")] = None,
+                "--seq-length", metavar="N", callback=_positive, help="With --step: model.seq_length.")] = None,
             train_iters: Annotated[Optional[int], typer.Option(
-                "--train-iters", min=1,
+                "--train-iters", metavar="N", callback=_positive,
                 help="With --step: train.train_iters of the run (Megatron's sample order depends on the total).")] = None,
             train_samples: Annotated[Optional[int], typer.Option(
-                "--train-samples", min=1, help="With --step: train.train_samples instead of --train-iters.")] = None,
+                "--train-samples", metavar="N", callback=_positive, help="With --step: train.train_samples instead of --train-iters.")] = None,
             seed: Annotated[int, typer.Option(
-                "--seed", help="With --step: dataset.random_seed (Megatron-Bridge's recipe: 1234).")] = 1234,
+                "--seed", metavar="N", help="With --step: dataset.random_seed (Megatron-Bridge's recipe: 1234).")] = 1234,
             split: Annotated[Optional[str], typer.Option(
-                "--split", help="Packed SFT / RL: which file of a folder (train, validation).")] = None,
+                "--split", metavar="NAME", help="Packed SFT / RL: which file of a folder (train, validation).")] = None,
             as_json: Annotated[bool, typer.Option(
                 "--json", help="One JSON document on stdout (docs/schema/data-inspect.schema.json).")] = False,
             debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
