@@ -204,14 +204,18 @@ class Tree:
 
     def __init__(self, name: str, help_text: str, callback: Callable[..., Any] = _show_help_if_bare) -> None:
         self.name, self.help, self.callback = name, help_text, callback
+        self.fill: Callable[[Tree], None] | None = None
         self.entries: dict[str, tuple[str, bool, Callable[[], Any]]] = {}
         self.groups: dict[str, Tree] = {}
 
-    def group(self, name: str, help_text: str) -> "Tree":
-        """The sub-group ``name``, declared on first use."""
+    def group(self, name: str, help_text: str, fill: Callable[["Tree"], None] | None = None) -> "Tree":
+        """The sub-group ``name``, declared on first use. ``fill(group)`` declares its entries when it is built
+        (a recipe's ~25 commands are not even declared for ``nemotron --help``)."""
         if name not in self.groups:
             self.groups[name] = Tree(name, help_text)
             self.entries[name] = (help_text, False, self.groups[name].build)
+        if fill is not None:
+            self.groups[name].fill = fill
         return self.groups[name]
 
     def command(self, name: str, short: str | None = None, **kw: Any) -> Callable[[Callable[..., Any]], Any]:
@@ -231,6 +235,9 @@ class Tree:
     def build(self) -> TyperGroup:
         """The group, as Typer builds it (``typer.main.get_command`` of a ``typer.Typer`` with this group's
         callback; ``cls`` is a :class:`LazyGroup` over this group's entries)."""
+        if self.fill is not None:
+            fill, self.fill = self.fill, None
+            fill(self)
         app = typer.Typer(name=self.name, help=self.help, cls=type("LazyGroup", (LazyGroup,), {"entries": self.entries}),
                           context_settings=_CONTEXT, rich_markup_mode=None, add_completion=False,
                           pretty_exceptions_enable=False, invoke_without_command=True, callback=self.callback)
@@ -335,8 +342,8 @@ EnvFileOpt = Annotated[Optional[str], typer.Option("--env-file", metavar="PATH",
 IdentArg = Annotated[Optional[str], typer.Argument(metavar="[ID]", show_default=False)]
 
 
-def _recipe_tree(root: Tree, recipe: str) -> None:
-    tree = root.group(recipe, f"Nemotron 3 Ultra pipeline stages ({recipe}).")
+def _recipe_tree(tree: Tree, recipe: str) -> None:
+    """Declare the commands of ``recipe``'s group: its stages (from the registry), then the job and data tools."""
     for stage in (s for s in STAGES if s.recipe == recipe):
         parent = tree
         for word in stage.command[:-1]:
@@ -470,7 +477,8 @@ def build_tree() -> Tree:
     root = Tree("nemotron", "Train Nemotron 3 Ultra: data prep, pretrain, SFT, RL, distillation and quantization as one "
                 "staged pipeline on Slurm (NeMo-Run).", callback=_root_callback)
     for recipe in recipes():
-        _recipe_tree(root, recipe)
+        root.group(recipe, f"Nemotron 3 Ultra pipeline stages ({recipe}).",
+                   fill=lambda tree, recipe=recipe: _recipe_tree(tree, recipe))
 
     slurm = root.group("kit", "Tools around the pipeline.").group("slurm", "Slurm tools.")
 
