@@ -199,7 +199,8 @@ def test_completion_of_config_keys(capsys, monkeypatch):
     assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain model.seq_length=") == []  # a value: nothing
     quantize = _complete(capsys, monkeypatch, "nemotron ultra3 quantize ")
     assert "estimate" not in quantize and "export.output_dir=" in quantize
-    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe pretrain:train.g") == ["pretrain:train.global_batch_size="]
+    pipe = _complete(capsys, monkeypatch, "nemotron ultra3 pipe pretrain:train.g")
+    assert pipe == ["pretrain:train.global_batch_size="]
 
 
 def test_show_and_install_completion_from_the_console_script(tmp_path):
@@ -213,8 +214,8 @@ def test_show_and_install_completion_from_the_console_script(tmp_path):
                               text=True, env=env, cwd=tmp_path)
 
     show = in_bash("--show-completion")
-    assert "_NEMOTRON_COMPLETE" in show.stdout and "complete -o default -F _nemotron_completion nemotron" in show.stdout, \
-        show.stderr
+    assert "_NEMOTRON_COMPLETE" in show.stdout, show.stderr
+    assert "complete -o default -F _nemotron_completion nemotron" in show.stdout
     install = in_bash("--install-completion")
     script = tmp_path / ".bash_completions" / "nemotron.sh"
     assert script.is_file() and "_NEMOTRON_COMPLETE" in script.read_text(encoding="utf-8"), install.stderr

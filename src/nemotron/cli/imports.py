@@ -370,7 +370,8 @@ def add_import_commands(tree: Any) -> None:
 
     @model.command("import")
     def model_import(path: PathArg,
-                     artifact: Annotated[Optional[Literal[tuple(CHECKPOINT_FORMS)]], typer.Option(  # type: ignore[valid-type]
+                     artifact: Annotated[Optional[Literal[tuple(CHECKPOINT_FORMS)]],  # type: ignore[valid-type]
+                                         typer.Option(
                          "--as", help="The artifact to record (default: by the folder's form: hf-checkpoint, "
                                       "pretrain-checkpoint, rl-checkpoint for a NeMo RL step_N).")] = None,
                      config: ConfigOpt = "default", env_file: EnvFileOpt = None, debug: DebugOpt = False) -> int:

@@ -6,9 +6,9 @@ Typer's own API: ``typer.Typer`` and ``app.command`` over functions whose signat
 ``typer.Argument`` in ``Annotated`` (a stage's signature is made from its registry row), ``typer.main.get_command``,
 and ``cls=`` subclasses of Typer's ``TyperGroup`` / ``TyperCommand``: :class:`LazyGroup` builds a sub-command when
 the command line reaches it (Typer builds a whole tree up front, ~40 commands: too slow for ``--help``), in the
-registry's order; :class:`StageCommand` ends a stage's help with the sections read from its files. Typer's help is the plain formatter (``rich_markup_mode=None``: rich is not
-imported for ``--help``). This module imports only Typer and the registry, so ``nemotron --help`` stays fast
-(``bench/cli_startup.py``); a stage's help sections (:mod:`nemotron.cli.stagehelp`) and the shell completion
+registry's order; :class:`StageCommand` ends a stage's help with the sections read from its files. Typer's help
+is the plain formatter (``rich_markup_mode=None``: rich is not imported for ``--help``). This module imports only
+Typer and the registry, so ``nemotron --help`` stays fast (``bench/cli_startup.py``); a stage's help sections (:mod:`nemotron.cli.stagehelp`) and the shell completion
 (:mod:`nemotron.cli.complete`) are imported when they are shown or asked for, and everything else when a
 command runs.
 """
@@ -130,7 +130,8 @@ class LazyGroup(BoolHelp, TyperGroup):
     order they were declared (registry order: pipeline order; Typer itself lists commands before sub-groups).
 
     ``entries`` maps each name to ``(help, whole, build)``: the help listing shows ``help`` (whole, or its first
-    sentence cut to the width) without building anything, so ``nemotron --help`` builds three commands, not the ~40 of the tree (``bench/cli_startup.py``).
+    sentence cut to the width) without building anything, so ``nemotron --help`` builds three commands, not the ~40
+    of the tree (``bench/cli_startup.py``).
     """
 
     entries: dict[str, tuple[str, bool, Callable[[], Any]]] = {}
@@ -238,7 +239,8 @@ class Tree:
         if self.fill is not None:
             fill, self.fill = self.fill, None
             fill(self)
-        app = typer.Typer(name=self.name, help=self.help, cls=type("LazyGroup", (LazyGroup,), {"entries": self.entries}),
+        cls = type("LazyGroup", (LazyGroup,), {"entries": self.entries})
+        app = typer.Typer(name=self.name, help=self.help, cls=cls,
                           context_settings=_CONTEXT, rich_markup_mode=None, add_completion=False,
                           pretty_exceptions_enable=False, invoke_without_command=True, callback=self.callback)
         return typer.main.get_command(app)  # type: ignore[return-value]
@@ -316,7 +318,8 @@ def _stage_callback(stage: Stage) -> Callable[..., int]:
             return run_report(req)
         return run_stage(req)
 
-    callback.__signature__ = inspect.Signature(_stage_parameters(stage), return_annotation=int)  # type: ignore[attr-defined]
+    signature = inspect.Signature(_stage_parameters(stage), return_annotation=int)
+    callback.__signature__ = signature  # type: ignore[attr-defined]
     callback.__name__ = stage.name.replace("-", "_")
     return callback
 
@@ -338,7 +341,8 @@ def _add_stage(parent: Tree, stage: Stage) -> None:
 # ------------------------------------------------------------------------------------------------- the tree
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/schema/).")]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
-EnvFileOpt = Annotated[Optional[str], typer.Option("--env-file", metavar="PATH", help="env.toml to read profiles from.")]
+EnvFileOpt = Annotated[Optional[str], typer.Option("--env-file", metavar="PATH",
+                                                   help="env.toml to read profiles from.")]
 IdentArg = Annotated[Optional[str], typer.Argument(metavar="[ID]", show_default=False)]
 
 
@@ -474,8 +478,8 @@ def _root_callback(
 def build_tree() -> Tree:
     """The root group as declared: the recipe groups from the registry, ``kit`` and ``profiles``; with
     ``--install-completion`` / ``--show-completion`` (Typer's; :mod:`nemotron.cli.complete` answers the shell)."""
-    root = Tree("nemotron", "Train Nemotron 3 Ultra: data prep, pretrain, SFT, RL, distillation and quantization as one "
-                "staged pipeline on Slurm (NeMo-Run).", callback=_root_callback)
+    root = Tree("nemotron", "Train Nemotron 3 Ultra: data prep, pretrain, SFT, RL, distillation and quantization as "
+                "one staged pipeline on Slurm (NeMo-Run).", callback=_root_callback)
     for recipe in recipes():
         root.group(recipe, f"Nemotron 3 Ultra pipeline stages ({recipe}).",
                    fill=lambda tree, recipe=recipe: _recipe_tree(tree, recipe))

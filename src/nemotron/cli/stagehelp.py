@@ -194,7 +194,8 @@ def key_docs(stage: Stage, null_types: bool = True) -> list[KeyDoc]:
         if isinstance(value, str) and (ART_RE.search(value) or ENV_RE.search(value)):
             art, env = ART_RE.search(value), ENV_RE.search(value)
             default = "REQUIRED"
-            need = f"artifact {art.group(1)}, see Artifact inputs" if art else f"export {env.group(1)}"  # type: ignore[union-attr]
+            need = f"artifact {art.group(1)}, see Artifact inputs" if art else \
+                f"export {env.group(1)}"  # type: ignore[union-attr]
             about = f"{need}; {about}" if about else need
         docs.append(KeyDoc(key, kind, default, about))
     return docs
@@ -233,7 +234,8 @@ def examples(stage: Stage, docs: list[KeyDoc], profiles: list[tuple[str, str]]) 
     names = config_names(stage)
     cluster = next((n for n, ex in profiles if ex in ("slurm", "ray")), "PROFILE")
     here = "local" if "local" in names else "tiny"
-    out = [f"{cmd} -c {here}{'' if stage.gpu and here == 'local' else ' --dry-run'}" if here in names else f"{cmd} --dry-run",
+    out = [f"{cmd} -c {here}{'' if stage.gpu and here == 'local' else ' --dry-run'}" if here in names
+           else f"{cmd} --dry-run",
            f"{cmd} -c tiny --run {cluster} --dry-run" if "tiny" in names else f"{cmd} --run {cluster} --dry-run"]
     sample = next((d for d in docs if d.type == "int" and not d.key.startswith("run.")), None)
     if sample:
@@ -275,7 +277,8 @@ def key_lines(docs: list[KeyDoc], width: int) -> list[str]:
     lines = _table(rows if wide else [r[:3] for r in rows], width)
     out: list[str] = []
     for i, (line, d) in enumerate(zip(lines, docs)):
-        if i and d.key.split(".", 1)[0] != docs[i - 1].key.split(".", 1)[0] and ("." in d.key or "." in docs[i - 1].key):
+        before = docs[i - 1].key if i else ""
+        if i and d.key.split(".", 1)[0] != before.split(".", 1)[0] and ("." in d.key or "." in before):
             out.append("")
         out.append(line)
         if not wide and d.description:
@@ -308,7 +311,8 @@ def stage_sections(stage: Stage, width: int = 100) -> list[str]:
     if arts:
         out += ["", "Artifact inputs (the latest version recorded where the run runs; KEY=PATH takes a path instead, "
                     "'KEY=${art:NAME:N,FIELD}' pins version N):"]
-        out += [f"  {key} = ${{art:{name}{':' + version if version else ''},{field}}}" for key, name, version, field in arts]
+        out += [f"  {key} = ${{art:{name}{':' + version if version else ''},{field}}}"
+                for key, name, version, field in arts]
     where, profiles = profile_rows()
     out += ["", f"Profiles (--run / --batch PROFILE; {where}):"]
     out += _table([(n, ex) for n, ex in profiles], width) if profiles else ["  none"]

@@ -16,7 +16,8 @@ def _positive(value: Optional[int]) -> Optional[int]:
     return value
 
 
-Count = Annotated[int, typer.Option("-n", "--count", metavar="N", callback=_positive, help="Packs, documents or records to show.")]
+Count = Annotated[int, typer.Option("-n", "--count", metavar="N", callback=_positive,
+                                    help="Packs, documents or records to show (1 or more).")]
 
 
 def add_recipe_tools(tree: Any, context: dict[str, Any]) -> None:
@@ -28,19 +29,24 @@ def add_recipe_tools(tree: Any, context: dict[str, Any]) -> None:
             path: Annotated[str, typer.Argument(metavar="PATH", show_default=False)],
             count: Count = 3,
             step: Annotated[Optional[int], typer.Option(
-                "--step", metavar="N", callback=_positive, help="Pretrain blend: list the documents of global batch STEP (1-based, as "
-                                      "Megatron logs iterations).")] = None,
+                "--step", metavar="N", callback=_positive,
+                help="Pretrain blend: list the documents of global batch STEP (1-based, as Megatron logs "
+                     "iterations).")] = None,
             global_batch_size: Annotated[Optional[int], typer.Option(
-                "--global-batch-size", metavar="N", callback=_positive, help="With --step: train.global_batch_size.")] = None,
+                "--global-batch-size", metavar="N", callback=_positive,
+                help="With --step: train.global_batch_size.")] = None,
             seq_length: Annotated[Optional[int], typer.Option(
                 "--seq-length", metavar="N", callback=_positive, help="With --step: model.seq_length.")] = None,
             train_iters: Annotated[Optional[int], typer.Option(
                 "--train-iters", metavar="N", callback=_positive,
-                help="With --step: train.train_iters of the run (Megatron's sample order depends on the total).")] = None,
+                help="With --step: train.train_iters of the run (Megatron's sample order depends on the "
+                     "total).")] = None,
             train_samples: Annotated[Optional[int], typer.Option(
-                "--train-samples", metavar="N", callback=_positive, help="With --step: train.train_samples instead of --train-iters.")] = None,
+                "--train-samples", metavar="N", callback=_positive,
+                help="With --step: train.train_samples instead of --train-iters.")] = None,
             seed: Annotated[int, typer.Option(
-                "--seed", metavar="N", help="With --step: dataset.random_seed (Megatron-Bridge's recipe: 1234).")] = 1234,
+                "--seed", metavar="N",
+                help="With --step: dataset.random_seed (Megatron-Bridge's recipe: 1234).")] = 1234,
             split: Annotated[Optional[str], typer.Option(
                 "--split", metavar="NAME", help="Packed SFT / RL: which file of a folder (train, validation).")] = None,
             as_json: Annotated[bool, typer.Option(
