@@ -8,9 +8,9 @@ and ``cls=`` subclasses of Typer's ``TyperGroup`` / ``TyperCommand``: :class:`La
 the command line reaches it (Typer builds a whole tree up front, ~40 commands: too slow for ``--help``), in the
 registry's order; :class:`StageCommand` ends a stage's help with the sections read from its files. Typer's help
 is the plain formatter (``rich_markup_mode=None``: rich is not imported for ``--help``). This module imports only
-Typer and the registry, so ``nemotron --help`` stays fast (``bench/cli_startup.py``); a stage's help sections (:mod:`nemotron.cli.stagehelp`) and the shell completion
-(:mod:`nemotron.cli.complete`) are imported when they are shown or asked for, and everything else when a
-command runs.
+Typer and the registry, so ``nemotron --help`` stays fast (``bench/cli_startup.py``); a stage's help sections
+(:mod:`nemotron.cli.stagehelp`) and the shell completion (:mod:`nemotron.cli.complete`) are imported when they are
+shown or asked for, and everything else when a command runs.
 """
 
 
