@@ -99,6 +99,17 @@ def test_a_key_row_has_its_type_default_and_comment(capsys):
     assert recompute.split()[1:3] == ["int|null", "null"], recompute  # long_context.yaml sets an int
 
 
+def test_a_key_takes_the_comment_block_above_it_not_the_previous_keys_continuation(capsys):
+    """data prep rl's ``answer_field`` comment continues on indented ``#`` lines below it; ``dedupe``'s own comment
+    is the block at its column just above it; the file's header comment is no key's."""
+    lines = _help(capsys, "ultra3", "data", "prep", "rl").splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["dedupe"])
+    assert lines[i + 1].strip() == "Keep only the first of identical (problem, answer) pairs."
+    out = _help(capsys, "ultra3", "sft").splitlines()
+    j = next(j for j, ln in enumerate(out) if ln.split()[:1] == ["backend"])
+    assert "every key of the stage" not in out[j + 1] and "Why this published layout" not in out[j + 1]
+
+
 def test_wide_terminal_puts_each_key_on_one_line(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "160")
     out = _help(capsys, "ultra3", "data", "prep", "sft")

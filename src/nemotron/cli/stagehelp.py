@@ -73,12 +73,13 @@ def _comment_after(line: str, column: int) -> str:
     return m.group(1).strip() if m else ""
 
 
-def _comment_above(lines: list[str], index: int) -> str:
-    """The comment paragraph just above line ``index`` (no blank line between; a bare ``#`` line ends a
-    paragraph, so a file's header comment that runs into its first key is not that key's), joined."""
+def _comment_above(lines: list[str], index: int, column: int = 0) -> str:
+    """The comment paragraph just above line ``index`` whose ``#`` stands at the key's ``column`` (no blank line
+    between; a bare ``#`` line ends a paragraph, so a file's header comment that runs into its first key is not
+    that key's; a comment indented further continues the previous key's own comment), joined."""
     block: list[str] = []
     i = index - 1
-    while i >= 0 and lines[i].strip().startswith("#"):
+    while i >= 0 and lines[i].strip().startswith("#") and len(lines[i]) - len(lines[i].lstrip()) == column:
         text = lines[i].strip().lstrip("#").strip()
         if not text and block:
             break
@@ -120,7 +121,7 @@ def file_keys(path: Path) -> list[tuple[str, Any, str]]:
             row = key_node.start_mark.line
             after = (_comment_after(lines[row], value_node.end_mark.column)
                      if value_node.end_mark.line == row and row < len(lines) else "")
-            about = after or _comment_above(lines, row)
+            about = after or _comment_above(lines, row, key_node.start_mark.column)
             out.append((".".join((*prefix, name)), sub, _first_sentence(about)))
 
     root = compose(text)
@@ -309,8 +310,8 @@ def stage_sections(stage: Stage, width: int = 100) -> list[str]:
                        f"see them with: nemotron {stage.title} --dry-run)")
     arts = artifact_rows(stage) if docs else []
     if arts:
-        out += ["", "Artifact inputs (the latest version recorded where the run runs; KEY=PATH takes a path instead, "
-                    "'KEY=${art:NAME:N,FIELD}' pins version N):"]
+        out += ["", "Artifact inputs (the latest version recorded where the run runs;",
+                "  KEY=PATH takes a path instead, 'KEY=${art:NAME:N,FIELD}' pins version N):"]
         out += [f"  {key} = ${{art:{name}{':' + version if version else ''},{field}}}"
                 for key, name, version, field in arts]
     where, profiles = profile_rows()
