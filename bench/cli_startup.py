@@ -74,7 +74,7 @@ def main() -> int:
             ("nemotron ultra3 pretrain --help (every key)", [*nemotron, "ultra3", "pretrain", "--help"], 0.3, env),
             ("completion: pretrain train.<TAB>", nemotron, 0.5, complete),
             ("dry-run, no profile (pretrain -c local)", [*nemotron, "ultra3", "pretrain", "-c", "local", "--dry-run"],
-             0.8),
+             0.8, env),
             ("dry-run, Slurm profile (NeMo-Run sbatch)",
              [*nemotron, "ultra3", "pretrain", "-c", "tiny", "--dry-run", "--run", "cluster",
               "--env-file", str(ROOT / "env.toml.example")], 1.2, env),
