@@ -65,6 +65,7 @@ QUICK_FILES: tuple[str, ...] = (
     "tests/launch/test_cluster_scripts.py",
     "tests/launch/test_why.py",
     "tests/cli/test_dryrun_golden.py",
+    "tests/cli/test_cli_help_completion.py",
     "tests/cli/test_json_schemas.py",
 )
 

@@ -14,7 +14,8 @@ import re
 import shlex
 from pathlib import Path
 
-import click
+import typer
+from typer.core import TyperGroup
 import pytest
 
 from nemotron.cli.main import build_cli
@@ -101,17 +102,16 @@ def _stage_argv(line: str) -> list[str] | None:
     return argv
 
 
-def parse(argv: list[str]) -> click.Command:
+def parse(argv: list[str]) -> typer.core.TyperCommand:
     """Resolve ``argv`` through the real command groups and parse the stage command's options (nothing runs).
 
     Raises:
-        click.UsageError: an unknown command or option, a missing option value.
+        typer.TyperException: Typer's usage error: an unknown command or option, a missing option value.
     """
-    cmd: click.Command = build_cli()
+    cmd = build_cli()
     ctx = cmd.make_context("nemotron", list(argv), resilient_parsing=False)
-    while isinstance(cmd, click.Group):
-        protected = getattr(ctx, "_protected_args", None)  # click >= 8.2 (protected_args is deprecated there)
-        args = [*(ctx.protected_args if protected is None else protected), *ctx.args]
+    while isinstance(cmd, TyperGroup):
+        args = [*ctx._protected_args, *ctx.args]
         name, sub, rest = cmd.resolve_command(ctx, args)
         cmd = sub
         ctx = sub.make_context(name, rest, parent=ctx)
@@ -130,12 +130,12 @@ def test_the_docs_have_stage_commands():
 def test_every_stage_command_in_the_docs_parses(doc, line):
     try:
         parse(_stage_argv(line))
-    except click.UsageError as exc:
+    except typer.TyperException as exc:
         pytest.fail(f"{doc}: `{line}` does not parse: {exc.format_message()}")
 
 
 @pytest.mark.parametrize("argv", [["ultra3", "pretrain", "-c", "tiny", "--dryrun"], ["ultra3", "pretrian"],
                                   ["ultra3", "pretrain", "--run"]])
 def test_the_parse_check_refuses_what_the_cli_refuses(argv):
-    with pytest.raises(click.UsageError):
+    with pytest.raises(typer.TyperException):
         parse(argv)

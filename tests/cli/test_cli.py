@@ -388,8 +388,11 @@ def test_import_boundary(argv, tmp_path):
 
 
 def test_readme_commands_resolve():
-    """Every `nemotron ...` line of the README names a real command with valid options."""
-    import click
+    """Every `nemotron ...` line of the README names a real command with valid options (Typer parses it)."""
+    import shlex
+
+    import typer
+    from typer.core import TyperGroup
 
     from nemotron.cli.main import build_cli
 
@@ -397,22 +400,23 @@ def test_readme_commands_resolve():
     lines = [m.group(1) for m in re.finditer(r"^\s*(?:\$ )?(nemotron(?: [^\n#`]*)?)", text, re.M)]
     assert lines, "the README shows no nemotron command"
     cli = build_cli()
+    resolved = 0
     for line in lines:
-        import shlex
-
         words = shlex.split(line)[1:]
-        cmd: click.Command = cli
-        ctx = click.Context(cli, info_name="nemotron")
-        while isinstance(cmd, click.Group) and words and not words[0].startswith("-"):
+        cmd = cli
+        ctx = typer.Context(cli, info_name="nemotron")
+        while isinstance(cmd, TyperGroup) and words and not words[0].startswith("-"):
             sub = cmd.get_command(ctx, words[0])
             assert sub is not None, f"README: {line!r}: no command {words[0]!r}"
             cmd, words = sub, words[1:]
+        resolved += not isinstance(cmd, TyperGroup)
         try:
             cmd.make_context(cmd.name, list(words), resilient_parsing=False).close()
-        except click.exceptions.Exit:
+        except typer.Exit:
             pass
-        except click.UsageError as exc:  # pragma: no cover - the assertion message is the point
+        except typer.TyperException as exc:  # pragma: no cover - the assertion message is the point
             raise AssertionError(f"README: {line!r}: {exc.format_message()}") from None
+    assert resolved > 10, resolved  # the walk reached commands, not only groups
 
 
 def test_readme_usage_lines_exit_0_on_a_fresh_set_up(capsys, tmp_path, monkeypatch):

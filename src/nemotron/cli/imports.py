@@ -22,16 +22,15 @@ Checkpoint forms (:func:`checkpoint_form`):
   the ``hf`` checks.
 """
 
-from __future__ import annotations
 
 import json
 import os
 import re
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Optional
 
-import click
+import typer
 
 from nemotron.errors import ConfigError
 
@@ -350,48 +349,44 @@ def _run(kind: str, path: str, artifact: str | None, config: str, env_file: str 
     else:
         name, fields = str(artifact), check_data(folder, str(artifact))
     rec = register(name, fields, config, env_file)
-    click.echo(f"[nemotron] artifact {name} v{rec['version']}: {rec['path']} (imported for -c {config} on "
+    typer.echo(f"[nemotron] artifact {name} v{rec['version']}: {rec['path']} (imported for -c {config} on "
                f"{rec['site']}; its consumers take it as ${{art:{name},path}})")
     return 0
 
 
-_OPTIONS = (
-    click.option("-c", "--config", default="default", show_default=True, metavar="NAME",
-                 help="The consumer config that takes it (its records' config: sft -c NAME reads it)."),
-    click.option("--env-file", metavar="PATH", help="env.toml whose [artifacts] root holds the record."),
-    click.option("--debug", is_flag=True, help="Show tracebacks."),
-)
+ConfigOpt = Annotated[str, typer.Option("-c", "--config", metavar="NAME",
+                                        help="The consumer config that takes it (its records' config: sft -c NAME "
+                                             "reads it).")]
+EnvFileOpt = Annotated[Optional[str], typer.Option("--env-file", metavar="PATH",
+                                                   help="env.toml whose [artifacts] root holds the record.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
+PathArg = Annotated[str, typer.Argument(metavar="PATH", show_default=False)]
 
 
-def add_import_commands(group: click.Group, context: dict[str, Any], make_group: Any) -> None:
-    """Add ``model import`` (a new ``model`` group) and ``data import`` (under the existing ``data`` group)."""
-    model = group.commands.get("model") or make_group("model", "Model checkpoints.")
-    group.add_command(model)
+def add_import_commands(tree: Any) -> None:
+    """Add ``model import`` (a new ``model`` group) and ``data import`` (under the existing ``data`` group) to
+    ``tree`` (a :class:`nemotron.cli.main.Tree`)."""
+    model = tree.group("model", "Model checkpoints.")
 
-    @click.command("import", context_settings=context)
-    @click.argument("path", metavar="PATH")
-    @click.option("--as", "artifact", type=click.Choice(list(CHECKPOINT_FORMS)),
-                  help="The artifact to record (default: by the folder's form: hf-checkpoint, pretrain-checkpoint, "
-                       "rl-checkpoint for a NeMo RL step_N).")
-    def model_import(path: str, artifact: str | None, config: str, env_file: str | None, debug: bool) -> int:
+    @model.command("import")
+    def model_import(path: PathArg,
+                     artifact: Annotated[Optional[Literal[tuple(CHECKPOINT_FORMS)]],  # type: ignore[valid-type]
+                                         typer.Option(
+                         "--as", help="The artifact to record (default: by the folder's form: hf-checkpoint, "
+                                      "pretrain-checkpoint, rl-checkpoint for a NeMo RL step_N).")] = None,
+                     config: ConfigOpt = "default", env_file: EnvFileOpt = None, debug: DebugOpt = False) -> int:
         """Register a checkpoint folder (Hugging Face, Megatron, NeMo RL step_N) as an artifact, after checking it."""
         return _run("model", path, artifact, config, env_file)
 
-    @click.command("import", context_settings=context)
-    @click.argument("path", metavar="PATH")
-    @click.option("--as", "artifact", type=click.Choice(list(DATA_ARTIFACTS)), required=True,
-                  help="The artifact to record.")
-    def data_import(path: str, artifact: str, config: str, env_file: str | None, debug: bool) -> int:
-        """Register a prepared data folder (a data prep output's version folder) as an artifact, after checking it."""
-        return _run("data", path, artifact, config, env_file)
-
-    for command in (model_import, data_import):
-        for option in _OPTIONS:
-            option(command)
-    model.add_command(model_import)
-    data = group.commands.get("data")
-    if isinstance(data, click.Group):
-        data.add_command(data_import)
+    if "data" in tree.groups:
+        @tree.groups["data"].command("import")
+        def data_import(path: PathArg,
+                        artifact: Annotated[Literal[DATA_ARTIFACTS], typer.Option(  # type: ignore[valid-type]
+                            "--as", help="The artifact to record.", show_default=False)],
+                        config: ConfigOpt = "default", env_file: EnvFileOpt = None, debug: DebugOpt = False) -> int:
+            """Register a prepared data folder (a data prep output's version folder) as an artifact, after checking
+            it."""
+            return _run("data", path, artifact, config, env_file)
 
 
 __all__ = ["add_import_commands", "check_checkpoint", "check_data", "register"]

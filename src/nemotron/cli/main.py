@@ -1,18 +1,27 @@
-"""The ``nemotron`` command line.
+"""The ``nemotron`` command line, built on Typer.
 
 Every stage command is generated from the registry (:mod:`nemotron.config.registry`); they all take the
-same options and go through one function, :func:`nemotron.cli.pipeline.run_stage`. This module imports
-only click and the registry, so ``nemotron --help`` stays fast; everything else is imported when a
-command runs.
+same options and go through one function, :func:`nemotron.cli.pipeline.run_stage`. The tree is built with
+Typer's own API: ``typer.Typer`` and ``app.command`` over functions whose signatures carry ``typer.Option`` /
+``typer.Argument`` in ``Annotated`` (a stage's signature is made from its registry row), ``typer.main.get_command``,
+and ``cls=`` subclasses of Typer's ``TyperGroup`` / ``TyperCommand``: :class:`LazyGroup` builds a sub-command when
+the command line reaches it (Typer builds a whole tree up front, ~40 commands: too slow for ``--help``), in the
+registry's order; :class:`StageCommand` ends a stage's help with the sections read from its files. Typer's help
+is the plain formatter (``rich_markup_mode=None``: rich is not imported for ``--help``). This module imports only
+Typer and the registry, so ``nemotron --help`` stays fast (``bench/cli_startup.py``); a stage's help sections
+(:mod:`nemotron.cli.stagehelp`) and the shell completion (:mod:`nemotron.cli.complete`) are imported when they are
+shown or asked for, and everything else when a command runs.
 """
 
-from __future__ import annotations
 
+import inspect
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any, Optional
 
-import click
+import typer
+from typer.core import TyperCommand, TyperGroup
 
 from nemotron import __version__
 from nemotron.config.registry import STAGES, Stage, recipes
@@ -20,12 +29,17 @@ from nemotron.errors import NemotronError, UsageError
 
 _GROUP_HELP = {"data": "Data stages.", "prep": "Data preparation: raw text, chat data and RL prompts into training formats."}
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+_KW = inspect.Parameter.KEYWORD_ONLY
 
 
-def _one_config(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> str | None:
+def one_config(value: list[str] | None) -> str | None:
     """``-c`` once: configs are layered inside YAML files (``defaults:``, docs/configs.md), not on the command line,
-    so a second ``-c`` is refused instead of silently replacing the first."""
-    if len(value) > 1:
+    so a second ``-c`` is refused instead of silently replacing the first.
+
+    Raises:
+        UsageError: ``-c`` given more than once (the message lists the values).
+    """
+    if value and len(value) > 1:
         raise UsageError(f"-c given {len(value)} times ({', '.join(value)}); a command takes one config",
                          "layer configs in a YAML file with `defaults: [NAME, ...]` and pass it with -c PATH "
                          "(docs/configs.md), or set keys with key=value")
@@ -55,40 +69,231 @@ def has_estimate(stage: Stage) -> bool:
     return stage.family.estimate
 
 
-def _stage_params(stage: Stage) -> list[click.Parameter]:
+# ------------------------------------------------------------------------------------------- completion hooks
+# Typer calls these with (ctx, args, incomplete) while a shell completes a word; each imports its module then, so
+# building the tree costs nothing for them.
+def _complete_config(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    from nemotron.cli.complete import configs
+
+    return configs(ctx, incomplete)
+
+
+def _complete_profile(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    from nemotron.cli.complete import profiles
+
+    return profiles(ctx, incomplete)
+
+
+def _complete_overrides(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    from nemotron.cli.complete import overrides
+
+    return overrides(ctx, incomplete)
+
+
+def _complete_pipe_stages(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    from nemotron.cli.complete import pipe_words
+
+    return pipe_words(ctx, incomplete)
+
+
+def _complete_stage_name(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    from nemotron.cli.complete import stage_names
+
+    return stage_names(ctx, incomplete)
+
+
+# ------------------------------------------------------------------------------------------------ tree pieces
+class _Interrupted(Exception):
+    """A Ctrl-C inside a command, carried past Typer (which would turn it into a silent exit 130) to
+    :func:`main`, which prints the one ``interrupted`` line."""
+
+
+class BoolHelp:
+    """Typer 0.29's ``--help`` option has no default (None when not given), and Typer coerces every non-bool value
+    through a pydantic ``TypeAdapter``: importing pydantic and building one on every command line (~0.1-0.2 s,
+    ``bench/cli_startup.py``) only to learn that ``--help`` was not given. Its default here is ``False``, a bool,
+    which Typer passes through as it is."""
+
+    def get_help_option(self, ctx: typer.Context) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None and option.default is None:
+            option.default = False
+        return option
+
+
+class Command(BoolHelp, TyperCommand):
+    """A leaf command (Typer's ``TyperCommand``) with :class:`BoolHelp`."""
+
+
+class LazyGroup(BoolHelp, TyperGroup):
+    """A Typer group whose sub-commands are built when first asked for (:meth:`get_command`), and listed in the
+    order they were declared (registry order: pipeline order; Typer itself lists commands before sub-groups).
+
+    ``entries`` maps each name to ``(help, whole, build)``: the help listing shows ``help`` (whole, or its first
+    sentence cut to the width) without building anything, so ``nemotron --help`` builds three commands, not the ~40
+    of the tree (``bench/cli_startup.py``).
+    """
+
+    entries: dict[str, tuple[str, bool, Callable[[], Any]]] = {}
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
+        return [*self.entries, *(n for n in self.commands if n not in self.entries)]
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:  # type: ignore[override]
+        if cmd_name not in self.commands and cmd_name in self.entries:
+            self.commands[cmd_name] = self.entries[cmd_name][2]()
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: typer.Context, formatter: Any) -> None:  # type: ignore[override]
+        names = self.list_commands(ctx)
+        if names:
+            limit = formatter.width - 6 - max(map(len, names))
+            rows = []
+            for n in names:
+                text, whole = self.entries[n][:2] if n in self.entries else (self.commands[n].help or "", False)
+                rows.append((n, " ".join(text.split()) if whole else short_help(text, limit)))
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted(str(exc)) from None
+
+
+def short_help(text: str, limit: int = 45) -> str:
+    """The first sentence of ``text`` (its first paragraph when that ends the sentence), cut at a word to
+    ``limit`` characters with ``...``, as a help listing shows it."""
+    para = " ".join(text.strip().split("\n\n", 1)[0].split())
+    first = para.split(". ", 1)[0].rstrip(".")
+    if len(first) <= limit:
+        return first + ("." if para.endswith(".") or ". " in para else "")
+    return first[: max(limit - 3, 1)].rsplit(" ", 1)[0].rstrip(",;:") + "..."
+
+
+class StageCommand(BoolHelp, TyperCommand):
+    """A stage's command: its help ends with the sections read from its files (:mod:`nemotron.cli.stagehelp`):
+    configs, every config key with type, default and description, artifact inputs, profiles and examples."""
+
+    stage: Stage
+
+    def format_epilog(self, ctx: typer.Context, formatter: Any) -> None:  # type: ignore[override]
+        from nemotron.cli.stagehelp import stage_sections
+
+        for line in stage_sections(self.stage, formatter.width):
+            formatter.write(f"{line}\n" if line else "\n")
+
+
+def _show_help_if_bare(ctx: typer.Context) -> None:
+    """A group called without a sub-command prints its help (exit 0), as ``--help`` would."""
+    if ctx.invoked_subcommand is None and not ctx.resilient_parsing:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+
+
+def _leaf(name: str, func: Callable[..., Any], kw: dict[str, Any]) -> Any:
+    """One command, built by Typer from ``func``'s signature (``app.command`` on an app of its own)."""
+    app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
+    app.command(name, context_settings=_CONTEXT, **{"cls": Command, **kw})(func)
+    return typer.main.get_command(app)
+
+
+class Tree:
+    """A command group as declared: its help, callback and entries (sub-groups and commands, in order).
+    :meth:`build` makes the Typer group; each entry is built by Typer when the command line reaches it."""
+
+    def __init__(self, name: str, help_text: str, callback: Callable[..., Any] = _show_help_if_bare) -> None:
+        self.name, self.help, self.callback = name, help_text, callback
+        self.fill: Callable[[Tree], None] | None = None
+        self.entries: dict[str, tuple[str, bool, Callable[[], Any]]] = {}
+        self.groups: dict[str, Tree] = {}
+
+    def group(self, name: str, help_text: str, fill: Callable[["Tree"], None] | None = None) -> "Tree":
+        """The sub-group ``name``, declared on first use. ``fill(group)`` declares its entries when it is built
+        (a recipe's ~25 commands are not even declared for ``nemotron --help``)."""
+        if name not in self.groups:
+            self.groups[name] = Tree(name, help_text)
+            self.entries[name] = (help_text, False, self.groups[name].build)
+        if fill is not None:
+            self.groups[name].fill = fill
+        return self.groups[name]
+
+    def command(self, name: str, short: str | None = None, **kw: Any) -> Callable[[Callable[..., Any]], Any]:
+        """Declare command ``name`` (``app.command(name, **kw)`` on the decorated function, when it is built)."""
+        def declare(func: Callable[..., Any]) -> Callable[..., Any]:
+            self.lazy(name, short or kw.get("help") or func.__doc__ or "", lambda: func, whole=short is not None, **kw)
+            return func
+
+        return declare
+
+    def lazy(self, name: str, short: str, make: Callable[[], Callable[..., Any]], whole: bool = False,
+             **kw: Any) -> None:
+        """Declare command ``name`` whose function ``make()`` returns when the command is built; ``short`` is its
+        line in the group's listing (``whole``: shown whole, else its first sentence)."""
+        self.entries[name] = (short, whole, lambda: _leaf(name, make(), kw))
+
+    def build(self) -> TyperGroup:
+        """The group, as Typer builds it (``typer.main.get_command`` of a ``typer.Typer`` with this group's
+        callback; ``cls`` is a :class:`LazyGroup` over this group's entries)."""
+        if self.fill is not None:
+            fill, self.fill = self.fill, None
+            fill(self)
+        cls = type("LazyGroup", (LazyGroup,), {"entries": self.entries})
+        app = typer.Typer(name=self.name, help=self.help, cls=cls,
+                          context_settings=_CONTEXT, rich_markup_mode=None, add_completion=False,
+                          pretty_exceptions_enable=False, invoke_without_command=True, callback=self.callback)
+        return typer.main.get_command(app)  # type: ignore[return-value]
+
+
+def _opt(name: str, annotation: Any, default: Any, *decls: str, **kw: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, _KW, default=default, annotation=Annotated[annotation, typer.Option(*decls, **kw)])
+
+
+def _stage_parameters(stage: Stage) -> list[inspect.Parameter]:
+    """The stage command's parameters, as a signature Typer reads (``typer.Option`` / ``typer.Argument``)."""
     estimate = has_estimate(stage)
-    return [
-        click.Option(["-c", "--config"], metavar="NAME|PATH", multiple=True, callback=_one_config,
-                     help="Config of the stage (default, tiny, local, ...) or a YAML file; default: default."),
-        click.Option(["--run", "run_profile"], metavar="PROFILE",
-                     help="Run attached on this env.toml profile: stream logs, exit with the job's result."),
-        click.Option(["--batch", "batch_profile"], metavar="PROFILE",
-                     help="Submit detached on this env.toml profile and print the job id."),
-        click.Option(["--dry-run"], is_flag=True,
-                     help="Compile, validate and show the config, resources and exact job; submit nothing. "
-                          "Its verdict comes first, then the details."),
-        click.Option(["-q", "--quiet"], is_flag=True,
-                     help="With --dry-run: print the verdict alone (and the errors); the exit code is the same."),
-        click.Option(["--env-file"], metavar="PATH",
-                     help="env.toml to read profiles from (default: $NEMOTRON_ENV_FILE, ./env.toml upward, "
-                          "~/.config/nemotron/env.toml)."),
-        click.Option(["--debug"], is_flag=True, help="Show tracebacks."),
-        click.Option(["--latest"], is_flag=True,
-                     help="Make this run's output the latest for its consumers even when it is written outside the "
-                          "default output folders (a scratch output_dir=); without it such an output is taken only "
-                          "when pinned by version."),
-        click.Option(["--json"], is_flag=True,
-                     help=f"With --dry-run{' or estimate' if estimate else ''}: one JSON document on stdout "
-                          "(docs/schema/)."),
-        click.Argument(["overrides"], nargs=-1,
-                       metavar=f"{'[estimate] ' if estimate else ''}[key=value | +key=value | ~key]..."),
+    params = [
+        _opt("config", Optional[list[str]], None, "-c", "--config", metavar="NAME|PATH",
+             autocompletion=_complete_config,
+             help="Config of the stage (default, tiny, local, ...; listed below) or a YAML file; default: default."),
+        _opt("run_profile", Optional[str], None, "--run", metavar="PROFILE", autocompletion=_complete_profile,
+             help="Run attached on this env.toml profile: stream logs, exit with the job's result."),
+        _opt("batch_profile", Optional[str], None, "--batch", metavar="PROFILE", autocompletion=_complete_profile,
+             help="Submit detached on this env.toml profile and print the job id."),
+        _opt("dry_run", bool, False, "--dry-run",
+             help="Compile, validate and show the config, resources and exact job; submit nothing. "
+                  "Its verdict comes first, then the details."),
+        _opt("quiet", bool, False, "-q", "--quiet",
+             help="With --dry-run: print the verdict alone (and the errors); the exit code is the same."),
+        _opt("env_file", Optional[str], None, "--env-file", metavar="PATH",
+             help="env.toml to read profiles from (default: $NEMOTRON_ENV_FILE, ./env.toml upward, "
+                  "~/.config/nemotron/env.toml)."),
+        _opt("debug", bool, False, "--debug", help="Show tracebacks."),
+        _opt("latest", bool, False, "--latest",
+             help="Make this run's output the latest for its consumers even when it is written outside the "
+                  "default output folders (a scratch output_dir=); without it such an output is taken only "
+                  "when pinned by version."),
+        _opt("json", bool, False, "--json",
+             help=f"With --dry-run{' or estimate' if estimate else ''}: one JSON document on stdout (docs/schema/)."),
     ]
+    if stage.family.compare:
+        params.append(_opt("compare", Optional[tuple[str, str]], None, "--compare", metavar="A B",
+                           help="Print the deltas of two eval results (eval.json, its folder, or eval-results[:vN]); "
+                                "runs nothing."))
+    what = "Overrides: key=value (must exist), +key=value (add), ~key (delete); every key is listed below" + (
+        "; the word estimate first prints the run's cost instead of running it" if estimate else "") + "."
+    params.append(inspect.Parameter("overrides", _KW, default=None, annotation=Annotated[
+        Optional[list[str]], typer.Argument(metavar="estimate|KEY=VALUE" if estimate else "KEY=VALUE",
+                                            show_default=False, autocompletion=_complete_overrides, help=what)]))
+    return params
 
 
-def _stage_command(stage: Stage) -> click.Command:
+def _stage_callback(stage: Stage) -> Callable[..., int]:
     def callback(**kwargs: Any) -> int:
         from nemotron.cli.pipeline import StageRequest, run_stage
 
+        kwargs["config"] = one_config(kwargs.get("config"))
         compare = kwargs.pop("compare", None)
         if compare:  # eval --compare A B: a table of the deltas of two eval.json, nothing runs
             from nemotron.runtime.evaluate import CompareError
@@ -113,6 +318,13 @@ def _stage_command(stage: Stage) -> click.Command:
             return run_report(req)
         return run_stage(req)
 
+    signature = inspect.Signature(_stage_parameters(stage), return_annotation=int)
+    callback.__signature__ = signature  # type: ignore[attr-defined]
+    callback.__name__ = stage.name.replace("-", "_")
+    return callback
+
+
+def _add_stage(parent: Tree, stage: Stage) -> None:
     help_text = (
         f"{stage.summary}\n\nConsumes: {', '.join(stage.consumes) or 'raw inputs'}. "
         f"Produces: {', '.join(stage.produces)}. Launch: {stage.launch}.\n\n"
@@ -121,71 +333,43 @@ def _stage_command(stage: Stage) -> click.Command:
         + ("\n\nThe word estimate (after the options) prints the run's step time, GPU-hours, jobs and checkpoint "
            "bytes instead of running it (docs/estimate.md)." if has_estimate(stage) else "")
     )
-    params = _stage_params(stage)
-    if stage.family.compare:
-        params.insert(-1, click.Option(["--compare"], nargs=2, metavar="A B",
-                                       help="Print the deltas of two eval results (eval.json, its folder, or "
-                                            "eval-results[:vN]); runs nothing."))
-    return click.Command(stage.command[-1], params=params, callback=callback, help=help_text,
-                         short_help=stage.summary, context_settings=_CONTEXT, no_args_is_help=False)
+    cls = type("StageCommand", (StageCommand,), {"stage": stage})
+    parent.lazy(stage.command[-1], stage.summary, lambda: _stage_callback(stage), whole=True, cls=cls,
+                help=help_text, short_help=stage.summary)
 
 
-class _Interrupted(Exception):
-    """A Ctrl-C inside a command, carried past click (which would print a blank line and drop the detail)
-    to :func:`main`, which prints the one ``interrupted`` line."""
+# ------------------------------------------------------------------------------------------------- the tree
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (docs/schema/).")]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
+EnvFileOpt = Annotated[Optional[str], typer.Option("--env-file", metavar="PATH",
+                                                   help="env.toml to read profiles from.")]
+IdentArg = Annotated[Optional[str], typer.Argument(metavar="[ID]", show_default=False)]
 
 
-class _OrderedGroup(click.Group):
-    """Lists sub-commands in pipeline order (registry order), not alphabetically."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt as exc:
-            raise _Interrupted(str(exc)) from None
-
-
-def _group(name: str, help_text: str) -> click.Group:
-    return _OrderedGroup(name, help=help_text, context_settings=_CONTEXT, no_args_is_help=True)
-
-
-def _recipe_group(recipe: str) -> click.Group:
-    group = _group(recipe, f"Nemotron 3 Ultra pipeline stages ({recipe}).")
+def _recipe_tree(tree: Tree, recipe: str) -> None:
+    """Declare the commands of ``recipe``'s group: its stages (from the registry), then the job and data tools."""
     for stage in (s for s in STAGES if s.recipe == recipe):
-        parent = group
+        parent = tree
         for word in stage.command[:-1]:
-            sub = parent.commands.get(word)
-            if sub is None:
-                sub = _group(word, _GROUP_HELP.get(word, f"{word} stages."))
-                parent.add_command(sub)
-            parent = sub  # type: ignore[assignment]
-        parent.add_command(_stage_command(stage))
+            parent = parent.group(word, _GROUP_HELP.get(word, f"{word} stages."))
+        _add_stage(parent, stage)
 
-    @group.command("list", context_settings=_CONTEXT)
-    @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (docs/schema/list.schema.json).")
-    def list_stages(as_json: bool) -> int:
-        """List the stages, their configs and what each consumes and produces."""
+    @tree.command("list")
+    def list_stages(as_json: JsonOpt = False) -> int:
+        """List the stages, their configs and what each consumes and produces (--json: docs/schema/list.schema.json)."""
         from nemotron.cli.pipeline import list_stages as show
 
         return show(recipe, as_json)
 
-    @group.command("status", context_settings=_CONTEXT)
-    @click.argument("ident", required=False, metavar="[ID]")
-    @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (docs/schema/status.schema.json).")
-    @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    def status(ident: str | None, as_json: bool, debug: bool) -> int:
+    @tree.command("status")
+    def status(ident: IdentArg = None, as_json: JsonOpt = False, debug: DebugOpt = False) -> int:
         """State of a submitted job (experiment id or Slurm job id; default: the most recent)."""
         from nemotron.cli.pipeline import job_status
 
         return job_status(ident, as_json)
 
-    @group.command("jobs", context_settings=_CONTEXT)
-    @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (docs/schema/jobs.schema.json).")
-    @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    def jobs_list(as_json: bool, debug: bool) -> int:
+    @tree.command("jobs")
+    def jobs_list(as_json: JsonOpt = False, debug: DebugOpt = False) -> int:
         """List the jobs submitted from this machine, newest first: id, stage, config, profile, state, run folder."""
         from nemotron.cli.pipeline import job_list
 
@@ -193,47 +377,50 @@ def _recipe_group(recipe: str) -> click.Group:
 
     from nemotron.cli.tools import add_recipe_tools
 
-    add_recipe_tools(group, recipe, _CONTEXT)
+    add_recipe_tools(tree, _CONTEXT)
     from nemotron.cli.imports import add_import_commands
 
-    add_import_commands(group, _CONTEXT, _group)
+    add_import_commands(tree)
 
-    @group.command("logs", context_settings=_CONTEXT)
-    @click.argument("ident", required=False, metavar="[ID]")
-    @click.option("-f", "--follow", is_flag=True, help="Keep streaming until the job ends.")
-    @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    def logs(ident: str | None, follow: bool, debug: bool) -> int:
+    @tree.command("logs")
+    def logs(ident: IdentArg = None,
+             follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep streaming until the job ends.")] = False,
+             debug: DebugOpt = False) -> int:
         """Logs of a submitted job (default: the most recent)."""
         from nemotron.cli.pipeline import job_logs
 
         return job_logs(ident, follow)
 
-    @group.command("cancel", context_settings=_CONTEXT)
-    @click.argument("ident", metavar="ID")
-    @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    def cancel(ident: str, debug: bool) -> int:
+    @tree.command("cancel")
+    def cancel(ident: Annotated[str, typer.Argument(metavar="ID", show_default=False)], debug: DebugOpt = False) -> int:
         """Cancel a submitted job (experiment id or Slurm job id)."""
         from nemotron.cli.pipeline import job_cancel
 
         return job_cancel(ident)
 
-    @group.command("pipe", context_settings=_CONTEXT)
-    @click.argument("stages", nargs=-1, metavar="[STAGE...] [STAGE:key=value...]")
-    @click.option("-c", "--config", metavar="NAME", multiple=True, callback=_one_config,
-                  help="Config name used for every stage (default: default).")
-    @click.option("--run", "run_profile", metavar="PROFILE",
-                  help="Run the chain attached on this profile.")
-    @click.option("--batch", "batch_profile", metavar="PROFILE",
-                  help="Submit the chain detached on this profile.")
-    @click.option("--dry-run", is_flag=True, help="Show the whole chain; submit nothing. The chain's verdict comes "
-                  "first, then each stage's report.")
-    @click.option("-q", "--quiet", is_flag=True, help="With --dry-run: the verdicts alone (and the errors).")
-    @click.option("--env-file", metavar="PATH", help="env.toml to read profiles from.")
-    @click.option("--gates", metavar="PATH",
-                  help="YAML of per-stage gates ({stage: {metric: {max|min|max_drop: X}}}): a failed one stops the "
-                       "chain run here.")
-    @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    def pipe(**kwargs: Any) -> int:
+    @tree.command("pipe")
+    def pipe(
+        stages: Annotated[Optional[list[str]], typer.Argument(
+            metavar="[STAGE...] [STAGE:key=value...]", show_default=False,
+            autocompletion=_complete_pipe_stages)] = None,
+        config: Annotated[Optional[list[str]], typer.Option(
+            "-c", "--config", metavar="NAME", help="Config name used for every stage (default: default).")] = None,
+        run_profile: Annotated[Optional[str], typer.Option(
+            "--run", metavar="PROFILE", autocompletion=_complete_profile,
+            help="Run the chain attached on this profile.")] = None,
+        batch_profile: Annotated[Optional[str], typer.Option(
+            "--batch", metavar="PROFILE", autocompletion=_complete_profile,
+            help="Submit the chain detached on this profile.")] = None,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the whole chain; submit nothing. The chain's "
+                                              "verdict comes first, then each stage's report.")] = False,
+        quiet: Annotated[bool, typer.Option("-q", "--quiet", help="With --dry-run: the verdicts alone (and the "
+                                            "errors).")] = False,
+        env_file: EnvFileOpt = None,
+        gates: Annotated[Optional[str], typer.Option(
+            "--gates", metavar="PATH", help="YAML of per-stage gates ({stage: {metric: {max|min|max_drop: X}}}): a "
+                                            "failed one stops the chain run here.")] = None,
+        debug: DebugOpt = False,
+    ) -> int:
         """Run several stages in order, each consuming the artifacts of the one before.
 
         STAGE names: data-prep-pretrain, pretrain, sft, ... (all stages when none given).
@@ -241,55 +428,91 @@ def _recipe_group(recipe: str) -> click.Group:
         """
         from nemotron.cli.pipeline import run_pipe
 
+        kwargs = {"stages": stages, "config": one_config(config), "run_profile": run_profile,
+                  "batch_profile": batch_profile, "dry_run": dry_run, "quiet": quiet, "env_file": env_file,
+                  "gates": gates, "debug": debug}
         check_profile_names(kwargs)
         return run_pipe(recipe, kwargs)
 
-    return group
+
+def _show_version(ctx: typer.Context, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        typer.echo(f"nemotron {__version__}")
+        raise typer.Exit(0)
 
 
-def build_cli() -> click.Group:
-    """The root command group. Commands are built from the registry; a stage whose command cannot be
-    built raises here instead of silently disappearing from the tree."""
-    root = _group("nemotron", "Train Nemotron 3 Ultra: data prep, pretrain, SFT, RL, distillation and "
-                  "quantization as one staged pipeline on Slurm (NeMo-Run).")
+def _install_completion(ctx: typer.Context, param: typer.CallbackParam, value: bool) -> Any:
+    if value and not ctx.resilient_parsing:
+        from typer.completion import install_callback
 
-    def show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-        if value and not ctx.resilient_parsing:
-            click.echo(f"nemotron {__version__}")
-            ctx.exit(0)
+        return install_callback(ctx, param, value)  # writes the script for the shell it detects, exits 0
+    return value
 
-    root.params.append(click.Option(["--version"], is_flag=True, expose_value=False, is_eager=True,
-                                    callback=show_version, help="Show the version and exit."))
+
+def _show_completion(ctx: typer.Context, param: typer.CallbackParam, value: bool) -> Any:
+    if value and not ctx.resilient_parsing:
+        from typer.completion import show_callback
+
+        return show_callback(ctx, param, value)  # prints the script for the shell it detects, exits 0
+    return value
+
+
+def _root_callback(
+    ctx: typer.Context,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, expose_value=False, callback=_show_version,
+                                          help="Show the version and exit.")] = False,
+    install_completion: Annotated[bool, typer.Option(
+        "--install-completion", expose_value=False, callback=_install_completion,
+        help="Install completion for the current shell (bash, zsh, fish, PowerShell): stages, -c names, profiles, "
+             "config keys.")] = False,
+    show_completion: Annotated[bool, typer.Option(
+        "--show-completion", expose_value=False, callback=_show_completion,
+        help="Show completion for the current shell, to copy it or customize the installation.")] = False,
+) -> None:
+    # Typer's own --install-completion/--show-completion (add_completion=True) default to None, and Typer coerces a
+    # non-bool value through pydantic, imported and built for every command then (~0.1-0.2 s); these are the same
+    # options as bool flags, calling Typer's own callbacks.
+    _show_help_if_bare(ctx)
+
+
+def build_tree() -> Tree:
+    """The root group as declared: the recipe groups from the registry, ``kit`` and ``profiles``; with
+    ``--install-completion`` / ``--show-completion`` (Typer's; :mod:`nemotron.cli.complete` answers the shell)."""
+    root = Tree("nemotron", "Train Nemotron 3 Ultra: data prep, pretrain, SFT, RL, distillation and quantization as "
+                "one staged pipeline on Slurm (NeMo-Run).", callback=_root_callback)
     for recipe in recipes():
-        root.add_command(_recipe_group(recipe))
+        root.group(recipe, f"Nemotron 3 Ultra pipeline stages ({recipe}).",
+                   fill=lambda tree, recipe=recipe: _recipe_tree(tree, recipe))
 
-    kit = _group("kit", "Tools around the pipeline.")
-    slurm = _group("slurm", "Slurm tools.")
-    kit.add_command(slurm)
-    root.add_command(kit)
+    slurm = root.group("kit", "Tools around the pipeline.").group("slurm", "Slurm tools.")
 
-    @slurm.command("build", context_settings=_CONTEXT)
-    @click.argument("profile", required=False)
-    @click.option("--recipe", default="ultra3", show_default=True, help="Recipe of the stage.")
-    @click.option("--stage", "stage_name", help="Stage whose image to build (e.g. pretrain, data-prep-sft); "
-                  "default: every image the recipe's stages use.")
-    @click.option("--dry-run", is_flag=True, help="Show the build job; submit nothing.")
-    @click.option("--env-file", metavar="PATH", help="env.toml to read profiles from.")
-    @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    def build(profile: str | None, recipe: str, stage_name: str | None, dry_run: bool, env_file: str | None,
-              debug: bool) -> int:
+    @slurm.command("build")
+    def build(
+        profile: Annotated[Optional[str], typer.Argument(show_default=False, autocompletion=_complete_profile)] = None,
+        recipe: Annotated[str, typer.Option("--recipe", help="Recipe of the stage.")] = "ultra3",
+        stage_name: Annotated[Optional[str], typer.Option(
+            "--stage", autocompletion=_complete_stage_name,
+            help="Stage whose image to build (e.g. pretrain, data-prep-sft); default: every image the recipe's "
+                 "stages use.")] = None,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the build job; submit nothing.")] = False,
+        env_file: EnvFileOpt = None,
+        debug: DebugOpt = False,
+    ) -> int:
         """Build stage container images on a compute node (podman + enroot) into the profile's image_cache
         (default: its job_dir/images). PROFILE defaults to the env.toml's only Slurm profile."""
         from nemotron.launch.kit import slurm_build
 
         return slurm_build(profile, recipe, stage_name, env_file, dry_run)
 
-    @root.command("profiles", context_settings=_CONTEXT)
-    @click.argument("name", required=False)
-    @click.option("--env-file", metavar="PATH", help="env.toml to read (default: discovery order).")
-    @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout (docs/schema/profiles.schema.json).")
-    @click.option("--debug", is_flag=True, help="Show tracebacks.")
-    def profiles(name: str | None, env_file: str | None, as_json: bool, debug: bool) -> int:
+    @root.command("profiles")
+    def profiles(
+        name: Annotated[Optional[str], typer.Argument(show_default=False, autocompletion=_complete_profile)] = None,
+        env_file: Annotated[Optional[str], typer.Option(
+            "--env-file", metavar="PATH", help="env.toml to read (default: discovery order).")] = None,
+        as_json: Annotated[bool, typer.Option(
+            "--json", help="One JSON document on stdout (docs/schema/profiles.schema.json).")] = False,
+        debug: DebugOpt = False,
+    ) -> int:
         """List env.toml profiles, or show one fully resolved (secrets redacted)."""
         from nemotron.cli.pipeline import show_profiles
 
@@ -298,42 +521,53 @@ def build_cli() -> click.Group:
     return root
 
 
+def build_cli() -> TyperGroup:
+    """The root command as Typer builds it (:meth:`Tree.build`); sub-commands are built as they are reached."""
+    return build_tree().build()
+
+
 def _fail(message: str, hint: str | None, code: int) -> int:
     from nemotron.report import readable  # a long message is broken at its clauses, nothing dropped
 
-    click.echo(readable(f"error: {message}"), err=True)
+    typer.echo(readable(f"error: {message}"), err=True)
     if hint:
-        click.echo(readable(f"hint: {hint}"), err=True)
+        typer.echo(readable(f"hint: {hint}"), err=True)
     return code
+
+
+def _usage_error(exc: typer.TyperException) -> int:
+    """A usage error Typer found while parsing (its ``ctx`` names the command): one line and a hint."""
+    ctx = getattr(exc, "ctx", None)
+    cmd = ctx.command_path if ctx is not None else "nemotron"
+    option = getattr(exc, "option_name", None)
+    if option is not None and hasattr(exc, "possibilities"):  # an unknown option
+        close = list(getattr(exc, "possibilities", None) or ())
+        hint = f"did you mean {close[0]}? " if close else ""
+        return _fail(f"no such option {option} for '{cmd}'", f"{hint}see: {cmd} --help", 2)
+    msg = exc.format_message().replace("\n", " ")
+    return _fail(msg[0].lower() + msg[1:] if msg else "usage error", f"see: {cmd} --help", 2)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nemotron`` console script. Returns the process exit code:
-    0 success, 2 usage/config/validation error, 1 runtime/submission failure, 130 Ctrl-C."""
+    0 success, 2 usage/config/validation error, 1 runtime/submission failure, 130 Ctrl-C.
+    A shell asking for completions (``_NEMOTRON_COMPLETE`` set) gets them and the process exits 0 there."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("NEMOTRON_DEBUG") == "1"
     try:
+        if os.environ.get("_NEMOTRON_COMPLETE"):  # a shell asks for completions: Typer's protocol (bash, zsh, ...)
+            from typer.completion import completion_init
+
+            completion_init()
         cli = build_cli()
         rv = cli.main(args=args, prog_name="nemotron", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
-    except click.exceptions.NoArgsIsHelpError as exc:  # a bare group: its help, not an error
-        click.echo(exc.ctx.get_help() if exc.ctx else "")
-        return 0
-    except click.exceptions.NoSuchOption as exc:
-        hint = f"did you mean {exc.possibilities[0]}?" if exc.possibilities else None
-        cmd = exc.ctx.command_path if exc.ctx else "nemotron"
-        return _fail(f"no such option {exc.option_name} for '{cmd}'",
-                     (hint + " " if hint else "") + f"see: {cmd} --help", 2)
-    except click.exceptions.UsageError as exc:
-        cmd = exc.ctx.command_path if exc.ctx else "nemotron"
-        msg = exc.format_message().replace("\n", " ")
-        return _fail(msg[0].lower() + msg[1:] if msg else "usage error", f"see: {cmd} --help", 2)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return exc.exit_code
-    except (_Interrupted, click.exceptions.Abort, KeyboardInterrupt) as exc:  # Ctrl-C: one line (children stay quiet)
+    except (_Interrupted, typer.Abort, KeyboardInterrupt) as exc:  # Ctrl-C: one line (children stay quiet)
         detail = str(exc) if isinstance(exc, _Interrupted) else ""
         start = "\n" if sys.stderr.isatty() else ""  # end the terminal's ^C echo first
-        click.echo(f"{start}interrupted: {detail}" if detail else f"{start}interrupted", err=True)
+        typer.echo(f"{start}interrupted: {detail}" if detail else f"{start}interrupted", err=True)
         return 130
     except NemotronError as exc:
         if debug:
@@ -341,10 +575,15 @@ def main(argv: list[str] | None = None) -> int:
 
             traceback.print_exc()
         return _fail(exc.message, exc.hint, exc.exit_code)
+    except typer.TyperException as exc:  # Typer's parse errors (its ClickException and UsageError derive from it)
+        if getattr(exc, "exit_code", 2) == 2 or getattr(exc, "ctx", None) is not None:
+            return _usage_error(exc)
+        return _fail(exc.format_message(), None, getattr(exc, "exit_code", 1))
     except Exception as exc:  # an unexpected failure: one line, the traceback with --debug
         if debug:
             raise
         return _fail(f"internal error: {type(exc).__name__}: {exc}", "run again with --debug for the traceback", 1)
 
 
-__all__ = ["UsageError", "build_cli", "main"]
+__all__ = ["UsageError", "build_tree", "build_cli", "main"]
+

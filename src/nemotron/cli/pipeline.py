@@ -58,7 +58,7 @@ class StageRequest:
 
     @classmethod
     def from_cli(cls, stage: Stage, kw: dict[str, Any]) -> StageRequest:
-        """Build from click's keyword arguments.
+        """Build from the command's keyword arguments (Typer's parsed options).
 
         Raises:
             UsageError: ``--run`` and ``--batch`` together; ``--quiet`` without ``--dry-run`` or with ``--json``.

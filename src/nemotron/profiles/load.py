@@ -21,7 +21,8 @@ from typing import Any
 from nemotron.config import artifacts
 from nemotron.errors import ConfigError
 from nemotron.profiles.profile import Profile, _build, _line_of, _merge, _normalize_secrets
-from nemotron.profiles.schema import ENV_FILE_NAME, ENV_FILE_VAR, SECTIONS, _suggest
+from nemotron.profiles.discover import find_env_file
+from nemotron.profiles.schema import SECTIONS, _suggest
 from nemotron.profiles.sections import artifacts_root, tracking_env
 
 # --------------------------------------------------------------------------- secrets helpers
@@ -31,33 +32,6 @@ from nemotron.profiles.sections import artifacts_root, tracking_env
 
 
 # --------------------------------------------------------------------------- discovery and loading
-def find_env_file(explicit: str | Path | None = None, cwd: Path | None = None) -> Path | None:
-    """Locate env.toml: ``explicit`` (``--env-file``), else ``$NEMOTRON_ENV_FILE``, else the nearest
-    ``env.toml`` from ``cwd`` (default: the current directory) upward, else
-    ``$XDG_CONFIG_HOME/nemotron/env.toml`` (``$HOME/.config/...`` when unset), else ``None``.
-
-    Raises:
-        ConfigError: ``explicit`` or ``$NEMOTRON_ENV_FILE`` names a file that does not exist, or a folder.
-    """
-    for given, what in ((explicit, "--env-file"), (os.environ.get(ENV_FILE_VAR), f"${ENV_FILE_VAR}")):
-        if given is not None and str(given) != "":
-            path = Path(given).expanduser()
-            if path.is_dir():
-                raise ConfigError(f"{what} {given}: is a folder, not a file",
-                                  f"point {what} at the env.toml file itself, e.g. {Path(given) / ENV_FILE_NAME}")
-            if not path.is_file():
-                raise ConfigError(f"{what} {given}: no such file",
-                                  f"point {what} at an existing env.toml (start from env.toml.example)")
-            return path
-    start = Path(cwd or Path.cwd()).resolve()
-    for folder in (start, *start.parents):
-        if (folder / ENV_FILE_NAME).is_file():
-            return folder / ENV_FILE_NAME
-    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    user_file = Path(config_home) / "nemotron" / ENV_FILE_NAME
-    return user_file if user_file.is_file() else None
-
-
 def load_profiles(path: Path) -> Profiles:
     """Parse an env.toml into :class:`Profiles` (profiles are validated lazily, on :meth:`Profiles.get`;
     the settings sections ``[wandb]`` and ``[artifacts]`` at once, as strictly as profiles).

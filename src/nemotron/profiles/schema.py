@@ -13,13 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nemotron.config.paths import stages_dir
 
-ENV_FILE_VAR = "NEMOTRON_ENV_FILE"
-
-
-ENV_FILE_NAME = "env.toml"
-
-
-SECTIONS = ("wandb", "artifacts")
+from nemotron.profiles.discover import ENV_FILE_NAME, ENV_FILE_VAR, SECTIONS  # noqa: F401 (defined there: stdlib only)
 
 
 EXECUTORS = ("slurm", "local", "ray")

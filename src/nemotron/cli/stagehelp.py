@@ -1,0 +1,325 @@
+"""The long part of ``nemotron ultra3 STAGE --help``, read from the stage's own files when the help is shown.
+
+Sections, in order (:func:`stage_sections`):
+
+* **Configs**: the ``-c`` names of the stage's folder (``stages/<recipe>/<stage>/*.yaml``), each with the first
+  sentence of its header comment.
+* **Config keys**: every key of the stage's ``default.yaml`` (the keys any config or ``key=value`` may set; a
+  key absent from it is unknown: docs/configs.md) and the schema keys every stage has (``run.env.*``), grouped by
+  top-level section, each with its type, its default (``REQUIRED`` where the default is an input nothing in the
+  config supplies: an artifact ``${art:...}`` or an environment variable without a default) and a one-line
+  description: the key's own comment in ``default.yaml`` (the one after its value, else the block just above
+  it). A key whose default is ``null`` takes its type from the stage's other configs (``int|null``).
+* **Artifact inputs**: the keys set from the artifact store, and the two ways to override them (a path, or a
+  pinned version ``${art:NAME:N,FIELD}``).
+* **Profiles**: the profiles of the env.toml a command would find (``$NEMOTRON_ENV_FILE``, ``./env.toml``
+  upward, ``~/.config/nemotron/env.toml``), read without validating them.
+* **Examples**.
+
+Values longer than their column are cut with ``...``; no key name is ever cut. Nothing here imports the
+frameworks; YAML and the config compiler's schema are imported when a stage's help is asked for.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nemotron.config.registry import STAGES, Stage
+
+#: ``${art:NAME[:VERSION],FIELD}`` in a config value.
+ART_RE = re.compile(r"\$\{art:([^,}:]+)(?::([^,}]+))?,([^}]+)\}")
+#: ``${oc.env:VAR}`` without a default: the run needs the variable set.
+ENV_RE = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """One config key as the help lists it: ``key`` dotted (``model.seq_length``), ``type`` (``int``, ``str``,
+    ``int|null``, ...), ``default`` as written in YAML flow form (``REQUIRED`` for an input nothing supplies: its
+    description then starts with the artifact or the variable), ``description`` its comment (may be empty)."""
+
+    key: str
+    type: str
+    default: str
+    description: str
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    m = re.search(r"(?<=[a-z0-9)\]`'])\.(\s|$)", text)
+    return text[: m.start() + 1] if m else text
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 3, 0)].rstrip() + "..."
+
+
+def _type(value: Any) -> str:
+    return {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "map"}.get(type(value), "null")
+
+
+def _flow(value: Any) -> str:
+    from nemotron.config.yamlio import flow
+
+    return flow(value)
+
+
+def _comment_after(line: str, column: int) -> str:
+    """The comment on ``line`` after ``column`` (the end of the value), or ''."""
+    m = re.match(r"\s*#\s?(.*)$", line[column:])
+    return m.group(1).strip() if m else ""
+
+
+def _comment_above(lines: list[str], index: int, column: int = 0) -> str:
+    """The comment paragraph just above line ``index`` whose ``#`` stands at the key's ``column`` (no blank line
+    between; a bare ``#`` line ends a paragraph, so a file's header comment that runs into its first key is not
+    that key's; a comment indented further continues the previous key's own comment), joined."""
+    block: list[str] = []
+    i = index - 1
+    while i >= 0 and lines[i].strip().startswith("#") and len(lines[i]) - len(lines[i].lstrip()) == column:
+        text = lines[i].strip().lstrip("#").strip()
+        if not text and block:
+            break
+        block.insert(0, text)
+        i -= 1
+    while i >= 0 and lines[i].strip().startswith("#"):
+        i -= 1
+    if i < 0:  # the comment runs up to the file's first line: the file's header, not this key's comment
+        return ""
+    return " ".join(b for b in block if b)
+
+
+def file_keys(path: Path) -> list[tuple[str, Any, str]]:
+    """``[(dotted key, value, description), ...]`` for every leaf of the YAML file ``path`` (a leaf: a scalar, a
+    list, or an empty mapping), in file order, each with its comment (:func:`_comment_after`, else
+    :func:`_comment_above`; the first sentence of it).
+
+    Raises:
+        ConfigError: the file cannot be read or parsed (:func:`nemotron.config.yamlio.loads`).
+    """
+    import yaml
+
+    from nemotron.config.yamlio import compose, loads
+
+    text = path.read_text(encoding="utf-8")
+    data = loads(text, str(path))
+    lines = text.splitlines()
+    out: list[tuple[str, Any, str]] = []
+
+    def walk(node: Any, value: Any, prefix: tuple[str, ...]) -> None:
+        for key_node, value_node in node.value:
+            name = str(key_node.value)
+            if name == "defaults" and not prefix:
+                continue
+            sub = value.get(name) if isinstance(value, dict) else None
+            if isinstance(value_node, yaml.MappingNode) and value_node.value:  # a section (block or flow)
+                walk(value_node, sub, (*prefix, name))
+                continue
+            row = key_node.start_mark.line
+            after = (_comment_after(lines[row], value_node.end_mark.column)
+                     if value_node.end_mark.line == row and row < len(lines) else "")
+            about = after or _comment_above(lines, row, key_node.start_mark.column)
+            out.append((".".join((*prefix, name)), sub, _first_sentence(about)))
+
+    root = compose(text)
+    if isinstance(root, yaml.MappingNode):
+        walk(root, data if isinstance(data, dict) else {}, ())
+    return out
+
+
+def _stage_dir(stage: Stage) -> Path:
+    from nemotron.config.paths import stages_dir
+
+    return stages_dir() / stage.config_dir
+
+
+def config_rows(stage: Stage) -> list[tuple[str, str]]:
+    """``[(config name, its description), ...]``: the description is the first sentence of the file's header
+    comment, without its ``name:`` / ``nemotron <recipe> <stage> —`` lead; ``default`` prefers the sentence
+    that says what `default` is."""
+    from nemotron.config.paths import config_names
+
+    rows = []
+    folder = _stage_dir(stage)
+    for name in config_names(stage):
+        try:
+            head = []
+            for line in (folder / f"{name}.yaml").read_text(encoding="utf-8").splitlines():
+                if not line.startswith("#"):
+                    break
+                head.append(line.lstrip("#").strip())
+        except OSError:
+            head = []
+        text = " ".join(h for h in head if h)
+        said = re.search(r"`default` is (.*)", text) if name == "default" else None
+        text = said.group(1) if said else re.sub(rf"^(?:{re.escape(name)}:|nemotron \S+ [^—]*—)\s*", "", text)
+        rows.append((name, _first_sentence(text)))
+    return rows
+
+
+def key_docs(stage: Stage, null_types: bool = True) -> list[KeyDoc]:
+    """Every key of ``stage``'s ``default.yaml`` and the schema keys every stage has (``run.env.*``,
+    :data:`nemotron.config.compile.SCHEMA_DEFAULTS`), as :class:`KeyDoc`, in file order (schema keys where their
+    section is, else first). ``null_types``: a null default's type is read from the stage's other configs (every
+    file of its folder parsed; the completion, which answers while a shell waits, leaves it out)."""
+    from nemotron.config.compile import SCHEMA_DEFAULTS
+    from nemotron.config.tree import leaves
+
+    folder = _stage_dir(stage)
+    rows = file_keys(folder / "default.yaml")
+    known = {k for k, _, _ in rows}
+    schema_about = {"run.env.nodes": "nodes the stage asks for; follows from its parallel layout",
+                    "run.env.gpus_per_node": "GPUs per node; null = the profile's node shape",
+                    "run.env.cpus": "CPUs for a local Ray / process pool; null = all of this machine's"}
+    extra = [(k, v, schema_about.get(k, "")) for k, v in leaves(SCHEMA_DEFAULTS) if k not in known]
+    at = next((i for i, (k, _, _) in enumerate(rows) if k.startswith("run.")), 0)
+    rows[at:at] = extra
+    other: dict[str, set[str]] = {}  # types a null default takes in the other configs
+    for path in sorted(folder.glob("*.yaml")) if null_types else ():
+        if path.name != "default.yaml":
+            try:
+                for key, value, _ in file_keys(path):
+                    if value is not None:
+                        other.setdefault(key, set()).add(_type(value))
+            except Exception:  # a broken sibling config does not break the help; its own command reports it
+                continue
+    docs = []
+    for key, value, about in rows:
+        kind = _type(value)
+        if value is None:
+            kind = "|".join([*sorted(other.get(key, ())), "null"]) if other.get(key) else "any"
+        default = _flow(value)
+        if isinstance(value, str) and (ART_RE.search(value) or ENV_RE.search(value)):
+            art, env = ART_RE.search(value), ENV_RE.search(value)
+            default = "REQUIRED"
+            need = f"artifact {art.group(1)}, see Artifact inputs" if art else \
+                f"export {env.group(1)}"  # type: ignore[union-attr]
+            about = f"{need}; {about}" if about else need
+        docs.append(KeyDoc(key, kind, default, about))
+    return docs
+
+
+def artifact_rows(stage: Stage) -> list[tuple[str, str, str | None, str]]:
+    """``[(key, artifact, version or None, field), ...]``: the keys of ``default.yaml`` set from the artifact store."""
+    rows = []
+    for key, value, _ in file_keys(_stage_dir(stage) / "default.yaml"):
+        for m in ART_RE.finditer(value) if isinstance(value, str) else ():
+            rows.append((key, m.group(1), m.group(2), m.group(3)))
+    return rows
+
+
+def profile_rows(env_file: str | None = None) -> tuple[str, list[tuple[str, str]]]:
+    """``(where, [(profile, executor), ...])``: the env.toml a command would find and its profiles; ``where`` says
+    why there are none (no file found, or the error of ``$NEMOTRON_ENV_FILE``)."""
+    from nemotron.errors import ConfigError
+    from nemotron.profiles.discover import find_env_file, profile_names
+
+    try:
+        path = find_env_file(env_file)
+    except ConfigError as exc:
+        return exc.message, []
+    if path is None:
+        return "no env.toml found (cp env.toml.example env.toml; docs/profiles.md)", []
+    return str(path), profile_names(path)
+
+
+def examples(stage: Stage, docs: list[KeyDoc], profiles: list[tuple[str, str]]) -> list[str]:
+    """Command lines for ``stage``: on this machine, a dry run on a cluster profile, a key override, and the
+    stage's own words (``estimate``, ``--compare``)."""
+    from nemotron.config.paths import config_names
+
+    cmd = f"nemotron {stage.title}"
+    names = config_names(stage)
+    cluster = next((n for n, ex in profiles if ex in ("slurm", "ray")), "PROFILE")
+    here = "local" if "local" in names else "tiny"
+    out = [f"{cmd} -c {here}{'' if stage.gpu and here == 'local' else ' --dry-run'}" if here in names
+           else f"{cmd} --dry-run",
+           f"{cmd} -c tiny --run {cluster} --dry-run" if "tiny" in names else f"{cmd} --run {cluster} --dry-run"]
+    sample = next((d for d in docs if d.type == "int" and not d.key.startswith("run.")), None)
+    if sample:
+        out.append(f"{cmd} -c {here} {sample.key}={sample.default} --dry-run")
+    if stage.family.estimate:
+        out.append(f"{cmd} -c tiny estimate --batch {cluster}")
+    if stage.family.compare:
+        out.append(f"{cmd} --compare eval-results:v1 eval-results:v2")
+    following = [s for s in STAGES if s.recipe == stage.recipe and set(s.consumes) & set(stage.produces)]
+    if following:
+        out.append(f"nemotron {stage.recipe} pipe {stage.name} {following[0].name} -c {here} --dry-run")
+    return out
+
+
+def _table(rows: list[tuple[str, ...]], width: int, indent: int = 2, cap: int = 36) -> list[str]:
+    """Rows as aligned columns; the last column takes what is left of ``width`` and is cut with ``...``; the
+    first column (a name) is never cut (a longer one pushes its row)."""
+    if not rows:
+        return []
+    ncol = len(rows[0])
+    widths = [min(max(len(r[i]) for r in rows), cap if i == 0 else 22) for i in range(ncol - 1)]
+    out = []
+    for row in rows:
+        cells, used = [], indent
+        for i in range(ncol - 1):
+            text = row[i] if i == 0 else _cut(row[i], widths[i])
+            cells.append(text.ljust(widths[i]))
+            used += max(len(text), widths[i]) + 2
+        last = _cut(row[-1], max(width - used, 12))
+        out.append((" " * indent + "  ".join([*cells, last])).rstrip())
+    return out
+
+
+def key_lines(docs: list[KeyDoc], width: int) -> list[str]:
+    """The key table, a blank line between top-level sections. At ``width`` >= 100 (a wide terminal) one line per
+    key (key, type, default, description); narrower, the description goes on a line of its own below its key."""
+    rows = [(d.key, d.type, d.default, d.description) for d in docs]
+    wide = width >= 100
+    lines = _table(rows if wide else [r[:3] for r in rows], width)
+    out: list[str] = []
+    for i, (line, d) in enumerate(zip(lines, docs)):
+        before = docs[i - 1].key if i else ""
+        if i and d.key.split(".", 1)[0] != before.split(".", 1)[0] and ("." in d.key or "." in before):
+            out.append("")
+        out.append(line)
+        if not wide and d.description:
+            out.append(_cut("      " + d.description, width))
+    return out
+
+
+def stage_sections(stage: Stage, width: int = 100) -> list[str]:
+    """The help sections of ``stage`` as lines of at most ``width`` characters (a key name longer than its
+    column may push a row past it). A file that cannot be read is one line in its section, not a failure of
+    ``--help``."""
+    from nemotron.errors import NemotronError
+
+    out: list[str] = []
+    rel = f"stages/{stage.config_dir}/"
+    out += ["", f"Configs (-c NAME, files of {rel}; or -c PATH to a YAML file):"]
+    out += _table(config_rows(stage), width)
+    try:
+        docs = key_docs(stage)
+    except NemotronError as exc:
+        docs = []
+        out += ["", f"Config keys: {rel}default.yaml cannot be read: {exc.message}"]
+    if docs:
+        out += ["", f"Config keys ({rel}default.yaml; every key a config or key=value may set, {len(docs)}):"]
+        out += key_lines(docs, width)
+        if stage.family.nemo_rl:
+            out.append(f"  (and every key of the NeMo RL recipe that nemo_rl.base names: the layer below default.yaml; "
+                       f"see them with: nemotron {stage.title} --dry-run)")
+    arts = artifact_rows(stage) if docs else []
+    if arts:
+        out += ["", "Artifact inputs (the latest version recorded where the run runs;",
+                "  KEY=PATH takes a path instead, 'KEY=${art:NAME:N,FIELD}' pins version N):"]
+        out += [f"  {key} = ${{art:{name}{':' + version if version else ''},{field}}}"
+                for key, name, version, field in arts]
+    where, profiles = profile_rows()
+    out += ["", f"Profiles (--run / --batch PROFILE; {where}):"]
+    out += _table([(n, ex) for n, ex in profiles], width) if profiles else ["  none"]
+    out += ["", "Examples:"] + [f"  {line}" for line in examples(stage, docs, profiles)]
+    return out
+
+
+__all__ = ["KeyDoc", "artifact_rows", "config_rows", "examples", "file_keys", "key_docs", "key_lines", "profile_rows",
+           "stage_sections"]

@@ -1,0 +1,234 @@
+"""The Typer command line's help and shell completion, on the real tree and the configs shipped in ``stages/``.
+
+A stage's ``--help`` lists its configs, every key of its ``default.yaml`` (type, default or REQUIRED, the key's
+comment), its artifact inputs, the env.toml profiles and examples; the shell completion (Typer's protocol, the
+variable ``_NEMOTRON_COMPLETE``) answers stages, ``-c`` names, profiles and config keys. Expected names are read
+here independently of the code under test (the YAML with the project's loader, env.toml with ``tomllib``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from nemotron.cli.main import build_cli, main
+from nemotron.config import yamlio
+from nemotron.config.paths import config_names, stages_dir
+from nemotron.config.registry import STAGES, get_stage
+from nemotron.config.tree import leaves
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV_FILE = ROOT / "tests" / "fixtures" / "env.toml"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NEMOTRON_ENV_FILE", str(ENV_FILE))
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.chdir(tmp_path)
+
+
+def _help(capsys, *words: str) -> str:
+    assert main([*words, "--help"]) == 0
+    return capsys.readouterr().out
+
+
+def _section(text: str, title: str) -> str:
+    """The lines of help section ``title`` (up to the next blank-line-separated title)."""
+    m = re.search(rf"^{re.escape(title)}.*?\n(.*?)(?=\n\n[A-Z]|\Z)", text, re.S | re.M)
+    assert m, f"no section {title!r} in:\n{text}"
+    return m.group(1)
+
+
+def _default_keys(stage) -> list[str]:
+    data = yamlio.load_file(stages_dir() / stage.config_dir / "default.yaml")
+    data.pop("defaults", None)
+    return [k for k, _ in leaves(data)]
+
+
+def _fixture_profiles() -> list[str]:
+    data = tomllib.loads(ENV_FILE.read_text(encoding="utf-8"))
+    return [n for n, v in data.items() if isinstance(v, dict) and n not in ("wandb", "artifacts")]
+
+
+# ----------------------------------------------------------------------------------------------------- help
+@pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
+def test_stage_help_lists_every_config_and_every_key(capsys, stage):
+    out = _help(capsys, stage.recipe, *stage.command)
+    configs = _section(out, "Configs")
+    for name in config_names(stage):
+        assert re.search(rf"^  {re.escape(name)}\s", configs, re.M), (name, configs)
+    keys = _section(out, "Config keys")
+    listed = {line.split()[0] for line in keys.splitlines() if line.startswith("  ") and not line.startswith("   ")}
+    missing = [k for k in _default_keys(stage) if k not in listed]
+    assert not missing, missing
+    for key in ("run.env.nodes", "run.env.gpus_per_node", "run.env.cpus"):  # the schema keys every stage has
+        assert key in listed
+    profiles = _section(out, "Profiles")
+    for name in _fixture_profiles():
+        assert re.search(rf"^  {re.escape(name)}\s", profiles, re.M), (name, profiles)
+    examples = _section(out, "Examples")
+    assert f"nemotron {stage.title} -c " in examples
+    assert all(len(line) <= 80 for line in out.splitlines() if not line.startswith(("  ", "Config keys", "Artifact",
+                                                                                    "Configs", "Profiles")))
+
+
+def test_a_key_row_has_its_type_default_and_comment(capsys):
+    """sft's ``model.seq_length: 294912   # report §3.1 packed sequence length``; the artifact input is REQUIRED and
+    listed with its override forms; a key null in default.yaml takes its type from the other configs."""
+    out = _help(capsys, "ultra3", "sft")
+    lines = out.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["model.seq_length"])
+    assert lines[i].split()[1:3] == ["int", "294912"], lines[i]
+    assert lines[i + 1].strip() == "report §3.1 packed sequence length"  # the key's own comment, below it at 80 columns
+    j = next(j for j, ln in enumerate(lines) if ln.split()[:1] == ["checkpoint.pretrained_checkpoint"])
+    assert lines[j].split()[1:] == ["str", "REQUIRED"], lines[j]
+    assert lines[j + 1].strip().startswith("artifact pretrain-checkpoint, see Artifact inputs;"), lines[j + 1]
+    arts = _section(out, "Artifact inputs")
+    assert "checkpoint.pretrained_checkpoint = ${art:pretrain-checkpoint,path}" in arts
+    assert "pins version N" in out
+    pretrain = _help(capsys, "ultra3", "pretrain").splitlines()
+    recompute = next(ln for ln in pretrain if ln.split()[:1] == ["model.recompute_num_layers"])  # null in default.yaml
+    assert recompute.split()[1:3] == ["int|null", "null"], recompute  # long_context.yaml sets an int
+
+
+def test_a_key_takes_the_comment_block_above_it_not_the_previous_keys_continuation(capsys):
+    """data prep rl's ``answer_field`` comment continues on indented ``#`` lines below it; ``dedupe``'s own comment
+    is the block at its column just above it; the file's header comment is no key's."""
+    lines = _help(capsys, "ultra3", "data", "prep", "rl").splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["dedupe"])
+    assert lines[i + 1].strip() == "Keep only the first of identical (problem, answer) pairs."
+    out = _help(capsys, "ultra3", "sft").splitlines()
+    j = next(j for j, ln in enumerate(out) if ln.split()[:1] == ["backend"])
+    assert "every key of the stage" not in out[j + 1] and "Why this published layout" not in out[j + 1]
+
+
+def test_wide_terminal_puts_each_key_on_one_line(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")
+    out = _help(capsys, "ultra3", "data", "prep", "sft")
+    row = next(ln for ln in out.splitlines() if ln.split()[:1] == ["pack.pack_size"])
+    assert row.split()[1:3] == ["int", "294912"] and "report §3.1 packed SFT length" in row
+    assert max(len(ln) for ln in out.splitlines()) <= 110  # Typer's max_content_width
+
+
+def test_help_without_an_env_file_says_where_to_get_one(capsys, monkeypatch):
+    monkeypatch.delenv("NEMOTRON_ENV_FILE")
+    monkeypatch.setenv("XDG_CONFIG_HOME", os.getcwd())
+    out = _help(capsys, "ultra3", "pretrain")
+    assert "no env.toml found (cp env.toml.example env.toml" in out
+    assert "--run PROFILE --dry-run" in _section(out, "Examples")
+
+
+def test_every_command_of_the_tree_builds():
+    """Sub-commands are built when reached (start-up): walk the whole tree so a command that cannot be built fails
+    here, and every registry stage is in it."""
+    import typer
+    from typer.core import TyperGroup
+
+    cli = build_cli()
+    seen = []
+
+    def walk(cmd, path):
+        ctx = typer.Context(cmd, info_name=path[-1] if path else "nemotron")
+        if isinstance(cmd, TyperGroup):
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None, (path, name)
+                walk(sub, (*path, name))
+        else:
+            seen.append(path)
+            assert cmd.get_help(ctx)
+
+    walk(cli, ())
+    for stage in STAGES:
+        assert (stage.recipe, *stage.command) in seen
+    for path in (("ultra3", "model", "import"), ("ultra3", "data", "inspect"), ("ultra3", "why"), ("ultra3", "pipe"),
+                 ("kit", "slurm", "build"), ("profiles",)):
+        assert path in seen
+
+
+def test_bare_group_prints_its_help(capsys):
+    assert main(["ultra3", "data"]) == 0
+    assert "Commands:" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------- completion
+def _complete(capsys, monkeypatch, line: str) -> list[str]:
+    """What the completion hook answers for the last word of ``line`` (bash protocol, as the installed script asks)."""
+    words = line.split(" ")
+    monkeypatch.setenv("_NEMOTRON_COMPLETE", "complete_bash")
+    monkeypatch.setenv("COMP_WORDS", line)
+    monkeypatch.setenv("COMP_CWORD", str(len(words) - 1))
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 0
+    return capsys.readouterr().out.split()
+
+
+def test_completion_of_stages_and_commands(capsys, monkeypatch):
+    assert _complete(capsys, monkeypatch, "nemotron ul") == ["ultra3"]
+    words = _complete(capsys, monkeypatch, "nemotron ultra3 ")
+    for stage in (s for s in STAGES if len(s.command) == 1):
+        assert stage.command[0] in words
+    assert {"data", "pipe", "list", "status", "jobs"} <= set(words)
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 data prep ") == ["pretrain", "sft", "rl"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe data-prep-s") == ["data-prep-sft"]
+
+
+def test_completion_of_config_names(capsys, monkeypatch):
+    for name in ("sft", "rlvr", "data-prep-pretrain"):
+        stage = get_stage(name)
+        line = f"nemotron {stage.recipe} {' '.join(stage.command)} -c "
+        assert _complete(capsys, monkeypatch, line) == config_names(stage)
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 rlvr -c teacher-r") == ["teacher-reasoning", "teacher-rlhf"]
+
+
+def test_completion_of_profiles(capsys, monkeypatch, tmp_path):
+    expected = _fixture_profiles()
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain --run ") == expected
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe --batch sample-") == [n for n in expected
+                                                                                       if n.startswith("sample-")]
+    other = tmp_path / "other.toml"
+    other.write_text('[mine]\nexecutor = "local"\n', encoding="utf-8")
+    assert _complete(capsys, monkeypatch, f"nemotron ultra3 sft --env-file {other} --batch ") == ["mine"]
+    assert _complete(capsys, monkeypatch, "nemotron profiles ") == expected
+
+
+def test_completion_of_config_keys(capsys, monkeypatch):
+    keys = _default_keys(get_stage("pretrain"))
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain -c tiny train.g") == ["train.global_batch_size="]
+    every = _complete(capsys, monkeypatch, "nemotron ultra3 pretrain ")
+    assert every[0] == "estimate" and {f"{k}=" for k in keys} <= set(every)
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain ~model.mtp_n") == ["~model.mtp_num_layers"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain model.seq_length=") == []  # a value: nothing
+    quantize = _complete(capsys, monkeypatch, "nemotron ultra3 quantize ")
+    assert "estimate" not in quantize and "export.output_dir=" in quantize
+    pipe = _complete(capsys, monkeypatch, "nemotron ultra3 pipe pretrain:train.g")
+    assert pipe == ["pretrain:train.global_batch_size="]
+
+
+def test_show_and_install_completion_from_the_console_script(tmp_path):
+    """--show-completion prints the script that asks ``_NEMOTRON_COMPLETE``; --install-completion writes it under
+    $HOME and sources it from ~/.bashrc. Typer detects the shell from the parent process: here a bash."""
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT / "src")}
+    env.pop("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", None)
+
+    def in_bash(option: str) -> subprocess.CompletedProcess:  # `; true`: bash stays the parent (no exec)
+        return subprocess.run(["bash", "-c", f"'{sys.executable}' -m nemotron {option}; true"], capture_output=True,
+                              text=True, env=env, cwd=tmp_path)
+
+    show = in_bash("--show-completion")
+    assert "_NEMOTRON_COMPLETE" in show.stdout, show.stderr
+    assert "complete -o default -F _nemotron_completion nemotron" in show.stdout
+    install = in_bash("--install-completion")
+    script = tmp_path / ".bash_completions" / "nemotron.sh"
+    assert script.is_file() and "_NEMOTRON_COMPLETE" in script.read_text(encoding="utf-8"), install.stderr
+    assert str(script) in (tmp_path / ".bashrc").read_text(encoding="utf-8")
+    assert "bash completion installed" in install.stdout
