@@ -154,8 +154,8 @@ def test_a_per_stage_runtime_gets_the_entry_stage_from_the_registry(tmp_path, ca
 
 
 def test_no_stage_is_told_by_comparing_its_name_or_kind():
-    """The count issue 32 measures (stage-name tests, ``.kind`` tests) stays at the 8 name tests of the local RL
-    runtime, which reads its own two stages (``runtime/rl_local.py``, ``runtime/rl_settings.py``)."""
+    """The count issue 32 measures (stage-name tests, ``.kind`` tests) stays at 0: the local RL runtime, too, reads
+    its stage's ``rl_objective`` from the row."""
     names = re.compile(r"(name|stage)[\"']?\)? ?(==|!=|in) \(?[\"'](pretrain|sft|convert|rlvr|mopd|quantize|eval|"
                        r"data-prep)")
     kinds = re.compile(r"\.kind ?(==|!=|in\b)|getattr\([\w.]*stage, \"kind\""
@@ -163,7 +163,7 @@ def test_no_stage_is_told_by_comparing_its_name_or_kind():
     found = []
     for path in sorted(SRC.rglob("*.py")):
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if kinds.search(line) or (names.search(line) and path.name not in ("rl_local.py", "rl_settings.py")):
+            if kinds.search(line) or names.search(line):
                 found.append(f"{path.relative_to(SRC)}:{n}: {line.strip()}")
     assert found == [], "\n".join(found)
 
@@ -206,3 +206,22 @@ def test_a_new_training_stage_needs_only_its_row_configs_and_entry(tmp_path, mon
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "summary.json").write_text('{"train_loss_last": 2.5}', encoding="utf-8")
     assert collect("midtrain", cfg) == {"train_loss": 2.5}
+
+
+def test_the_local_rl_runtime_reads_the_objective_from_the_row():
+    """``rl_objective`` picks GRPO or distillation in the local RL runtime; a stage without one is refused there by
+    name, and a row with an unknown objective, or one on a stage that is not NeMo RL's, fails at import."""
+    from nemotron.config.registry import RegistryError, _stage
+    from nemotron.runtime.rl_settings import SettingsError, read
+
+    assert (get_stage("rlvr").rl_objective, get_stage("mopd").rl_objective) == ("reward", "distillation")
+    assert get_stage("mopd-warmup").rl_objective == ""  # an SFT of the student: not the RL runtime's
+    with pytest.raises(SettingsError, match=r"stage 'mopd-warmup': the local RL runtime runs the stages with an RL "
+                                            r"objective \('rlvr', 'mopd'\)"):
+        read({}, "mopd-warmup")
+    row = dict(command="x", launch="ray", image="nemo-rl", consumes="rl-data", produces="x-checkpoint", gpu=True,
+               summary="x", outputs={"path": "{out}"}, checks="nemo-rl")
+    with pytest.raises(RegistryError, match="rl_objective='rewards': valid: reward, distillation"):
+        _stage("x", kind="rl", rl_objective="rewards", **row)
+    with pytest.raises(RegistryError, match="only a NeMo RL stage has one"):
+        _stage("x", kind="megatron", rl_objective="reward", **row)

@@ -64,6 +64,11 @@ TRAINING_DATA: dict[str, TrainingData] = {
 #: or reverse KL), ``mtp-boost``, ``quantize``, ``eval`` (``eval.json``).
 METRICS_READERS: tuple[str, ...] = ("trainer", "rl", "mopd-warmup", "mtp-boost", "quantize", "eval")
 
+#: What a NeMo RL training stage optimises (:attr:`Stage.rl_objective`): ``reward`` (GRPO on verifiable rewards,
+#: several generations per prompt for the group baseline) or ``distillation`` (on-policy distillation: the per-token
+#: reverse KL to the teacher each prompt is routed to, one generation per prompt).
+RL_OBJECTIVES: tuple[str, ...] = ("reward", "distillation")
+
 #: How a stage's job is started (:class:`nemotron.launch.plan.JobPlan`).
 LAUNCHES: tuple[str, ...] = ("torchrun", "ray", "python")
 
@@ -166,6 +171,8 @@ class Stage:
             and one of ``consumes``; ``""``: it trains on no such data (:attr:`training_data`).
         metrics: the reader of what a finished run measured (:data:`METRICS_READERS`, read from the file it names in
             :attr:`output_folder`; :mod:`nemotron.runtime.stage_metrics`); ``""``: none.
+        rl_objective: what an RL training stage optimises (:data:`RL_OBJECTIVES`: ``rlvr`` a reward, ``mopd`` a
+            distillation); ``""``: not an RL training stage (the local RL runtime refuses it).
     """
 
     name: str
@@ -186,6 +193,7 @@ class Stage:
     stands_in_for: tuple[str, ...] = ()
     trains_on: str = ""
     metrics: str = ""
+    rl_objective: str = ""
 
     @property
     def title(self) -> str:
@@ -225,11 +233,12 @@ class Stage:
 
 def _stage(name: str, command: str, kind: str, launch: str, image: str, consumes: str, produces: str,
            gpu: bool, summary: str, outputs: dict[str, str] | str, checks: str, recipe: str = "ultra3",
-           stands_in_for: str = "", trains_on: str = "", metrics: str | None = None) -> Stage:
+           stands_in_for: str = "", trains_on: str = "", metrics: str | None = None, rl_objective: str = "") -> Stage:
     """One row, checked (``metrics`` None: the family's reader).
 
     Raises:
-        RegistryError: an unknown ``kind``, ``launch``, ``trains_on`` or ``metrics``; ``trains_on`` not among
+        RegistryError: an unknown ``kind``, ``launch``, ``trains_on``, ``metrics`` or ``rl_objective`` (or one on a
+            stage whose family is not NeMo RL's); ``trains_on`` not among
             ``consumes``; no ``produces``, ``outputs`` or ``checks``. The message names the stage and the field.
     """
     def bad(field: str, value: object, valid: str) -> RegistryError:
@@ -252,6 +261,10 @@ def _stage(name: str, command: str, kind: str, launch: str, image: str, consumes
     reader = FAMILIES[kind].metrics if metrics is None else metrics
     if reader and reader not in METRICS_READERS:
         raise bad("metrics", reader, f"valid: {', '.join(METRICS_READERS)} (or '' for none)")
+    if rl_objective and rl_objective not in RL_OBJECTIVES:
+        raise bad("rl_objective", rl_objective, f"valid: {', '.join(RL_OBJECTIVES)} (or '' for none)")
+    if rl_objective and not FAMILIES[kind].nemo_rl:
+        raise bad("rl_objective", rl_objective, f"only a NeMo RL stage has one (kind {kind!r} is not)")
     folder = name.replace("-", "_")
     return Stage(
         name=name, command=tuple(command.split()), recipe=recipe, kind=kind,
@@ -260,6 +273,7 @@ def _stage(name: str, command: str, kind: str, launch: str, image: str, consumes
         outputs=tuple(outputs.items()) if isinstance(outputs, dict) else (),
         output_files=outputs if isinstance(outputs, str) else None, checks=tuple(checks.split()),
         stands_in_for=tuple(stands_in_for.split()), trains_on=trains_on, metrics=reader,
+        rl_objective=rl_objective,
     )
 
 
@@ -287,7 +301,7 @@ STAGES: tuple[Stage, ...] = (
            "Reinforcement learning with verifiable rewards (GRPO) on NeMo RL; -c teacher-<slot> trains MOPD teachers.",
            # the Hugging Face form of the newest step (nemotron.runtime.nemo_rl.finish; the run records hf/step_N)
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
-           "layout nemo-rl"),
+           "layout nemo-rl", rl_objective="reward"),
     _stage("mopd-warmup", "mopd-warmup", "rl", "ray", "nemo-rl", "rl-checkpoint rl-data", "mopd-warmup-checkpoint", True,
            "MOPD warmup: the teacher panel answers the RL prompts, the RLVR student is fine-tuned on the answers "
            "(NeMo RL's SFT), so MOPD's rollouts start near the teachers; -c local on this machine.",
@@ -296,7 +310,7 @@ STAGES: tuple[Stage, ...] = (
     _stage("mopd", "mopd", "rl", "ray", "nemo-rl", "mopd-warmup-checkpoint rl-checkpoint rl-data", "mopd-checkpoint", True,
            "Multi-teacher on-policy distillation on NeMo RL.",
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
-           "layout nemo-rl"),
+           "layout nemo-rl", rl_objective="distillation"),
     _stage("mtp-boost", "mtp-boost", "megatron", "torchrun", "nemo", "mopd-checkpoint rl-data sft-data", "mtp-checkpoint",
            True,
            "MTP boosting: freeze the backbone, train the shared-weight MTP head (forward KL to the backbone at "

@@ -124,7 +124,7 @@ def _rows_dataset(s: RLSettings, tokenizer: Any) -> tuple[Any, list[Any], int]:
             dropped += 1
             continue
         rec = {"prompt": text, "answer": row.answer, "source": row.source, "task": task}
-        if s.stage == "mopd":
+        if s.objective == "distillation":
             rec["teacher"] = route(task, s.teachers, s.default_teacher or "")
         records.append(rec)
     if not records:
@@ -372,7 +372,7 @@ def run(s: RLSettings, spec: Any = None) -> int:
     stopper = _SignalStop(_record(s))
     callbacks = _callbacks(s, log, stopper, val_rows, tokenizer)
     rollouts = s.checkpoint_dir / "rollouts.jsonl"
-    if s.stage == "rlvr":
+    if s.objective == "reward":
         trainer = _grpo_trainer(s, model, tokenizer, train, callbacks, device, rollouts)
     else:
         trainer = _mopd_trainer(s, spec, model, tokenizer, train, callbacks, device, rollouts)
@@ -398,7 +398,7 @@ def run(s: RLSettings, spec: Any = None) -> int:
     summary = _summary(s, log, step, step0, seconds, rollouts)
     _write_json(s.checkpoint_dir / "summary.json", summary)
     resumed = f" (resumed at step {step0})" if step0 else ""
-    metric = (f"reward {summary['reward_first']:.3f} -> {summary['reward_last']:.3f}" if s.stage == "rlvr"
+    metric = (f"reward {summary['reward_first']:.3f} -> {summary['reward_last']:.3f}" if s.objective == "reward"
               else f"reverse KL {summary['kl_first']:.4g} -> {summary['kl_last']:.4g}")
     acc = summary.get("val_accuracy_last")
     _say(f"done: {step} steps{resumed} in {seconds:.0f} s; {metric}"
@@ -429,7 +429,7 @@ def _summary(s: RLSettings, log: _Log, step: int, step0: int, seconds: float, ro
         "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
         "val_accuracy_first": accs[0] if accs else None, "val_accuracy_last": accs[-1] if accs else None,
     }
-    if s.stage == "rlvr":
+    if s.objective == "reward":
         out.update(reward_first=rewards[0] if rewards else None, reward_last=rewards[-1] if rewards else None,
                    reward_mean=sum(rewards) / len(rewards) if rewards else None)
     else:

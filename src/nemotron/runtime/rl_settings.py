@@ -32,7 +32,8 @@ _panel = panel
 class RLSettings:
     """One local RL run. Counts are steps/prompts/tokens; paths absolute."""
 
-    stage: str                       # "rlvr" | "mopd"
+    stage: str                       # the registry name ("rlvr", "mopd")
+    objective: str                   # the row's rl_objective: "reward" (GRPO) | "distillation" (on-policy)
     model_name: str
     policy_path: Path
     tokenizer_path: Path | None
@@ -95,18 +96,25 @@ def _path(cfg: dict, key: str, unresolved_ok: bool) -> Path | None:
 
 
 def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> RLSettings:
-    """Read and check the settings of a local ``stage`` (``"rlvr"`` or ``"mopd"``) run.
+    """Read and check the settings of a local ``stage`` run: a stage whose registry row has an ``rl_objective``
+    (``rlvr``: a reward; ``mopd``: a distillation).
 
     Raises:
         SettingsError: a missing or impossible value (each message names the key and the valid values).
     """
     from nemotron.runtime.rewards import check_impl
 
-    if stage not in ("rlvr", "mopd"):
-        raise SettingsError(f"stage {stage!r}: the local RL runtime runs 'rlvr' or 'mopd'")
+    from nemotron.config.registry import STAGES
+
+    row = next((r for r in STAGES if r.name == stage), None)
+    objective = row.rl_objective if row is not None else ""
+    if not objective:
+        runs = ", ".join(repr(r.name) for r in STAGES if r.rl_objective)
+        raise SettingsError(f"stage {stage!r}: the local RL runtime runs the stages with an RL objective ({runs})")
+    distills = objective == "distillation"
     prompts = _int(cfg, "grpo.num_prompts_per_step", minimum=1)
     gens = _int(cfg, "grpo.num_generations_per_prompt", 1, minimum=1)
-    if stage == "rlvr" and gens < 2:
+    if not distills and gens < 2:
         raise SettingsError(f"grpo.num_generations_per_prompt={gens}: GRPO's group baseline needs at least 2 "
                             "generations per prompt")
     gbs = _int(cfg, "policy.train_global_batch_size", minimum=1)
@@ -118,7 +126,7 @@ def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> RLSettings:
     if gbs % mbs:
         raise SettingsError(f"policy.train_global_batch_size={gbs}: must be a multiple of "
                             f"policy.train_micro_batch_size={mbs}")
-    if stage == "mopd" and gens != 1:
+    if distills and gens != 1:
         raise SettingsError(f"grpo.num_generations_per_prompt={gens}: on-policy distillation here samples one "
                             "completion per prompt (the MOPD recipe's value); set grpo.num_generations_per_prompt=1")
     kl_type = str(get(cfg, "loss_fn.reference_policy_kl_type", "k3"))
@@ -146,7 +154,7 @@ def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> RLSettings:
     opt = "policy.megatron_cfg.optimizer"
     teachers: dict[str, Path] = {}
     default_teacher = None
-    if stage == "mopd":
+    if distills:
         teachers, default_teacher = _panel(cfg, unresolved_ok)
     cpus = get(cfg, "run.env.cpus")
     max_new = _int(cfg, "policy.generation.max_new_tokens", minimum=1)
@@ -156,6 +164,7 @@ def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> RLSettings:
                             f"policy.max_total_sequence_length={total} (the prompt needs room)")
     return RLSettings(
         stage=stage,
+        objective=objective,
         model_name=str(get(cfg, "model.name", "small")),
         policy_path=policy,
         tokenizer_path=_path(cfg, "policy.tokenizer.name", unresolved_ok) if tok else None,
@@ -196,7 +205,7 @@ def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> RLSettings:
         prompt_file=_path(cfg, "data.default.prompt_file", unresolved_ok),
         system_prompt_file=_path(cfg, "data.default.system_prompt_file", unresolved_ok),
         cpus=None if cpus is None else _int(cfg, "run.env.cpus", minimum=1),
-        output_artifact=str(get(cfg, "output_artifact", "rl-checkpoint" if stage == "rlvr" else "mopd-checkpoint")),
+        output_artifact=str(get(cfg, "output_artifact", row.produces[0])),
         teachers=teachers, default_teacher=default_teacher, raw=cfg,
     )
 
