@@ -25,15 +25,23 @@ from nemotron.errors import Problem, plural
 
 @dataclass(frozen=True)
 class RuleInfo:
-    """A rule's metadata. ``holds_for`` is the Megatron-Core (or framework) range it was checked for."""
+    """A rule's metadata. ``holds_for`` is the Megatron-Core (or framework) range it was checked for.
+
+    ``func`` is the pure rule function here, or None for a rule declared with :func:`declare`: one whose check
+    reads files, the environment or a framework and so lives with its reader (``where`` names that module).
+    """
 
     id: str
     title: str
     source: str
     holds_for: str
-    func: Callable[..., list[Problem]]
+    func: Callable[..., list[Problem]] | None = None
+    where: str = ""
 
 
+#: Every rule id a :class:`~nemotron.errors.Problem` may carry, id -> metadata: the pure rules below
+#: (:func:`rule`) and the rules checked elsewhere (:func:`declare`, at the end of this module).
+#: ``tests/validation/test_rule_ids.py`` fails on a ``Problem`` whose rule id is not here.
 RULES: dict[str, RuleInfo] = {}
 
 
@@ -41,11 +49,22 @@ def rule(rid: str, title: str, source: str, holds_for: str):
     """Register a rule function under ``rid`` (see :data:`RULES`)."""
 
     def wrap(func: Callable[..., list[Problem]]) -> Callable[..., list[Problem]]:
-        RULES[rid] = RuleInfo(rid, title, source, holds_for, func)
+        if rid in RULES:
+            raise ValueError(f"rule id {rid!r} is declared twice")
+        RULES[rid] = RuleInfo(rid, title, source, holds_for, func, __name__)
         func.rule_id = rid  # type: ignore[attr-defined]
         return func
 
     return wrap
+
+
+def declare(rid: str, title: str, source: str, holds_for: str, where: str) -> None:
+    """Declare a rule checked outside this module (``where``: the module that raises it), under ``rid``.
+
+    Raises ValueError when ``rid`` is already registered (an id has one home)."""
+    if rid in RULES:
+        raise ValueError(f"rule id {rid!r} is declared twice")
+    RULES[rid] = RuleInfo(rid, title, source, holds_for, None, where)
 
 
 def _err(key: str, value: Any, message: str, valid: str | None, rid: str) -> Problem:
@@ -1109,3 +1128,137 @@ def mtp_boost_framework(backend: str, objective: Any, freeze: Any) -> list[Probl
         out.append(_err("mtp_boost.freeze_backbone", freeze, "MTP boosting trains the MTP head only; the backbone "
                         "stays as MOPD left it", "true", "mtp-boost-framework"))
     return out
+
+
+# ----------------------------------------------------------------------- rules checked where their facts are
+# These checks read files, the environment, a profile or a framework's key list, so they live with their
+# readers (``where``); this is their one declaration: id, title, source. docs/validation.md has a row for each.
+_V = "nemotron.validation"
+# the config and the profile
+declare("model-name", "model.name is a string naming a model of the catalogue",
+        "this project's model catalogue (nemotron.config.catalogue)", "this version", f"{_V}.checks")
+declare("unresolved", "a ${...} value the compiled config could not resolve (an environment variable or artifact "
+        "that does not exist yet) -- warning; submission refuses it", "this project's config compiler "
+        "(nemotron.config.compile, OmegaConf interpolation)", "this version",
+        "nemotron.config.compile")
+declare("profile", "what this shell lacks to start the profile's job (a declared secret, the ssh identity file, "
+        "a W&B login): error for a run, warning for a dry run or an estimate",
+        "the profile's own checks, nemotron.profiles.profile launch_problems and tracking_problems (env.toml)",
+        "this version",
+        "nemotron.cli.pipeline")
+declare("profile-nodes", "run.env.nodes is at most the profile's nodes", "the profile's nodes key (env.toml); "
+        "Slurm refuses or never starts a job above the partition's node limit", "—", f"{_V}.cluster")
+declare("profile-ntasks", "the profile's ntasks_per_node agrees with the stage's launch (torchrun: one process per "
+        "GPU)", "the profile's ntasks_per_node (env.toml, Slurm's --ntasks-per-node); JobPlan.launch", "—",
+        f"{_V}.cluster")
+declare("cluster-storage", "every input and output path of a cluster run is on storage the nodes see (the "
+        "profile's mounts, data_root, checkpoint_root or job_dir)", "the profile's declared storage (env.toml); "
+        "the Slurm nodes see only what is mounted there", "—", f"{_V}.cluster")
+declare("ray-address", "a ray profile's address answers (TCP connect of at most 2 s)",
+        "Ray's job submission API (nemotron.data.raypool.probe_address)", "—", f"{_V}.cluster")
+declare("signal-before-limit", "on a Slurm profile run.signal_before_s is below the profile's time limit",
+        "sbatch --signal=TERM@N; the same check submission makes", "—", f"{_V}.cluster")
+declare("run-keys", "run.signal_before_s and run.chain are whole numbers >= 0",
+        "nemotron.launch.plan.plan_job", "—", _V)
+declare("runtime-available", "the config's backend has a runtime in this version (the stage's run.py BACKENDS)",
+        "the stage's entry script", "this version", _V)
+declare("one-machine", "run.env.nodes > 1 with no profile or a local profile: the run is one machine -- warning",
+        "JobPlan.command, the local executor (torchrun --nnodes 1)", "—", _V)
+declare("gpus-here", "a run on this machine of a cluster backend sees the GPUs its plan counts",
+        "runtime/prestart.py gpu_problems (the runtimes' own check)", "this version", _V)
+declare("framework-here", "a run on this machine of a cluster backend can import its framework "
+        "(megatron.bridge, nemo_rl)", "runtime/prestart.py missing_modules", "this version", _V)
+declare("local-modules", "a backend: local run on this machine can import the modules its entry imports first",
+        "runtime/entry.py run_heavy with the table LOCAL_NEEDS", "this version", _V)
+declare("output-folder", "each output folder a run on this machine names can be created or written",
+        "the run's first mkdir", "—", _V)
+declare("blend-mix", "a blend's mix_with parses and mixes with the primary blend as the run mixes it",
+        "nemotron.data.blend.parse_mix and mix_blend_files, called again", "this version", _V)
+# translation into the framework's form, the framework's key lists
+declare("mb-keys", "every Megatron-Bridge key the config passes through is a ConfigContainer key of the pinned "
+        "version (did-you-mean); a missing key list is a warning",
+        "the stored key list, scripts/megatron_bridge_keys.py (Megatron-Bridge source at the pinned commit)",
+        "Megatron-Bridge 4588417", _V)
+declare("nemo-rl-keys", "every NeMo RL key the config passes through is a MasterConfig key of the pinned version "
+        "(did-you-mean); a missing key list is a warning",
+        "the stored key list, scripts/nemo_rl_keys.py (NeMo RL source at the pinned commit)", "NeMo RL main 7ea279a",
+        _V)
+declare("bridge-translate", "pretrain, SFT, convert: the config translates into Megatron-Bridge's form as the job "
+        "translates it", "nemotron.runtime.megatron_bridge.translate and recipe_kwargs, called again with the "
+        "recipe signatures stored in the key list", "Megatron-Bridge 4588417", f"{_V}.checks")
+declare("rl-translate", "RLVR, MOPD, eval on a cluster: the config translates into NeMo RL's MasterConfig as the "
+        "job translates it", "nemotron.runtime.nemo_rl.translate / eval_config, called again",
+        "NeMo RL main 7ea279a", _V)
+declare("nemo-rl-sft", "mopd-warmup on NeMo RL: every section of NeMo RL's SFT MasterConfig is present and each "
+        "sft.* field we set is an SFTConfig field", "nemo_rl/algorithms/sft.py SFTConfig, MasterConfig",
+        "NeMo RL main 7ea279a", _V)
+declare("nemo-rl-required", "every key NeMo RL's MasterConfig requires is in the translated config",
+        "NeMo RL's entry builds MasterConfig(**config) (pydantic: Field required); the key list's required keys",
+        "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
+declare("nemo-rl-entry", "the keys the NeMo RL entry script reads before training are present",
+        "the key list's entry_reads (config.<section>[...] reads in the entry's main(), e.g. "
+        "examples/run_grpo.py policy.draft.enabled)", "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
+declare("nemo-rl-metric", "checkpointing.metric_name is null or a val:/train: metric NeMo RL reports",
+        "nemo_rl/algorithms/grpo.py grpo_train / async_grpo_train at each checkpoint save; the key list's metrics",
+        "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
+declare("nemo-rl-gym-only", "settings NeMo RL takes on one rollout path only (reward penalties, message-level "
+        "advantages, validation sampling and grpo.max_val_samples, with and without NeMo Gym)",
+        "examples/run_grpo.py setup(); examples/nemo_gym/run_grpo_nemo_gym.py; nemo_rl/algorithms/grpo.py",
+        "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
+declare("nemo-rl-async", "async GRPO needs a generation backend async_grpo_train accepts (not sglang), and the "
+        "megatron backend when generation is colocated", "nemo_rl/algorithms/grpo.py async_grpo_train asserts",
+        "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
+declare("nemo-rl-opd-routing", "the OPD advantage needs NeMo Gym rollouts (env.should_use_nemo_gym, the Gym data "
+        "processor) and on_policy_distillation.enabled", "nemo_rl/algorithms/advantage_estimator.py "
+        "(OPD requires teacher_logprobs); async_utils/trajectory_collector.py; experience/rollouts.py",
+        "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
+declare("rl-output", "checkpointing.enabled is true on NeMo RL stages: the stage records the Hugging Face form of "
+        "the newest checkpoint", "this project's stage output (nemotron.runtime.nemo_rl.finish)", "this version",
+        f"{_V}.nemo_rl")
+# the local runtime, memory, storage
+declare("local-layout", "backend: local runs one process: parallel sizes 1, one node, at most one GPU",
+        "the local runtime (one process)", "the local runtime", f"{_V}.checks")
+declare("local-refusal", "backend: local pretrain/SFT on this machine: what the run refuses before it starts",
+        "nemotron.runtime.entry.refusals (with nemotron.runtime.lineage.check_resume), called again",
+        "the local runtime", f"{_V}.checks")
+declare("local-settings", "backend: local stages: the local runtime's settings reader accepts the config",
+        "nemotron.runtime.settings.read, rl_settings.read, evaluate.read, called again", "the local runtime", _V)
+declare("convert-cpu", "a CPU conversion (convert.device=cpu) runs on one node", "the convert stage's CPU path "
+        "(one process on one node)", "—", f"{_V}.checks")
+declare("memory", "the memory estimate fits the profile's GPU memory, or cannot be checked -- warning",
+        "nemotron.layout.memory (docs/validation.md, The memory estimate)", "—", f"{_V}.checks")
+declare("checkpoint-space", "one checkpoint fits the free space of checkpoint.save's file system",
+        "layout/estimate.py, cli/costs.py (docs/estimate.md)", "—", "nemotron.cli.costs")
+# quantize
+declare("quantize-recipe", "quantization.recipe names a recipe with algorithm, quant_cfg, expect, source",
+        "docs/quantize.md; stages/ultra3/quantize/recipes/", "nvidia-modelopt 0.47", f"{_V}.quantize")
+declare("quantize-settings", "the quantize runtime's settings reader accepts the config",
+        "nemotron.runtime.quant_config.read_settings, called again", "this version", f"{_V}.quantize")
+declare("quantize-inputs", "the checkpoint to quantize (and, local, the calibration blend) exists and is not "
+        "already quantized", "nemotron.runtime.quant_config.check_inputs, called again (docs/quantize.md)", "—",
+        f"{_V}.quantize")
+# data prep
+declare("data-settings", "data prep: the stage's runtime settings reader accepts the config",
+        "the data runtime's Settings.from_config (nemotron.data), called again", "this version", f"{_V}.data")
+declare("data-blend", "data prep: the blend file parses as the run parses it (every problem at once)",
+        "nemotron.data.driver.stage_blend, called again", "this version", f"{_V}.data")
+declare("data-inputs", "data prep: every required dataset of the blend matches a file (RL blend repositories: "
+        "stage files, row schemas, placeholder sources)", "nemotron.data.driver.check_inputs; "
+        "nemotron.data.rl_blends.problems", "this version", f"{_V}.data")
+declare("data-left-out", "data prep: an optional dataset (or policy skip) that matches no file is left out -- "
+        "warning", "nemotron.data.driver.unmatched (the run's own line)", "this version", f"{_V}.data")
+declare("data-text", "data prep for chat or RL records: a plain-text source is refused as the run refuses it",
+        "nemotron.data.prep.plain_text_problem, called again", "this version", f"{_V}.data")
+declare("data-output", "data prep: output_dir is a folder (or absent), not a file", "the run's first mkdir", "—",
+        f"{_V}.data")
+declare("data-dtype", "data prep pretrain: output.dtype holds every token id of the tokenizer",
+        "nemotron.data.indexed.choose_dtype", "—", f"{_V}.data")
+declare("data-hub", "data prep: what the run fetches from the Hugging Face hub answers (error here, warning for a "
+        "cluster profile)", "nemotron.data.tokenizer.resolve, nemotron.data.sources.resolve_remote", "—",
+        f"{_V}.data")
+declare("data-empty", "a dataset whose every local file is 0 bytes", "the runs' own refusals after reading "
+        "(produced no training tokens)", "—", f"{_V}.data")
+declare("data-ray", "RAY_ADDRESS set in this shell answers -- warning", "nemotron.data.raypool.probe_address "
+        "(the run joins RAY_ADDRESS)", "—", f"{_V}.data")
+declare("blend-prefix", "pretrain: every blend.json the run reads parses with its reader, each prefix has its "
+        ".bin and .idx", "nemotron.runtime.pretrain_data.read_blend, Shard", "—", f"{_V}.data")
