@@ -452,7 +452,7 @@ def test_every_rule_names_source_and_version():
     assert len(rules.RULES) >= 20
     for rid, info in rules.RULES.items():
         assert info.source and info.holds_for and info.title, rid
-        assert info.func.__doc__ is None or isinstance(info.func.__doc__, str)
+        assert info.func is not None or info.where, rid  # a declared rule names the module that checks it
 
 
 @pytest.mark.parametrize("tp,ok", [(1, True), (2, True), (4, True), (8, True), (3, False), (16, False), (6, False)])
