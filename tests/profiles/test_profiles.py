@@ -374,6 +374,46 @@ def test_slurm_shapes_mounts_mem_and_images(tmp_path):
     assert set(profiles.errors()) == {"bad"}
 
 
+
+def test_slurm_node_side_folders_must_be_absolute(tmp_path):
+    """A relative checkpoint_root, data_root, cache folder or mount source would be read from the job's own working
+    folder on the node (inside its container): refused by key, with the absolute form to give."""
+    profiles = load(tmp_path, """
+        [rel]
+        executor = "slurm"
+        checkpoint_root = "ckpts"
+        data_root = "data/out"
+        hf_home = "hf"
+        mounts = ["relative:/x"]
+        [ok]
+        executor = "slurm"
+        checkpoint_root = "/lustre/proj/ckpt"
+        data_root = "~/data"
+        mounts = ["/lustre:/lustre"]
+    """)
+    with pytest.raises(ConfigError) as info:
+        profiles.get("rel")
+    msg = info.value.message
+    assert "4 problems" in msg
+    for key, value in (("checkpoint_root", "ckpts"), ("data_root", "data/out"), ("hf_home", "hf")):
+        assert f"{key}: {value!r}: a relative path" in msg
+    assert "its source 'relative' is a relative path" in msg
+    assert profiles.get("ok").checkpoint_root == "/lustre/proj/ckpt"
+
+
+@pytest.mark.parametrize("root", ["jobs here", "my jobs/sub", "jobs,x", "/a b", "/lustre/x y/jobs", "jobs"])
+def test_shell_safe_root_ends_for_any_path(root):
+    """A job root the shell cannot carry unquoted becomes a symlink name beside its nearest safe ancestor; a
+    relative root whose first folder is unsafe has the working folder as that ancestor (this looped forever)."""
+    from nemotron.profiles.schema import _SHELL_SAFE, shell_safe_root
+
+    out = shell_safe_root(root)
+    assert _SHELL_SAFE.fullmatch(out), out
+    assert out.startswith("/") == root.startswith("/")
+    if not _SHELL_SAFE.fullmatch(root):
+        assert out.rsplit("/", 1)[-1].startswith(".nemotron-jobs-")
+
+
 # --------------------------------------------------------------------------- secrets
 SECRETS = """
     [base]

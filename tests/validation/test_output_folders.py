@@ -110,6 +110,19 @@ def test_cluster_profile_paths_are_not_checked_here(cli, a_file):
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+
+@pytest.mark.parametrize("where", [[], ["--run", "sample", "--env-file", str(FIXTURE_ENV)]], ids=["here", "slurm"])
+def test_a_folder_name_longer_than_the_file_system_takes_is_refused_by_key(cli, tmp_path, where):
+    """A 300-byte folder name (file systems take 255): exit 2 naming the key, on this machine and for a cluster
+    profile alike (it was an internal error from the free-space check, exit 1)."""
+    long = f"{tmp_path}/{'a' * 300}"
+    proc = cli("ultra3", "pretrain", "-c", "tiny", f"checkpoint.save={long}", "--dry-run", *where)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text[-2000:]
+    assert f"error: checkpoint.save='{long}': has a folder name of 300 bytes" in text
+    assert "internal error" not in text
+
+
 def test_runtime_os_error_names_the_key_not_the_config(tmp_path, a_file):
     """Past validation (a job's entry runs the compiled config as is), the entry's one line names the
     key and path; a config that cannot be read is still reported as such."""

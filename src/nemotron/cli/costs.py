@@ -28,7 +28,14 @@ def _free_space(path_value: Any) -> tuple[int | None, str | None]:
     if not isinstance(path_value, str) or not path_value or unresolved(path_value):
         return None, None
     p = Path(os.path.expanduser(path_value)).absolute()
-    while not p.exists() and p != p.parent:
+
+    def exists(path: Path) -> bool:
+        try:
+            return path.exists()
+        except OSError:  # a name too long for the file system (validation's rule output-folder says so)
+            return False
+
+    while not exists(p) and p != p.parent:
         p = p.parent
     if p == p.parent:  # nothing of the path but / exists here: it is on storage this machine does not mount
         return None, None

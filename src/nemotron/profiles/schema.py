@@ -339,10 +339,25 @@ class SlurmSettings(_Common):
             raise ValueError(f"{value!r} is not a Slurm memory size; use e.g. '512G', '500000M' or 0 (all of it)")
         return value
 
+    @field_validator("data_root", "checkpoint_root", "index_cache_dir", "hf_home", "image_cache")
+    @classmethod
+    def _absolute_storage(cls, value: str | None) -> str | None:
+        """A node-side folder is absolute (``~`` and ``$VAR`` forms kept for the shell that runs the job): a relative
+        one would be read from the job's working folder inside its container, not from the storage meant."""
+        if value is not None and not value.startswith(("/", "~", "$")):
+            raise ValueError(f"{value!r}: a relative path; the job would read it from its own working folder on the "
+                             "node (inside its container), not from shared storage: give the absolute path the nodes "
+                             "see, e.g. '/lustre/my-project/checkpoints'")
+        return value
+
     @field_validator("mounts")
     @classmethod
     def _mounts(cls, value: list[str]) -> list[str]:
         for mount in value:
+            src = mount.split(":", 1)[0]
+            if ":" in mount and not src.startswith(("/", "~", "$")):
+                raise ValueError(f"{mount!r}: its source {src!r} is a relative path (the container runtime on the node "
+                                 "would not find it); give the absolute path on the node, e.g. '/lustre:/lustre'")
             unsafe = _unsafe_chars(mount.replace(":", ""))
             if unsafe:
                 raise ValueError(f"{mount!r}: contains {unsafe}; NeMo-Run writes container mounts into the job's srun "
@@ -465,9 +480,12 @@ def shell_safe_root(path: str) -> str:
         return root
     parent = root
     while parent not in ("", "/") and not _SHELL_SAFE.fullmatch(parent):
-        parent = parent.rsplit("/", 1)[0]
+        # a relative path's first component has no parent in the string: the working folder ("")
+        parent = parent.rsplit("/", 1)[0] if "/" in parent else ""
+    if parent == "" and root.startswith("/"):
+        parent = "/"
     digest = hashlib.sha1(root.encode()).hexdigest()[:10]
-    return f"{parent.rstrip('/')}/.nemotron-jobs-{digest}"
+    return f"{parent.rstrip('/')}/.nemotron-jobs-{digest}" if parent else f".nemotron-jobs-{digest}"
 
 
 def _image_names() -> list[str]:

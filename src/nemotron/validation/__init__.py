@@ -400,11 +400,22 @@ def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
     """Rule ``output-folder``: for a run on this machine (no profile, or a ``local`` one), every output
     folder the config names (:data:`nemotron.config.paths.OUTPUT_FOLDER_KEYS`) exists as a writable folder or
     can be created (:func:`nemotron.config.paths.cannot_create_folder`: its nearest existing parent is a
-    writable folder). Cluster profiles are not checked: their paths live on the cluster's file system."""
-    if profile is not None and not checks.on_this_machine(getattr(profile, "executor", None)):
-        return []
-
+    writable folder). Cluster profiles are not checked: their paths live on the cluster's file system; there, and
+    here, a folder name longer than the 255 bytes Linux file systems take (NAME_MAX, Lustre's too) is an error."""
     out = []
+    for key in OUTPUT_FOLDER_KEYS:
+        value = get(cfg, key)
+        if not isinstance(value, str) or "${" in value:
+            continue
+        longest = max((part for part in value.split("/")), key=lambda part: len(part.encode()), default="")
+        if len(longest.encode()) > 255:
+            out.append(Problem(key, value, f"has a folder name of {len(longest.encode())} bytes ({longest[:24]}...): "
+                                           "file systems take at most 255 bytes per name, so the run could not "
+                                           "create it", "a path whose every folder name is at most 255 bytes",
+                               rule="output-folder"))
+    if out or (profile is not None and not checks.on_this_machine(getattr(profile, "executor", None))):
+        return out
+
     for key in OUTPUT_FOLDER_KEYS:
         value = get(cfg, key)
         if not isinstance(value, str) or not value.strip() or "${" in value:
