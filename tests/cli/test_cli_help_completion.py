@@ -232,3 +232,14 @@ def test_show_and_install_completion_from_the_console_script(tmp_path):
     assert script.is_file() and "_NEMOTRON_COMPLETE" in script.read_text(encoding="utf-8"), install.stderr
     assert str(script) in (tmp_path / ".bashrc").read_text(encoding="utf-8")
     assert "bash completion installed" in install.stdout
+
+
+@pytest.mark.parametrize("stage", ["pretrain", "rlvr"])
+def test_the_override_example_of_a_stages_help_is_valid(capsys, stage):
+    """The help's ``-c local KEY=VALUE --dry-run`` example names a key any config takes (a run length): the dry run
+    finds no error (a parallel size from default.yaml was one: -c local refuses it)."""
+    examples = _section(_help(capsys, "ultra3", stage), "Examples:")
+    line = next(ln.split()[1:] for ln in examples.splitlines() if re.search(r" [a-z_.]+=\d+ --dry-run$", ln))
+    assert line[4].split("=")[0].endswith(("iters", "steps")), line
+    assert main(line) == 0
+    assert "error:" not in capsys.readouterr().err

@@ -81,6 +81,16 @@ def test_pipe_refuses_a_cycle_without_config_and_overrides_for_absent_runs(capsy
     assert code == 2 and any(x.startswith(line) for x in err.splitlines()), err
 
 
+
+def test_an_override_for_a_stage_the_pipe_does_not_name_says_to_name_it(capsys):
+    """``pipe pretrain:KEY=V sft``: the override names a stage, but the chain must name it too; the hint shows how."""
+    code = main(["ultra3", "pipe", "pretrain:train.global_batch_size=8", "sft", "-c", "tiny", "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: overrides for stages not in the chain: pretrain" in err, err
+    assert "hint: STAGE:key=value sets a key of a stage the pipe runs; name the stage too: nemotron ultra3 pipe " \
+           "pretrain sft pretrain:KEY=VALUE" in err, err
+
+
 def test_alternatives_take_the_planned_one_first_else_the_newest(tmp_path, monkeypatch):
     from nemotron.config import artifacts
 

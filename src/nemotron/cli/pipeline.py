@@ -22,7 +22,7 @@ from nemotron.config.compile import compile_config, config_artifacts, config_bac
 from nemotron.config.paths import config_names
 from nemotron.config.registry import STAGES, Stage, get_stage
 from nemotron.config.tree import get, leaves
-from nemotron.errors import ConfigError, Problem, RuntimeFailure, UsageError, ValidationError
+from nemotron.errors import ConfigError, Problem, RuntimeFailure, UsageError, ValidationError, plural
 from nemotron.launch import backends, jobs, submit
 from nemotron.launch.plan import plan_job, planned_outputs
 from nemotron.profiles import load as profiles
@@ -515,7 +515,8 @@ def _chain_verdict(prepared: list[Prepared]) -> str:
     bad = [(i, p) for i, p in enumerate(prepared, 1) if p.errors]
     if bad:
         where = ", ".join(f"{i}/{len(prepared)} ({p.req.stage.title}): {len(p.errors)}" for i, p in bad)
-        return (f"dry run: {sum(len(p.errors) for _, p in bad)} problems found in the chain's stages ({where}): "
+        count = plural(sum(len(p.errors) for _, p in bad), "problem")
+        return (f"dry run: {count} found in the chain's stages ({where}): "
                 "the run would refuse to start; nothing was submitted")
     refused = next((i for i, p in enumerate(prepared, 1) if unresolved_refusal(p.compiled) is not None), None)
     if refused is None:
@@ -569,7 +570,10 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     chain = _pipe_chain(recipe, names, kw.get("config"))
     unknown = set(per_stage) - {s.name for s, _ in chain}
     if unknown:
-        raise UsageError(f"overrides for stages not in the chain: {', '.join(sorted(unknown))}")
+        raise UsageError(f"overrides for stages not in the chain: {', '.join(sorted(unknown))}",
+                         f"STAGE:key=value sets a key of a stage the pipe runs; name the stage too: "
+                         f"nemotron {recipe} pipe {' '.join(sorted(unknown))} {' '.join(s.name for s, _ in chain)} "
+                         f"{sorted(unknown)[0]}:KEY=VALUE ...")
     runs = [(s.name, [t.name for t, _ in chain[:i + 1]].count(s.name)) for i, (s, _) in enumerate(chain)]
     absent = sorted(set(per_cycle) - set(runs))
     if absent:

@@ -238,7 +238,9 @@ def examples(stage: Stage, docs: list[KeyDoc], profiles: list[tuple[str, str]]) 
     out = [f"{cmd} -c {here}{'' if stage.gpu and here == 'local' else ' --dry-run'}" if here in names
            else f"{cmd} --dry-run",
            f"{cmd} -c tiny --run {cluster} --dry-run" if "tiny" in names else f"{cmd} --run {cluster} --dry-run"]
-    sample = next((d for d in docs if d.type == "int" and not d.key.startswith("run.")), None)
+    # a length of the run (steps, iterations): a value any config takes (a parallel size from default.yaml would
+    # be refused by -c local's one-process layout)
+    sample = next((d for d in docs if d.type == "int" and d.key.rsplit(".", 1)[-1].endswith(("iters", "steps"))), None)
     if sample:
         out.append(f"{cmd} -c {here} {sample.key}={sample.default} --dry-run")
     if stage.family.estimate:
