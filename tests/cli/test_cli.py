@@ -535,3 +535,13 @@ def test_a_pipe_dry_run_never_calls_a_chain_valid_that_the_run_refuses(capsys, t
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == ("dry run: the chain's configs are valid, but the run would refuse to start at stage 1/2 "
                     "(ultra3 sft): see that stage's verdict; nothing was submitted"), last
+
+
+def test_a_mistyped_command_word_gets_the_closest_one(capsys):
+    code, _, err = run_cli(capsys, "ultra3", "pretrian")
+    assert code == 2 and "error: no such command 'pretrian'." in err
+    assert "hint: did you mean 'pretrain'? see: nemotron ultra3 --help" in err
+    code, _, err = run_cli(capsys, "ultra3", "data", "prep", "sfft")
+    assert code == 2 and "hint: did you mean 'sft'? see: nemotron ultra3 data prep --help" in err
+    code, _, err = run_cli(capsys, "ultra3", "zzz")
+    assert code == 2 and "did you mean" not in err

@@ -545,7 +545,18 @@ def _usage_error(exc: typer.TyperException) -> int:
         hint = f"did you mean {close[0]}? " if close else ""
         return _fail(f"no such option {option} for '{cmd}'", f"{hint}see: {cmd} --help", 2)
     msg = exc.format_message().replace("\n", " ")
-    return _fail(msg[0].lower() + msg[1:] if msg else "usage error", f"see: {cmd} --help", 2)
+    hint = f"see: {cmd} --help"
+    import re
+
+    unknown = re.fullmatch(r"No such command '([^']*)'\.", msg)
+    group = ctx.command if ctx is not None else None
+    if unknown and group is not None and hasattr(group, "list_commands"):  # a mistyped stage or command word
+        import difflib
+
+        close = difflib.get_close_matches(unknown.group(1), group.list_commands(ctx), n=1, cutoff=0.6)
+        if close:
+            hint = f"did you mean '{close[0]}'? {hint}"
+    return _fail(msg[0].lower() + msg[1:] if msg else "usage error", hint, 2)
 
 
 def main(argv: list[str] | None = None) -> int:
