@@ -72,6 +72,8 @@ def test_local_chain_dry_run_and_per_cycle_overrides(capsys, tmp_path, monkeypat
     (["mopd", "mopd", "mopd", "-c", "tiny"], "error: pipe: stage mopd is named 3 times; its occurrence 3 would run -c "
                                              "tiny-cycle3, which mopd does not have"),
     (["mopd", "mopd", "-c", "tiny", "mopd#3:grpo.max_num_steps=2"], "error: overrides for runs not in the chain: mopd#3"),
+    (["mopd", "mopd", "-c", "tiny-cycle2"], "error: pipe: -c tiny-cycle2 is itself cycle 2 of mopd's -c tiny"),
+    (["mopd", "mopd", "-c", "cycle2"], "error: pipe: -c cycle2 is itself cycle 2 of mopd's -c default"),
     (["mopd", "-c", "tiny", "mopd#x:grpo.max_num_steps=2"], "error: 'mopd#x:grpo.max_num_steps=2': mopd#x: the "
                                                             "occurrence is a number from 1"),
 ])

@@ -11,6 +11,8 @@ imported only by :mod:`nemotron.launch.submit` and the stages' runtime entry scr
 
 from __future__ import annotations
 
+import re
+
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -459,6 +461,12 @@ def _pipe_chain(recipe: str, names: list[str], config: str | None) -> list[tuple
             chain.append((stage, config))
             continue
         cyc = artifacts.cycle_config(config, k)
+        base = re.fullmatch(r"(?:(.+)-)?cycle(\d+)", config or "")
+        if cyc not in config_names(stage) and base:  # -c cycle2 is itself a later cycle: the chain starts from its base
+            first = base.group(1) or "default"
+            raise UsageError(f"pipe: -c {config} is itself cycle {base.group(2)} of {n}'s -c {first}; a stage named "
+                             f"again runs its next cycle, so -c {config} would need -c {cyc}",
+                             f"start the chain from the first cycle's config: pipe {' '.join(names)} -c {first}")
         if cyc not in config_names(stage):
             raise UsageError(f"pipe: stage {n} is named {k} times; its occurrence {k} would run -c {cyc}, which {n} "
                              "does not have (a stage runs again only as a new cycle, with its own config)",
