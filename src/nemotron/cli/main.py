@@ -28,7 +28,7 @@ from nemotron.config.registry import STAGES, Stage, recipes
 from nemotron.errors import NemotronError, UsageError
 
 _GROUP_HELP = {"data": "Data stages.", "prep": "Data preparation: raw text, chat data and RL prompts into training formats."}
-_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 200}
 _KW = inspect.Parameter.KEYWORD_ONLY
 
 
