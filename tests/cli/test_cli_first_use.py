@@ -66,8 +66,10 @@ def test_pipe_quantize_after_mopd_takes_the_planned_checkpoint(capsys):
 def test_pipe_mopd_quantize_without_dry_run_stops_at_mopds_missing_inputs(capsys, tmp_path):
     code, _, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "tiny", *ON_SAMPLE)
     assert code == 2
+    # the student is the warmup's output, else RLVR's (${art:mopd-warmup-checkpoint|rl-checkpoint,path})
     assert "error: refusing to start ultra3 mopd with 5 unresolved values: policy.model_name: artifact " \
-           "rl-checkpoint does not exist yet by a tiny run" in err, err
+           "mopd-warmup-checkpoint|rl-checkpoint does not exist yet: none of mopd-warmup-checkpoint, rl-checkpoint " \
+           "by a tiny run" in err, err
     assert "quantization.source" not in err
     assert not (tmp_path / "home" / "runs").exists()
 
