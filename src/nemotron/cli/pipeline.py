@@ -12,7 +12,6 @@ imported only by :mod:`nemotron.launch.submit` and the stages' runtime entry scr
 from __future__ import annotations
 
 import re
-
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -578,10 +577,14 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     chain = _pipe_chain(recipe, names, kw.get("config"))
     unknown = set(per_stage) - {s.name for s, _ in chain}
     if unknown:
+        order = {s.name: i for i, s in enumerate(STAGES)}
+        named = [s.name for s, _ in chain]
+        for u in sorted(unknown, key=order.__getitem__):  # each where the pipeline order puts it
+            at = next((i for i, n in enumerate(named) if order[n] > order[u]), len(named))
+            named.insert(at, u)
         raise UsageError(f"overrides for stages not in the chain: {', '.join(sorted(unknown))}",
                          f"STAGE:key=value sets a key of a stage the pipe runs; name the stage too: "
-                         f"nemotron {recipe} pipe {' '.join(sorted(unknown))} {' '.join(s.name for s, _ in chain)} "
-                         f"{sorted(unknown)[0]}:KEY=VALUE ...")
+                         f"nemotron {recipe} pipe {' '.join(named)} {sorted(unknown)[0]}:KEY=VALUE ...")
     runs = [(s.name, [t.name for t, _ in chain[:i + 1]].count(s.name)) for i, (s, _) in enumerate(chain)]
     absent = sorted(set(per_cycle) - set(runs))
     if absent:
