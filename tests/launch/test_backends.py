@@ -97,3 +97,14 @@ def test_the_schema_says_what_an_executor_is():
     assert [schema.uses_container(p) for p in (None, local, ray, slurm, bare)] == [False, False, False, True, False]
     assert [schema.queues_dependent_jobs(e) for e in (None, "local", "ray", "slurm")] == [False, False, False, True]
     assert [p.where() for p in (local, ray, slurm)] == ["this machine", "ray://head:10001", "- via ssh login"]
+
+
+def test_a_question_an_executor_has_no_answer_to_is_one_clear_error():
+    """``direct`` runs in this process and keeps no records; the queueing executors run nothing here: asking either
+    is a RuntimeFailure naming the executor (one line for the CLI), not a bare NotImplementedError."""
+    from nemotron.errors import RuntimeFailure
+
+    with pytest.raises(RuntimeFailure, match="the direct executor does not keep job records to cancel"):
+        backends.backend("direct").cancel(None)
+    with pytest.raises(RuntimeFailure, match="the slurm executor does not run jobs in this process"):
+        backends.backend("slurm").run(None)

@@ -49,6 +49,7 @@ from typing import Any, Sequence
 
 from nemotron.runtime.curves import write_curves_or_say
 from nemotron.runtime.rl_settings import RLSettings, route
+from nemotron.runtime.warmup import read_tasks  # the panel's routing key of each RL line, one reader
 from nemotron.runtime.settings import EXIT_REQUEUE, thread_count
 
 NEEDS = ("torch", "transformers", "trl", "datasets", "math_verify")
@@ -115,7 +116,7 @@ def _rows_dataset(s: RLSettings, tokenizer: Any) -> tuple[Any, list[Any], int]:
 
     prompt, system = prompt_template(s.prompt_file, s.system_prompt_file)
     rows = read_rows(s.train_path)
-    tasks = _tasks(s.train_path)
+    tasks = read_tasks(s.train_path)
     records, dropped = [], 0
     limit = s.max_total_length - s.max_new_tokens
     for row, task in zip(rows, tasks):
@@ -134,16 +135,6 @@ def _rows_dataset(s: RLSettings, tokenizer: Any) -> tuple[Any, list[Any], int]:
                           f"policy.max_total_sequence_length - policy.generation.max_new_tokens = {limit} tokens")
     val = read_rows(s.val_path, s.max_val_samples) if s.val_path is not None and s.max_val_samples else []
     return Dataset.from_list(records), val, dropped
-
-
-def _tasks(path: Path) -> list[str | None]:
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                obj = json.loads(line)
-                out.append(obj.get("task") or obj.get("task_name"))
-    return out
 
 
 def _device() -> str:

@@ -91,11 +91,17 @@ class Backend:
     #: Who is asked about the job's state, in words (``why`` names it: "the Slurm state", ...).
     scheduler: str = ""
 
+    def _not_offered(self, what: str) -> RuntimeFailure:
+        """The error for a question this executor has no answer to (``here`` keeps no records; the queueing
+        backends run nothing in this process): one line naming the executor, never a bare traceback."""
+        return RuntimeFailure(f"the {self.executor or type(self).__name__} executor does not {what}",
+                              "see docs/execution.md for what each executor does")
+
     # -- before the job exists ---------------------------------------------------------------------------------
 
     def render(self, job: Job) -> str:
         """The exact job that would run, as text (the ``--dry-run`` job section)."""
-        raise NotImplementedError
+        raise self._not_offered("render a job")
 
     def submit(self, job: Job, chain: list[str]) -> tuple[str, str]:
         """Queue the job and write its record: ``(job id, where in words)``; ``chain`` receives every job id queued
@@ -104,18 +110,18 @@ class Backend:
         Raises:
             RuntimeFailure: the job could not be submitted.
         """
-        raise NotImplementedError
+        raise self._not_offered("queue jobs (it runs them in this process)")
 
     def run(self, job: Job) -> int:
         """Run the job here, attached; its exit code."""
-        raise NotImplementedError
+        raise self._not_offered("run jobs in this process (it queues them)")
 
     # -- a submitted job, from its record ----------------------------------------------------------------------
 
     def state(self, rec: JobRecord) -> tuple[str, str]:
         """``(state, exit code)`` of the job, the state in Slurm's words (:data:`nemotron.launch.records.TERMINAL`
         for the ended ones), the exit code as text (empty: not known)."""
-        raise NotImplementedError
+        raise self._not_offered("keep job records to ask a state of")
 
     def unknown_reason(self, rec: JobRecord) -> str | None:
         """Why the state is ``UNKNOWN`` (one line), when the scheduler can say; None: nothing to add."""
@@ -131,11 +137,11 @@ class Backend:
         Raises:
             JobFilesMissing: the job's folders are gone; the message names the path.
         """
-        raise NotImplementedError
+        raise self._not_offered("keep job records with logs")
 
     def read_log(self, rec: JobRecord, path: str, offset: int = 0) -> str:
         """Text of log ``path`` from byte ``offset`` on (empty when absent)."""
-        raise NotImplementedError
+        raise self._not_offered("keep job records with logs")
 
     def cancel(self, rec: JobRecord) -> None:
         """Stop the job.
@@ -143,7 +149,7 @@ class Backend:
         Raises:
             RuntimeFailure: the scheduler refused (its message kept).
         """
-        raise NotImplementedError
+        raise self._not_offered("keep job records to cancel")
 
     def ended_at(self, rec: JobRecord) -> float | None:
         """When the job ended (seconds since the epoch); None when not known."""
