@@ -36,7 +36,10 @@ with ``backend: megatron-bridge``, on every rank that torchrun starts:
    reads the saved iteration and writes the requeue marker, from which the job's batch script requeues or
    continues the job), 1 on a failure.
    Convert: ``AutoBridge.import_ckpt`` (HF → Megatron) or ``AutoBridge.export_ckpt`` (Megatron → HF; the
-   HF ``config.json`` then rewritten to the v4 form NeMo RL reads, :mod:`nemotron.runtime.convert`).
+   HF ``config.json`` then rewritten to the v4 form NeMo RL reads, :mod:`nemotron.runtime.convert`; then the
+   export's self-check, :mod:`nemotron.runtime.export_check`: its config shape against the checkpoint's, and on a
+   single-rank GPU export its reload in transformers and its logits against the exported Megatron model's on a
+   fixed batch, recorded in ``selfcheck.json`` beside it; exit 1 when it fails).
 
 APIs as in Megatron-Bridge branch ``nemotron_3_ultra`` at 4588417 (package 0.5.0; ``recipes/nemotronh/
 nemotron_3_ultra.py`` ``nemotron_3_ultra_pretrain_config(hf_path=, seq_length=)``, ``training/pretrain.py``
@@ -769,7 +772,9 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
     (:func:`process_group_options`), then every torchrun rank builds the provider at the config's TP/PP/EP/ETP,
     then ``provide_distributed_model`` + ``save_megatron_model`` (import) or ``load_megatron_model`` +
     ``save_hf_pretrained`` (export) — the calls of Megatron-Bridge 0.5.0's
-    ``examples/conversion/convert_checkpoints_multi_gpu.py``."""
+    ``examples/conversion/convert_checkpoints_multi_gpu.py``. After a ``megatron_to_hf`` export, rank 0 runs
+    :func:`nemotron.runtime.export_check.run` (with the loaded Megatron model when the export ran in one process
+    on a GPU); a failed self-check returns 1."""
     conv = bc.convert or {}
     src, out = str(conv["source"]), str(conv["output_dir"])
     direction = conv["direction"]
@@ -785,11 +790,15 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
 
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
         str(conv.get("dtype") or "bfloat16")]
+    exported = None  # the Megatron model of a single-rank GPU export: the self-check's reference
+    no_model = None  # why the self-check compares no logits
     if pg_options is None:
         if direction == "hf_to_megatron":
             AutoBridge.import_ckpt(src, out, torch_dtype=dtype)
         else:
             export_bridge(bc, src).export_ckpt(src, out)
+            no_model = ("convert.device=cpu: AutoBridge.export_ckpt keeps no Megatron model in memory to run the "
+                        "batch through")
     else:
         if not torch.distributed.is_initialized():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -815,11 +824,26 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
             model = bridge.load_megatron_model(src, mp_overrides={**layout, "pipeline_dtype": dtype,
                                                                   "params_dtype": dtype}, wrap_with_ddp=False)
             bridge.save_hf_pretrained(model, out)
+            world = int(os.environ.get("WORLD_SIZE") or torch.distributed.get_world_size())
+            if world == 1:
+                exported = model
+            else:
+                no_model = (f"{world} ranks: each holds a shard of the Megatron model; the self-check's Megatron "
+                            "forward runs on a single-rank export")
         torch.distributed.barrier()
     if direction == "megatron_to_hf" and conv.get("hf_config_form", "v4") == "v4" and rank0:
         rewrite_config_v4(out)
     if rank0:
         _say(bc.stage, f"{direction}: {src} -> {out}")
+    if direction == "megatron_to_hf" and rank0:
+        from nemotron.runtime import export_check
+
+        try:  # the export reloads in transformers and gives the Megatron model's logits: selfcheck.json beside it
+            export_check.run(out, src, megatron_model=exported, no_megatron_reason=no_model,
+                             catalogue_config=bc.hf_config, trust_remote_code=bc.trust_remote_code,
+                             say=lambda line: _say(bc.stage, line))
+        except export_check.SelfCheckError:
+            return 1  # the verdict line, with both numbers and thresholds, is in the log
     return 0
 
 

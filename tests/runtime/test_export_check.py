@@ -1,0 +1,185 @@
+"""The self-check of a megatron_to_hf export (nemotron.runtime.export_check): the config-shape check on real
+catalogue configs and run_config.yaml files, the logits comparison on real tiny transformers NemotronH models
+saved and reloaded through ``AutoModelForCausalLM.from_pretrained``, the selfcheck.json record, and the failure
+paths. The Megatron forward itself (:func:`megatron_logits`) needs CUDA and Megatron-Core: where a test needs
+its logits, the in-memory transformers model stands in for it (said at each place)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from nemotron.config import catalogue
+from nemotron.runtime import export_check as ec
+from nemotron.runtime.convert import v4_to_v5
+
+
+def _tiny_config(**extra) -> dict:
+    """The catalogue's `small` HF config shrunk to a few-second CPU model (same block types and MoE features)."""
+    cfg = catalogue.hf_config(catalogue.get("small"))
+    cfg.update(vocab_size=512, hidden_size=64, num_attention_heads=4, head_dim=16, mamba_num_heads=4,
+               mamba_head_dim=16, ssm_state_size=16, n_routed_experts=4, num_experts_per_tok=2,
+               moe_intermediate_size=32, intermediate_size=32, moe_shared_expert_intermediate_size=32,
+               moe_latent_size=32, num_hidden_layers=4, hybrid_override_pattern="ME*E", **extra)
+    return cfg
+
+
+def _tiny_model(seed: int):
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**_tiny_config()))
+    return model.to(torch.bfloat16).eval()
+
+
+def _checkpoint(tmp_path, pattern: str, num_layers: int, iteration: int = 20):
+    """A Megatron checkpoint folder's bookkeeping as Megatron-Bridge saves it: latest_checkpointed_iteration.txt
+    and iter_NNNNNNN/run_config.yaml (model.num_layers, model.hybrid_layer_pattern with the MTP block after '/')."""
+    root = tmp_path / "ckpt"
+    (root / f"iter_{iteration:07d}").mkdir(parents=True)
+    (root / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
+    (root / f"iter_{iteration:07d}" / "run_config.yaml").write_text(yaml.safe_dump(
+        {"model": {"num_layers": num_layers, "hybrid_layer_pattern": pattern, "hidden_size": 256}}))
+    return root
+
+
+# ------------------------------------------------------------------------------------------------ batch, compare
+def test_fixed_batch_is_fixed_and_within_the_vocabulary():
+    a, b = ec.fixed_batch(512), ec.fixed_batch(512)
+    assert a.shape == (2, 64) and a.dtype == torch.long
+    assert torch.equal(a, b) and 0 <= int(a.min()) and int(a.max()) < 512
+    assert not torch.equal(a, ec.fixed_batch(512, seed=1))
+    with pytest.raises(ec.SelfCheckError, match="vocab_size=0"):
+        ec.fixed_batch(0)
+
+
+def test_compare_logits_passes_bf16_rounding_and_cuts_megatron_vocab_padding():
+    torch.manual_seed(0)
+    hf = torch.randn(2, 64, 100) * 4
+    padded = torch.cat([hf, torch.full((2, 64, 28), 99.0)], dim=-1)  # Megatron pads the vocabulary
+    got = ec.compare_logits(padded.to(torch.bfloat16), hf)
+    assert got["passed"] and got["vocab_compared"] == 100 and got["positions"] == 128
+    assert got["cosine"] > 0.999 and got["top1_agreement"] > 0.95
+    assert 0 < got["max_abs_diff"] < 0.1                                  # bf16 rounding of |x| <= ~16
+    assert got["cosine_min"] == 0.98 and got["top1_min"] == 0.90
+
+
+def test_compare_logits_fails_on_unrelated_logits_nan_and_shape():
+    torch.manual_seed(0)
+    a, b = torch.randn(2, 64, 100), torch.randn(2, 64, 100)
+    got = ec.compare_logits(a, b)
+    assert not got["passed"] and got["cosine"] < 0.5 and got["top1_agreement"] < 0.2
+    nan = a.clone()
+    nan[0, 0, 0] = float("nan")
+    assert not ec.compare_logits(nan, a)["passed"]
+    # a small systematic error that keeps the cosine high but moves argmax: the top-1 gate catches it
+    shifted = a + torch.randn(2, 64, 100) * 0.3
+    got = ec.compare_logits(a, shifted, cosine_min=0.9)
+    assert got["cosine"] >= 0.9 and not got["passed"] and got["top1_agreement"] < 0.9
+    with pytest.raises(ec.SelfCheckError, match=r"Megatron \(2, 64, 50\), HF \(2, 64, 100\)"):
+        ec.compare_logits(a[..., :50], b)
+    with pytest.raises(ec.SelfCheckError, match="shapes differ"):
+        ec.compare_logits(a[:, :10], b)
+
+
+def test_an_export_reloads_and_matches_its_model_and_not_another(tmp_path):
+    model = _tiny_model(0)
+    model.save_pretrained(tmp_path / "hf")
+    ids = ec.fixed_batch(512)
+    with torch.no_grad():
+        same = model(input_ids=ids).logits
+        other = _tiny_model(1)(input_ids=ids).logits
+    reloaded = ec.hf_logits(tmp_path / "hf", ids, device="cpu")
+    assert reloaded.shape == (2, 64, 512)
+    assert ec.compare_logits(same, reloaded)["passed"]
+    bad = ec.compare_logits(other, reloaded)
+    assert not bad["passed"] and bad["top1_agreement"] < 0.5
+
+
+def test_a_reload_that_fails_is_named(tmp_path):
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(_tiny_config()))  # no weights
+    with pytest.raises(ec.SelfCheckError, match=r"does not reload in transformers: \w+"):
+        ec.hf_logits(tmp_path / "hf", ec.fixed_batch(512), device="cpu")
+
+
+# -------------------------------------------------------------------------------------------------- config shape
+def test_saved_model_shape_reads_the_latest_iteration(tmp_path):
+    root = _checkpoint(tmp_path, "MEM|*EMEM*E/*E", 10, iteration=20)
+    (root / "iter_0000010").mkdir()
+    (root / "iter_0000010" / "run_config.yaml").write_text(yaml.safe_dump({"model": {"num_layers": 3}}))
+    got = ec.saved_model_shape(root)
+    assert got["num_layers"] == 10 and got["pattern"] == "MEM*EMEM*E" and got["run_config"].endswith(
+        "iter_0000020/run_config.yaml")
+    assert ec.saved_model_shape(tmp_path / "nothing") == {"num_layers": None, "pattern": None, "run_config": None}
+
+
+@pytest.mark.parametrize("form", ["v4", "v5"])
+def test_the_slice_config_passes_and_the_full_ultra_config_fails(tmp_path, form):
+    small, ultra = (catalogue.hf_config(catalogue.get(n)) for n in ("small", "ultra"))
+    if form == "v5":
+        small, ultra = v4_to_v5(small), v4_to_v5(ultra)
+    spec = catalogue.get("small")
+    ckpt = ec.saved_model_shape(_checkpoint(tmp_path, spec.pattern + "/" + spec.mtp_pattern, spec.num_layers))
+    ok = ec.check_config(small, ckpt, catalogue.hf_config(spec))
+    assert ok["passed"] and ok["exported"] == {"num_layers": 10, "pattern": "MEM*EMEM*E"}, ok
+    bad = ec.check_config(ultra, ckpt, catalogue.hf_config(spec))  # defect 2: Ultra's config over a slice
+    assert not bad["passed"] and bad["exported"]["num_layers"] == 108
+    assert "num_layers: exported 108, checkpoint 10" in bad["mismatches"]
+    assert any(m.startswith("pattern: exported") and "catalogue 'MEM*EMEM*E'" in m for m in bad["mismatches"])
+
+
+def test_a_config_check_without_any_reference_fails():
+    got = ec.check_config(catalogue.hf_config(catalogue.get("small")), {"num_layers": None, "pattern": None})
+    assert not got["passed"] and "no reference shape" in got["mismatches"][0]
+
+
+# ------------------------------------------------------------------------------------------------ run + record
+def test_run_without_a_megatron_model_records_why_and_checks_the_config(tmp_path):
+    spec = catalogue.get("small")
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(catalogue.hf_config(spec)))
+    ckpt = _checkpoint(tmp_path, spec.pattern + "/*E", spec.num_layers)
+    lines: list[str] = []
+    rec = ec.run(out, ckpt, no_megatron_reason="convert.device=cpu", catalogue_config=catalogue.hf_config(spec),
+                 say=lines.append)
+    saved = json.loads((out / "selfcheck.json").read_text())
+    assert saved == rec and rec["passed"] and rec["logits"] == {"ran": False, "reason": "convert.device=cpu"}
+    assert lines == [ec.verdict(rec)] and lines[0].startswith("self-check passed: config 10 layers")
+    assert "logits comparison not run: convert.device=cpu" in lines[0]
+    with pytest.raises(ec.SelfCheckError, match="no reason given"):
+        ec.run(out, ckpt, say=lines.append)
+    # the full Ultra's config.json over the slice's checkpoint: loud, recorded, nonzero for the job
+    (out / "config.json").write_text(json.dumps(catalogue.hf_config(catalogue.get("ultra"))))
+    with pytest.raises(ec.SelfCheckError, match=r"SELF-CHECK FAILED: config 108 layers .*MISMATCH: num_layers: "
+                                                r"exported 108, checkpoint 10"):
+        ec.run(out, ckpt, no_megatron_reason="cpu", say=lines.append)
+    assert json.loads((out / "selfcheck.json").read_text())["passed"] is False
+
+
+def test_run_compares_logits_and_fails_loudly_with_both_numbers(tmp_path, monkeypatch):
+    """The Megatron forward needs CUDA and Megatron-Core: a transformers model's forward stands in for
+    megatron_logits here (the same [b, s, v] contract); everything else is the real path."""
+    out = tmp_path / "hf"
+    _tiny_model(0).save_pretrained(out)
+    ckpt = _checkpoint(tmp_path, "ME*E/*E", 4)
+
+    def stand_in(model, ids):
+        with torch.no_grad():
+            return model(input_ids=ids).logits
+
+    monkeypatch.setattr(ec, "megatron_logits", stand_in)
+    rec = ec.run(out, ckpt, megatron_model=_tiny_model(0), device="cpu", say=lambda _: None)
+    assert rec["passed"] and rec["logits"]["ran"] and rec["logits"]["top1_agreement"] == 1.0
+    assert rec["ids_head"] == ec.fixed_batch(512)[0, :8].tolist()
+    lines: list[str] = []
+    with pytest.raises(ec.SelfCheckError) as err:
+        ec.run(out, ckpt, megatron_model=_tiny_model(1), device="cpu", say=lines.append)
+    saved = json.loads((out / "selfcheck.json").read_text())
+    assert saved["passed"] is False and saved["logits"]["cosine"] < 0.98
+    assert str(err.value) == lines[0] and lines[0].startswith("SELF-CHECK FAILED")
+    assert f"cosine {saved['logits']['cosine']:.5f} (min 0.98)" in lines[0] and "(min 0.9)" in lines[0]
