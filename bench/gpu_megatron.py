@@ -97,6 +97,84 @@ ONE_GPU_SFT = [o for o in ONE_GPU if not o.startswith(("model.seq_length=", "tra
 ]
 
 
+#: ``convert -c tiny`` (megatron_to_hf) made to fit one GPU: the same model as :data:`ONE_GPU` / :data:`ONE_GPU_SFT`
+#: (the catalogue's ``small``, whose HF ``config.json`` the export is built against: nothing downloaded) at TP1 PP1
+#: EP1 ETP1 on one node of one GPU.
+ONE_GPU_CONVERT = [
+    "model.name=small", "run.env.nodes=1", "run.env.gpus_per_node=1",
+    "model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=1",
+    "model.expert_model_parallel_size=1", "model.expert_tensor_parallel_size=1",
+]
+
+
+def convert_overrides(source: Path, output_dir: Path) -> list[str]:
+    """``convert -c tiny`` on one GPU from the Megatron checkpoint folder ``source`` into ``output_dir``: the
+    ``${art:sft-checkpoint,path}`` input given as a path (this machine has no artifact store)."""
+    return [*ONE_GPU_CONVERT, f"convert.source={source}", f"convert.output_dir={output_dir}"]
+
+
+def convert_source(work: Path) -> tuple[Path, str] | None:
+    """The checkpoint the convert run exports and what it is: ``WORK/ref`` (the SFT reference run's), else
+    ``WORK/sig`` (the signalled and resumed SFT run's), else ``WORK/pre`` (the pretrain checkpoint SFT starts
+    from), the first holding ``latest_checkpointed_iteration.txt``; None when none does."""
+    for name, what in (("ref", "SFT reference checkpoint"), ("sig", "SFT signalled+resumed checkpoint"),
+                       ("pre", "pretrain checkpoint (no SFT checkpoint in WORK)")):
+        if (work / name / "latest_checkpointed_iteration.txt").is_file():
+            return work / name, what
+    return None
+
+
+def folder_bytes(folder: Path) -> int:
+    """Total size in bytes of the files under ``folder`` (0 when it does not exist)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
+
+
+def convert_main(args: argparse.Namespace, out: Path, work: Path, summary: dict) -> int:
+    """``--stage convert``: the job of ``nemotron ultra3 convert -c tiny`` (megatron_to_hf) on one GPU through
+    ``stages/ultra3/convert/run.py`` (:func:`nemotron.runtime.megatron_bridge.main` → ``_convert``, then the
+    export's self-check, :mod:`nemotron.runtime.export_check`), from :func:`convert_source`'s checkpoint into
+    ``WORK/hf``. summary.json gets the source, exit code, wall time, export size and ``selfcheck.json``'s figures;
+    the export's ``config.json`` and ``selfcheck.json`` are copied into ``--out``. Returns 0 when the job exited 0
+    and its self-check passed."""
+    summary["stage"] = "convert"
+    found = convert_source(work)
+    if found is None:
+        summary["error"] = (f"no checkpoint to convert: none of {work}/ref, {work}/sig, {work}/pre holds "
+                            "latest_checkpointed_iteration.txt (run --stage sft first, with the same --work)")
+        print(summary["error"], file=sys.stderr)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        return 1
+    source, what = found
+    export = work / "hf"
+    iteration = (source / "latest_checkpointed_iteration.txt").read_text().strip()
+    summary["source"] = {"folder": str(source), "what": what, "iteration": iteration}
+    print(f"convert: exporting the {what} {source} (iteration {iteration}) -> {export}", flush=True)
+    cfg = work / "convert.yaml"
+    compile_job(args.blend, source, 0, cfg, "convert", convert_overrides(source, export))
+    shutil.rmtree(export, ignore_errors=True)  # a fresh export, never files of an earlier one
+    run = train(cfg, out / "convert.jsonl", out, "convert", timeout=args.timeout, stage_name="convert")
+    summary["runs"] = {"convert": run}
+    summary["wall_s"] = run["seconds"]
+    summary["export_bytes"] = folder_bytes(export)
+    summary["export_gb"] = round(summary["export_bytes"] / 1e9, 3)
+    for name in ("config.json", "selfcheck.json"):
+        if (export / name).is_file():
+            shutil.copy(export / name, out / name)
+    check = json.loads((export / "selfcheck.json").read_text()) if (export / "selfcheck.json").is_file() else None
+    summary["selfcheck"] = check if check is not None else "no selfcheck.json: the job stopped before its self-check"
+    if check is not None:
+        lg = check.get("logits") or {}
+        summary["selfcheck_figures"] = {k: lg.get(k) for k in ("max_abs_diff", "mean_abs_diff", "cosine",
+                                                              "min_position_cosine", "top1_agreement", "cosine_min",
+                                                              "top1_min")}
+        summary["selfcheck_figures"]["config"] = (check.get("config") or {}).get("exported")
+        summary["selfcheck_figures"]["passed"] = check.get("passed")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    (out / "summary.md").write_text(markdown(summary))
+    print(markdown(summary))
+    return 0 if run["rc"] == 0 and isinstance(check, dict) and check.get("passed") and check["logits"].get("ran") else 1
+
+
 def overrides(blend: Path, ckpt: Path, iters: int, save_interval: int | None = None) -> list[str]:
     extra = [f"checkpoint.save_interval={save_interval}"] if save_interval else []
     return [*ONE_GPU, f"data.per_split_data_args_path={blend}", f"checkpoint.save={ckpt}",
@@ -209,9 +287,10 @@ def main() -> int:
     ap.add_argument("--plain-steps", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=420, help="seconds each training process may run")
     ap.add_argument("--skip", default="", help="comma list of runs to skip: reference,signal,plain")
-    ap.add_argument("--stage", choices=("pretrain", "sft"), default="pretrain",
+    ap.add_argument("--stage", choices=("pretrain", "sft", "convert"), default="pretrain",
                     help="sft: finetune() on --packed from a pretrain checkpoint this script makes first (--pretrain-iters "
-                         "steps of the pretrain job on --blend, in WORK/pre, kept for later invocations)")
+                         "steps of the pretrain job on --blend, in WORK/pre, kept for later invocations); convert: "
+                         "megatron_to_hf of WORK/ref (else WORK/sig, else WORK/pre) into WORK/hf, with its self-check")
     ap.add_argument("--packed", type=Path, default=None, help="sft: the folder of `nemotron ultra3 data prep sft -c tiny`")
     ap.add_argument("--pretrain-iters", type=int, default=10, help="sft: steps of the pretrain run it starts from")
     args = ap.parse_args()
@@ -239,6 +318,9 @@ def main() -> int:
         except Exception as exc:  # the job's own pre-start check says the same, in its log
             summary.setdefault("stack", {})[mod] = f"not importable: {type(exc).__name__}: {exc}"[:300]
 
+    if args.stage == "convert":
+        args.blend = args.blend.resolve()
+        return convert_main(args, out, work, summary)
     blend = args.blend.resolve()
     stage_name = args.stage
     runs: dict = {}
@@ -347,7 +429,8 @@ def main() -> int:
 def markdown(s: dict) -> str:
     lines = ["| figure | value |", "|---|---|"]
     for k in ("stage", "gpu", "torch", "stack", "loss", "tokens_per_s", "plain_loop_tokens_per_s", "peak_allocated_gib",
-              "peak_reserved_gib", "estimate_gb", "resume"):
+              "peak_reserved_gib", "estimate_gb", "resume", "source", "wall_s", "export_gb", "selfcheck_figures",
+              "error"):
         if k in s:
             lines.append(f"| {k} | `{json.dumps(s[k])}` |")
     for name, r in (s.get("runs") or {}).items():

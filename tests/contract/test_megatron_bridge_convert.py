@@ -8,7 +8,9 @@ folder: our translation (:func:`nemotron.runtime.megatron_bridge.translate`) and
 (:func:`~nemotron.runtime.megatron_bridge.export_bridge`: ``AutoBridge.from_auto_config``, as Megatron-Bridge's
 ``examples/conversion/convert_checkpoints.py``), with no network (``HF_HUB_OFFLINE=1``). The exported
 ``config.json`` is the config-only bridge's ``hf_pretrained.to_dict()`` (what ``save_hf_pretrained`` writes); it
-must be the slice's: 4 layers ``ME*E``, the slice's MTP block, read back by transformers as NemotronH. Also the
+must be the slice's: 4 layers ``ME*E``, the slice's MTP block, read back by transformers as NemotronH; and the
+export's self-check (:mod:`nemotron.runtime.export_check`) reads the same shape from the saved ``run_config.yaml``,
+passes that config and fails the full Ultra's. Also the
 layout a PP > 1 export reads from the checkpoint (:func:`~nemotron.runtime.megatron_bridge.saved_pipeline_layout`)
 against Megatron-Bridge's ``load_model_config`` of the same file.
 
@@ -57,6 +59,11 @@ try:
     (out / "config.json").write_text(json.dumps(exported))
     back = AutoConfig.from_pretrained(str(out))
     res["read_back"] = {"type": type(back).__name__, "num_hidden_layers": back.num_hidden_layers}
+    from nemotron.runtime import export_check
+    shape = export_check.saved_model_shape(str(ckpt))   # the self-check's reading of the real run_config.yaml
+    res["saved_shape"] = {k: shape[k] for k in ("num_layers", "pattern")}
+    res["selfcheck_config"] = export_check.check_config(exported, shape, bc.hf_config)
+    res["selfcheck_ultra"] = export_check.check_config(catalogue.hf_config(catalogue.get("ultra")), shape, bc.hf_config)
 except Exception as exc:
     res["error"] = f"{type(exc).__name__}: {exc}"[:2000]
 if hasattr(mb, "saved_pipeline_layout"):
@@ -70,16 +77,21 @@ write_result(res)
 '''
 
 
-def _cases(root: Path, layout=None) -> dict:
+def _cases(root: Path, layout=None, one_gpu: bool = False) -> dict:
+    """``one_gpu``: bench/gpu_megatron.py's one-GPU SFT (:data:`ONE_GPU_SFT`) and convert
+    (:func:`convert_overrides`) configs instead of the shipped ``-c tiny`` ones."""
+    from gpu_megatron import ONE_GPU_SFT, convert_overrides
+
     from nemotron.config.compile import compile_config
     from nemotron.config.registry import get_stage
 
     files = inputs(root)
-    sft = compile_shipped("sft", "tiny", root, files)
+    sft = compile_shipped("sft", "tiny", root, files, list(ONE_GPU_SFT) if one_gpu else None)
     sft["stage"], sft["work"] = "sft", str(root / "work-sft")
     ckpt = root / "sft-ckpt"
-    conv = compile_config(get_stage("convert"), "tiny", [f"convert.source={ckpt}",
-                                                         f"convert.output_dir={root / 'hf-out'}"]).config
+    over = (convert_overrides(ckpt, root / "hf-out") if one_gpu else
+            [f"convert.source={ckpt}", f"convert.output_dir={root / 'hf-out'}"])
+    conv = compile_config(get_stage("convert"), "tiny", over).config
     return {"sft": sft, "convert": conv, "ckpt": str(ckpt), "work": str(root / "work"), "layout": layout}
 
 
@@ -107,6 +119,12 @@ def test_convert_of_the_slice_exports_the_slices_hf_config_offline(upstream, tmp
                 "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "moe_intermediate_size", "vocab_size"):
         assert cfg.get(key) == want[key], key
     assert out["read_back"] == {"type": "NemotronHConfig", "num_hidden_layers": 4}
+    # the export's self-check (nemotron.runtime.export_check) reads the shape Megatron-Bridge saved in
+    # run_config.yaml, passes the slice's exported config, and fails the full Ultra's over the slice (defect 2)
+    assert out["saved_shape"] == {"num_layers": 4, "pattern": "ME*E"}
+    assert out["selfcheck_config"]["passed"], out["selfcheck_config"]
+    assert not out["selfcheck_ultra"]["passed"]
+    assert "num_layers: exported 108, checkpoint 4" in out["selfcheck_ultra"]["mismatches"]
 
 
 def test_pp_export_reads_the_checkpoints_pipeline_layout(upstream, tmp_path):
@@ -114,3 +132,17 @@ def test_pp_export_reads_the_checkpoints_pipeline_layout(upstream, tmp_path):
     out = upstream.run(SCRIPT, _cases(tmp_path, layout), timeout=900)
     assert out.get("saved_layout") == layout
     assert out["bridge_layout"] == layout   # what Megatron-Bridge's own load_model_config reads from the file
+
+
+def test_the_one_gpu_convert_of_small_exports_smalls_config(upstream, tmp_path):
+    """bench/gpu_megatron.py --stage convert: the catalogue's `small` model saved by the one-GPU SFT run, exported
+    with its own config (10 layers MEM*EMEM*E), which the export's self-check passes."""
+    from nemotron.config import catalogue
+
+    out = upstream.run(SCRIPT, _cases(tmp_path, one_gpu=True), timeout=900)
+    assert "error" not in out, out["error"]
+    spec = catalogue.get("small")
+    assert out["has_slice_config"] and _pattern(out["config"]) == spec.pattern == "MEM*EMEM*E"
+    assert out["saved_shape"] == {"num_layers": 10, "pattern": "MEM*EMEM*E"}
+    assert out["selfcheck_config"]["passed"], out["selfcheck_config"]
+    assert out["read_back"] == {"type": "NemotronHConfig", "num_hidden_layers": 10}
