@@ -162,6 +162,8 @@ def convert_main(args: argparse.Namespace, out: Path, work: Path, summary: dict)
             shutil.copy(export / name, out / name)
     check = json.loads((export / "selfcheck.json").read_text()) if (export / "selfcheck.json").is_file() else None
     summary["selfcheck"] = check if check is not None else "no selfcheck.json: the job stopped before its self-check"
+    if check is None:
+        summary["error"] = f"{summary['selfcheck']} (exit code {run['rc']}; see convert.log)"
     if check is not None:
         lg = check.get("logits") or {}
         summary["selfcheck_figures"] = {k: lg.get(k) for k in ("max_abs_diff", "mean_abs_diff", "cosine",

@@ -57,6 +57,7 @@ QUICK_FILES: tuple[str, ...] = (
     "tests/runtime/test_runtime_local_refusals.py::test_paths_of_the_wrong_kind_are_refused_by_run_and_dry_run",
     "tests/runtime/test_exit_signal.py",
     "tests/runtime/test_runtime_convert.py",
+    "tests/runtime/test_export_check.py",
     "tests/runtime/test_rl_reward.py",
     "tests/runtime/test_rl_local.py",
     # its other tests share a module fixture that quantizes the small model (30 s): this one runs the entry's checks

@@ -183,3 +183,68 @@ def test_run_compares_logits_and_fails_loudly_with_both_numbers(tmp_path, monkey
     assert saved["passed"] is False and saved["logits"]["cosine"] < 0.98
     assert str(err.value) == lines[0] and lines[0].startswith("SELF-CHECK FAILED")
     assert f"cosine {saved['logits']['cosine']:.5f} (min 0.98)" in lines[0] and "(min 0.9)" in lines[0]
+
+
+# ------------------------------------------------------------------------------- bench/gpu_megatron.py --stage convert
+def _bench():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import gpu_megatron
+
+    return gpu_megatron
+
+
+def test_the_convert_bench_prefers_the_sft_reference_then_sig_then_pre(tmp_path):
+    g = _bench()
+    assert g.convert_source(tmp_path) is None
+    for name in ("pre", "sig", "ref"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "latest_checkpointed_iteration.txt").write_text("10\n")
+        src, what = g.convert_source(tmp_path)
+        assert src == tmp_path / name, name
+    assert "reference" in what
+    (tmp_path / "ref" / "latest_checkpointed_iteration.txt").unlink()   # a reference run that never saved
+    assert g.convert_source(tmp_path)[0] == tmp_path / "sig"
+
+
+def test_the_convert_bench_runs_the_job_entry_and_reports_a_stop_before_the_self_check(tmp_path):
+    """The real path on a CPU: the one-GPU convert config compiled and validated, stages/ultra3/convert/run.py
+    started with it; on this machine the job's pre-start check refuses (no GPU / no Megatron-Bridge), so no
+    selfcheck.json exists and the bench must say so and return 1."""
+    import argparse
+
+    g = _bench()
+    work, out = tmp_path / "work", tmp_path / "out"
+    out.mkdir()
+    summary: dict = {}
+    args = argparse.Namespace(blend=tmp_path / "blend.json", timeout=120)
+    assert g.convert_main(args, out, work, summary) == 1  # work/ does not exist yet: no checkpoint
+    assert "no checkpoint to convert" in summary["error"]
+    (work / "ref" / "iter_0000010").mkdir(parents=True)
+    (work / "ref" / "latest_checkpointed_iteration.txt").write_text("10\n")
+    summary = {}
+    assert g.convert_main(args, out, work, summary) == 1
+    assert summary["source"] == {"folder": str(work / "ref"), "what": "SFT reference checkpoint", "iteration": "10"}
+    assert summary["runs"]["convert"]["rc"] != 0
+    assert summary["selfcheck"].startswith("no selfcheck.json") and "see convert.log" in summary["error"]
+    assert (work / "convert.yaml").is_file() and "model.name" not in summary
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["stage"] == "convert" and saved["export_bytes"] == 0
+    assert "| source |" in (out / "summary.md").read_text()
+    cfg = yaml.safe_load((work / "convert.yaml").read_text())
+    assert cfg["model"]["name"] == "small" and cfg["convert"]["source"] == str(work / "ref")
+    assert cfg["convert"]["output_dir"] == str(work / "hf") and cfg["run"]["env"]["gpus_per_node"] == 1
+
+
+def test_an_unreadable_checkpoint_config_fails_the_self_check_and_is_recorded(tmp_path):
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(catalogue.hf_config(catalogue.get("small"))))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "run_config.yaml").write_text("model: [unclosed\n")
+    with pytest.raises(ec.SelfCheckError, match="SELF-CHECK FAILED.*error: \\w*(YAML|Scanner|Parser)\\w*Error"):
+        ec.run(out, ckpt, no_megatron_reason="cpu", say=lambda _: None)
+    assert json.loads((out / "selfcheck.json").read_text())["passed"] is False

@@ -198,7 +198,7 @@ def hf_logits(folder: str | os.PathLike[str], input_ids: Any, trust_remote_code:
 
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16,
                                                      trust_remote_code=trust_remote_code)
-        model.to(device).eval()
+        model.to(device=device, dtype=torch.bfloat16).eval()  # BF16 also where from_pretrained ignores dtype=
         with torch.no_grad():
             logits = model(input_ids=input_ids.to(device)).logits
     except Exception as exc:  # any reload failure is the self-check's failure, named
@@ -303,8 +303,11 @@ def run(folder: str | os.PathLike[str], source: str | os.PathLike[str], *, megat
             record["logits"] = {"ran": True, **compare_logits(reference, hf_logits(folder, ids, trust_remote_code,
                                                                                     device))}
             failed = failed or not record["logits"]["passed"]
-    except (SelfCheckError, OSError, ValueError) as exc:
+    except SelfCheckError as exc:
         record["error"] = str(exc)
+        failed = True
+    except Exception as exc:  # an unreadable config.json or run_config.yaml, a failed comparison: named, recorded
+        record["error"] = f"{type(exc).__name__}: {exc}"
         failed = True
     record.setdefault("logits", {"ran": False, "reason": "an earlier step failed"})
     record["passed"] = not failed
