@@ -36,6 +36,12 @@ Megatron-Bridge's ``finetune()`` on our packed Parquet (its packed-sequence data
 loss mask), starting from a pretrain checkpoint this script makes first (``--pretrain-iters`` steps of the pretrain
 job above, kept in ``WORK/pre``): runs 1-3 as above, and the plain loop at the SFT batch shape.
 
+``--stage convert`` runs the job of ``nemotron ultra3 convert -c tiny`` (megatron_to_hf) the same way
+(:data:`ONE_GPU_CONVERT`: the same model at TP1 PP1 EP1 ETP1), through ``stages/ultra3/convert/run.py``, from the
+checkpoint ``--stage sft`` left in WORK (``ref``, else ``sig``, else the pretrain checkpoint ``pre``;
+:func:`convert_source`) into ``WORK/hf``; the job's own self-check (:mod:`nemotron.runtime.export_check`) writes
+``selfcheck.json`` there; summary.json gets its figures, the export size and the wall time (:func:`convert_main`).
+
 Figures: the loss curve (first/last steps), tokens/s of the Megatron run (steady-state, from the recorded step times
 after ``--warmup`` steps) against the plain loop's, the peak GPU memory allocated by the training process (the CUDA
 caching allocator's ``max_memory_allocated``) against our estimate. Everything lands in ``--out``:

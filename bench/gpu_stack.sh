@@ -10,7 +10,8 @@
 #   bash bench/gpu_stack.sh install-conv1d # build causal-conv1d's CUDA extension (the fused Mamba path packed SFT needs)
 #   bash bench/gpu_stack.sh probe          # import the training path; name every module still missing
 #   bash bench/gpu_stack.sh run [ARGS]     # python bench/gpu_megatron.py --blend <the data> --packed <the SFT packs>
-#                                          #   --out $OUT/gpu-run ARGS (--stage sft: the SFT run)
+#                                          #   --out $OUT/gpu-run ARGS (--stage sft: the SFT run; --stage
+#                                          #   convert: megatron_to_hf of the SFT checkpoint, with its self-check)
 #
 # The stash (NEMOTRON_GPU_STASH, default /tmp/nemotron-gpu) holds site/ (a --target install on PYTHONPATH),
 # in/ (what was received) and build/. The kit (kit_src.tar.xz) holds Megatron-Bridge's and Megatron-Core's
@@ -215,7 +216,7 @@ EOF
     exit $rc
     ;;
   *)
-    sed -n '2,17p' "$0"
+    sed -n '2,18p' "$0"
     exit 2
     ;;
 esac
