@@ -176,6 +176,7 @@ def convert_main(args: argparse.Namespace, out: Path, work: Path, summary: dict)
                                                               "min_position_cosine", "top1_agreement", "cosine_min",
                                                               "top1_min")}
         summary["selfcheck_figures"]["config"] = (check.get("config") or {}).get("exported")
+        summary["selfcheck_figures"]["reload"] = check.get("reload")
         summary["selfcheck_figures"]["passed"] = check.get("passed")
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     (out / "summary.md").write_text(markdown(summary))

@@ -94,6 +94,18 @@ def test_an_export_reloads_and_matches_its_model_and_not_another(tmp_path):
         other = _tiny_model(1)(input_ids=ids).logits
     reloaded = ec.hf_logits(tmp_path / "hf", ids, device="cpu")
     assert reloaded.shape == (2, 64, 512)
+    # an export whose weights the model does not take: named in the load info, and the logits disagree
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(tmp_path / "hf" / "model.safetensors")
+    lm = next(k for k in weights if k.startswith("lm_head"))
+    weights["renamed." + lm] = weights.pop(lm)
+    save_file(weights, tmp_path / "hf" / "model.safetensors", metadata={"format": "pt"})
+    info: dict = {}
+    broken = ec.hf_logits(tmp_path / "hf", ids, device="cpu", info=info)
+    assert info["missing_keys"] == 1 and info["missing_keys_first"] == [lm]
+    assert info["unexpected_keys_first"] == ["renamed." + lm]
+    assert not ec.compare_logits(same, broken)["passed"]
     assert ec.compare_logits(same, reloaded)["passed"]
     bad = ec.compare_logits(other, reloaded)
     assert not bad["passed"] and bad["top1_agreement"] < 0.5
@@ -176,6 +188,8 @@ def test_run_compares_logits_and_fails_loudly_with_both_numbers(tmp_path, monkey
     rec = ec.run(out, ckpt, megatron_model=_tiny_model(0), device="cpu", say=lambda _: None)
     assert rec["passed"] and rec["logits"]["ran"] and rec["logits"]["top1_agreement"] == 1.0
     assert rec["ids_head"] == ec.fixed_batch(512)[0, :8].tolist()
+    assert rec["reload"] == {"missing_keys": 0, "missing_keys_first": [], "unexpected_keys": 0,
+                             "unexpected_keys_first": []}
     lines: list[str] = []
     with pytest.raises(ec.SelfCheckError) as err:
         ec.run(out, ckpt, megatron_model=_tiny_model(1), device="cpu", say=lines.append)

@@ -183,9 +183,13 @@ def compare_logits(reference: Any, candidate: Any, cosine_min: float = COSINE_MI
 
 
 def hf_logits(folder: str | os.PathLike[str], input_ids: Any, trust_remote_code: bool = False,
-              device: str | None = None) -> Any:
+              device: str | None = None, info: dict[str, Any] | None = None) -> Any:
     """Logits ``[b, s, v]`` (the model's output dtype: transformers' NemotronH upcasts to FP32) of ``input_ids`` through ``AutoModelForCausalLM.from_pretrained(folder)``, loaded
     in BF16 on ``device`` (default: ``cuda`` when available, else ``cpu``); the model is freed afterwards.
+    ``info``, when given, receives what transformers reported about the load: ``missing_keys`` /
+    ``unexpected_keys`` counts and their first 8 names (weights of the export that the model did not take, e.g.
+    an MTP block transformers does not build, and weights the model lacked and initialised at random — the logits
+    comparison then fails).
 
     Raises:
         SelfCheckError: the reload or the forward raises (the message names the folder and the error).
@@ -196,8 +200,14 @@ def hf_logits(folder: str | os.PathLike[str], input_ids: Any, trust_remote_code:
     try:
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16,
-                                                     trust_remote_code=trust_remote_code)
+        model, loading = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16,
+                                                              trust_remote_code=trust_remote_code,
+                                                              output_loading_info=True)
+        if info is not None:
+            for key in ("missing_keys", "unexpected_keys"):
+                names = sorted(str(k) for k in (loading or {}).get(key) or [])
+                info[key] = len(names)
+                info[f"{key}_first"] = names[:8]
         model.to(device=device, dtype=torch.bfloat16).eval()  # BF16 also where from_pretrained ignores dtype=
         with torch.no_grad():
             logits = model(input_ids=input_ids.to(device)).logits
@@ -300,8 +310,9 @@ def run(folder: str | os.PathLike[str], source: str | os.PathLike[str], *, megat
             ids = fixed_batch(int(exported.get("vocab_size") or 0))
             record["ids_head"] = ids[0, :8].tolist()
             reference = megatron_logits(megatron_model, ids)
+            record["reload"] = {}
             record["logits"] = {"ran": True, **compare_logits(reference, hf_logits(folder, ids, trust_remote_code,
-                                                                                    device))}
+                                                                                    device, record["reload"]))}
             failed = failed or not record["logits"]["passed"]
     except SelfCheckError as exc:
         record["error"] = str(exc)
