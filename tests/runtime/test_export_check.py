@@ -64,7 +64,7 @@ def test_compare_logits_passes_bf16_rounding_and_cuts_megatron_vocab_padding():
     assert got["passed"] and got["vocab_compared"] == 100 and got["positions"] == 128
     assert got["cosine"] > 0.999 and got["top1_agreement"] > 0.95
     assert 0 < got["max_abs_diff"] < 0.1                                  # bf16 rounding of |x| <= ~16
-    assert got["cosine_min"] == 0.98 and got["top1_min"] == 0.90
+    assert got["cosine_min"] == 0.98 and got["top1_min"] == 0.80
 
 
 def test_compare_logits_fails_on_unrelated_logits_nan_and_shape():
@@ -76,9 +76,9 @@ def test_compare_logits_fails_on_unrelated_logits_nan_and_shape():
     nan[0, 0, 0] = float("nan")
     assert not ec.compare_logits(nan, a)["passed"]
     # a small systematic error that keeps the cosine high but moves argmax: the top-1 gate catches it
-    shifted = a + torch.randn(2, 64, 100) * 0.3
+    shifted = a + torch.randn(2, 64, 100) * 0.4
     got = ec.compare_logits(a, shifted, cosine_min=0.9)
-    assert got["cosine"] >= 0.9 and not got["passed"] and got["top1_agreement"] < 0.9
+    assert got["cosine"] >= 0.9 and not got["passed"] and got["top1_agreement"] < 0.8
     with pytest.raises(ec.SelfCheckError, match=r"Megatron \(2, 64, 50\), HF \(2, 64, 100\)"):
         ec.compare_logits(a[..., :50], b)
     with pytest.raises(ec.SelfCheckError, match="shapes differ"):
@@ -196,7 +196,7 @@ def test_run_compares_logits_and_fails_loudly_with_both_numbers(tmp_path, monkey
     saved = json.loads((out / "selfcheck.json").read_text())
     assert saved["passed"] is False and saved["logits"]["cosine"] < 0.98
     assert str(err.value) == lines[0] and lines[0].startswith("SELF-CHECK FAILED")
-    assert f"cosine {saved['logits']['cosine']:.5f} (min 0.98)" in lines[0] and "(min 0.9)" in lines[0]
+    assert f"cosine {saved['logits']['cosine']:.5f} (min 0.98)" in lines[0] and "(min 0.8)" in lines[0]
 
 
 # ------------------------------------------------------------------------------- bench/gpu_megatron.py --stage convert

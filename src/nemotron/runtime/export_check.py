@@ -22,11 +22,12 @@ After :func:`nemotron.runtime.megatron_bridge._convert` has saved a Megatron che
 
 Thresholds (BF16 on both sides): the logits of all ``b x s`` positions, in FP32, must have a cosine similarity of
 at least :data:`COSINE_MIN` = 0.98 — the ``SIMILARITY_THRESHOLD`` of Megatron-Bridge's own
-``compare_hf_and_megatron/compare.py`` at 4588417 — and the two models' argmax must agree at no fewer than
-:data:`TOP1_MIN` = 90 % of the positions (ours: BF16 noise on the logits, ~1e-2 relative, flips the argmax only
-where the top two logits lie within that noise; a briefly trained small model has flat outputs, so a tenth of the
-positions is left for that, while a wrong mapping agrees at chance level). The maximum and mean absolute
-difference are recorded (not gated: their scale follows the logits' own scale).
+``compare_hf_and_megatron/compare.py`` at 4588417, the gate upstream applies — and the two models' argmax must
+agree at no fewer than :data:`TOP1_MIN` = 80 % of the positions (ours: it catches a systematic shift that a cosine
+near 1 tolerates; BF16 noise on the logits, ~1e-2 relative, flips the argmax only where the top two logits lie
+within that noise, and a briefly trained small model has flat, unigram-like outputs on random ids, so a fifth of
+the positions is left for that — upstream prints the token match but does not gate on it). The maximum and mean
+absolute difference are recorded (not gated: their scale follows the logits' own scale).
 
 Any failure — a config shape that differs, a reload that raises, logits beyond a threshold or not finite — writes
 ``selfcheck.json`` with ``"passed": false`` and the reason, prints one ``SELF-CHECK FAILED`` line naming the
@@ -46,7 +47,7 @@ from typing import Any
 #: ``examples/conversion/compare_hf_and_megatron/compare.py`` ``SIMILARITY_THRESHOLD = 0.98``).
 COSINE_MIN = 0.98
 #: Minimum fraction of positions whose argmax agrees (ours; module docstring).
-TOP1_MIN = 0.90
+TOP1_MIN = 0.80
 #: The fixed batch: sequences x tokens, and the seed of ``torch.Generator`` that draws the ids.
 BATCH, SEQ, SEED = 2, 64, 1234
 #: File written beside the export.
