@@ -39,7 +39,8 @@ job above, kept in ``WORK/pre``): runs 1-3 as above, and the plain loop at the S
 ``--stage convert`` runs the job of ``nemotron ultra3 convert -c tiny`` (megatron_to_hf) the same way
 (:data:`ONE_GPU_CONVERT`: the same model at TP1 PP1 EP1 ETP1), through ``stages/ultra3/convert/run.py``, from the
 checkpoint ``--stage sft`` left in WORK (``ref``, else ``sig``, else the pretrain checkpoint ``pre``;
-:func:`convert_source`) into ``WORK/hf``; the job's own self-check (:mod:`nemotron.runtime.export_check`) writes
+:func:`convert_source`; with ``--pretrain-if-none`` and none of them, a pretrain checkpoint made first) into
+``WORK/hf``; the job's own self-check (:mod:`nemotron.runtime.export_check`) writes
 ``selfcheck.json`` there; summary.json gets its figures, the export size and the wall time (:func:`convert_main`).
 
 Figures: the loss curve (first/last steps), tokens/s of the Megatron run (steady-state, from the recorded step times
@@ -135,6 +136,19 @@ def folder_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
 
 
+def make_pretrain(blend: Path, work: Path, out: Path, iters: int, timeout: float) -> dict:
+    """The pretrain checkpoint ``WORK/pre`` (``iters`` steps of the one-GPU pretrain job on ``blend``, saved at the
+    end): the run's record (:func:`train`) with ``saved_iteration``."""
+    pre = work / "pre"
+    shutil.rmtree(pre, ignore_errors=True)
+    cfg = work / "pre.yaml"
+    compile_job(blend, pre, iters, cfg, args=overrides(blend, pre, iters, save_interval=iters))
+    run = train(cfg, out / "pre.jsonl", out, "pretrain", timeout=timeout)
+    saved = pre / "latest_checkpointed_iteration.txt"
+    run["saved_iteration"] = int(saved.read_text().strip()) if saved.is_file() else None
+    return run
+
+
 def convert_main(args: argparse.Namespace, out: Path, work: Path, summary: dict) -> int:
     """``--stage convert``: the job of ``nemotron ultra3 convert -c tiny`` (megatron_to_hf) on one GPU through
     ``stages/ultra3/convert/run.py`` (:func:`nemotron.runtime.megatron_bridge.main` → ``_convert``, then the
@@ -143,10 +157,18 @@ def convert_main(args: argparse.Namespace, out: Path, work: Path, summary: dict)
     the export's ``config.json`` and ``selfcheck.json`` are copied into ``--out``. Returns 0 when the job exited 0
     and its self-check passed."""
     summary["stage"] = "convert"
+    runs: dict = {}
     found = convert_source(work)
+    if found is None and getattr(args, "pretrain_if_none", False):  # a fresh machine: a pretrain checkpoint first
+        print(f"convert: no checkpoint in {work}; making the pretrain checkpoint ({args.pretrain_iters} steps)",
+              flush=True)
+        runs["pretrain"] = make_pretrain(args.blend, work, out, args.pretrain_iters, args.timeout)
+        found = convert_source(work)
     if found is None:
+        summary["runs"] = runs
         summary["error"] = (f"no checkpoint to convert: none of {work}/ref, {work}/sig, {work}/pre holds "
-                            "latest_checkpointed_iteration.txt (run --stage sft first, with the same --work)")
+                            "latest_checkpointed_iteration.txt (run --stage sft first with the same --work, or "
+                            "pass --pretrain-if-none)")
         print(summary["error"], file=sys.stderr)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         return 1
@@ -159,7 +181,7 @@ def convert_main(args: argparse.Namespace, out: Path, work: Path, summary: dict)
     compile_job(args.blend, source, 0, cfg, "convert", convert_overrides(source, export))
     shutil.rmtree(export, ignore_errors=True)  # a fresh export, never files of an earlier one
     run = train(cfg, out / "convert.jsonl", out, "convert", timeout=args.timeout, stage_name="convert")
-    summary["runs"] = {"convert": run}
+    summary["runs"] = {**runs, "convert": run}
     summary["wall_s"] = run["seconds"]
     summary["export_bytes"] = folder_bytes(export)
     summary["export_gb"] = round(summary["export_bytes"] / 1e9, 3)
@@ -302,6 +324,9 @@ def main() -> int:
                          "megatron_to_hf of WORK/ref (else WORK/sig, else WORK/pre) into WORK/hf, with its self-check")
     ap.add_argument("--packed", type=Path, default=None, help="sft: the folder of `nemotron ultra3 data prep sft -c tiny`")
     ap.add_argument("--pretrain-iters", type=int, default=10, help="sft: steps of the pretrain run it starts from")
+    ap.add_argument("--pretrain-if-none", action="store_true",
+                    help="convert: when WORK holds no checkpoint, make the pretrain one first (--pretrain-iters steps) "
+                         "and convert that")
     args = ap.parse_args()
     if args.stage == "sft" and args.packed is None:
         ap.error("--stage sft needs --packed (the data prep sft -c tiny folder)")
@@ -338,13 +363,7 @@ def main() -> int:
         tokens_per_step, micro, gbs, seq = 4 * 4096, 1, 4, 4096
         pre = work / "pre"
         if not (pre / "latest_checkpointed_iteration.txt").is_file():  # the checkpoint SFT starts from
-            shutil.rmtree(pre, ignore_errors=True)
-            cfg = work / "pre.yaml"
-            compile_job(blend, pre, args.pretrain_iters, cfg,
-                        args=overrides(blend, pre, args.pretrain_iters, save_interval=args.pretrain_iters))
-            runs["pretrain"] = train(cfg, out / "pre.jsonl", out, "pretrain", timeout=args.timeout)
-            saved = pre / "latest_checkpointed_iteration.txt"
-            runs["pretrain"]["saved_iteration"] = int(saved.read_text().strip()) if saved.is_file() else None
+            runs["pretrain"] = make_pretrain(blend, work, out, args.pretrain_iters, args.timeout)
         packed = args.packed.resolve()
         job_args = lambda ckpt: sft_overrides(packed, pre, ckpt, args.iters)  # noqa: E731
     else:

@@ -262,3 +262,22 @@ def test_an_unreadable_checkpoint_config_fails_the_self_check_and_is_recorded(tm
     with pytest.raises(ec.SelfCheckError, match="SELF-CHECK FAILED.*error: \\w*(YAML|Scanner|Parser)\\w*Error"):
         ec.run(out, ckpt, no_megatron_reason="cpu", say=lambda _: None)
     assert json.loads((out / "selfcheck.json").read_text())["passed"] is False
+
+
+def test_the_convert_bench_makes_a_pretrain_checkpoint_first_only_when_asked(tmp_path):
+    """--pretrain-if-none on a machine whose WORK holds no checkpoint: the one-GPU pretrain job is compiled and
+    started first (here its pre-start check refuses: no GPU), and the bench then names the missing checkpoint."""
+    import argparse
+
+    from local_runtime_support import write_pretrain_data
+
+    g = _bench()
+    blend = write_pretrain_data(tmp_path / "data")
+    work, out = tmp_path / "work", tmp_path / "out"
+    out.mkdir()
+    summary: dict = {}
+    args = argparse.Namespace(blend=blend, timeout=120, pretrain_if_none=True, pretrain_iters=10)
+    assert g.convert_main(args, out, work, summary) == 1
+    assert summary["runs"]["pretrain"]["rc"] != 0 and summary["runs"]["pretrain"]["saved_iteration"] is None
+    assert (work / "pre.yaml").is_file() and "pass --pretrain-if-none" in summary["error"]
+    assert "this node shows 0 GPU" in (out / "pretrain.log").read_text()

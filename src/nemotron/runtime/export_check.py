@@ -185,8 +185,8 @@ def compare_logits(reference: Any, candidate: Any, cosine_min: float = COSINE_MI
 
 def hf_logits(folder: str | os.PathLike[str], input_ids: Any, trust_remote_code: bool = False,
               device: str | None = None, info: dict[str, Any] | None = None) -> Any:
-    """Logits ``[b, s, v]`` (the model's output dtype: transformers' NemotronH upcasts to FP32) of ``input_ids`` through ``AutoModelForCausalLM.from_pretrained(folder)``, loaded
-    in BF16 on ``device`` (default: ``cuda`` when available, else ``cpu``); the model is freed afterwards.
+    """Logits ``[b, s, v]`` (the model's output dtype: transformers' NemotronH upcasts to FP32) of ``input_ids``
+    through ``AutoModelForCausalLM.from_pretrained(folder)``, loaded in BF16 on ``device`` (default: ``cuda`` when available, else ``cpu``); the model is freed afterwards.
     ``info``, when given, receives what transformers reported about the load: ``missing_keys`` /
     ``unexpected_keys`` counts and their first 8 names (weights of the export that the model did not take, e.g.
     an MTP block transformers does not build, and weights the model lacked and initialised at random — the logits
@@ -268,8 +268,8 @@ def verdict(record: dict[str, Any]) -> str:
     """The one-line verdict of a self-check record (the job log's line)."""
     cfg = record.get("config") or {}
     shape = cfg.get("exported") or {}
-    parts = [f"config {shape.get('num_layers')} layers {shape.get('pattern')!r} "
-             f"({'matches the checkpoint' if cfg.get('passed') else 'MISMATCH: ' + '; '.join(cfg.get('mismatches', []))})"]
+    state = "matches the checkpoint" if cfg.get("passed") else "MISMATCH: " + "; ".join(cfg.get("mismatches", []))
+    parts = [f"config {shape.get('num_layers')} layers {shape.get('pattern')!r} ({state})"]
     lg = record.get("logits") or {}
     if lg.get("ran"):
         parts.append(f"logits max|diff| {lg['max_abs_diff']:.4g} mean {lg['mean_abs_diff']:.4g}, cosine "
