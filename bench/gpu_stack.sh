@@ -150,6 +150,12 @@ EOF
     # sdist for this GPU's architecture only (its setup.py compiles ten; one takes about a tenth of the time), with
     # the nvcc flags of its setup.py, then its Python package beside it in site/
     t0=$SECONDS
+    if [[ -f "$STASH/in/causal_conv1d_built.tgz" ]]; then
+      # built on an earlier machine of the same image (this step leaves it in OUT): no build
+      tar -xzf "$STASH/in/causal_conv1d_built.tgz" -C "$SITE"
+      PYTHONPATH="$SITE" "$PY" -c 'import causal_conv1d, causal_conv1d_cuda; print("[gpu-stack] causal_conv1d", causal_conv1d.__version__, "imports (carried build)")'
+      exit 0
+    fi
     rm -rf "$STASH/build/conv1d" && mkdir -p "$STASH/build/conv1d"
     tar -xzf "$STASH"/build/causal_conv1d-*.tar.gz -C "$STASH/build/conv1d" --strip-components=1
     cd "$STASH/build/conv1d"
@@ -170,6 +176,8 @@ setup(name="causal_conv1d", ext_modules=[CUDAExtension("causal_conv1d_cuda", src
 PY
     cp causal_conv1d_cuda*.so "$SITE/"
     rm -rf "$SITE/causal_conv1d" && cp -r causal_conv1d "$SITE/"
+    # kept where the caller collects files (OUT), so that a later machine can skip the build (about 5 minutes)
+    [[ -z "${OUT:-}" ]] || tar -czf "$OUT/causal_conv1d_built.tgz" causal_conv1d_cuda*.so causal_conv1d
     PYTHONPATH="$SITE" "$PY" -c 'import causal_conv1d, causal_conv1d_cuda; print("[gpu-stack] causal_conv1d", causal_conv1d.__version__, "imports")'
     say "causal-conv1d built for sm_$arch ($((SECONDS - t0)) s)"
     ;;
