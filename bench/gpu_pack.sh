@@ -135,4 +135,8 @@ for w in $(ls -S "$WORK"/extra/*.whl); do
   mv "$w" "$cur/"
   size=$((size + n))
 done
+# builds an earlier GPU machine of the same image left in its OUT (install-te's transformer_engine_torch wheel,
+# install-conv1d's causal_conv1d_built.tgz), kept in <repo>/.gpubuilt/: carried, they skip about 5 minutes of
+# compiling there
+if compgen -G "$REPO/.gpubuilt/*" >/dev/null; then mkdir -p "$OUT/c$i"; cp "$REPO"/.gpubuilt/* "$OUT/c$i/"; fi
 for d in "$OUT"/c*; do say "$(basename "$d"): $(du -sh "$d" | cut -f1)"; done
