@@ -41,7 +41,7 @@ def profiles_table(profiles: Profiles, env_file: str | Path | None = None):
                           escape(str(profiles.source)))
             continue
         where = p.settings.where()
-        gpus = "-" if p.gpus_per_node is None else f"{p.gpus_per_node} × {p.gpu or p.gpu_arch or 'GPU'}"
+        gpus = "-" if p.gpus_per_node is None else f"{p.gpus_per_node} × {p.settings.gpu or p.gpu_arch or 'GPU'}"
         table.add_row(*map(escape, (name, p.executor, " -> ".join(p.chain[1:]) or "-", where, gpus, str(p.source))))
     if profiles.sections:
         table.caption = f"settings sections (not profiles): {', '.join(profiles.sections)}"
