@@ -535,3 +535,17 @@ def runs_here(profile: Profile | None) -> bool:
 
 #: A profile of any executor (the type a caller that serves every executor takes).
 ExecutorProfile = Profile[ProfileSettings]
+
+
+def from_table(name: str, table: Mapping[str, Any], source: Path | str = "env.toml") -> ExecutorProfile:
+    """One profile made from ``table`` as an env.toml ``[name]`` table holds it (without ``extends``), validated,
+    defaulted and derived exactly as :func:`nemotron.profiles.load.load_profiles` does for a file's table
+    (``from_table("c", {"executor": "slurm", "gpus_per_node": 8, "gpu": "H200"})``).
+
+    Raises:
+        ConfigError: an unknown executor, key or value, as for a file (naming ``source`` and ``name``).
+    """
+    merged: dict = {}
+    prov: dict[str, str] = {}
+    _merge(merged, copy.deepcopy(dict(table)), prov, name, ())
+    return _build(name, [name], Path(source), merged, prov, frozenset(), "")
