@@ -30,7 +30,7 @@ from nemotron.profiles import load as profiles
 from nemotron.profiles import show
 from nemotron.profiles.load import load_profile
 from nemotron.profiles.profile import ExecutorProfile, storage_site
-from nemotron.profiles.schema import queues_dependent_jobs
+from nemotron.profiles.schema import SlurmSettings, queues_dependent_jobs
 from nemotron.profiles.sections import tracking_provenance
 from nemotron.runtime.dispatch import missing_runtime
 from nemotron.validation.cluster import check as cluster_checks
@@ -665,7 +665,9 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
         for p in prepared:  # afterok chain: a failed stage cancels the rest (--kill-on-invalid-dep=yes)
             first = len(queued)
             # after the job that ends the stage before: its last continuation job with run.chain
-            submit.submit(p.req, p.compiled, p.profile, p.plan, dependencies=chains[-1][-1:] if chains else None,
+            # (queues_dependent_jobs held for the first stage's executor: each stage's profile is that Slurm one)
+            profile = backends.Job(p.req, p.compiled, p.profile, p.plan).profile_as(SlurmSettings)
+            submit.submit(p.req, p.compiled, profile, p.plan, dependencies=chains[-1][-1:] if chains else None,
                           chain_ids=queued)
             chains.append(queued[first:])
             print(f"submitted {p.req.stage.title}: Slurm job {chains[-1][0]}"
