@@ -141,8 +141,9 @@ def _build(name: str, chain: list[str], source: Path, merged: dict, prov: dict[s
         # nodes that do not run on this machine's file system as it is: storage defaults on the job root, which
         # they see (docs/profiles.md); through its shell-safe name, which is mounted into the container
         root = shell_safe_root(str(updates.get("job_dir") or settings.job_dir))
+        storage = settings.storage()
         for key, sub in (("data_root", "data"), ("checkpoint_root", "checkpoints")):
-            if getattr(settings, key) is None:
+            if storage[key] is None:
                 updates[key] = f"{root}/{sub}"
                 prov.setdefault(key, _DEFAULT)
     if problems:
