@@ -504,8 +504,10 @@ class Profile(Generic[S]):
             prov[key] = _OVERRIDE
         for derived in [k for k, v in prov.items() if v in (_DEFAULT, _DERIVED)]:
             del prov[derived]  # recomputed from the new values
-        return _build(self.name, self.chain, self.source, raw, prov,
-                      frozenset(self.overridden | set(overrides)), self._text)
+        new = _build(self.name, self.chain, self.source, raw, prov, frozenset(self.overridden | set(overrides)),
+                     self._text)
+        new.tracking_env = dict(self.tracking_env)  # the same env.toml's [wandb] section
+        return new
 
 
 def storage_host(profile: Profile | None) -> str | None:

@@ -468,9 +468,6 @@ _MODELS: dict[str, type[_Common]] = {_executor_name(m): m for m in typing.get_ar
 EXECUTORS = tuple(_MODELS)
 
 
-_ALL_FIELDS = {k for m in _MODELS.values() for k in m.model_fields}
-
-
 def _model(executor: str | None) -> type[_Common] | None:
     """The profile model of ``executor`` (a profile's or a plan's executor name); None for ``direct`` (no profile)
     and None itself."""

@@ -43,7 +43,8 @@ class Job:
         ``job.profile_as(SlurmSettings).settings.partition``).
 
         Raises:
-            RuntimeFailure: the job has no profile, or one of another executor (a job handed to the wrong backend).
+            RuntimeFailure: the job has no profile. ConfigError: its profile is another executor's (a job handed to
+                the wrong backend; :meth:`nemotron.profiles.profile.Profile.narrow`).
         """
         if self.profile is None:
             raise RuntimeFailure(f"{getattr(self.plan, 'executor', '?')} job without a profile",
