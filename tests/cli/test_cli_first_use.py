@@ -171,9 +171,11 @@ def test_submission_still_refuses_a_signal_past_the_limit():
 
     from nemotron.errors import ConfigError
     from nemotron.launch.submit import _warning_signal
+    from nemotron.profiles.profile import from_table
+    from nemotron.profiles.schema import SlurmSettings
     from nemotron.validation.cluster import warning_signal_problem
 
-    profile = SimpleNamespace(name="short", time="00:05:00")
+    profile = from_table("short", {"executor": "slurm", "time": "00:05:00"}).narrow(SlurmSettings)
     plan = SimpleNamespace(signal_before_s=300, launch="torchrun")
     with pytest.raises(ConfigError, match=r"run.signal_before_s=300: the warning signal must come before"):
         _warning_signal(plan, profile)

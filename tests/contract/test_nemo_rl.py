@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import json
 import os
-import types
 from pathlib import Path
 
 import pytest
@@ -61,12 +60,13 @@ from nemotron import validation
 from nemotron.config.compile import compile_config
 from nemotron.config.paths import config_names
 from nemotron.config.registry import get_stage
+from nemotron.profiles.profile import from_table
 from nemotron.runtime import nemo_rl
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "nemo-rl"
-B200 = types.SimpleNamespace(name="b200", executor="slurm", gpus_per_node=8, gpu_arch="blackwell", gpu_memory=180.0)
-H200 = types.SimpleNamespace(name="h200", executor="slurm", gpus_per_node=8, gpu_arch="hopper", gpu_memory=141.0)
+B200 = from_table("b200", {"executor": "slurm", "gpus_per_node": 8, "gpu_arch": "blackwell", "gpu_memory": 180.0})
+H200 = from_table("h200", {"executor": "slurm", "gpus_per_node": 8, "gpu_arch": "hopper", "gpu_memory": 141.0})
 
 SHIPPED = [(s, c) for s in ("rlvr", "mopd") for c in config_names(get_stage(s))
            if c != "local" and not c.startswith("local-")]  # local-cycle2: a later MOPD cycle on this machine

@@ -149,16 +149,17 @@ def test_a_cluster_profile_gets_a_warning_not_an_error():
     """From this machine the hub's reachability says nothing certain about a cluster's nodes: a warning there."""
     from types import SimpleNamespace
 
+    from nemotron.profiles.profile import from_table
     from nemotron.validation.data import hub_problems
 
     s = SimpleNamespace(tokenizer_name="someorg/not-cached-tokenizer-4242", tokenizer_revision=None, blend_path=None)
     env = {"HF_ENDPOINT": closed_port()}
     here = hub_problems(s, None, None, env=env)
     assert [(p.rule, p.severity, p.key) for p in here] == [("data-hub", "error", "tokenizer.name")]
-    slurm = hub_problems(s, None, SimpleNamespace(executor="slurm", name="c"), env=env)
+    slurm = hub_problems(s, None, from_table("c", {"executor": "slurm"}), env=env)
     assert [(p.rule, p.severity) for p in slurm] == [("data-hub", "warning")]
     assert "profile c runs on its own nodes" in slurm[0].message
-    local = hub_problems(s, None, SimpleNamespace(executor="local", name="box"), env=env)
+    local = hub_problems(s, None, from_table("box", {"executor": "local"}), env=env)
     assert [p.severity for p in local] == ["error"]
 
 

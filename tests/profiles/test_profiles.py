@@ -134,15 +134,15 @@ def test_three_level_inheritance_deep_merges_and_child_wins(tmp_path):
     profiles = load(tmp_path, THREE_LEVELS)
     leaf = profiles.get("leaf")
     assert leaf.chain == ["leaf", "mid", "root"]
-    assert leaf.executor == "slurm" and leaf.account == "acct"
-    assert leaf.partition == "mid-part"
-    assert leaf.time == "30" and leaf.time_seconds == 1800
-    assert leaf.mounts == ["/c:/c"]  # lists are replaced, not concatenated
-    assert leaf.images == {"nemo": "/img/nemo-mid.sqsh", "data": "/img/data.sqsh"}
-    assert leaf.env_vars == {"A": "root", "B": "mid", "C": "leaf"}
+    assert leaf.executor == "slurm" and leaf.settings.account == "acct"
+    assert leaf.settings.partition == "mid-part"
+    assert leaf.settings.time == "30" and leaf.time_seconds == 1800
+    assert leaf.settings.mounts == ["/c:/c"]  # lists are replaced, not concatenated
+    assert leaf.settings.images == {"nemo": "/img/nemo-mid.sqsh", "data": "/img/data.sqsh"}
+    assert leaf.settings.env_vars == {"A": "root", "B": "mid", "C": "leaf"}
     assert leaf.provenance["images.nemo"] == "mid" and leaf.provenance["images.data"] == "root"
     assert leaf.provenance["env_vars.C"] == "leaf" and leaf.provenance["account"] == "root"
-    assert profiles.get("root").partition == "batch"  # the parent is untouched
+    assert profiles.get("root").settings.partition == "batch"  # the parent is untouched
 
 
 def test_extends_cycle_names_the_whole_chain(tmp_path):
@@ -240,7 +240,7 @@ def test_good_slurm_times(tmp_path, good, seconds):
 
 def test_integer_time_is_minutes_as_in_sbatch(tmp_path):
     profile = load(tmp_path, '[c]\nexecutor = "slurm"\ntime = 240\n').get("c")
-    assert (profile.time, profile.time_seconds) == ("240", 4 * 3600)
+    assert (profile.settings.time, profile.time_seconds) == ("240", 4 * 3600)
     for bad in ("true", "1.5", "-5"):
         err = error_of(tmp_path, f'[c]\nexecutor = "slurm"\ntime = {bad}\n', "c")
         assert err.message.startswith(f"{tmp_path / 'env.toml'}:3: profile 'c': time: ") and "not a Slurm time" in err.message
@@ -292,7 +292,7 @@ def test_gpu_model_derives_arch_and_memory(tmp_path):
         gpu_arch = "hoper"
     """)
     h = profiles.get("h")
-    assert (h.gpu, h.gpu_arch, h.gpu_memory, h.gpus_per_node) == ("H200", "hopper", 141.0, 8)
+    assert (h.settings.gpu, h.gpu_arch, h.gpu_memory, h.gpus_per_node) == ("H200", "hopper", 141.0, 8)
     assert h.provenance["gpu_arch"] == "derived from gpu"
     assert (profiles.get("a40").gpu_arch, profiles.get("a40").gpu_memory) == ("ampere", 40.0)
     with pytest.raises(ConfigError, match="'blackwell' disagrees with gpu = 'H100', which is hopper"):
@@ -322,7 +322,7 @@ def test_ssh_tunnel_rules(tmp_path):
     with pytest.raises(ConfigError, match="host: set but tunnel is 'local'"):
         profiles.get("stray")
     ok = profiles.get("ok")
-    assert (ok.port, ok.job_dir, ok.provenance["port"]) == (22, "/remote/jobs", "default")
+    assert (ok.settings.port, ok.settings.job_dir, ok.provenance["port"]) == (22, "/remote/jobs", "default")
 
 
 def test_local_and_ray_profiles(tmp_path, clean_env):
@@ -339,8 +339,8 @@ def test_local_and_ray_profiles(tmp_path, clean_env):
         executor = "ray"
     """)
     here = profiles.get("here")
-    assert here.job_dir == str(clean_env / ".nemotron" / "jobs") and here.partition is None
-    assert profiles.get("ray").address == "ray://head:10001"
+    assert here.settings.job_dir == str(clean_env / ".nemotron" / "jobs") and not hasattr(here.settings, "partition")
+    assert profiles.get("ray").settings.address == "ray://head:10001"
     with pytest.raises(ConfigError, match="not a Ray address"):
         profiles.get("badray")
     with pytest.raises(ConfigError, match="address: required for ray profiles"):
@@ -364,7 +364,7 @@ def test_slurm_shapes_mounts_mem_and_images(tmp_path):
         cpus_per_node = 0
     """)
     ok = profiles.get("ok")
-    assert ok.partition_for("run") == "interactive" and ok.partition_for("batch") == "batch"
+    assert ok.settings.partition_for("run") == "interactive" and ok.settings.partition_for("batch") == "batch"
     with pytest.raises(ConfigError) as info:
         profiles.get("bad")
     msg = info.value.message
@@ -398,7 +398,7 @@ def test_slurm_node_side_folders_must_be_absolute(tmp_path):
     for key, value in (("checkpoint_root", "ckpts"), ("data_root", "data/out"), ("hf_home", "hf")):
         assert f"{key}: {value!r}: a relative path" in msg
     assert "its source 'relative' is a relative path" in msg
-    assert profiles.get("ok").checkpoint_root == "/lustre/proj/ckpt"
+    assert profiles.get("ok").settings.checkpoint_root == "/lustre/proj/ckpt"
 
 
 @pytest.mark.parametrize("root", ["jobs here", "my jobs/sub", "jobs,x", "/a b", "/lustre/x y/jobs", "jobs"])
@@ -437,7 +437,7 @@ def test_secret_resolution_and_redaction(tmp_path, monkeypatch):
     assert values == {"WANDB_API_KEY": "wandb-from-shell-123", "INLINE_KEY": "inline-secret-value",
                       "RENAMED": "renamed-secret-456", "HF_TOKEN": "hf_env_token_value"}
     assert child.missing_secrets() == ["NOT_SET_ANYWHERE"]
-    root = child.job_dir  # a container profile's storage defaults on its job root (docs/profiles.md)
+    root = child.settings.job_dir  # a container profile's storage defaults on its job root (docs/profiles.md)
     assert child.public_env_vars() == {"NEMOTRON_DATA_DIR": f"{root}/data", "NEMOTRON_CKPT_ROOT": f"{root}/checkpoints",
                                        "TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN"}
 
@@ -447,7 +447,7 @@ def test_secret_resolution_and_redaction(tmp_path, monkeypatch):
     assert red["env_vars"]["HF_TOKEN"] == "***" and red["env_vars"]["TOKENIZERS_PARALLELISM"] == "false"
     assert red["setup"] == ["echo $INLINE_KEY > /dev/null"]
     shown = [str(red), profile_yaml(child), repr(child), repr(child.settings), str(child.settings),
-             repr(child.secrets)]
+             repr(child.settings.secrets)]
     for text in shown:
         for secret in values.values():
             assert secret not in text
@@ -501,7 +501,7 @@ def test_secret_value_copied_into_any_written_key_is_refused(tmp_path, monkeypat
     # naming the variable is the way: it loads, and a short value (< 4 chars) is not searched for
     ok = load(tmp_path, '[p]\nexecutor = "slurm"\nsecrets = { MY_TOKEN = "abc" }\n'
                         'setup = ["echo $MY_TOKEN abc"]\n').get("p")
-    assert ok.setup == ["echo $MY_TOKEN abc"]
+    assert ok.settings.setup == ["echo $MY_TOKEN abc"]
     with pytest.raises(ConfigError, match=r"setup\[1\]: contains the value of secret MY_TOKEN"):
         load(tmp_path, '[p]\nexecutor = "slurm"\nsecrets = { MY_TOKEN = "longer-value" }\n').get("p") \
             .with_overrides({"setup": '["true", "echo longer-value"]'})
@@ -533,14 +533,14 @@ def test_with_overrides_type_checks_and_records(tmp_path):
     profile = load(tmp_path, THREE_LEVELS).get("leaf")
     new = profile.with_overrides({"time": "01:00:00", "gpus_per_node": "4", "images.nemo": "/o.sqsh",
                                   "mounts": "/x:/x", "exclusive": "false"})
-    assert (new.time_seconds, new.gpus_per_node, new.exclusive, new.mounts) == (3600, 4, False, ["/x:/x"])
-    assert new.images == {"nemo": "/o.sqsh", "data": "/img/data.sqsh"}
+    assert (new.time_seconds, new.gpus_per_node, new.settings.exclusive, new.settings.mounts) == (3600, 4, False, ["/x:/x"])
+    assert new.settings.images == {"nemo": "/o.sqsh", "data": "/img/data.sqsh"}
     assert new.overridden == {"time", "gpus_per_node", "images.nemo", "mounts", "exclusive"}
     assert new.provenance["images.nemo"] == "override" and new.provenance["images.data"] == "root"
     assert "time: 01:00:00  # override" in profile_yaml(new)
-    assert profile.time == "30" and profile.overridden == set()  # the original is unchanged
+    assert profile.settings.time == "30" and profile.overridden == set()  # the original is unchanged
     whole = profile.with_overrides({"env_vars": "{X: y}"})
-    assert whole.env_vars == {"X": "y"} and "  X: y  # override" in profile_yaml(whole)
+    assert whole.settings.env_vars == {"X": "y"} and "  X: y  # override" in profile_yaml(whole)
     typed = profile.with_overrides({"gpus_per_node": 2})
     assert typed.gpus_per_node == 2 and typed.with_overrides({"qos": "high"}).overridden == {"gpus_per_node", "qos"}
 
@@ -570,9 +570,9 @@ def test_example_file_loads_cleanly(monkeypatch):
     cluster = profiles.get("cluster")
     assert (cluster.executor, cluster.gpus_per_node, cluster.gpu_arch, cluster.gpu_memory) == ("slurm", 8, "hopper", 80.0)
     assert cluster.secret_values()["WANDB_API_KEY"] == "example-wandb-key"
-    assert cluster.account and cluster.partition and cluster.time_seconds and cluster.mounts and cluster.images
+    assert cluster.settings.account and cluster.settings.partition and cluster.time_seconds and cluster.settings.mounts and cluster.settings.images
     ssh = profiles.get("cluster-ssh")
-    assert ssh.chain == ["cluster-ssh", "cluster"] and ssh.tunnel == "ssh" and ssh.host
+    assert ssh.chain == ["cluster-ssh", "cluster"] and ssh.settings.tunnel == "ssh" and ssh.settings.host
     blackwell = [profiles.get(n) for n in profiles.names() if profiles.get(n).gpu_arch == "blackwell"]
     assert blackwell and blackwell[0].gpus_per_node == 4
     assert profiles.get("local").executor == "local"

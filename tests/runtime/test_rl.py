@@ -15,7 +15,6 @@ import json
 import subprocess
 import sys
 import tomllib
-import types
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ import yaml
 from nemotron.config import keys
 from nemotron import validation
 from nemotron.config.registry import get_stage
+from nemotron.profiles.profile import from_table
 from nemotron.runtime import nemo_rl
 from nemotron.validation import checks
 from nemotron.layout.views import node_shape
@@ -33,7 +33,7 @@ STAGES = ROOT / "stages" / "ultra3"
 
 
 def prof(gpus: int, arch: str, mem: float, name: str):
-    return types.SimpleNamespace(name=name, executor="slurm", gpus_per_node=gpus, gpu_arch=arch, gpu_memory=mem)
+    return from_table(name, {"executor": "slurm", "gpus_per_node": gpus, "gpu_arch": arch, "gpu_memory": mem})  # a real profile
 
 
 H200 = prof(8, "hopper", 141.0, "h200")

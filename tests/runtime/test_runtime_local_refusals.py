@@ -21,6 +21,7 @@ from local_runtime_support import ROOT, compile_local, fast_overrides, small_spe
 from nemotron import validation
 from nemotron.cli.main import main as cli_main
 from nemotron.config.registry import get_stage
+from nemotron.profiles.profile import from_table
 from nemotron.runtime import settings as S
 from nemotron.runtime.entry import run_config
 
@@ -69,7 +70,7 @@ def test_dry_run_refuses_what_a_resumed_run_refuses(home, capsys):
         assert len(err) == 1 and err[0].startswith(f"ultra3 pretrain: {start}"), err
         line = err[0].removeprefix("ultra3 pretrain: ")
         assert _refusals("pretrain", cfg(blend, iters)) == [line]
-        slurm = SimpleNamespace(name="c", executor="slurm", gpus_per_node=8, gpu_arch="hopper", gpu_memory=141.0)
+        slurm = from_table("c", {"executor": "slurm", "gpus_per_node": 8, "gpu_arch": "hopper", "gpu_memory": 141.0})
         assert _refusals("pretrain", cfg(blend, iters), slurm) == []
     # the CLI's --dry-run, as the user typed it
     code, out = _dry_run(capsys, "pretrain", "-c", "local", f"data.per_split_data_args_path={old}",

@@ -63,9 +63,9 @@ def test_slurm_mem_sizes_in_bytes():
 # ------------------------------------------------------------------------------------------ the profile key
 def test_profile_key_host_memory_is_parsed_and_checked(tmp_path):
     p = _profile(tmp_path, "host_memory = 2048\n")
-    assert p.host_memory == 2048 and p.redacted()["host_memory"] == 2048
+    assert p.settings.host_memory == 2048 and p.redacted()["host_memory"] == 2048
     assert views.host_memory(p).bytes == 2048 * 10**9 and views.host_memory(p).key == "profile.c.host_memory"
-    assert _profile(tmp_path, "", {"host_memory": "1536"}).host_memory == 1536  # profile.host_memory=1536
+    assert _profile(tmp_path, "", {"host_memory": "1536"}).settings.host_memory == 1536  # profile.host_memory=1536
     with pytest.raises(ConfigError, match=r"env.toml:5: profile 'c': host_memory: 0 must be > 0"):
         _profile(tmp_path, "host_memory = 0\n")
     with pytest.raises(ConfigError, match=r"host_memory: expected a number, got '2T'"):

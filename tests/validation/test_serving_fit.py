@@ -9,15 +9,15 @@ import pytest
 from nemotron.config import catalogue
 from nemotron.layout import memory
 import json
-import types
 
 from nemotron import validation
 from nemotron.config.compile import compile_config
 from nemotron.config.registry import get_stage
+from nemotron.profiles.profile import from_table
 
 
 def _prof(gpus: int, arch: str, mem: float, name: str):
-    return types.SimpleNamespace(name=name, executor="slurm", gpus_per_node=gpus, gpu_arch=arch, gpu_memory=mem)
+    return from_table(name, {"executor": "slurm", "gpus_per_node": gpus, "gpu_arch": arch, "gpu_memory": mem})  # a real profile
 
 
 H100, H200, GB200 = _prof(8, "hopper", 80.0, "h100"), _prof(8, "hopper", 141.0, "h200"), _prof(4, "blackwell", 186.0, "gb200")

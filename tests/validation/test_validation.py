@@ -13,7 +13,6 @@ import json
 import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from nemotron import validation
 from nemotron.config.registry import get_stage
 from nemotron.config import images, tree
 from nemotron.layout import memory, rules
+from nemotron.profiles.profile import from_table
 
 STAGES = Path(__file__).resolve().parents[2] / "stages" / "ultra3"
 
@@ -76,7 +76,7 @@ def _leaves(tree: dict, prefix: str = "") -> set[str]:
 
 
 def prof(gpus: int | None = 8, arch: str | None = "hopper", mem: float | None = 141.0, name: str = "test"):
-    return types.SimpleNamespace(name=name, executor="slurm", gpus_per_node=gpus, gpu_arch=arch, gpu_memory=mem)
+    return from_table(name, {"executor": "slurm", "gpus_per_node": gpus, "gpu_arch": arch, "gpu_memory": mem})  # a real profile
 
 
 H100 = prof(8, "hopper", 80.0, "h100")

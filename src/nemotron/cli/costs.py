@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.config.catalogue import CatalogueError
 from nemotron.config.catalogue import get as get_model
@@ -17,6 +17,9 @@ from nemotron.config.tree import as_int, get, unresolved
 from nemotron.errors import Problem, UsageError
 from nemotron.layout import estimate as est
 from nemotron.layout.views import megatron_view, node_shape
+
+if TYPE_CHECKING:
+    from nemotron.profiles.profile import ExecutorProfile
 
 #: The config keys the estimate reads beyond the layout (``+estimate.mfu=0.3``).
 MFU_KEY = "estimate.mfu"
@@ -67,7 +70,7 @@ def _cpu_peak() -> tuple[float, str, str] | None:
     return best / 1e12, "fp32", "CPU"
 
 
-def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any, measure_cpu: bool = False) -> est.RunEstimate:
+def run_estimate(stage: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any, measure_cpu: bool = False) -> est.RunEstimate:
     """The estimate of a prepared Megatron training stage (pretrain, SFT; Megatron-Bridge or ``-c local``).
 
     Raises:
@@ -90,8 +93,8 @@ def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any, measure_cpu
         mfu = float(mfu_raw)
     except (TypeError, ValueError):
         raise UsageError(f"{MFU_KEY}={mfu_raw!r}: not a number", "e.g. +estimate.mfu=0.35") from None
-    gpu = getattr(profile, "gpu", None) if profile is not None else None
-    walltime = getattr(profile, "time_seconds", None) if profile is not None else None
+    gpu = profile.settings.gpu if profile is not None else None
+    walltime = profile.time_seconds if profile is not None else None
     margin = as_int(get(cfg, "run.signal_before_s")) or 0
     bf16_layers = 0
     if get(cfg, "model.first_last_layers_bf16"):
@@ -103,7 +106,7 @@ def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any, measure_cpu
         # the dry run and the run's checks do not import torch)
         peak = _cpu_peak()
     free, where = _free_space(get(cfg, "checkpoint.save"))
-    if profile is not None and getattr(profile, "tunnel", "local") == "ssh":
+    if profile is not None and profile.settings.over_ssh:
         free, where = None, None  # the checkpoint root is on the cluster, not readable from here
     try:
         result = est.estimate_run(
@@ -128,7 +131,7 @@ def run_estimate(stage: Any, compiled: Any, profile: Any, plan: Any, measure_cpu
     return result
 
 
-def explicit_root(compiled: Any, profile: Any) -> bool:
+def explicit_root(compiled: Any, profile: ExecutorProfile | None) -> bool:
     """Whether the checkpoint root was chosen by the user: ``checkpoint.save=...`` on the command line, the profile's
     ``checkpoint_root`` set in env.toml, or ``$NEMOTRON_CKPT_ROOT`` set in this shell without a profile. Otherwise it
     is a default (``./checkpoints``, or ``<job_dir>/checkpoints`` of a profile that names no storage)."""
@@ -137,8 +140,8 @@ def explicit_root(compiled: Any, profile: Any) -> bool:
     if compiled.provenance.get("checkpoint.save") == OVERRIDE:
         return True
     if profile is not None:
-        return getattr(profile, "provenance", {}).get("checkpoint_root", "default") not in ("default", None) \
-            and getattr(profile, "checkpoint_root", None) is not None
+        return profile.provenance.get("checkpoint_root", "default") not in ("default", None) \
+            and profile.settings.checkpoint_root is not None
     return bool(os.environ.get("NEMOTRON_CKPT_ROOT"))
 
 
@@ -157,7 +160,7 @@ def checkpoint_problem(result: est.RunEstimate, explicit: bool = True) -> Proble
     return None
 
 
-def checkpoint_check(stage: Any, compiled: Any, profile: Any, plan: Any) -> list[Problem]:
+def checkpoint_check(stage: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any) -> list[Problem]:
     """The run's (and the dry run's) check that one checkpoint fits the free space of the checkpoint root; empty
     when it fits, when the space cannot be read, or when the estimate does not model the config."""
     try:
@@ -168,7 +171,7 @@ def checkpoint_check(stage: Any, compiled: Any, profile: Any, plan: Any) -> list
     return [] if problem is None else [problem]
 
 
-def estimate_section(stage: Any, compiled: Any, profile: Any, plan: Any) -> list[list[str]] | None:
+def estimate_section(stage: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any) -> list[list[str]] | None:
     """Rows of the dry run's estimate table, or None for a stage the estimate does not model."""
     try:
         return run_estimate(stage, compiled, profile, plan).rows()

@@ -9,12 +9,13 @@ from nemotron.config import yamlio
 from nemotron.config.compile import annotated_yaml
 from nemotron.errors import NemotronError, Problem, plural
 from nemotron.launch import backends
+from nemotron.profiles.profile import ExecutorProfile
 from nemotron.profiles.schema import redact_text
 from nemotron.report import heading, out, problem_line, readable, table
 from nemotron.validation.refusal import unresolved_refusal
 
 
-def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Problem], notes: list[str],
+def dry_run(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any, found: list[Problem], notes: list[str],
             part: str | None = None, quiet: bool = False) -> None:
     """The ``--dry-run`` report: (1) the compiled config with the layer that set each value and the
     profile values used, (2) the resource plan, validation tables and notes, (3) the exact job — the
@@ -40,8 +41,8 @@ def dry_run(req: Any, compiled: Any, profile: Any, plan: Any, found: list[Proble
     if profile is not None:
         heading(f"profile {profile.name}: values this job uses")
         used = _profile_values(profile)
-        overridden = getattr(profile, "overridden", set())
-        rows = [[k, v, "override" if k in overridden else " -> ".join(getattr(profile, "chain", [profile.name]))]
+        overridden = profile.overridden
+        rows = [[k, v, "override" if k in overridden else " -> ".join(profile.chain)]
                 for k, v in used.items()]
         table(None, ["key", "value", "set by"], rows)
     heading("resources")
@@ -104,7 +105,7 @@ _PROFILE_KEYS = ("executor", "account", "partition", "run_partition", "batch_par
                  "mounts", "tunnel", "host", "user", "job_dir", "address")
 
 
-def _profile_values(profile: Any) -> dict[str, str]:
+def _profile_values(profile: ExecutorProfile) -> dict[str, str]:
 
     data = profile.redacted()
     flat: dict[str, Any] = {}

@@ -29,7 +29,8 @@ from nemotron.launch.plan import plan_job, planned_outputs
 from nemotron.profiles import load as profiles
 from nemotron.profiles import show
 from nemotron.profiles.load import load_profile
-from nemotron.profiles.schema import queues_dependent_jobs, storage_site
+from nemotron.profiles.profile import ExecutorProfile, storage_site
+from nemotron.profiles.schema import SlurmSettings, queues_dependent_jobs
 from nemotron.profiles.sections import tracking_provenance
 from nemotron.runtime.dispatch import missing_runtime
 from nemotron.validation.cluster import check as cluster_checks
@@ -99,7 +100,7 @@ class Prepared:
 
     req: StageRequest
     compiled: Any
-    profile: Any
+    profile: ExecutorProfile | None
     plan: Any
     problems: list[Problem]
     notes: list[str]
@@ -121,12 +122,12 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     profile = load_profile(req.profile, req.env_file, profile_overrides(list(req.overrides)))
     # inputs are checked for existence here unless the job's nodes are reached over ssh: then this machine
     # cannot see their storage, and validation.cluster checks that each path lies on storage they declare
-    remote = profile is not None and getattr(profile, "tunnel", "local") == "ssh"
+    remote = profile is not None and profile.settings.over_ssh
     # "latest" of an ${art:...} input: among the records this run can read (its machine or cluster, its default
     # output folders: nemotron.config.artifacts.Scope)
     with artifacts.scoped(consumer_scope(profile)):
         compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
-                                  env={**profile.storage_env(), **(getattr(profile, "tracking_env", None) or {})}
+                                  env={**profile.storage_env(), **profile.tracking_env}
                                   if profile is not None else None)
     if req.profile:
         import shlex
@@ -135,7 +136,7 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
                                 + (f" --env-file {shlex.quote(req.env_file)}" if req.env_file else ""))
     if profile is not None:  # a default the [wandb] section filled in is labelled as env.toml's, not default.yaml's
 
-        compiled.provenance.update(tracking_provenance(compiled, profile))
+        compiled.provenance.update(tracking_provenance(compiled, profile.tracking_env, profile.source))
     # 2. validate: the stage's own preparation (e.g. an <N>layer slice picks a one-node layout), then all rules
     before = dict(leaves(compiled.config))
     notes = validation.prepare(req.stage, compiled.config, compiled.user_keys, profile)
@@ -168,7 +169,7 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     return Prepared(req, compiled, profile, plan, problems, notes)
 
 
-def consumer_scope(profile: Any) -> artifacts.Scope:
+def consumer_scope(profile: ExecutorProfile | None) -> artifacts.Scope:
     """The artifact scope of a stage run on ``profile`` (None: this machine): the profile's executor and host (an ssh
     profile's login host, a Ray profile's address), its storage variables over this shell's environment."""
     import os
@@ -664,7 +665,9 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
         for p in prepared:  # afterok chain: a failed stage cancels the rest (--kill-on-invalid-dep=yes)
             first = len(queued)
             # after the job that ends the stage before: its last continuation job with run.chain
-            submit.submit(p.req, p.compiled, p.profile, p.plan, dependencies=chains[-1][-1:] if chains else None,
+            # (queues_dependent_jobs held for the first stage's executor: each stage's profile is that Slurm one)
+            profile = backends.Job(p.req, p.compiled, p.profile, p.plan).profile_as(SlurmSettings)
+            submit.submit(p.req, p.compiled, profile, p.plan, dependencies=chains[-1][-1:] if chains else None,
                           chain_ids=queued)
             chains.append(queued[first:])
             print(f"submitted {p.req.stage.title}: Slurm job {chains[-1][0]}"

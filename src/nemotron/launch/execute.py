@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.config import artifacts, yamlio
 from nemotron.config.artifacts import home
@@ -25,6 +25,9 @@ from nemotron.config.paths import repo_root
 from nemotron.errors import INTERRUPT_REPORTED_BY_PARENT, RESUMABLE, ConfigError, RuntimeFailure
 from nemotron.launch.plan import recorded_outputs
 from nemotron.profiles.schema import redact_text
+
+if TYPE_CHECKING:
+    from nemotron.profiles.profile import ExecutorProfile
 from nemotron.runtime.prestart import visible_gpus
 
 
@@ -88,7 +91,7 @@ def git_commit() -> str | None:
     return state["commit"] if state else None
 
 
-def provenance(req: Any, compiled: Any, profile: Any, plan: Any) -> dict[str, Any]:
+def provenance(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any) -> dict[str, Any]:
     """The content of ``job.yaml``: everything needed to know what ran and why (secrets redacted)."""
     argv = list(req.argv) if req.argv else []
     record = {
@@ -130,7 +133,7 @@ def _git_fields() -> dict[str, Any]:
     return out
 
 
-def _job_env(profile: Any, for_display: bool = False) -> dict[str, str]:
+def _job_env(profile: ExecutorProfile | None, for_display: bool = False) -> dict[str, str]:
     env: dict[str, str] = {}
     if profile is None:
         return env
@@ -229,7 +232,7 @@ def _die_with_parent(parent: int) -> Any:
     return setup
 
 
-def run_here(req: Any, compiled: Any, profile: Any, plan: Any) -> int:
+def run_here(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any) -> int:
     """Run the entry script as a child process on this machine, streaming its output.
 
     The child runs in a session of its own; a Ctrl-C here is passed on to its process group, the child is

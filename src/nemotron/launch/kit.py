@@ -27,6 +27,8 @@ from nemotron.launch import backends, records, submit
 from nemotron.launch.nemo_run import _import_nemo_run
 from nemotron.launch.plan import JobPlan, new_experiment_id, safe_name
 from nemotron.profiles.load import load_profile
+from nemotron.profiles.profile import Profile
+from nemotron.profiles.schema import SlurmSettings
 
 
 def dockerfile(image_key: str) -> Path:
@@ -130,10 +132,10 @@ def build_stages(recipe: str, stage_name: str | None) -> list[Any]:
     return list(by_image.values())
 
 
-def image_cache(profile: Any) -> tuple[str, bool]:
+def image_cache(profile: Profile[SlurmSettings]) -> tuple[str, bool]:
     """``(folder, is_default)``: the profile's ``image_cache``, else ``<job_dir>/images`` (the job root that every
     node sees, :func:`nemotron.launch.submit.job_root`)."""
-    cache = getattr(profile, "image_cache", None)
+    cache = profile.settings.image_cache
     if cache:
         return str(cache).rstrip("/"), False
     return f"{submit.job_root(profile).rstrip('/')}/images", True
@@ -152,16 +154,19 @@ def slurm_build(profile_name: str | None, recipe: str, stage_name: str | None, e
     """
     stages = build_stages(recipe, stage_name)
     chosen = profile_name is None
-    profile = load_profile(profile_name if profile_name is not None else _only_slurm_profile(env_file), env_file, {})
-    if profile.executor != "slurm":
-        raise ConfigError(f"profile {profile.name} is a {profile.executor} profile; images are built on a Slurm node")
+    name = profile_name if profile_name is not None else _only_slurm_profile(env_file)
+    loaded = load_profile(name, env_file, {})  # never None: a name is given
+    if loaded is None or not isinstance(loaded.settings, SlurmSettings):
+        what = f"a {loaded.executor}" if loaded is not None else "not a"
+        raise ConfigError(f"profile {name} is {what} profile; images are built on a Slurm node")
+    profile = loaded.narrow(SlurmSettings)
     cache, default_cache = image_cache(profile)
     if chosen:
         report.out(f"profile: {profile.name} (the only Slurm profile of {profile.source})", plain=True)
     if default_cache:
         report.out(f"image_cache: {cache} (default: the profile's job_dir/images; set image_cache in env.toml to "
                    "choose the folder)", plain=True)
-    if not getattr(profile, "container", True):
+    if not profile.settings.container:
         report.out(f"note: profile {profile.name} runs stages without containers (container = false): the images "
                    "are used once container = true and [images] maps them", plain=True)
     for stage in stages:
@@ -171,7 +176,7 @@ def slurm_build(profile_name: str | None, recipe: str, stage_name: str | None, e
     return 0
 
 
-def _build_one(profile: Any, recipe: str, stage: Any, cache: str, dry_run: bool) -> int:
+def _build_one(profile: Profile[SlurmSettings], recipe: str, stage: Any, cache: str, dry_run: bool) -> int:
     """One image build job (the image of ``stage``): shown, and unless ``dry_run`` submitted and followed."""
     entry = image_table()[stage.image]
     docker = dockerfile(stage.image)
@@ -208,8 +213,8 @@ def _build_one(profile: Any, recipe: str, stage: Any, cache: str, dry_run: bool)
         experiment_id=plan.experiment_id, job_id=job_id, stage=stage.name, title=f"image build {stage.image}",
         profile=profile.name, env_file=str(profile.source), run_dir=rdir,
         log_dir=f"{root}/experiments/{plan.job_name}/{plan.experiment_id}/{submit.task_name(plan)}",
-        job_name=f"{stage.recipe}-{submit.task_name(plan)}", tunnel=getattr(profile, "tunnel", "local") or "local",
-        host=getattr(profile, "host", None), user=getattr(profile, "user", None), executor=plan.executor,
+        job_name=f"{stage.recipe}-{submit.task_name(plan)}", tunnel=profile.settings.tunnel,
+        host=profile.settings.host, user=profile.settings.user, executor=plan.executor,
     ))
     print(f"submitted image build: Slurm job {job_id}", file=sys.stderr)
     return backends.attach(records.load(job_id))

@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.config.compile import Compiled
 from nemotron.config.images import image_table
@@ -18,6 +18,9 @@ from nemotron.config.paths import stages_dir
 from nemotron.config.registry import Stage
 from nemotron.config.tree import get
 from nemotron.errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only: pydantic is loaded with a profile, not with this module
+    from nemotron.profiles.profile import ExecutorProfile
 
 #: GPUs per node assumed for a GPU stage when no profile says otherwise (an 8-GPU HGX/DGX node).
 DEFAULT_GPUS_PER_NODE = 8
@@ -118,7 +121,7 @@ def cpu_only(stage: Stage, cfg: dict[str, Any]) -> bool:
     return bool(key) and str(get(cfg, key) or "").lower() == "cpu"
 
 
-def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None = None) -> JobPlan:
+def plan_job(compiled: Compiled, profile: ExecutorProfile | None, experiment_id: str | None = None) -> JobPlan:
     """Plan the job for ``compiled`` on ``profile`` (None = directly on this machine). A :func:`cpu_only` stage
     gets no GPUs whatever the profile's node shape (or the config's ``run.env.gpus_per_node``, which describes
     its GPU layout), and a ``torchrun`` stage among them one process (launch ``python``).
@@ -132,7 +135,7 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
     nodes = int(env.get("nodes") or 1)
     gpn = env.get("gpus_per_node")
     if gpn is None and profile is not None:
-        gpn = getattr(profile, "gpus_per_node", None)
+        gpn = profile.gpus_per_node
     if gpn is None:
         gpn = DEFAULT_GPUS_PER_NODE if stage.gpu else 0
     launch = stage.launch
@@ -144,21 +147,12 @@ def plan_job(compiled: Compiled, profile: Any | None, experiment_id: str | None 
     if stage.image not in table:
         raise ConfigError(f"stage {stage.name}: image {stage.image!r} is not in stages/images.toml",
                           f"images: {', '.join(table)}")
-    image: str | None = table[stage.image]["image"]
-    if profile is not None:
-        from nemotron.profiles.schema import uses_container  # (pydantic: loaded with the profile already)
-
-        if not uses_container(profile):
-            image = None
-        else:
-            image = (getattr(profile, "images", None) or {}).get(stage.image, image)
-    else:
-        image = None
+    image = profile.settings.image_for(stage.image, table[stage.image]["image"]) if profile is not None else None
     world = nodes * gpn if launch == "torchrun" and gpn else nodes
     eid = experiment_id or new_experiment_id(stage, compiled.config_name)
     return JobPlan(
-        stage=stage, config_name=compiled.config_name, profile=getattr(profile, "name", None),
-        executor=getattr(profile, "executor", None) or "direct", nodes=nodes, gpus_per_node=gpn, world_size=world,
+        stage=stage, config_name=compiled.config_name, profile=profile.name if profile is not None else None,
+        executor=profile.executor if profile is not None else "direct", nodes=nodes, gpus_per_node=gpn, world_size=world,
         launch=launch, image=image, image_key=stage.image, entry=(stages_dir() / stage.entry).resolve(),
         experiment_id=eid, job_name=safe_name(f"{stage.recipe}-{stage.name}-{config_label(compiled.config_name)}"),
         requeue=bool(run.get("requeue", False)), signal_before_s=_positive(run, "signal_before_s"),
@@ -206,7 +200,7 @@ def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
     return {artifact: dict(fields) for artifact in names}
 
 
-def recorded_outputs(compiled: Compiled, profile: Any, promoted: bool = False) -> dict[str, dict[str, Any]]:
+def recorded_outputs(compiled: Compiled, profile: ExecutorProfile | None, promoted: bool = False) -> dict[str, dict[str, Any]]:
     """:func:`planned_outputs` with the fields that scope each record (:func:`nemotron.config.artifacts.scope_fields`:
     ``site`` where the job runs, ``scratch`` when its path lies outside the default output folders of the job's
     environment; ``promoted``: ``--latest`` asked it to be the latest all the same): what a run, a Slurm job, a Ray
@@ -215,7 +209,7 @@ def recorded_outputs(compiled: Compiled, profile: Any, promoted: bool = False) -
 
     from nemotron.config import artifacts
 
-    from nemotron.profiles.schema import storage_site
+    from nemotron.profiles.profile import storage_site
 
     executor, host = storage_site(profile)
     env = {**os.environ, **(profile.storage_env() if profile is not None else {})}

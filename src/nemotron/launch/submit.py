@@ -35,17 +35,18 @@ from nemotron.errors import ConfigError, NemotronError, RuntimeFailure
 from nemotron.launch import execute, records
 from nemotron.launch.nemo_run import _import_nemo_run
 from nemotron.launch.plan import recorded_outputs
-from nemotron.profiles.schema import DEFAULT_TIME, shell_safe_root
+from nemotron.profiles.profile import ExecutorProfile, Profile
+from nemotron.profiles.schema import DEFAULT_TIME, SlurmSettings, shell_safe_root
 from nemotron.runtime.dispatch import REQUEUE_MARKER_ENV
 from nemotron.validation.cluster import _under, warning_signal_problem
 
 
-def job_root(profile: Any) -> str:
+def job_root(profile: ExecutorProfile) -> str:
     """The profile's ``job_dir``: where job folders live, visible from login and compute nodes."""
-    return str(profile.job_dir)
+    return str(profile.settings.job_dir)
 
 
-def safe_root(profile: Any) -> str:
+def safe_root(profile: ExecutorProfile) -> str:
     """The job root as NeMo-Run gets it. NeMo-Run puts paths into shell commands unquoted, so a
     ``job_dir`` with spaces or other shell characters is reached through a symlink without them, made
     beside its nearest safe ancestor on the same file system: ``<ancestor>/.nemotron-jobs-<hash>``
@@ -54,7 +55,7 @@ def safe_root(profile: Any) -> str:
     return shell_safe_root(job_root(profile))
 
 
-def remote_run_dir(profile: Any, plan: Any) -> str:
+def remote_run_dir(profile: ExecutorProfile, plan: Any) -> str:
     """``ROOT/runs/<experiment id>``: train.yaml, job.yaml, secrets.env and the code snapshot."""
     return f"{safe_root(profile)}/runs/{plan.experiment_id}"
 
@@ -68,23 +69,23 @@ def _uses_container(plan: Any) -> bool:
     return plan.image is not None
 
 
-def _python(profile: Any, plan: Any) -> str:
-    configured = getattr(profile, "python", None)
+def _python(profile: ExecutorProfile, plan: Any) -> str:
+    configured = profile.settings.python_command
     if configured:
         return configured
-    if _uses_container(plan) or getattr(profile, "tunnel", "local") == "ssh":
+    if _uses_container(plan) or profile.settings.over_ssh:
         return "python"
     return sys.executable  # host Python on a cluster that shares this machine's file system
 
 
-def _tunnel(run: Any, profile: Any, job_dir: str) -> Any:
-    if (getattr(profile, "tunnel", None) or "local") == "ssh":
-        return run.SSHTunnel(host=profile.host, user=profile.user, job_dir=job_dir, port=getattr(profile, "port", None),
-                             identity=getattr(profile, "identity", None))
+def _tunnel(run: Any, profile: Profile[SlurmSettings], job_dir: str) -> Any:
+    s = profile.settings
+    if s.over_ssh:
+        return run.SSHTunnel(host=s.host, user=s.user, job_dir=job_dir, port=s.port, identity=s.identity)
     return run.LocalTunnel(job_dir=job_dir)
 
 
-def job_env_vars(profile: Any, plan: Any) -> dict[str, str]:
+def job_env_vars(profile: ExecutorProfile, plan: Any) -> dict[str, str]:
     """The job's plain environment (written into the job script, so never a secret): the profile's
     public variables, ``PYTHONPATH`` (the code snapshot, then the profile's ``PYTHONPATH``),
     ``NEMOTRON_EXPERIMENT_ID``, ``NEMOTRON_RUN_DIR``, and for a host Python its folder first on ``PATH`` (then the
@@ -106,8 +107,8 @@ def job_env_vars(profile: Any, plan: Any) -> dict[str, str]:
         # whole warning period to save
         # (a profile's own value wins)
         env_vars.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(plan.signal_before_s))
-    if plan.launch == "ray" and getattr(profile, "executor", None) == "slurm":  # read by RAY_TEMPLATE's srun lines
-        env_vars[RAY_SRUN_MPI_ENV] = getattr(profile, "ray_srun_mpi", None) or "none"
+    if plan.launch == "ray" and isinstance(profile.settings, SlurmSettings):  # read by RAY_TEMPLATE's srun lines
+        env_vars[RAY_SRUN_MPI_ENV] = profile.settings.ray_srun_mpi
     python = _python(profile, plan)
     if os.path.isabs(python):  # host Python: its console scripts (torchrun, ray) come first on PATH
         env_vars["PATH"] = f"{os.path.dirname(python)}:{own.get('PATH') or '$PATH'}"
@@ -169,7 +170,7 @@ def after_step_lines(plan: Any, rdir: str) -> list[str]:
     ]
 
 
-def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
+def _executor(run: Any, plan: Any, profile: Profile[SlurmSettings], mode: str, root: str) -> Any:
     """A ``nemo_run.SlurmExecutor`` for ``plan`` on ``profile``, its experiment folders under ``root``.
 
     ``mode``: ``"run"`` (uses ``run_partition`` when set) or ``"batch"`` (``batch_partition``).
@@ -184,29 +185,30 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
         # the batch script runs under `set -evx`: tracing off while sourcing, or the values reach the log
         setup.append(f"{{ set +vx; }} 2>/dev/null; set -a; . {shlex.quote(rdir + '/secrets.env')}; set +a; set -vx"
                      f"  # secrets: {', '.join(secret_names)}")
-    own = list(getattr(profile, "setup", None) or [])
+    s = profile.settings
+    own = list(s.setup)
     if secret_names and own:  # a line may expand a secret ($HF_TOKEN): `set -x` would print its value
         own = ["{ set +x; } 2>/dev/null  # profile setup runs untraced: its lines may expand secrets", *own, "set -x"]
     setup.extend(own)
     if resumable(plan):
         setup.extend(after_step_lines(plan, rdir))
     additional: dict[str, Any] = {}
-    if getattr(profile, "reservation", None):
-        additional["reservation"] = profile.reservation
+    if s.reservation:
+        additional["reservation"] = s.reservation
     mounts = container_mounts(profile) if _uses_container(plan) else []
     script_env, exports = script_env_vars(env_vars, substituted=plan.launch != "ray")
     if exports:  # names NeMo-Run would upper-case: exported here, as written
         setup.insert(0, "\n".join(exports))
-    mem = getattr(profile, "mem", None)
+    mem = s.mem
     kwargs: dict[str, Any] = dict(
-        partition=profile.partition_for(mode) if mode in ("run", "batch") else profile.partition,
-        qos=getattr(profile, "qos", None),
-        time=getattr(profile, "time", None) or DEFAULT_TIME,
+        partition=s.partition_for(mode),
+        qos=s.qos,
+        time=s.time or DEFAULT_TIME,
         signal=_warning_signal(plan, profile),
         nodes=plan.nodes,
         ntasks_per_node=plan.gpus_per_node if plan.launch == "torchrun" and plan.gpus_per_node else 1,
         gpus_per_node=plan.gpus_per_node or None,
-        exclusive=getattr(profile, "exclusive", None),
+        exclusive=s.exclusive,
         mem=f"{mem}M" if isinstance(mem, int) else mem,
         container_image=plan.image,
         container_mounts=mounts,
@@ -222,7 +224,7 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
     # executor: None renders no --account
     # a switch that is off is no flag at all: NeMo-Run renders False as `#SBATCH --exclusive=False`, which sbatch
     # refuses ("Invalid --exclusive specification"); True renders the bare flag
-    executor = run.SlurmExecutor(account=getattr(profile, "account", None),
+    executor = run.SlurmExecutor(account=s.account,
                                  **{k: v for k, v in kwargs.items() if v is not None and v is not False})
     if plan.launch == "torchrun":
         executor.launcher = "torchrun"
@@ -235,17 +237,16 @@ def _executor(run: Any, plan: Any, profile: Any, mode: str, root: str) -> Any:
     return executor
 
 
-def container_mounts(profile: Any) -> list[str]:
+def container_mounts(profile: Profile[SlurmSettings]) -> list[str]:
     """The container mounts of a job on ``profile``: its ``mounts``, the job root (through its shell-safe
     name, :func:`safe_root`, when ``job_dir`` has shell characters: NeMo-Run writes mounts into the srun line
     unquoted), then each storage root (``data_root``, ``checkpoint_root``, ``index_cache_dir``, ``hf_home``)
     that no earlier mount covers, at the same path."""
 
-    mounts = list(getattr(profile, "mounts", None) or [])
+    mounts = list(profile.settings.mounts)
     safe = safe_root(profile)  # the job root itself when it has no shell characters
     mounts.append(f"{safe}:{safe}")
-    for key in ("data_root", "checkpoint_root", "index_cache_dir", "hf_home"):
-        value = getattr(profile, key, None)
+    for value in profile.settings.storage().values():
         if value and not any(_under(str(value), m.split(":", 1)[0]) for m in mounts):
             mounts.append(f"{value}:{value}")
     return mounts
@@ -280,7 +281,7 @@ def script_env_vars(env_vars: dict[str, str], substituted: bool = True) -> tuple
     return given, exports
 
 
-def task_spec(plan: Any, profile: Any) -> dict[str, Any]:
+def task_spec(plan: Any, profile: ExecutorProfile) -> dict[str, Any]:
     """The keyword arguments of the job's ``nemo_run.Script``: the stage's entry script inside the
     code snapshot, ``--config ROOT/runs/<id>/train.yaml``, and the Python that runs it."""
     rdir = remote_run_dir(profile, plan)
@@ -291,7 +292,7 @@ def task_spec(plan: Any, profile: Any) -> dict[str, Any]:
     return {"path": entry, "args": ["--config", f"{rdir}/train.yaml"], "entrypoint": python}
 
 
-def _warning_signal(plan: Any, profile: Any) -> str | None:
+def _warning_signal(plan: Any, profile: Profile[SlurmSettings]) -> str | None:
     """``TERM@N`` for ``sbatch --signal`` when the stage asks for a warning ``N = run.signal_before_s``
     seconds before the time limit (SIGTERM: what Megatron-Bridge's exit-signal handler and our local
     runtime save and stop on; Slurm signals every process of the job's steps, not the batch shell).
@@ -317,7 +318,7 @@ def _warning_signal(plan: Any, profile: Any) -> str | None:
 #: through the pyxis flags NeMo-Run renders (docs/execution.md).
 RAY_TEMPLATE = Path(__file__).resolve().parents[1] / "templates" / "ray_slurm.sub.j2"
 
-def _task(run: Any, plan: Any, profile: Any) -> Any:
+def _task(run: Any, plan: Any, profile: ExecutorProfile) -> Any:
     if plan.launch == "ray":  # NeMo-Run renders the job with its Ray-on-Slurm request and RAY_TEMPLATE
         from nemo_run.config import USE_WITH_RAY_CLUSTER_KEY
 
@@ -338,7 +339,7 @@ def _quiet_stdio(sink: io.StringIO) -> Any:
         sys.stdin = saved
 
 
-def render_sbatch(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
+def render_sbatch(req: Any, compiled: Any, profile: Profile[SlurmSettings], plan: Any) -> str:
     """The sbatch command and script NeMo-Run would submit for this job.
 
     NeMo-Run's experiment folder goes to a temporary directory, deleted afterwards; the paths in the
@@ -382,7 +383,7 @@ def code_snapshot(dest: Path) -> Path:
     return dest
 
 
-def upload(tunnel: Any, profile: Any, rdir: str, files: dict[str, str], code_dir: str = "code") -> None:
+def upload(tunnel: Any, profile: ExecutorProfile, rdir: str, files: dict[str, str], code_dir: str = "code") -> None:
     """Create the run folder ``rdir`` on the cluster and put ``files`` (name → text, mode 0600) and the
     code snapshot (extracted into ``rdir/code_dir``) there, through the tunnel (a copy for a local
     tunnel, SFTP for SSH). A job root with shell characters gets its safe symlink first."""
@@ -407,13 +408,13 @@ def upload(tunnel: Any, profile: Any, rdir: str, files: dict[str, str], code_dir
                f"&& rm -f {shlex.quote(rdir + '/code.tar.gz')}", hide=True)
 
 
-def stage_files(tunnel: Any, req: Any, compiled: Any, profile: Any, plan: Any) -> None:
+def stage_files(tunnel: Any, req: Any, compiled: Any, profile: ExecutorProfile, plan: Any) -> None:
     """train.yaml, job.yaml, secrets.env and the code snapshot into the job's run folder, through
     ``tunnel`` (a NeMo-Run tunnel: local copy or SSH)."""
 
     files = {"train.yaml": yamlio.dumps(compiled.config),
              "job.yaml": yamlio.dumps(execute.provenance(req, compiled, profile, plan))}
-    if getattr(profile, "tunnel", "local") != "ssh":  # the job runs where this machine's store is: it records at end
+    if not profile.settings.over_ssh:  # the job runs where this machine's store is: it records at end
         files[artifacts.RECORD_FILE] = json.dumps({
             "store": str(artifacts.store()), "data": plan.stage.family.prepares_data,
             "outputs": recorded_outputs(compiled, profile, getattr(req, "latest", False)),
@@ -426,11 +427,11 @@ def stage_files(tunnel: Any, req: Any, compiled: Any, profile: Any, plan: Any) -
     upload(tunnel, profile, remote_run_dir(profile, plan), files)
 
 
-def _stage_files(executor: Any, req: Any, compiled: Any, profile: Any, plan: Any) -> None:
+def _stage_files(executor: Any, req: Any, compiled: Any, profile: ExecutorProfile, plan: Any) -> None:
     stage_files(executor.tunnel, req, compiled, profile, plan)
 
 
-def require_secrets(profile: Any) -> None:
+def require_secrets(profile: ExecutorProfile) -> None:
     """Refuse to start a job whose profile declares a secret this shell does not set. The CLI reports it
     earlier, as a validation error (:meth:`nemotron.profiles.load.Profile.launch_problems`); this guards the
     submission functions when called directly.
@@ -444,7 +445,7 @@ def require_secrets(profile: Any) -> None:
                              f"export {missing[0]}=... before starting the job (secrets are read from the environment)")
 
 
-def sbatch(plan: Any, profile: Any, mode: str, stage_files: Any, make_task: Any,
+def sbatch(plan: Any, profile: Profile[SlurmSettings], mode: str, stage_files: Any, make_task: Any,
            dependencies: list[str] | None = None, singleton: bool = False) -> str:
     """Submit one NeMo-Run task to Slurm; returns the Slurm job id.
 
@@ -474,7 +475,7 @@ def sbatch(plan: Any, profile: Any, mode: str, stage_files: Any, make_task: Any,
             # NeMo-Run writes the experiment folder here first; over SSH it then rsyncs it to the cluster's
             # ROOT/experiments, so its local copy must live on this machine, not at the cluster's path
 
-            base = str(home() / "ssh-staging") if getattr(profile, "tunnel", None) == "ssh" else root
+            base = str(home() / "ssh-staging") if profile.settings.over_ssh else root
             with run.Experiment(plan.job_name, id=plan.experiment_id, executor=executor, log_level="ERROR",
                                 base_dir=base) as exp:
                 exp.add(make_task(), name=task_name(plan))
@@ -492,14 +493,14 @@ def sbatch(plan: Any, profile: Any, mode: str, stage_files: Any, make_task: Any,
     return job_id
 
 
-def _submission_error(exc: BaseException, plan: Any, profile: Any) -> BaseException:
+def _submission_error(exc: BaseException, plan: Any, profile: Profile[SlurmSettings]) -> BaseException:
     """The one-line error (with its hint) for what :func:`sbatch`'s submission raised: ours as it is, a failed
     SSH login, or NeMo-Run's exception with the line of its message that names the error (sbatch's own)."""
     if isinstance(exc, NemotronError):
         return exc
     if isinstance(exc, SystemExit):
-        return RuntimeFailure(f"submission of {plan.stage.title} failed: cannot log in to {profile.user}@{profile.host} "
-                              f"(port {profile.port}) over SSH",
+        return RuntimeFailure(f"submission of {plan.stage.title} failed: cannot log in to {profile.settings.user}@"
+                              f"{profile.settings.host} (port {profile.settings.port}) over SSH",
                               "check the profile's host, user, port and identity: `ssh -p PORT -i KEY USER@HOST true` "
                               "must work without a password prompt")
     detail = str(exc).strip().splitlines()
@@ -514,13 +515,13 @@ def _job_id(handle: Any) -> str | None:
     return tail if tail.isdigit() else None
 
 
-def job_folders(profile: Any, plan: Any) -> list[str]:
+def job_folders(profile: ExecutorProfile, plan: Any) -> list[str]:
     """The folders a submission of ``plan`` writes for its job alone, on the cluster: the run folder
     (:func:`remote_run_dir`) and NeMo-Run's experiment folder ``ROOT/experiments/<job name>/<id>``."""
     return [remote_run_dir(profile, plan), f"{safe_root(profile)}/experiments/{plan.job_name}/{plan.experiment_id}"]
 
 
-def _remove_unaccepted(executor: Any, exp: Any, profile: Any, plan: Any, sink: io.StringIO) -> None:
+def _remove_unaccepted(executor: Any, exp: Any, profile: Profile[SlurmSettings], plan: Any, sink: io.StringIO) -> None:
     """After a failed :func:`sbatch`: remove the folders written for its job (:func:`job_folders`) unless
     Slurm accepted it (NeMo-Run's job has a Slurm job id), through the executor's tunnel as they were
     written, and over SSH NeMo-Run's local staging copy too. Folders of other jobs, the job root and its
@@ -537,14 +538,14 @@ def _remove_unaccepted(executor: Any, exp: Any, profile: Any, plan: Any, sink: i
             with _quiet_stdio(sink):
                 tunnel.run("rm -rf " + " ".join(shlex.quote(f) for f in folders), hide=True)
         except (Exception, SystemExit) as exc:
-            where = f" on {profile.host}" if getattr(profile, "tunnel", None) == "ssh" else ""
+            where = f" on {profile.settings.host}" if profile.settings.over_ssh else ""
             print(f"[nemotron] Slurm took no job, but its folders{where} could not be removed "
                   f"({type(exc).__name__}): {' '.join(folders)}", file=sys.stderr)
-    if getattr(profile, "tunnel", None) == "ssh":
+    if profile.settings.over_ssh:
         shutil.rmtree(home() / "ssh-staging" / "experiments" / plan.job_name / plan.experiment_id, ignore_errors=True)
 
 
-def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[str] | None = None,
+def submit(req: Any, compiled: Any, profile: Profile[SlurmSettings], plan: Any, dependencies: list[str] | None = None,
            chain_ids: list[str] | None = None) -> str:
     """Submit the job to Slurm; returns the Slurm job id. Records the job (see :mod:`nemotron.launch.records`).
 
@@ -573,7 +574,7 @@ def submit(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[
     return ids[first]
 
 
-def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies: list[str] | None, run: Any,
+def _submit_chain(req: Any, compiled: Any, profile: Profile[SlurmSettings], plan: Any, dependencies: list[str] | None, run: Any,
                   root: str, ids: list[str]) -> None:
 
     for i in range(1 + plan.chain):
@@ -586,13 +587,13 @@ def _submit_chain(req: Any, compiled: Any, profile: Any, plan: Any, dependencies
         records.save(records.JobRecord(
             experiment_id=p.experiment_id, job_id=job_id, stage=p.stage.name, title=p.stage.title,
             profile=profile.name, env_file=str(profile.source), run_dir=remote_run_dir(profile, p), log_dir=exp_dir,
-            job_name=f"{p.stage.recipe}-{task_name(p)}", tunnel=getattr(profile, "tunnel", "local") or "local",
-            host=getattr(profile, "host", None), user=getattr(profile, "user", None),
-            port=getattr(profile, "port", None), identity=getattr(profile, "identity", None),
+            job_name=f"{p.stage.recipe}-{task_name(p)}", tunnel=profile.settings.tunnel,
+            host=profile.settings.host, user=profile.settings.user,
+            port=profile.settings.port, identity=profile.settings.identity,
             outputs=recorded_outputs(compiled, profile, getattr(req, "latest", False)), config_hash=compiled.config_hash(), config=Path(p.config_name).stem,
             submitted=submitted,
             # sbatch runs in this folder through a local tunnel (Slurm's WorkDir); over ssh it is the remote side's
-            work_dir=os.getcwd() if (getattr(profile, "tunnel", "local") or "local") == "local" else None,
+            work_dir=None if profile.settings.over_ssh else os.getcwd(),
             executor=p.executor,
         ))
         ids.append(job_id)

@@ -12,9 +12,12 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.config.tree import as_int, get, unresolved
+
+if TYPE_CHECKING:  # annotations only: pydantic is loaded with a profile, not with this module
+    from nemotron.profiles.profile import ExecutorProfile
 
 #: Node shape assumed when no profile is given (DESIGN §3: an 8-GPU H200 node).
 DEFAULT_GPUS_PER_NODE = 8
@@ -40,20 +43,18 @@ class NodeShape:
     memory_source: str = ""
 
 
-def node_shape(cfg: dict, profile: Any) -> NodeShape:
+def node_shape(cfg: dict, profile: ExecutorProfile | None) -> NodeShape:
+    """The node shape of a run of ``cfg`` (a compiled config) on ``profile`` (None: no profile, the default node)."""
     cfg_gpn = as_int(get(cfg, "run.env.gpus_per_node"))
-    prof_gpn = as_int(getattr(profile, "gpus_per_node", None)) if profile is not None else None
-    name = getattr(profile, "name", None) if profile is not None else None
-    arch = getattr(profile, "gpu_arch", None) if profile is not None else None
-    mem = getattr(profile, "gpu_memory", None) if profile is not None else None
     if cfg_gpn is not None and cfg_gpn < 0:
         cfg_gpn = None  # reported by the resource rules
     if profile is None:
         gpn = cfg_gpn or DEFAULT_GPUS_PER_NODE
         return NodeShape(gpn, cfg_gpn, None, None, DEFAULT_GPU_ARCH, DEFAULT_GPU_MEMORY_GB, False, False,
                          f"assumed: no profile, so an H200 node ({DEFAULT_GPU_MEMORY_GB:.0f} GB a GPU)")
+    prof_gpn, name, arch, mem = profile.gpus_per_node, profile.name, profile.gpu_arch, profile.gpu_memory
     gpn = cfg_gpn if cfg_gpn is not None else (prof_gpn if prof_gpn is not None else 0)
-    gpu = getattr(profile, "gpu", None)
+    gpu = profile.settings.gpu
     if mem:
         source = f'profile {name}, gpu = "{gpu}"' if gpu else f"profile {name}, gpu_memory"
     else:
@@ -93,23 +94,26 @@ class HostMemory:
     source: str
 
 
-def host_memory(profile: Any) -> HostMemory:
+def host_memory(profile: ExecutorProfile | None) -> HostMemory:
     """The host memory a node of ``profile`` gives a job: Slurm's ``mem`` (the job's memory per node) when it is a
     concrete size (:func:`slurm_mem_bytes`), else the profile's ``host_memory`` (GB = 10^9 bytes, the node's RAM),
     else unknown (``bytes`` None; ``key`` then names ``host_memory``, the key that declares it). ``profile`` None
     (no profile) is unknown too."""
-    name = getattr(profile, "name", None) if profile is not None else None
-    prefix = f"profile.{name}." if name else "profile."
-    mem = getattr(profile, "mem", None) if profile is not None else None
+    if profile is None:
+        return HostMemory(None, "profile.host_memory", None, "no profile")
+    from nemotron.profiles.schema import SlurmSettings  # loaded with the profile already
+
+    name = profile.name
+    prefix = f"profile.{name}."
+    mem = profile.settings.mem if isinstance(profile.settings, SlurmSettings) else None
     got = slurm_mem_bytes(mem)
     if got is not None:
         return HostMemory(got, prefix + "mem", mem, f"Slurm mem = {mem!r} of profile {name}")
-    declared = getattr(profile, "host_memory", None) if profile is not None else None
+    declared = profile.settings.host_memory
     if declared:
         return HostMemory(int(float(declared) * 1e9), prefix + "host_memory", declared,
                           f"host_memory = {declared:g} of profile {name}")
-    why = "no profile" if profile is None else \
-        f"profile {name} declares {'mem = 0 (all of the node) and ' if mem is not None else ''}no host_memory"
+    why = f"profile {name} declares {'mem = 0 (all of the node) and ' if mem is not None else ''}no host_memory"
     return HostMemory(None, prefix + "host_memory", declared, why)
 
 

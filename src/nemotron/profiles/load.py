@@ -20,7 +20,7 @@ from typing import Any
 
 from nemotron.config import artifacts
 from nemotron.errors import ConfigError
-from nemotron.profiles.profile import Profile, _build, _line_of, _merge, _normalize_secrets
+from nemotron.profiles.profile import ExecutorProfile, Profile, _build, _line_of, _merge, _normalize_secrets
 from nemotron.profiles.discover import find_env_file
 from nemotron.profiles.schema import SECTIONS, _suggest
 from nemotron.profiles.sections import artifacts_root, tracking_env
@@ -155,7 +155,7 @@ class Profiles:
 # --------------------------------------------------------------------------- display
 
 
-def load_profile(name: str | None, env_file: str | None, overrides: dict[str, Any]) -> Any | None:
+def load_profile(name: str | None, env_file: str | None, overrides: dict[str, Any]) -> ExecutorProfile | None:
     """The env.toml profile ``name`` with ``profile.KEY=VALUE`` overrides applied (None without a name).
 
     Raises:

@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from nemotron.config.artifacts import home
 from nemotron.errors import ConfigError
 from nemotron.profiles.schema import (
-    _ALL_FIELDS,
     _DEFAULT,
     _DERIVED,
     _ENV_NAME,
@@ -28,8 +27,10 @@ from nemotron.profiles.schema import (
     GPU_MODELS,
     REDACTED,
     STORAGE_ENV,
+    ProfileSettings,
     SlurmSettings,
     _Common,
+    _executor_name,
     _suggest,
     is_secret_name,
     parse_slurm_time,
@@ -115,14 +116,15 @@ def _build(name: str, chain: list[str], source: Path, merged: dict, prov: dict[s
         if key in settings.env_vars:
             problems.append((f"env_vars.{key}", "also declared in secrets; keep it in one place"))
     problems += _copied_secrets(settings)
-    problems += _setup_syntax(getattr(settings, "setup", None) or [])
-    ssh = isinstance(settings, SlurmSettings) and settings.tunnel == "ssh"
+    ssh = settings.over_ssh
     if isinstance(settings, SlurmSettings):
-        for key in ("host", "user", "identity", "port"):
-            if not ssh and getattr(settings, key) is not None:
+        problems += _setup_syntax(settings.setup)
+        given = {"host": settings.host, "user": settings.user, "identity": settings.identity, "port": settings.port}
+        for key, value in given.items():
+            if not ssh and value is not None:
                 problems.append((key, "set but tunnel is 'local'; set tunnel = \"ssh\" or remove it"))
-        for key in ("host", "user", "job_dir") if ssh else ():
-            if getattr(settings, key) is None:
+        for key, value in (("host", settings.host), ("user", settings.user), ("job_dir", settings.job_dir)):
+            if ssh and value is None:
                 problems.append((key, "required when tunnel = \"ssh\""))
         if ssh and settings.port is None:
             updates["port"], prov["port"] = 22, _DEFAULT
@@ -139,8 +141,9 @@ def _build(name: str, chain: list[str], source: Path, merged: dict, prov: dict[s
         # nodes that do not run on this machine's file system as it is: storage defaults on the job root, which
         # they see (docs/profiles.md); through its shell-safe name, which is mounted into the container
         root = shell_safe_root(str(updates.get("job_dir") or settings.job_dir))
+        storage = settings.storage()
         for key, sub in (("data_root", "data"), ("checkpoint_root", "checkpoints")):
-            if getattr(settings, key) is None:
+            if storage[key] is None:
                 updates[key] = f"{root}/{sub}"
                 prov.setdefault(key, _DEFAULT)
     if problems:
@@ -315,36 +318,50 @@ def _line_of(text: str, table: str, key: str) -> int | None:
     return start + 1
 
 
-class Profile:
-    """One resolved, validated profile.
+S = TypeVar("S", bound=_Common)
+T = TypeVar("T", bound=_Common)
+
+
+class Profile(Generic[S]):
+    """One resolved, validated profile: its executor's typed settings plus where they came from.
 
     Attributes:
         name: the profile's table name. chain: names from this profile to its root (``extends``).
-        source: the env.toml it came from. settings: the validated pydantic model
-            (:class:`SlurmSettings`, :class:`LocalSettings` or :class:`RaySettings`).
+        source: the env.toml it came from. settings: the validated pydantic model of its executor, one member of
+            :data:`nemotron.profiles.schema.ProfileSettings` (:class:`SlurmSettings`, :class:`LocalSettings` or
+            :class:`RaySettings`); a key is read from it (``profile.settings.partition``) after narrowing to the
+            executor that has it (:meth:`narrow`, ``isinstance(profile.settings, SlurmSettings)``), so a key of
+            another executor is a type error, not a silent ``None``.
         provenance: dotted key -> the profile that set it, ``"default"``, ``"override"`` or
             ``"derived from gpu"``. overridden: keys set by :meth:`with_overrides`.
+        tracking_env: the ``[wandb]`` section of its env.toml as environment variables (the configs' W&B
+            fallback; set by :func:`nemotron.profiles.load.load_profile`, empty otherwise).
 
-    Every schema key is readable as an attribute (``profile.partition``, ``profile.time``); keys of
-    another executor read as ``None``. ``gpu_memory`` is in GB; ``time_seconds`` in seconds.
+    ``gpu_memory`` is in GB; ``time_seconds`` in seconds.
     """
 
-    def __init__(self, name: str, chain: list[str], source: Path, settings: _Common, provenance: dict[str, str],
+    def __init__(self, name: str, chain: list[str], source: Path, settings: S, provenance: dict[str, str],
                  raw: dict, overridden: frozenset[str] = frozenset(), text: str = "") -> None:
-        self.name, self.chain, self.source, self.settings = name, chain, source, settings
+        self.name, self.chain, self.source = name, chain, source
+        self.settings: S = settings
         self.provenance, self.overridden = provenance, set(overridden)
+        self.tracking_env: dict[str, str] = {}
         self._raw, self._text = raw, text
-
-    def __getattr__(self, key: str) -> Any:
-        settings = self.__dict__.get("settings")
-        if settings is not None and key in type(settings).model_fields:
-            return getattr(settings, key)
-        if key in _ALL_FIELDS:
-            return None
-        raise AttributeError(key)
 
     def __repr__(self) -> str:
         return f"Profile(name={self.name!r}, executor={self.executor!r}, chain={self.chain!r}, source={str(self.source)!r})"
+
+    def narrow(self, kind: type[T]) -> Profile[T]:
+        """This profile typed as one executor's (``profile.narrow(SlurmSettings).settings.partition``).
+
+        Raises:
+            ConfigError: the profile is of another executor (a backend handed a profile it does not run).
+        """
+        if not isinstance(self.settings, kind):
+            want = _executor_name(kind)
+            raise ConfigError(f"{self.source}: profile {self.name!r} is a {self.executor} profile, not a {want} one",
+                              f"use a profile with executor = \"{want}\" (nemotron profiles lists them)")
+        return self  # type: ignore[return-value]  (narrowed by the isinstance above)
 
     @property
     def executor(self) -> str:
@@ -367,12 +384,8 @@ class Profile:
 
     @property
     def time_seconds(self) -> int | None:
-        """The Slurm time limit in seconds (``None`` when unset or unlimited: ``0``, ``UNLIMITED``)."""
-        return parse_slurm_time(self.settings.time) if getattr(self.settings, "time", None) else None
-
-    def partition_for(self, mode: Literal["run", "batch"]) -> str | None:
-        """Partition for ``--run`` (``run_partition``) or ``--batch`` (``batch_partition``), else ``partition``."""
-        return getattr(self.settings, f"{mode}_partition", None) or getattr(self.settings, "partition", None)
+        """The Slurm time limit in seconds (``None`` when unset or unlimited, and for other executors)."""
+        return self.settings.time_seconds if isinstance(self.settings, SlurmSettings) else None
 
     def secret_values(self) -> dict[str, str]:
         """Resolved secrets, name -> value: inline values, declared names present in ``os.environ``,
@@ -391,7 +404,7 @@ class Profile:
         out: list[tuple[str, Any, str, str]] = [
             ("secrets", name, "declared secret is not set in this shell", f"export {name}=... (or remove it from secrets)")
             for name in self.missing_secrets()]
-        identity = getattr(self.settings, "identity", None)
+        identity = self.settings.identity if isinstance(self.settings, SlurmSettings) else None
         if identity and not Path(identity).is_file():
             out.append(("identity", identity, "no such private key file on this machine",
                         "the path of an existing SSH key file, or leave identity out to use your ssh config"))
@@ -423,8 +436,8 @@ class Profile:
     def storage_env(self) -> dict[str, str]:
         """The profile's shared-storage keys as the environment variables stage configs and runtimes
         read (:data:`STORAGE_ENV`); ``hf_offline = true`` also sets the Hugging Face offline switches."""
-        out = {var: str(getattr(self.settings, key)) for key, var in STORAGE_ENV.items()
-               if getattr(self.settings, key, None)}
+        values = self.settings.storage()
+        out = {var: str(values[key]) for key, var in STORAGE_ENV.items() if values[key]}
         if self.settings.hf_offline:
             out.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
         return out
@@ -491,5 +504,51 @@ class Profile:
             prov[key] = _OVERRIDE
         for derived in [k for k, v in prov.items() if v in (_DEFAULT, _DERIVED)]:
             del prov[derived]  # recomputed from the new values
-        return _build(self.name, self.chain, self.source, raw, prov,
-                      frozenset(self.overridden | set(overrides)), self._text)
+        new = _build(self.name, self.chain, self.source, raw, prov, frozenset(self.overridden | set(overrides)),
+                     self._text)
+        new.tracking_env = dict(self.tracking_env)  # the same env.toml's [wandb] section
+        return new
+
+
+def storage_host(profile: Profile | None) -> str | None:
+    """Where the jobs of ``profile`` (None: this machine) keep their files, for artifact scopes: a Ray profile's
+    ``address``, a Slurm profile's login ``host`` (None through a local tunnel); None for this machine
+    (:meth:`nemotron.profiles.schema._Common.storage_host`)."""
+    return profile.settings.storage_host() if profile is not None else None
+
+
+def storage_site(profile: Profile | None) -> tuple[str | None, str | None]:
+    """``(executor, host)`` for an artifact's site (:func:`nemotron.config.artifacts.site`): ``(None, None)`` for a
+    job on this machine (no profile, a ``local`` one), else the profile's executor and :func:`storage_host`."""
+    if profile is None or profile.settings.on_this_machine:
+        return None, None
+    return profile.executor, storage_host(profile)
+
+
+def uses_container(profile: Profile | None) -> bool:
+    """Whether the jobs of ``profile`` run in the stage's container image: a Slurm profile's unless
+    ``container = false``; never on this machine (no profile, ``local``) nor on a Ray cluster (its own image)."""
+    return profile is not None and profile.settings.uses_container()
+
+
+def runs_here(profile: Profile | None) -> bool:
+    """Whether a job of ``profile`` (None: no profile) runs on this machine, with its files and environment."""
+    return profile is None or profile.settings.on_this_machine
+
+
+#: A profile of any executor (the type a caller that serves every executor takes).
+ExecutorProfile = Profile[ProfileSettings]
+
+
+def from_table(name: str, table: Mapping[str, Any], source: Path | str = "env.toml") -> ExecutorProfile:
+    """One profile made from ``table`` as an env.toml ``[name]`` table holds it (without ``extends``), validated,
+    defaulted and derived exactly as :func:`nemotron.profiles.load.load_profiles` does for a file's table
+    (``from_table("c", {"executor": "slurm", "gpus_per_node": 8, "gpu": "H200"})``).
+
+    Raises:
+        ConfigError: an unknown executor, key or value, as for a file (naming ``source`` and ``name``).
+    """
+    merged: dict = {}
+    prov: dict[str, str] = {}
+    _merge(merged, copy.deepcopy(dict(table)), prov, name, ())
+    return _build(name, [name], Path(source), merged, prov, frozenset(), "")

@@ -6,6 +6,7 @@ import difflib
 import os
 import re
 import tomllib
+import typing
 from collections.abc import Iterable
 from typing import Any, ClassVar, Literal
 
@@ -14,9 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from nemotron.config.paths import stages_dir
 
 from nemotron.profiles.discover import ENV_FILE_NAME, ENV_FILE_VAR, SECTIONS  # noqa: F401 (defined there: stdlib only)
-
-
-EXECUTORS = ("slurm", "local", "ray")
 
 
 GPU_ARCHS = ("ampere", "hopper", "blackwell")
@@ -173,14 +171,14 @@ class SecretSpec(_Strict):
 
 
 class _Common(_Strict):
-    """What every executor's profile has. The class attributes say what the executor is, so that code outside its
-    backend (:mod:`nemotron.launch.backends`) asks them, never the executor's name (:func:`on_this_machine`,
-    :func:`storage_host`, :func:`uses_container`, :func:`queues_dependent_jobs`)."""
+    """What every executor's profile has. The class attributes and methods say what the executor is, so that code
+    outside its backend (:mod:`nemotron.launch.backends`) asks them, never the executor's name nor a key another
+    executor's model has (:attr:`on_this_machine`, :meth:`storage_host`, :meth:`uses_container`, :attr:`over_ssh`,
+    :attr:`queues_dependent_jobs`). Each executor's model is one subclass with ``executor: Literal["<name>"]``;
+    :data:`ProfileSettings` is their union and :data:`_MODELS` finds a model by its name."""
 
     #: The job runs on this machine and inherits this shell's environment (its files are this machine's).
     on_this_machine: ClassVar[bool] = False
-    #: The key naming where the job's files live, for artifact scopes (None: this machine).
-    storage_host_key: ClassVar[str | None] = None
     #: Jobs of a ``pipe --run/--batch`` can be queued at once, each waiting for the one before (Slurm dependencies).
     queues_dependent_jobs: ClassVar[bool] = False
 
@@ -199,6 +197,37 @@ class _Common(_Strict):
     index_cache_dir: str | None = None
     hf_home: str | None = None
     hf_offline: bool = False
+
+    def storage_host(self) -> str | None:
+        """Where the profile's jobs keep their files, for artifact scopes; None: on this machine's file system."""
+        return None
+
+    def storage(self) -> dict[str, str | None]:
+        """The shared-storage keys (those of :data:`STORAGE_ENV`, in its order) and their values (None: unset)."""
+        return {"data_root": self.data_root, "checkpoint_root": self.checkpoint_root,
+                "index_cache_dir": self.index_cache_dir, "hf_home": self.hf_home}
+
+    def uses_container(self) -> bool:
+        """Whether the profile's jobs run in the stage's container image (never on this machine nor on a Ray
+        cluster, which runs its own image)."""
+        return False
+
+    def image_for(self, key: str, default: str) -> str | None:
+        """The container image the profile's jobs of a stage with image ``key`` (a ``stages/images.toml`` name) run
+        in, ``default`` being that table's; None when its jobs run in no container of ours (:meth:`uses_container`)."""
+        return None
+
+    @property
+    def over_ssh(self) -> bool:
+        """True when the job's files are reached over SSH (a Slurm profile with ``tunnel = "ssh"``): paths in the
+        config are the cluster's, not this machine's."""
+        return False
+
+    @property
+    def python_command(self) -> str | None:
+        """The Python the profile names for its jobs (``python`` of a Slurm or Ray profile); None: the executor's
+        default."""
+        return None
 
     def hidden_values(self) -> dict[str, str]:
         """Secret values, name -> value: secret-named ``env_vars``, inline secrets, and those read from
@@ -259,7 +288,6 @@ class LocalSettings(_Common):
 class RaySettings(_Common):
     """``executor = "ray"``: an existing Ray cluster at ``address`` (``ray://host:10001``, ``http://host:8265``)."""
 
-    storage_host_key: ClassVar[str | None] = "address"
     executor: Literal["ray"]
     address: str
     python: str = "python"  # the Python the job runs with on the cluster's nodes
@@ -274,11 +302,18 @@ class RaySettings(_Common):
     def where(self) -> str:
         return self.address
 
+    def storage_host(self) -> str | None:
+        """The cluster's ``address``: its jobs keep their files on its nodes."""
+        return self.address
+
+    @property
+    def python_command(self) -> str | None:
+        return self.python
+
 
 class SlurmSettings(_Common):
     """``executor = "slurm"``: sbatch/srun through NeMo-Run, from this machine or over SSH."""
 
-    storage_host_key: ClassVar[str | None] = "host"
     queues_dependent_jobs: ClassVar[bool] = True
     executor: Literal["slurm"]
     python: str | None = None  # the job's Python: default "python" in a container, this Python without one
@@ -312,6 +347,37 @@ class SlurmSettings(_Common):
     def where(self) -> str:
         where = self.partition or "-"
         return f"{where} via ssh {self.host}" if self.tunnel == "ssh" else where
+
+    def storage_host(self) -> str | None:
+        """The login ``host`` (None through a local tunnel: the cluster shares this machine's file system)."""
+        return self.host
+
+    def uses_container(self) -> bool:
+        """True unless ``container = false``."""
+        return self.container
+
+    def image_for(self, key: str, default: str) -> str | None:
+        """``images.<key>`` when the profile names one (a local ``.sqsh``, another tag), else ``default``; None with
+        ``container = false``."""
+        return self.images.get(key, default) if self.container else None
+
+    @property
+    def over_ssh(self) -> bool:
+        return self.tunnel == "ssh"
+
+    @property
+    def python_command(self) -> str | None:
+        return self.python
+
+    @property
+    def time_seconds(self) -> int | None:
+        """The time limit in seconds (``None`` when unset or unlimited: ``0``, ``UNLIMITED``)."""
+        return parse_slurm_time(self.time) if self.time else None
+
+    def partition_for(self, mode: str) -> str | None:
+        """Partition for ``--run`` (``run_partition``) or ``--batch`` (``batch_partition``), else ``partition``."""
+        own = {"run": self.run_partition, "batch": self.batch_partition}.get(mode)
+        return own or self.partition
 
     @field_validator("env_vars")
     @classmethod
@@ -384,10 +450,22 @@ class SlurmSettings(_Common):
         return value
 
 
-_MODELS: dict[str, type[_Common]] = {"slurm": SlurmSettings, "local": LocalSettings, "ray": RaySettings}
+#: Any executor's profile model: the union a profile's table parses into (one member per executor). A new executor's
+#: model is added here, and only here: :data:`_MODELS` and :data:`EXECUTORS` are read from it.
+ProfileSettings = SlurmSettings | LocalSettings | RaySettings
 
 
-_ALL_FIELDS = {k for m in _MODELS.values() for k in m.model_fields}
+def _executor_name(model: type[_Common]) -> str:
+    """The name in ``executor: Literal["<name>"]`` of an executor's model."""
+    return typing.get_args(model.model_fields["executor"].annotation)[0]
+
+
+#: Executor name -> its profile model, in the order of :data:`ProfileSettings`.
+_MODELS: dict[str, type[_Common]] = {_executor_name(m): m for m in typing.get_args(ProfileSettings)}
+
+
+#: The executors a profile may name (``executor = "..."``).
+EXECUTORS = tuple(_MODELS)
 
 
 def _model(executor: str | None) -> type[_Common] | None:
@@ -403,34 +481,6 @@ def on_this_machine(executor: str | None) -> bool:
         return True
     model = _MODELS.get(executor)
     return model is not None and model.on_this_machine
-
-
-def storage_host(profile: Any) -> str | None:
-    """Where the jobs of ``profile`` (None: this machine) keep their files, for artifact scopes: a Ray profile's
-    ``address``, a Slurm profile's login ``host`` (None through a local tunnel); None for this machine."""
-    model = _model(getattr(profile, "executor", None)) if profile is not None else None
-    key = model.storage_host_key if model is not None else None
-    return getattr(profile, key, None) if key else None
-
-
-def storage_site(profile: Any) -> tuple[str | None, str | None]:
-    """``(executor, host)`` for an artifact's site (:func:`nemotron.config.artifacts.site`): ``(None, None)`` for a
-    job on this machine (no profile, a ``local`` one), else the profile's executor and :func:`storage_host`."""
-    executor = getattr(profile, "executor", None) if profile is not None else None
-    if on_this_machine(executor):
-        return None, None
-    return executor, storage_host(profile)
-
-
-def uses_container(profile: Any) -> bool:
-    """Whether the jobs of ``profile`` run in the stage's container image: a Slurm profile's unless
-    ``container = false``; never on this machine (no profile, ``local``) nor on a Ray cluster (its own image)."""
-    if profile is None:
-        return False
-    model = _model(getattr(profile, "executor", None))
-    if model is not None and "container" not in model.model_fields:
-        return False
-    return getattr(profile, "container", True) is not False
 
 
 def queues_dependent_jobs(executor: str | None) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,19 +46,18 @@ def tracking_env(sections: dict[str, Any], source: Path | str = "env.toml") -> d
     return out
 
 
-def tracking_provenance(compiled: Any, profile: Any) -> dict[str, str]:
+def tracking_provenance(compiled: Any, env: Mapping[str, str], source: Path | str) -> dict[str, str]:
     """Provenance labels for the ``logger.wandb_*`` keys whose value came from the ``[wandb]`` section of
-    the profile's env.toml (``profile.tracking_env``, :func:`tracking_env`) rather than from a layer of the
-    config: dotted key -> ``"<env file name> [wandb] <key>"``. A key a config file or override set is
-    left out, as is every key when the profile has no ``[wandb]`` section."""
+    the env.toml ``source`` (``env``: that section as variables, a profile's ``tracking_env``,
+    :func:`tracking_env`) rather than from a layer of the config: dotted key -> ``"<env file name> [wandb] <key>"``.
+    A key a config file or override set is left out, as is every key when there is no ``[wandb]`` section."""
 
-    env = getattr(profile, "tracking_env", None) or {}
     out: dict[str, str] = {}
     for key, var in WANDB_ENV.items():
         leaf = f"logger.wandb_{key}"
         if var in env and compiled.provenance.get(leaf) in ("schema", "default.yaml") \
                 and get(compiled.config, leaf) == env[var]:
-            out[leaf] = f"{Path(profile.source).name} [wandb] {key}"
+            out[leaf] = f"{Path(source).name} [wandb] {key}"
     return out
 
 

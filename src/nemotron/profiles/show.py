@@ -41,7 +41,7 @@ def profiles_table(profiles: Profiles, env_file: str | Path | None = None):
                           escape(str(profiles.source)))
             continue
         where = p.settings.where()
-        gpus = "-" if p.gpus_per_node is None else f"{p.gpus_per_node} × {p.gpu or p.gpu_arch or 'GPU'}"
+        gpus = "-" if p.gpus_per_node is None else f"{p.gpus_per_node} × {p.settings.gpu or p.gpu_arch or 'GPU'}"
         table.add_row(*map(escape, (name, p.executor, " -> ".join(p.chain[1:]) or "-", where, gpus, str(p.source))))
     if profiles.sections:
         table.caption = f"settings sections (not profiles): {', '.join(profiles.sections)}"
@@ -101,10 +101,11 @@ def profiles_document(profiles: Profiles, name: str | None = None) -> dict[str, 
         except ConfigError as exc:
             rows.append({"name": n, "valid": False, "error": exc.message})
             continue
+        keys = p.settings.model_dump()  # this executor's keys only: another executor's read as null in the row
         rows.append({"name": n, "valid": True, "executor": p.executor, "extends": list(p.chain[1:]),
-                     "partition": getattr(p, "partition", None), "address": getattr(p, "address", None),
-                     "tunnel": getattr(p, "tunnel", None), "host": getattr(p, "host", None),
-                     "gpus_per_node": p.gpus_per_node, "gpu": getattr(p, "gpu", None),
-                     "gpu_memory_gb": getattr(p, "gpu_memory", None),
-                     "host_memory_gb": getattr(p, "host_memory", None), "source": str(p.source)})
+                     "partition": keys.get("partition"), "address": keys.get("address"),
+                     "tunnel": keys.get("tunnel"), "host": keys.get("host"),
+                     "gpus_per_node": p.gpus_per_node, "gpu": p.settings.gpu,
+                     "gpu_memory_gb": p.gpu_memory,
+                     "host_memory_gb": p.settings.host_memory, "source": str(p.source)})
     return {"source": str(profiles.source), "profiles": rows, "sections": list(profiles.sections)}

@@ -16,14 +16,14 @@ Stdlib only (plus :mod:`nemotron.config.catalogue` and :mod:`nemotron.errors`): 
 nothing at start-up. The rules live in :mod:`nemotron.layout.rules` (one pure function each, with
 its source and the Megatron-Core versions it holds for), the estimate in
 :mod:`nemotron.layout.memory`. ``profile`` is None (no profile: an 8-GPU H200 node, 141 GB,
-Hopper, assumed) or an object with ``name``, ``executor``, ``gpus_per_node``, ``gpu_arch`` and
-``gpu_memory`` (GB) attributes.
+Hopper, assumed) or a :class:`nemotron.profiles.profile.Profile` of any executor (its settings are one member of
+:data:`nemotron.profiles.schema.ProfileSettings`).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.config import catalogue, keys
 from nemotron.config.images import framework_version, keylist_version
@@ -35,6 +35,9 @@ from nemotron.layout import rules
 from nemotron.layout.views import EXPORT_KEYS, layout_keys, node_shape
 from nemotron.validation import checks
 from nemotron.validation.cluster import warning_signal_problem
+
+if TYPE_CHECKING:  # annotations only: pydantic is loaded with a profile, not with this package
+    from nemotron.profiles.profile import ExecutorProfile
 
 Table = tuple[str, list[str], list[list[str]]]
 
@@ -50,7 +53,7 @@ def _slice_layout(stage: Stage) -> dict[str, Any]:
     return out
 
 
-def prepare(stage: Stage, cfg: dict, user_keys: set[str], profile: Any) -> list[str]:
+def prepare(stage: Stage, cfg: dict, user_keys: set[str], profile: ExecutorProfile | None) -> list[str]:
     """Adjust ``cfg`` in place before validation; return one note per change for ``--dry-run``.
 
     * ``model.name`` ending in ``<N>layer``: the slice fits one node, so the layout becomes TP=1,
@@ -141,7 +144,7 @@ def prepare(stage: Stage, cfg: dict, user_keys: set[str], profile: Any) -> list[
     return notes
 
 
-def validate(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
+def validate(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Every problem of ``cfg`` for ``stage`` on ``profile`` (errors and warnings), all at once.
 
     Data stages run on CPUs through Ray and have no layout: their configs and inputs are checked by
@@ -154,32 +157,32 @@ def validate(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     return _dedupe(missing + problems + _run_keys(cfg, profile))
 
 
-def _data_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
+def _data_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     from nemotron.validation.data import validate_data  # the data stages' own parsers (light, but only when asked)
 
     return validate_data(stage, cfg, profile)
 
 
-def _nemo_rl_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
+def _nemo_rl_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     if checks.backend(cfg) == checks.LOCAL:
         return []
     return (_passthrough_keys(cfg, "nemo-rl") + _nemo_rl_rules(cfg) + checks.gb200_tuned_rules(cfg, node_shape(cfg, profile))
             + checks.rl_export_rules(cfg, profile))
 
 
-def _training_data_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
+def _training_data_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     from nemotron.validation.data import training_data_problems
 
     return training_data_problems(stage.name, cfg)
 
 
-def _quantize_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
+def _quantize_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     from nemotron.validation.quantize import validate_quantize
 
     return validate_quantize(cfg, profile)
 
 
-def _eval_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
+def _eval_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """The eval stage: ``backend: local`` is read by its runtime's own reader (:func:`nemotron.runtime.evaluate.read`,
     stdlib only); the cluster backend by the translation its job runs (:func:`nemotron.runtime.nemo_rl.eval_config`)."""
     from nemotron.runtime.settings import SettingsError
@@ -206,7 +209,7 @@ def _eval_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
 
 #: The check sets a stage's registry row names (:attr:`nemotron.config.registry.Stage.checks`), each
 #: ``(stage, cfg, profile) -> [Problem]``.
-def _mtp_boost_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
+def _mtp_boost_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Rule ``mtp-boost-framework`` (the job's runtime refuses with the same function), then the local runtime's
     own reader of its settings (:func:`nemotron.runtime.mtp_local.read`: stdlib only) on ``backend: local``."""
     from nemotron.layout.rules import mtp_boost_framework
@@ -225,7 +228,7 @@ def _mtp_boost_checks(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
     return out
 
 
-def _warmup_checks(stage: Any, cfg: dict, profile: Any) -> list[Problem]:
+def _warmup_checks(stage: Any, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """``mopd-warmup``: the MOPD panel rule (``mopd-general-teacher``, as mopd's dry run applies it), what NeMo RL's
     SFT ``MasterConfig`` refuses in the keys we set (:func:`nemotron.runtime.warmup.sft_problems`, rule
     ``nemo-rl-sft``; the contract test runs NeMo RL's own on the same configs), then the stage's settings reader
@@ -366,7 +369,7 @@ def _local_config(stage: Stage) -> str | None:
     return None
 
 
-def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
+def _run_keys(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """``run.signal_before_s`` and ``run.chain`` (the training stages' submission keys, read by
     :func:`nemotron.launch.plan.plan_job`): whole numbers >= 0, and on a Slurm profile a warning signal that comes
     before the job's time limit (:func:`nemotron.validation.cluster.warning_signal_problem`, the check submission makes).
@@ -379,16 +382,18 @@ def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             out.append(Problem(f"run.{key}", value, "expected a whole number >= 0", "0, 1, 2, ... (0: none)",
                                rule="run-keys"))
-    executor = str(getattr(profile, "executor", "") or "") if profile is not None else ""
-    if not out and executor == "slurm":
+    if not out and profile is not None:
+        from nemotron.profiles.schema import SlurmSettings  # loaded with the profile already
 
-        problem = warning_signal_problem(run.get("signal_before_s"), profile)
-        out += [problem] if problem is not None else []
+        if isinstance(profile.settings, SlurmSettings):
+            problem = warning_signal_problem(run.get("signal_before_s"), profile.narrow(SlurmSettings))
+            out += [problem] if problem is not None else []
     nodes = as_int((run.get("env") or {}).get("nodes") if isinstance(run.get("env"), dict) else None)
-    if checks.on_this_machine(executor or None) and nodes is not None and nodes > 1 and checks.backend(cfg) != checks.LOCAL:
+    here = profile is None or profile.settings.on_this_machine
+    if here and nodes is not None and nodes > 1 and checks.backend(cfg) != checks.LOCAL:
         # (the local backend refuses several nodes: checks.validate_local)
         # like a GPU architecture no profile declares: checked as configured, said plainly (a warning)
-        where = "without a profile" if profile is None else f"on the local profile {getattr(profile, 'name', '')}"
+        where = "without a profile" if profile is None else f"on the local profile {profile.name}"
         out.append(Problem("run.env.nodes", nodes, rule="one-machine", severity="warning",
                            message=f"{where} the job runs on this one machine (one node); the layout is checked "
                                    f"for {nodes} nodes as configured",
@@ -396,7 +401,7 @@ def _run_keys(cfg: dict, profile: Any) -> list[Problem]:
     return out
 
 
-def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
+def _output_folders(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Rule ``output-folder``: for a run on this machine (no profile, or a ``local`` one), every output
     folder the config names (:data:`nemotron.config.paths.OUTPUT_FOLDER_KEYS`) exists as a writable folder or
     can be created (:func:`nemotron.config.paths.cannot_create_folder`: its nearest existing parent is a
@@ -413,7 +418,7 @@ def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
                                            "file systems take at most 255 bytes per name, so the run could not "
                                            "create it", "a path whose every folder name is at most 255 bytes",
                                rule="output-folder"))
-    if out or (profile is not None and not checks.on_this_machine(getattr(profile, "executor", None))):
+    if out or (profile is not None and not profile.settings.on_this_machine):
         return out
 
     for key in OUTPUT_FOLDER_KEYS:
@@ -425,12 +430,12 @@ def _output_folders(cfg: dict, profile: Any) -> list[Problem]:
             message = "is a file, not a folder" if reason.startswith("it is a file") else f"cannot create ({reason})"
             out.append(Problem(key, value, message, "a folder you can write (it is created when missing)",
                                rule="output-folder"))
-    job_dir = getattr(profile, "job_dir", None) if profile is not None else None
+    job_dir = profile.settings.job_dir if profile is not None else None
     if isinstance(job_dir, str) and job_dir.strip():  # a local profile's job folder: experiments, logs, records
         reason = cannot_create_folder(os.path.expanduser(job_dir))
         if reason is not None:
             message = "is a file, not a folder" if reason.startswith("it is a file") else f"cannot create ({reason})"
-            out.append(Problem(f"profile.{getattr(profile, 'name', '')}.job_dir", job_dir, message,
+            out.append(Problem(f"profile.{profile.name}.job_dir", job_dir, message,
                                "a folder you can write (it is created when missing)", rule="output-folder"))
     return out
 
@@ -517,7 +522,7 @@ def _nemo_rl_rules(cfg: dict) -> list[Problem]:
     return validate_nemo_rl(cfg, keylist)
 
 
-def describe(stage: Stage, cfg: dict, profile: Any) -> list[Table]:
+def describe(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Table]:
     """Tables for ``--dry-run``: ``(title, header, rows)`` — per-pipeline-stage Mamba/MoE/attention
     counts and MTP placement, the parallel layout (world, DP, EDP, minimum GPUs), the per-GPU memory
     estimate against the GPU memory, and for NeMo RL stages the node arithmetic, the generation

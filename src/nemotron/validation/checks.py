@@ -8,7 +8,7 @@ a data artifact's small JSON manifest when it exists on this machine.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.config import catalogue
 from nemotron.config.catalogue import ModelSpec
@@ -30,6 +30,9 @@ from nemotron.layout.views import (
     rl_export_params,
     rl_view,
 )
+
+if TYPE_CHECKING:  # annotations only: pydantic is loaded with a profile, not with this module
+    from nemotron.profiles.profile import ExecutorProfile
 
 LOCAL = "local"
 
@@ -159,7 +162,7 @@ def megatron_layout(cfg: dict, shape: NodeShape) -> TrainView:
     return v
 
 
-def validate_training(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
+def validate_training(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Every problem of a GPU stage's config (Megatron training, convert, quantize, RL) on ``profile``.
 
     The model's problems come first; ``backend: local`` then gets :func:`validate_local`, a cluster
@@ -379,14 +382,14 @@ def local_rl_settings(stage_name: str, cfg: dict) -> list[Problem]:
     return []
 
 
-def local_refusals(stage: Stage, cfg: dict, profile: Any) -> list[Problem]:
+def local_refusals(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Rule ``local-refusal``: what the local trainer refuses before it starts, with its own lines
     (:func:`nemotron.runtime.entry.refusals`: an input path of the wrong kind; a resume whose inputs or
     ``train.train_iters`` contradict the checkpoint already in the folder). Only for a run on this machine
     (no profile, or a ``local`` one): on a cluster profile the folders live on the cluster's file system."""
     if stage.training_data is None:  # the local trainer trains the stages that read training data
         return []
-    if profile is not None and not on_this_machine(getattr(profile, "executor", None)):
+    if profile is not None and not profile.settings.on_this_machine:
         return []
     from nemotron.runtime.entry import refusals
     from nemotron.runtime.settings import SettingsError, read
@@ -853,7 +856,7 @@ def memory_table(est: memory.Estimate, title: str) -> tuple[str, list[str], list
     return (title, ["term", "per GPU"], est.rows())
 
 
-def describe_megatron(stage: Stage, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
+def describe_megatron(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[tuple[str, list[str], list[list[str]]]]:
     model, _ = model_of(cfg)
     if model is None:
         return []
@@ -889,7 +892,7 @@ def describe_megatron(stage: Stage, cfg: dict, profile: Any) -> list[tuple[str, 
     return tables
 
 
-def describe_rl(stage: Stage, cfg: dict, profile: Any) -> list[tuple[str, list[str], list[list[str]]]]:
+def describe_rl(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[tuple[str, list[str], list[list[str]]]]:
     model, _ = model_of(cfg)
     if model is None:
         return []
@@ -975,7 +978,7 @@ def on_this_machine(executor: str | None) -> bool:
 __all__ = ["RLPlan", "backend", "describe_megatron", "describe_rl", "model_of", "validate_training"]
 
 
-def rl_export_rules(cfg: dict, profile: Any) -> list[Problem]:
+def rl_export_rules(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Rule rl-export-host-memory on a NeMo RL stage: the host memory of a node of ``profile``
     (:func:`nemotron.layout.views.host_memory`: Slurm ``mem`` when a concrete size, else ``host_memory``) against
     what the Hugging Face export after training holds (:func:`nemotron.layout.views.rl_export_params` x 2 bytes).

@@ -10,12 +10,16 @@ Standard library only (plus :mod:`nemotron.errors`): importing it costs nothing 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.config.artifacts import producer_command
 from nemotron.config.paths import OUTPUT_FOLDER_KEYS
 from nemotron.config.tree import leaves
 from nemotron.errors import Problem
+
+if TYPE_CHECKING:  # annotations only (pydantic is loaded with a profile, not with this module)
+    from nemotron.profiles.profile import ExecutorProfile, Profile
+    from nemotron.profiles.schema import RaySettings, SlurmSettings
 
 #: Config keys (besides :data:`nemotron.config.paths.OUTPUT_FOLDER_KEYS` and every key an artifact fills) that name
 #: a file or folder a training job reads or writes.
@@ -23,7 +27,7 @@ PATH_KEYS = ("checkpoint.load", "checkpoint.pretrained_checkpoint", "logger.tens
              "data.per_split_data_args_path")
 
 
-def check(compiled: Any, profile: Any, plan: Any, problems: list[Problem], notes: list[str]) -> None:
+def check(compiled: Any, profile: ExecutorProfile | None, plan: Any, problems: list[Problem], notes: list[str]) -> None:
     """Append to ``problems`` and ``notes`` what the profile says about the planned job ``plan``.
 
     * ``nodes`` (a Slurm profile's node budget): a stage planned on more nodes (``run.env.nodes``) is an
@@ -37,25 +41,29 @@ def check(compiled: Any, profile: Any, plan: Any, problems: list[Problem], notes
       system as it is (a container, or an ``ssh`` tunnel), every path the job reads or writes lies on storage
       the profile declares.
     """
-    if getattr(profile, "executor", None) == "ray":
-        problems.extend(ray_profile_problems(profile))
-    if profile is None or getattr(profile, "executor", None) != "slurm":
+    if profile is None:
         return
-    problems.extend(shape_problems(profile, plan, notes))
-    problems.extend(storage_problems(compiled, profile, plan))
+    from nemotron.profiles.schema import RaySettings, SlurmSettings  # loaded with the profile already
+
+    if isinstance(profile.settings, RaySettings):
+        problems.extend(ray_profile_problems(profile.narrow(RaySettings)))
+    elif isinstance(profile.settings, SlurmSettings):
+        slurm = profile.narrow(SlurmSettings)
+        problems.extend(shape_problems(slurm, plan, notes))
+        problems.extend(storage_problems(compiled, slurm, plan))
 
 
 #: Seconds the ``ray-address`` probe tries to connect to a ``ray`` profile's ``address``.
 RAY_PROBE_SECONDS = 2.0
 
 
-def ray_profile_problems(profile: Any) -> list[Problem]:
+def ray_profile_problems(profile: Profile[RaySettings]) -> list[Problem]:
     """Rule ``ray-address``: an error when nothing answers at a ``ray`` profile's ``address`` (a TCP connect of at
     most :data:`RAY_PROBE_SECONDS`, :func:`nemotron.data.raypool.probe_address`): the run submits there through
     Ray's job submission API and would fail (:func:`nemotron.launch.records.ray_client`), so the dry-run says so too."""
     from nemotron.data.raypool import probe_address
 
-    address = getattr(profile, "address", None) or ""
+    address = profile.settings.address
     reason = probe_address(address, timeout_s=RAY_PROBE_SECONDS)
     if reason is None:
         return []
@@ -65,10 +73,10 @@ def ray_profile_problems(profile: Any) -> list[Problem]:
                     "its dashboard (http://HOST:8265) or Ray Client (ray://HOST:10001) address", rule="ray-address")]
 
 
-def shape_problems(profile: Any, plan: Any, notes: list[str]) -> list[Problem]:
+def shape_problems(profile: Profile[SlurmSettings], plan: Any, notes: list[str]) -> list[Problem]:
     """Problems (and, in ``notes``, remarks) of the profile's ``nodes`` and ``ntasks_per_node`` for ``plan``."""
     out: list[Problem] = []
-    budget = getattr(profile, "nodes", None)
+    budget = profile.settings.nodes
     if budget is not None:
         if plan.nodes > budget:
             out.append(Problem("run.env.nodes", plan.nodes, rule="profile-nodes",
@@ -80,7 +88,7 @@ def shape_problems(profile: Any, plan: Any, notes: list[str]) -> list[Problem]:
             notes.append(f"profile {profile.name} allows up to {budget} nodes (its key nodes); {plan.stage.title} "
                          f"runs on the {plan.nodes} node{'s' if plan.nodes != 1 else ''} its layout needs "
                          "(run.env.nodes)")
-    tasks = getattr(profile, "ntasks_per_node", None)
+    tasks = profile.settings.ntasks_per_node
     if tasks is None:
         return out
     if plan.launch == "torchrun" and plan.gpus_per_node:
@@ -97,20 +105,20 @@ def shape_problems(profile: Any, plan: Any, notes: list[str]) -> list[Problem]:
     return out
 
 
-def visible_roots(profile: Any) -> list[tuple[str, str]]:
+def visible_roots(profile: Profile[SlurmSettings]) -> list[tuple[str, str]]:
     """``(folder, the profile key that declares it)`` of the storage a Slurm profile's nodes see: each
     mount's host side, ``data_root``, ``checkpoint_root``, ``index_cache_dir``, ``hf_home`` and ``job_dir``
     (as written and as the job reaches it)."""
     from nemotron.profiles.schema import shell_safe_root
 
     roots: list[tuple[str, str]] = []
-    for i, mount in enumerate(getattr(profile, "mounts", None) or []):
+    s = profile.settings
+    for i, mount in enumerate(s.mounts):
         roots.append((mount.split(":", 1)[0], f"mounts[{i}]"))
-    for key in ("data_root", "checkpoint_root", "index_cache_dir", "hf_home"):
-        value = getattr(profile, key, None)
+    for key, value in s.storage().items():
         if value:
             roots.append((str(value), key))
-    job_dir = getattr(profile, "job_dir", None)
+    job_dir = s.job_dir
     if job_dir:
         roots.append((str(job_dir), "job_dir"))
         roots.append((shell_safe_root(str(job_dir)), "job_dir"))
@@ -122,14 +130,14 @@ def _under(path: str, root: str) -> bool:
     return root == os.sep or path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def storage_problems(compiled: Any, profile: Any, plan: Any) -> list[Problem]:
+def storage_problems(compiled: Any, profile: Profile[SlurmSettings], plan: Any) -> list[Problem]:
     """An error for each path the job reads or writes that lies outside the storage the profile says its
     nodes see (:func:`visible_roots`), naming the path, the config key and the artifact (name and version)
     it came from. Checked keys: every key an artifact fills (``${art:...}``), the output and checkpoint
     folders (:data:`nemotron.config.paths.OUTPUT_FOLDER_KEYS`, :data:`PATH_KEYS`) and every absolute path set on
     the command line. Only for a job in a container or submitted over ``ssh``: a host-Python job through
     a local tunnel runs on nodes that share this machine's file system."""
-    if plan.image is None and getattr(profile, "tunnel", "local") != "ssh":
+    if plan.image is None and not profile.settings.over_ssh:
         return []
     from nemotron.config.compile import OVERRIDE
 
@@ -172,7 +180,7 @@ def _artifact_wired(compiled: Any) -> set[str]:
         return set()
 
 
-def warning_signal_problem(seconds: Any, profile: Any) -> Problem | None:
+def warning_signal_problem(seconds: Any, profile: Profile[SlurmSettings]) -> Problem | None:
     """The error of a warning signal ``seconds`` (``run.signal_before_s``) that would come at or before the start
     of a Slurm job on ``profile`` (its ``time``, else :data:`DEFAULT_TIME`); None when it comes before the limit,
     the profile has no limit, or ``seconds`` is unset. Validation lists it with every other problem; submission
@@ -181,7 +189,7 @@ def warning_signal_problem(seconds: Any, profile: Any) -> Problem | None:
         return None
     from nemotron.profiles.schema import DEFAULT_TIME, parse_slurm_time  # pydantic: loaded only when asked
 
-    limit_text = getattr(profile, "time", None) or DEFAULT_TIME
+    limit_text = profile.settings.time or DEFAULT_TIME
     limit = parse_slurm_time(limit_text)
     if limit is None or seconds < limit:  # None: no time limit, any warning time comes before it
         return None

@@ -13,9 +13,12 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemotron.errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from nemotron.profiles.profile import ExecutorProfile
 
 
 def _problem(exc: ConfigError, rule: str) -> Problem:
@@ -58,7 +61,7 @@ def runtime_module(stage: Any, cfg: dict) -> str | None:
     return entry.runtime.partition(":")[0] if entry is not None and entry.runtime else None
 
 
-def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
+def validate_data(stage: Any, cfg: dict, profile: ExecutorProfile | None = None) -> list[Problem]:
     """Problems of a data prep config (errors), each the runtime's own message; ``profile`` (None: a run here)
     decides whether an unreachable hub is an error (:func:`hub_problems`). ``stage``: a registry row (or an object
     with its ``name``); the runtime checked is the one its entry script runs (:func:`runtime_module`)."""
@@ -157,13 +160,12 @@ def validate_data(stage: Any, cfg: dict, profile: Any = None) -> list[Problem]:
     return problems + hub_problems(s, blend, profile, stage=stage) + ray_address_problems()
 
 
-def _runs_here(profile: Any) -> bool:
-    from nemotron.validation.checks import on_this_machine
+def _runs_here(profile: ExecutorProfile | None) -> bool:
+    """Whether the job runs on this machine (no profile, or a ``local`` one): its network is this machine's."""
+    return profile is None or profile.settings.on_this_machine
 
-    return on_this_machine(getattr(profile, "executor", None) if profile is not None else None)
 
-
-def blend_repo_problems(stage: Any, cfg: dict, profile: Any = None, env: Any = None) -> list[Problem]:
+def blend_repo_problems(stage: Any, cfg: dict, profile: ExecutorProfile | None = None, env: Any = None) -> list[Problem]:
     """``data prep rl`` with ``backend: blends`` (a released RL blend repository): the run's own checks
     (:func:`nemotron.data.rl_blends.settings` and :func:`nemotron.data.rl_blends.problems`: stage files present,
     every row's schema, placeholder sources present), plus rule ``data-hub`` for its ``hf://`` repository and
@@ -186,7 +188,7 @@ def blend_repo_problems(stage: Any, cfg: dict, profile: Any = None, env: Any = N
         if reason is not None:
             here = _runs_here(profile)
             tail = "; the run would fail" if here else \
-                f" (checked from this machine; profile {getattr(profile, 'name', '?')} runs on its own nodes)"
+                f" (checked from this machine; profile {profile.name if profile else '?'} runs on its own nodes)"
             what = ", ".join(v for _, v in remote)
             problems.append(Problem(remote[0][0], remote[0][1], hub.unreachable(what, reason, many=len(remote) > 1) + tail,
                                     "run where the hub answers (HF_ENDPOINT, HTTPS_PROXY, HF_TOKEN), or point blends.source "
@@ -195,7 +197,7 @@ def blend_repo_problems(stage: Any, cfg: dict, profile: Any = None, env: Any = N
     return problems + ray_address_problems()
 
 
-def hub_problems(s: Any, blend: Any, profile: Any = None, env: Any = None, stage: Any = None) -> list[Problem]:
+def hub_problems(s: Any, blend: Any, profile: ExecutorProfile | None = None, env: Any = None, stage: Any = None) -> list[Problem]:
     """Rule ``data-hub``: what the run fetches from the Hugging Face hub (a hub tokenizer id ``tokenizer.name`` not
     in the local cache, the ``hf://`` datasets of ``blend``) when the hub does not answer from this machine
     (:func:`nemotron.data.hub.probe`: one HTTP request of at most :data:`nemotron.data.hub.PROBE_SECONDS`, the
@@ -234,7 +236,7 @@ def hub_problems(s: Any, blend: Any, profile: Any = None, env: Any = None, stage
         return []
     here = _runs_here(profile)
     tail = "; the run would fail" if here else \
-        f" (checked from this machine; profile {getattr(profile, 'name', '?')} runs on its own nodes)"
+        f" (checked from this machine; profile {profile.name if profile else '?'} runs on its own nodes)"
     command = f"nemotron {stage.recipe} {' '.join(stage.command)}" if getattr(stage, "command", None) else None
     valid = hub.hint(command)
     message = hub.unreachable(" and ".join(what), reason, many=len(what) > 1 or len(remote) > 1) + tail

@@ -15,23 +15,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nemotron.config.artifacts import is_planned
 from nemotron.config.tree import get, unresolved
 from nemotron.errors import Problem
 
-
-def _same_files(profile: Any) -> bool:
-    if profile is None:
-        return True
-    executor = str(getattr(profile, "executor", "") or "")
-    settings = getattr(profile, "settings", None)
-    tunnel = getattr(profile, "tunnel", None) or getattr(settings, "tunnel", None)
-    return executor != "slurm" or tunnel in (None, "local")
+if TYPE_CHECKING:
+    from nemotron.profiles.profile import ExecutorProfile
 
 
-def validate_quantize(cfg: dict, profile: Any) -> list[Problem]:
+def _same_files(profile: ExecutorProfile | None) -> bool:
+    """Whether this machine sees the job's files: no profile, or one whose files are not reached over SSH (a local
+    one, a Ray cluster's address is checked by its own rule, a Slurm one through a local tunnel)."""
+    return profile is None or not profile.settings.over_ssh
+
+
+def validate_quantize(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Problems (errors) with the recipe and the inputs of a quantize config."""
     from nemotron.runtime.quant_config import (
         QuantConfigError,

@@ -15,13 +15,17 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from nemotron.config import artifacts
 from nemotron.errors import RESUMABLE, RuntimeFailure
 from nemotron.launch import records
 from nemotron.launch.records import JobRecord, SchedulerUnreachable
 from nemotron.profiles.load import use_env_file
+from nemotron.profiles.profile import ExecutorProfile, Profile
+from nemotron.profiles.schema import _Common
+
+S = TypeVar("S", bound=_Common)
 
 
 @dataclass(frozen=True)
@@ -31,8 +35,27 @@ class Job:
 
     req: Any
     compiled: Any
-    profile: Any
+    profile: ExecutorProfile | None
     plan: Any
+
+    def profile_as(self, kind: type[S]) -> Profile[S]:
+        """The job's profile typed as executor model ``kind``'s (a backend asks for its own:
+        ``job.profile_as(SlurmSettings).settings.partition``).
+
+        Raises:
+            RuntimeFailure: the job has no profile. ConfigError: its profile is another executor's (a job handed to
+                the wrong backend; :meth:`nemotron.profiles.profile.Profile.narrow`).
+        """
+        if self.profile is None:
+            raise RuntimeFailure(f"{getattr(self.plan, 'executor', '?')} job without a profile",
+                                 "pass --run PROFILE or --batch PROFILE")
+        return self.profile.narrow(kind)
+
+
+#: Every :class:`Backend` subclass that names an ``executor``, by that name, in the order they were defined: filled
+#: by :meth:`Backend.__init_subclass__` when the class's module is imported (:mod:`nemotron.launch.backends` imports
+#: every module of its package on first use), so a new executor's file is the only edit that registers it.
+REGISTERED: dict[str, type[Backend]] = {}
 
 
 #: Slurm states in which a job of a ``run.chain`` ends without failing the chain when a next job continues:
@@ -80,16 +103,35 @@ class Backend:
     """What one executor does with a job, from planning to its outputs. ``executor`` is the name that a plan
     (``plan.executor``) and a job record (``JobRecord.executor``) carry: ``direct``, ``slurm``, ``ray``, ``local``.
 
-    A new executor is one subclass in its own file of this package, listed in
-    :data:`nemotron.launch.backends.BACKENDS`, with its profile model in :mod:`nemotron.profiles.schema`.
+    A new executor is one subclass in its own file of this package, with its profile model in
+    :mod:`nemotron.profiles.schema`: defining the class registers it (:data:`REGISTERED`), and
+    :data:`nemotron.launch.backends.BACKENDS` finds it by importing the package's modules; nothing else is listed.
     """
 
     executor: str = ""
+    #: The profile model this executor's profiles parse into (``SlurmSettings``...; None: runs without a profile).
+    settings: ClassVar[type[_Common] | None] = None
     #: True when the job runs in this process's child and :meth:`run` returns its exit code; else :meth:`submit`.
     #: A backend has only the one of the two that its ``runs_here`` names (the dispatcher reads the flag).
     runs_here: bool = False
     #: Who is asked about the job's state, in words (``why`` names it: "the Slurm state", ...).
     scheduler: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register a subclass that names its ``executor`` in :data:`REGISTERED`.
+
+        Raises:
+            TypeError: another class already registered that executor name (two files claim one executor).
+        """
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("executor")
+        if not name:
+            return  # an abstract helper class: nothing to register
+        taken = REGISTERED.get(name)
+        if taken is not None and (taken.__module__, taken.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise TypeError(f"backend {cls.__module__}.{cls.__qualname__}: executor {name!r} is already the backend "
+                            f"{taken.__module__}.{taken.__qualname__}; give the new one its own executor name")
+        REGISTERED[name] = cls
 
     def _not_offered(self, what: str) -> RuntimeFailure:
         """The error for a question this executor has no answer to (``here`` keeps no records; the queueing

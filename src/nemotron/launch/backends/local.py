@@ -22,9 +22,11 @@ from nemotron.launch.local_job import START_TIMEOUT_S, STATE_FILE, _write, cance
 from nemotron.launch.nemo_run import _import_nemo_run
 from nemotron.launch.plan import recorded_outputs
 from nemotron.launch.records import JobRecord, job_folders, missing_error
+from nemotron.profiles.profile import Profile
+from nemotron.profiles.schema import LocalSettings
 
 
-def _host_python_env(profile: Any, plan: Any) -> dict[str, str]:
+def _host_python_env(profile: Profile[LocalSettings], plan: Any) -> dict[str, str]:
     """The local job's plain environment (:func:`nemotron.launch.submit.job_env_vars`) with ``PATH`` resolved:
     the host Python's folder, then this process's ``PATH`` (the submitting shell's), so the job finds
     the system's commands (``bash``, ``git``, ``nvidia-smi``) after the venv's."""
@@ -44,7 +46,7 @@ def _shell_assignment(name: str, value: str) -> str:
     return f"{name}={shlex.quote(value)}"
 
 
-def render(profile: Any, plan: Any) -> str:
+def render(profile: Profile[LocalSettings], plan: Any) -> str:
     """What ``--dry-run`` shows for a ``local`` profile: the job folder, where NeMo-Run writes the
     logs, and the command its local executor starts (environment first, as a shell line that can be
     pasted: ``PATH`` is the venv's folder then ``"$PATH"``; secrets as ``***``)."""
@@ -62,7 +64,7 @@ def render(profile: Any, plan: Any) -> str:
             f"<app id>/\n{prefix} {shlex.join(cmd)}")
 
 
-def submit_local(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
+def submit_local(req: Any, compiled: Any, profile: Profile[LocalSettings], plan: Any) -> str:
     """Package the job as for Slurm (train.yaml, job.yaml, secrets.env 0600, code snapshot under the
     profile's ``job_dir``), start its supervisor, wait until NeMo-Run has launched it, record it
     (:mod:`nemotron.launch.records`); returns the job id (NeMo-Run's app id, ``<task>-<random>``).
@@ -134,12 +136,13 @@ class LocalJob(Backend):
     """A ``local`` profile: NeMo-Run's LocalExecutor on this machine, under a supervisor (:func:`submit_local`)."""
 
     executor, runs_here, scheduler = "local", False, "local executor"
+    settings = LocalSettings
 
     def render(self, job: Job) -> str:
-        return render(job.profile, job.plan)
+        return render(job.profile_as(LocalSettings), job.plan)
 
     def submit(self, job: Job, chain: list[str]) -> tuple[str, str]:
-        job_id = submit_local(job.req, job.compiled, job.profile, job.plan)
+        job_id = submit_local(job.req, job.compiled, job.profile_as(LocalSettings), job.plan)
         return job_id, f"local job {job_id} (NeMo-Run local executor)"
 
     def state(self, rec: JobRecord) -> tuple[str, str]:

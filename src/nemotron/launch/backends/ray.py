@@ -17,6 +17,8 @@ from nemotron.launch import execute, records, submit
 from nemotron.launch.backends.base import Backend, Job
 from nemotron.launch.plan import recorded_outputs
 from nemotron.launch.records import JobRecord
+from nemotron.profiles.profile import Profile
+from nemotron.profiles.schema import RaySettings
 
 #: Ray job states in Slurm's words, so that every caller speaks one vocabulary.
 _RAY_STATES = {"PENDING": "PENDING", "RUNNING": "RUNNING", "SUCCEEDED": "COMPLETED", "FAILED": "FAILED",
@@ -27,7 +29,7 @@ def _client(rec: JobRecord) -> Any:
     return records.ray_client(str(rec.host), records.profile_secrets(rec))
 
 
-def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
+def submit_ray(req: Any, compiled: Any, profile: Profile[RaySettings], plan: Any) -> str:
     """Submit the stage as a job to an existing Ray cluster (a ``ray`` profile's ``address``) with
     Ray's job submission API; returns the submission id (our experiment id).
 
@@ -41,7 +43,8 @@ def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
     """
 
     submit.require_secrets(profile)
-    client = records.ray_client(profile.address, profile.secret_values())
+    address = profile.settings.address
+    client = records.ray_client(address, profile.secret_values())
     entry = f"nemotron/_stages/{plan.stage.entry}"
     with tempfile.TemporaryDirectory(prefix="nemotron-ray-") as tmp:
         work = Path(tmp) / "job"
@@ -51,7 +54,7 @@ def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
             tar.extractall(work, filter="data")
         (work / "train.yaml").write_text(yamlio.dumps(compiled.config), encoding="utf-8")
         (work / "job.yaml").write_text(yamlio.dumps(execute.provenance(req, compiled, profile, plan)), encoding="utf-8")
-        command = f"{shlex.quote(profile.python)} {shlex.quote(entry)} --config train.yaml"
+        command = f"{shlex.quote(profile.settings.python)} {shlex.quote(entry)} --config train.yaml"
         secrets = profile.secret_values()
         if secrets:
             (work / "secrets.env").write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(secrets.items())))
@@ -64,12 +67,12 @@ def submit_ray(req: Any, compiled: Any, profile: Any, plan: Any) -> str:
                                        runtime_env={"working_dir": str(work), "env_vars": env_vars},
                                        metadata={"nemotron_stage": plan.stage.name})
         except Exception as exc:
-            raise RuntimeFailure(f"submission to the Ray cluster at {profile.address} failed: {type(exc).__name__}: "
+            raise RuntimeFailure(f"submission to the Ray cluster at {address} failed: {type(exc).__name__}: "
                                  f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}") from exc
     records.save(records.JobRecord(
         experiment_id=plan.experiment_id, job_id=job_id, stage=plan.stage.name, title=plan.stage.title,
         profile=profile.name, env_file=str(profile.source), run_dir="(the Ray job's working directory)",
-        log_dir="(kept by the Ray cluster)", job_name=plan.job_name, tunnel="ray", host=profile.address,
+        log_dir="(kept by the Ray cluster)", job_name=plan.job_name, tunnel="ray", host=address,
         executor=plan.executor,
         outputs=recorded_outputs(compiled, profile, getattr(req, "latest", False)), config_hash=compiled.config_hash(), config=Path(plan.config_name).stem,
     ))
@@ -80,16 +83,19 @@ class Ray(Backend):
     """A Ray profile: Ray's job submission API to a running cluster (:func:`submit_ray`)."""
 
     executor, runs_here, scheduler = "ray", False, "Ray"
+    settings = RaySettings
 
     def render(self, job: Job) -> str:
         entry = f"nemotron/_stages/{job.plan.stage.entry}"
-        return (f"# submitted with Ray's job submission API to {job.profile.address}; working directory: the nemotron\n"
+        address = job.profile_as(RaySettings).settings.address
+        return (f"# submitted with Ray's job submission API to {address}; working directory: the nemotron\n"
                 f"# package snapshot with train.yaml and job.yaml; the cluster is neither started nor stopped\n"
                 f"python {entry} --config train.yaml")
 
     def submit(self, job: Job, chain: list[str]) -> tuple[str, str]:
-        job_id = submit_ray(job.req, job.compiled, job.profile, job.plan)
-        return job_id, f"Ray job {job_id} on {job.profile.address}"
+        profile = job.profile_as(RaySettings)
+        job_id = submit_ray(job.req, job.compiled, profile, job.plan)
+        return job_id, f"Ray job {job_id} on {profile.settings.address}"
 
     def state(self, rec: JobRecord) -> tuple[str, str]:
         """The Ray job status in Slurm's words (SUCCEEDED is COMPLETED, STOPPED CANCELLED); no exit code.

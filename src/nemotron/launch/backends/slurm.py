@@ -19,6 +19,7 @@ from nemotron.errors import RuntimeFailure
 from nemotron.launch import submit
 from nemotron.launch.backends.base import _ABSENT_TAG, _UNFINISHED_TAG, Backend, Job, output_check, shell
 from nemotron.launch.records import (JobRecord, SchedulerUnreachable, folder_check, missing_error, split_missing)
+from nemotron.profiles.schema import SlurmSettings
 
 #: The task log of a Ray stage's Slurm job (its driver's output), in the job's log folder next to
 #: ``ray-head.log`` and the batch script's ``sbatch_*`` log (see ``submit.RAY_TEMPLATE``).
@@ -100,13 +101,14 @@ class Slurm(Backend):
     """A Slurm profile: NeMo-Run's sbatch script, submitted through its tunnel (:mod:`nemotron.launch.submit`)."""
 
     executor, runs_here, scheduler = "slurm", False, "Slurm"
+    settings = SlurmSettings
 
     def render(self, job: Job) -> str:
-        return submit.render_sbatch(job.req, job.compiled, job.profile, job.plan)
+        return submit.render_sbatch(job.req, job.compiled, job.profile_as(SlurmSettings), job.plan)
 
     def submit(self, job: Job, chain: list[str]) -> tuple[str, str]:
         with submit.reporting_queued(chain, job.plan.stage.recipe):
-            job_id = submit.submit(job.req, job.compiled, job.profile, job.plan, chain_ids=chain)
+            job_id = submit.submit(job.req, job.compiled, job.profile_as(SlurmSettings), job.plan, chain_ids=chain)
         return job_id, f"Slurm job {job_id}"
 
     def unknown_reason(self, rec: JobRecord) -> str:
