@@ -9,9 +9,9 @@ What runs is the job a cluster node runs for ``nemotron ultra3 pretrain -c tiny`
   MoE with a shared expert and sigmoid routing with expert bias, the shared-weight MTP block — at TP1 PP1 EP1 on
   one GPU); ``nemotron ultra3 pretrain --dry-run`` with the same overrides gives the per-GPU memory estimate;
 * the entry: ``stages/ultra3/pretrain/run.py --config train.yaml`` (``backend: megatron-bridge``), i.e.
-  :func:`nemotron.runtime.megatron_bridge.main`: our pre-start checks, our translation, Megatron-Bridge's Ultra
+  :func:`nemotron.runtime.megatron.megatron_bridge.main`: our pre-start checks, our translation, Megatron-Bridge's Ultra
   recipe built from the model's catalogue ``config.json``, AutoBridge's provider, then Megatron-Bridge's own
-  ``pretrain()`` with its ``forward_step`` (recorded by :mod:`nemotron.runtime.batch_log`), Megatron-Core's GPT
+  ``pretrain()`` with its ``forward_step`` (recorded by :mod:`nemotron.runtime.megatron.batch_log`), Megatron-Core's GPT
   dataset builder over our ``.bin/.idx`` blend, its distributed checkpointing;
 * the stack it needs from the host: Megatron-Bridge and Megatron-Core source at the pinned commits, Transformer
   Engine, mamba-ssm's Python package (its Triton kernels), on ``PYTHONPATH``. The pinned versions are those of the
@@ -40,7 +40,7 @@ job above, kept in ``WORK/pre``): runs 1-3 as above, and the plain loop at the S
 (:data:`ONE_GPU_CONVERT`: the same model at TP1 PP1 EP1 ETP1), through ``stages/ultra3/convert/run.py``, from the
 checkpoint ``--stage sft`` left in WORK (``ref``, else ``sig``, else the pretrain checkpoint ``pre``;
 :func:`convert_source`; with ``--pretrain-if-none`` and none of them, a pretrain checkpoint made first) into
-``WORK/hf``; the job's own self-check (:mod:`nemotron.runtime.export_check`) writes
+``WORK/hf``; the job's own self-check (:mod:`nemotron.runtime.megatron.export_check`) writes
 ``selfcheck.json`` there; summary.json gets its figures, the export size and the wall time (:func:`convert_main`).
 
 Figures: the loss curve (first/last steps), tokens/s of the Megatron run (steady-state, from the recorded step times
@@ -151,8 +151,8 @@ def make_pretrain(blend: Path, work: Path, out: Path, iters: int, timeout: float
 
 def convert_main(args: argparse.Namespace, out: Path, work: Path, summary: dict) -> int:
     """``--stage convert``: the job of ``nemotron ultra3 convert -c tiny`` (megatron_to_hf) on one GPU through
-    ``stages/ultra3/convert/run.py`` (:func:`nemotron.runtime.megatron_bridge.main` → ``_convert``, then the
-    export's self-check, :mod:`nemotron.runtime.export_check`), from :func:`convert_source`'s checkpoint into
+    ``stages/ultra3/convert/run.py`` (:func:`nemotron.runtime.megatron.megatron_bridge.main` → ``_convert``, then the
+    export's self-check, :mod:`nemotron.runtime.megatron.export_check`), from :func:`convert_source`'s checkpoint into
     ``WORK/hf``. summary.json gets the source, exit code, wall time, export size and ``selfcheck.json``'s figures;
     the export's ``config.json`` and ``selfcheck.json`` are copied into ``--out``. Returns 0 when the job exited 0
     and its self-check passed."""
@@ -335,7 +335,7 @@ def main() -> int:
     work = (args.work or out / "work").resolve()
     work.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
-    from nemotron.runtime import batch_log
+    from nemotron.runtime.megatron import batch_log
 
     summary: dict = {"iters": args.iters, "signal_at": args.signal_at}
     try:

@@ -191,7 +191,7 @@ missing = []
 targets = ["transformer_engine.pytorch", "megatron.core", "mamba_ssm", "causal_conv1d", "nvidia_resiliency_ext.inprocess",
            "megatron.bridge",
            "megatron.bridge.recipes.nemotronh", "megatron.bridge.training.gpt_step",
-           "megatron.bridge.training.pretrain", "megatron.bridge.training.finetune", "nemotron.runtime.megatron_bridge"]
+           "megatron.bridge.training.pretrain", "megatron.bridge.training.finetune", "nemotron.runtime.megatron.megatron_bridge"]
 for t in targets:
     for _ in range(60):
         try:

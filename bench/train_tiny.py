@@ -6,7 +6,7 @@ Model: the catalogue's ``small`` NemotronH (76.5 M parameters with the 131,072-e
 ``--vocab`` shrinks only the vocabulary) in transformers, FP32 on the CPU, BF16 autocast on a GPU.
 Every figure is printed next to a reference measured in the same run:
 
-1. **ours**: tokens/s of the real local runtime (``nemotron.runtime.trainer.run``: transformers' Trainer,
+1. **ours**: tokens/s of the real local runtime (``nemotron.runtime.megatron.trainer.run``: transformers' Trainer,
    our blend.json → ``.bin/.idx`` sampler, gradient accumulation, Megatron's LR schedule, clipping), from
    the per-step timestamps of ``metrics.jsonl`` after two warm-up steps (evaluation off; checkpoint only
    at the end, outside the timed window);
@@ -40,7 +40,7 @@ def reference(spec, seq: int, batch: int, micro: int, steps: int, device: str, p
     step, ``batch // micro`` micro-batches)."""
     import torch
 
-    from nemotron.runtime.model import build
+    from nemotron.runtime.common.model import build
 
     model = build(spec, 0).to(device)
     model.train()
@@ -73,8 +73,8 @@ def reference(spec, seq: int, batch: int, micro: int, steps: int, device: str, p
 def ours(spec, seq: int, batch: int, micro: int, steps: int, work: Path) -> dict:
     """Run the local runtime for ``steps + 2`` steps; tokens/s over the steps after the first two."""
     from local_runtime_support import compile_local, write_pretrain_data
-    from nemotron.runtime import settings as S
-    from nemotron.runtime.trainer import run
+    from nemotron.runtime.common import settings as S
+    from nemotron.runtime.megatron.trainer import run
 
     blend = write_pretrain_data(work / "data", docs=400, valid_docs=10)
     total = steps + 2
@@ -117,7 +117,7 @@ def main() -> int:
     import torch
 
     from nemotron.config import catalogue
-    from nemotron.runtime.settings import thread_count
+    from nemotron.runtime.common.settings import thread_count
 
     torch.set_num_threads(thread_count(None))
     spec = catalogue.get("small")

@@ -305,7 +305,7 @@ def mixed_precision_presets(src: Sources) -> dict[str, dict[str, object]]:
 
 
 #: The recipe package the Megatron-Bridge entry looks a ``recipe.name`` up in first
-#: (:func:`nemotron.runtime.megatron_bridge._recipe`).
+#: (:func:`nemotron.runtime.megatron.megatron_bridge._recipe`).
 RECIPE_PACKAGE = "megatron.bridge.recipes.nemotronh"
 
 

@@ -72,7 +72,7 @@ EXAMPLE_YAMLS = ("examples/configs/grpo_*.yaml",
                  "examples/nemo_gym/nemotron-3-ultra/*.yaml")
 #: The recipes a stage config may name as its ``nemo_rl.base`` (resolved with NeMo RL's own loader).
 RECIPE_YAMLS = "examples/nemo_gym/nemotron-3-ultra/*.yaml"
-#: The GRPO entry scripts our runtime starts (``nemotron.runtime.nemo_rl.entry_script``).
+#: The GRPO entry scripts our runtime starts (``nemotron.runtime.rl.nemo_rl.entry_script``).
 ENTRY_SCRIPTS = ("examples/run_grpo.py", "examples/nemo_gym/run_grpo_nemo_gym.py")
 #: GRPO's module: its ``validate()`` and training loops (the checkpoint step's metric rule).
 GRPO_MODULE = "nemo_rl/algorithms/grpo.py"

@@ -52,7 +52,7 @@ def small_checkpoint(folder: Path, seed: int = 7) -> Path:
     import torch
 
     from nemotron.config import catalogue
-    from nemotron.runtime import model as modelmod
+    from nemotron.runtime.common import model as modelmod
 
     m = modelmod.build(catalogue.get("small"), seed).to(torch.bfloat16)
     m.save_pretrained(str(folder))

@@ -24,7 +24,7 @@ def tokenizer_folder(folder: Path) -> Path:
 def checkpoint(folder: Path, tokenizer: Path, seed: int) -> Path:
     """The catalogue's ``small`` NemotronH, freshly initialised with ``seed``, FP32, with the tokenizer files."""
     from nemotron.config import catalogue
-    from nemotron.runtime import model as modelmod
+    from nemotron.runtime.common import model as modelmod
 
     modelmod.build(catalogue.get("small"), seed).save_pretrained(str(folder))
     for f in tokenizer.iterdir():

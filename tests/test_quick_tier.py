@@ -44,7 +44,7 @@ def test_untouched_lists_the_modules_not_seen(tmp_path: Path) -> None:
     assert untouched({"nemotron", "nemotron.sub"}, pkg) == ["nemotron.a", "nemotron.sub.b"]  # __main__ excepted
     assert "nemotron.__main__" in NOT_IMPORTED
     assert imported(["nemotron", "nemotron.sub.b", "nemotronx", "json"]) == {"nemotron", "nemotron.sub.b"}
-    assert "nemotron.cli.main" in package_modules() and "nemotron.runtime.curves" in package_modules()
+    assert "nemotron.cli.main" in package_modules() and "nemotron.runtime.common.curves" in package_modules()
 
 
 def test_a_started_process_reports_its_modules(tmp_path: Path) -> None:
@@ -52,10 +52,10 @@ def test_a_started_process_reports_its_modules(tmp_path: Path) -> None:
     nemotron modules it imported when it exits."""
     env = {**os.environ, "NEMOTRON_QUICK_MODULES": str(tmp_path),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "quick_probe"), str(ROOT / "src")])}
-    subprocess.run([sys.executable, "-c", "import nemotron.runtime.exit_signal"], env=env, check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", "import nemotron.runtime.megatron.exit_signal"], env=env, check=True, timeout=60)
     reports = list(tmp_path.glob("*.txt"))
     assert len(reports) == 1
-    assert "nemotron.runtime.exit_signal" in reports[0].read_text().split()
+    assert "nemotron.runtime.megatron.exit_signal" in reports[0].read_text().split()
 
 
 def test_quick_session_fails_naming_modules_no_test_imported(tmp_path: Path) -> None:
@@ -69,7 +69,7 @@ def test_quick_session_fails_naming_modules_no_test_imported(tmp_path: Path) -> 
     assert done.returncode == 1, done.stdout[-3000:]
     assert "1 passed" in done.stdout
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("quick tier: "))
-    assert "imported by no quick test" in line and "nemotron.cli.main" in line and "nemotron.runtime.trainer" in line
+    assert "imported by no quick test" in line and "nemotron.cli.main" in line and "nemotron.runtime.megatron.trainer" in line
     env.pop("NEMOTRON_QUICK_STRICT")  # without it a part of the tier only reports
     done = subprocess.run([sys.executable, "-m", "pytest", "--quick", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
                            "tests/test_layers.py::test_every_folder_has_a_layer"], cwd=ROOT, env=env, capture_output=True,

@@ -23,4 +23,4 @@ RUN pip install --no-cache-dir "pyyaml>=6" "omegaconf>=2.3" "pydantic>=2.6" "ric
 COPY nemotron /opt/nemotron/nemotron
 ENV PYTHONPATH=/opt/nemotron
 # The build fails here when the image would fail the stages' own framework check (versions and commits).
-RUN python -c "from nemotron.runtime.megatron_bridge import framework_problems as f; p = f(); print(*p, sep='\n'); raise SystemExit(1 if p else 0)"
+RUN python -c "from nemotron.runtime.megatron.megatron_bridge import framework_problems as f; p = f(); print(*p, sep='\n'); raise SystemExit(1 if p else 0)"

@@ -77,7 +77,7 @@ def test_pipe_mopd_quantize_without_dry_run_stops_at_mopds_missing_inputs(capsys
 # ------------------------------------------------------------- 3. every backend has a runtime
 @pytest.mark.parametrize("stage", ["rlvr", "mopd"])
 def test_rl_local_dry_run_has_a_runtime_and_reads_the_settings(capsys, stage):
-    """rlvr/mopd -c local run here (nemotron.runtime.rl_local): the dry run has no runtime refusal, and it refuses
+    """rlvr/mopd -c local run here (nemotron.runtime.rl.rl_local): the dry run has no runtime refusal, and it refuses
     what the local RL settings reader refuses, in its words."""
     code, out, err = run_cli(capsys, "ultra3", stage, "-c", "local", "--dry-run")
     assert "has no local runtime" not in out + err

@@ -325,7 +325,7 @@ def test_local_runtime_refuses_with_the_same_rule_as_the_dry_run(overrides):
 
     from nemotron.config.compile import compile_config
     from nemotron.config.registry import get_stage
-    from nemotron.runtime import settings
+    from nemotron.runtime.common import settings
     from nemotron.validation import validate
 
     stage = get_stage("pretrain")

@@ -115,7 +115,7 @@ def test_the_local_backend_without_its_modules_is_refused_by_the_dry_run(stage_n
     """``-c local`` on a base install (``scripts/main.sh`` and ``uv run`` install no torch): the run's entry refuses
     it (``the local backend needs torch and transformers>=5.2``, exit 1) and the dry-run said valid. Now the dry-run
     refuses it too (rule ``local-modules``), from the entry's own module table, with how to install them."""
-    from nemotron.runtime.entry import LOCAL_NEEDS
+    from nemotron.runtime.megatron.entry import LOCAL_NEEDS
 
     stage = get_stage(stage_name)
     p = prepare_stage(StageRequest(stage=stage, config="local", overrides=(), mode="here", profile=None,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from local_runtime_support import write_pretrain_data
-from nemotron.runtime import megatron_bridge as mb
+from nemotron.runtime.megatron import megatron_bridge as mb
 from submit_support import nemotron_runner
 
 #: A pretrain run of a few seconds with the real `small` model on the CPU.
@@ -71,7 +71,7 @@ def test_up_to_date_rerun_is_latest_again_and_runs_name_their_artifacts(cli, tmp
 
 def test_megatron_bridge_prestart_refuses_train_iters_below_the_saved_iteration(tmp_path):
     from config_support import compile_stage
-    from nemotron.runtime import prestart
+    from nemotron.runtime.common import prestart
 
     blend = write_pretrain_data(tmp_path / "data", docs=20, valid_docs=5)
     save = tmp_path / "ckpt"

@@ -16,11 +16,11 @@ import sys
 import tomllib
 from pathlib import Path
 
-from nemotron.launch.kit import squashfs_name
 from nemotron.config.images import image_table
-from nemotron.runtime import megatron_bridge as mb
-from nemotron.runtime import prestart
-from nemotron.runtime.quantize_cluster import MIN_MODELOPT
+from nemotron.launch.kit import squashfs_name
+from nemotron.runtime.common import prestart
+from nemotron.runtime.megatron import megatron_bridge as mb
+from nemotron.runtime.quantization.quantize_cluster import MIN_MODELOPT
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "stages" / "docker"
@@ -52,7 +52,7 @@ def test_nemo_dockerfile_installs_what_images_toml_records():
     assert '"nvidia-modelopt==${MODELOPT_VERSION}"' in text
     assert prestart.minimum_version_problem("nvidia-modelopt", nemo["frameworks"]["modelopt"], MIN_MODELOPT, "") is None
     # the build runs the stages' own framework check last
-    assert text.rstrip().splitlines()[-1].startswith("RUN python -c \"from nemotron.runtime.megatron_bridge import "
+    assert text.rstrip().splitlines()[-1].startswith("RUN python -c \"from nemotron.runtime.megatron.megatron_bridge import "
                                                      "framework_problems")
 
 

@@ -76,7 +76,7 @@ def test_config_carries_the_report_numbers():
 
 
 def test_mix_gives_each_blend_its_share_of_the_samples(tmp_path):
-    from nemotron.runtime.pretrain_data import BlendedSamples, read_blend
+    from nemotron.runtime.megatron.pretrain_data import BlendedSamples, read_blend
 
     own = write_pretrain_data(tmp_path / "long", weights=(2.0, 2.0))       # the user's long-context data
     phase2 = write_pretrain_data(tmp_path / "phase2", weights=(1.0, 3.0))  # the phase-2 blend

@@ -99,7 +99,7 @@ def test_an_unknown_stage_fails_where_it_is_looked_up():
 
 
 def test_megatron_bridge_refuses_a_stage_it_does_not_run_instead_of_treating_it_as_sft():
-    from nemotron.runtime import megatron_bridge as mb
+    from nemotron.runtime.megatron import megatron_bridge as mb
 
     for name, said in (("pretrian", "did you mean 'pretrain'"), ("rlvr", "runs the stages that train on"),
                        ("mtp-boost", "pretrain, sft, convert")):
@@ -110,7 +110,7 @@ def test_megatron_bridge_refuses_a_stage_it_does_not_run_instead_of_treating_it_
 
 
 def test_the_local_trainer_refuses_a_stage_without_training_data():
-    from nemotron.runtime.settings import SettingsError, read
+    from nemotron.runtime.common.settings import SettingsError, read
 
     with pytest.raises(SettingsError, match="trains the stages that read training data .pretrain, sft."):
         read({}, "rlvr")
@@ -178,9 +178,9 @@ def test_a_new_training_stage_needs_only_its_row_configs_and_entry(tmp_path, mon
     from local_runtime_support import write_pretrain_data
     from nemotron import validation
     from nemotron.config.compile import compile_config
-    from nemotron.runtime import megatron_bridge as mb
-    from nemotron.runtime.pretrain_data import read_blend
-    from nemotron.runtime.settings import read
+    from nemotron.runtime.common.settings import read
+    from nemotron.runtime.megatron import megatron_bridge as mb
+    from nemotron.runtime.megatron.pretrain_data import read_blend
     from nemotron.runtime.stage_metrics import collect
 
     row = dataclasses.replace(_stage(**ROW, trains_on="pretrain-data"), config_dir="ultra3/pretrain",
@@ -212,7 +212,7 @@ def test_the_local_rl_runtime_reads_the_objective_from_the_row():
     """``rl_objective`` picks GRPO or distillation in the local RL runtime; a stage without one is refused there by
     name, and a row with an unknown objective, or one on a stage that is not NeMo RL's, fails at import."""
     from nemotron.config.registry import RegistryError, _stage
-    from nemotron.runtime.rl_settings import SettingsError, read
+    from nemotron.runtime.rl.rl_settings import SettingsError, read
 
     assert (get_stage("rlvr").rl_objective, get_stage("mopd").rl_objective) == ("reward", "distillation")
     assert get_stage("mopd-warmup").rl_objective == ""  # an SFT of the student: not the RL runtime's

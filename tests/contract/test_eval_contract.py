@@ -1,8 +1,8 @@
-"""NeMo RL's own code (RL @ 7ea279a) on what the cluster eval job hands it (:func:`nemotron.runtime.nemo_rl.eval_config`
-and :func:`~nemotron.runtime.nemo_rl.eval_data`): ``nemo_rl.evals.eval.MasterConfig`` (pydantic) accepts the config of
-``eval -c default`` and ``-c tiny``, and ``load_eval_dataset`` (its ``LocalMathDataset`` path, Hugging Face
-``datasets`` reading the JSON lines) reads the converted held-out split: every problem and expected answer of our RL
-JSONL comes back in order.
+"""NeMo RL's own code (RL @ 7ea279a) on what the cluster eval job hands it
+(:func:`nemotron.runtime.rl.nemo_rl.eval_config` and :func:`~nemotron.runtime.rl.nemo_rl.eval_data`):
+``nemo_rl.evals.eval.MasterConfig`` (pydantic) accepts the config of ``eval -c default`` and ``-c tiny``, and
+``load_eval_dataset`` (its ``LocalMathDataset`` path, Hugging Face ``datasets`` reading the JSON lines) reads the
+converted held-out split: every problem and expected answer of our RL JSONL comes back in order.
 
 Where the proof stops: no Ray cluster, no vLLM, no GPU: ``setup()`` and ``run_env_eval`` of examples/run_eval.py do not
 run here, and the job itself has not run on a GPU in this version.
@@ -29,7 +29,7 @@ write_result({"configs": out, "rows": [[r["problem"], r["expected_answer"]] for 
 
 
 def test_nemo_rl_evaluator_accepts_the_eval_job(upstream, shared_data, tmp_path):
-    from nemotron.runtime.nemo_rl import eval_config, eval_data
+    from nemotron.runtime.rl.nemo_rl import eval_config, eval_data
     from rl_support import compile_stage, rl_jsonl
 
     _, valid = rl_jsonl(tmp_path / "rl", shared_data, train=2, valid=5)

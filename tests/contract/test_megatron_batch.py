@@ -2,7 +2,7 @@
 dataset (c8288b6) puts in global batch N, on a real ``data prep pretrain -c tiny`` output.
 
 The upstream side is the trainer's own path: the compiled ``pretrain -c tiny`` config translated by our entry
-(:func:`nemotron.runtime.megatron_bridge.translate`), set on Megatron-Bridge's recipe base, then per case the
+(:func:`nemotron.runtime.megatron.megatron_bridge.translate`), set on Megatron-Bridge's recipe base, then per case the
 sequence length, iterations, global batch size, seed and blend weights changed on that container,
 ``get_train_valid_test_num_samples`` -> ``get_dataset_provider`` -> ``BlendedMegatronDatasetBuilder(GPTDataset)``.
 For every sample of the step's batch (consumed samples ``(N-1) x B`` .. ``N x B - 1``, the order of Megatron-Bridge's
@@ -111,8 +111,8 @@ def prepared_pretrain(ray_instance, tok_cache, shared_data, tmp_path_factory):
     from config_support import compile_stage
     from nemotron.data import pretrain as dp_pretrain
     from nemotron.data.outputs import data_manifest, megatron_tokenizer
-    from nemotron.runtime import megatron_bridge as mb
-    from nemotron.runtime.pretrain_data import read_blend
+    from nemotron.runtime.megatron import megatron_bridge as mb
+    from nemotron.runtime.megatron.pretrain_data import read_blend
 
     root = tmp_path_factory.mktemp("megatron-batch")
     cfg = compile_stage("data-prep-pretrain", "tiny", output_dir=str(root / "pretrain"), tokenizer__cache_dir=tok_cache,

@@ -5,15 +5,16 @@ The configs are compiled by the project's config compiler and prepared and valid
 (:func:`nemotron.validation.prepare` / :func:`nemotron.validation.validate`, no profile: an 8-GPU node), with the
 artifact placeholders (``${art:...}``) replaced by real-shaped inputs: a blend.json over real ``.bin/.idx`` shards,
 packed Parquet files, existing checkpoint folders. ``-c local`` is not here: it runs the transformers backend
-(``nemotron.runtime.trainer``), not Megatron.
+(``nemotron.runtime.megatron.trainer``), not Megatron.
 
 In one contract subprocess, per config, the job's own code paths run on the real upstream objects:
 
-* :func:`nemotron.runtime.megatron_bridge.translate`, then :func:`~nemotron.runtime.megatron_bridge.hf_source`,
-  ``_recipe`` and ``_apply`` — the calls ``main`` makes: the real recipe builder (``recipes/nemotronh/
-  nemotron_3_ultra.py``) with ``hf_path`` and ``seq_length``, AutoBridge's real HF-config conversion into a
-  ``MambaModelProvider``, our values set on the real ``ConfigContainer``, the real ``FinetuningDatasetConfig`` /
-  ``PackedSequenceSpecs`` / mixed-precision preset; then our MoE routing check on the provider.
+* :func:`nemotron.runtime.megatron.megatron_bridge.translate`, then
+  :func:`~nemotron.runtime.megatron.megatron_bridge.hf_source`, ``_recipe`` and ``_apply`` — the calls ``main`` makes:
+  the real recipe builder (``recipes/nemotronh/ nemotron_3_ultra.py``) with ``hf_path`` and ``seq_length``, AutoBridge's
+  real HF-config conversion into a ``MambaModelProvider``, our values set on the real ``ConfigContainer``, the real
+  ``FinetuningDatasetConfig`` / ``PackedSequenceSpecs`` / mixed-precision preset; then our MoE routing check on the
+  provider.
 * ``runtime_config_update`` — the first thing ``pretrain()`` does (``finetune()`` checks for a starting checkpoint,
   then calls ``pretrain()``): the mixed-precision preset applied to the model, optimizer and DDP configs, the
   data-parallel size, the comm-overlap setup, then ``ConfigContainer.validate()``. With ``WORLD_SIZE`` = nodes x
@@ -141,8 +142,8 @@ BUILD = r'''
 import json, os
 from pathlib import Path
 from nemotron.data.blend import training_blend
-from nemotron.runtime import megatron_bridge as mb
-from nemotron.runtime.pretrain_data import read_blend
+from nemotron.runtime.megatron import megatron_bridge as mb
+from nemotron.runtime.megatron.pretrain_data import read_blend
 
 
 def build(case):
@@ -171,7 +172,7 @@ SCRIPT = BUILD + r'''
 import dataclasses, importlib, inspect, traceback
 from upstream import read_payload, write_result
 from nemotron.config import catalogue
-from nemotron.runtime.routing import check_routing
+from nemotron.runtime.megatron.routing import check_routing
 from megatron.bridge.training.config import runtime_config_update
 
 payload = read_payload()
@@ -312,7 +313,7 @@ def test_recipe_builds_the_model_the_dry_run_describes(results, shipped, cid):
                 "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel", "seq_length",
                 "recompute_granularity", "mtp_loss_scaling_factor"):
         assert p[key] == model[key], key
-    assert rec["routing"] == []  # nemotron.runtime.routing: routed scaling 5.0, top-22 of 512, sigmoid + bias, ...
+    assert rec["routing"] == []  # nemotron.runtime.megatron.routing: routed scaling 5.0, top-22 of 512, sigmoid + bias, ...
 
 
 @pytest.mark.parametrize("stage", ["pretrain", "sft"])
@@ -483,7 +484,7 @@ import signal
 from megatron.bridge.training.state import GlobalState
 from megatron.bridge.training.train import checkpoint_and_decide_exit
 from upstream import read_payload, write_result
-from nemotron.runtime.exit_signal import ExitSignal
+from nemotron.runtime.megatron.exit_signal import ExitSignal
 
 case = read_payload()
 os.environ["WORLD_SIZE"] = "1"
@@ -534,12 +535,12 @@ write_result(out)
 
 def test_sigterm_is_caught_by_megatron_bridges_own_handler_once_our_step_enters_it(upstream, shipped):
     """Megatron-Bridge at the pinned ref builds its ``DistributedSignalHandler`` but never enters it, so its training
-    loop never sees SIGTERM (on the H200: exit -15, no save). With :class:`nemotron.runtime.exit_signal.ExitSignal`
-    on the one-GPU run's real ``ConfigContainer`` and a real ``GlobalState``: a SIGTERM during set-up is kept and
-    raised again once the first forward step has entered upstream's handler, upstream's own
-    ``checkpoint_and_decide_exit`` then decides to stop, a handler rebuilt by a new config is entered too, and
-    Megatron-Bridge still passes the state to the wrapped step. Where this stops: no save (it needs the model, on
-    CUDA) and no process group (``signals_received`` gathers over ranks only when one is initialised)."""
+    loop never sees SIGTERM (on the H200: exit -15, no save). With
+    :class:`nemotron.runtime.megatron.exit_signal.ExitSignal` on the one-GPU run's real ``ConfigContainer`` and a real
+    ``GlobalState``: a SIGTERM during set-up is kept and raised again once the first forward step has entered upstream's
+    handler, upstream's own ``checkpoint_and_decide_exit`` then decides to stop, a handler rebuilt by a new config is
+    entered too, and Megatron-Bridge still passes the state to the wrapped step. Where this stops: no save (it needs the
+    model, on CUDA) and no process group (``signals_received`` gathers over ranks only when one is initialised)."""
     case = {k: shipped["pretrain-tiny-1gpu"][k] for k in ("cfg", "stage", "work")}
     case["work"] = str(Path(case["work"]) / "signal")
     out = upstream.run(SIGNAL_SCRIPT, case, timeout=600)

@@ -2,8 +2,8 @@
 8 GPUs, TP1 and every rank given to expert parallelism, EP8) launched as the job launches it — ``torchrun
 --nproc-per-node 8`` — on the CPU, through Megatron-Bridge's own start-up, as far as a machine without a GPU goes.
 
-Each of the 8 ranks runs the job's code path of ``nemotron.runtime.megatron_bridge.main`` up to ``pretrain()``
-(:func:`~nemotron.runtime.megatron_bridge.translate`, the recipe, our values, the routing check), then what
+Each of the 8 ranks runs the job's code path of ``nemotron.runtime.megatron.megatron_bridge.main`` up to ``pretrain()``
+(:func:`~nemotron.runtime.megatron.megatron_bridge.translate`, the recipe, our values, the routing check), then what
 ``pretrain()`` runs first: ``runtime_config_update`` (at the real world size, 8, from torchrun) and Megatron-Bridge's
 ``initialize_megatron`` (``training/initialize.py``: the micro-batch calculator, ``torch.distributed`` and
 Megatron-Core's ``parallel_state.initialize_model_parallel`` with the config's TP/PP/CP/EP/ETP, the random seeds),
@@ -42,7 +42,7 @@ from megatron.bridge.training.config import runtime_config_update
 from megatron.core import parallel_state
 from megatron.core.transformer.moe.moe_layer import BaseMoELayer
 from nemotron.config import catalogue
-from nemotron.runtime.routing import require_routing
+from nemotron.runtime.megatron.routing import require_routing
 
 case = json.loads(Path(os.environ["CONTRACT_CASE"]).read_text())
 rank = int(os.environ["RANK"])

@@ -4,15 +4,16 @@ nemotron_3_ultra @ 4588417), on the CPU.
 The checkpoint is what ``sft -c tiny`` saves: its ``ConfigContainer`` (built by the recipe from our translation,
 ``tests/contract/test_megatron_bridge.py``'s ``build``) written by ``ConfigContainer.to_yaml`` as
 ``iter_0000010/run_config.yaml``, as Megatron-Bridge's ``save_checkpoint`` writes it. Then ``convert -c tiny`` on that
-folder: our translation (:func:`nemotron.runtime.megatron_bridge.translate`) and the bridge the export saves through
-(:func:`~nemotron.runtime.megatron_bridge.export_bridge`: ``AutoBridge.from_auto_config``, as Megatron-Bridge's
-``examples/conversion/convert_checkpoints.py``), with no network (``HF_HUB_OFFLINE=1``). The exported
+folder: our translation (:func:`nemotron.runtime.megatron.megatron_bridge.translate`) and the bridge the export saves
+through (:func:`~nemotron.runtime.megatron.megatron_bridge.export_bridge`: ``AutoBridge.from_auto_config``, as
+Megatron-Bridge's ``examples/conversion/convert_checkpoints.py``), with no network (``HF_HUB_OFFLINE=1``). The exported
 ``config.json`` is the config-only bridge's ``hf_pretrained.to_dict()`` (what ``save_hf_pretrained`` writes); it
 must be the slice's: 4 layers ``ME*E``, the slice's MTP block, read back by transformers as NemotronH; and the
-export's self-check (:mod:`nemotron.runtime.export_check`) reads the same shape from the saved ``run_config.yaml``,
-passes that config and fails the full Ultra's. Also the
-layout a PP > 1 export reads from the checkpoint (:func:`~nemotron.runtime.megatron_bridge.saved_pipeline_layout`)
-against Megatron-Bridge's ``load_model_config`` of the same file.
+export's self-check (:mod:`nemotron.runtime.megatron.export_check`) reads the same shape from the saved
+``run_config.yaml``, passes that config and fails the full Ultra's. Also the
+layout a PP > 1 export reads from the checkpoint
+(:func:`~nemotron.runtime.megatron.megatron_bridge.saved_pipeline_layout`) against Megatron-Bridge's
+``load_model_config`` of the same file.
 
 Where the proof stops: no weights are loaded or written (``load_megatron_model`` / ``save_hf_pretrained``'s weight
 pass need the model on devices).
@@ -59,7 +60,7 @@ try:
     (out / "config.json").write_text(json.dumps(exported))
     back = AutoConfig.from_pretrained(str(out))
     res["read_back"] = {"type": type(back).__name__, "num_hidden_layers": back.num_hidden_layers}
-    from nemotron.runtime import export_check
+    from nemotron.runtime.megatron import export_check
     shape = export_check.saved_model_shape(str(ckpt))   # the self-check's reading of the real run_config.yaml
     res["saved_shape"] = {k: shape[k] for k in ("num_layers", "pattern")}
     res["selfcheck_config"] = export_check.check_config(exported, shape, bc.hf_config)
@@ -119,7 +120,7 @@ def test_convert_of_the_slice_exports_the_slices_hf_config_offline(upstream, tmp
                 "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "moe_intermediate_size", "vocab_size"):
         assert cfg.get(key) == want[key], key
     assert out["read_back"] == {"type": "NemotronHConfig", "num_hidden_layers": 4}
-    # the export's self-check (nemotron.runtime.export_check) reads the shape Megatron-Bridge saved in
+    # the export's self-check (nemotron.runtime.megatron.export_check) reads the shape Megatron-Bridge saved in
     # run_config.yaml, passes the slice's exported config, and fails the full Ultra's over the slice (defect 2)
     assert out["saved_shape"] == {"num_layers": 4, "pattern": "ME*E"}
     assert out["selfcheck_config"]["passed"], out["selfcheck_config"]

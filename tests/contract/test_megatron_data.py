@@ -3,9 +3,9 @@
 outputs (small samples of the real tiny inputs, ../shared/data included).
 
 The training side is what our entry hands over: the compiled `pretrain -c tiny` / `sft -c tiny` configs translated
-by :func:`nemotron.runtime.megatron_bridge.translate`, with the data tokenizer read from the output's manifest by the
-entry's own helpers (:func:`nemotron.data.outputs.data_manifest`, :func:`nemotron.data.outputs.megatron_tokenizer`).
-In one contract subprocess, as Megatron-Bridge's ``setup`` does it:
+by :func:`nemotron.runtime.megatron.megatron_bridge.translate`, with the data tokenizer read from the output's manifest
+by the entry's own helpers (:func:`nemotron.data.outputs.data_manifest`,
+:func:`nemotron.data.outputs.megatron_tokenizer`). In one contract subprocess, as Megatron-Bridge's ``setup`` does it:
 
 * **Tokenizer.** The translated ``tokenizer`` section set on the recipe base's ``TokenizerConfig``
   (``recipes.common._pretrain_common`` / ``_sft_common``), built by Megatron-Bridge's ``build_tokenizer``; it must
@@ -148,8 +148,8 @@ def prepared(ray_instance, tok_cache, shared_data, tmp_path_factory):
     from nemotron.data import pretrain as dp_pretrain
     from nemotron.data import sft as dp_sft
     from nemotron.data.outputs import data_manifest, megatron_tokenizer
-    from nemotron.runtime import megatron_bridge as mb
-    from nemotron.runtime.pretrain_data import read_blend
+    from nemotron.runtime.megatron import megatron_bridge as mb
+    from nemotron.runtime.megatron.pretrain_data import read_blend
 
     root = tmp_path_factory.mktemp("megatron-data")
     cfg_pre = compile_stage("data-prep-pretrain", "tiny", output_dir=str(root / "pretrain"), tokenizer__cache_dir=tok_cache,

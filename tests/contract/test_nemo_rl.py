@@ -2,13 +2,13 @@
 
 For every shipped rlvr/mopd config (every ``-c`` name but ``local``, which runs TRL on this machine, not NeMo RL) and every golden
 NeMo RL config (tests/golden/nemo-rl/), the text the job writes as ``nemo_rl_config.yaml``
-(:func:`nemotron.runtime.nemo_rl.job_yaml` of :func:`~nemotron.runtime.nemo_rl.translate`) goes through what NeMo
+(:func:`nemotron.runtime.rl.nemo_rl.job_yaml` of :func:`~nemotron.runtime.rl.nemo_rl.translate`) goes through what NeMo
 RL's GRPO entry does with a config before it needs GPUs, in its order, as NeMo RL's OWN statements: the
 statements are taken from the entry script and from ``nemo_rl/algorithms/grpo.py`` of the archive by their
 source (:data:`UPSTREAM_STEPS` below, ``ast``) and executed there, nothing is re-typed here:
 
 1. the entry our runtime starts (``examples/run_grpo.py``, or ``examples/nemo_gym/run_grpo_nemo_gym.py`` with NeMo
-   Gym on: :func:`nemotron.runtime.nemo_rl.entry_relpath`) — ``load_config`` (``defaults:`` inheritance),
+   Gym on: :func:`nemotron.runtime.rl.nemo_rl.entry_relpath`) — ``load_config`` (``defaults:`` inheritance),
    ``OmegaConf.to_container(resolve=True)``, ``MasterConfig(**config)`` (pydantic: every required key, every type);
 2. the entry's tokenizer block: ``get_tokenizer`` (a real 131,072-entry tokenizer: mistral-common's Tekken vocabulary
    converted by our data prep code, in a folder the config's ``policy.model_name`` points at), the unconditional
@@ -32,12 +32,12 @@ refuses ⇔ the dry-run's ``nemo-rl-required`` rule does (:func:`nemotron.valida
 keys the key list names, :func:`nemotron.config.keys.missing_required_keys`, and ``RewardPenaltyConfig``'s validator).
 
 The checkpoint chain: NeMo RL's real ``CheckpointManager`` writes ``step_N`` folders (and a ``tmp_step_N`` in
-progress); :func:`nemotron.runtime.nemo_rl.latest_step` picks the step ``get_latest_checkpoint_path`` picks; the
+progress); :func:`nemotron.runtime.rl.nemo_rl.latest_step` picks the step ``get_latest_checkpoint_path`` picks; the
 converter command our runtime runs is parsed by the converter's own ``parse_args`` and points at what the step
 holds; the ``hf/`` folder we add beside the steps is invisible to the manager's history and pruning.
 
 The recipes: the copy the key list carries of each Ultra recipe equals NeMo RL's ``load_config`` of the archive
-(:func:`nemotron.runtime.nemo_rl.recipe_drift`, the check the job makes inside its container), and a changed
+(:func:`nemotron.runtime.rl.nemo_rl.recipe_drift`, the check the job makes inside its container), and a changed
 checkout is reported.
 
 Where the proof stops: no Ray cluster, no vLLM, no Megatron-Bridge model, no GPU — data loading
@@ -55,13 +55,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemotron.config import keys
 from nemotron import validation
+from nemotron.config import keys
 from nemotron.config.compile import compile_config
 from nemotron.config.paths import config_names
 from nemotron.config.registry import get_stage
 from nemotron.profiles.profile import from_table
-from nemotron.runtime import nemo_rl
+from nemotron.runtime.rl import nemo_rl
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "nemo-rl"
@@ -166,7 +166,7 @@ def stmts(path, func, start, end=None, until=None, inside=None, branch="body"):
 import nemo_rl.algorithms.grpo as G
 from nemo_rl.algorithms.grpo import MasterConfig
 from nemotron.config import keys
-from nemotron.runtime import nemo_rl as ours
+from nemotron.runtime.rl import nemo_rl as ours
 from nemotron.validation.nemo_rl import schema
 
 KL = keys.load_keylist(P["keylist_version"], "nemo-rl")

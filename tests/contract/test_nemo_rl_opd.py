@@ -3,9 +3,9 @@
 NeMo RL computes teacher log-probs only for rollouts that carry NeMo Gym's ``agent_ref``
 (``nemo_rl/algorithms/async_utils/trajectory_collector.py`` ``_enqueue_rollout_group``), and the OPD advantage
 raises ``OPD requires teacher_logprobs`` without them (``nemo_rl/algorithms/advantage_estimator.py``). This test
-takes the compiled ``mopd -c tiny`` config, the data rows the job writes for it (``nemotron.runtime.nemo_rl.gym_data``,
-from real GSM8K problems of ../shared/data/rl in data prep rl's JSONL form) and the translated config, and runs in
-the contract interpreter, with NeMo RL's own code:
+takes the compiled ``mopd -c tiny`` config, the data rows the job writes for it
+(``nemotron.runtime.rl.nemo_rl.gym_data``, from real GSM8K problems of ../shared/data/rl in data prep rl's JSONL form)
+and the translated config, and runs in the contract interpreter, with NeMo RL's own code:
 
 1. the job's dataset class and data processor, by the names the config gives (``load_response_dataset``,
    ``PROCESSOR_REGISTRY``), and ``rl_collate_fn``: the batch the rollout starts from;
@@ -33,7 +33,7 @@ import pytest
 from nemotron.config.compile import compile_config
 from nemotron.config.registry import get_stage
 from nemotron.data import rl as rl_data
-from nemotron.runtime import nemo_rl
+from nemotron.runtime.rl import nemo_rl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_nemo_rl import H200, _tokenizer  # noqa: E402

@@ -3,10 +3,10 @@
 1. ``nemo_rl/environments/math_environment.py``: the class behind the Ray actor ``HFVerifyWorker`` (taken from the
    actor wrapper, no Ray cluster), its ``verify(responses, ground_truths, math_verify_impl="hf_math_verify")`` on
    real GSM8K ground truths with the response forms of tests/runtime/test_rl_reward.py and GSM8K's own worked
-   solutions: the scores equal :func:`nemotron.runtime.rewards.math_rewards`'s one for one.
+   solutions: the scores equal :func:`nemotron.runtime.rl.rewards.math_rewards`'s one for one.
 2. ``nemo_rl/algorithms/advantage_estimator.py`` ``GRPOAdvantageEstimator.compute_advantage`` (leave-one-out and
    plain baselines, normalised or not) on batches of several prompts: equal to
-   :func:`nemotron.runtime.rl_local.grpo_advantages` before the clamp (NeMo RL clamps later, in grpo.py).
+   :func:`nemotron.runtime.rl.rl_local.grpo_advantages` before the clamp (NeMo RL clamps later, in grpo.py).
 
 Where the proof stops: no Ray actors (``env.math.num_workers`` workers), no end-of-sequence masking of the
 reward (``global_post_process_and_metrics``, metrics only).
@@ -38,8 +38,8 @@ write_result({"scores": scores, "adv": adv})
 
 
 def test_nemo_rl_scores_and_advantages_equal_ours(upstream, shared_data):
-    from nemotron.runtime.rewards import math_rewards
-    from nemotron.runtime.rl_local import grpo_advantages
+    from nemotron.runtime.rl.rewards import math_rewards
+    from nemotron.runtime.rl.rl_local import grpo_advantages
 
     rows = [json.loads(line) for line in (shared_data / "rl" / "gsm8k-test.jsonl").open(encoding="utf-8")][:120]
     golds = [r["answer"].rsplit("####", 1)[1].strip() for r in rows]

@@ -1,5 +1,5 @@
 """NeMo RL's own code (RL @ 7ea279a) on what the ``mopd-warmup`` cluster job hands its SFT entry
-(:func:`nemotron.runtime.warmup.sft_config`): for ``-c default`` and ``-c tiny`` (prepared as the dry run prepares
+(:func:`nemotron.runtime.rl.warmup.sft_config`): for ``-c default`` and ``-c tiny`` (prepared as the dry run prepares
 them), the job YAML goes through what ``examples/run_sft.py`` does with a config before Ray starts — NeMo RL's
 ``register_omegaconf_resolvers`` and ``load_config`` (the ``defaults:`` inheritance of the archive's
 ``examples/configs/sft.yaml``), ``OmegaConf.to_container(resolve=True)``, ``nemo_rl.algorithms.sft.MasterConfig``
@@ -29,7 +29,7 @@ import nemo_rl
 from nemo_rl.algorithms.sft import MasterConfig
 from nemo_rl.data.datasets import load_response_dataset
 from nemo_rl.utils.config import load_config, register_omegaconf_resolvers
-from nemotron.runtime.warmup import sft_config
+from nemotron.runtime.rl.warmup import sft_config
 
 register_omegaconf_resolvers()
 root = Path(nemo_rl.__file__).resolve().parent.parent

@@ -131,7 +131,7 @@ def test_mix_dry_run_refuses_another_vocabulary(outputs, tmp_path):
 
 
 def test_blend_entry_that_is_not_a_prefix(outputs, tmp_path):
-    from nemotron.runtime.pretrain_data import DataError, read_blend
+    from nemotron.runtime.megatron.pretrain_data import DataError, read_blend
 
     good = json.loads(Path(outputs["a"]["blend_json"]).read_text())
     prefix = good["train"][1]
@@ -164,7 +164,7 @@ def test_truncated_shard_is_refused_by_the_dry_run_the_trainer_and_data_inspect(
     import shutil
 
     from nemotron.data.indexed import bin_size_problem
-    from nemotron.runtime.pretrain_data import DataError, Shard
+    from nemotron.runtime.megatron.pretrain_data import DataError, Shard
 
     good = json.loads(Path(outputs["a"]["blend_json"]).read_text())
     prefix = Path(good["train"][1])

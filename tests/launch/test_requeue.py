@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from nemotron.runtime.dispatch import REQUEUE_MARKER_ENV, mark_stopped
-from nemotron.runtime import megatron_bridge as mb
+from nemotron.runtime.megatron import megatron_bridge as mb
 
 ROOT = Path(__file__).resolve().parents[2]
 

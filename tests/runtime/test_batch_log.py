@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nemotron.runtime import batch_log  # noqa: E402
+from nemotron.runtime.megatron import batch_log  # noqa: E402
 
 
 def _forward(state, data_iterator, model, return_schedule_plan=False):

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from config_support import compile_stage
-from nemotron.launch.plan import cpu_only, plan_job
 from nemotron.config.registry import get_stage
-from nemotron.runtime import megatron_bridge as mb
+from nemotron.launch.plan import cpu_only, plan_job
+from nemotron.runtime.megatron import megatron_bridge as mb
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_FILE = ROOT / "tests" / "fixtures" / "env.toml"

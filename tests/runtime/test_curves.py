@@ -1,4 +1,4 @@
-"""``metrics.png`` from a run's ``metrics.jsonl`` (:mod:`nemotron.runtime.curves`): which records count, what is
+"""``metrics.png`` from a run's ``metrics.jsonl`` (:mod:`nemotron.runtime.common.curves`): which records count, what is
 drawn, and the one line a run prints without matplotlib. The trainer's real run writing it is
 ``tests/runtime/test_runtime_local_refusals.py::test_resumed_run_summary_spans_the_whole_run``."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.runtime.curves import read_metrics, series, write_curves, write_curves_or_say
+from nemotron.runtime.common.curves import read_metrics, series, write_curves, write_curves_or_say
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

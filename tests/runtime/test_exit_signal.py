@@ -1,5 +1,6 @@
-""":class:`nemotron.runtime.exit_signal.ExitSignal` with real signals sent to this process: a signal during set-up is
-remembered (not fatal) and raised again once the training loop's handler is entered; each handler is entered once.
+""":class:`nemotron.runtime.megatron.exit_signal.ExitSignal` with real signals sent to this process: a signal during
+set-up is remembered (not fatal) and raised again once the training loop's handler is entered; each handler is entered
+once.
 
 The handler here has the one behaviour ExitSignal relies on: like Megatron-Bridge's ``DistributedSignalHandler``, it
 hooks its signal in ``__enter__`` and records it. The real handler inside Megatron-Bridge's training state is
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from nemotron.runtime.exit_signal import ExitSignal
+from nemotron.runtime.megatron.exit_signal import ExitSignal
 
 SIG = signal.SIGUSR2
 

@@ -1,4 +1,4 @@
-"""The self-check of a megatron_to_hf export (nemotron.runtime.export_check): the config-shape check on real
+"""The self-check of a megatron_to_hf export (nemotron.runtime.megatron.export_check): the config-shape check on real
 catalogue configs and run_config.yaml files, the logits comparison on real tiny transformers NemotronH models
 saved and reloaded through ``AutoModelForCausalLM.from_pretrained``, the selfcheck.json record, and the failure
 paths. The Megatron forward itself (:func:`megatron_logits`) needs CUDA and Megatron-Core: where a test needs
@@ -13,8 +13,8 @@ import torch
 import yaml
 
 from nemotron.config import catalogue
-from nemotron.runtime import export_check as ec
-from nemotron.runtime.convert import v4_to_v5
+from nemotron.runtime.common.convert import v4_to_v5
+from nemotron.runtime.megatron import export_check as ec
 
 
 def _tiny_config(**extra) -> dict:

@@ -1,4 +1,4 @@
-"""``ultra3 mopd-warmup`` (:mod:`nemotron.runtime.warmup`, :mod:`nemotron.runtime.warmup_local`): the settings and
+"""``ultra3 mopd-warmup`` (:mod:`nemotron.runtime.rl.warmup`, :mod:`nemotron.runtime.rl.warmup_local`): the settings and
 their refusals, the cluster job's SFT config, the dry run's rules, and a whole local run on the real ``small``
 NemotronH with real GSM8K prompts (teachers generate, the student is fine-tuned on their answers, its reverse KL to
 the teachers is measured before and after, the result recorded as ``mopd-warmup-checkpoint``)."""
@@ -22,8 +22,8 @@ PANEL = ["_teachers.general=/ckpt/sft", "_teachers.reasoning=/ckpt/rlvr", "polic
 
 
 def test_settings_route_each_task_to_the_mopd_panel():
-    from nemotron.runtime import warmup
-    from nemotron.runtime.nemo_rl import DEFAULT_TEACHER_ALIAS
+    from nemotron.runtime.rl import warmup
+    from nemotron.runtime.rl.nemo_rl import DEFAULT_TEACHER_ALIAS
 
     s = warmup.read(compile_stage("mopd-warmup", PANEL, check_paths=False))
     assert s.backend == "local" and s.output_artifact == "mopd-warmup-checkpoint"
@@ -42,8 +42,8 @@ def test_settings_route_each_task_to_the_mopd_panel():
     ("~warmup.prompts_path", r"^warmup.prompts_path is not set"),
 ])
 def test_settings_refuse_in_one_line_naming_the_key(override, message):
-    from nemotron.runtime import warmup
-    from nemotron.runtime.settings import SettingsError
+    from nemotron.runtime.common.settings import SettingsError
+    from nemotron.runtime.rl import warmup
 
     cfg = compile_stage("mopd-warmup", [*PANEL, override], check_paths=False)
     with pytest.raises(SettingsError, match=message):
@@ -66,7 +66,7 @@ def test_dry_run_rules_refuse_what_the_run_refuses():
 
 
 def test_cluster_job_inherits_nemo_rl_sft_and_drops_our_keys():
-    from nemotron.runtime import warmup
+    from nemotron.runtime.rl import warmup
 
     cfg = compile_stage("mopd-warmup", ["policy.model_name=/ckpt/student", "warmup.prompts_path=/d/t.jsonl",
                                         "warmup.held_out_path=/d/v.jsonl"], config="default", check_paths=False)
@@ -80,7 +80,7 @@ def test_cluster_job_inherits_nemo_rl_sft_and_drops_our_keys():
 
 
 def test_sft_steps_count_as_nemo_rl_does():
-    from nemotron.runtime.warmup_local import sft_steps
+    from nemotron.runtime.rl.warmup_local import sft_steps
 
     assert sft_steps(16, 4, 8, 2) == 8      # 4 full batches per epoch x 2 epochs, capped at 8
     assert sft_steps(18, 4, 100, 1) == 4    # the partial batch is dropped
@@ -148,7 +148,7 @@ def test_local_run_names_a_missing_teacher_in_one_line(warm_inputs, tmp_path):
 
 
 def test_cluster_job_reads_prompts_and_tasks_without_the_local_readers(tmp_path):
-    from nemotron.runtime.warmup import read_problems, read_tasks
+    from nemotron.runtime.rl.warmup import read_problems, read_tasks
 
     path = tmp_path / "train.jsonl"
     path.write_text('{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], '

@@ -1,5 +1,5 @@
-"""``ultra3 mtp-boost``: the local runtime (:mod:`nemotron.runtime.mtp_local`) on the real ``small`` NemotronH, a
-real 131,072-entry tokenizer and real GSM8K prompts; the dry-run's refusal of the cluster route; and the
+"""``ultra3 mtp-boost``: the local runtime (:mod:`nemotron.runtime.megatron.mtp_local`) on the real ``small`` NemotronH,
+a real 131,072-entry tokenizer and real GSM8K prompts; the dry-run's refusal of the cluster route; and the
 ``pipe ... mopd mtp-boost quantize`` wiring, through the real CLI on the shipped configs."""
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def test_local_run_trains_the_head_only_and_reports_acceptance_before_and_after(
     import torch
 
     from nemotron.config import catalogue
-    from nemotron.runtime import model as modelmod
-    from nemotron.runtime import mtp_local
+    from nemotron.runtime.common import model as modelmod
+    from nemotron.runtime.megatron import mtp_local
     from nemotron.runtime.stage_metrics import collect
 
     out = tmp_path / "mtp"
@@ -85,8 +85,8 @@ def test_drafting_computes_what_training_computed_at_that_position(inputs):
     import torch
 
     from nemotron.config import catalogue
-    from nemotron.runtime import model as modelmod
-    from nemotron.runtime import mtp_local
+    from nemotron.runtime.common import model as modelmod
+    from nemotron.runtime.megatron import mtp_local
 
     spec = catalogue.get("small")
     model = modelmod.load(spec, inputs["ckpt"]).eval()
@@ -109,7 +109,7 @@ def test_kl_is_the_temperature_scaled_forward_kl_to_the_backbone():
     import torch
     import torch.nn.functional as F
 
-    from nemotron.runtime.mtp_local import kl_loss
+    from nemotron.runtime.megatron.mtp_local import kl_loss
 
     torch.manual_seed(1)
     teacher = torch.randn(1, 6, 11)
@@ -126,9 +126,9 @@ def test_kl_is_the_temperature_scaled_forward_kl_to_the_backbone():
 
 def test_a_speculative_output_unlike_greedy_decoding_is_an_error(inputs):
     from nemotron.config import catalogue
-    from nemotron.runtime import model as modelmod
-    from nemotron.runtime import mtp_local
-    from nemotron.runtime.rl_data import load_tokenizer
+    from nemotron.runtime.common import model as modelmod
+    from nemotron.runtime.megatron import mtp_local
+    from nemotron.runtime.rl.rl_data import load_tokenizer
 
     spec = catalogue.get("small")
     model = modelmod.load(spec, inputs["ckpt"]).eval()
@@ -142,7 +142,7 @@ def test_a_speculative_output_unlike_greedy_decoding_is_an_error(inputs):
 
 def test_cluster_route_is_validated_then_refused_by_dry_run_and_run(capsys, tmp_path):
     from nemotron.cli.main import main
-    from nemotron.runtime.mtp_cluster import main as refuse_cluster
+    from nemotron.runtime.megatron.mtp_cluster import main as refuse_cluster
 
     for config in ("default", "tiny"):
         code = main(["ultra3", "mtp-boost", "-c", config, "--dry-run"])

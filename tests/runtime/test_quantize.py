@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nemotron.runtime import quant_config as qc
+from nemotron.runtime.quantization import quant_config as qc
 from quantize_support import compile_quantize
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,9 +138,9 @@ def test_cluster_plan_translates_both_published_layouts():
 def test_cluster_precheck_stops_before_anything_heavy():
     """The megatron-bridge entry's checks (nothing of Megatron-Bridge or Model Optimizer is imported: the
     importable modules, GPUs and installed versions are passed in, as on a node of the NeMo container)."""
-    from nemotron.runtime.megatron_bridge import framework_problems
-    from nemotron.runtime.prestart import pinned_versions
-    from nemotron.runtime.quantize_cluster import precheck
+    from nemotron.runtime.common.prestart import pinned_versions
+    from nemotron.runtime.megatron.megatron_bridge import framework_problems
+    from nemotron.runtime.quantization.quantize_cluster import precheck
 
     cfg = compile_quantize(["quantization.source=/definitely/not/here"], "default")  # 2 nodes x 8 GPUs
     pins = pinned_versions("nemo", ("megatron_bridge", "megatron_core"))
@@ -212,7 +212,7 @@ def test_cluster_export_keeps_the_fp32_moe_router(tmp_path):
     from megatron.core.transformer.transformer_config import TransformerConfig
     from modelopt.torch.export import export_mcore_gpt_to_hf
 
-    from nemotron.runtime.quantize_cluster import export_options
+    from nemotron.runtime.quantization.quantize_cluster import export_options
 
     config = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1, num_moe_experts=2,
                                moe_router_topk=2, moe_ffn_hidden_size=8, moe_router_dtype="fp32")

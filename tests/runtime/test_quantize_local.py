@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from local_runtime_support import small_spec
-from nemotron.runtime import nvfp4_cpu
-from nemotron.runtime import quant_config as qc
+from nemotron.runtime.quantization import nvfp4_cpu
+from nemotron.runtime.quantization import quant_config as qc
 from quantize_support import ROOT, compile_quantize, real_text_blend, small_checkpoint
 
 torch = pytest.importorskip("torch")
@@ -150,7 +150,7 @@ def _quantized_small(recipe: str):
     """The small NemotronH (512-entry vocabulary for speed) quantized with ``recipe`` on one calibration batch."""
     import modelopt.torch.quantization as mtq
 
-    from nemotron.runtime import model as modelmod
+    from nemotron.runtime.common import model as modelmod
 
     m = modelmod.build(small_spec(512), 3).to(torch.bfloat16).eval()
     x = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
@@ -160,7 +160,7 @@ def _quantized_small(recipe: str):
 
 
 def test_super_max_calib_format_map_on_the_small_model():
-    from nemotron.runtime.quantize import check_map, format_map, left_in_bf16
+    from nemotron.runtime.quantization.quantize import check_map, format_map, left_in_bf16
 
     m = _quantized_small("super-max-calib")
     found = format_map(m)
@@ -183,7 +183,7 @@ def test_super_max_calib_format_map_on_the_small_model():
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory, shared_data):
     """One real run of the local backend through its entry (``main(cfg)``) on real text."""
-    from nemotron.runtime import quantize
+    from nemotron.runtime.quantization import quantize
 
     root = tmp_path_factory.mktemp("quantize")
     blend = real_text_blend(root / "data", shared_data)
@@ -289,7 +289,7 @@ def test_export_folder_that_is_holds_or_lies_in_the_source_is_refused_before_loa
         assert r.returncode == 2, r.stdout + r.stderr
         assert f"export.output_dir='{src}': is the checkpoint to quantize" in r.stdout + r.stderr
         assert "Traceback" not in r.stderr
-    from nemotron.runtime import quantize  # the stage's entry itself refuses too, before loading anything
+    from nemotron.runtime.quantization import quantize  # the stage's entry itself refuses too, before loading anything
 
     assert quantize.main(compile_quantize(_e2e_args(src, blend, src))) == 2
     assert {p.name: p.stat().st_mtime_ns for p in src.iterdir()} == before
@@ -327,7 +327,7 @@ def test_export_files_get_the_umask_mode(e2e):
 
 
 def test_a_quantized_source_is_refused_in_one_line(e2e, tmp_path, capsys):
-    from nemotron.runtime import quantize
+    from nemotron.runtime.quantization import quantize
 
     out, s = e2e
     blend = s["calibration"]["blend"]

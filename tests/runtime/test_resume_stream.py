@@ -21,15 +21,15 @@ from local_runtime_support import compile_local, fast_overrides, small_spec, wri
 
 pytest.importorskip("transformers", reason="the local runtime needs transformers (the `local` extra)")
 
-from nemotron.runtime import settings as S  # noqa: E402
-from nemotron.runtime.batch_log import sample_ids  # noqa: E402
-from nemotron.runtime.model import MARKER, damage  # noqa: E402
-from nemotron.runtime.pretrain_data import BlendedSamples, read_blend  # noqa: E402
+from nemotron.runtime.common import settings as S  # noqa: E402
+from nemotron.runtime.common.model import MARKER, damage  # noqa: E402
+from nemotron.runtime.megatron.batch_log import sample_ids  # noqa: E402
+from nemotron.runtime.megatron.pretrain_data import BlendedSamples, read_blend  # noqa: E402
 
 
 def _pretrain(tmp_path: Path, blend: Path, ckpt: Path, iters: int, gbs: int = 4, save_interval: int = 5,
               **extra) -> int:
-    from nemotron.runtime.trainer import run
+    from nemotron.runtime.megatron.trainer import run
 
     cfg = compile_local("pretrain", fast_overrides(ckpt, seq=32, iters=iters, **{
         "data.per_split_data_args_path": str(blend), "train.global_batch_size": gbs, "train.micro_batch_size": 2,
@@ -92,8 +92,8 @@ def test_new_global_batch_size_continues_by_consumed_samples(tmp_path, monkeypat
 
 def test_sft_extend_continues_the_pack_stream(tmp_path, monkeypatch):
     """SFT on packed Parquet: 3 steps, then 6 (and at another batch size): every draw of the pack stream once."""
-    from nemotron.runtime.sft_data import PackDataset, read_packed
-    from nemotron.runtime.trainer import run
+    from nemotron.runtime.megatron.sft_data import PackDataset, read_packed
+    from nemotron.runtime.megatron.trainer import run
 
     sft = write_sft_data(tmp_path / "sft", pack_size=128, packs=10, valid_packs=2)
     log = tmp_path / "batches.jsonl"

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemotron.config import keys
 from nemotron import validation
+from nemotron.config import keys
 from nemotron.config.registry import get_stage
-from nemotron.profiles.profile import from_table
-from nemotron.runtime import nemo_rl
-from nemotron.validation import checks
 from nemotron.layout.views import node_shape
+from nemotron.profiles.profile import from_table
+from nemotron.runtime.rl import nemo_rl
+from nemotron.validation import checks
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ROOT / "stages" / "ultra3"

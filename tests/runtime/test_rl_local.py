@@ -1,4 +1,4 @@
-"""The local RL stages (:mod:`nemotron.runtime.rl_local`) on the real ``small`` NemotronH and real GSM8K prompts: the
+"""The local RL stages (:mod:`nemotron.runtime.rl.rl_local`) on the real ``small`` NemotronH and real GSM8K prompts: the
 teacher routing of MOPD, and the resume of both stages after SIGTERM (save, exit 75, rerun at the same step with the
 same prompts in the same order as an uninterrupted run)."""
 
@@ -21,9 +21,9 @@ PY = sys.executable
 
 
 def test_teacher_routing_follows_the_panel_and_falls_back_to_general():
-    from nemotron.runtime import rl_settings
-    from nemotron.runtime.nemo_rl import DEFAULT_TEACHER_ALIAS
-    from nemotron.runtime.settings import SettingsError
+    from nemotron.runtime.common.settings import SettingsError
+    from nemotron.runtime.rl import rl_settings
+    from nemotron.runtime.rl.nemo_rl import DEFAULT_TEACHER_ALIAS
 
     cfg = compile_stage("mopd", ["_teachers.general=/ckpt/sft", "_teachers.reasoning=/ckpt/rlvr",
                                  "policy.model_name=/ckpt/sft", "data.train.data_path=/d/train.jsonl",
@@ -55,8 +55,8 @@ def test_teacher_routing_follows_the_panel_and_falls_back_to_general():
 
 
 def test_settings_errors_name_the_key():
-    from nemotron.runtime import rl_settings
-    from nemotron.runtime.settings import SettingsError
+    from nemotron.runtime.common.settings import SettingsError
+    from nemotron.runtime.rl import rl_settings
 
     base = ["policy.model_name=/m", "data.train.data_path=/t.jsonl", "data.validation.data_path=/v.jsonl"]
     with pytest.raises(SettingsError, match=r"policy.train_global_batch_size=8: must equal grpo.num_prompts_per_step"):
@@ -74,7 +74,7 @@ def test_settings_errors_name_the_key():
 
 def test_entry_names_a_missing_input_in_one_line(tmp_path, capsys):
     """The local entry's precheck (before any heavy import): a missing checkpoint or JSONL is one line, exit 1."""
-    from nemotron.runtime import rl_entry
+    from nemotron.runtime.rl import rl_entry
 
     model = tmp_path / "sft"
     train = tmp_path / "train.jsonl"
@@ -92,7 +92,7 @@ def test_entry_names_a_missing_input_in_one_line(tmp_path, capsys):
 
 
 def test_rl_lines_that_cannot_be_read_are_named_by_file_and_line(tmp_path):
-    from nemotron.runtime.rl_data import RLDataError, read_rows
+    from nemotron.runtime.rl.rl_data import RLDataError, read_rows
 
     good = {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
     path = tmp_path / "train.jsonl"

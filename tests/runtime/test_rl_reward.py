@@ -1,5 +1,5 @@
-"""The maths reward (NeMo RL's math-environment check, :mod:`nemotron.runtime.rewards`) on real GSM8K answers, and
-NeMo RL's GRPO advantage (:func:`nemotron.runtime.rl_local.grpo_advantages`) against groups computed by hand.
+"""The maths reward (NeMo RL's math-environment check, :mod:`nemotron.runtime.rl.rewards`) on real GSM8K answers, and
+NeMo RL's GRPO advantage (:func:`nemotron.runtime.rl.rl_local.grpo_advantages`) against groups computed by hand.
 
 The same responses go through NeMo RL's own ``HFVerifyWorker.verify`` in tests/contract/test_rl_reward_contract.py.
 """
@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from nemotron.runtime.rewards import check_impl, math_reward, math_rewards
-from nemotron.runtime.rl_local import grpo_advantages
+from nemotron.runtime.rl.rewards import check_impl, math_reward, math_rewards
+from nemotron.runtime.rl.rl_local import grpo_advantages
 
 
 def _gsm8k(shared_data, split: str) -> list[dict]:

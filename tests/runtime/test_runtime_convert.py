@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from nemotron.config import catalogue
-from nemotron.runtime.convert import ConfigFormError, config_form, convert_checkpoint_config, v4_to_v5, v5_to_v4
-from nemotron.runtime.routing import RoutingError, check_routing, require_routing
+from nemotron.runtime.common.convert import ConfigFormError, config_form, convert_checkpoint_config, v4_to_v5, v5_to_v4
+from nemotron.runtime.megatron.routing import RoutingError, check_routing, require_routing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -30,9 +30,16 @@ from local_runtime_support import (
     write_pretrain_data,
     write_sft_data,
 )
-from nemotron.runtime import settings as S
-from nemotron.runtime.pretrain_data import BlendedSamples, DataError, GPTSamples, Shard, blending_indices, read_blend
-from nemotron.runtime.sft_data import PackCollator, read_packed, unpack
+from nemotron.runtime.common import settings as S
+from nemotron.runtime.megatron.pretrain_data import (
+    BlendedSamples,
+    DataError,
+    GPTSamples,
+    Shard,
+    blending_indices,
+    read_blend,
+)
+from nemotron.runtime.megatron.sft_data import PackCollator, read_packed, unpack
 
 PY = sys.executable
 
@@ -190,7 +197,7 @@ def test_read_packed_rejects_broken_rows(tmp_path):
 def test_finds_the_packed_files_data_prep_writes(tmp_path):
     """`data prep sft` writes <root>/data/training_<P>.idx.parquet (part files and newer versions sit
     deeper): the shallowest match wins, two at the same depth are an error, an explicit path wins."""
-    from nemotron.runtime.sft_data import find_packed_file
+    from nemotron.runtime.megatron.sft_data import find_packed_file
 
     p = pack([([100], [101, 102])])
     top = write_packed_parquet(tmp_path / "data" / "training_64.idx.parquet", [p])
@@ -210,7 +217,7 @@ def test_finds_the_packed_files_data_prep_writes(tmp_path):
 def tiny_model():
     import torch
 
-    from nemotron.runtime.model import build
+    from nemotron.runtime.common.model import build
 
     torch.set_num_threads(2)
     model = build(small_spec(), seed=0)
@@ -256,7 +263,7 @@ def test_masked_tokens_do_not_contribute_to_the_loss(tmp_path, tiny_model):
     rows, whose gradient is zero at every other position."""
     import torch
 
-    from nemotron.runtime.loss import selected_token_loss
+    from nemotron.runtime.megatron.loss import selected_token_loss
 
     convs = [([100, 101, 102, 103], [104, 105, 106]), ([110, 111], [112, 113, 114, 115]), ([120, 121, 122], [123])]
     p = pack(convs, pad_to=24)
@@ -296,8 +303,8 @@ def test_chunked_output_layer_gives_the_same_loss_and_gradient(tmp_path):
     chunk's logits): the loss and every gradient are those of the whole-batch computation."""
     import torch
 
-    from nemotron.runtime.loss import selected_token_loss
-    from nemotron.runtime.model import build
+    from nemotron.runtime.common.model import build
+    from nemotron.runtime.megatron.loss import selected_token_loss
 
     model = build(small_spec(), seed=0)
     rows = _rows_for(tmp_path, "chunk", [pack([([100, 101, 102], [103, 104, 105, 106]), ([110], [111, 112])])])
@@ -318,8 +325,8 @@ def test_expert_bias_moves_towards_balance():
     towards the under-used experts (sign of mean load minus load); evaluation forwards do not count."""
     import torch
 
-    from nemotron.runtime.model import build
-    from nemotron.runtime.moe import ExpertBiasUpdater
+    from nemotron.runtime.common.model import build
+    from nemotron.runtime.megatron.moe import ExpertBiasUpdater
 
     model = build(small_spec(), seed=0)
     upd = ExpertBiasUpdater(model, rate=1e-3)
@@ -375,7 +382,7 @@ def test_pretrain_loss_drops_then_sft_starts_from_its_checkpoint(tmp_path):
     checkpoint."""
     from transformers import NemotronHForCausalLM
 
-    from nemotron.runtime.trainer import run
+    from nemotron.runtime.megatron.trainer import run
 
     spec = small_spec()
     blend = write_pretrain_data(tmp_path / "data")
@@ -505,9 +512,9 @@ def test_resume_refuses_other_inputs_and_fewer_iters_unless_allowed(tmp_path, ca
     """A checkpoint resumed on another blend, or with train.train_iters below its saved step, is refused by
     the entry (exit 2, one line); +run.allow_new_inputs=true resumes on the new blend and lineage.json
     records the change (the next resume on it is then no change)."""
-    from nemotron.runtime import lineage
-    from nemotron.runtime.entry import run_config
-    from nemotron.runtime.trainer import run
+    from nemotron.runtime.megatron import lineage
+    from nemotron.runtime.megatron.entry import run_config
+    from nemotron.runtime.megatron.trainer import run
 
     spec = small_spec()
     old, new = write_pretrain_data(tmp_path / "a", docs=60), write_pretrain_data(tmp_path / "b", docs=60)

@@ -22,8 +22,8 @@ from nemotron import validation
 from nemotron.cli.main import main as cli_main
 from nemotron.config.registry import get_stage
 from nemotron.profiles.profile import from_table
-from nemotron.runtime import settings as S
-from nemotron.runtime.entry import run_config
+from nemotron.runtime.common import settings as S
+from nemotron.runtime.megatron.entry import run_config
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def _dry_run(capsys, *args: str) -> tuple[int, str]:
 def test_dry_run_refuses_what_a_resumed_run_refuses(home, capsys):
     """After a real run saved step 4: a train.train_iters below it and another blend are refused by the
     run (exit 2) and by --dry-run (exit 2), with the same line; a Slurm profile's folder is not read here."""
-    from nemotron.runtime.trainer import run
+    from nemotron.runtime.megatron.trainer import run
 
     tmp = home
     old, new = write_pretrain_data(tmp / "a", docs=60), write_pretrain_data(tmp / "b", docs=60)
@@ -172,7 +172,7 @@ def test_paths_of_the_wrong_kind_are_refused_by_run_and_dry_run(home, capsys):
 def test_resumed_run_summary_spans_the_whole_run(home, capsys):
     """A run resumed at step 2 reports the whole run: summary.json's first losses are those of step 0/1 in
     metrics.jsonl, and the last line says where it resumed."""
-    from nemotron.runtime.trainer import run
+    from nemotron.runtime.megatron.trainer import run
 
     tmp = home
     blend = write_pretrain_data(tmp / "data", docs=60, valid_docs=10)
@@ -203,7 +203,7 @@ def test_resumed_run_summary_spans_the_whole_run(home, capsys):
     png = ckpt / "metrics.png"
     assert f"curves: {png}" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    from nemotron.runtime.curves import read_metrics, series
+    from nemotron.runtime.common.curves import read_metrics, series
 
     assert [r["step"] for r in read_metrics(ckpt / "metrics.jsonl")] == [0, 1, 2, 3, 4]
     assert series(read_metrics(ckpt / "metrics.jsonl"), "eval_loss") == ([0, 2, 4], [v for _, v in summary["eval_losses"]])

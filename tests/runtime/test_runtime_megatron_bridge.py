@@ -1,4 +1,4 @@
-"""The Megatron-Bridge entry of pretrain, SFT and convert (src/nemotron/runtime/megatron_bridge.py): the pure
+"""The Megatron-Bridge entry of pretrain, SFT and convert (src/nemotron/runtime/megatron/megatron_bridge.py): the pure
 translation of our compiled configs into Megatron-Bridge's ConfigContainer values, the slice's HF config folder,
 the recipe builder's arguments, and the checks the entry runs before any heavy import.
 
@@ -19,9 +19,9 @@ import pytest
 from config_support import compile_stage
 from local_runtime_support import ROOT, pack, write_packed_parquet, write_pretrain_data
 from nemotron.config import keys
-from nemotron.runtime import megatron_bridge as mb
-from nemotron.runtime.pretrain_data import read_blend
-from nemotron.runtime.tracking import wandb_run_id
+from nemotron.runtime.megatron import megatron_bridge as mb
+from nemotron.runtime.megatron.pretrain_data import read_blend
+from nemotron.runtime.megatron.tracking import wandb_run_id
 
 PINNED = {"megatron_bridge": "0.5.0", "megatron_core": "0.18.0"}
 KEYLIST = "0.5.0-4588417"  # the key list of that pin (package 0.5.0, branch nemotron_3_ultra at 4588417)
@@ -266,8 +266,8 @@ def test_framework_mismatch_is_refused_unless_waived_and_then_said(tmp_path, cap
     NEMOTRON_SKIP_FRAMEWORK_CHECK=1 (the one-GPU bench outside the image) they are printed as warnings and every other
     check stays (here: the GPU count)."""
     from config_support import compile_stage
-    from nemotron.runtime import megatron_bridge as mb
-    from nemotron.runtime import prestart
+    from nemotron.runtime.common import prestart
+    from nemotron.runtime.megatron import megatron_bridge as mb
 
     blend = write_pretrain_data(tmp_path / "data", docs=20, valid_docs=5)
     cfg = compile_stage("pretrain", "tiny", data__per_split_data_args_path=str(blend),

@@ -1,4 +1,4 @@
-"""Metrics of the training runtimes (src/nemotron/runtime/tracking.py and the local trainer): TensorBoard
+"""Metrics of the training runtimes (src/nemotron/runtime/megatron/tracking.py and the local trainer): TensorBoard
 event files hold the logged loss; the W&B run id is the same for every job of a run, so a resumed
 (requeued) run continues the same W&B run; the API key is read from the environment and written nowhere.
 
@@ -19,9 +19,9 @@ from local_runtime_support import (
     small_spec,
     write_pretrain_data,
 )
-from nemotron.runtime import settings as S
-from nemotron.runtime.tracking import data_label, wandb_identity, wandb_run_id
 from nemotron.profiles.sections import wandb_key_problem
+from nemotron.runtime.common import settings as S
+from nemotron.runtime.megatron.tracking import data_label, wandb_identity, wandb_run_id
 
 KEY = "wandb-key-for-tests-0123456789abcdef0123"
 TRACKING_ENV = ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_NAME", "WANDB_DIR",
@@ -69,7 +69,7 @@ def test_tensorboard_holds_the_loss_and_wandb_resumes_the_same_run(tmp_path, mon
     as metrics.jsonl logged it; both jobs log to one W&B run id; the API key is in no output or file."""
     pytest.importorskip("tensorboard", reason="TensorBoard comes with the local extra")
     wandb = pytest.importorskip("wandb", reason="W&B logging needs the wandb package")
-    from nemotron.runtime.trainer import run
+    from nemotron.runtime.megatron.trainer import run
 
     for var in TRACKING_ENV:  # whatever the runtime sets is undone after the test
         monkeypatch.setenv(var, "")

@@ -95,7 +95,7 @@ def test_the_mfu_override_is_ours_and_never_reaches_megatron_bridge(capsys, tmp_
     dry run does not call it a section of ConfigContainer, and the Megatron-Bridge translation drops it."""
     from nemotron.config.compile import compile_config
     from nemotron.config.registry import get_stage
-    from nemotron.runtime import megatron_bridge
+    from nemotron.runtime.megatron import megatron_bridge
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("NEMOTRON_CKPT_ROOT", str(tmp_path / "ckpt"))

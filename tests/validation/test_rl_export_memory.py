@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from nemotron import validation
 from nemotron.config import catalogue
 from nemotron.config.compile import compile_config
 from nemotron.config.registry import get_stage
@@ -16,8 +17,8 @@ from nemotron.errors import ConfigError
 from nemotron.layout import rules
 from nemotron.layout import views
 from nemotron.profiles.load import load_profile
-from nemotron import validation
-from nemotron.runtime import nemo_rl, prestart
+from nemotron.runtime.common import prestart
+from nemotron.runtime.rl import nemo_rl
 
 ULTRA = catalogue.param_count(catalogue.get("ultra"))["total"]  # 560.5 B
 NEED = ULTRA * 2  # bytes, BF16

@@ -263,9 +263,10 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
     * ``pretrain-data``: ``blend.json`` parses with the trainer's reader and every prefix has its ``.bin`` and
       ``.idx`` of the right size (:func:`nemotron.validation.data.training_data_problems`).
     * ``sft-data``: ``manifest.json``, ``data/training_<N>.idx.parquet`` and ``data/validation_<N>.idx.parquet``
-      (read and checked row by row: :func:`nemotron.runtime.sft_data.read_packed`) and ``data/<N>_metadata.jsonl``.
+      (read and checked row by row: :func:`nemotron.runtime.megatron.sft_data.read_packed`) and
+      ``data/<N>_metadata.jsonl``.
     * ``rl-data``: ``train.jsonl`` and ``validation.jsonl``, every line read by
-      :func:`nemotron.runtime.rl_data.read_rows`.
+      :func:`nemotron.runtime.rl.rl_data.read_rows`.
 
     Raises:
         ConfigError: the first missing or bad file, by name.
@@ -285,8 +286,8 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
             raise _fail(f"{blend}: {problems[0].message}", problems[0].valid or "the output as data prep wrote it")
         return {"path": str(path), "blend_path": str(blend)}
     if artifact == "sft-data":
-        from nemotron.runtime.pretrain_data import DataError
-        from nemotron.runtime.sft_data import read_packed
+        from nemotron.runtime.megatron.pretrain_data import DataError
+        from nemotron.runtime.megatron.sft_data import read_packed
 
         if not (path / outputs.MANIFEST).is_file():
             raise _fail(f"{path / outputs.MANIFEST}: missing", "a data prep sft output (its version folder)")
@@ -311,7 +312,7 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
                 raise _fail(str(exc), "the output as data prep sft wrote it") from None
         return fields
     if artifact == "rl-data":
-        from nemotron.runtime.rl_data import RLDataError, read_rows
+        from nemotron.runtime.rl.rl_data import RLDataError, read_rows
 
         fields = {"path": str(path), "train_path": str(path / outputs.RL_TRAIN),
                   "validation_path": str(path / outputs.RL_VALID)}

@@ -296,8 +296,8 @@ def _stage_callback(stage: Stage) -> Callable[..., int]:
         kwargs["config"] = one_config(kwargs.get("config"))
         compare = kwargs.pop("compare", None)
         if compare:  # eval --compare A B: a table of the deltas of two eval.json, nothing runs
-            from nemotron.runtime.evaluate import CompareError
-            from nemotron.runtime.evaluate import compare as compare_results
+            from nemotron.runtime.eval.evaluate import CompareError
+            from nemotron.runtime.eval.evaluate import compare as compare_results
 
             try:
                 return compare_results(*compare)

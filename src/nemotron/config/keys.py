@@ -42,7 +42,7 @@ OWN_KEYS: tuple[str, ...] = (
     "dataset.local_layout", "mtp_boost",
 )
 
-#: Keys of our NeMo RL stage configs that are ours (the runtime, nemotron.runtime.nemo_rl, drops or
+#: Keys of our NeMo RL stage configs that are ours (the runtime, nemotron.runtime.rl.nemo_rl, drops or
 #: translates them before NeMo RL sees the config): ``model.name`` the catalogue entry, ``backend``,
 #: ``run`` the launcher, ``_teachers`` the MOPD panel, ``teacher_routing`` (becomes
 #: ``on_policy_distillation.teacher_model_by_agent_name``), ``environments`` (becomes ``env.*``),

@@ -24,8 +24,8 @@ class RegistryError(ValueError):
 @dataclass(frozen=True)
 class TrainingData:
     """The data a training stage reads (the stages whose row sets ``trains_on``): what the Megatron-Bridge runtime
-    (:mod:`nemotron.runtime.megatron_bridge`), the local trainer (:mod:`nemotron.runtime.trainer`) and their checks
-    (:mod:`nemotron.validation.checks`, :mod:`nemotron.validation.data`) do with it.
+    (:mod:`nemotron.runtime.megatron.megatron_bridge`), the local trainer (:mod:`nemotron.runtime.megatron.trainer`) and
+    their checks (:mod:`nemotron.validation.checks`, :mod:`nemotron.validation.data`) do with it.
 
     Attributes:
         artifact: the artifact kind (``"pretrain-data"``, ``"sft-data"``): what the run records itself as a consumer
@@ -218,8 +218,9 @@ class Stage:
 
     @property
     def bridge(self) -> bool:
-        """Whether its ``megatron-bridge`` backend is :mod:`nemotron.runtime.megatron_bridge` (the translation the
-        dry run checks, rule ``bridge-translate``): a training stage reading :attr:`training_data`, or a conversion."""
+        """Whether its ``megatron-bridge`` backend is :mod:`nemotron.runtime.megatron.megatron_bridge` (the translation
+        the dry run checks, rule ``bridge-translate``): a training stage reading :attr:`training_data`, or a
+        conversion."""
         return self.family.converts or self.training_data is not None
 
     @property
@@ -299,7 +300,7 @@ STAGES: tuple[Stage, ...] = (
            {"path": "{convert.output_dir}"}, "layout megatron-keys"),
     _stage("rlvr", "rlvr", "rl", "ray", "nemo-rl", "hf-checkpoint rl-data", "rl-checkpoint", True,
            "Reinforcement learning with verifiable rewards (GRPO) on NeMo RL; -c teacher-<slot> trains MOPD teachers.",
-           # the Hugging Face form of the newest step (nemotron.runtime.nemo_rl.finish; the run records hf/step_N)
+           # the Hugging Face form of the newest step (nemotron.runtime.rl.nemo_rl.finish; the run records hf/step_N)
            {"path": "{checkpointing.checkpoint_dir}/hf/latest", "checkpoint_dir": "{checkpointing.checkpoint_dir}"},
            "layout nemo-rl", rl_objective="reward"),
     _stage("mopd-warmup", "mopd-warmup", "rl", "ray", "nemo-rl", "rl-checkpoint rl-data", "mopd-warmup-checkpoint", True,

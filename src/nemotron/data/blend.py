@@ -326,7 +326,7 @@ def read_blend_pairs(path: str | os.PathLike[str]) -> dict[str, list[tuple[float
     """The splits of a Megatron blend.json ``{"train": [w1, "prefix1", ...], "valid": [...], ...}`` as
     ``(weight, prefix)`` pairs, weights as floats. A relative prefix is taken from the file's folder when
     ``<prefix>.idx`` does not exist from the working directory. A null split is left out; an empty one kept
-    (empty). Shards are not opened (see :func:`nemotron.runtime.pretrain_data.read_blend`).
+    (empty). Shards are not opened (see :func:`nemotron.runtime.megatron.pretrain_data.read_blend`).
 
     Raises:
         BlendFileError: unreadable, not JSON, not a mapping, a split not in :data:`BLEND_SPLITS`, a split

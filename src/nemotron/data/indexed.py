@@ -160,8 +160,8 @@ class IndexedWriter:
 def bin_size_problem(prefix: str | os.PathLike[str]) -> str | None:
     """Whether ``<prefix>.bin`` has the size its ``.idx`` describes, reading only the index's header and its last
     length and pointer (three seeks: cheap on any file system, whatever the shard's size). Megatron-Core's
-    ``IndexedDataset`` and our training reader (:class:`nemotron.runtime.pretrain_data.Shard`) refuse a mismatch;
-    a truncated copy is the usual cause.
+    ``IndexedDataset`` and our training reader (:class:`nemotron.runtime.megatron.pretrain_data.Shard`) refuse a
+    mismatch; a truncated copy is the usual cause.
 
     Returns:
         None when the sizes agree; else ``"<prefix>.bin: <size> bytes, the index describes <expected>"`` (the

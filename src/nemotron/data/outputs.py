@@ -60,7 +60,7 @@ def writer_lock(output_dir: str | Path) -> Iterator[Path]:
     """Hold ``output_dir`` for one writing run: an exclusive, non-blocking ``fcntl.flock`` on
     ``output_dir/.nemotron-writer.lock`` (the folder and its parents are created), which records the
     holder's pid (and on a second line its ``NEMOTRON_EXPERIMENT_ID`` when set). Also held by the local
-    training runtime on its checkpoint folder (:func:`nemotron.runtime.entry.run_config`). The lock covers
+    training runtime on its checkpoint folder (:func:`nemotron.runtime.megatron.entry.run_config`). The lock covers
     every version folder under ``output_dir``; the operating system drops it when the process ends, killed
     or not, so a stale lock file never blocks. Yields the lock file.
 

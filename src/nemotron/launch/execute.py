@@ -28,7 +28,7 @@ from nemotron.profiles.schema import redact_text
 
 if TYPE_CHECKING:
     from nemotron.profiles.profile import ExecutorProfile
-from nemotron.runtime.prestart import visible_gpus
+from nemotron.runtime.common.prestart import visible_gpus
 
 
 def run_dir(plan: Any) -> Path:

@@ -475,7 +475,7 @@ EXPORT_BYTES_PER_PARAM = 2
       "nemotron.config.catalogue.param_count (Ultra 560.5 B)", "NeMo RL main 7ea279a")
 def rl_export_host_memory(params: int, available_bytes: int | None, key: str, value: Any, where: str,
                           fix: str, severity_unknown: str = "warning") -> list[Problem]:
-    """The Ray head's node against the host RAM NeMo RL's export needs (what :func:`nemotron.runtime.nemo_rl.finish`
+    """The Ray head's node against the host RAM NeMo RL's export needs (what :func:`nemotron.runtime.rl.nemo_rl.finish`
     runs after training): ``params`` (elements, total incl. MTP) x :data:`EXPORT_BYTES_PER_PARAM` bytes, a lower
     bound (no margin is added: no pinned source states the converter's peak above the weights it holds). The one
     process reads about that many bytes of Megatron weights (the checkpoint's optimizer state is not read) and
@@ -676,7 +676,7 @@ def rl_node_total(run_nodes: int, cluster_nodes: int, gen_nodes: int, gym_nodes:
 #: servers (``env.nemo_gym``): an LLM ``judge``, ``instruction_following`` verifiers, a code ``sandbox``, and
 #: ``verifier``, a resources server that scores on CPUs (``math_with_judge`` with ``should_use_judge: false``,
 #: NVIDIA-NeMo/RL examples/configs/recipes/llm/mopd-qwen3-1.7b-3n8g-megatron-pack.yaml) whose ``agent`` names the
-#: ``agent_ref`` the runtime writes into each row of our RL data (nemotron.runtime.nemo_rl.gym_rows).
+#: ``agent_ref`` the runtime writes into each row of our RL data (nemotron.runtime.rl.nemo_rl.gym_rows).
 ENV_KINDS = ("builtin", "judge", "instruction_following", "sandbox", "verifier")
 #: NeMo RL's built-in environments our stages use (the ``env.<name>`` section NeMo RL reads).
 BUILTIN_ENVS = ("math",)
@@ -1111,8 +1111,8 @@ MTP_BOOST_MISSING = ("no KL-to-backbone MTP objective: process_mtp_loss computes
       "Optimizer's speculative_mtp_boost recipe (modelopt.torch.speculative.mtp) exists only after nvidia-modelopt 0.47",
       "Megatron-Bridge 4588417 / Megatron-Core c8288b6 / nvidia-modelopt 0.47")
 def mtp_boost_framework(backend: str, objective: Any, freeze: Any) -> list[Problem]:
-    """MTP boosting runs only on the ``local`` backend (:mod:`nemotron.runtime.mtp_local`); a cluster backend is
-    refused, naming what its pinned framework lacks. On ``local``: ``mtp_boost.objective`` must be ``forward-kl``
+    """MTP boosting runs only on the ``local`` backend (:mod:`nemotron.runtime.megatron.mtp_local`); a cluster backend
+    is refused, naming what its pinned framework lacks. On ``local``: ``mtp_boost.objective`` must be ``forward-kl``
     and ``mtp_boost.freeze_backbone`` true (the report's MTP boosting; anything else is another method)."""
     if backend != "local":
         return [_err("backend", backend, f"MTP boosting cannot run on {backend} at the pinned versions: "
@@ -1165,11 +1165,11 @@ declare("runtime-available", "the config's backend has a runtime in this version
 declare("one-machine", "run.env.nodes > 1 with no profile or a local profile: the run is one machine -- warning",
         "JobPlan.command, the local executor (torchrun --nnodes 1)", "—", _V)
 declare("gpus-here", "a run on this machine of a cluster backend sees the GPUs its plan counts",
-        "runtime/prestart.py gpu_problems (the runtimes' own check)", "this version", _V)
+        "runtime/common/prestart.py gpu_problems (the runtimes' own check)", "this version", _V)
 declare("framework-here", "a run on this machine of a cluster backend can import its framework "
-        "(megatron.bridge, nemo_rl)", "runtime/prestart.py missing_modules", "this version", _V)
+        "(megatron.bridge, nemo_rl)", "runtime/common/prestart.py missing_modules", "this version", _V)
 declare("local-modules", "a backend: local run on this machine can import the modules its entry imports first",
-        "runtime/entry.py run_heavy with the table LOCAL_NEEDS", "this version", _V)
+        "runtime/megatron/entry.py run_heavy with the table LOCAL_NEEDS", "this version", _V)
 declare("output-folder", "each output folder a run on this machine names can be created or written",
         "the run's first mkdir", "—", _V)
 declare("blend-mix", "a blend's mix_with parses and mixes with the primary blend as the run mixes it",
@@ -1184,10 +1184,10 @@ declare("nemo-rl-keys", "every NeMo RL key the config passes through is a Master
         "the stored key list, scripts/nemo_rl_keys.py (NeMo RL source at the pinned commit)", "NeMo RL main 7ea279a",
         _V)
 declare("bridge-translate", "pretrain, SFT, convert: the config translates into Megatron-Bridge's form as the job "
-        "translates it", "nemotron.runtime.megatron_bridge.translate and recipe_kwargs, called again with the "
+        "translates it", "nemotron.runtime.megatron.megatron_bridge.translate and recipe_kwargs, called again with the "
         "recipe signatures stored in the key list", "Megatron-Bridge 4588417", f"{_V}.checks")
 declare("rl-translate", "RLVR, MOPD, eval on a cluster: the config translates into NeMo RL's MasterConfig as the "
-        "job translates it", "nemotron.runtime.nemo_rl.translate / eval_config, called again",
+        "job translates it", "nemotron.runtime.rl.nemo_rl.translate / eval_config, called again",
         "NeMo RL main 7ea279a", _V)
 declare("nemo-rl-sft", "mopd-warmup on NeMo RL: every section of NeMo RL's SFT MasterConfig is present and each "
         "sft.* field we set is an SFTConfig field", "nemo_rl/algorithms/sft.py SFTConfig, MasterConfig",
@@ -1213,16 +1213,16 @@ declare("nemo-rl-opd-routing", "the OPD advantage needs NeMo Gym rollouts (env.s
         "(OPD requires teacher_logprobs); async_utils/trajectory_collector.py; experience/rollouts.py",
         "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
 declare("rl-output", "checkpointing.enabled is true on NeMo RL stages: the stage records the Hugging Face form of "
-        "the newest checkpoint", "this project's stage output (nemotron.runtime.nemo_rl.finish)", "this version",
+        "the newest checkpoint", "this project's stage output (nemotron.runtime.rl.nemo_rl.finish)", "this version",
         f"{_V}.nemo_rl")
 # the local runtime, memory, storage
 declare("local-layout", "backend: local runs one process: parallel sizes 1, one node, at most one GPU",
         "the local runtime (one process)", "the local runtime", f"{_V}.checks")
 declare("local-refusal", "backend: local pretrain/SFT on this machine: what the run refuses before it starts",
-        "nemotron.runtime.entry.refusals (with nemotron.runtime.lineage.check_resume), called again",
+        "nemotron.runtime.megatron.entry.refusals (with nemotron.runtime.megatron.lineage.check_resume), called again",
         "the local runtime", f"{_V}.checks")
 declare("local-settings", "backend: local stages: the local runtime's settings reader accepts the config",
-        "nemotron.runtime.settings.read, rl_settings.read, evaluate.read, called again", "the local runtime", _V)
+        "nemotron.runtime.common.settings.read, rl_settings.read, evaluate.read, called again", "the local runtime", _V)
 declare("convert-cpu", "a CPU conversion (convert.device=cpu) runs on one node", "the convert stage's CPU path "
         "(one process on one node)", "—", f"{_V}.checks")
 declare("memory", "the memory estimate fits the profile's GPU memory, or cannot be checked -- warning",
@@ -1233,9 +1233,9 @@ declare("checkpoint-space", "one checkpoint fits the free space of checkpoint.sa
 declare("quantize-recipe", "quantization.recipe names a recipe with algorithm, quant_cfg, expect, source",
         "docs/quantize.md; stages/ultra3/quantize/recipes/", "nvidia-modelopt 0.47", f"{_V}.quantize")
 declare("quantize-settings", "the quantize runtime's settings reader accepts the config",
-        "nemotron.runtime.quant_config.read_settings, called again", "this version", f"{_V}.quantize")
+        "nemotron.runtime.quantization.quant_config.read_settings, called again", "this version", f"{_V}.quantize")
 declare("quantize-inputs", "the checkpoint to quantize (and, local, the calibration blend) exists and is not "
-        "already quantized", "nemotron.runtime.quant_config.check_inputs, called again (docs/quantize.md)", "—",
+        "already quantized", "nemotron.runtime.quantization.quant_config.check_inputs, called again (docs/quantize.md)", "—",
         f"{_V}.quantize")
 # data prep
 declare("data-settings", "data prep: the stage's runtime settings reader accepts the config",
@@ -1261,4 +1261,4 @@ declare("data-empty", "a dataset whose every local file is 0 bytes", "the runs' 
 declare("data-ray", "RAY_ADDRESS set in this shell answers -- warning", "nemotron.data.raypool.probe_address "
         "(the run joins RAY_ADDRESS)", "—", f"{_V}.data")
 declare("blend-prefix", "pretrain: every blend.json the run reads parses with its reader, each prefix has its "
-        ".bin and .idx", "nemotron.runtime.pretrain_data.read_blend, Shard", "—", f"{_V}.data")
+        ".bin and .idx", "nemotron.runtime.megatron.pretrain_data.read_blend, Shard", "—", f"{_V}.data")

@@ -305,7 +305,7 @@ def manifest_field(manifest: dict[str, Any] | None, *names: str) -> Any:
 
 def rl_export_params(cfg: dict) -> int | None:
     """Parameters (elements, total incl. MTP: :func:`nemotron.config.catalogue.param_count`) of the policy that an
-    RLVR/MOPD run's Hugging Face export (:func:`nemotron.runtime.nemo_rl.finish`) holds, from ``model.name``;
+    RLVR/MOPD run's Hugging Face export (:func:`nemotron.runtime.rl.nemo_rl.finish`) holds, from ``model.name``;
     None when nothing is exported (``checkpointing.enabled`` false or no ``checkpointing.checkpoint_dir``: the
     run records no checkpoint) or the model is not in the catalogue (reported by the model-name rule)."""
     from nemotron.config import catalogue

@@ -1,36 +1,23 @@
-"""Runtimes that execute a stage's job (imported only by the stages' entry scripts, never by the CLI).
+"""Runtimes that execute a stage's job (imported by the stages' entry scripts; the CLI and validation import light
+parts of them inside functions: the settings readers and translations the dry run checks, ``pipe``'s metrics).
 
-The ``local`` backend of ``pretrain`` and ``sft`` trains the catalogue's ``small`` NemotronH with
-Hugging Face transformers' ``Trainer`` on one machine (the CPU, or one GPU when visible), from the
-files our data prep writes:
+Grouped by the registry's families (:data:`nemotron.config.registry.FAMILIES`, a row's ``kind``): a family's entry,
+settings, data readers and both of its backends (the cluster one and ``local``) sit in one package.
 
-* :mod:`~nemotron.runtime.settings` — the compiled ``train.yaml`` read into one record, and
-  Megatron-Core's learning-rate schedule as a pure function (stdlib only);
-* :mod:`~nemotron.runtime.pretrain_data` — Megatron ``.bin/.idx`` shards through ``blend.json``,
-  sampled as Megatron-Core's GPT and blended datasets do (numpy);
-* :mod:`~nemotron.runtime.sft_data` — Megatron-Bridge packed Parquet, unpacked into one row per
-  sub-sequence (or kept packed with real boundaries when the CUDA Mamba kernels are present);
-* :mod:`~nemotron.runtime.model` — build or load the NemotronH (transformers);
-* :mod:`~nemotron.runtime.trainer` — the training loop (``transformers.Trainer``), checkpoints in
-  Hugging Face form under ``checkpoint.save``, resume, signals;
-* :mod:`~nemotron.runtime.entry` — what ``stages/ultra3/{pretrain,sft}/run.py`` call: checks first,
-  heavy imports after;
-* :mod:`~nemotron.runtime.convert` — the transformers-v5 → v4 NemotronH config rewrite (pure);
-* :mod:`~nemotron.runtime.routing` — the MoE-routing check the Megatron-Bridge entry runs on its
-  model provider (pure);
-* :mod:`~nemotron.runtime.quant_config` — quantize recipes, module kinds, the export-name repair, the
-  local settings and the cluster config translation (stdlib + yaml);
-* :mod:`~nemotron.runtime.quantize` — the ``local`` quantize backend (nvidia-modelopt);
-  :mod:`~nemotron.runtime.nvfp4_cpu` — its CPU NVFP4 route; :mod:`~nemotron.runtime.quantize_cluster` —
-  the Megatron-Bridge quantize entry (checks first).
-* :mod:`~nemotron.runtime.megatron_bridge` — the cluster runtime of ``pretrain``, ``sft`` and ``convert``:
-  checks, the translation to Megatron-Bridge's ConfigContainer (pure), AutoBridge and the training call
-  (stdlib at import time);
-* :mod:`~nemotron.runtime.tracking` — TensorBoard / W&B identity shared by both training runtimes (pure);
-* :mod:`~nemotron.runtime.nemo_rl` — the cluster runtime of ``rlvr`` and ``mopd``: checks, the v4
-  checkpoint views, the translation to NeMo RL's config (pure) and the call of NeMo RL's GRPO entry
-  (stdlib at import time).
+* :mod:`~nemotron.runtime.dispatch` — what every stage's ``run.py`` calls: reads the compiled config, picks the
+  backend, checks the environment, runs the backend's ``module:function``;
+* :mod:`~nemotron.runtime.stage_metrics` — what a finished stage measured, read back for ``pipe`` (stdlib only);
+* :mod:`~nemotron.runtime.common` — what the families share: settings readers, the transformers NemotronH, its
+  config forms, curves, the cluster pre-start checks;
+* :mod:`~nemotron.runtime.megatron` — kinds ``megatron`` and ``convert`` (``pretrain``, ``sft``, ``mtp-boost``,
+  ``convert``): Megatron-Bridge on the cluster, the local trainer, the pretrain/SFT data readers;
+* :mod:`~nemotron.runtime.rl` — kind ``rl`` (``rlvr``, ``mopd-warmup``, ``mopd``): NeMo RL on the cluster, TRL
+  locally;
+* :mod:`~nemotron.runtime.quantization` — kind ``quantize``: Model Optimizer, locally and under Megatron-Bridge;
+* :mod:`~nemotron.runtime.eval` — kind ``eval``: the local evaluation and ``--compare``.
 
-Only :mod:`settings`, :mod:`convert`, :mod:`routing` and :mod:`nemo_rl` are light; the rest import numpy, pyarrow,
-torch or transformers at module level and must stay out of the CLI's import path.
+Data prep (kind ``data``) runs in :mod:`nemotron.data`. A new stage's runtime goes into its kind's package; a new
+kind adds a package. Heavy third-party modules are imported inside functions, except torch in
+``megatron/loss.py`` and ``megatron/moe.py`` and numpy in ``megatron/pretrain_data.py`` and
+``megatron/sft_data.py``: those modules stay off the CLI's import path.
 """

@@ -183,19 +183,20 @@ def _quantize_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -
 
 
 def _eval_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
-    """The eval stage: ``backend: local`` is read by its runtime's own reader (:func:`nemotron.runtime.evaluate.read`,
-    stdlib only); the cluster backend by the translation its job runs (:func:`nemotron.runtime.nemo_rl.eval_config`)."""
-    from nemotron.runtime.settings import SettingsError
+    """The eval stage: ``backend: local`` is read by its runtime's own reader
+    (:func:`nemotron.runtime.eval.evaluate.read`, stdlib only); the cluster backend by the translation its job runs
+    (:func:`nemotron.runtime.rl.nemo_rl.eval_config`)."""
+    from nemotron.runtime.common.settings import SettingsError
 
     if checks.backend(cfg) == checks.LOCAL:
-        from nemotron.runtime.evaluate import read
+        from nemotron.runtime.eval.evaluate import read
 
         try:
             read(cfg, unresolved_ok=True)
         except SettingsError as exc:
             return [Problem(key="", value=None, message=str(exc), rule="local-settings")]
         return []
-    from nemotron.runtime.nemo_rl import eval_config
+    from nemotron.runtime.rl.nemo_rl import eval_config
 
     try:
         eval_config(cfg)
@@ -211,14 +212,14 @@ def _eval_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> li
 #: ``(stage, cfg, profile) -> [Problem]``.
 def _mtp_boost_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Rule ``mtp-boost-framework`` (the job's runtime refuses with the same function), then the local runtime's
-    own reader of its settings (:func:`nemotron.runtime.mtp_local.read`: stdlib only) on ``backend: local``."""
+    own reader of its settings (:func:`nemotron.runtime.megatron.mtp_local.read`: stdlib only) on ``backend: local``."""
     from nemotron.layout.rules import mtp_boost_framework
 
     out = mtp_boost_framework(checks.backend(cfg), get(cfg, "mtp_boost.objective"),
                               get(cfg, "mtp_boost.freeze_backbone"))
     if not out and checks.backend(cfg) == checks.LOCAL:
-        from nemotron.runtime.mtp_local import read
-        from nemotron.runtime.settings import SettingsError
+        from nemotron.runtime.common.settings import SettingsError
+        from nemotron.runtime.megatron.mtp_local import read
 
         try:
             read(cfg, unresolved_ok=True)
@@ -230,11 +231,11 @@ def _mtp_boost_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) 
 
 def _warmup_checks(stage: Any, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """``mopd-warmup``: the MOPD panel rule (``mopd-general-teacher``, as mopd's dry run applies it), what NeMo RL's
-    SFT ``MasterConfig`` refuses in the keys we set (:func:`nemotron.runtime.warmup.sft_problems`, rule
+    SFT ``MasterConfig`` refuses in the keys we set (:func:`nemotron.runtime.rl.warmup.sft_problems`, rule
     ``nemo-rl-sft``; the contract test runs NeMo RL's own on the same configs), then the stage's settings reader
-    (:func:`nemotron.runtime.warmup.read`: stdlib only), and on the cluster the node count against the profile."""
-    from nemotron.runtime.settings import SettingsError
-    from nemotron.runtime.warmup import read, sft_problems
+    (:func:`nemotron.runtime.rl.warmup.read`: stdlib only), and on the cluster the node count against the profile."""
+    from nemotron.runtime.common.settings import SettingsError
+    from nemotron.runtime.rl.warmup import read, sft_problems
 
     out = [Problem(key=k, value=v, message=why, rule="nemo-rl-sft") for k, v, why in sft_problems(cfg)]
     teachers = cfg.get("_teachers") if isinstance(cfg.get("_teachers"), dict) else {}
@@ -272,7 +273,7 @@ CHECK_SETS: dict[str, Any] = {
 
 
 #: The module a cluster backend's runtime imports first, per ``stages/images.toml`` image key: the runtimes
-#: (:mod:`nemotron.runtime.megatron_bridge`, :mod:`nemotron.runtime.nemo_rl`) refuse to start without it.
+#: (:mod:`nemotron.runtime.megatron.megatron_bridge`, :mod:`nemotron.runtime.rl.nemo_rl`) refuse to start without it.
 FRAMEWORK_MODULES = {"nemo": "megatron.bridge", "nemo-rl": "nemo_rl"}
 
 
@@ -281,22 +282,22 @@ def this_machine(stage: Stage, cfg: dict, plan: Any, importable: Any = None, gpu
     that a dry run never calls valid what the run then refuses. Empty for a cluster profile (its nodes are checked
     when the job starts there) and for the data stages (CPU, local Ray).
 
-    * rule ``gpus-here``: the GPUs this machine shows (:func:`nemotron.runtime.prestart.visible_gpus`, or ``gpus``)
-      against the plan's GPUs per node. A cluster backend (anything but ``backend: local``) runs one process per
-      GPU and its runtime refuses any other count (:func:`nemotron.runtime.prestart.gpu_problems`, the function
-      called here); the ``local`` backend needs at least as many as a multi-GPU plan asks for.
+    * rule ``gpus-here``: the GPUs this machine shows (:func:`nemotron.runtime.common.prestart.visible_gpus`, or
+      ``gpus``) against the plan's GPUs per node. A cluster backend (anything but ``backend: local``) runs one process
+      per GPU and its runtime refuses any other count (:func:`nemotron.runtime.common.prestart.gpu_problems`, the
+      function called here); the ``local`` backend needs at least as many as a multi-GPU plan asks for.
     * rule ``local-modules``: ``backend: local`` runs in this Python: the modules its entry imports first
-      (:data:`nemotron.runtime.entry.LOCAL_NEEDS`: torch, transformers, and per stage TRL, Math-Verify or Model
+      (:data:`nemotron.runtime.megatron.entry.LOCAL_NEEDS`: torch, transformers, and per stage TRL, Math-Verify or Model
       Optimizer) must be importable here.
     * rule ``framework-here``: a cluster backend runs in a container (``stages/images.toml``); on this machine
       the job runs this Python, so the framework its runtime imports first (:data:`FRAMEWORK_MODULES`) must be
-      importable here (:func:`nemotron.runtime.prestart.missing_modules`, the runtimes' own check).
+      importable here (:func:`nemotron.runtime.common.prestart.missing_modules`, the runtimes' own check).
 
     ``importable(module)`` and ``gpus`` default to the real ones (tests of other machines pass their own).
     """
     if not checks.on_this_machine(getattr(plan, "executor", None)) or stage.family.prepares_data:
         return []
-    from nemotron.runtime import prestart
+    from nemotron.runtime.common import prestart
 
     out: list[Problem] = []
     local = checks.backend(cfg) == checks.LOCAL
@@ -309,12 +310,12 @@ def this_machine(stage: Stage, cfg: dict, plan: Any, importable: Any = None, gpu
     title = getattr(stage, "title", getattr(stage, "name", "stage"))
     if local:
         from nemotron.runtime.dispatch import _importable
-        from nemotron.runtime.entry import LOCAL_INSTALL, local_needs
+        from nemotron.runtime.megatron.entry import LOCAL_INSTALL, local_needs
 
         modules, needs = local_needs(stage.name)
         check = importable or _importable
         absent = [m for m in modules if not m.startswith("nemotron.") and not check(m.split(".")[0])]
-        if absent:  # the entry's own refusal (runtime.entry.run_heavy), before anything starts
+        if absent:  # the entry's own refusal (runtime.megatron.entry.run_heavy), before anything starts
             out.append(Problem("backend", "local", rule="local-modules",
                                message=f"{where}, in this Python: the local backend needs {needs}; "
                                        f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not importable here",

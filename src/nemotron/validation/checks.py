@@ -262,7 +262,7 @@ def offload_rules(cfg: dict) -> list[Problem]:
 def optimizer_rules(cfg: dict, precisions: list[str], where: str) -> list[Problem]:
     """The learning-rate schedule (Megatron-Core's ``OptimizerParamScheduler``) and the ``mixed_precision``
     preset of a training config, with the rules the local runtime applies again when it reads its settings
-    (:func:`nemotron.runtime.settings.read`). Keys left unset take the framework's defaults and are skipped."""
+    (:func:`nemotron.runtime.common.settings.read`). Keys left unset take the framework's defaults and are skipped."""
     out: list[Problem] = []
     if get(cfg, "optimizer.lr") is not None:
         out += rules.lr_range(get(cfg, "optimizer.lr"), get(cfg, "optimizer.min_lr"))
@@ -278,14 +278,14 @@ def optimizer_rules(cfg: dict, precisions: list[str], where: str) -> list[Proble
 
 def bridge_translation(stage_name: str, cfg: dict) -> list[Problem]:
     """Rule ``bridge-translate``: the config translates into Megatron-Bridge's form as the job will translate it
-    (:func:`nemotron.runtime.megatron_bridge.translate`, pure; the first refusal), e.g. ``recipe.hf_model_id``
+    (:func:`nemotron.runtime.megatron.megatron_bridge.translate`, pure; the first refusal), e.g. ``recipe.hf_model_id``
     unset, ``dataset.dataset_kwargs.answer_only_loss=false``, an unknown ``convert.direction``; and the classes the
-    job builds from that translation (:data:`nemotron.runtime.megatron_bridge.CONSTRUCTED`: SFT's
+    job builds from that translation (:data:`nemotron.runtime.megatron.megatron_bridge.CONSTRUCTED`: SFT's
     ``FinetuningDatasetConfig``) get every field they require (:func:`nemotron.config.keys.missing_keys`). The blend.json
     is read by the job (here: an empty blend); a value still waiting for an artifact is the dry-run's warning."""
     from nemotron.config import keys
     from nemotron.config.registry import get_stage
-    from nemotron.runtime.megatron_bridge import CONSTRUCTED, TranslateError, recipe_kwargs, translate
+    from nemotron.runtime.megatron.megatron_bridge import CONSTRUCTED, TranslateError, recipe_kwargs, translate
 
     data = get_stage(stage_name).training_data
     try:
@@ -328,10 +328,10 @@ def bridge_translation(stage_name: str, cfg: dict) -> list[Problem]:
 
 def rl_translation(cfg: dict) -> list[Problem]:
     """Rule ``rl-translate``: the config translates into NeMo RL's ``MasterConfig`` as the job will translate it
-    (:func:`nemotron.runtime.nemo_rl.translate`, pure; its first refusal), e.g. a ``teacher_routing`` slot
+    (:func:`nemotron.runtime.rl.nemo_rl.translate`, pure; its first refusal), e.g. a ``teacher_routing`` slot
     that is not in the teacher panel."""
     from nemotron.errors import ConfigError
-    from nemotron.runtime.nemo_rl import translate
+    from nemotron.runtime.rl.nemo_rl import translate
 
     try:
         translate(cfg)
@@ -341,10 +341,10 @@ def rl_translation(cfg: dict) -> list[Problem]:
 
 
 def local_settings(stage_name: str, cfg: dict) -> list[Problem]:
-    """Rule ``local-settings``: the local trainer's own settings reader (:func:`nemotron.runtime.settings.read`,
+    """Rule ``local-settings``: the local trainer's own settings reader (:func:`nemotron.runtime.common.settings.read`,
     stdlib only) accepts the config; its first refusal. Paths of artifacts not produced yet are left to the
     dry-run's warnings."""
-    from nemotron.runtime.settings import SettingsError, read
+    from nemotron.runtime.common.settings import SettingsError, read
 
     try:
         read(cfg, stage_name, unresolved_ok=True)
@@ -369,11 +369,11 @@ def local_panel_rules(cfg: dict) -> list[Problem]:
 
 
 def local_rl_settings(stage_name: str, cfg: dict) -> list[Problem]:
-    """Rule ``local-settings`` of the local RL stages: :func:`nemotron.runtime.rl_settings.read` (stdlib only; the
+    """Rule ``local-settings`` of the local RL stages: :func:`nemotron.runtime.rl.rl_settings.read` (stdlib only; the
     run reads its settings with it) accepts the config, including the teacher panel and its routing; its first
     refusal."""
-    from nemotron.runtime.rl_settings import read
-    from nemotron.runtime.settings import SettingsError
+    from nemotron.runtime.common.settings import SettingsError
+    from nemotron.runtime.rl.rl_settings import read
 
     try:
         read(cfg, stage_name, unresolved_ok=True)
@@ -384,15 +384,15 @@ def local_rl_settings(stage_name: str, cfg: dict) -> list[Problem]:
 
 def local_refusals(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Rule ``local-refusal``: what the local trainer refuses before it starts, with its own lines
-    (:func:`nemotron.runtime.entry.refusals`: an input path of the wrong kind; a resume whose inputs or
+    (:func:`nemotron.runtime.megatron.entry.refusals`: an input path of the wrong kind; a resume whose inputs or
     ``train.train_iters`` contradict the checkpoint already in the folder). Only for a run on this machine
     (no profile, or a ``local`` one): on a cluster profile the folders live on the cluster's file system."""
     if stage.training_data is None:  # the local trainer trains the stages that read training data
         return []
     if profile is not None and not profile.settings.on_this_machine:
         return []
-    from nemotron.runtime.entry import refusals
-    from nemotron.runtime.settings import SettingsError, read
+    from nemotron.runtime.common.settings import SettingsError, read
+    from nemotron.runtime.megatron.entry import refusals
 
     try:
         settings = read(cfg, stage.name, unresolved_ok=True)
@@ -404,8 +404,8 @@ def local_refusals(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> 
 def validate_local(stage: Stage, cfg: dict, model: ModelSpec | None) -> list[Problem]:
     """``backend: local`` runs one process on this machine (HF transformers / Model Optimizer)."""
     out: list[Problem] = []
-    if stage.training_data is not None:  # the local trainer (nemotron.runtime.trainer)
-        from nemotron.runtime.settings import LOCAL_PRECISIONS
+    if stage.training_data is not None:  # the local trainer (nemotron.runtime.megatron.trainer)
+        from nemotron.runtime.common.settings import LOCAL_PRECISIONS
 
         out += optimizer_rules(cfg, [k for k in LOCAL_PRECISIONS if k is not None],
                                "the local runtime (no Transformer Engine: FP8/NVFP4 presets need a cluster backend)")
@@ -444,7 +444,8 @@ def sft_data_rules(cfg: dict, v: TrainView, hybrid: bool = True) -> list[Problem
     out: list[Problem] = rules.sft_validation_data(get(cfg, f"{specs}.packed_train_data_path"),
                                                    get(cfg, f"{specs}.packed_val_data_path"),
                                                    f"{specs}.packed_val_data_path")
-    # the job always packs (nemotron.runtime.megatron_bridge.translate: packed_sequence_size = model.seq_length)
+    # the job always packs (nemotron.runtime.megatron.megatron_bridge.translate: packed_sequence_size =
+    # model.seq_length)
     pack = as_int(get(cfg, f"{specs}.packed_sequence_size")) or as_int(get(cfg, "model.seq_length"))
     out += rules.packed_micro_batch(pack, get(cfg, "train.micro_batch_size"), get(cfg, "train.global_batch_size"))
     out += rules.packed_mamba_path(pack, get(cfg, "model.use_mamba_mem_eff_path"), hybrid)
@@ -982,7 +983,7 @@ def rl_export_rules(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]
     """Rule rl-export-host-memory on a NeMo RL stage: the host memory of a node of ``profile``
     (:func:`nemotron.layout.views.host_memory`: Slurm ``mem`` when a concrete size, else ``host_memory``) against
     what the Hugging Face export after training holds (:func:`nemotron.layout.views.rl_export_params` x 2 bytes).
-    The run checks the Ray head's real memory at job start with the same rule (:func:`nemotron.runtime.nemo_rl.precheck`)."""
+    The run checks the Ray head's real memory at job start with the same rule (:func:`nemotron.runtime.rl.nemo_rl.precheck`)."""
     params = rl_export_params(cfg)
     if params is None:
         return []

@@ -4,7 +4,7 @@ before a job is queued.
 Each rule mirrors a refusal of NeMo RL at the commit ``stages/images.toml`` pins (``[nemo-rl]``), named in its
 docstring with the place it happens; tests/contract/test_nemo_rl.py runs NeMo RL's own code on the same bad
 configs and shows that both refuse (and that both accept every shipped config). They read the config the job
-hands NeMo RL — :func:`nemotron.runtime.nemo_rl.translate` of the compiled config — and NeMo RL's key list
+hands NeMo RL — :func:`nemotron.runtime.rl.nemo_rl.translate` of the compiled config — and NeMo RL's key list
 (``keylists/nemo-rl-<version>.json``: its ``required`` classes, ``entry_reads``, ``metrics``), so the rules and
 the contract tests read one source.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from nemotron.config import keys
 from nemotron.config.tree import get
 from nemotron.errors import ConfigError, Problem
-from nemotron.runtime.nemo_rl import entry_relpath, translate
+from nemotron.runtime.rl.nemo_rl import entry_relpath, translate
 
 
 def validate_nemo_rl(cfg: dict, keylist: dict) -> list[Problem]:
@@ -41,7 +41,7 @@ def validate_nemo_rl(cfg: dict, keylist: dict) -> list[Problem]:
 
 def output_checkpoint(master: dict) -> list[Problem]:
     """Rule ``rl-output`` (ours): the stage records the Hugging Face form of the newest ``step_N`` NeMo RL saved
-    (:func:`nemotron.runtime.nemo_rl.finish`; NeMo RL saves the last step whatever ``save_period``); with
+    (:func:`nemotron.runtime.rl.nemo_rl.finish`; NeMo RL saves the last step whatever ``save_period``); with
     ``checkpointing.enabled`` false there is none, and the job would end with exit 1 after training."""
     if get(master, "checkpointing.enabled", True):
         return []

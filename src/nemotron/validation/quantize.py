@@ -1,7 +1,7 @@
 """Launch checks of the quantize stage beyond its layouts (those are in :mod:`nemotron.validation.checks`):
 the recipe exists and is well formed, and the inputs exist — the checkpoint to quantize and, for the
 ``local`` backend, the calibration blend — using the runtime's own readers
-(:mod:`nemotron.runtime.quant_config`, stdlib + yaml).
+(:mod:`nemotron.runtime.quantization.quant_config`, stdlib + yaml).
 
 A checkpoint path of the ``megatron-bridge`` backend lives on the cluster: it is checked here when this
 machine sees the cluster's files (no profile, a ``local`` executor, or a Slurm profile with ``tunnel =
@@ -33,7 +33,7 @@ def _same_files(profile: ExecutorProfile | None) -> bool:
 
 def validate_quantize(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Problems (errors) with the recipe and the inputs of a quantize config."""
-    from nemotron.runtime.quant_config import (
+    from nemotron.runtime.quantization.quant_config import (
         QuantConfigError,
         check_inputs,
         load_recipe,

@@ -1,9 +1,9 @@
 """Entry of the ``local`` backend of ``ultra3 rlvr`` and ``ultra3 mopd`` (called by their ``run.py`` through
 :func:`nemotron.runtime.dispatch.run`).
 
-Light checks first (the settings, :mod:`nemotron.runtime.rl_settings`; the inputs exist), then, holding
+Light checks first (the settings, :mod:`nemotron.runtime.rl.rl_settings`; the inputs exist), then, holding
 ``checkpointing.checkpoint_dir/.nemotron-writer.lock`` as the local pretrain/SFT runs hold theirs, the heavy run
-(:func:`nemotron.runtime.rl_local.run`). Exit codes: 0 done; 1 unusable inputs, a held folder or a failure; 2 a
+(:func:`nemotron.runtime.rl.rl_local.run`). Exit codes: 0 done; 1 unusable inputs, a held folder or a failure; 2 a
 refused resume; 75 saved and stopped on a signal (run again to resume); 130 interrupted.
 """
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.settings import SettingsError
+from nemotron.runtime.common.settings import SettingsError
 
 
 def precheck(s: Any) -> None:
@@ -39,8 +39,8 @@ def run_config(stage: str, cfg: dict[str, Any]) -> int:
     """Run the local ``stage`` (``"rlvr"`` / ``"mopd"``) on the compiled config; returns the exit code."""
     from nemotron.data.outputs import writer_lock
     from nemotron.errors import RuntimeFailure
-    from nemotron.runtime import rl_settings
-    from nemotron.runtime.entry import LOCAL_NEEDS, run_heavy
+    from nemotron.runtime.megatron.entry import LOCAL_NEEDS, run_heavy
+    from nemotron.runtime.rl import rl_settings
 
     title = f"ultra3 {stage}"
     try:
@@ -61,11 +61,11 @@ def run_config(stage: str, cfg: dict[str, Any]) -> int:
                   "would not be stopped", flush=True)
 
         def work() -> int:
-            from nemotron.runtime.rl_local import run
+            from nemotron.runtime.rl.rl_local import run
 
             return run(s)
 
-        from nemotron.runtime.rl_data import RLDataError
+        from nemotron.runtime.rl.rl_data import RLDataError
 
         return run_heavy(title, s.cpus, *LOCAL_NEEDS[stage], work, errors=(RLDataError,))
 

@@ -3,26 +3,26 @@
 What it does, in order:
 
 1. threads (``run.env.cpus``), device (one CUDA GPU when visible, else the CPU), precision;
-2. data: pretrain → :class:`~nemotron.runtime.pretrain_data.BlendedSamples` over ``blend.json``
+2. data: pretrain → :class:`~nemotron.runtime.megatron.pretrain_data.BlendedSamples` over ``blend.json``
    (``train_iters × global_batch_size`` samples, Megatron's count; the ``valid`` split for the held-out
-   loss); SFT → packed Parquet (:mod:`~nemotron.runtime.sft_data`), one row per sub-sequence unless the
+   loss); SFT → packed Parquet (:mod:`~nemotron.runtime.megatron.sft_data`), one row per sub-sequence unless the
    CUDA Mamba kernels can keep packs apart; token ids are checked against the model's vocabulary, and
    the data folder gets a ``consumed_by`` record (it becomes immutable to data prep);
 3. the model: resumed from the newest ``checkpoint-<step>`` in ``checkpoint.load`` (= ``checkpoint.save``,
    a stable folder per run name) that ``latest_checkpointed_iteration.txt`` covers and whose files match their
-   record (:func:`nemotron.runtime.model.resumable`: others are renamed ``incomplete-``/``damaged-``, never
+   record (:func:`nemotron.runtime.common.model.resumable`: others are renamed ``incomplete-``/``damaged-``, never
    deleted, with a warning), continuing the sample stream at the consumed-sample count it recorded
    (:class:`SampleStream`: another ``train_iters`` or ``global_batch_size`` neither repeats nor skips a
    sample); else ``checkpoint.pretrained_checkpoint`` (SFT starts
    from pretrain's output); else freshly initialised;
-4. ``Trainer`` with the token-level loss of :mod:`~nemotron.runtime.loss`, AdamW (β, ε, weight decay from the config; fused on CPU and GPU), gradient clipping,
-   Megatron-Core's LR schedule (:class:`~nemotron.runtime.settings.Schedule`, exactly), gradient
+4. ``Trainer`` with the token-level loss of :mod:`~nemotron.runtime.megatron.loss`, AdamW (β, ε, weight decay from the config; fused on CPU and GPU), gradient clipping,
+   Megatron-Core's LR schedule (:class:`~nemotron.runtime.common.settings.Schedule`, exactly), gradient
    accumulation ``global / micro`` batches, token-weighted loss across micro-batches, sequential
    sampling of our already shuffled samples; evaluation every ``eval_interval`` steps on
    ``eval_iters × global_batch_size`` held-out samples (and once at the start of a fresh run);
    a checkpoint every ``save_interval`` steps and at the last step, the newest ``most_recent_k`` kept;
    with sigmoid routing and expert bias, Megatron-Core's bias update after every step
-   (:mod:`~nemotron.runtime.moe`);
+   (:mod:`~nemotron.runtime.megatron.moe`);
 5. SIGTERM / SIGUSR1 / SIGINT: finish the current step, save a checkpoint, exit 75 (``EXIT_REQUEUE``) —
    not 0, so no artifact is recorded for an unfinished run; running again resumes from that step;
 6. at the end: the final model in Hugging Face form at the top of ``checkpoint.save`` (what
@@ -37,9 +37,9 @@ Checkpoint folder layout (``checkpoint.save``)::
                          (each file's size and SHA-256, consumed samples: written after the save)
     config.json, model.safetensors, generation_config.json   the final model (after a complete run)
     latest_checkpointed_iteration.txt   the newest completed save (as Megatron writes it; written last)
-    metrics.jsonl, metrics.png, summary.json, lineage.json   (metrics.png: the curves, nemotron.runtime.curves;
+    metrics.jsonl, metrics.png, summary.json, lineage.json   (metrics.png: the curves, nemotron.runtime.common.curves;
                                                  lineage.json: what the run started on, and each input
-                                                 a resume was allowed to change: nemotron.runtime.lineage)
+                                                 a resume was allowed to change: nemotron.runtime.megatron.lineage)
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.curves import write_curves_or_say
-from nemotron.runtime.settings import EXIT_REQUEUE, LocalSettings, thread_count
+from nemotron.runtime.common.curves import write_curves_or_say
+from nemotron.runtime.common.settings import EXIT_REQUEUE, LocalSettings, thread_count
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
 
@@ -112,7 +112,7 @@ def record_consumption(data_path: Path, stage: str, checkpoint_dir: Path, artifa
 def _data_sources(s: LocalSettings, source: Path) -> list[Path]:
     """The data a run reads: ``source``, or for a pretrain run on a mix (``data.mix_with``) every blend.json
     of the mix (each one's data folder becomes immutable to data prep)."""
-    from nemotron.runtime.settings import get
+    from nemotron.runtime.common.settings import get
 
     mix = get(s.raw, "data.mix_with") if s.data.blend else None
     if not mix:
@@ -131,7 +131,7 @@ class _Data:
 def pretrain_data(s: LocalSettings, vocab_size: int, num_samples: int | None = None) -> _Data:
     """The blend's samples: ``num_samples`` of the train split (default ``train_iters × global_batch_size``; a
     resumed run asks for the samples it has consumed plus those it will), the held-out set, the description."""
-    from nemotron.runtime.pretrain_data import BlendedSamples, DataError, max_token_id, read_blend
+    from nemotron.runtime.megatron.pretrain_data import BlendedSamples, DataError, max_token_id, read_blend
 
     assert s.blend_path is not None
     blend = read_blend(s.blend_path)
@@ -155,9 +155,15 @@ def pretrain_data(s: LocalSettings, vocab_size: int, num_samples: int | None = N
 def sft_data(s: LocalSettings, vocab_size: int, device: str, num_samples: int | None = None) -> _Data:
     """The packed SFT data: ``num_samples`` packs drawn (default ``train_iters × global_batch_size``), the
     held-out packs, the collators, the description."""
-    from nemotron.runtime.pretrain_data import DataError
-    from nemotron.runtime.settings import get
-    from nemotron.runtime.sft_data import PackCollator, PackDataset, choose_layout, find_packed_file, read_packed
+    from nemotron.runtime.common.settings import get
+    from nemotron.runtime.megatron.pretrain_data import DataError
+    from nemotron.runtime.megatron.sft_data import (
+        PackCollator,
+        PackDataset,
+        choose_layout,
+        find_packed_file,
+        read_packed,
+    )
 
     assert s.pack_size is not None
     train_path = find_packed_file(s.dataset_root, s.train_data_path, "training", s.pack_size)
@@ -205,9 +211,9 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from nemotron.config import catalogue
-    from nemotron.runtime import lineage
-    from nemotron.runtime import model as modelmod
-    from nemotron.runtime.loss import selected_token_loss
+    from nemotron.runtime.common import model as modelmod
+    from nemotron.runtime.megatron import lineage
+    from nemotron.runtime.megatron.loss import selected_token_loss
 
     s = settings
     spec = spec or catalogue.get(s.model_name)
@@ -341,7 +347,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     metrics = _Metrics(s, data, stopper, TrainerCallback)
     callbacks = [stopper.callback(TrainerCallback), metrics.callback]
     if spec.is_moe and spec.moe_router_enable_expert_bias and s.expert_bias_rate > 0:
-        from nemotron.runtime.moe import ExpertBiasUpdater
+        from nemotron.runtime.megatron.moe import ExpertBiasUpdater
 
         updater = ExpertBiasUpdater(model, s.expert_bias_rate)
 
@@ -396,7 +402,7 @@ def _write_json(path: Path, data: Any) -> None:
 def _write_latest(folder: Path, step: int | None = None) -> None:
     """Name ``step`` (default: the newest ``checkpoint-<step>`` with all its files) in
     ``latest_checkpointed_iteration.txt``, atomically: the completion marker, written after the save."""
-    from nemotron.runtime.model import MARKER, _all_checkpoints
+    from nemotron.runtime.common.model import MARKER, _all_checkpoints
 
     if step is None:
         found = _all_checkpoints(folder)
@@ -410,11 +416,11 @@ def _write_latest(folder: Path, step: int | None = None) -> None:
 def _reporting(s: LocalSettings, data_version: Path | None) -> tuple[list[str], str | None]:
     """Trackers for ``report_to`` and the run name: TensorBoard always (``logger.tensorboard_dir``, else
     ``<checkpoint.save>/tb_logs``; needs the ``tensorboard`` package of the ``local`` extra); W&B when
-    ``logger.wandb_project`` is set (:mod:`nemotron.runtime.tracking`: run id stable per checkpoint folder,
+    ``logger.wandb_project`` is set (:mod:`nemotron.runtime.megatron.tracking`: run id stable per checkpoint folder,
     so a resumed or requeued run continues the same W&B run; the API key only from the environment)."""
     import importlib.util
 
-    from nemotron.runtime.tracking import data_label, wandb_identity
+    from nemotron.runtime.megatron.tracking import data_label, wandb_identity
 
     out = []
     if importlib.util.find_spec("tensorboard") is not None or importlib.util.find_spec("tensorboardX") is not None:
@@ -448,7 +454,7 @@ def _finish_wandb(report_to: list[str]) -> None:
 
 
 #: The sample order this version writes (recorded in each checkpoint): per-epoch permutations seeded by (seed, epoch),
-#: independent of the run's total (:class:`~nemotron.runtime.pretrain_data.GPTSamples`, ``PackDataset``).
+#: independent of the run's total (:class:`~nemotron.runtime.megatron.pretrain_data.GPTSamples`, ``PackDataset``).
 SAMPLE_ORDER = "epochwise-v1"
 
 
@@ -477,8 +483,8 @@ class SampleStream:
             ResumeConflict: the checkpoint was trained on another ``rng.seed`` or ``model.seq_length`` (its
                 stream is another one: nothing to continue).
         """
-        from nemotron.runtime import lineage
-        from nemotron.runtime.model import read_record
+        from nemotron.runtime.common.model import read_record
+        from nemotron.runtime.megatron import lineage
 
         if checkpoint is None:
             return cls(s, 0, 0, None, None)
@@ -518,9 +524,9 @@ class SampleStream:
         return self.base[self.position(i)]
 
     def record(self, checkpoint: Path, step: int) -> None:
-        """Write ``checkpoint``'s record (:func:`nemotron.runtime.model.write_record`): its files' sizes and
+        """Write ``checkpoint``'s record (:func:`nemotron.runtime.common.model.write_record`): its files' sizes and
         SHA-256, and where the stream stands."""
-        from nemotron.runtime.model import write_record
+        from nemotron.runtime.common.model import write_record
 
         if checkpoint.is_dir():
             write_record(checkpoint, {"step": step, "consumed_samples": self.consumed(step), "order": SAMPLE_ORDER,
@@ -530,23 +536,23 @@ class SampleStream:
 
 class _BatchLog:
     """``NEMOTRON_BATCH_LOG=<file.jsonl>``: the samples each step trained on, one ``batch`` record per micro-batch
-    (:mod:`nemotron.runtime.batch_log`'s format: ``step`` = the step before its update, ``samples`` = SHA-256
+    (:mod:`nemotron.runtime.megatron.batch_log`'s format: ``step`` = the step before its update, ``samples`` = SHA-256
     ids of the samples' tokens, plus ``index``: their positions in the sample stream). Off by default."""
 
     def __init__(self, path: str, stream: SampleStream) -> None:
-        from nemotron.runtime.batch_log import BatchLog
+        from nemotron.runtime.megatron.batch_log import BatchLog
 
         self.log, self.stream = BatchLog(path), stream
 
     @classmethod
     def from_env(cls, stream: SampleStream) -> "_BatchLog | None":
-        from nemotron.runtime.batch_log import ENV
+        from nemotron.runtime.megatron.batch_log import ENV
 
         path = os.environ.get(ENV)
         return cls(path, stream) if path else None
 
     def write(self, step: int, index: Any, inputs: dict) -> None:
-        from nemotron.runtime.batch_log import sample_ids
+        from nemotron.runtime.megatron.batch_log import sample_ids
 
         positions = [int(i) for i in index.reshape(-1).tolist()]
         if "input_ids" in inputs:  # pretraining: the samples' tokens

@@ -27,7 +27,8 @@ difference is an error (:class:`MTPError`), never a number.
 Output (``mtp_boost.output_dir``): the backbone's files (``config.json``, ``model.safetensors``, tokenizer) copied
 unchanged, ``mtp.safetensors`` (the head: FP32, keys ``mtp.*``), ``mtp_config.json`` (its shape and objective),
 ``summary.json`` (the acceptance numbers, losses) and ``metrics.jsonl``. The folder loads as the backbone with
-:func:`nemotron.runtime.model.load` (what ``quantize -c local`` reads); a later ``mtp-boost`` starts from its head.
+:func:`nemotron.runtime.common.model.load` (what ``quantize -c local`` reads); a later ``mtp-boost`` starts from its
+head.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.settings import SettingsError, _float, _int, config_path, get
+from nemotron.runtime.common.settings import SettingsError, _float, _int, config_path, get
 
 #: The head's files in a checkpoint folder.
 HEAD_FILE = "mtp.safetensors"
@@ -353,7 +354,7 @@ def acceptance(model: Any, head: Any, prompts: list[Any], k: int, n: int, label:
 def _prompt_ids(tokenizer: Any, path: Path, count: int, max_tokens: int, device: str) -> list[Any]:
     import torch
 
-    from nemotron.runtime.rl_data import read_rows, render
+    from nemotron.runtime.rl.rl_data import read_rows, render
 
     rows = read_rows(path, count)
     out = []
@@ -380,9 +381,9 @@ def run(s: MTPSettings, spec: Any = None) -> int:
 
     from nemotron.config import catalogue
     from nemotron.config.artifacts import write_outputs
-    from nemotron.runtime import model as modelmod
-    from nemotron.runtime.rl_data import find_tokenizer, load_tokenizer
-    from nemotron.runtime.settings import thread_count
+    from nemotron.runtime.common import model as modelmod
+    from nemotron.runtime.common.settings import thread_count
+    from nemotron.runtime.rl.rl_data import find_tokenizer, load_tokenizer
 
     torch.set_num_threads(thread_count(s.cpus))
     t0 = time.perf_counter()
@@ -475,7 +476,7 @@ def main(cfg: dict[str, Any]) -> int:
     """``backend: local`` of ``ultra3 mtp-boost``: the settings, the inputs, then :func:`run`."""
     import sys
 
-    from nemotron.runtime.entry import run_heavy
+    from nemotron.runtime.megatron.entry import run_heavy
 
     try:
         s = read(cfg)
@@ -486,7 +487,7 @@ def main(cfg: dict[str, Any]) -> int:
     except SettingsError as exc:
         print(f"ultra3 mtp-boost: {exc}", file=sys.stderr)
         return 1
-    from nemotron.runtime.rl_data import RLDataError
+    from nemotron.runtime.rl.rl_data import RLDataError
 
     return run_heavy("ultra3 mtp-boost", s.cpus, NEEDS, "torch, transformers>=5.2 and safetensors",
                      lambda: run(s), errors=(RLDataError, MTPError))

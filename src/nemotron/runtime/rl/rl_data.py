@@ -105,7 +105,7 @@ def _has_tokenizer(folder: Path) -> bool:
 def find_tokenizer(model_path: Path, explicit: Path | None = None, key: str = "policy.tokenizer.name") -> Path:
     """The tokenizer folder of a checkpoint: ``explicit`` when it holds one; else the checkpoint folder (or the
     run folder above a ``checkpoint-<step>``); else the ``tokenizer/`` of the data the run trained on, found
-    through its ``lineage.json`` (:mod:`nemotron.runtime.lineage`: a local pretrain/SFT run records its data;
+    through its ``lineage.json`` (:mod:`nemotron.runtime.megatron.lineage`: a local pretrain/SFT run records its data;
     the data version folder of ``data prep`` carries the tokenizer with its chat template).
 
     Raises:
@@ -178,8 +178,8 @@ def accuracy(model: Any, tokenizer: Any, rows: list[Row], prompt: str | None, sy
              max_new_tokens: int, temperature: float = 0.0, batch_size: int = 8, seed: int | None = None,
              max_prompt_tokens: int | None = None) -> tuple[float, list[dict[str, Any]]]:
     """``(mean reward, per-row records)`` of one generation per row, scored by NeMo RL's math check
-    (:func:`nemotron.runtime.rewards.math_reward`). Records: ``source``, ``answer``, ``response``, ``reward``."""
-    from nemotron.runtime.rewards import math_reward
+    (:func:`nemotron.runtime.rl.rewards.math_reward`). Records: ``source``, ``answer``, ``response``, ``reward``."""
+    from nemotron.runtime.rl.rewards import math_reward
 
     texts = [render(tokenizer, r, prompt, system) for r in rows]
     responses = generate(model, tokenizer, texts, max_new_tokens, temperature, batch_size=batch_size, seed=seed,

@@ -13,7 +13,7 @@ max_grad_norm, generation.{max_new_tokens, temperature, top_p, top_k, val_temper
 ``data.{shuffle, train.data_path, validation.data_path, default.prompt_file, default.system_prompt_file}``,
 ``env.math.math_verify_impl``; ours: ``model.name``, ``run.env.cpus``, ``output_artifact``; MOPD: the panel
 ``_teachers`` and ``teacher_routing`` (turned into NeMo RL's ``teacher_model_by_agent_name`` /
-``default_teacher_alias`` by :func:`nemotron.runtime.nemo_rl.teacher_map`, the cluster runtime's own function).
+``default_teacher_alias`` by :func:`nemotron.runtime.rl.nemo_rl.teacher_map`, the cluster runtime's own function).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.panel import panel, route  # MOPD's panel, shared with mopd-warmup
-from nemotron.runtime.settings import SettingsError, _float, _int, config_path, get
+from nemotron.runtime.common.settings import SettingsError, _float, _int, config_path, get
+from nemotron.runtime.rl.panel import panel, route  # MOPD's panel, shared with mopd-warmup
 
 _panel = panel
 
@@ -102,7 +102,7 @@ def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> RLSettings:
     Raises:
         SettingsError: a missing or impossible value (each message names the key and the valid values).
     """
-    from nemotron.runtime.rewards import check_impl
+    from nemotron.runtime.rl.rewards import check_impl
 
     from nemotron.config.registry import STAGES
 

@@ -1,21 +1,21 @@
-"""The MOPD teacher panel as the local runtimes read it (stdlib only): ``mopd`` (:mod:`nemotron.runtime.rl_settings`)
-and ``mopd-warmup`` (:mod:`nemotron.runtime.warmup`, whose cluster job imports this in the nemo-rl image) route each
+"""The MOPD teacher panel as the local runtimes read it (stdlib only): ``mopd`` (:mod:`nemotron.runtime.rl.rl_settings`)
+and ``mopd-warmup`` (:mod:`nemotron.runtime.rl.warmup`, whose cluster job imports this in the nemo-rl image) route each
 prompt by its task through the same table."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from nemotron.runtime.settings import SettingsError, config_path
+from nemotron.runtime.common.settings import SettingsError, config_path
 
 
 def panel(cfg: dict, unresolved_ok: bool) -> tuple[dict[str, Path], str]:
     """``({agent alias: teacher checkpoint}, default alias)`` as the cluster runtime builds NeMo RL's
-    ``teacher_model_by_agent_name`` / ``default_teacher_alias`` (:func:`nemotron.runtime.nemo_rl.teacher_map`, on
+    ``teacher_model_by_agent_name`` / ``default_teacher_alias`` (:func:`nemotron.runtime.rl.nemo_rl.teacher_map`, on
     the config ``validation.prepare`` filled: unset slots fall back to ``general``)."""
     from nemotron.errors import ConfigError
     from nemotron.layout.rules import resolve_teachers
-    from nemotron.runtime.nemo_rl import teacher_map
+    from nemotron.runtime.rl.nemo_rl import teacher_map
 
     teachers = cfg.get("_teachers") if isinstance(cfg.get("_teachers"), dict) else {}
     panel, _ = resolve_teachers(teachers)

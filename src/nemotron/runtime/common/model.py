@@ -256,7 +256,7 @@ def check_compatible(spec: ModelSpec, folder: Path) -> None:
              if k in want and got.get(k) != want[k]]
     pattern = got.get("hybrid_override_pattern")
     if pattern is None and isinstance(got.get("layers_block_type"), list):
-        from nemotron.runtime.convert import pattern_from_block_types
+        from nemotron.runtime.common.convert import pattern_from_block_types
 
         pattern = pattern_from_block_types(got["layers_block_type"])
     if pattern != want["hybrid_override_pattern"]:

@@ -5,7 +5,7 @@ and the starting checkpoint exist and are of the right kind — and says each fa
 (``ultra3 pretrain: ...``) with exit code 1. Threads are set from ``run.env.cpus`` before torch loads.
 An input path of the wrong kind (a folder given for a blend.json, a file for a checkpoint folder), and a
 resumed run whose inputs or ``train.train_iters`` contradict its checkpoint
-(:mod:`nemotron.runtime.lineage`), are refused with exit code 2 (:func:`refusals`, which ``--dry-run``
+(:mod:`nemotron.runtime.megatron.lineage`), are refused with exit code 2 (:func:`refusals`, which ``--dry-run``
 runs too). One run trains into a checkpoint folder at a time: the run holds
 ``checkpoint.save/.nemotron-writer.lock`` (:func:`nemotron.data.outputs.writer_lock`, data prep's lock);
 a second run on the same folder stops at once (exit 1) naming the holder. Exit codes: 0 done; 1 unusable
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.settings import LocalSettings, SettingsError, read, thread_count
+from nemotron.runtime.common.settings import LocalSettings, SettingsError, read, thread_count
 
 
 def load_config(path: Path) -> dict[str, Any]:
@@ -46,8 +46,9 @@ def load_config(path: Path) -> dict[str, Any]:
 
 
 class Refusal(SettingsError):
-    """A config the run refuses before it starts (exit 2, like :class:`~nemotron.runtime.lineage.ResumeConflict`):
-    a path of the wrong kind, a resume that would change what its checkpoint means."""
+    """A config the run refuses before it starts (exit 2, like
+    :class:`~nemotron.runtime.megatron.lineage.ResumeConflict`): a path of the wrong kind, a resume that would change
+    what its checkpoint means."""
 
 
 def _unresolved(p: Path | None) -> bool:
@@ -76,11 +77,11 @@ def kind_problems(s: LocalSettings) -> list[str]:
 
 def refusals(s: LocalSettings) -> list[str]:
     """Every line the run refuses ``s`` with before it starts (exit 2): :func:`kind_problems`, then the
-    resume checks of :func:`nemotron.runtime.lineage.check_resume` against the checkpoint already in
+    resume checks of :func:`nemotron.runtime.megatron.lineage.check_resume` against the checkpoint already in
     ``checkpoint.load`` (read on this machine). ``--dry-run`` calls this too
     (:func:`nemotron.validation.checks.local_refusals`), so both say the same lines. A resume check that
     cannot be made yet (an input still holding ``${...}``) is skipped."""
-    from nemotron.runtime.lineage import ResumeConflict, check_resume, saved_step
+    from nemotron.runtime.megatron.lineage import ResumeConflict, check_resume, saved_step
 
     out = kind_problems(s)
     if _unresolved(s.load_dir):
@@ -199,7 +200,7 @@ def _run_locked(stage: str, cfg: dict[str, Any], settings: LocalSettings, title:
         return 1
 
     def train() -> int:
-        from nemotron.runtime.trainer import run
+        from nemotron.runtime.megatron.trainer import run
 
         return run(settings)
 
@@ -210,8 +211,8 @@ def _run_locked(stage: str, cfg: dict[str, Any], settings: LocalSettings, title:
 #: install (``needs``), by stage: the entries pass it to :func:`run_heavy`, and the dry-run's rule ``local-modules``
 #: (:func:`nemotron.validation.this_machine`) checks the same modules, so it refuses what the run would.
 LOCAL_NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
-    "pretrain": (("torch", "transformers", "nemotron.runtime.trainer"), "torch and transformers>=5.2"),
-    "sft": (("torch", "transformers", "nemotron.runtime.trainer"), "torch and transformers>=5.2"),
+    "pretrain": (("torch", "transformers", "nemotron.runtime.megatron.trainer"), "torch and transformers>=5.2"),
+    "sft": (("torch", "transformers", "nemotron.runtime.megatron.trainer"), "torch and transformers>=5.2"),
     "rlvr": (("torch", "transformers", "trl", "datasets", "math_verify"),
              "torch, transformers>=5.2, trl, datasets and math-verify"),
     "mopd": (("torch", "transformers", "trl", "datasets", "math_verify"),
@@ -248,15 +249,15 @@ def run_heavy(title: str, cpus: int | None, modules: tuple[str, ...], needs: str
     """The heavy half of a ``local`` backend's entry, after its light checks passed: threads from
     ``run.env.cpus`` (:func:`_limit_threads`, before torch loads), then ``modules`` imported (an
     ImportError: one line saying the backend needs ``needs``, exit 1), then ``work()``'s exit code. A
-    :class:`~nemotron.runtime.pretrain_data.DataError`, :class:`~nemotron.runtime.model.ModelError`,
-    :class:`~nemotron.runtime.settings.SettingsError` or one of ``errors`` is one line ``<title>: ...``,
+    :class:`~nemotron.runtime.megatron.pretrain_data.DataError`, :class:`~nemotron.runtime.common.model.ModelError`,
+    :class:`~nemotron.runtime.common.settings.SettingsError` or one of ``errors`` is one line ``<title>: ...``,
     exit 1; Ctrl-C is :func:`nemotron.runtime.dispatch.interrupted` (130)."""
     _limit_threads(cpus)
     try:
         for module in modules:
             importlib.import_module(module)
-        from nemotron.runtime.model import ModelError
-        from nemotron.runtime.pretrain_data import DataError
+        from nemotron.runtime.common.model import ModelError
+        from nemotron.runtime.megatron.pretrain_data import DataError
     except ImportError as exc:
         print(f"{title}: the local backend needs {needs} ({LOCAL_INSTALL}): {exc}", file=sys.stderr)
         return 1

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from nemotron.runtime.pretrain_data import DataError
+from nemotron.runtime.megatron.pretrain_data import DataError
 
 REQUIRED_COLUMNS = ("input_ids", "loss_mask", "seq_start_id")
 IGNORE = -100

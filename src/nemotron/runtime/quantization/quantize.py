@@ -14,12 +14,12 @@ Steps (:func:`run`), each checked:
    split, else ``valid``): perplexity of both, KL(BF16 ‖ quantized) per token and top-1 agreement; a
    short greedy generation from both (``generate.prompts``);
 5. export a Hugging Face checkpoint with ``export_hf_checkpoint(dtype=...)``, repair the layer names
-   0.47 corrupts in ``hf_quant_config.json`` (:func:`nemotron.runtime.quant_config.repair_export`), and
+   0.47 corrupts in ``hf_quant_config.json`` (:func:`nemotron.runtime.quantization.quant_config.repair_export`), and
    check it: our own de-quantization of its NVFP4/FP8 tensors, loaded by transformers, must give the
    logits of the fake-quantized model with activation and KV quantizers off (weights only);
 6. write ``summary.json`` into the export and report the artifact (``quantized-checkpoint``).
 
-On a CPU, NVFP4 fake quantization runs through :func:`nemotron.runtime.nvfp4_cpu.cpu_route`
+On a CPU, NVFP4 fake quantization runs through :func:`nemotron.runtime.quantization.nvfp4_cpu.cpu_route`
 (Model Optimizer's own pure-PyTorch NVFP4 code); on a GPU, Model Optimizer's kernels.
 """
 
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.quant_config import (
+from nemotron.runtime.quantization.quant_config import (
     KINDS,
     QuantConfigError,
     QuantSettings,
@@ -75,7 +75,7 @@ def main(cfg: dict[str, Any]) -> int:
         key, value, message = problems[0]
         print(f"{TITLE}: {key}={value!r}: {message}", file=sys.stderr)
         return 2
-    from nemotron.runtime.entry import LOCAL_NEEDS, run_heavy
+    from nemotron.runtime.megatron.entry import LOCAL_NEEDS, run_heavy
 
     def quantize() -> int:
         run(s)
@@ -92,11 +92,11 @@ class QuantizeError(RuntimeError):
 def load_samples(s: QuantSettings, vocab_size: int) -> tuple[Any, Any, str]:
     """``(calibration, held-out, held-out split name)``: int64 tensors of shape ``[n, seq_length + 1]``
     from the blend's train split and its test split (else valid), read as Megatron-Core would
-    (:class:`nemotron.runtime.pretrain_data.BlendedSamples`)."""
+    (:class:`nemotron.runtime.megatron.pretrain_data.BlendedSamples`)."""
     import numpy as np
     import torch
 
-    from nemotron.runtime.pretrain_data import (
+    from nemotron.runtime.megatron.pretrain_data import (
         BlendedSamples,
         DataError,
         max_token_id,
@@ -143,7 +143,7 @@ def load_tokenizer(s: QuantSettings) -> tuple[Any, int | None, int | None]:
 
 def load_model(s: QuantSettings, spec: Any, dtype: Any) -> tuple[Any, str]:
     """The NemotronH to quantize in ``dtype`` and eval mode, and where it came from."""
-    from nemotron.runtime import model as modelmod
+    from nemotron.runtime.common import model as modelmod
 
     origin = source_origin(s)
     if s.from_catalogue:
@@ -482,7 +482,7 @@ def run(s: QuantSettings, spec: Any = None) -> dict[str, Any]:
     """
     import torch
 
-    from nemotron.runtime.settings import thread_count
+    from nemotron.runtime.common.settings import thread_count
 
     torch.set_num_threads(thread_count(s.cpus))
     import modelopt.torch.quantization as mtq
@@ -490,7 +490,7 @@ def run(s: QuantSettings, spec: Any = None) -> dict[str, Any]:
     from modelopt.torch.export import export_hf_checkpoint
 
     from nemotron.config import catalogue
-    from nemotron.runtime.nvfp4_cpu import cpu_route
+    from nemotron.runtime.quantization.nvfp4_cpu import cpu_route
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()  # a failing load is then one line (and the log has no bars)

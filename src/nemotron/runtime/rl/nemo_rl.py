@@ -9,7 +9,7 @@ the NeMo RL container, on the Ray head of the job's Ray cluster:
 2. :func:`v4_views` — a policy or teacher checkpoint whose ``config.json`` is in the transformers-v5
    NemotronH form (``layers_block_type``) gets a v4 view (``hybrid_override_pattern``, what NeMo RL's
    Megatron-Bridge import and vLLM read): a folder holding the rewritten ``config.json``
-   (:func:`nemotron.runtime.convert.v5_to_v4`) and links to the checkpoint's other files (weights are
+   (:func:`nemotron.runtime.common.convert.v5_to_v4`) and links to the checkpoint's other files (weights are
    not copied: 1.1 TB for Ultra).
 3. :func:`translate` — pure: drop our own keys (:data:`nemotron.config.keys.NEMO_RL_OWN_KEYS`), turn the teacher
    panel and routing table into ``on_policy_distillation.teacher_model_by_agent_name`` +
@@ -46,9 +46,9 @@ from pathlib import Path
 
 from nemotron.config.nemo_rl_base import BASE_KEY, keylist
 from nemotron.errors import ConfigError, NemotronError
-from nemotron.runtime import prestart
-from nemotron.runtime.settings import EXIT_REQUEUE
-from nemotron.runtime.settings import get as _get
+from nemotron.runtime.common import prestart
+from nemotron.runtime.common.settings import EXIT_REQUEUE
+from nemotron.runtime.common.settings import get as _get
 
 #: The alias NeMo RL's OPD falls back to for an agent the routing table does not list
 #: (``default_teacher_alias`` must be a key of ``teacher_model_by_agent_name``: nemo_rl/algorithms/opd.py
@@ -154,7 +154,7 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
     ``nemo_rl`` is imported from) is the one the config was validated against (:func:`recipe_drift`); this node
     (the Ray head, where :func:`finish` runs NeMo RL's Hugging Face export after training) has the host RAM the
     export holds (:func:`export_memory_problems`; ``host_memory() -> (bytes or None, where)``, default
-    :func:`nemotron.runtime.prestart.host_memory`), checked before NeMo RL trains.
+    :func:`nemotron.runtime.common.prestart.host_memory`), checked before NeMo RL trains.
     """
     if importable is None:
         from nemotron.runtime.dispatch import _importable as importable
@@ -196,7 +196,7 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
 def export_memory_problems(cfg: dict, host_memory=None) -> list[str]:
     """Rule rl-export-host-memory (:func:`nemotron.layout.rules.rl_export_host_memory`, the dry-run's rule) on this
     node's real memory (``host_memory() -> (bytes or None, where)``, default
-    :func:`nemotron.runtime.prestart.host_memory`: ``/proc/meminfo`` ``MemTotal`` and the cgroup limit): one line
+    :func:`nemotron.runtime.common.prestart.host_memory`: ``/proc/meminfo`` ``MemTotal`` and the cgroup limit): one line
     when it is below the policy's parameters x 2 bytes, which NeMo RL's export after training holds in one process
     here. Memory that cannot be read is not a refusal (a line on stdout says so); nothing is exported (checkpointing
     off, a model outside the catalogue): no line."""
@@ -254,9 +254,9 @@ def v4_views(cfg: dict, root: Path) -> dict[str, str]:
     run (the source may have changed) and written atomically per file.
 
     Raises:
-        nemotron.runtime.convert.ConfigFormError: a config.json that is neither form.
+        nemotron.runtime.common.convert.ConfigFormError: a config.json that is neither form.
     """
-    from nemotron.runtime.convert import config_form, v5_to_v4
+    from nemotron.runtime.common.convert import config_form, v5_to_v4
 
     out: dict[str, str] = {}
     for key, value in checkpoint_paths(cfg).items():
@@ -487,7 +487,7 @@ def entry_relpath(cfg: dict) -> str:
     with NeMo Gym on (``env.should_use_nemo_gym``: the script NVIDIA's Ultra launcher runs for every stage, MOPD
     included), else ``examples/run_grpo.py`` (on-policy distillation runs in either: its teachers are part of
     GRPO's setup and loop)."""
-    from nemotron.runtime.nemo_rl import GYM_ENTRY, NATIVE_ENTRY
+    from nemotron.runtime.rl.nemo_rl import GYM_ENTRY, NATIVE_ENTRY
 
     return GYM_ENTRY if _get(cfg, "env.should_use_nemo_gym", False) else NATIVE_ENTRY
 
@@ -519,7 +519,7 @@ def launch(cfg: dict, stage: str) -> int:
     if problems:
         return prestart.refuse(stage, problems)
     run_dir = Path(os.environ.get("NEMOTRON_RUN_DIR") or _get(cfg, "checkpointing.checkpoint_dir") or ".")
-    from nemotron.runtime.convert import ConfigFormError
+    from nemotron.runtime.common.convert import ConfigFormError
 
     try:
         views = v4_views(cfg, run_dir / "v4-checkpoints")
@@ -832,5 +832,5 @@ __all__ = [
 
 
 #: The entry scripts of NeMo RL's checkout our runtime starts: without and with NeMo Gym
-#: (:func:`nemotron.runtime.nemo_rl.entry_relpath`).
+#: (:func:`nemotron.runtime.rl.nemo_rl.entry_relpath`).
 NATIVE_ENTRY, GYM_ENTRY = "examples/run_grpo.py", "examples/nemo_gym/run_grpo_nemo_gym.py"

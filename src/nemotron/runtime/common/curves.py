@@ -1,7 +1,7 @@
 """A run's curves as a picture: ``metrics.png`` beside its ``metrics.jsonl``.
 
-The local runtimes (the trainer of ``pretrain``/``sft -c local``, :mod:`nemotron.runtime.trainer`; the TRL stages
-``rlvr``/``mopd -c local``, :mod:`nemotron.runtime.rl_local`) append one JSON record per logged step to
+The local runtimes (the trainer of ``pretrain``/``sft -c local``, :mod:`nemotron.runtime.megatron.trainer`; the TRL
+stages ``rlvr``/``mopd -c local``, :mod:`nemotron.runtime.rl.rl_local`) append one JSON record per logged step to
 ``metrics.jsonl`` (``{"step": int, "time": float, "<metric>": float, ...}``) and call :func:`write_curves` when they
 stop (at the end, and on a signal before exit 75). It draws one panel per metric of :data:`CURVES` the file holds,
 the value against the optimizer step. matplotlib (the ``plots`` extra) draws it; without it nothing is drawn and the

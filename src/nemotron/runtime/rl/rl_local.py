@@ -4,7 +4,7 @@ the catalogue's NemotronH in Hugging Face transformers, CPU or one GPU.
 The algorithms are TRL's (``trl==1.16``): ``GRPOTrainer`` for RLVR, ``DistillationTrainer`` (on-policy,
 ``beta=1``: the per-token reverse KL of the student's distribution to the teacher's, on the student's own
 samples) for MOPD. Both are transformers ``Trainer`` subclasses, so checkpoints, resume and the signal stop are
-those of the local pretrain/SFT runtime (:mod:`nemotron.runtime.trainer`: ``checkpoint-<step>`` folders with
+those of the local pretrain/SFT runtime (:mod:`nemotron.runtime.megatron.trainer`: ``checkpoint-<step>`` folders with
 their record, ``latest_checkpointed_iteration.txt`` written last, SIGTERM/SIGUSR1/SIGINT → save → exit 75; a
 rerun resumes at that step, and TRL's seeded ``RepeatSampler`` with the Trainer's batch skipping gives the same
 prompts in the same order: ``rollouts.jsonl`` records the prompts of every step).
@@ -18,11 +18,11 @@ What we add, and why TRL cannot do it:
   the same rewards right after TRL scores them (``_generate_and_score_completions``).
 * **Teacher routing** for MOPD: TRL's distillation has one teacher; ours routes each prompt by its task
   (``task`` of our RL JSONL) through NeMo RL's ``teacher_model_by_agent_name`` / ``default_teacher_alias``, built
-  by the cluster runtime's own :func:`nemotron.runtime.nemo_rl.teacher_map`, falling back to the general
+  by the cluster runtime's own :func:`nemotron.runtime.rl.nemo_rl.teacher_map`, falling back to the general
   teacher, and computes TRL's loss per teacher group of each micro-batch.
-* the maths reward (:mod:`nemotron.runtime.rewards`), validation accuracy every ``grpo.val_period`` steps,
+* the maths reward (:mod:`nemotron.runtime.rl.rewards`), validation accuracy every ``grpo.val_period`` steps,
   the Hugging Face export ``<checkpoint_dir>/hf/step_N`` + ``hf/latest`` as the cluster runtime writes it
-  (:func:`nemotron.runtime.nemo_rl.hf_output`), ``summary.json``, ``metrics.jsonl``.
+  (:func:`nemotron.runtime.rl.nemo_rl.hf_output`), ``summary.json``, ``metrics.jsonl``.
 
 Key mapping (NeMo RL → TRL): ``grpo.num_generations_per_prompt`` → ``num_generations``;
 ``policy.train_micro_batch_size`` → ``per_device_train_batch_size``, ``train_global_batch_size / micro`` →
@@ -47,10 +47,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from nemotron.runtime.curves import write_curves_or_say
-from nemotron.runtime.rl_settings import RLSettings, route
-from nemotron.runtime.warmup import read_tasks  # the panel's routing key of each RL line, one reader
-from nemotron.runtime.settings import EXIT_REQUEUE, thread_count
+from nemotron.runtime.common.curves import write_curves_or_say
+from nemotron.runtime.common.settings import EXIT_REQUEUE, thread_count
+from nemotron.runtime.rl.rl_settings import RLSettings, route
+from nemotron.runtime.rl.warmup import read_tasks  # the panel's routing key of each RL line, one reader
 
 NEEDS = ("torch", "transformers", "trl", "datasets", "math_verify")
 #: Written in each checkpoint's record: the prompt order this version gives (TRL's RepeatSampler seeded by grpo.seed).
@@ -112,7 +112,7 @@ def _rows_dataset(s: RLSettings, tokenizer: Any) -> tuple[Any, list[Any], int]:
     """``(datasets.Dataset of rendered prompts, validation rows, prompts dropped as too long)``."""
     from datasets import Dataset
 
-    from nemotron.runtime.rl_data import prompt_template, read_rows, render
+    from nemotron.runtime.rl.rl_data import prompt_template, read_rows, render
 
     prompt, system = prompt_template(s.prompt_file, s.system_prompt_file)
     rows = read_rows(s.train_path)
@@ -129,7 +129,7 @@ def _rows_dataset(s: RLSettings, tokenizer: Any) -> tuple[Any, list[Any], int]:
             rec["teacher"] = route(task, s.teachers, s.default_teacher or "")
         records.append(rec)
     if not records:
-        from nemotron.runtime.rl_data import RLDataError
+        from nemotron.runtime.rl.rl_data import RLDataError
 
         raise RLDataError(f"data.train.data_path={s.train_path}: every prompt is longer than "
                           f"policy.max_total_sequence_length - policy.generation.max_new_tokens = {limit} tokens")
@@ -152,11 +152,11 @@ def _write_json(path: Path, data: Any) -> None:
 def export_hf(trainer: Any, tokenizer: Any, s: RLSettings, step: int) -> Path:
     """The final policy in Hugging Face form at ``<checkpoint_dir>/hf/step_<step>`` (weights, config, tokenizer),
     ``hf/latest`` pointing at it, and ``outputs.json`` naming it as ``output_artifact`` — the form
-    :func:`nemotron.runtime.nemo_rl.finish` gives the cluster run's result."""
+    :func:`nemotron.runtime.rl.nemo_rl.finish` gives the cluster run's result."""
     import shutil
 
     from nemotron.config import artifacts
-    from nemotron.runtime.nemo_rl import hf_output
+    from nemotron.runtime.rl.nemo_rl import hf_output
 
     out = hf_output(s.checkpoint_dir, step)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -225,7 +225,7 @@ class _Log:
 def _callbacks(s: RLSettings, log: _Log, stopper: Any, val_rows: list[Any], tokenizer: Any) -> list[Any]:
     from transformers import TrainerCallback
 
-    from nemotron.runtime.rl_data import accuracy, prompt_template
+    from nemotron.runtime.rl.rl_data import accuracy, prompt_template
 
     prompt, system = prompt_template(s.prompt_file, s.system_prompt_file)
 
@@ -253,8 +253,8 @@ def _callbacks(s: RLSettings, log: _Log, stopper: Any, val_rows: list[Any], toke
 
 
 def _record(s: RLSettings) -> Any:
-    """The checkpoint record writer (:func:`nemotron.runtime.model.write_record`), run after each save."""
-    from nemotron.runtime.model import write_record
+    """The checkpoint record writer (:func:`nemotron.runtime.common.model.write_record`), run after each save."""
+    from nemotron.runtime.common.model import write_record
 
     def on_saved(checkpoint: Path, step: int) -> None:
         if checkpoint.is_dir():
@@ -269,7 +269,7 @@ def _record(s: RLSettings) -> Any:
 def _resume_conflict(s: RLSettings, checkpoint: Path) -> str | None:
     """A one-line refusal when ``checkpoint`` was trained with another seed or prompts per step (its prompt
     stream is another one), else None."""
-    from nemotron.runtime.model import read_record
+    from nemotron.runtime.common.model import read_record
 
     rec = read_record(checkpoint) or {}
     for key, name, now in (("seed", "grpo.seed", s.seed), ("num_prompts_per_step", "grpo.num_prompts_per_step",
@@ -313,10 +313,10 @@ def run(s: RLSettings, spec: Any = None) -> int:
     import transformers
 
     from nemotron.config import catalogue
-    from nemotron.runtime import model as modelmod
-    from nemotron.runtime.nemo_rl import hf_output
-    from nemotron.runtime.rl_data import find_tokenizer, load_tokenizer
-    from nemotron.runtime.trainer import _SignalStop, _write_latest, record_consumption
+    from nemotron.runtime.common import model as modelmod
+    from nemotron.runtime.megatron.trainer import _SignalStop, _write_latest, record_consumption
+    from nemotron.runtime.rl.nemo_rl import hf_output
+    from nemotron.runtime.rl.rl_data import find_tokenizer, load_tokenizer
 
     spec = spec or catalogue.get(s.model_name)
     device = _device()
@@ -434,7 +434,7 @@ def _summary(s: RLSettings, log: _Log, step: int, step0: int, seconds: float, ro
 
 def _reward_func(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
     """TRL reward function: NeMo RL's math check of each completion against its ``answer`` column."""
-    from nemotron.runtime.rewards import math_reward
+    from nemotron.runtime.rl.rewards import math_reward
 
     texts = [c if isinstance(c, str) else (c[-1]["content"] if c else "") for c in completions]
     return [math_reward(t, a) for t, a in zip(texts, answer)]
@@ -492,7 +492,7 @@ def _mopd_trainer(s: RLSettings, spec: Any, model: Any, tokenizer: Any, train: A
     import torch
     from trl import DistillationConfig, DistillationTrainer
 
-    from nemotron.runtime import model as modelmod
+    from nemotron.runtime.common import model as modelmod
 
     assert s.default_teacher is not None
     by_path: dict[str, Any] = {}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.settings import SettingsError, config_path, get
+from nemotron.runtime.common.settings import SettingsError, config_path, get
 
 #: Summary rows, in order: kind → what it is. Source of the grouping: the Ultra recipe's own comments
 #: (nvfp4-4o6.yaml) and the issue's map (routed experts, shared experts, Mamba in/out, KV cache; BF16 rest).
@@ -348,9 +348,9 @@ def source_origin(s: QuantSettings) -> str:
     """The source as ``summary.json`` names it: the resolved weights folder, or the catalogue build.
 
     Raises:
-        nemotron.runtime.model.ModelError: no checkpoint at ``quantization.source``.
+        nemotron.runtime.common.model.ModelError: no checkpoint at ``quantization.source``.
     """
-    from nemotron.runtime.model import resolve_weights
+    from nemotron.runtime.common.model import resolve_weights
 
     if s.from_catalogue or s.source is None:
         return f"built from the catalogue ({s.model_name}, seed {s.seed})"
@@ -404,7 +404,7 @@ def _export_problem(s: QuantSettings) -> str | None:
                 " choose an empty or new export.output_dir")
     if s.overwrite:
         return None
-    from nemotron.runtime.model import ModelError
+    from nemotron.runtime.common.model import ModelError
 
     try:
         want = export_identity(s, source_origin(s))
@@ -422,9 +422,9 @@ def check_inputs(s: QuantSettings) -> list[tuple[str, Any, str]]:
     is not a Hugging Face model folder or is already quantized, the calibration blend is missing, the export
     folder is the source, inside it or contains it (symlinks resolved), or holds the calibration blend,
     another export (without ``export.overwrite``) or unrelated files, or is a file.
-    A checkpoint is what :func:`nemotron.runtime.model.resolve_weights` accepts (a model folder, a run
+    A checkpoint is what :func:`nemotron.runtime.common.model.resolve_weights` accepts (a model folder, a run
     folder with a top-level export, or its newest ``checkpoint-<step>``)."""
-    from nemotron.runtime.model import (  # light: torch is imported inside its loaders
+    from nemotron.runtime.common.model import (  # light: torch is imported inside its loaders
         ModelError,
         resolve_weights,
     )

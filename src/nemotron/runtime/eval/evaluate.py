@@ -6,21 +6,22 @@ or a quantized export), in one process:
 
 * **held-out perplexity**: ``eval.perplexity.samples`` sequences of ``eval.perplexity.seq_length`` tokens from the
   ``eval.perplexity.split`` split (default ``test``) of ``eval.perplexity.data`` (the ``blend.json`` of ``data prep
-  pretrain``), read as Megatron-Core reads them (:class:`nemotron.runtime.pretrain_data.BlendedSamples`, unshuffled):
-  ``exp`` of the mean next-token cross-entropy, in nats per token before the ``exp``;
+  pretrain``), read as Megatron-Core reads them (:class:`nemotron.runtime.megatron.pretrain_data.BlendedSamples`,
+  unshuffled): ``exp`` of the mean next-token cross-entropy, in nats per token before the ``exp``;
 * **GSM8K accuracy**: the first ``eval.gsm8k.samples`` rows of ``eval.gsm8k.data`` (the held-out ``validation.jsonl``
   of ``data prep rl``), one greedy completion of up to ``eval.gsm8k.max_new_tokens`` tokens each, scored by NeMo RL's
-  math answer check (:mod:`nemotron.runtime.rewards`, as the RL stages reward);
+  math answer check (:mod:`nemotron.runtime.rl.rewards`, as the RL stages reward);
 * **a chat sample**: the greedy reply to ``eval.chat.prompt`` through the tokenizer's chat template.
 
 A quantized export (``hf_quant_config.json`` present) is loaded de-quantized by our own decoder of its NVFP4/FP8
-tensors (:func:`nemotron.runtime.quantize.dequantized_load`): its weights as deployed, its activations in FP32 here —
-the activation/KV quantizers of the deployed model are not applied (``quantize``'s own summary measures those).
+tensors (:func:`nemotron.runtime.quantization.quantize.dequantized_load`): its weights as deployed, its activations in
+FP32 here — the activation/KV quantizers of the deployed model are not applied (``quantize``'s own summary measures
+those).
 
 Why not lm-evaluation-harness: its GSM8K task scores with its own regular-expression filters and exact match, not
 NeMo RL's answer check the RL stages reward with, and its perplexity tasks read text datasets from the hub, not the
 Megatron ``.bin/.idx`` test split our pretraining used; both would need our own code inside its task system, so the
-loop is ours (tens of lines, :mod:`nemotron.runtime.rl_data`).
+loop is ours (tens of lines, :mod:`nemotron.runtime.rl.rl_data`).
 
 Results: ``<eval.output_dir>/<label>/eval.json`` per checkpoint (checkpoint, the artifact versions of the inputs,
 metrics, seed, timings, the responses) and ``<eval.output_dir>/eval.json`` with all of them; the run records the
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.settings import SettingsError, _int, config_path, get
+from nemotron.runtime.common.settings import SettingsError, _int, config_path, get
 
 RESULTS = "eval.json"
 #: The metrics of an eval.json, in table order: (key, label, format, higher is better).
@@ -147,17 +148,17 @@ def _quantized(folder: Path) -> bool:
 def _load(spec: Any, folder: Path, work: Path) -> tuple[Any, str]:
     import torch
 
-    from nemotron.runtime import model as modelmod
+    from nemotron.runtime.common import model as modelmod
 
     if _quantized(folder):
-        from nemotron.runtime.quantize import dequantized_load
+        from nemotron.runtime.quantization.quantize import dequantized_load
 
         return dequantized_load(folder, work, torch.float32), "quantized export, de-quantized weights (FP32 activations)"
     return modelmod.load(spec, folder).eval(), "Hugging Face checkpoint (FP32)"
 
 
 def _tokenizer_for(s: EvalSettings, folder: Path) -> Path:
-    from nemotron.runtime.rl_data import find_tokenizer
+    from nemotron.runtime.rl.rl_data import find_tokenizer
 
     cands = [folder]
     summary = folder / "summary.json"  # a quantized export names its source
@@ -198,7 +199,7 @@ def _ppl_samples(s: EvalSettings, vocab: int) -> tuple[Any, str]:
     import numpy as np
     import torch
 
-    from nemotron.runtime.pretrain_data import BlendedSamples, DataError, max_token_id, read_blend
+    from nemotron.runtime.megatron.pretrain_data import BlendedSamples, DataError, max_token_id, read_blend
 
     assert s.ppl_data is not None
     blend = read_blend(s.ppl_data)
@@ -220,8 +221,8 @@ def run(s: EvalSettings, spec: Any = None) -> int:
 
     from nemotron.config import catalogue
     from nemotron.config import artifacts as arts
-    from nemotron.runtime.rl_data import accuracy, generate, load_tokenizer, read_rows
-    from nemotron.runtime.settings import thread_count
+    from nemotron.runtime.common.settings import thread_count
+    from nemotron.runtime.rl.rl_data import accuracy, generate, load_tokenizer, read_rows
 
     torch.set_num_threads(thread_count(s.cpus))
     torch.manual_seed(s.seed)
@@ -376,10 +377,11 @@ __all__ = ["CompareError", "EvalSettings", "METRICS", "artifact_of", "compare", 
 
 def main(cfg: dict[str, Any]) -> int:
     """``backend: local`` of ``ultra3 eval`` (called by :func:`nemotron.runtime.dispatch.run`): the settings (exit 1
-    naming the key), then the run (:func:`nemotron.runtime.entry.run_heavy`: one line per unusable input, exit 1)."""
+    naming the key), then the run (:func:`nemotron.runtime.megatron.entry.run_heavy`: one line per unusable input, exit
+    1)."""
     import sys as _sys
 
-    from nemotron.runtime.entry import LOCAL_NEEDS, run_heavy
+    from nemotron.runtime.megatron.entry import LOCAL_NEEDS, run_heavy
 
     try:
         s = read(cfg)
@@ -392,6 +394,6 @@ def main(cfg: dict[str, Any]) -> int:
     except SettingsError as exc:
         print(f"ultra3 eval: {exc}", file=_sys.stderr)
         return 1
-    from nemotron.runtime.rl_data import RLDataError
+    from nemotron.runtime.rl.rl_data import RLDataError
 
     return run_heavy("ultra3 eval", s.cpus, *LOCAL_NEEDS["eval"], lambda: run(s), errors=(RLDataError,))

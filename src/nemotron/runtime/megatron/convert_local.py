@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nemotron.runtime.convert import ConfigFormError, convert_checkpoint_config
+from nemotron.runtime.common.convert import ConfigFormError, convert_checkpoint_config
 
 
 def local_main(cfg: dict) -> int:
@@ -11,7 +11,7 @@ def local_main(cfg: dict) -> int:
     import sys
     from pathlib import Path
 
-    from nemotron.runtime.model import ModelError, resolve_weights
+    from nemotron.runtime.common.model import ModelError, resolve_weights
 
     stage = "ultra3 convert"
     conv = cfg.get("convert") or {}

@@ -1,14 +1,14 @@
 """``backend: megatron-bridge`` of ``nemotron ultra3 quantize``: Model Optimizer PTQ of the Megatron-Core
 model under torchrun, inside the NeMo container. NOT RUN ANYWHERE YET (it needs GPUs, Megatron-Bridge
 and Transformer Engine); the checks before it and the config translation it uses
-(:func:`nemotron.runtime.quant_config.cluster_plan`) are tested here.
+(:func:`nemotron.runtime.quantization.quant_config.cluster_plan`) are tested here.
 
 Order: :func:`precheck` first — the config translates (layout fills the world, recipe exists, source
 set), the torchrun world and this node's GPUs match ``run.env``, the frameworks import, megatron-bridge /
 megatron-core are the ``[nemo]`` pins and nvidia-modelopt is 0.47 or later (the recipes' format; the
 ``nemo`` image installs 0.47.0 over the Megatron-Bridge branch's 0.44.0rc5), the checkpoint to quantize
 exists — every problem one line, exit 1, before anything heavy (the checks it shares with the
-Megatron-Bridge entry are :mod:`nemotron.runtime.prestart`). Then :func:`run`, following Megatron-Bridge's
+Megatron-Bridge entry are :mod:`nemotron.runtime.common.prestart`). Then :func:`run`, following Megatron-Bridge's
 published PTQ example (examples/quantization/quantize.py): ``AutoBridge.from_hf_pretrained`` → provider
 with the calibration layout (``model.*``), Model Optimizer's Mamba layer spec, ``moe_permute_fusion`` off
 → ``mtq.quantize`` with the recipe's config, calibrating on ``quantization.calib_size`` texts
@@ -28,8 +28,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime import prestart
-from nemotron.runtime.quant_config import QuantConfigError, cluster_plan, repair_export
+from nemotron.runtime.common import prestart
+from nemotron.runtime.quantization.quant_config import QuantConfigError, cluster_plan, repair_export
 
 TITLE = "ultra3 quantize"
 
@@ -47,19 +47,19 @@ MODULES = {"megatron.bridge": "AutoBridge and the Nemotron-H providers",
 def precheck(cfg: dict[str, Any], *, importable: Any = None, gpus: int | None = None,
              installed: dict[str, str | None] | None = None, env: dict[str, str] | None = None) -> list[str]:
     """Every reason the quantize job cannot start here, one line each (empty: ready), before any framework
-    is loaded. The checks shared with the Megatron-Bridge entry come from :mod:`nemotron.runtime.prestart`:
+    is loaded. The checks shared with the Megatron-Bridge entry come from :mod:`nemotron.runtime.common.prestart`:
     torchrun's world against ``run.env.nodes`` x ``run.env.gpus_per_node`` and the visible GPUs, the
     modules importable, megatron-bridge / megatron-core the ``[nemo]`` pins
-    (:func:`nemotron.runtime.megatron_bridge.framework_problems`); this stage's own: the config translates
-    for the world (:func:`nemotron.runtime.quant_config.cluster_plan`), nvidia-modelopt is
+    (:func:`nemotron.runtime.megatron.megatron_bridge.framework_problems`); this stage's own: the config translates
+    for the world (:func:`nemotron.runtime.quantization.quant_config.cluster_plan`), nvidia-modelopt is
     :data:`MIN_MODELOPT` or later, a local ``quantization.source`` exists.
 
     ``importable(module)``, ``gpus`` (GPUs visible on this node), ``installed`` (``{framework: version}``,
-    keys of :data:`nemotron.runtime.megatron_bridge.FRAMEWORKS` and ``modelopt``) and ``env`` default to
+    keys of :data:`nemotron.runtime.megatron.megatron_bridge.FRAMEWORKS` and ``modelopt``) and ``env`` default to
     the real ones; tests pass their own.
     """
-    from nemotron.runtime import megatron_bridge as mb
-    from nemotron.runtime.settings import get
+    from nemotron.runtime.common.settings import get
+    from nemotron.runtime.megatron import megatron_bridge as mb
 
     env = os.environ if env is None else env
     if not str(env.get("WORLD_SIZE", "")).isdigit():

@@ -11,7 +11,7 @@ one line with a hint) instead of being taken silently:
 * ``train.train_iters`` below the step already saved (the run would stop at once and present the saved
   step as its final model). Used by the local runtime and the Megatron-Bridge pre-start.
 
-``lineage.json`` (written by :mod:`nemotron.runtime.trainer` when a run starts from step 0)::
+``lineage.json`` (written by :mod:`nemotron.runtime.megatron.trainer` when a run starts from step 0)::
 
     {"stage", "model", "data", "pretrained_checkpoint", "experiment_id", "transformers", "torch",
      "inputs": {config key: absolute path or null}, "changes": [{"step", "key", "from", "to", "time",
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.settings import LocalSettings, SettingsError, config_path, get, training_data
+from nemotron.runtime.common.settings import LocalSettings, SettingsError, config_path, get, training_data
 
 LINEAGE = "lineage.json"
 #: The key that lets a resumed run take inputs other than those its checkpoint was trained on.
@@ -85,7 +85,7 @@ def recorded_inputs(lineage: dict[str, Any], stage: str) -> dict[str, str | None
 def saved_step(folder: Path | None) -> int | None:
     """The newest step with a complete ``checkpoint-<step>`` in ``folder`` (the local runtime's layout), or
     None when there is none."""
-    from nemotron.runtime.model import checkpoints
+    from nemotron.runtime.common.model import checkpoints
 
     found = checkpoints(Path(folder)) if folder is not None else []
     return found[-1][0] if found else None

@@ -1,7 +1,7 @@
 """The self-check of a ``megatron_to_hf`` export, recorded beside it in ``selfcheck.json``.
 
-After :func:`nemotron.runtime.megatron_bridge._convert` has saved a Megatron checkpoint in the Hugging Face form,
-:func:`run` checks that the export is the model that was exported:
+After :func:`nemotron.runtime.megatron.megatron_bridge._convert` has saved a Megatron checkpoint in the Hugging Face
+form, :func:`run` checks that the export is the model that was exported:
 
 1. **config shape** (:func:`check_config`): the exported ``config.json``'s ``num_hidden_layers`` and hybrid pattern
    (``hybrid_override_pattern``, or ``layers_block_type`` in the transformers-v5 form) equal the checkpoint's own
@@ -95,9 +95,9 @@ def saved_model_shape(source: str | os.PathLike[str]) -> dict[str, Any]:
 
 def exported_shape(config: dict[str, Any]) -> dict[str, Any]:
     """``{"num_layers", "pattern"}`` of an HF NemotronH ``config.json`` (a dict) in either form: v4
-    ``hybrid_override_pattern`` or v5 ``layers_block_type`` (:mod:`nemotron.runtime.convert`); the layer count is
+    ``hybrid_override_pattern`` or v5 ``layers_block_type`` (:mod:`nemotron.runtime.common.convert`); the layer count is
     ``num_hidden_layers``, else the pattern's length."""
-    from nemotron.runtime.convert import pattern_from_block_types
+    from nemotron.runtime.common.convert import pattern_from_block_types
 
     pattern = config.get("hybrid_override_pattern")
     if pattern is None and isinstance(config.get("layers_block_type"), list):

@@ -1,10 +1,10 @@
 """The ``local`` backend of ``ultra3 mopd-warmup``: MOPD warmup on one machine (CPU or one GPU), transformers'
-NemotronH of the catalogue, one process (:mod:`nemotron.runtime.warmup` says what warmup is).
+NemotronH of the catalogue, one process (:mod:`nemotron.runtime.rl.warmup` says what warmup is).
 
 1. The teachers answer: each prompt of ``warmup.prompts_path`` (the first ``warmup.num_prompts``) goes to the teacher
-   the MOPD panel routes its task to (the local MOPD runtime's routing, :func:`nemotron.runtime.rl_settings.route`),
+   the MOPD panel routes its task to (the local MOPD runtime's routing, :func:`nemotron.runtime.rl.rl_settings.route`),
    which samples ``warmup.responses_per_prompt`` responses of up to ``warmup.max_new_tokens`` tokens
-   (``warmup.temperature`` / ``top_p``; 0: greedy) with the KV/SSM cache (:func:`nemotron.runtime.rl_data.generate`).
+   (``warmup.temperature`` / ``top_p``; 0: greedy) with the KV/SSM cache (:func:`nemotron.runtime.rl.rl_data.generate`).
    The pairs are written to ``<warmup.data_dir>/train.jsonl`` in the form the cluster job hands NeMo RL's SFT
    (``ResponseDataset``: ``input`` / ``output``, plus ``task`` and ``teacher``).
 2. The student (``policy.model_name``) is fine-tuned on them: cross-entropy on the response tokens (and the EOS
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.warmup import WarmupSettings, read_tasks
+from nemotron.runtime.rl.warmup import WarmupSettings, read_tasks
 
 NEEDS = ("torch", "transformers")
 
@@ -140,11 +140,12 @@ def _write_json(path: Path, data: Any) -> None:
 
 def export(model: Any, tokenizer: Any, s: WarmupSettings, step: int) -> Path:
     """The student at ``<checkpoint_dir>/hf/step_<step>``, ``hf/latest`` pointing at it, ``outputs.json`` naming it
-    as ``output_artifact`` (the form the RL runtimes give their result: :func:`nemotron.runtime.nemo_rl.hf_output`)."""
+    as ``output_artifact`` (the form the RL runtimes give their result:
+    :func:`nemotron.runtime.rl.nemo_rl.hf_output`)."""
     import shutil
 
     from nemotron.config import artifacts
-    from nemotron.runtime.nemo_rl import hf_output
+    from nemotron.runtime.rl.nemo_rl import hf_output
 
     out = hf_output(s.checkpoint_dir, step)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -178,11 +179,11 @@ def run(s: WarmupSettings, spec: Any = None) -> int:
     import transformers
 
     from nemotron.config import catalogue
-    from nemotron.runtime import model as modelmod
-    from nemotron.runtime.rl_data import RLDataError, find_tokenizer, generate, load_tokenizer, read_rows, render
-    from nemotron.runtime.rl_settings import route
-    from nemotron.runtime.settings import SettingsError, thread_count
-    from nemotron.runtime.trainer import record_consumption
+    from nemotron.runtime.common import model as modelmod
+    from nemotron.runtime.common.settings import SettingsError, thread_count
+    from nemotron.runtime.megatron.trainer import record_consumption
+    from nemotron.runtime.rl.rl_data import RLDataError, find_tokenizer, generate, load_tokenizer, read_rows, render
+    from nemotron.runtime.rl.rl_settings import route
 
     torch.set_num_threads(thread_count(s.cpus))
     spec = spec or catalogue.get(s.model_name)
@@ -309,10 +310,10 @@ def local_main(cfg: dict) -> int:
 
     from nemotron.data.outputs import writer_lock
     from nemotron.errors import RuntimeFailure
-    from nemotron.runtime.entry import LOCAL_NEEDS, run_heavy
+    from nemotron.runtime.megatron.entry import LOCAL_NEEDS, run_heavy
 
-    from nemotron.runtime.settings import SettingsError
-    from nemotron.runtime.warmup import read
+    from nemotron.runtime.common.settings import SettingsError
+    from nemotron.runtime.rl.warmup import read
 
     title = "ultra3 mopd-warmup"
     try:
@@ -337,7 +338,7 @@ def local_main(cfg: dict) -> int:
         def work() -> int:
             return run(s)
 
-        from nemotron.runtime.rl_data import RLDataError
+        from nemotron.runtime.rl.rl_data import RLDataError
 
         return run_heavy(title, s.cpus, *LOCAL_NEEDS["mopd-warmup"], work, errors=(RLDataError,))
 

@@ -24,21 +24,21 @@ with ``backend: megatron-bridge``, on every rank that torchrun starts:
    BF16-layer settings; the exit-signal handler on (SIGTERM, the warning Slurm sends
    ``run.signal_before_s`` before the time limit: save and stop); ``checkpoint.load = checkpoint.save``
    (a stable folder per run name: every job of a run resumes from the last save); W&B identity from
-   :mod:`nemotron.runtime.tracking`.
+   :mod:`nemotron.runtime.megatron.tracking`.
 3. :func:`main` — heavy: the Ultra config from the recipe ``recipe.name`` (``megatron.bridge.recipes``),
    built with ``hf_path`` = ``recipe.hf_model_id`` (a repo id or a local folder), or for an ``<N>layer``
    slice a folder holding the slice's ``config.json`` from our catalogue (:func:`hf_source`), from which
-   AutoBridge builds the model provider; our values applied on top (:func:`_recipe`, :func:`_apply`); the MoE routing check on the provider (:func:`nemotron.runtime.routing.require_routing`); the
+   AutoBridge builds the model provider; our values applied on top (:func:`_recipe`, :func:`_apply`); the MoE routing check on the provider (:func:`nemotron.runtime.megatron.routing.require_routing`); the
    data folder marked as consumed; Megatron-Bridge's ``pretrain`` / ``finetune`` with ``gpt_step.forward_step``,
-   wrapped so that Megatron-Bridge's exit-signal handler is entered (:mod:`nemotron.runtime.exit_signal`).
+   wrapped so that Megatron-Bridge's exit-signal handler is entered (:mod:`nemotron.runtime.megatron.exit_signal`).
    Exit 0 when the last saved iteration reached ``train.train_iters``, 75 when the run saved and stopped
    earlier (the exit-signal handler, after which Megatron-Bridge ends with ``sys.exit(0)``: :func:`train_exit_code`
    reads the saved iteration and writes the requeue marker, from which the job's batch script requeues or
    continues the job), 1 on a failure.
    Convert: ``AutoBridge.import_ckpt`` (HF → Megatron) or ``AutoBridge.export_ckpt`` (Megatron → HF; the
-   HF ``config.json`` then rewritten to the v4 form NeMo RL reads, :mod:`nemotron.runtime.convert`; then the
-   export's self-check, :mod:`nemotron.runtime.export_check`: its config shape against the checkpoint's, and on a
-   single-rank GPU export its reload in transformers and its logits against the exported Megatron model's on a
+   HF ``config.json`` then rewritten to the v4 form NeMo RL reads, :mod:`nemotron.runtime.common.convert`; then the
+   export's self-check, :mod:`nemotron.runtime.megatron.export_check`: its config shape against the checkpoint's, and on
+   a single-rank GPU export its reload in transformers and its logits against the exported Megatron model's on a
    fixed batch, recorded in ``selfcheck.json`` beside it; exit 1 when it fails).
 
 APIs as in Megatron-Bridge branch ``nemotron_3_ultra`` at 4588417 (package 0.5.0; ``recipes/nemotronh/
@@ -55,7 +55,7 @@ check, ``ConfigContainer.validate()`` at the job's world size; tests/contract/te
 Megatron-Core's ``TransformerConfig.__post_init__`` through the provider's ``finalize()``). ``pretrain`` /
 ``finetune`` need Transformer Engine and GPUs inside NVIDIA's container: not run by this project.
 
-Stdlib only at import time (step 1 reads ``blend.json`` with :mod:`nemotron.runtime.pretrain_data`, numpy).
+Stdlib only at import time (step 1 reads ``blend.json`` with :mod:`nemotron.runtime.megatron.pretrain_data`, numpy).
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ from typing import Any
 
 from nemotron.config.keys import OWN_KEYS
 from nemotron.config.registry import Stage, TrainingData, get_stage
-from nemotron.runtime import prestart
-from nemotron.runtime.settings import EXIT_REQUEUE, get
+from nemotron.runtime.common import prestart
+from nemotron.runtime.common.settings import EXIT_REQUEUE, get
 
 #: ConfigContainer sections our configs pass through field by field (dataset and mixed_precision are built).
 PASS_THROUGH = ("model", "train", "validation", "optimizer", "scheduler", "ddp", "checkpoint", "logger", "rng",
@@ -166,9 +166,10 @@ def row(stage: str) -> Stage:
 
 # ------------------------------------------------------------------------------------ pure translation
 def blend_per_split(blend: dict[str, list[Any]]) -> list[tuple[list[str], list[float]] | None]:
-    """Megatron-Core's ``blend_per_split`` (train, valid, test) from :func:`nemotron.runtime.pretrain_data.read_blend`'s
-    entries: ``[([prefix, ...], [weight, ...]) | None] * 3``; a split missing from blend.json is None
-    (Megatron then builds no dataset for it). Weights are passed as written: Megatron normalises them."""
+    """Megatron-Core's ``blend_per_split`` (train, valid, test) from
+    :func:`nemotron.runtime.megatron.pretrain_data.read_blend`'s entries: ``[([prefix, ...], [weight, ...]) | None] *
+    3``; a split missing from blend.json is None (Megatron then builds no dataset for it). Weights are passed as
+    written: Megatron normalises them."""
     out: list[tuple[list[str], list[float]] | None] = []
     for split in ("train", "valid", "test"):
         entries = blend.get(split) or []
@@ -193,7 +194,7 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
               data_tokenizer: dict[str, Any] | str | None = None, data_version: str | None = None) -> BridgeConfig:
     """The Megatron-Bridge form of the compiled ``cfg`` of ``stage`` (see the module docstring, step 2).
 
-    ``blend``: pretrain's parsed blend.json (:func:`nemotron.runtime.pretrain_data.read_blend`);
+    ``blend``: pretrain's parsed blend.json (:func:`nemotron.runtime.megatron.pretrain_data.read_blend`);
     ``data_tokenizer``: the tokenizer the data was prepared with, used when ``tokenizer.tokenizer_model`` is
     null: the ``TokenizerConfig`` fields of its manifest (:func:`nemotron.data.outputs.megatron_tokenizer`), or a
     tokenizer path; ``data_version``: the data folder's version (W&B run name).
@@ -201,7 +202,7 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
     Raises:
         TranslateError: a value Megatron-Bridge cannot take as it is (the message names the key).
     """
-    from nemotron.runtime.tracking import data_label, wandb_identity
+    from nemotron.runtime.megatron.tracking import data_label, wandb_identity
 
     the_row = row(stage)
     own = _strip_own(cfg)
@@ -351,10 +352,10 @@ FRAMEWORKS = {"megatron_bridge": "megatron-bridge", "megatron_core": "megatron-c
 def framework_problems(installed: dict[str, str | None] | None = None,
                        commits: dict[str, str | None] | None = None) -> list[str]:
     """One line per framework of :data:`FRAMEWORKS` whose installed version (``installed``, default the real
-    ones) is not the ``[nemo]`` pin (:func:`nemotron.runtime.prestart.version_problems`), or which was installed
+    ones) is not the ``[nemo]`` pin (:func:`nemotron.runtime.common.prestart.version_problems`), or which was installed
     from another git commit than ``[nemo].commits`` records (``commits``, default the real ones: the commit pip
-    records for a git install, :func:`nemotron.runtime.prestart.installed_commits`). Megatron-Core's commit is the
-    one that tells the Ultra branch's pin (``c8288b6``) from the base image's own build of the same version
+    records for a git install, :func:`nemotron.runtime.common.prestart.installed_commits`). Megatron-Core's commit is
+    the one that tells the Ultra branch's pin (``c8288b6``) from the base image's own build of the same version
     ``0.18.0``; a package that records no commit is checked by its version alone."""
     installed = prestart.installed_versions(FRAMEWORKS) if installed is None else installed
     commits = prestart.installed_commits(FRAMEWORKS) if commits is None else commits
@@ -367,7 +368,7 @@ def framework_problems(installed: dict[str, str | None] | None = None,
 
 
 def _exists(key: str, value: Any, problems: list[str], kind: str = "file") -> Path | None:
-    """``value`` as a path when :func:`nemotron.runtime.prestart.path_problem` finds none; else the problem
+    """``value`` as a path when :func:`nemotron.runtime.common.prestart.path_problem` finds none; else the problem
     is appended to ``problems`` and None returned."""
     problem = prestart.path_problem(key, value, kind)
     if problem:
@@ -410,7 +411,7 @@ def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: i
     if data is not None and data.blend:
         blend = _exists("data.per_split_data_args_path", get(cfg, "data.per_split_data_args_path"), problems)
         if blend is not None:
-            from nemotron.runtime.pretrain_data import DataError, read_blend
+            from nemotron.runtime.megatron.pretrain_data import DataError, read_blend
 
             try:
                 read_blend(blend)
@@ -460,7 +461,7 @@ def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: i
         save = get(cfg, "checkpoint.save")
         if save and Path(str(save)).exists() and not Path(str(save)).is_dir():
             problems.append(f"checkpoint.save={save}: exists and is not a folder")
-        from nemotron.runtime.lineage import train_iters_problem
+        from nemotron.runtime.megatron.lineage import train_iters_problem
 
         load = get(cfg, "checkpoint.load") or save  # the folder the run resumes from
         problem = train_iters_problem(get(cfg, "train.train_iters"), last_saved_iteration(load) if load else None, load)
@@ -636,7 +637,7 @@ def _say(stage: str, msg: str) -> None:
 def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Megatron-Bridge and GPUs
     """Run ``stage`` (a registry name: a stage with training data, or a conversion; :func:`row`) with
     Megatron-Bridge; returns the exit code (module docstring, step 3). The entry scripts name it with
-    ``Backend("nemotron.runtime.megatron_bridge:main", per_stage=True)``."""
+    ``Backend("nemotron.runtime.megatron.megatron_bridge:main", per_stage=True)``."""
     try:
         the_row = row(stage)
     except TranslateError as exc:
@@ -649,7 +650,7 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
     sources: list[Any] = []
     if data is not None and data.blend:
         from nemotron.data.blend import training_blend
-        from nemotron.runtime.pretrain_data import read_blend
+        from nemotron.runtime.megatron.pretrain_data import read_blend
 
         sources = [get(cfg, "data.per_split_data_args_path"), *(m["blend"] for m in get(cfg, "data.mix_with") or [])]
         blend = read_blend(training_blend(cfg, get(cfg, "checkpoint.save")))  # the mix: mixed_blend.json there
@@ -673,7 +674,7 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
         return _convert(bc, get(cfg, "dist.distributed_timeout_minutes"))
     os.environ.update(bc.env)
     from nemotron.config import catalogue
-    from nemotron.runtime.routing import RoutingError, require_routing
+    from nemotron.runtime.megatron.routing import RoutingError, require_routing
 
     try:
         hf_path = hf_source(bc)  # a slice: its config.json, from the catalogue, in a folder of this process
@@ -684,17 +685,17 @@ def main(cfg: dict[str, Any], stage: str) -> int:  # pragma: no cover - needs Me
         return prestart.refuse(f"ultra3 {stage}", [str(exc)])
     _say(stage, f"MoE routing of the provider matches {bc.model_name}")
     if (os.environ.get("RANK") or "0") == "0":  # every data folder read becomes immutable to data prep
-        from nemotron.runtime.trainer import record_consumption
+        from nemotron.runtime.megatron.trainer import record_consumption
 
         for source in sources:
             record_consumption(Path(str(source)), stage, Path(str(bc.checkpoint_dir)), data.artifact)
     from megatron.bridge.training.gpt_step import forward_step
 
-    from nemotron.runtime import batch_log
+    from nemotron.runtime.megatron import batch_log
 
     step = batch_log.recording(forward_step, os.environ.get(batch_log.ENV))  # the step itself unless asked
     if container.train.exit_signal_handler:  # upstream builds its handler but never enters it: exit_signal.py
-        from nemotron.runtime.exit_signal import ExitSignal
+        from nemotron.runtime.megatron.exit_signal import ExitSignal
 
         exit_signal = ExitSignal(container.train.exit_signal)
         exit_signal.install_early()
@@ -773,8 +774,8 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
     then ``provide_distributed_model`` + ``save_megatron_model`` (import) or ``load_megatron_model`` +
     ``save_hf_pretrained`` (export) — the calls of Megatron-Bridge 0.5.0's
     ``examples/conversion/convert_checkpoints_multi_gpu.py``. After a ``megatron_to_hf`` export, rank 0 runs
-    :func:`nemotron.runtime.export_check.run` (with the loaded Megatron model when the export ran in one process
-    on a GPU); a failed self-check returns 1."""
+    :func:`nemotron.runtime.megatron.export_check.run` (with the loaded Megatron model when the export ran in one
+    process on a GPU); a failed self-check returns 1."""
     conv = bc.convert or {}
     src, out = str(conv["source"]), str(conv["output_dir"])
     direction = conv["direction"]
@@ -836,7 +837,7 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
     if rank0:
         _say(bc.stage, f"{direction}: {src} -> {out}")
     if direction == "megatron_to_hf" and rank0:
-        from nemotron.runtime import export_check
+        from nemotron.runtime.megatron import export_check
 
         try:  # the export reloads in transformers and gives the Megatron model's logits: selfcheck.json beside it
             export_check.run(out, src, megatron_model=exported, no_megatron_reason=no_model,
@@ -850,10 +851,10 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
 def rewrite_config_v4(folder: str | os.PathLike[str]) -> bool:
     """Rewrite ``<folder>/config.json`` in place to the v4 NemotronH form (``hybrid_override_pattern``) that
     NeMo RL reads, when it is in the transformers-v5 form; the weights are not touched. Returns whether
-    it changed. Raises :class:`nemotron.runtime.convert.ConfigFormError` for an unreadable config."""
+    it changed. Raises :class:`nemotron.runtime.common.convert.ConfigFormError` for an unreadable config."""
     import json
 
-    from nemotron.runtime.convert import ConfigFormError, config_form, v5_to_v4
+    from nemotron.runtime.common.convert import ConfigFormError, config_form, v5_to_v4
 
     path = Path(folder) / "config.json"
     try:

@@ -6,7 +6,7 @@ before on-policy distillation. Two steps, on either backend:
 
 1. **generate**: each prompt of ``warmup.prompts_path`` (the RL ``train.jsonl``) goes to the teacher the MOPD panel
    routes its task to (``_teachers`` + ``teacher_routing``, turned into NeMo RL's agent -> checkpoint map by
-   :func:`nemotron.runtime.nemo_rl.teacher_map`, the MOPD runtime's own function), which writes
+   :func:`nemotron.runtime.rl.nemo_rl.teacher_map`, the MOPD runtime's own function), which writes
    ``warmup.responses_per_prompt`` responses; the pairs are written as ``<warmup.data_dir>/train.jsonl`` in NeMo RL's
    ``ResponseDataset`` form (``{"input": prompt, "output": response, "task": ..., "teacher": alias}``).
 2. **SFT** the student (``policy.model_name``, Hugging Face form) on those pairs, loss on the response tokens only.
@@ -14,8 +14,8 @@ before on-policy distillation. Two steps, on either backend:
 ``backend: nemo-rl`` (:func:`cluster_main`): step 1 with vLLM's offline ``LLM`` per teacher checkpoint (the nemo-rl
 image has vLLM), step 2 with NeMo RL's own SFT entry ``examples/run_sft.py`` on :func:`sft_config` (the job config
 inherits NeMo RL's ``examples/configs/sft.yaml`` of the installed checkout through NeMo RL's ``defaults:``; ours
-sets the rest); NeMo RL's converter then writes ``hf/step_N`` as after RLVR/MOPD (:func:`nemotron.runtime.nemo_rl.finish`).
-``backend: local`` (:func:`nemotron.runtime.warmup_local.local_main`): both steps on this machine with transformers, plus the
+sets the rest); NeMo RL's converter then writes ``hf/step_N`` as after RLVR/MOPD (:func:`nemotron.runtime.rl.nemo_rl.finish`).
+``backend: local`` (:func:`nemotron.runtime.rl.warmup_local.local_main`): both steps on this machine with transformers, plus the
 student's per-token reverse KL to its routed teacher on held-out prompts before and after (the point of warmup).
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.settings import SettingsError, _float, _int, config_path, get
+from nemotron.runtime.common.settings import SettingsError, _float, _int, config_path, get
 
 #: NeMo RL's SFT config the cluster job inherits (``defaults:``), relative to its checkout: the file
 #: ``examples/run_sft.py`` loads when given none (NVIDIA-NeMo/RL main 7ea279a).
@@ -113,7 +113,7 @@ def read(cfg: dict, *, unresolved_ok: bool = False) -> WarmupSettings:
     Raises:
         SettingsError: a missing or impossible value (each message names the key and the valid values).
     """
-    from nemotron.runtime.panel import panel
+    from nemotron.runtime.rl.panel import panel
 
     backend = str(get(cfg, "backend", "nemo-rl"))
     if backend not in ("nemo-rl", "local"):
@@ -209,7 +209,7 @@ def read_problems(path: Path, limit: int) -> list[str]:
 
 def read_tasks(path: Path) -> list[str | None]:
     """The task of each line of an RL JSONL (``task``, else ``task_name``, else None), in order: what the MOPD panel
-    routes by. Reading errors are :func:`nemotron.runtime.rl_data.read_rows`'s to report (called first)."""
+    routes by. Reading errors are :func:`nemotron.runtime.rl.rl_data.read_rows`'s to report (called first)."""
     import json
 
     out: list[str | None] = []
@@ -223,9 +223,9 @@ def read_tasks(path: Path) -> list[str | None]:
 
 def generation_groups(s: WarmupSettings, tasks: list[str | None]) -> dict[str, list[int]]:
     """``{teacher checkpoint: [prompt index, ...]}``: each prompt under the checkpoint of the teacher its task is
-    routed to (:func:`nemotron.runtime.rl_settings.route`); slots that share a checkpoint share one group (one
+    routed to (:func:`nemotron.runtime.rl.rl_settings.route`); slots that share a checkpoint share one group (one
     engine), as NeMo RL deduplicates shared teacher checkpoints."""
-    from nemotron.runtime.panel import route
+    from nemotron.runtime.rl.panel import route
 
     out: dict[str, list[int]] = {}
     for i, task in enumerate(tasks):
@@ -235,7 +235,7 @@ def generation_groups(s: WarmupSettings, tasks: list[str | None]) -> dict[str, l
 
 def cluster_main(cfg: dict) -> int:
     """``backend: nemo-rl``: generate with vLLM per teacher checkpoint, then NeMo RL's SFT entry, then the
-    Hugging Face export (:func:`nemotron.runtime.nemo_rl.finish`). Not run on a GPU in this version
+    Hugging Face export (:func:`nemotron.runtime.rl.nemo_rl.finish`). Not run on a GPU in this version
     (docs/rl.md, MOPD warmup)."""
     import importlib.util
     import json
@@ -255,7 +255,7 @@ def cluster_main(cfg: dict) -> int:
             print(f"{title}: {mod} is not importable here: this backend runs inside the nemo-rl container",
                   file=sys.stderr)
             return 1
-    from nemotron.runtime.nemo_rl import finish
+    from nemotron.runtime.rl.nemo_rl import finish
 
     try:
         problems = read_problems(s.prompts_path, s.num_prompts)

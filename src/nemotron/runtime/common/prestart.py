@@ -1,6 +1,6 @@
 """Checks a cluster runtime makes before it loads a framework, shared by every backend that runs in a
-container under torchrun or Ray (:mod:`~nemotron.runtime.megatron_bridge`,
-:mod:`~nemotron.runtime.quantize_cluster`, :mod:`~nemotron.runtime.nemo_rl`).
+container under torchrun or Ray (:mod:`~nemotron.runtime.megatron.megatron_bridge`,
+:mod:`~nemotron.runtime.quantization.quantize_cluster`, :mod:`~nemotron.runtime.rl.nemo_rl`).
 
 Each check returns problems as lines (``[]`` or ``None``: fine) so that a runtime can print all of them,
 one per line, before anything heavy is imported. The numbers they compare come from the config
