@@ -115,6 +115,34 @@ def upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     return {(a, b) for a, targets in graph.items() for b in targets if layer(b) > layer(a)}
 
 
+#: ``runtime/``'s own order (docs/architecture.md): the top modules (the dispatcher every ``run.py`` calls, and what a
+#: finished stage measured) and ``runtime/common/`` (what several families share) sit below the family packages, one
+#: per registry kind (``megatron`` also runs ``convert``). A family may import common and the top, never the reverse.
+RUNTIME_TOP = ("nemotron.runtime", "nemotron.runtime.dispatch", "nemotron.runtime.stage_metrics")
+RUNTIME_SHARED = "nemotron.runtime.common"
+
+
+def runtime_family(module: str) -> str | None:
+    """The family package of a ``nemotron.runtime`` module (``megatron`` of ``nemotron.runtime.megatron.trainer``);
+    None for the top modules and ``common``, and for modules outside ``runtime``."""
+    parts = module.split(".")
+    if parts[:2] != ["nemotron", "runtime"] or module in RUNTIME_TOP or parts[2] == "common":
+        return None
+    return parts[2]
+
+
+def runtime_upward(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Arrows from ``runtime``'s top modules or ``runtime.common`` into a family package."""
+    low = {m for m in graph if m in RUNTIME_TOP or m.startswith(RUNTIME_SHARED)}
+    return {(a, b) for a in low for b in graph[a] if runtime_family(b)}
+
+
+def runtime_loose(modules: list[str]) -> list[str]:
+    """Modules at the top of ``runtime/`` besides :data:`RUNTIME_TOP`: a runtime belongs to its family's package."""
+    return sorted(m for m in modules if m.startswith("nemotron.runtime.") and m.count(".") == 2
+                  and m not in RUNTIME_TOP and not (PACKAGE / "runtime" / m.split(".")[2]).is_dir())
+
+
 def test_graph_is_read():
     graph = import_graph()
     # a few arrows that must be seen, one of them inside a function body
@@ -139,9 +167,28 @@ def test_arrows_point_down():
     assert not wrong, "imports from a lower layer to a higher one:\n" + "\n".join(f"{a} -> {b}" for a, b in wrong)
 
 
+def test_runtime_is_grouped_by_family():
+    """A new runtime module goes into its family's package (or ``common/``), not loose at the top of ``runtime/``;
+    the top modules and ``common/`` import no family."""
+    graph = import_graph()
+    loose = runtime_loose(list(graph))
+    assert not loose, (f"modules at the top of runtime/: {loose}; put each into its kind's package "
+                       "(runtime/megatron/, rl/, quantization/, eval/) or runtime/common/ (docs/architecture.md)")
+    assert {runtime_family(m) for m in graph} - {None} == {"megatron", "rl", "quantization", "eval"}
+    wrong = sorted(runtime_upward(graph))
+    assert not wrong, "runtime's top or common/ imports a family:\n" + "\n".join(f"{a} -> {b}" for a, b in wrong)
+
+
 def test_checks_can_fail():
     """The checks above on a graph made to break them."""
     graph = {"nemotron.config.a": {"nemotron.config.b"}, "nemotron.config.b": {"nemotron.config.a"},
              "nemotron.data.x": {"nemotron.cli.main"}, "nemotron.cli.main": set()}
     assert circles(graph) == [["nemotron.config.a", "nemotron.config.b"]]
     assert upward(graph) == {("nemotron.data.x", "nemotron.cli.main")}
+    graph = {"nemotron.runtime.common.model": {"nemotron.runtime.megatron.trainer"},
+             "nemotron.runtime.dispatch": {"nemotron.runtime.rl.rl_data", "nemotron.runtime.common.settings"},
+             "nemotron.runtime.megatron.trainer": {"nemotron.runtime.common.model", "nemotron.runtime.rl.rl_data"}}
+    assert runtime_upward(graph) == {("nemotron.runtime.common.model", "nemotron.runtime.megatron.trainer"),
+                                     ("nemotron.runtime.dispatch", "nemotron.runtime.rl.rl_data")}
+    assert runtime_loose(["nemotron.runtime.dispatch", "nemotron.runtime.new_stage", "nemotron.runtime.rl",
+                          "nemotron.runtime.rl.warmup"]) == ["nemotron.runtime.new_stage"]

@@ -164,7 +164,7 @@ def config_artifacts(stage: Stage, config: str | None = None) -> tuple[tuple[str
 
 def _base_layer(stage: Stage, config: str | None, overrides: list[str]) -> tuple[str, dict[str, Any]] | None:
     """``(label, data)`` of the framework recipe ``stage -c config`` is layered on, or None: for NeMo RL stages
-    the recipe its ``nemo_rl.base`` names (:func:`nemotron.runtime.nemo_rl_base.base_layer`; a ``nemo_rl.*``
+    the recipe its ``nemo_rl.base`` names (:func:`nemotron.config.nemo_rl_base.base_layer`; a ``nemo_rl.*``
     override counts). It sits below ``default.yaml``: the stage's files and the overrides may set any key it
     has.
 
