@@ -35,14 +35,15 @@ def _block(lines):
 
 def test_dry_run_leads_with_the_verdict_and_quiet_prints_it_alone(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
-    code, lines, _ = _dry(capsys)
-    assert code == 0
+    code, lines, err = _dry(capsys)
+    assert code == 2  # the run's refusal is the dry run's too
+    assert err.splitlines()[-2].startswith("error: the run would refuse to start ultra3 pretrain with 1 unresolved")
     first = _block(lines)  # pretrain -c tiny: valid, but its data is not made yet, which the run refuses
     assert first[0].startswith("dry run: the config is valid (") and "the run would refuse to start" in first[0]
     assert first[-1].endswith("nothing was submitted"), first
     assert lines[-len(first):] == first and len(lines) > 50  # the details between, the verdict again last
     code, quiet, err = _dry(capsys, "--quiet")
-    assert code == 0 and quiet == first, quiet
+    assert code == 2 and quiet == first, quiet
     # errors: the count first, the run's refusal said; --quiet keeps the errors, drops the details; exit 2 both ways
     bad = "model.tensor_model_parallel_size=3"
     code, lines, err = _dry(capsys, bad)

@@ -144,9 +144,10 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
             compiled.provenance[key] = "prepared by validation (see notes)"
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
     # what this shell lacks to start the job (a secret, an ssh key file): the run refuses it before anything is
-    # queued; a dry run and an estimate only warn, since neither starts the job (perhaps from another machine or shell)
+    # queued, and so does its dry run (it never calls valid what the run refuses); an estimate, which says what a
+    # run would cost rather than whether it starts, only warns
     wandb_project = get(compiled.config, "logger.wandb_project")
-    lenient = req.dry_run or req.estimate
+    lenient = req.estimate and not req.dry_run
     for key, value, message, valid in ([*profile.launch_problems(), *profile.tracking_problems(wandb_project)]
                                        if profile is not None else []):
         problems.append(Problem(key=f"profile.{profile.name}.{key}", value=value, rule="profile",
@@ -205,20 +206,28 @@ def run_stage(req: StageRequest) -> int:
     # 4a. dry run: show everything, submit nothing
     if req.dry_run:
         dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes, quiet=req.quiet)
-        if p.errors:
-            raise ValidationError(problems=p.problems)
+        _check_startable(p, reported=True)  # what the run refuses, the dry run refuses too (exit 2)
         return 0
     _check_startable(p)
     # 4b. run here, or submit
     return backends.start(req, p.compiled, p.profile, p.plan)
 
 
-def _check_startable(p: Prepared) -> None:
+def _check_startable(p: Prepared, reported: bool = False) -> None:
+    """The run's refusals before it starts, shared by the run and the dry run: every validation error
+    (:class:`ValidationError`), then the unresolved values (:func:`unresolved_refusal`). ``reported``: the problems
+    were printed already (by the dry-run report).
 
-    report.problems(p.problems)
+    Raises:
+        ValidationError / ConfigError: exit 2, before anything starts or is queued.
+    """
+    if not reported:
+        report.problems(p.problems)
     if p.errors:
         raise ValidationError(problems=p.problems)
     refusal = unresolved_refusal(p.compiled)
+    if refusal is not None and reported:  # the dry run's verdict named each value: one line here, for the exit
+        raise ConfigError(f"the run would refuse to start {refusal.head}: the report above names each", refusal.hint)
     if refusal is not None:
         raise refusal
 
@@ -651,6 +660,8 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     if kw.get("dry_run"):
         if not kw.get("quiet"):  # last as well: what a terminal shows after a long report
             report.out(report.readable(verdict), plain=True)
+        for p in prepared:  # the first stage the run would refuse to start: the dry run refuses it too (exit 2)
+            _check_startable(p, reported=True)
         return 0
     for p in prepared:
         print_inputs(p.compiled)

@@ -1,0 +1,80 @@
+"""The dry run never calls valid what the run refuses: the cases where it used to (a config whose inputs no run has
+made yet, a secret this shell lacks, a backend the entry does not have, a direction the local convert refuses), each
+named with a did-you-mean where the value set is known; and `list` / `--help` mark the configs a rule refuses.
+
+The real CLI (``nemotron.cli.main``) on the shipped configs; a fresh NEMOTRON_HOME (no artifact made yet).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from test_cli import _isolated_home, run_cli  # noqa: F401 - the autouse fixture isolates NEMOTRON_HOME here too
+
+FIXTURE_ENV = str(Path(__file__).resolve().parents[1] / "fixtures" / "env.toml")
+ON_SAMPLE = ("--batch", "sample", "--env-file", FIXTURE_ENV)
+#: mopd -c local's inputs, in the order the config names them (a fresh home has none of them)
+MOPD_LOCAL_UNRESOLVED = ("policy.model_name", "policy.tokenizer.name", "data.train.data_path",
+                         "data.validation.data_path", "_teachers.general", "_teachers.reasoning")
+
+
+# ------------------------------------------------------------------- 1. inputs not made yet: dry run and run, exit 2
+def test_dry_run_of_a_stage_whose_inputs_are_missing_exits_2_as_the_run_does(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "ultra3", "mopd", "-c", "local", "--dry-run", "--quiet")
+    assert code == 2, out + err
+    lines = out.splitlines()
+    assert lines[0].startswith("dry run: the config is valid (") and \
+        "but the run would refuse to start: ultra3 mopd with 6 unresolved values (each on a line below); make it " \
+        "first: nemotron ultra3 pretrain -c local;" in lines[0], lines[0]
+    # every unresolved value named, one line each (not only the first)
+    assert [ln.split(":")[0].strip() for ln in lines[1:7]] == list(MOPD_LOCAL_UNRESOLVED), out
+    assert all(ln.startswith("  ") and "does not exist yet" in ln for ln in lines[1:7]), out
+    assert err.splitlines()[0] == ("error: the run would refuse to start ultra3 mopd with 6 unresolved values: the "
+                                   "report above names each"), err
+    # the run refuses the same, naming each value on a line of its own
+    code, _, err = run_cli(capsys, "ultra3", "mopd", "-c", "local")
+    assert code == 2
+    lines = err.splitlines()
+    at = lines.index("error: refusing to start ultra3 mopd with 6 unresolved values:")
+    assert [ln.split(":")[0].strip() for ln in lines[at + 1:at + 7]] == list(MOPD_LOCAL_UNRESOLVED), err
+    assert lines[at + 7].startswith("hint: make it first: nemotron ultra3 pretrain -c local"), err
+    assert not (tmp_path / "home" / "runs").exists()  # nothing started
+
+
+def test_one_unresolved_value_stays_on_the_verdicts_line(capsys):
+    code, out, err = run_cli(capsys, "ultra3", "convert", "-c", "local", "--dry-run", "--quiet")
+    assert code == 2, err
+    assert out.splitlines() == [
+        "dry run: the config is valid (1 warning), but the run would refuse to start: ultra3 convert with 1 unresolved "
+        "value: convert.source: artifact sft-checkpoint does not exist yet by a local or tiny run; make it first: "
+        "nemotron ultra3 sft -c local; or chain both: nemotron ultra3 pipe sft convert -c local; or set convert.source "
+        "explicitly; nothing was submitted"]
+
+
+def test_pipe_dry_run_refused_at_a_stage_exits_2(capsys):
+    code, out, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "local", "--dry-run", "--quiet")
+    assert code == 2, err
+    assert out.splitlines()[0].startswith("dry run: the chain's configs are valid, but the run would refuse to start "
+                                          "at stage 1/2 (ultra3 mopd)"), out
+    assert "error: the run would refuse to start ultra3 mopd with 6 unresolved values" in err, err
+
+
+def test_dry_run_json_of_a_refused_run_exits_2_with_the_refusal_in_the_document(capsys):
+    code, out, err = run_cli(capsys, "ultra3", "convert", "-c", "local", "--dry-run", "--json")
+    assert code == 2, err
+    doc = json.loads(out)
+    assert doc["valid"] is True and doc["refusal"].startswith("refusing to start ultra3 convert with 1 unresolved "
+                                                              "value: convert.source: artifact sft-checkpoint")
+    assert "error: the run would refuse to start ultra3 convert with 1 unresolved value" in err
+
+
+def test_a_data_stage_with_no_inputs_still_exits_0(capsys):
+    code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--dry-run", "--quiet")
+    assert code == 0, out + err
+    assert out.startswith("dry run: valid"), out
+
+
