@@ -78,3 +78,50 @@ def test_a_data_stage_with_no_inputs_still_exits_0(capsys):
     assert out.startswith("dry run: valid"), out
 
 
+# ---------------------------------------------------------------- 2. a backend the entry does not have, did-you-mean
+def test_unknown_backend_is_refused_by_the_dry_run_with_a_did_you_mean(capsys):
+    """The job's entry refuses a backend it does not have (runtime.dispatch.run); on a cluster profile the dry run
+    used to pass it."""
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "tiny", "backend=megatronbridge", "convert.source=/x",
+                           "--dry-run", "--quiet", *ON_SAMPLE)
+    assert code == 2
+    assert ("error: backend='megatronbridge': not a backend of ultra3 convert (its job would stop at start); did you "
+            "mean 'megatron-bridge'?; valid: local, megatron-bridge") in out.splitlines(), out
+
+
+# ------------------------------------------------------------- 3. convert.direction: the local one, did-you-mean
+def test_local_convert_direction_is_refused_by_the_dry_run_as_by_its_runtime(capsys, tmp_path):
+    from nemotron.runtime.convert_local import local_main
+
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "local", "convert.direction=megatron2hf", "--dry-run",
+                           "--quiet")
+    assert code == 2
+    line = ("error: convert.direction='megatron2hf': did you mean 'megatron_to_hf'? the local backend only rewrites HF "
+            "configs (hf_v5_to_v4); Megatron <-> HF conversion (hf_to_megatron, megatron_to_hf) runs in the NeMo "
+            "container (-c tiny or default on a Slurm profile)")
+    assert line in out.splitlines(), out
+    # the runtime's own refusal: the same words, exit 2 (a config problem), before it reads anything
+    assert local_main({"convert": {"direction": "megatron2hf", "source": str(tmp_path), "output_dir": "o"}}) == 2
+    assert capsys.readouterr().err.strip() == "ultra3 convert: " + line.removeprefix("error: ")
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "local", "convert.direction=hf_v5_to_v5", "--dry-run",
+                           "--quiet")
+    assert code == 2 and "did you mean 'hf_v5_to_v4'?" in out
+
+
+@pytest.mark.parametrize(("key", "value", "close"), [("direction", "megatron2hf", "megatron_to_hf"),
+                                                      ("device", "gpus", "gpu")])
+def test_cluster_convert_values_say_did_you_mean(capsys, key, value, close):
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "tiny", f"convert.{key}={value}", "--dry-run", "--quiet",
+                           *ON_SAMPLE)
+    assert code == 2
+    assert any(ln.startswith(f"error: convert.{key}='{value}': did you mean '{close}'?") for ln in out.splitlines()), out
+
+
+def test_a_value_far_from_every_choice_gets_no_guess():
+    from nemotron.errors import did_you_mean
+
+    assert did_you_mean("megatron2hf", ("hf_to_megatron", "megatron_to_hf")) == "did you mean 'megatron_to_hf'?"
+    assert did_you_mean("zzz", ("hf_to_megatron", "megatron_to_hf")) == ""
+    assert did_you_mean(3, ("gpu", "cpu")) == ""
+
+

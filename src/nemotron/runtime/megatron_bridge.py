@@ -66,6 +66,7 @@ from typing import Any
 
 from nemotron.config.keys import OWN_KEYS
 from nemotron.config.registry import Stage, TrainingData, get_stage
+from nemotron.errors import did_you_mean
 from nemotron.runtime import prestart
 from nemotron.runtime.settings import EXIT_REQUEUE, get
 
@@ -214,12 +215,16 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
         conv = dict(cfg.get("convert") or {})
         direction = conv.get("direction")
         if direction not in ("hf_to_megatron", "megatron_to_hf"):
-            raise TranslateError(f"convert.direction={direction!r}: the Megatron-Bridge backend converts "
-                                 "hf_to_megatron or megatron_to_hf (hf_v5_to_v4 is the local backend's)")
+            maybe = did_you_mean(direction, ("hf_to_megatron", "megatron_to_hf"))
+            raise TranslateError(f"convert.direction={direction!r}: " + (f"{maybe} " if maybe else "")
+                                 + "the Megatron-Bridge backend converts hf_to_megatron or megatron_to_hf "
+                                 "(hf_v5_to_v4 is the local backend's)")
         device = conv.get("device", "gpu")
         if device not in ("gpu", "cpu"):
-            raise TranslateError(f"convert.device={device!r}: valid: gpu (torchrun at the config's layout) or cpu "
-                                 "(one process; host RAM holds the model)")
+            maybe = did_you_mean(device, ("gpu", "cpu"))
+            raise TranslateError(f"convert.device={device!r}: " + (f"{maybe} " if maybe else "")
+                                 + "valid: gpu (torchrun at the config's layout) or cpu (one process; host RAM holds "
+                                 "the model)")
         for key in ("source", "output_dir"):
             value = conv.get(key)
             if not value or "${" in str(value):

@@ -443,11 +443,19 @@ def _missing_runtime(stage: Stage, cfg: dict) -> list[Problem]:
         return []
     from nemotron.runtime.dispatch import CONTAINERS, missing_runtime, stage_backends
 
+    backends, default = stage_backends(stage)
+    name = checks.backend(cfg) or default
+    if name not in backends:  # the entry's own refusal ("backend X is not one of ..."), before anything runs
+        from nemotron.errors import did_you_mean
+
+        maybe = did_you_mean(name, backends)
+        return [Problem(key="backend", value=get(cfg, "backend"), rule="runtime-available",
+                        message=f"not a backend of {stage.title} (its job would stop at start)"
+                                + (f"; {maybe}" if maybe else ""), valid=", ".join(backends))]
     found = missing_runtime(stage, checks.backend(cfg) or None)
     if found is None:
         return []
     name, usable = found
-    backends, _ = stage_backends(stage)
     valid = ", ".join(f"backend={n}" + (f" (the {CONTAINERS.get(str(backends[n].image), backends[n].image)} container "
                                         "on a Slurm profile: e.g. -c tiny --run PROFILE)" if backends[n].image else "")
                       for n in usable) or "none in this version"
