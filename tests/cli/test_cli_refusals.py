@@ -125,3 +125,32 @@ def test_a_value_far_from_every_choice_gets_no_guess():
     assert did_you_mean(3, ("gpu", "cpu")) == ""
 
 
+# ------------------------------------------------------------------ 4. list and --help mark what a rule refuses
+def test_list_and_help_mark_the_configs_a_rule_refuses_as_the_dry_run_does(capsys):
+    code, out, _ = run_cli(capsys, "ultra3", "list")
+    assert code == 0
+    row = next(ln for ln in out.splitlines() if ln.startswith("mtp-boost"))
+    assert re.match(r"mtp-boost\s+default\*, tiny\*\s", row), row
+    assert ("  mtp-boost -c default, mtp-boost -c tiny: backend=megatron-bridge: refused by rule mtp-boost-framework; "
+            "valid: local") in out, out
+    code, out, _ = run_cli(capsys, "ultra3", "list", "--json")
+    doc = json.loads(out)
+    mtp = [r for r in doc["stages"] if r["stage"] == "mtp-boost"]
+    refused = {k: v for r in mtp for k, v in r["refused"].items()}
+    assert sorted(refused) == ["default", "tiny"] and all("mtp-boost-framework" in v for v in refused.values())
+    assert all(r["refused"] == {} for r in doc["stages"] if r["stage"] != "mtp-boost")
+    # the dry run of each marked config is refused by that rule; the unmarked one is not
+    for name in ("default", "tiny"):
+        code, out, _ = run_cli(capsys, "ultra3", "mtp-boost", "-c", name, "--dry-run", "--quiet", *ON_SAMPLE)
+        assert code == 2 and "MTP boosting cannot run on megatron-bridge" in out, out
+    code, out, _ = run_cli(capsys, "ultra3", "mtp-boost", "-c", "local", "--dry-run", "--quiet")
+    assert "mtp-boost-framework" not in out and "MTP boosting cannot run" not in out, out
+    # --help: the same marks, and no example offers a refused config
+    code, out, _ = run_cli(capsys, "ultra3", "mtp-boost", "--help")
+    assert code == 0
+    configs = out[out.index("Configs (-c NAME"):out.index("Config keys")]
+    assert re.search(r"^\s+default\*\s", configs, re.M) and re.search(r"^\s+tiny\*\s", configs, re.M), configs
+    assert re.search(r"^\s+local\s", configs, re.M), configs
+    assert "* default, tiny: refused by the dry run and a run in this version (exit 2):" in configs, configs
+    examples = out[out.index("Examples:"):]
+    assert "-c local" in examples and "-c tiny" not in examples and "--run PROFILE --dry-run" not in examples, examples

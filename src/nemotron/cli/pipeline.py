@@ -19,7 +19,7 @@ from typing import Any
 from nemotron import report, validation
 from nemotron.cli import dryrun
 from nemotron.config import artifacts
-from nemotron.config.compile import compile_config, config_artifacts, config_backend, profile_overrides
+from nemotron.config.compile import compile_config, config_artifacts, profile_overrides
 from nemotron.config.paths import config_names
 from nemotron.config.registry import STAGES, Stage, get_stage
 from nemotron.config.tree import get, leaves
@@ -31,7 +31,6 @@ from nemotron.profiles import show
 from nemotron.profiles.load import load_profile
 from nemotron.profiles.schema import queues_dependent_jobs, storage_site
 from nemotron.profiles.sections import tracking_provenance
-from nemotron.runtime.dispatch import missing_runtime
 from nemotron.validation.cluster import check as cluster_checks
 from nemotron.validation.refusal import unresolved_refusal
 
@@ -239,19 +238,24 @@ def list_stages(recipe: str, as_json: bool = False) -> int:
 
     rows = []
     records = []
-    unavailable = False
+    refused: dict[str, list[str]] = {}  # why (one line) -> the `STAGE -c NAME` it refuses, for the footnote
     for s in STAGES:
         if s.recipe != recipe:
             continue
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
+        why: dict[str, str] = {}
         for name in config_names(s):
-            missing = missing_runtime(s, config_backend(s, name))
-            unavailable |= missing is not None
-            groups.setdefault(config_artifacts(s, name), []).append(f"{name}*" if missing else name)
+            # the dry run's and the run's own refusal of this config whatever the profile (validation.config_refusal)
+            reason = validation.config_refusal(s, name)
+            if reason is not None:
+                why[name] = reason
+                refused.setdefault(reason, []).append(f"{' '.join(s.command)} -c {name}")
+            groups.setdefault(config_artifacts(s, name), []).append(f"{name}*" if reason else name)
         for i, ((consumes, produces), names) in enumerate(groups.items()):
             records.append({"stage": s.name, "command": " ".join(s.command), "title": s.title,
                             "configs": [n.rstrip("*") for n in names],
                             "unavailable": [n.rstrip("*") for n in names if n.endswith("*")],
+                            "refused": {n.rstrip("*"): why[n.rstrip("*")] for n in names if n.endswith("*")},
                             "consumes": list(consumes), "produces": list(produces), "launch": s.launch,
                             "gpu": bool(s.gpu)})
             rows.append([s.title.removeprefix(recipe + " ") if i == 0 else "", ", ".join(names),
@@ -262,8 +266,10 @@ def list_stages(recipe: str, as_json: bool = False) -> int:
         jsonout.emit("list", {"recipe": recipe, "stages": records})
         return 0
     report.table(f"nemotron {recipe} stages", ["stage", "configs", "consumes", "produces", "launch", "GPU"], rows)
-    if unavailable:
-        report.out("* no runtime for its backend in this version: the dry run and a run refuse it (exit 2)", plain=True)
+    if refused:
+        report.out("* refused by the dry run and a run in this version (exit 2), whatever the profile:", plain=True)
+        for reason, which in refused.items():
+            report.out(report.readable(f"  {', '.join(which)}: {reason}"), plain=True)
     return 0
 
 
