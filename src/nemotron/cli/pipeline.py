@@ -554,7 +554,9 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     Stages run in the order named (all stages of the recipe, in registry order, when none is named). A stage named
     again runs as a new cycle with its cycle config (``pipe rlvr mopd-warmup mopd mopd -c local``: the second ``mopd``
     runs ``-c local-cycle2``, wired to the first one's output: :func:`_pipe_chain`); ``STAGE:key=value`` overrides
-    every run of STAGE, ``STAGE#K:key=value`` its K-th. A stage named again without a cycle config, or named before
+    every run of STAGE (a ``note:`` line on stderr says so when STAGE runs more than once), ``STAGE#K:key=value`` its
+    K-th (``STAGE:K:key=value`` is refused, naming that form). A stage named again without a cycle config, or named
+    before
     a stage that produces what it consumes (``pipe sft pretrain``), is refused rather than deduplicated or reordered.
 
     Raises:
@@ -577,6 +579,12 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                 name = get_stage(head).name
             except KeyError as exc:
                 raise UsageError(f"{arg!r}: {exc.args[0]}") from None
+            nth_run = re.match(r"#?(\d+):(.*)", rest)
+            if nth_run and not hash_:  # mopd:2:key=value: the K-th run is named with #, not a second colon
+                raise UsageError(f"{arg!r}: the K-th run of a stage is written STAGE#K:key=value, not "
+                                 "STAGE:K:key=value",
+                                 f"{head}#{nth_run.group(1)}:{nth_run.group(2)} (the run {nth_run.group(1)} of {name} "
+                                 f"in the chain); {head}:{nth_run.group(2)} sets every run of {name}")
             if hash_:
                 per_cycle.setdefault((name, int(nth)), []).append(rest)
             else:
@@ -601,6 +609,11 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                          f"STAGE:key=value sets a key of a stage the pipe runs; name the stage too: "
                          f"nemotron {recipe} pipe {' '.join(named)} {sorted(unknown)[0]}:KEY=VALUE ...")
     runs = [(s.name, [t.name for t, _ in chain[:i + 1]].count(s.name)) for i, (s, _) in enumerate(chain)]
+    for name, given in per_stage.items():  # STAGE:key=value on a stage the chain runs more than once: said, once
+        times = sum(n == name for n, _ in runs)
+        if times > 1:
+            report.err(f"note: {', '.join(f'{name}:{o}' for o in given)} applies to every run of {name} in the chain "
+                       f"(runs 1 to {times}); {name}#K:key=value sets the K-th run only")
     absent = sorted(set(per_cycle) - set(runs))
     if absent:
         raise UsageError(f"overrides for runs not in the chain: {', '.join(f'{n}#{k}' for n, k in absent)}",
