@@ -385,13 +385,19 @@ def job_logs(ident: str | None, follow: bool) -> int:
 
 
 def job_cancel(ident: str) -> int:
-    """``cancel ID``."""
+    """``cancel ID``: cancel the job; one that has already ended (a terminal state) is said so on stderr and left
+    as it is, exit 0 (what was asked holds: the job does not run).
+
+    Raises:
+        ConfigError: no such job. RuntimeFailure: the scheduler could not be asked, or refused the cancel.
+    """
 
     rec = jobs.load(ident)
     owner = backends.backend_for(rec)
     st, _ = owner.state(rec)
     if st in jobs.TERMINAL:
-        raise RuntimeFailure(f"job {rec.job_id} already ended ({st}); nothing to cancel")
+        print(f"job {rec.job_id} ({rec.experiment_id}) had already ended ({st}); nothing to cancel", file=sys.stderr)
+        return 0
     owner.cancel(rec)
     print(f"cancelled job {rec.job_id} ({rec.experiment_id})", file=sys.stderr)
     return 0
