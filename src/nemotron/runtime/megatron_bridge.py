@@ -462,12 +462,18 @@ def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: i
         save = get(cfg, "checkpoint.save")
         if save and Path(str(save)).exists() and not Path(str(save)).is_dir():
             problems.append(f"checkpoint.save={save}: exists and is not a folder")
-        from nemotron.runtime.lineage import train_iters_problem
+        from nemotron.runtime.lineage import RESUME_KEYS, resume_warning, train_iters_problem
 
         load = get(cfg, "checkpoint.load") or save  # the folder the run resumes from
-        problem = train_iters_problem(get(cfg, "train.train_iters"), last_saved_iteration(load) if load else None, load)
+        saved = last_saved_iteration(load) if load else None
+        problem = train_iters_problem(get(cfg, "train.train_iters"), saved, load)
         if problem:
             problems.append(problem)
+        elif saved is not None:  # resuming: another length than the saved run's is taken, and said
+            warning = resume_warning(saved_run_config(load, saved), {k: get(cfg, k) for k in RESUME_KEYS}, saved,
+                                     Path(str(load)) / f"iter_{saved:07d}")
+            if warning:
+                print(f"ultra3 {stage}: {warning}", flush=True)
     return problems + container
 
 
@@ -479,6 +485,23 @@ def last_saved_iteration(checkpoint_dir: str | os.PathLike[str]) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
+
+
+def saved_run_config(checkpoint_dir: str | os.PathLike[str], iteration: int) -> dict[str, Any]:
+    """``{"train.train_iters", "train.global_batch_size"}`` of the run that saved ``iteration``: read from the
+    ``run_config.yaml`` Megatron-Bridge writes into each checkpoint (``<checkpoint_dir>/iter_<N:07d>/``;
+    Megatron-Bridge 4588417 training/utils/checkpoint_utils.py ``CONFIG_FILE``, ``get_checkpoint_name``). A file
+    that is absent or unreadable gives None for both (nothing to compare)."""
+    import yaml
+
+    path = Path(checkpoint_dir) / f"iter_{iteration:07d}" / "run_config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        data = None
+    train = data.get("train") if isinstance(data, dict) else None
+    train = train if isinstance(train, dict) else {}
+    return {"train.train_iters": train.get("train_iters"), "train.global_batch_size": train.get("global_batch_size")}
 
 
 def exit_code(checkpoint_dir: str | os.PathLike[str], train_iters: int | None) -> int:
