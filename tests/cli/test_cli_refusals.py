@@ -154,3 +154,20 @@ def test_list_and_help_mark_the_configs_a_rule_refuses_as_the_dry_run_does(capsy
     assert "* default, tiny: refused by the dry run and a run in this version (exit 2):" in configs, configs
     examples = out[out.index("Examples:"):]
     assert "-c local" in examples and "-c tiny" not in examples and "--run PROFILE --dry-run" not in examples, examples
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (("pretrain", "-c", "local", "scheduler.lr_decay_style=cosinus"),
+     "error: scheduler.lr_decay_style='cosinus': not a learning-rate decay style of Megatron-Core; did you mean "
+     "'cosine'?; valid: "),
+    (("quantize", "-c", "local", "quantization.recipe=ultr"),
+     "error: quantization.recipe='ultr': no such recipe; did you mean 'ultra'?; valid: "),
+    (("mtp-boost", "-c", "local", "mtp_boost.objective=forward_kl"),
+     "error: mtp_boost.objective='forward_kl': did you mean 'forward-kl'? MTP boosting trains"),
+    (("pretrain", "-c", "local", "model.name=ultar"), "error: model.name='ultar': unknown model 'ultar' (did you mean "
+                                                      "'ultra'?)"),
+])
+def test_other_values_of_a_known_set_say_did_you_mean(capsys, argv, line):
+    code, out, _ = run_cli(capsys, "ultra3", *argv, "--dry-run", "--quiet")
+    assert code == 2
+    assert any(ln.startswith(line) for ln in out.splitlines()), out

@@ -285,8 +285,8 @@ def _stage_dry_run(capsys, *argv: str) -> tuple[int, str]:
     (("pretrain", "-c", "tiny", "scheduler.lr_warmup_iters=20"),
      "error: scheduler.lr_warmup_iters=20: the warmup must end before the decay does (scheduler.lr_decay_iters = 20)"),
     (("pretrain", "-c", "tiny", "scheduler.lr_decay_style=cosinus"),
-     "error: scheduler.lr_decay_style='cosinus': not a learning-rate decay style of Megatron-Core; valid: constant, "
-     "linear, cosine, inverse-square-root, WSD"),
+     "error: scheduler.lr_decay_style='cosinus': not a learning-rate decay style of Megatron-Core; did you mean "
+     "'cosine'?; valid: constant, linear, cosine, inverse-square-root, WSD"),
     (("pretrain", "-c", "tiny", "scheduler.lr_wsd_decay_style=sqrt"),
      "error: scheduler.lr_wsd_decay_style='sqrt': not a WSD annealing style of Megatron-Core"),
     (("sft", "-c", "tiny", "optimizer.min_lr=1"), "error: optimizer.min_lr=1: the minimum learning rate must lie"),

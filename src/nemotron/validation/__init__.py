@@ -227,7 +227,7 @@ def _mtp_boost_refusal(cfg: dict) -> list[Problem]:
     ``mtp-boost-framework``): what :func:`config_refusal` reports for ``list`` and ``--help``."""
     from nemotron.layout.rules import mtp_boost_framework
 
-    return mtp_boost_framework(checks.backend(cfg) or "megatron-bridge", get(cfg, "mtp_boost.objective"),
+    return mtp_boost_framework(checks.backend(cfg), get(cfg, "mtp_boost.objective"),
                                get(cfg, "mtp_boost.freeze_backbone"))
 
 
@@ -484,7 +484,7 @@ def _missing_runtime(stage: Stage, cfg: dict) -> list[Problem]:
     from nemotron.runtime.dispatch import CONTAINERS, missing_runtime, stage_backends
 
     backends, default = stage_backends(stage)
-    name = checks.backend(cfg) or default
+    name = str(get(cfg, "backend") or default)  # as the entry reads it (runtime.dispatch.run)
     if name not in backends:  # the entry's own refusal ("backend X is not one of ..."), before anything runs
         from nemotron.errors import did_you_mean
 
