@@ -24,3 +24,15 @@ def compile_stage(stage: str, name: str = "tiny", **overrides: Any) -> dict[str,
     for key, value in overrides.items():
         add(key.replace("__", "."), value)
     return compile_config(get_stage(stage), name, args).config
+
+
+def config_valid(code: int, out: str) -> bool:
+    """A dry run that found no problem: exit 0, or exit 2 with the verdict that the config is valid but the run would
+    refuse to start (an input no run has made yet: a fresh NEMOTRON_HOME has no artifacts; the dry run refuses what
+    the run refuses, so it exits 2 too). ``out``: the dry run's stdout (its verdict comes first)."""
+    import re
+
+    refused = re.search(r"^dry run: .*(the|its) config(s are| is) valid .*but the run would refuse to start", out, re.M)
+    first = out.splitlines()[0] if out else ""
+    return code == 0 or (code == 2 and refused is not None and "problems found" not in first
+                         and "problem found" not in first)

@@ -22,6 +22,17 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
+def did_you_mean(value: Any, choices: Any) -> str:
+    """``"did you mean 'x'?"`` for the one of ``choices`` (strings) closest to ``value`` (difflib's
+    ``get_close_matches``, cutoff 0.6), or ``""`` when none is close or ``value`` is not a string."""
+    import difflib
+
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else ""
+
+
 class NemotronError(Exception):
     """Base class. ``message`` is one line; ``hint`` says what to do about it."""
 

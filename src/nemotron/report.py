@@ -76,7 +76,8 @@ def wrapping() -> bool:
 
 
 def readable(text: str, limit: int = LINE_LIMIT) -> str:
-    """``text`` (one message line) as lines a terminal shows whole: unchanged when it is at most ``limit``
+    """``text`` (one message line; several: each one alone) as lines a terminal shows whole: unchanged when it is at
+    most ``limit``
     characters, or when nobody reads it at a terminal (:func:`wrapping`); else broken after each ``"; "`` (a clause: the message, ``valid: ...``, a hint, each alternative),
     every line after the first indented by 4 spaces, and a clause still longer than ``limit`` wrapped at spaces
     (never inside a word, so a key, value, path or command stays whole and searchable). Nothing is dropped: joining
@@ -86,6 +87,8 @@ def readable(text: str, limit: int = LINE_LIMIT) -> str:
     """
     import textwrap
 
+    if "\n" in text:  # a message of several lines (one unresolved key each): each line made readable
+        return "\n".join(readable(line, limit) for line in text.split("\n"))
     if len(text) <= limit or not wrapping():
         return text
     clauses = text.split("; ")

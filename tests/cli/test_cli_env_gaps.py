@@ -16,7 +16,8 @@ import pytest
 from nemotron.errors import ConfigError
 from nemotron.profiles.schema import _MODELS, MAX_GPUS_PER_NODE, parse_slurm_time
 from nemotron.profiles.load import load_profiles
-from test_cli import ON_CLUSTER, _isolated_home, run_cli  # noqa: F401 - the autouse fixture isolates NEMOTRON_HOME here too
+# the autouse fixture isolates NEMOTRON_HOME here too
+from test_cli import ON_CLUSTER, _isolated_home, config_valid, run_cli  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 UNSET = "NEMOTRON_TEST_NEVER_SET_SECRET"
@@ -50,13 +51,13 @@ def test_example_env_toml_runs_local_pretraining_as_copied_without_a_wandb_key(c
         monkeypatch.delenv(var, raising=False)
     shutil.copy(REPO / "env.toml.example", tmp_path / "env.toml")
     code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "local", "--batch", "local", "--dry-run")
-    assert code == 0, err
+    assert config_valid(code, out), err  # valid; its data is not made yet (the run's refusal, exit 2)
     assert "wandb_project: null" in out and "WANDB_API_KEY" not in out + err, out + err
 
 
-def test_wandb_project_without_a_key_is_warned_by_the_dry_run_and_refused_by_the_run(capsys, tmp_path, monkeypatch):
+def test_wandb_project_without_a_key_is_refused_by_the_dry_run_as_by_the_run(capsys, tmp_path, monkeypatch):
     """A [wandb] project on a profile whose job gets no WANDB_API_KEY (and WANDB_MODE is not offline): the
-    dry run warns with the line the run refuses with (exit 2, nothing queued), as for a missing secret."""
+    dry run refuses it with the line the run refuses with (exit 2, nothing queued), as for a missing secret."""
     for var in ("WANDB_API_KEY", "WANDB_MODE"):
         monkeypatch.delenv(var, raising=False)
     wandb = '\n[wandb]\nproject = "nemotron-ultra3"\n'
@@ -65,9 +66,9 @@ def test_wandb_project_without_a_key_is_warned_by_the_dry_run_and_refused_by_the
             "in the job's environment")
     args = ("ultra3", "pretrain", "-c", "local", "--batch", "box")
     code, out, err = run_cli(capsys, *args, "--dry-run")
-    assert code == 0, err
-    assert any(x.startswith(f"warning: {line}") and "the run will refuse to start" in x
-               for x in (out + err).splitlines()), out + err
+    assert code == 2, err
+    assert any(x.startswith(f"error: {line}") for x in out.splitlines()), out + err
+    assert not any(x.startswith(f"warning: {line}") for x in out.splitlines()), out + err
     code, out, err = run_cli(capsys, *args)
     assert code == 2, err
     assert any(x.startswith(f"error: {line}") for x in _error_lines(err)), err
@@ -76,7 +77,7 @@ def test_wandb_project_without_a_key_is_warned_by_the_dry_run_and_refused_by_the
                     '[box]\nexecutor = "local"\ngpus_per_node = 0\nsecrets = { WANDB_API_KEY = "k-e-y-1234" }\n'):
         _env(tmp_path, profile + wandb)
         code, out, err = run_cli(capsys, *args, "--dry-run")
-        assert code == 0 and "WANDB_API_KEY is not set" not in out + err, out + err
+        assert config_valid(code, out) and "WANDB_API_KEY is not set" not in out + err, out + err
 
 
 def test_artifacts_root_without_its_parent_is_refused_before_anything_is_made(capsys, tmp_path):
@@ -95,16 +96,16 @@ def test_artifacts_root_without_its_parent_is_refused_before_anything_is_made(ca
 
 
 # ------------------------------------------------------------------ 2. a profile that cannot start: exit 2, dry run too
-def test_missing_secret_is_refused_before_anything_is_queued_and_warned_by_the_dry_run(capsys, tmp_path, monkeypatch):
-    """The run refuses (exit 2, nothing queued); the dry run, which validates the config perhaps from another
-    shell or machine (the README's `--dry-run --run cluster` example), warns with the same line."""
+def test_missing_secret_is_refused_before_anything_is_queued_and_by_the_dry_run(capsys, tmp_path, monkeypatch):
+    """The run refuses (exit 2, nothing queued); the dry run, which never calls valid what the run refuses, refuses
+    it with the same line (exit 2)."""
     monkeypatch.delenv(UNSET, raising=False)
     _env(tmp_path, f'[box]\nexecutor = "local"\nsecrets = ["{UNSET}"]\n')
     line = (f"profile.box.secrets='{UNSET}': declared secret is not set in this shell")
     valid = f"valid: export {UNSET}=... (or remove it from secrets)"
     code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "box", "--dry-run")
-    assert code == 0, err
-    assert f"warning: {line}; the run will refuse to start; {valid}" in (out + err).splitlines(), out + err
+    assert code == 2, err
+    assert f"error: {line}; {valid}" in out.splitlines() and "dry run: valid" not in out, out + err
     code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "box")
     assert code == 2, err
     assert f"error: {line}; {valid}" in (out + err).splitlines(), out + err
@@ -114,13 +115,13 @@ def test_missing_secret_is_refused_before_anything_is_queued_and_warned_by_the_d
     assert code == 0 and "declared secret" not in out + err, out + err
 
 
-def test_missing_ssh_identity_file_is_warned_by_the_dry_run_and_refused_by_the_run(capsys, tmp_path):
+def test_missing_ssh_identity_file_is_refused_by_the_dry_run_as_by_the_run(capsys, tmp_path):
     key = tmp_path / "no_such_key"
     _env(tmp_path, f'[c]\nexecutor = "slurm"\ntunnel = "ssh"\nhost = "login"\nuser = "me"\njob_dir = "/jobs"\naccount = "a"\n'
                    f'identity = "{key}"\ncontainer = false\n')
     code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "c", "--dry-run")
-    assert code == 0, err
-    assert f"warning: profile.c.identity='{key}': no such private key file on this machine; the run will refuse" in out + err
+    assert code == 2, err
+    assert f"error: profile.c.identity='{key}': no such private key file on this machine;" in out + err
     code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch", "c")
     assert code == 2, err
     assert f"error: profile.c.identity='{key}': no such private key file on this machine;" in out + err
@@ -213,8 +214,8 @@ def test_deleting_a_section_is_refused_naming_it(capsys):
     assert _error_lines(err) == ["error: override '~train': 'train' is a section of the stage and cannot be "
                                  "deleted (its keys would fall back to values you never set)"], err
     assert "global_batch_size" not in err
-    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "~run.env.cpus", "--dry-run", *ON_CLUSTER)
-    assert code == 0, err  # one key still may be deleted
+    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "~run.env.cpus", "--dry-run", *ON_CLUSTER)
+    assert config_valid(code, out), err  # one key still may be deleted
 
 
 # ------------------------------------------------------------------ 6. pipe: the stage named, no silent changes

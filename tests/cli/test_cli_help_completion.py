@@ -64,7 +64,7 @@ def test_stage_help_lists_every_config_and_every_key(capsys, stage):
     out = _help(capsys, stage.recipe, *stage.command)
     configs = _section(out, "Configs")
     for name in config_names(stage):
-        assert re.search(rf"^  {re.escape(name)}\s", configs, re.M), (name, configs)
+        assert re.search(rf"^  {re.escape(name)}\*?\s", configs, re.M), (name, configs)  # *: refused by a rule
     keys = _section(out, "Config keys")
     listed = {line.split()[0] for line in keys.splitlines() if line.startswith("  ") and not line.startswith("   ")}
     missing = [k for k in _default_keys(stage) if k not in listed]
@@ -243,5 +243,8 @@ def test_the_override_example_of_a_stages_help_is_valid(capsys, stage):
     examples = _section(_help(capsys, "ultra3", stage), "Examples:")
     line = next(ln.split()[1:] for ln in examples.splitlines() if re.search(r" [a-z_.]+=\d+ --dry-run$", ln))
     assert line[4].split("=")[0].endswith(("iters", "steps")), line
-    assert main(line) == 0
-    assert "error:" not in capsys.readouterr().err
+    code = main(line)
+    cap = capsys.readouterr()
+    # no problem: exit 0, or exit 2 only for inputs no run has made yet (the run's refusal, the dry run's too)
+    assert code == 0 or (code == 2 and cap.out.startswith("dry run: the config is valid (")), cap.out[:500]
+    assert not [ln for ln in cap.out.splitlines() if ln.startswith("error:")], cap.out

@@ -35,14 +35,15 @@ def _block(lines):
 
 def test_dry_run_leads_with_the_verdict_and_quiet_prints_it_alone(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
-    code, lines, _ = _dry(capsys)
-    assert code == 0
+    code, lines, err = _dry(capsys)
+    assert code == 2  # the run's refusal is the dry run's too
+    assert err.splitlines()[-2].startswith("error: the run would refuse to start ultra3 pretrain with 1 unresolved")
     first = _block(lines)  # pretrain -c tiny: valid, but its data is not made yet, which the run refuses
     assert first[0].startswith("dry run: the config is valid (") and "the run would refuse to start" in first[0]
     assert first[-1].endswith("nothing was submitted"), first
     assert lines[-len(first):] == first and len(lines) > 50  # the details between, the verdict again last
     code, quiet, err = _dry(capsys, "--quiet")
-    assert code == 0 and quiet == first, quiet
+    assert code == 2 and quiet == first, quiet
     # errors: the count first, the run's refusal said; --quiet keeps the errors, drops the details; exit 2 both ways
     bad = "model.tensor_model_parallel_size=3"
     code, lines, err = _dry(capsys, bad)
@@ -121,3 +122,24 @@ def test_jobs_lists_the_submitted_jobs_newest_first(tmp_path, monkeypatch, capsy
     jsonschema.Draft202012Validator(schema).validate(doc)
     assert [j["job"] for j in doc["jobs"]] == ["101", "100"] and doc["jobs"][0]["reason"]
     assert doc["jobs"][0]["run_folder"] == str(tmp_path / "run1") and doc["jobs"][0]["config"] == "tiny"
+
+
+@pytest.mark.parametrize("ended", ["COMPLETED", "FAILED", "CANCELLED"])
+def test_cancel_of_a_job_that_already_ended_says_so_and_exits_0(tmp_path, monkeypatch, capsys, ended):
+    """A real local-executor job record whose supervisor wrote its final state (``local-job.json``, as
+    :mod:`nemotron.launch.local_job` writes it): `cancel` says it had ended and exits 0; the record is left as it
+    is. A job still running is cancelled through its backend (tests/launch/test_local_executor.py)."""
+    from nemotron.launch import jobs, local_job
+
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / local_job.STATE_FILE).write_text(json.dumps({"state": ended, "exit_code": 0 if ended == "COMPLETED" else 1}))
+    jobs.save(jobs.JobRecord(experiment_id="ultra3-pretrain-local-x1", job_id="local-7", stage="pretrain",
+                             title="ultra3 pretrain", profile="box", env_file="", run_dir=str(run), log_dir=str(run),
+                             job_name="pretrain", tunnel=jobs.LOCAL_EXECUTOR, submitted=time.time(), executor="local"))
+    assert main(["ultra3", "cancel", "local-7"]) == 0
+    err = capsys.readouterr().err
+    assert err.strip() == f"job local-7 (ultra3-pretrain-local-x1) had already ended ({ended}); nothing to cancel", err
+    assert json.loads((run / local_job.STATE_FILE).read_text())["state"] == ended
+    assert main(["ultra3", "cancel", "no-such-job"]) == 2  # an unknown id is still an error

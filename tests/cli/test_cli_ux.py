@@ -285,8 +285,8 @@ def _stage_dry_run(capsys, *argv: str) -> tuple[int, str]:
     (("pretrain", "-c", "tiny", "scheduler.lr_warmup_iters=20"),
      "error: scheduler.lr_warmup_iters=20: the warmup must end before the decay does (scheduler.lr_decay_iters = 20)"),
     (("pretrain", "-c", "tiny", "scheduler.lr_decay_style=cosinus"),
-     "error: scheduler.lr_decay_style='cosinus': not a learning-rate decay style of Megatron-Core; valid: constant, "
-     "linear, cosine, inverse-square-root, WSD"),
+     "error: scheduler.lr_decay_style='cosinus': not a learning-rate decay style of Megatron-Core; did you mean "
+     "'cosine'?; valid: constant, linear, cosine, inverse-square-root, WSD"),
     (("pretrain", "-c", "tiny", "scheduler.lr_wsd_decay_style=sqrt"),
      "error: scheduler.lr_wsd_decay_style='sqrt': not a WSD annealing style of Megatron-Core"),
     (("sft", "-c", "tiny", "optimizer.min_lr=1"), "error: optimizer.min_lr=1: the minimum learning rate must lie"),
@@ -310,7 +310,8 @@ def test_warmup_past_the_run_with_a_longer_decay_is_a_warning(capsys, tmp_path, 
     code, err = _stage_dry_run(capsys, "ultra3", "pretrain", "-c", "tiny", "scheduler.lr_decay_iters=1000",
                                "scheduler.lr_warmup_iters=100", "--batch", "sample", "--env-file",
                                str(ROOT / "tests" / "fixtures" / "env.toml"))
-    assert code == 0, err
+    # no error: exit 2 only for the data no run has made yet (the run's refusal, which the dry run makes too)
+    assert code == 2 and err.startswith("dry run: the config is valid ("), err
     assert "warning: scheduler.lr_warmup_iters=100: the run ends (train.train_iters = 20) before the warmup does" in err
 
 
@@ -400,7 +401,8 @@ def test_no_time_limit_lets_any_warning_signal_through(tmp_path, monkeypatch, ca
     code = main(["ultra3", "pretrain", "-c", "tiny", "run.signal_before_s=7200", "run.chain=2", "--dry-run",
                  "--batch", "sample", "--env-file", str(env), "profile.time=UNLIMITED"])
     cap = capsys.readouterr()
-    assert code == 0, cap.err
+    # no error: exit 2 only for the data no run has made yet (the run's refusal, which the dry run makes too)
+    assert code == 2 and cap.out.startswith("dry run: the config is valid ("), cap.err
     assert "#SBATCH --time=UNLIMITED\n" in cap.out and "#SBATCH --signal=TERM@7200\n" in cap.out
 
 

@@ -70,9 +70,12 @@ def test_list_and_profiles(capsys):
 @pytest.mark.parametrize("stage", ["pretrain", "sft", "data prep pretrain", "rlvr", "quantize"])
 def test_dry_run_json(capsys, tmp_path, monkeypatch, stage):
     monkeypatch.chdir(tmp_path)
+    # a stage whose inputs no run has made yet: valid, but the run would refuse to start (its "refusal"), exit 2
+    inputs = stage != "data prep pretrain"
     doc = run_json(capsys, "dry-run", ["ultra3", *stage.split(), "-c", "tiny", "--dry-run", "--batch", "sample",
-                                       "--env-file", str(ENV_FILE), "--json"])
+                                       "--env-file", str(ENV_FILE), "--json"], code=2 if inputs else 0)
     assert doc["valid"] and doc["executor"] == "slurm" and "#SBATCH" in doc["job"]
+    assert (doc["refusal"] is not None) == inputs, doc["refusal"]
     assert (doc["estimate"] is not None) == (stage in ("pretrain", "sft"))
     assert "golden-secret-value-4242" not in json.dumps(doc)
 

@@ -65,7 +65,9 @@ def test_local_chain_dry_run_and_per_cycle_overrides(capsys, tmp_path, monkeypat
     assert _value(c1, "model_name") == str(tmp_path / "ckpt" / "ultra3-mopd-warmup-local" / "hf" / "latest")
     assert _value(c2, "model_name") == str(tmp_path / "ckpt" / "ultra3-mopd-local" / "hf" / "latest")
     assert _value(c2, "checkpoint_dir") == str(tmp_path / "ckpt" / "ultra3-mopd-local-cycle2")
-    assert code == 0
+    # valid; the warmup's own inputs are not made yet, which the run refuses: so does the dry run (exit 2)
+    assert code == 2 and out.startswith("dry run: the chain's configs are valid, but the run would refuse to start at "
+                                        "stage 1/3 (ultra3 mopd-warmup)"), out[:500]
 
 
 @pytest.mark.parametrize("args, line", [
@@ -82,6 +84,32 @@ def test_pipe_refuses_a_cycle_without_config_and_overrides_for_absent_runs(capsy
     err = capsys.readouterr().err
     assert code == 2 and any(x.startswith(line) for x in err.splitlines()), err
 
+
+
+@pytest.mark.parametrize("arg", ["mopd:2:grpo.max_num_steps=5", "mopd:#2:grpo.max_num_steps=5"])
+def test_a_colon_for_the_run_number_points_to_the_hash_form(capsys, arg):
+    """``mopd:2:key=value`` (the run number after a colon) is refused naming ``STAGE#K:key=value``, with the override
+    rewritten that way in the hint, before any stage compiles."""
+    code = main(["ultra3", "pipe", "mopd", "mopd", "-c", "tiny", arg, "--dry-run"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert err[0] == (f"error: {arg!r}: the K-th run of a stage is written STAGE#K:key=value, not "
+                      "STAGE:K:key=value"), err
+    assert err[1] == ("hint: mopd#2:grpo.max_num_steps=5 (the run 2 of mopd in the chain); "
+                      "mopd:grpo.max_num_steps=5 sets every run of mopd"), err
+
+
+def test_a_stage_override_on_a_stage_run_twice_says_it_sets_every_run(capsys):
+    main(["ultra3", "pipe", "mopd", "mopd", "-c", "local", "mopd:grpo.max_num_steps=3", "--dry-run", "--quiet"])
+    err = capsys.readouterr().err.splitlines()
+    assert ("note: mopd:grpo.max_num_steps=3 applies to every run of mopd in the chain (runs 1 to 2); "
+            "mopd#K:key=value sets the K-th run only") in err, err
+    main(["ultra3", "pipe", "mopd", "-c", "local", "mopd:grpo.max_num_steps=3", "--dry-run", "--quiet"])
+    assert not any(x.startswith("note: mopd:") for x in capsys.readouterr().err.splitlines())  # one run: no note
+    main(["ultra3", "pipe", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "STAGE:key=value sets every run of STAGE (all its cycles)" in help_text, help_text
+    assert "STAGE#K:key=value sets its K-th run only" in help_text, help_text
 
 
 def test_an_override_for_a_stage_the_pipe_does_not_name_says_to_name_it(capsys):

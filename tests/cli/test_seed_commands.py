@@ -104,11 +104,15 @@ def run(command: str, folder: Path) -> subprocess.CompletedProcess:
 
 
 def check(command: str, proc: subprocess.CompletedProcess) -> None:
-    """Exit 0, or exit 2 with one ``error:`` line and a ``hint:`` line (no traceback), as :data:`REFUSED` says."""
+    """Exit 0 (or, for a dry run whose inputs no run has made yet, exit 2 with the verdict that the config is valid
+    but the run would refuse to start: the dry run refuses what the run refuses), or exit 2 with one ``error:`` line
+    and a ``hint:`` line (no traceback), as :data:`REFUSED` says."""
     text = proc.stdout + proc.stderr
     assert "Traceback" not in text, f"{command}: traceback\n{text[-3000:]}"
     if command not in REFUSED:
-        assert proc.returncode == 0, f"{command}: exit {proc.returncode}\n{text[-3000:]}"
+        first = proc.stdout.splitlines()[0] if proc.stdout else ""
+        inputs_missing = first.startswith("dry run: the config is valid") and "but the run would refuse" in first
+        assert proc.returncode == (2 if inputs_missing else 0), f"{command}: exit {proc.returncode}\n{text[-3000:]}"
         return
     phrase, why = REFUSED[command]
     assert proc.returncode == 2, f"{command} ({why}): exit {proc.returncode}\n{text[-3000:]}"
@@ -134,10 +138,10 @@ def test_miles_layout_through_our_stage(command, seed_folder):
 
 
 def test_the_seed_validate_command_says_what_the_run_needs(seed_folder):
-    """On a fresh folder the seed's pretrain validate command is valid, and its last line says what the run
-    still needs (the data prep artifact) and the command that makes it."""
+    """On a fresh folder the seed's pretrain validate command finds the config valid, and its last line says what
+    the run still needs (the data prep artifact) and the command that makes it; it exits 2, as the run would."""
     proc = run("nemotron ultra3 pretrain -c tiny --run YOUR-CLUSTER --dry-run", seed_folder)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stdout.rstrip().splitlines()[-1]
     assert "the run would refuse to start" in last and "nemotron ultra3 data prep pretrain -c tiny" in last, last
 

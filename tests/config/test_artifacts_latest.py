@@ -69,6 +69,50 @@ def test_up_to_date_rerun_is_latest_again_and_runs_name_their_artifacts(cli, tmp
     assert json.loads((ckpt / "summary.json").read_text())["steps"] == 2  # the finished run is untouched
 
 
+def test_megatron_bridge_prestart_warns_when_a_resume_changes_the_runs_length(tmp_path, capsys):
+    """The saved iteration's ``run_config.yaml`` (Megatron-Bridge writes one into each ``iter_<N>`` folder) against
+    this run's ``train.train_iters`` / ``train.global_batch_size``: taken, with one warning line; none when equal."""
+    from config_support import compile_stage
+    from nemotron.runtime.common import prestart
+
+    blend = write_pretrain_data(tmp_path / "data", docs=20, valid_docs=5)
+    save = tmp_path / "ckpt"
+    cfg = compile_stage("pretrain", "tiny", data__per_split_data_args_path=str(blend), run__env__gpus_per_node=8,
+                        checkpoint__save=str(save), checkpoint__load=str(save), train__train_iters=40)
+    ok = {"importable": lambda m: True, "gpus": 8, "installed": prestart.pinned_versions("nemo", tuple(mb.FRAMEWORKS)),
+          "env": {"WORLD_SIZE": "8"}}
+    (save / "iter_0000010").mkdir(parents=True)
+    (save / "latest_checkpointed_iteration.txt").write_text("10\n")
+    gbs = cfg["train"]["global_batch_size"]
+    (save / "iter_0000010" / "run_config.yaml").write_text(
+        f"train:\n  train_iters: 20\n  global_batch_size: {gbs}\n  micro_batch_size: 1\nmodel:\n  seq_length: 4096\n")
+    assert mb.precheck(cfg, "pretrain", **ok) == []  # not refused: the run goes on
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"ultra3 pretrain: warning: resuming step 10 from {save / 'iter_0000010'}, saved by a run with "
+                   "train.train_iters=20; this run has train.train_iters=40: the learning-rate schedule and the "
+                   "samples left to train follow the new value (set the saved one to go on as before, or "
+                   "checkpoint.save=<a new folder> for a new run)"], out
+    (save / "iter_0000010" / "run_config.yaml").write_text(
+        f"train:\n  train_iters: 40\n  global_batch_size: {gbs * 2}\n")
+    assert mb.precheck(cfg, "pretrain", **ok) == []
+    out = capsys.readouterr().out
+    assert f"train.global_batch_size={gbs * 2}; this run has train.global_batch_size={gbs}:" in out, out
+    assert "train_iters" not in out.split("saved by")[1].split(":")[0], out  # the unchanged key is not named
+    (save / "iter_0000010" / "run_config.yaml").write_text(f"train:\n  train_iters: 40\n  global_batch_size: {gbs}\n")
+    assert mb.precheck(cfg, "pretrain", **ok) == [] and "warning" not in capsys.readouterr().out  # same length
+
+
+def test_resume_warning_names_only_the_changed_keys_and_skips_unknown_ones():
+    from nemotron.runtime.megatron.lineage import resume_warning
+
+    now = {"train.train_iters": 20, "train.global_batch_size": 8}
+    assert resume_warning({"train.train_iters": 20, "train.global_batch_size": 8}, now, 5, "c") is None
+    assert resume_warning({"train.train_iters": None, "train.global_batch_size": None}, now, 5, "c") is None  # older
+    line = resume_warning({"train.train_iters": 10, "train.global_batch_size": 8}, now, 5, "c")
+    assert line.startswith("warning: resuming step 5 from c, saved by a run with train.train_iters=10; this run has "
+                           "train.train_iters=20: ") and "\n" not in line
+
+
 def test_megatron_bridge_prestart_refuses_train_iters_below_the_saved_iteration(tmp_path):
     from config_support import compile_stage
     from nemotron.runtime.common import prestart

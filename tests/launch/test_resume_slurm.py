@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from config_support import config_valid
 from local_runtime_support import write_pretrain_data
 from test_submit_slurm import cli, env_file  # noqa: F401  (fixtures: the CI profile and the CLI runner)
 
@@ -179,5 +180,5 @@ def test_warning_signal_must_come_before_the_time_limit(tmp_path, monkeypatch, c
     code = main(["ultra3", "pretrain", "-c", "tiny", "run.signal_before_s=0", "run.requeue=false", "--dry-run",
                  "--batch", "sample", "--env-file", str(env)])
     out = capsys.readouterr().out
-    assert code == 0 and "--signal" not in out and "NEMOTRON_SLURM_REQUEUE" not in out
+    assert config_valid(code, out) and "--signal" not in out and "NEMOTRON_SLURM_REQUEUE" not in out
     assert "nemotron_after_step" not in out  # no run key left: no requeue decision in the script

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from config_support import config_valid
+
 pytest.importorskip("nemo_run", reason="the dry runs render NeMo-Run's sbatch script")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,12 +53,14 @@ def seed_env(tmp_path: Path) -> Path:
     return path
 
 
-def test_seed_validate_commands_exit_0(seed_env, tmp_path):
+def test_seed_validate_commands_find_no_problem(seed_env, tmp_path):
+    """Valid on the seed's profile as written; exit 2 only because no run has made their data yet (the run would
+    refuse to start, and so does the dry run)."""
     commands = _seed_commands()
     assert len(commands) == 2 and all("--dry-run" in c and "YOUR-CLUSTER" in c for c in commands)
     for command in commands:
         done = _cli(tmp_path, *command)
-        assert done.returncode == 0, f"{command}: {done.stderr}"
+        assert config_valid(done.returncode, done.stdout), f"{command}: {done.stderr}"
         # the profile's nodes = 48 is a budget: the 1-node tiny slice runs on its own count, and says so
         assert "allows up to 48 nodes" in done.stdout and "runs on the 1 node" in done.stdout
         assert "#SBATCH --nodes=1" in done.stdout and "#SBATCH --account=YOUR-ACCOUNT" in done.stdout
@@ -76,7 +80,7 @@ def test_seed_profile_ntasks_per_node_describes_the_training_launch(seed_env, tm
     seed writes it, is valid and runs one process per node, said in a note; a torchrun stage must still agree."""
     for stage in (["data", "prep", "pretrain"], ["data", "prep", "sft"], ["data", "prep", "rl"], ["rlvr"], ["mopd"]):
         done = _cli(tmp_path, "ultra3", *stage, "-c", "tiny", "--run", "YOUR-CLUSTER", "--dry-run")
-        assert done.returncode == 0, f"{stage}: {done.stdout[-1500:]}{done.stderr[-1500:]}"
+        assert config_valid(done.returncode, done.stdout), f"{stage}: {done.stdout[-1500:]}{done.stderr[-1500:]}"
         text = done.stdout + done.stderr
         assert "disagrees with the stage's launch" not in text and "ntasks_per_node=null" not in text, stage
         assert "ntasks_per_node = 8 describes the training launch" in done.stdout and "launch ray" in done.stdout, stage
@@ -94,7 +98,7 @@ def test_the_seed_commands_hints_name_commands_that_pass_their_dry_run(seed_env,
     import shlex
 
     done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER", "--dry-run")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 2 and config_valid(done.returncode, done.stdout), done.stderr  # its data is not made
     last = done.stdout.strip().splitlines()[-1]
     made = re.search(r"make it first: nemotron (.*?); or chain both: nemotron (.*?); or set", last)
     assert made, last
@@ -119,7 +123,7 @@ def test_slurm_profile_without_account_renders(tmp_path, command):
     (tmp_path / "env.toml").write_text('[c]\nexecutor = "slurm"\npartition = "batch"\ngpus_per_node = 8\n',
                                        encoding="utf-8")
     done = _cli(tmp_path, "ultra3", *command, "-c", "tiny", "--batch", "c", "--dry-run")
-    assert done.returncode == 0, done.stderr
+    assert config_valid(done.returncode, done.stdout), done.stderr  # 2: inputs not made yet
     assert "#SBATCH --partition=batch" in done.stdout and "--account" not in done.stdout
     assert "TypeError" not in done.stderr
 

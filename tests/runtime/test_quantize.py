@@ -53,8 +53,10 @@ def test_recipe_rejects_a_pattern_that_would_enable_output_quantizers(tmp_path):
                    "quant_cfg:\n  - {quantizer_name: '*mixer.experts*_quantizer', enable: true}\n")
     with pytest.raises(qc.QuantConfigError, match="output quantizers"):
         qc.load_recipe(str(bad))
-    with pytest.raises(qc.QuantConfigError, match="no such recipe; valid: super-max-calib, ultra"):
+    with pytest.raises(qc.QuantConfigError, match="no such recipe; did you mean 'ultra'\\?; valid: super-max-calib, ultra"):
         qc.load_recipe("ultraa")
+    with pytest.raises(qc.QuantConfigError, match="no such recipe; valid: super-max-calib, ultra"):
+        qc.load_recipe("zzz")  # nothing close: no guess
 
 
 def test_recipe_choice_default_and_override(tmp_path):

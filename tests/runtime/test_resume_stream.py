@@ -85,6 +85,11 @@ def test_new_global_batch_size_continues_by_consumed_samples(tmp_path, monkeypat
     assert _pretrain(tmp_path, blend, ckpt, iters=10, gbs=2, save_interval=2) == 0
     out = capsys.readouterr().out
     assert "train.global_batch_size 4 -> 2: continued by consumed samples" in out
+    # the saved run's length (its nemotron_checkpoint.json) against this run's: one warning line
+    warning = [ln for ln in out.splitlines() if "warning: resuming step 6" in ln]
+    assert len(warning) == 1 and (f"warning: resuming step 6 from {ckpt / 'checkpoint-6'}, saved by a run with "
+                                  "train.train_iters=6, train.global_batch_size=4; this run has train.train_iters=10, "
+                                  "train.global_batch_size=2: ") in warning[0], out
     index, ids = _log(log)
     assert index == list(range(32))
     assert ids == _expected_pretrain(blend, 32)

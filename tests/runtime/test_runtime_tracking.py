@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from config_support import config_valid
 from local_runtime_support import (
     compile_local,
     fast_overrides,
@@ -120,19 +121,25 @@ def test_env_toml_wandb_section_supplies_the_project(tmp_path, monkeypatch, caps
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
+    # the job (a local profile's: this shell's environment) logs offline: no key needed, so nothing is refused; a
+    # dry run exits 2 only for the data no run has made yet (config_valid)
+    monkeypatch.setenv("WANDB_MODE", "offline")
     env = tmp_path / "env.toml"
     env.write_text('[here]\nexecutor = "local"\ngpus_per_node = 0\n\n[wandb]\nproject = "nemotron-ultra3"\n'
                    'entity = "my-team"\n')
-    assert main(["ultra3", "pretrain", "-c", "local", "--dry-run", "--batch", "here", "--env-file", str(env)]) == 0
+    code = main(["ultra3", "pretrain", "-c", "local", "--dry-run", "--batch", "here", "--env-file", str(env)])
     out = capsys.readouterr().out
+    assert config_valid(code, out), out[-2000:]
     assert "wandb_project: nemotron-ultra3  # env.toml [wandb] project" in out
     assert "wandb_entity: my-team  # env.toml [wandb] entity" in out
-    assert main(["ultra3", "pretrain", "-c", "local", "logger.wandb_project=mine", "--dry-run", "--batch", "here",
-                 "--env-file", str(env)]) == 0
+    code = main(["ultra3", "pretrain", "-c", "local", "logger.wandb_project=mine", "--dry-run", "--batch", "here",
+                 "--env-file", str(env)])
     out = capsys.readouterr().out
+    assert config_valid(code, out), out[-2000:]
     assert "wandb_project: mine  # override" in out and "wandb_entity: my-team  # env.toml [wandb] entity" in out
-    assert main(["ultra3", "pretrain", "-c", "local", "--dry-run"]) == 0  # no profile: W&B stays off
-    assert "wandb_project: null" in capsys.readouterr().out
+    code = main(["ultra3", "pretrain", "-c", "local", "--dry-run"])  # no profile: W&B stays off
+    out = capsys.readouterr().out
+    assert config_valid(code, out) and "wandb_project: null" in out
     env.write_text('[here]\nexecutor = "local"\n\n[wandb]\nprojekt = "x"\n')
     assert main(["ultra3", "pretrain", "-c", "local", "--dry-run", "--batch", "here", "--env-file", str(env)]) == 2
     assert "[wandb] projekt: unknown key (did you mean 'project'?)" in capsys.readouterr().err

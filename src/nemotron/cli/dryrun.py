@@ -81,7 +81,8 @@ def dry_run(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any,
 def verdict(req: Any, compiled: Any, found: list[Problem], part: str | None = None) -> str:
     """The dry run's verdict, one line (before :func:`nemotron.report.readable` breaks it): ``dry run: valid (N
     warnings); nothing was submitted``; valid but refused by the run's own check
-    (:func:`nemotron.validation.refusal.unresolved_refusal`: ``..., but the run would refuse to start: WHY; HINT``);
+    (:func:`nemotron.validation.refusal.unresolved_refusal`: ``..., but the run would refuse to start: WHY; HINT``,
+    and with several unresolved keys one line more for each, ``  key: why``);
     or ``dry run: N problems found (M warnings): the run would refuse to start; nothing was submitted``. ``part`` (a
     pipe's ``stage 1/2``): said of that stage only."""
     n_err = sum(p.severity == "error" for p in found)
@@ -93,8 +94,10 @@ def verdict(req: Any, compiled: Any, found: list[Problem], part: str | None = No
     refusal = unresolved_refusal(compiled)
     if refusal is not None:  # the run's own refusal (nemotron.cli.pipeline._check_startable), said as such
         what = f"{part} ({req.stage.title}): its config is valid" if part else "the config is valid"
-        return (f"dry run: {what} ({warnings}), but the run would refuse to start: "
-                f"{refusal.message.removeprefix('refusing to start ')}; {refusal.hint}; nothing was submitted")
+        one = len(refusal.lines) == 1
+        why = f"{refusal.head}: {refusal.lines[0]}" if one else f"{refusal.head} (each on a line below)"
+        return (f"dry run: {what} ({warnings}), but the run would refuse to start: {why}; {refusal.hint}; "
+                "nothing was submitted" + ("" if one else "".join(f"\n  {line}" for line in refusal.lines)))
     if part:
         return f"dry run: {part} ({req.stage.title}) is valid ({warnings})"
     return f"dry run: valid ({warnings}); nothing was submitted"

@@ -3,7 +3,8 @@
 Both start from :func:`nemotron.cli.pipeline.prepare_stage` (the same compile, validation and plan as the run), so
 the estimate describes exactly the job the run would submit. The arithmetic is :mod:`nemotron.layout.estimate`.
 
-Exit codes: 0; 2 when validation finds errors or when one checkpoint cannot fit the free space of the checkpoint
+Exit codes: 0; 2 when validation finds errors (``--dry-run --json``: or the run would refuse to start, its
+``refusal``), or when one checkpoint cannot fit the free space of the checkpoint
 root (the run is refused for the same reason: :func:`checkpoint_problem` is one of the run's checks); 2 for a stage
 the estimate does not model (data prep, RL, convert, quantize).
 """
@@ -78,8 +79,9 @@ def run_report(req: Any) -> int:
         if req.dry_run and not req.estimate:
             doc = dry_run_document(p)
             jsonout.emit("dry-run", doc)
-            if p.errors:
-                raise ValidationError(problems=p.problems)
+            from nemotron.cli.pipeline import _check_startable
+
+            _check_startable(p, reported=True)  # the run's refusals, exit 2 (the document's "refusal" says why)
             return 0
         # the estimate is printed whatever validation found (it says what the run would cost); the exit code is
         # still the run's: 2 when the run would be refused, for a checkpoint that cannot fit among the rest

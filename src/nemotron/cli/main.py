@@ -401,7 +401,7 @@ def _recipe_tree(tree: Tree, recipe: str) -> None:
     @tree.command("pipe")
     def pipe(
         stages: Annotated[Optional[list[str]], typer.Argument(
-            metavar="[STAGE...] [STAGE:key=value...]", show_default=False,
+            metavar="[STAGE...] [STAGE[#K]:key=value...]", show_default=False,
             autocompletion=_complete_pipe_stages)] = None,
         config: Annotated[Optional[list[str]], typer.Option(
             "-c", "--config", metavar="NAME", help="Config name used for every stage (default: default).")] = None,
@@ -423,8 +423,10 @@ def _recipe_tree(tree: Tree, recipe: str) -> None:
     ) -> int:
         """Run several stages in order, each consuming the artifacts of the one before.
 
-        STAGE names: data-prep-pretrain, pretrain, sft, ... (all stages when none given).
-        Per-stage overrides: STAGE:key=value, e.g. pretrain:train.global_batch_size=8.
+        STAGE names: data-prep-pretrain, pretrain, sft, ... (all stages when none given); a stage named again runs
+        its next cycle (pipe mopd mopd: -c cycle2 for the second).
+        Per-stage overrides: STAGE:key=value sets every run of STAGE (all its cycles), e.g.
+        pretrain:train.global_batch_size=8; STAGE#K:key=value sets its K-th run only, e.g. mopd#2:grpo.seed=7.
         """
         from nemotron.cli.pipeline import run_pipe
 

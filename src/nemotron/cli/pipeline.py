@@ -19,7 +19,7 @@ from typing import Any
 from nemotron import report, validation
 from nemotron.cli import dryrun
 from nemotron.config import artifacts
-from nemotron.config.compile import compile_config, config_artifacts, config_backend, profile_overrides
+from nemotron.config.compile import compile_config, config_artifacts, profile_overrides
 from nemotron.config.paths import config_names
 from nemotron.config.registry import STAGES, Stage, get_stage
 from nemotron.config.tree import get, leaves
@@ -32,7 +32,6 @@ from nemotron.profiles.load import load_profile
 from nemotron.profiles.profile import ExecutorProfile, storage_site
 from nemotron.profiles.schema import SlurmSettings, queues_dependent_jobs
 from nemotron.profiles.sections import tracking_provenance
-from nemotron.runtime.dispatch import missing_runtime
 from nemotron.validation.cluster import check as cluster_checks
 from nemotron.validation.refusal import unresolved_refusal
 
@@ -145,9 +144,10 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
             compiled.provenance[key] = "prepared by validation (see notes)"
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
     # what this shell lacks to start the job (a secret, an ssh key file): the run refuses it before anything is
-    # queued; a dry run and an estimate only warn, since neither starts the job (perhaps from another machine or shell)
+    # queued, and so does its dry run (it never calls valid what the run refuses); an estimate, which says what a
+    # run would cost rather than whether it starts, only warns
     wandb_project = get(compiled.config, "logger.wandb_project")
-    lenient = req.dry_run or req.estimate
+    lenient = req.estimate and not req.dry_run
     for key, value, message, valid in ([*profile.launch_problems(), *profile.tracking_problems(wandb_project)]
                                        if profile is not None else []):
         problems.append(Problem(key=f"profile.{profile.name}.{key}", value=value, rule="profile",
@@ -206,20 +206,28 @@ def run_stage(req: StageRequest) -> int:
     # 4a. dry run: show everything, submit nothing
     if req.dry_run:
         dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes, quiet=req.quiet)
-        if p.errors:
-            raise ValidationError(problems=p.problems)
+        _check_startable(p, reported=True)  # what the run refuses, the dry run refuses too (exit 2)
         return 0
     _check_startable(p)
     # 4b. run here, or submit
     return backends.start(req, p.compiled, p.profile, p.plan)
 
 
-def _check_startable(p: Prepared) -> None:
+def _check_startable(p: Prepared, reported: bool = False) -> None:
+    """The run's refusals before it starts, shared by the run and the dry run: every validation error
+    (:class:`ValidationError`), then the unresolved values (:func:`unresolved_refusal`). ``reported``: the problems
+    were printed already (by the dry-run report).
 
-    report.problems(p.problems)
+    Raises:
+        ValidationError / ConfigError: exit 2, before anything starts or is queued.
+    """
+    if not reported:
+        report.problems(p.problems)
     if p.errors:
         raise ValidationError(problems=p.problems)
     refusal = unresolved_refusal(p.compiled)
+    if refusal is not None and reported:  # the dry run's verdict named each value: one line here, for the exit
+        raise ConfigError(f"the run would refuse to start {refusal.head}: the report above names each", refusal.hint)
     if refusal is not None:
         raise refusal
 
@@ -231,19 +239,24 @@ def list_stages(recipe: str, as_json: bool = False) -> int:
 
     rows = []
     records = []
-    unavailable = False
+    refused: dict[str, list[str]] = {}  # why (one line) -> the `STAGE -c NAME` it refuses, for the footnote
     for s in STAGES:
         if s.recipe != recipe:
             continue
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[str]] = {}
+        why: dict[str, str] = {}
         for name in config_names(s):
-            missing = missing_runtime(s, config_backend(s, name))
-            unavailable |= missing is not None
-            groups.setdefault(config_artifacts(s, name), []).append(f"{name}*" if missing else name)
+            # the dry run's and the run's own refusal of this config whatever the profile (validation.config_refusal)
+            reason = validation.config_refusal(s, name)
+            if reason is not None:
+                why[name] = reason
+                refused.setdefault(reason, []).append(f"{' '.join(s.command)} -c {name}")
+            groups.setdefault(config_artifacts(s, name), []).append(f"{name}*" if reason else name)
         for i, ((consumes, produces), names) in enumerate(groups.items()):
             records.append({"stage": s.name, "command": " ".join(s.command), "title": s.title,
                             "configs": [n.rstrip("*") for n in names],
                             "unavailable": [n.rstrip("*") for n in names if n.endswith("*")],
+                            "refused": {n.rstrip("*"): why[n.rstrip("*")] for n in names if n.endswith("*")},
                             "consumes": list(consumes), "produces": list(produces), "launch": s.launch,
                             "gpu": bool(s.gpu)})
             rows.append([s.title.removeprefix(recipe + " ") if i == 0 else "", ", ".join(names),
@@ -254,8 +267,10 @@ def list_stages(recipe: str, as_json: bool = False) -> int:
         jsonout.emit("list", {"recipe": recipe, "stages": records})
         return 0
     report.table(f"nemotron {recipe} stages", ["stage", "configs", "consumes", "produces", "launch", "GPU"], rows)
-    if unavailable:
-        report.out("* no runtime for its backend in this version: the dry run and a run refuse it (exit 2)", plain=True)
+    if refused:
+        report.out("* refused by the dry run and a run in this version (exit 2), whatever the profile:", plain=True)
+        for reason, which in refused.items():
+            report.out(report.readable(f"  {', '.join(which)}: {reason}"), plain=True)
     return 0
 
 
@@ -371,13 +386,19 @@ def job_logs(ident: str | None, follow: bool) -> int:
 
 
 def job_cancel(ident: str) -> int:
-    """``cancel ID``."""
+    """``cancel ID``: cancel the job; one that has already ended (a terminal state) is said so on stderr and left
+    as it is, exit 0 (what was asked holds: the job does not run).
+
+    Raises:
+        ConfigError: no such job. RuntimeFailure: the scheduler could not be asked, or refused the cancel.
+    """
 
     rec = jobs.load(ident)
     owner = backends.backend_for(rec)
     st, _ = owner.state(rec)
     if st in jobs.TERMINAL:
-        raise RuntimeFailure(f"job {rec.job_id} already ended ({st}); nothing to cancel")
+        print(f"job {rec.job_id} ({rec.experiment_id}) had already ended ({st}); nothing to cancel", file=sys.stderr)
+        return 0
     owner.cancel(rec)
     print(f"cancelled job {rec.job_id} ({rec.experiment_id})", file=sys.stderr)
     return 0
@@ -540,7 +561,9 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     Stages run in the order named (all stages of the recipe, in registry order, when none is named). A stage named
     again runs as a new cycle with its cycle config (``pipe rlvr mopd-warmup mopd mopd -c local``: the second ``mopd``
     runs ``-c local-cycle2``, wired to the first one's output: :func:`_pipe_chain`); ``STAGE:key=value`` overrides
-    every run of STAGE, ``STAGE#K:key=value`` its K-th. A stage named again without a cycle config, or named before
+    every run of STAGE (a ``note:`` line on stderr says so when STAGE runs more than once), ``STAGE#K:key=value`` its
+    K-th (``STAGE:K:key=value`` is refused, naming that form). A stage named again without a cycle config, or named
+    before
     a stage that produces what it consumes (``pipe sft pretrain``), is refused rather than deduplicated or reordered.
 
     Raises:
@@ -563,6 +586,12 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                 name = get_stage(head).name
             except KeyError as exc:
                 raise UsageError(f"{arg!r}: {exc.args[0]}") from None
+            nth_run = re.match(r"#?(\d+):(.*)", rest)
+            if nth_run and not hash_:  # mopd:2:key=value: the K-th run is named with #, not a second colon
+                raise UsageError(f"{arg!r}: the K-th run of a stage is written STAGE#K:key=value, not "
+                                 "STAGE:K:key=value",
+                                 f"{head}#{nth_run.group(1)}:{nth_run.group(2)} (the run {nth_run.group(1)} of {name} "
+                                 f"in the chain); {head}:{nth_run.group(2)} sets every run of {name}")
             if hash_:
                 per_cycle.setdefault((name, int(nth)), []).append(rest)
             else:
@@ -587,6 +616,11 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                          f"STAGE:key=value sets a key of a stage the pipe runs; name the stage too: "
                          f"nemotron {recipe} pipe {' '.join(named)} {sorted(unknown)[0]}:KEY=VALUE ...")
     runs = [(s.name, [t.name for t, _ in chain[:i + 1]].count(s.name)) for i, (s, _) in enumerate(chain)]
+    for name, given in per_stage.items():  # STAGE:key=value on a stage the chain runs more than once: said, once
+        times = sum(n == name for n, _ in runs)
+        if times > 1:
+            report.err(f"note: {', '.join(f'{name}:{o}' for o in given)} applies to every run of {name} in the chain "
+                       f"(runs 1 to {times}); {name}#K:key=value sets the K-th run only")
     absent = sorted(set(per_cycle) - set(runs))
     if absent:
         raise UsageError(f"overrides for runs not in the chain: {', '.join(f'{n}#{k}' for n, k in absent)}",
@@ -652,6 +686,8 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
     if kw.get("dry_run"):
         if not kw.get("quiet"):  # last as well: what a terminal shows after a long report
             report.out(report.readable(verdict), plain=True)
+        for p in prepared:  # the first stage the run would refuse to start: the dry run refuses it too (exit 2)
+            _check_startable(p, reported=True)
         return 0
     for p in prepared:
         print_inputs(p.compiled)

@@ -226,24 +226,27 @@ def profile_rows(env_file: str | None = None) -> tuple[str, list[tuple[str, str]
     return str(path), profile_names(path)
 
 
-def examples(stage: Stage, docs: list[KeyDoc], profiles: list[tuple[str, str]]) -> list[str]:
+def examples(stage: Stage, docs: list[KeyDoc], profiles: list[tuple[str, str]],
+             refused: dict[str, str] | None = None) -> list[str]:
     """Command lines for ``stage``: on this machine, a dry run on a cluster profile, a key override, and the
-    stage's own words (``estimate``, ``--compare``)."""
+    stage's own words (``estimate``, ``--compare``). A config in ``refused`` (:func:`refused_configs`) is offered in
+    none of them."""
     from nemotron.config.paths import config_names
 
     cmd = f"nemotron {stage.title}"
-    names = config_names(stage)
+    names = [n for n in config_names(stage) if n not in (refused or {})]
     cluster = next((n for n, ex in profiles if ex in ("slurm", "ray")), "PROFILE")
     here = "local" if "local" in names else "tiny"
     out = [f"{cmd} -c {here}{'' if stage.gpu and here == 'local' else ' --dry-run'}" if here in names
            else f"{cmd} --dry-run",
-           f"{cmd} -c tiny --run {cluster} --dry-run" if "tiny" in names else f"{cmd} --run {cluster} --dry-run"]
+           *([f"{cmd} -c tiny --run {cluster} --dry-run"] if "tiny" in names else
+             [f"{cmd} --run {cluster} --dry-run"] if "default" in names else [])]
     # a length of the run (steps, iterations): a value any config takes (a parallel size from default.yaml would
     # be refused by -c local's one-process layout)
     sample = next((d for d in docs if d.type == "int" and d.key.rsplit(".", 1)[-1].endswith(("iters", "steps"))), None)
     if sample:
         out.append(f"{cmd} -c {here} {sample.key}={sample.default} --dry-run")
-    if stage.family.estimate:
+    if stage.family.estimate and "tiny" in names:
         out.append(f"{cmd} -c tiny estimate --batch {cluster}")
     if stage.family.compare:
         out.append(f"{cmd} --compare eval-results:v1 eval-results:v2")
@@ -293,12 +296,19 @@ def stage_sections(stage: Stage, width: int = 100) -> list[str]:
     """The help sections of ``stage`` as lines of at most ``width`` characters (a key name longer than its
     column may push a row past it). A file that cannot be read is one line in its section, not a failure of
     ``--help``."""
+    import textwrap
+
     from nemotron.errors import NemotronError
 
     out: list[str] = []
     rel = f"stages/{stage.config_dir}/"
     out += ["", f"Configs (-c NAME, files of {rel}; or -c PATH to a YAML file):"]
-    out += _table(config_rows(stage), width)
+    refused = refused_configs(stage)
+    out += _table([(f"{n}*" if n in refused else n, about) for n, about in config_rows(stage)], width)
+    for reason in dict.fromkeys(refused.values()):  # as `nemotron RECIPE list` marks them
+        names = ", ".join(n for n, r in refused.items() if r == reason)
+        out += textwrap.wrap(f"* {names}: refused by the dry run and a run in this version (exit 2): {reason}",
+                             width=width, initial_indent="  ", subsequent_indent="    ", break_long_words=False)
     try:
         docs = key_docs(stage)
     except NemotronError as exc:
@@ -319,7 +329,26 @@ def stage_sections(stage: Stage, width: int = 100) -> list[str]:
     where, profiles = profile_rows()
     out += ["", f"Profiles (--run / --batch PROFILE; {where}):"]
     out += _table([(n, ex) for n, ex in profiles], width) if profiles else ["  none"]
-    out += ["", "Examples:"] + [f"  {line}" for line in examples(stage, docs, profiles)]
+    out += ["", "Examples:"] + [f"  {line}" for line in examples(stage, docs, profiles, refused)]
+    return out
+
+
+def refused_configs(stage: Stage) -> dict[str, str]:
+    """``{config name: why}`` for each config of ``stage`` that the dry run and the run refuse whatever the profile
+    (:func:`nemotron.validation.config_refusal`, the check ``nemotron RECIPE list`` marks with ``*``); a config that
+    cannot be read is left to its own compile error."""
+    from nemotron import validation
+    from nemotron.config.paths import config_names
+    from nemotron.errors import NemotronError
+
+    out = {}
+    for name in config_names(stage):
+        try:
+            reason = validation.config_refusal(stage, name)
+        except NemotronError:
+            continue
+        if reason is not None:
+            out[name] = reason
     return out
 
 

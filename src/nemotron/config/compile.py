@@ -138,6 +138,16 @@ def config_backend(stage: Stage, config: str | None = None) -> str | None:
     return str(value) if isinstance(value, str) and value else None
 
 
+def config_raw(stage: Stage, config: str | None = None) -> dict[str, Any]:
+    """``stage -c config`` as written in its files, merged over ``default.yaml``: nothing resolved nor checked
+    (``nemotron RECIPE list`` and ``--help`` read a config's backend and rule-bound keys from it).
+
+    Raises:
+        ConfigError: an unknown config, an unreadable file, an inheritance cycle.
+    """
+    return _raw_tree(stage, config)
+
+
 def config_artifacts(stage: Stage, config: str | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(consumes, produces)`` of ``stage -c config`` (None: ``default``), read from its files, nothing
     resolved: consumes are the artifact names its ``${art:NAME[:VERSION],FIELD}`` values take, in key

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nemotron.config.catalogue import ModelSpec
-from nemotron.errors import Problem, plural
+from nemotron.errors import Problem, did_you_mean, plural
 
 
 @dataclass(frozen=True)
@@ -1059,13 +1059,17 @@ def lr_decay_style(style: Any, wsd_style: Any, wsd_iters: Any, decay: int,
         return []
     if style not in DECAY_STYLES:
         hint = [s for s in DECAY_STYLES if str(style).lower() == s.lower()]
+        maybe = did_you_mean(style, DECAY_STYLES) if not hint else ""
         return [_err(style_key, style, "not a learning-rate decay style of Megatron-Core" +
-                     (f" (names are case-sensitive: {hint[0]})" if hint else ""), ", ".join(DECAY_STYLES), rid)]
+                     (f" (names are case-sensitive: {hint[0]})" if hint else f"; {maybe}" if maybe else ""),
+                     ", ".join(DECAY_STYLES), rid)]
     if style != "WSD":
         return []
     out: list[Problem] = []
     if wsd_style is not None and wsd_style not in WSD_STYLES:
-        out.append(_err(wsd_style_key, wsd_style, "not a WSD annealing style of Megatron-Core", ", ".join(WSD_STYLES), rid))
+        maybe = did_you_mean(wsd_style, WSD_STYLES)
+        out.append(_err(wsd_style_key, wsd_style, "not a WSD annealing style of Megatron-Core"
+                        + (f"; {maybe}" if maybe else ""), ", ".join(WSD_STYLES), rid))
     n = _iters(wsd_iters)
     if wsd_iters is not None and (n is None or not 0 < n <= decay):
         out.append(_err(wsd_key, wsd_iters, f"the WSD annealing phase must be 1 ... lr_decay_iters ({decay}) iterations",
@@ -1121,9 +1125,10 @@ def mtp_boost_framework(backend: str, objective: Any, freeze: Any) -> list[Probl
                      "local (-c local: the report's objective on one machine)", "mtp-boost-framework")]
     out = []
     if objective != "forward-kl":
-        out.append(_err("mtp_boost.objective", objective, "MTP boosting trains with the temperature-scaled "
-                        "forward KL to the backbone's logits (no cross-entropy on the gold token)", "forward-kl",
-                        "mtp-boost-framework"))
+        maybe = did_you_mean(objective, ("forward-kl",))
+        out.append(_err("mtp_boost.objective", objective, (f"{maybe} " if maybe else "") + "MTP boosting trains "
+                        "with the temperature-scaled forward KL to the backbone's logits (no cross-entropy on the "
+                        "gold token)", "forward-kl", "mtp-boost-framework"))
     if freeze is not True:
         out.append(_err("mtp_boost.freeze_backbone", freeze, "MTP boosting trains the MTP head only; the backbone "
                         "stays as MOPD left it", "true", "mtp-boost-framework"))
@@ -1223,6 +1228,8 @@ declare("local-refusal", "backend: local pretrain/SFT on this machine: what the 
         "the local runtime", f"{_V}.checks")
 declare("local-settings", "backend: local stages: the local runtime's settings reader accepts the config",
         "nemotron.runtime.common.settings.read, rl_settings.read, evaluate.read, called again", "the local runtime", _V)
+declare("local-convert", "backend: local convert rewrites a Hugging Face config (convert.direction hf_v5_to_v4)",
+        "nemotron.runtime.megatron.convert_local.direction_refusal, called again", "the local runtime", f"{_V}.checks")
 declare("convert-cpu", "a CPU conversion (convert.device=cpu) runs on one node", "the convert stage's CPU path "
         "(one process on one node)", "—", f"{_V}.checks")
 declare("memory", "the memory estimate fits the profile's GPU memory, or cannot be checked -- warning",

@@ -213,10 +213,7 @@ def _eval_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> li
 def _mtp_boost_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Rule ``mtp-boost-framework`` (the job's runtime refuses with the same function), then the local runtime's
     own reader of its settings (:func:`nemotron.runtime.megatron.mtp_local.read`: stdlib only) on ``backend: local``."""
-    from nemotron.layout.rules import mtp_boost_framework
-
-    out = mtp_boost_framework(checks.backend(cfg), get(cfg, "mtp_boost.objective"),
-                              get(cfg, "mtp_boost.freeze_backbone"))
+    out = _mtp_boost_refusal(cfg)
     if not out and checks.backend(cfg) == checks.LOCAL:
         from nemotron.runtime.common.settings import SettingsError
         from nemotron.runtime.megatron.mtp_local import read
@@ -227,6 +224,15 @@ def _mtp_boost_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) 
             key = str(exc).partition("=")[0].partition(" ")[0]
             out.append(Problem(key=key, value=get(cfg, key), message=str(exc), rule="local-settings"))
     return out
+
+
+def _mtp_boost_refusal(cfg: dict) -> list[Problem]:
+    """The part of :func:`_mtp_boost_checks` that holds for a config whatever the profile (rule
+    ``mtp-boost-framework``): what :func:`config_refusal` reports for ``list`` and ``--help``."""
+    from nemotron.layout.rules import mtp_boost_framework
+
+    return mtp_boost_framework(checks.backend(cfg), get(cfg, "mtp_boost.objective"),
+                               get(cfg, "mtp_boost.freeze_backbone"))
 
 
 def _warmup_checks(stage: Any, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
@@ -270,6 +276,40 @@ CHECK_SETS: dict[str, Any] = {
     "mtp-boost": _mtp_boost_checks,
     "mopd-warmup": _warmup_checks,
 }
+
+
+#: Of the check sets, the rules that refuse a config by what its files say, whatever the profile or the command
+#: line (``cfg -> [Problem]``): :func:`config_refusal` asks them for ``list`` and ``--help``.
+CONFIG_REFUSALS: dict[str, Any] = {
+    "mtp-boost": _mtp_boost_refusal,
+}
+
+
+def config_refusal(stage: Stage, config: str) -> str | None:
+    """Why the dry run and the run refuse ``stage -c config`` whatever the profile (exit 2), one line, or None: its
+    backend has no runtime in this version (rule ``runtime-available``,
+    :func:`nemotron.runtime.dispatch.missing_runtime`), or a rule of its check sets refuses what its files say
+    (:data:`CONFIG_REFUSALS`: ``mtp-boost -c default`` and ``-c tiny``, rule ``mtp-boost-framework``). Read from the
+    config's files (:func:`nemotron.config.compile.config_raw`), with the dry run's own functions; ``nemotron RECIPE
+    list`` and the stage's ``--help`` mark such a config with it.
+
+    Raises:
+        ConfigError: an unknown config, an unreadable file.
+    """
+    from nemotron.config.compile import config_raw
+    from nemotron.runtime.dispatch import missing_runtime
+
+    raw = config_raw(stage, config)
+    backend = raw.get("backend") if isinstance(raw.get("backend"), str) else None
+    missing = missing_runtime(stage, backend)
+    if missing is not None:
+        return f"no {missing[0]} runtime in this version (rule runtime-available)"
+    for name in stage.checks:
+        found = CONFIG_REFUSALS.get(name, lambda cfg: [])(raw)
+        if found:
+            p = found[0]
+            return f"{p.key}={p.value}: refused by rule {p.rule}; valid: {p.valid}"
+    return None
 
 
 #: The module a cluster backend's runtime imports first, per ``stages/images.toml`` image key: the runtimes
@@ -449,11 +489,19 @@ def _missing_runtime(stage: Stage, cfg: dict) -> list[Problem]:
         return []
     from nemotron.runtime.dispatch import CONTAINERS, missing_runtime, stage_backends
 
+    backends, default = stage_backends(stage)
+    name = str(get(cfg, "backend") or default)  # as the entry reads it (runtime.dispatch.run)
+    if name not in backends:  # the entry's own refusal ("backend X is not one of ..."), before anything runs
+        from nemotron.errors import did_you_mean
+
+        maybe = did_you_mean(name, backends)
+        return [Problem(key="backend", value=get(cfg, "backend"), rule="runtime-available",
+                        message=f"not a backend of {stage.title} (its job would stop at start)"
+                                + (f"; {maybe}" if maybe else ""), valid=", ".join(backends))]
     found = missing_runtime(stage, checks.backend(cfg) or None)
     if found is None:
         return []
     name, usable = found
-    backends, _ = stage_backends(stage)
     valid = ", ".join(f"backend={n}" + (f" (the {CONTAINERS.get(str(backends[n].image), backends[n].image)} container "
                                         "on a Slurm profile: e.g. -c tiny --run PROFILE)" if backends[n].image else "")
                       for n in usable) or "none in this version"

@@ -411,6 +411,13 @@ def validate_local(stage: Stage, cfg: dict, model: ModelSpec | None) -> list[Pro
                                "the local runtime (no Transformer Engine: FP8/NVFP4 presets need a cluster backend)")
         if not out:  # the reader applies the rules above again: its first refusal would repeat them
             out += local_settings(stage.name, cfg)
+    if stage.family.converts:  # the local convert's one direction (its runtime's own refusal)
+        from nemotron.runtime.megatron.convert_local import direction_refusal
+
+        direction = get(cfg, "convert.direction")
+        refusal = direction_refusal(direction)
+        if refusal is not None:
+            out.append(Problem("convert.direction", direction, refusal.split(": ", 1)[1], rule="local-convert"))
     if stage.family.nemo_rl:  # rlvr, mopd: the cluster's panel rules, then the local RL runtime's reader
         panel = local_panel_rules(cfg) if get(cfg, "on_policy_distillation.enabled", False) else []
         out += panel or local_rl_settings(stage.name, cfg)

@@ -11,10 +11,11 @@ from nemotron.errors import ConfigError, plural
 
 def unresolved_refusal(compiled: Any) -> ConfigError | None:
     """The refusal of a run whose config still holds unresolved values (an artifact no run has made yet, an unset
-    environment variable), or None. A run raises it (:func:`_check_startable`); a dry run, which may validate a
-    stage before its inputs exist, shows it as its last line and still exits 0 (:func:`nemotron.report.dry_run`).
-    The hint names the command that makes a missing artifact (:func:`nemotron.config.artifacts.producer_command`) and
-    the ``pipe`` that chains it."""
+    environment variable), or None. A run raises it (:func:`nemotron.cli.pipeline._check_startable`), and so does a
+    dry run after its report (exit 2: the dry run never calls valid what the run refuses), its verdict saying why
+    (:func:`nemotron.cli.dryrun.verdict`). Every unresolved key is named: one, on the message's line; several, one
+    line each after it (:attr:`Unresolved.lines`). The hint names the command that makes the first missing artifact
+    (:func:`nemotron.config.artifacts.producer_command`) and the ``pipe`` that chains it."""
     import re
 
 
@@ -22,6 +23,8 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
         return None
     key, why = next(iter(compiled.unresolved.items()))
     stage = compiled.stage
+    head = f"{stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}"
+    lines = [f"{k}: {w}" for k, w in compiled.unresolved.items()]
     hint = "set the key explicitly (key=value), or export the variable it reads"
     m = re.search(r"artifact (?:[^\s:,|]+\|)*([^\s:,|]+)", str(why))  # A|B: B, the input the stage falls back to
     config = compiled.config_name if "/" not in compiled.config_name and not compiled.config_name.endswith(".yaml") \
@@ -36,16 +39,26 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
     if command and config and producer is not None and not _takes_config(producer, config):
         # the producer ships no config of that name (pretrain -c long_context reads data prep's output): naming
         # `-c <config>` for it would be a command that fails
-        return ConfigError(f"refusing to start {stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}: "
-                           f"{key}: {why}",
-                           f"set {key} explicitly: {producer.title} has no config named {config}, so no run of it "
-                           f"makes this artifact for -c {config} (run it with a config of yours and give its output here)")
+        return Unresolved(head, lines,
+                          f"set {key} explicitly: {producer.title} has no config named {config}, so no run of it "
+                          f"makes this artifact for -c {config} (run it with a config of yours and give its output "
+                          "here)")
     if command:
         chain = (f"; or chain both: nemotron {stage.recipe} pipe {producer.name} {stage.name}"
                  + (f" -c {config}" if config else "") + launch) if producer is not None else ""
         hint = f"make it first: {command}{chain}; or set {key} explicitly"
-    return ConfigError(f"refusing to start {stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}: "
-                       f"{key}: {why}", hint)
+    return Unresolved(head, lines, hint)
+
+
+class Unresolved(ConfigError):
+    """The run's refusal of unresolved values (exit 2). ``head``: ``STAGE with N unresolved values``; ``lines``: one
+    ``key: why`` per unresolved key. ``message``: ``refusing to start HEAD: KEY: WHY`` for one key, else ``refusing
+    to start HEAD:`` and each key on a line of its own, indented by two spaces."""
+
+    def __init__(self, head: str, lines: list[str], hint: str) -> None:
+        self.head, self.lines = head, lines
+        body = f" {lines[0]}" if len(lines) == 1 else "".join(f"\n  {line}" for line in lines)
+        super().__init__(f"refusing to start {head}:{body}", hint)
 
 
 def _takes_config(stage: Any, config: str) -> bool:

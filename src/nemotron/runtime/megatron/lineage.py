@@ -11,6 +11,9 @@ one line with a hint) instead of being taken silently:
 * ``train.train_iters`` below the step already saved (the run would stop at once and present the saved
   step as its final model). Used by the local runtime and the Megatron-Bridge pre-start.
 
+Another ``train.train_iters`` or ``train.global_batch_size`` than the saved run's is taken, with one warning line
+(:func:`resume_warning`).
+
 ``lineage.json`` (written by :mod:`nemotron.runtime.megatron.trainer` when a run starts from step 0)::
 
     {"stage", "model", "data", "pretrained_checkpoint", "experiment_id", "transformers", "torch",
@@ -99,6 +102,28 @@ def train_iters_problem(train_iters: Any, saved_step: int | None, folder: Any) -
     return (f"train.train_iters={train_iters} is below step {saved_step}, already saved in {folder}: the run would "
             f"stop at once and present step {saved_step} as its final model; set train.train_iters={saved_step} "
             "or more to go on with this run, or checkpoint.save=<a new folder> for a new run")
+
+
+#: The keys of the run's length a resume compares with the saved run's config: another value is taken (the
+#: learning-rate schedule and the samples still to train follow it), but said in one warning line.
+RESUME_KEYS = ("train.train_iters", "train.global_batch_size")
+
+
+def resume_warning(saved: dict[str, Any], now: dict[str, Any], step: int | None, where: Any) -> str | None:
+    """The one-line warning of a run that resumes ``step`` from ``where`` (a checkpoint folder) with another
+    ``train.train_iters`` or ``train.global_batch_size`` (:data:`RESUME_KEYS`) than the run that saved it, or None.
+    ``saved`` and ``now``: ``{dotted key: value}``, read from the checkpoint's saved config (the local runtime's
+    ``nemotron_checkpoint.json``, Megatron-Bridge's ``iter_<N>/run_config.yaml``) and from this run's config; a key
+    either does not hold (an older checkpoint) is not compared."""
+    changed = [(k, saved[k], now[k]) for k in RESUME_KEYS
+               if saved.get(k) is not None and now.get(k) is not None and str(saved[k]) != str(now[k])]
+    if not changed:
+        return None
+    was = ", ".join(f"{k}={old}" for k, old, _ in changed)
+    new = ", ".join(f"{k}={value}" for k, _, value in changed)
+    return (f"warning: resuming step {step} from {where}, saved by a run with {was}; this run has {new}: the "
+            "learning-rate schedule and the samples left to train follow the new value (set the saved one to go on "
+            "as before, or checkpoint.save=<a new folder> for a new run)")
 
 
 def check_resume(s: LocalSettings, saved_step: int | None) -> list[dict[str, Any]]:

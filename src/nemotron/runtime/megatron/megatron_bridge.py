@@ -69,6 +69,7 @@ from typing import Any
 
 from nemotron.config.keys import OWN_KEYS
 from nemotron.config.registry import Stage, TrainingData, get_stage
+from nemotron.errors import did_you_mean
 from nemotron.runtime.common import prestart
 from nemotron.runtime.common.settings import EXIT_REQUEUE, get
 
@@ -218,12 +219,16 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
         conv = dict(cfg.get("convert") or {})
         direction = conv.get("direction")
         if direction not in ("hf_to_megatron", "megatron_to_hf"):
-            raise TranslateError(f"convert.direction={direction!r}: the Megatron-Bridge backend converts "
-                                 "hf_to_megatron or megatron_to_hf (hf_v5_to_v4 is the local backend's)")
+            maybe = did_you_mean(direction, ("hf_to_megatron", "megatron_to_hf"))
+            raise TranslateError(f"convert.direction={direction!r}: " + (f"{maybe} " if maybe else "")
+                                 + "the Megatron-Bridge backend converts hf_to_megatron or megatron_to_hf "
+                                 "(hf_v5_to_v4 is the local backend's)")
         device = conv.get("device", "gpu")
         if device not in ("gpu", "cpu"):
-            raise TranslateError(f"convert.device={device!r}: valid: gpu (torchrun at the config's layout) or cpu "
-                                 "(one process; host RAM holds the model)")
+            maybe = did_you_mean(device, ("gpu", "cpu"))
+            raise TranslateError(f"convert.device={device!r}: " + (f"{maybe} " if maybe else "")
+                                 + "valid: gpu (torchrun at the config's layout) or cpu (one process; host RAM holds "
+                                 "the model)")
         for key in ("source", "output_dir"):
             value = conv.get(key)
             if not value or "${" in str(value):
@@ -461,12 +466,18 @@ def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: i
         save = get(cfg, "checkpoint.save")
         if save and Path(str(save)).exists() and not Path(str(save)).is_dir():
             problems.append(f"checkpoint.save={save}: exists and is not a folder")
-        from nemotron.runtime.megatron.lineage import train_iters_problem
+        from nemotron.runtime.megatron.lineage import RESUME_KEYS, resume_warning, train_iters_problem
 
         load = get(cfg, "checkpoint.load") or save  # the folder the run resumes from
-        problem = train_iters_problem(get(cfg, "train.train_iters"), last_saved_iteration(load) if load else None, load)
+        saved = last_saved_iteration(load) if load else None
+        problem = train_iters_problem(get(cfg, "train.train_iters"), saved, load)
         if problem:
             problems.append(problem)
+        elif saved is not None:  # resuming: another length than the saved run's is taken, and said
+            warning = resume_warning(saved_run_config(load, saved), {k: get(cfg, k) for k in RESUME_KEYS}, saved,
+                                     Path(str(load)) / f"iter_{saved:07d}")
+            if warning:
+                print(f"ultra3 {stage}: {warning}", flush=True)
     return problems + container
 
 
@@ -478,6 +489,23 @@ def last_saved_iteration(checkpoint_dir: str | os.PathLike[str]) -> int | None:
     except OSError:
         return None
     return int(text) if text.isdigit() else None
+
+
+def saved_run_config(checkpoint_dir: str | os.PathLike[str], iteration: int) -> dict[str, Any]:
+    """``{"train.train_iters", "train.global_batch_size"}`` of the run that saved ``iteration``: read from the
+    ``run_config.yaml`` Megatron-Bridge writes into each checkpoint (``<checkpoint_dir>/iter_<N:07d>/``;
+    Megatron-Bridge 4588417 training/utils/checkpoint_utils.py ``CONFIG_FILE``, ``get_checkpoint_name``). A file
+    that is absent or unreadable gives None for both (nothing to compare)."""
+    import yaml
+
+    path = Path(checkpoint_dir) / f"iter_{iteration:07d}" / "run_config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        data = None
+    train = data.get("train") if isinstance(data, dict) else None
+    train = train if isinstance(train, dict) else {}
+    return {"train.train_iters": train.get("train_iters"), "train.global_batch_size": train.get("global_batch_size")}
 
 
 def exit_code(checkpoint_dir: str | os.PathLike[str], train_iters: int | None) -> int:

@@ -251,6 +251,11 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
          f"built) on {device} ({precision}, {torch.get_num_threads()} thread(s)); {start}")
     if resume is not None:
         _say(stream.describe())
+        warning = lineage.resume_warning(saved_run(resume), {"train.train_iters": s.train_iters,
+                                                             "train.global_batch_size": s.global_batch_size},
+                                         step0, resume)
+        if warning:
+            _say(warning)
     for line in data.describe:
         _say(line)
     data_version = None
@@ -458,6 +463,15 @@ def _finish_wandb(report_to: list[str]) -> None:
 SAMPLE_ORDER = "epochwise-v1"
 
 
+def saved_run(checkpoint: Path) -> dict[str, Any]:
+    """``{"train.train_iters", "train.global_batch_size"}`` of the run that saved ``checkpoint`` (its
+    ``nemotron_checkpoint.json``, :meth:`SampleStream.record`; a key an older record lacks is None)."""
+    from nemotron.runtime.common.model import read_record
+
+    rec = read_record(checkpoint) or {}
+    return {"train.train_iters": rec.get("train_iters"), "train.global_batch_size": rec.get("global_batch_size")}
+
+
 class SampleStream:
     """The training samples as the Trainer indexes them, continuing the stream by consumed-sample count.
 
@@ -530,7 +544,8 @@ class SampleStream:
 
         if checkpoint.is_dir():
             write_record(checkpoint, {"step": step, "consumed_samples": self.consumed(step), "order": SAMPLE_ORDER,
-                                      "global_batch_size": self.s.global_batch_size, "seed": self.s.seed,
+                                      "global_batch_size": self.s.global_batch_size,
+                                      "train_iters": self.s.train_iters, "seed": self.s.seed,
                                       "seq_length": self.s.seq_length, "stage": self.s.stage})
 
 

@@ -125,8 +125,11 @@ def load_recipe(name: str) -> Recipe:
     if not (text.endswith((".yaml", ".yml")) and path.is_file()):
         path = recipes_dir() / f"{text}.yaml"
         if not path.is_file():
-            raise QuantConfigError(f"quantization.recipe={name!r}: no such recipe; valid: "
-                                   f"{', '.join(recipe_names())} (or a path to a recipe .yaml)")
+            from nemotron.errors import did_you_mean
+
+            maybe = did_you_mean(text, recipe_names())
+            raise QuantConfigError(f"quantization.recipe={name!r}: no such recipe" + (f"; {maybe}" if maybe else "")
+                                   + f"; valid: {', '.join(recipe_names())} (or a path to a recipe .yaml)")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:

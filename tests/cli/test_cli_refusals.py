@@ -1,0 +1,173 @@
+"""The dry run never calls valid what the run refuses: the cases where it used to (a config whose inputs no run has
+made yet, a secret this shell lacks, a backend the entry does not have, a direction the local convert refuses), each
+named with a did-you-mean where the value set is known; and `list` / `--help` mark the configs a rule refuses.
+
+The real CLI (``nemotron.cli.main``) on the shipped configs; a fresh NEMOTRON_HOME (no artifact made yet).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from test_cli import _isolated_home, run_cli  # noqa: F401 - the autouse fixture isolates NEMOTRON_HOME here too
+
+FIXTURE_ENV = str(Path(__file__).resolve().parents[1] / "fixtures" / "env.toml")
+ON_SAMPLE = ("--batch", "sample", "--env-file", FIXTURE_ENV)
+#: mopd -c local's inputs, in the order the config names them (a fresh home has none of them)
+MOPD_LOCAL_UNRESOLVED = ("policy.model_name", "policy.tokenizer.name", "data.train.data_path",
+                         "data.validation.data_path", "_teachers.general", "_teachers.reasoning")
+
+
+# ------------------------------------------------------------------- 1. inputs not made yet: dry run and run, exit 2
+def test_dry_run_of_a_stage_whose_inputs_are_missing_exits_2_as_the_run_does(capsys, tmp_path):
+    code, out, err = run_cli(capsys, "ultra3", "mopd", "-c", "local", "--dry-run", "--quiet")
+    assert code == 2, out + err
+    lines = out.splitlines()
+    assert lines[0].startswith("dry run: the config is valid (") and \
+        "but the run would refuse to start: ultra3 mopd with 6 unresolved values (each on a line below); make it " \
+        "first: nemotron ultra3 pretrain -c local;" in lines[0], lines[0]
+    # every unresolved value named, one line each (not only the first)
+    assert [ln.split(":")[0].strip() for ln in lines[1:7]] == list(MOPD_LOCAL_UNRESOLVED), out
+    assert all(ln.startswith("  ") and "does not exist yet" in ln for ln in lines[1:7]), out
+    assert err.splitlines()[0] == ("error: the run would refuse to start ultra3 mopd with 6 unresolved values: the "
+                                   "report above names each"), err
+    # the run refuses the same, naming each value on a line of its own
+    code, _, err = run_cli(capsys, "ultra3", "mopd", "-c", "local")
+    assert code == 2
+    lines = err.splitlines()
+    at = lines.index("error: refusing to start ultra3 mopd with 6 unresolved values:")
+    assert [ln.split(":")[0].strip() for ln in lines[at + 1:at + 7]] == list(MOPD_LOCAL_UNRESOLVED), err
+    assert lines[at + 7].startswith("hint: make it first: nemotron ultra3 pretrain -c local"), err
+    assert not (tmp_path / "home" / "runs").exists()  # nothing started
+
+
+def test_one_unresolved_value_stays_on_the_verdicts_line(capsys):
+    code, out, err = run_cli(capsys, "ultra3", "convert", "-c", "local", "--dry-run", "--quiet")
+    assert code == 2, err
+    assert out.splitlines() == [
+        "dry run: the config is valid (1 warning), but the run would refuse to start: ultra3 convert with 1 unresolved "
+        "value: convert.source: artifact sft-checkpoint does not exist yet by a local or tiny run; make it first: "
+        "nemotron ultra3 sft -c local; or chain both: nemotron ultra3 pipe sft convert -c local; or set convert.source "
+        "explicitly; nothing was submitted"]
+
+
+def test_pipe_dry_run_refused_at_a_stage_exits_2(capsys):
+    code, out, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "local", "--dry-run", "--quiet")
+    assert code == 2, err
+    assert out.splitlines()[0].startswith("dry run: the chain's configs are valid, but the run would refuse to start "
+                                          "at stage 1/2 (ultra3 mopd)"), out
+    assert "error: the run would refuse to start ultra3 mopd with 6 unresolved values" in err, err
+
+
+def test_dry_run_json_of_a_refused_run_exits_2_with_the_refusal_in_the_document(capsys):
+    code, out, err = run_cli(capsys, "ultra3", "convert", "-c", "local", "--dry-run", "--json")
+    assert code == 2, err
+    doc = json.loads(out)
+    assert doc["valid"] is True and doc["refusal"].startswith("refusing to start ultra3 convert with 1 unresolved "
+                                                              "value: convert.source: artifact sft-checkpoint")
+    assert "error: the run would refuse to start ultra3 convert with 1 unresolved value" in err
+
+
+def test_a_data_stage_with_no_inputs_still_exits_0(capsys):
+    code, out, err = run_cli(capsys, "ultra3", "data", "prep", "rl", "-c", "tiny", "--dry-run", "--quiet")
+    assert code == 0, out + err
+    assert out.startswith("dry run: valid"), out
+
+
+# ---------------------------------------------------------------- 2. a backend the entry does not have, did-you-mean
+def test_unknown_backend_is_refused_by_the_dry_run_with_a_did_you_mean(capsys):
+    """The job's entry refuses a backend it does not have (runtime.dispatch.run); on a cluster profile the dry run
+    used to pass it."""
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "tiny", "backend=megatronbridge", "convert.source=/x",
+                           "--dry-run", "--quiet", *ON_SAMPLE)
+    assert code == 2
+    assert ("error: backend='megatronbridge': not a backend of ultra3 convert (its job would stop at start); did you "
+            "mean 'megatron-bridge'?; valid: local, megatron-bridge") in out.splitlines(), out
+
+
+# ------------------------------------------------------------- 3. convert.direction: the local one, did-you-mean
+def test_local_convert_direction_is_refused_by_the_dry_run_as_by_its_runtime(capsys, tmp_path):
+    from nemotron.runtime.megatron.convert_local import local_main
+
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "local", "convert.direction=megatron2hf", "--dry-run",
+                           "--quiet")
+    assert code == 2
+    line = ("error: convert.direction='megatron2hf': did you mean 'megatron_to_hf'? the local backend only rewrites HF "
+            "configs (hf_v5_to_v4); Megatron <-> HF conversion (hf_to_megatron, megatron_to_hf) runs in the NeMo "
+            "container (-c tiny or default on a Slurm profile)")
+    assert line in out.splitlines(), out
+    # the runtime's own refusal: the same words, exit 2 (a config problem), before it reads anything
+    assert local_main({"convert": {"direction": "megatron2hf", "source": str(tmp_path), "output_dir": "o"}}) == 2
+    assert capsys.readouterr().err.strip() == "ultra3 convert: " + line.removeprefix("error: ")
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "local", "convert.direction=hf_v5_to_v5", "--dry-run",
+                           "--quiet")
+    assert code == 2 and "did you mean 'hf_v5_to_v4'?" in out
+
+
+@pytest.mark.parametrize(("key", "value", "close"), [("direction", "megatron2hf", "megatron_to_hf"),
+                                                      ("device", "gpus", "gpu")])
+def test_cluster_convert_values_say_did_you_mean(capsys, key, value, close):
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "tiny", f"convert.{key}={value}", "--dry-run", "--quiet",
+                           *ON_SAMPLE)
+    assert code == 2
+    assert any(ln.startswith(f"error: convert.{key}='{value}': did you mean '{close}'?") for ln in out.splitlines()), out
+
+
+def test_a_value_far_from_every_choice_gets_no_guess():
+    from nemotron.errors import did_you_mean
+
+    assert did_you_mean("megatron2hf", ("hf_to_megatron", "megatron_to_hf")) == "did you mean 'megatron_to_hf'?"
+    assert did_you_mean("zzz", ("hf_to_megatron", "megatron_to_hf")) == ""
+    assert did_you_mean(3, ("gpu", "cpu")) == ""
+
+
+# ------------------------------------------------------------------ 4. list and --help mark what a rule refuses
+def test_list_and_help_mark_the_configs_a_rule_refuses_as_the_dry_run_does(capsys):
+    code, out, _ = run_cli(capsys, "ultra3", "list")
+    assert code == 0
+    row = next(ln for ln in out.splitlines() if ln.startswith("mtp-boost"))
+    assert re.match(r"mtp-boost\s+default\*, tiny\*\s", row), row
+    assert ("  mtp-boost -c default, mtp-boost -c tiny: backend=megatron-bridge: refused by rule mtp-boost-framework; "
+            "valid: local") in out, out
+    code, out, _ = run_cli(capsys, "ultra3", "list", "--json")
+    doc = json.loads(out)
+    mtp = [r for r in doc["stages"] if r["stage"] == "mtp-boost"]
+    refused = {k: v for r in mtp for k, v in r["refused"].items()}
+    assert sorted(refused) == ["default", "tiny"] and all("mtp-boost-framework" in v for v in refused.values())
+    assert all(r["refused"] == {} for r in doc["stages"] if r["stage"] != "mtp-boost")
+    # the dry run of each marked config is refused by that rule; the unmarked one is not
+    for name in ("default", "tiny"):
+        code, out, _ = run_cli(capsys, "ultra3", "mtp-boost", "-c", name, "--dry-run", "--quiet", *ON_SAMPLE)
+        assert code == 2 and "MTP boosting cannot run on megatron-bridge" in out, out
+    code, out, _ = run_cli(capsys, "ultra3", "mtp-boost", "-c", "local", "--dry-run", "--quiet")
+    assert "mtp-boost-framework" not in out and "MTP boosting cannot run" not in out, out
+    # --help: the same marks, and no example offers a refused config
+    code, out, _ = run_cli(capsys, "ultra3", "mtp-boost", "--help")
+    assert code == 0
+    configs = out[out.index("Configs (-c NAME"):out.index("Config keys")]
+    assert re.search(r"^\s+default\*\s", configs, re.M) and re.search(r"^\s+tiny\*\s", configs, re.M), configs
+    assert re.search(r"^\s+local\s", configs, re.M), configs
+    assert "* default, tiny: refused by the dry run and a run in this version (exit 2):" in configs, configs
+    examples = out[out.index("Examples:"):]
+    assert "-c local" in examples and "-c tiny" not in examples and "--run PROFILE --dry-run" not in examples, examples
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (("pretrain", "-c", "local", "scheduler.lr_decay_style=cosinus"),
+     "error: scheduler.lr_decay_style='cosinus': not a learning-rate decay style of Megatron-Core; did you mean "
+     "'cosine'?; valid: "),
+    (("quantize", "-c", "local", "quantization.recipe=ultr"),
+     "error: quantization.recipe='ultr': no such recipe; did you mean 'ultra'?; valid: "),
+    (("mtp-boost", "-c", "local", "mtp_boost.objective=forward_kl"),
+     "error: mtp_boost.objective='forward_kl': did you mean 'forward-kl'? MTP boosting trains"),
+    (("pretrain", "-c", "local", "model.name=ultar"), "error: model.name='ultar': unknown model 'ultar' (did you mean "
+                                                      "'ultra'?)"),
+])
+def test_other_values_of_a_known_set_say_did_you_mean(capsys, argv, line):
+    code, out, _ = run_cli(capsys, "ultra3", *argv, "--dry-run", "--quiet")
+    assert code == 2
+    assert any(ln.startswith(line) for ln in out.splitlines()), out
