@@ -134,8 +134,17 @@ class Slurm(Backend):
         job = shlex.quote(rec.job_id)
         # -D: every job that had this id (sacct otherwise shows only the most recent one); epoch submit times
         # (the folder check rides on the same round trip; the exit status stays sacct's)
-        out = _ask(rec, f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {job} -o JobName,Submit,WorkDir,State,ExitCode; "
-                        f"rc=$?; {folder_check(rec) or 'true'}; exit $rc", "sacct")
+        command = (f"SLURM_TIME_FORMAT=%s sacct -n -X -P -D -j {job} -o JobName,Submit,WorkDir,State,ExitCode; "
+                   f"rc=$?; {folder_check(rec) or 'true'}; exit $rc")
+        try:
+            out = _ask(rec, command, "sacct")
+        except SchedulerUnreachable as exc:
+            # the job's folders gone is the more specific answer (and true whatever Slurm would say): name them,
+            # with why Slurm could not be asked
+            _, gone = split_missing(_remote(rec, command).stdout)
+            if gone:
+                raise missing_error(rec, gone, f" (and {exc.message})", host=_host(rec)) from None
+            raise
         lines, missing = split_missing(out.stdout)
         row = _this_submission(rec, [ln.split("|") for ln in lines if ln.strip()])
         if row is not None and len(row) >= 5:
