@@ -11,7 +11,10 @@
 #
 #   bash bench/gpu_local_pipe.sh [OVERRIDES]        # STAGE:key=value ..., after (and over) the settings below
 #
-# PYTHONPATH is site/ (SITE), site-extra/ when present, then src/ of this checkout. The base is the catalogue's
+# gpu_pack.sh's local/ folder (LOCAL_WHEELS, default the stash's in/local: the project's transformers 5.24 with its
+# tokenizers and hub client, TRL, Math-Verify, mistral-common) is installed into site-local/ on the first call.
+# PYTHONPATH is site-local/, site/ (SITE), site-extra/ when present, then src/ of this checkout: the local runtime
+# takes transformers 5.24 before the 5.8 that Megatron-Bridge pins in site/. The base is the catalogue's
 # `small` NemotronH freshly initialised (seed 3) with the Tekken tokenizer the data prep uses, as in CI;
 # BASE=pretrain makes it with `data-prep-pretrain pretrain -c local` in the same pipe instead (about a minute more).
 # The data prep stages run in this process (workers.engine=in_process): no Ray. Their raw inputs are the samples
@@ -25,7 +28,13 @@ SITE=${SITE:-$STASH/site}
 PY=${PYTHON:-python3}
 say() { echo "[gpu-local-pipe] $*"; }
 
-path=$SITE
+LOCAL_SITE=${LOCAL_SITE:-$STASH/site-local}
+wheels=${LOCAL_WHEELS:-$STASH/in/local}
+if [[ ! -d $LOCAL_SITE && -d $wheels ]]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$LOCAL_SITE" "$wheels"/*.whl
+  say "installed $(ls "$wheels"/*.whl | wc -l) wheels of $wheels into $LOCAL_SITE"
+fi
+path=$LOCAL_SITE:$SITE
 [[ -d $STASH/site-extra ]] && path=$path:$STASH/site-extra
 export PYTHONPATH="$path:$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
 out=${OUT:-$PWD/gpu-local-pipe-out}/gpu-local-pipe
@@ -50,7 +59,7 @@ for m in mods:
         missing.append(f"{m} ({type(exc).__name__}: {exc})")
 if missing:
     sys.exit("[gpu-local-pipe] error: missing: " + "; ".join(missing)
-             + "\nhint: bash bench/gpu_pack.sh carries them (its extra wheels); install-missing puts them in site-extra/")
+             + "\nhint: bash bench/gpu_pack.sh carries them (c0/wheels, the extra wheels, local/: LOCAL_WHEELS)")
 import torch, transformers, trl
 if sys.argv[1] == "cuda" and not torch.cuda.is_available():
     sys.exit("[gpu-local-pipe] error: torch sees no CUDA device\nhint: DEVICE=cpu runs it on the CPU (small OVERRIDES)")

@@ -116,19 +116,10 @@ sha256sum "$WORK/te.tar.xz" | cut -c1-64 > "$OUT/c$((i - 1))/te.sha256"
 # nvidia-ml-py. Found by importing megatron.bridge.training.pretrain/finetune, gpt_step, the Nemotron-H recipes
 # and our runtime with every module outside this list made absent. What the GPU machine's own PyTorch install
 # brings is left out, and install-missing installs only what that machine lacks.
-# The local post-training chain (bench/gpu_local_pipe.sh: `pipe data-prep-sft sft ... mtp-boost -c local`) imports
-# beyond that TRL (the local GRPO and distillation trainers) and Math-Verify (the reward; latex2sympy2-extended and its
-# antlr4 parser come with it, and the 4.9.3 runtime of c0 is within its pins), at the project's pins; found by running
-# the chain with every imported module listed (docs/post_training_pipeline.md). No Ray and no NeMo-Run: `-c local`
-# runs the stages as local processes and the data prep in its process (workers.engine=in_process).
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any \
   -d "$WORK/extra" "diffusers==0.42.1" "datasets==5.2.0" "megatron-energon==7.4.1" "transformers==5.8.1" \
-  "tokenizers==0.22.2" "tensorboard" "rich" "scipy" "nvidia-ml-py" "ninja" "trl==1.16.0" "math-verify==0.9.0"
-# mistral-common for its Tekken vocabulary file only (`data prep sft -c tiny` reads it through ${pkgdata:...}; the
-# package's import needs nothing outside the standard library): without its dependencies
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform any \
-  -d "$WORK/extra" "mistral-common==1.13.1"
+  "tokenizers==0.22.2" "tensorboard" "rich" "scipy" "nvidia-ml-py" "ninja"
 size=$PART
 # the GPU image's own distributions (bench/gpu_image_packages.txt) stay behind: install-missing would skip them anyway
 image=$(grep -v '^#' "$REPO/bench/gpu_image_packages.txt" | paste -sd'|')
@@ -144,4 +135,19 @@ for w in $(ls -S "$WORK"/extra/*.whl); do
   mv "$w" "$cur/"
   size=$((size + n))
 done
+# The local post-training chain (bench/gpu_local_pipe.sh: `pipe data-prep-sft sft ... mtp-boost -c local`), in a
+# folder of its own (local/, about 25 MB; the script installs it into site-local/, first on its PYTHONPATH): the
+# local runtime needs the project's transformers (5.24: the 5.8 that Megatron-Bridge pins routes NemotronH's MoE in
+# another module, and the expert-bias update of nemotron.runtime.moe fails on it) with its tokenizers and hub client;
+# TRL (the GRPO and distillation trainers), Math-Verify and latex2sympy2-extended (the reward; the 4.9.3 antlr4
+# runtime of c0 is within its pins); mistral-common for its Tekken vocabulary file only (`data prep sft -c tiny`
+# reads it; its import needs only the standard library). All at the project's pins, without dependencies: the rest
+# is in c0, the extra wheels or the GPU image. Found by running the chain with every imported module listed and the
+# optional ones made absent (docs/post_training_pipeline.md). No Ray and no NeMo-Run: `-c local` never imports them.
+mkdir -p "$OUT/c$i/local"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any \
+  -d "$OUT/c$i/local" "transformers==5.24.0" "tokenizers==0.23.3" "huggingface-hub==2.4.0" "httpx2==2.6.0" \
+  "httpcore2==2.6.0" "truststore==0.10.5" "trl==1.16.0" "math-verify==0.9.0" "latex2sympy2-extended==1.11.0" \
+  "mistral-common==1.13.1"
 for d in "$OUT"/c*; do say "$(basename "$d"): $(du -sh "$d" | cut -f1)"; done
