@@ -6,8 +6,8 @@ because the pipe's first-use rule asks for them (``sft`` and ``rlvr`` refuse to 
 pretrain-checkpoint -c local`` (a local pretrain run is tested in ``test_runtime_local.py``).
 
 The settings are this test's (the ``local`` configs users run are untouched): 1,024-token SFT packs and 2 SFT steps,
-1 RLVR step, 2 warmup SFT steps, 2 steps per MOPD cycle, 2 MTP head steps, a few tokens each; the chain took 5 min
-22 s on the idle 2-core machine (322 s of stages). It checks that every stage ran, the final table's reverse KL of
+1 RLVR step, 2 warmup SFT steps, 2 steps per MOPD cycle, 2 MTP head steps, a few tokens each; the test took 4 min
+48 s on the 2-core machine at load 2.4-3.3 (286 CPU-seconds), 12 min 10 s at load 10-13. It checks that every stage ran, the final table's reverse KL of
 the warmup and of each MOPD cycle and the MTP acceptance length before/after (numbers), and the lineage: each
 stage's artifact is what the next one loaded (its run's resolved config, and what the runtime wrote it loaded)."""
 
