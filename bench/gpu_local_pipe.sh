@@ -18,7 +18,8 @@
 # `small` NemotronH freshly initialised (seed 3) with the Tekken tokenizer the data prep uses, as in CI;
 # BASE=pretrain makes it with `data-prep-pretrain pretrain -c local` in the same pipe instead (about a minute more).
 # The data prep stages run in this process (workers.engine=in_process): no Ray. Their raw inputs are the samples
-# shipped with the stages plus, when present, the shared data folder beside the checkout (NEMOTRON_SHARED_DATA).
+# shipped with the stages plus the shared data folder (NEMOTRON_SHARED_DATA; default local/shared-data of gpu_pack.sh,
+# else ../shared/data beside the checkout); without it the RL data is 24 problems, fewer than the settings take.
 # Log, the final table and each stage's summary.json go to $OUT/gpu-local-pipe (default ./gpu-local-pipe-out).
 # DEVICE=cpu runs it without a GPU (with OVERRIDES that make it small: a check of the script, not a measurement).
 set -euo pipefail
@@ -41,6 +42,8 @@ out=${OUT:-$PWD/gpu-local-pipe-out}/gpu-local-pipe
 work=${WORK:-$STASH/local-pipe}
 rm -rf "$work"
 mkdir -p "$out" "$work"
+# the data prep stages' raw inputs: gpu_pack.sh's local/shared-data, else the shared data folder beside the checkout
+[[ -n ${NEMOTRON_SHARED_DATA:-} || ! -d $wheels/shared-data ]] || export NEMOTRON_SHARED_DATA=$wheels/shared-data
 export NEMOTRON_HOME=$work/home NEMOTRON_CKPT_ROOT=$work/ckpts NEMOTRON_DATA_DIR=$work/data NEMOTRON_WRAP=0
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 cd "$work"

@@ -136,7 +136,7 @@ for w in $(ls -S "$WORK"/extra/*.whl); do
   size=$((size + n))
 done
 # The local post-training chain (bench/gpu_local_pipe.sh: `pipe data-prep-sft sft ... mtp-boost -c local`), in a
-# folder of its own (local/, about 25 MB; the script installs it into site-local/, first on its PYTHONPATH): the
+# folder of its own (local/, about 34 MB with the shared data below; the script installs it into site-local/, first on its PYTHONPATH): the
 # local runtime needs the project's transformers (5.24: the 5.8 that Megatron-Bridge pins routes NemotronH's MoE in
 # another module, and the expert-bias update of nemotron.runtime.moe fails on it) with its tokenizers and hub client;
 # TRL (the GRPO and distillation trainers), Math-Verify and latex2sympy2-extended (the reward; the 4.9.3 antlr4
@@ -150,4 +150,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   -d "$OUT/c$i/local" "transformers==5.24.0" "tokenizers==0.23.3" "huggingface-hub==2.4.0" "httpx2==2.6.0" \
   "httpcore2==2.6.0" "truststore==0.10.5" "trl==1.16.0" "math-verify==0.9.0" "latex2sympy2-extended==1.11.0" \
   "mistral-common==1.13.1"
+# and the data prep stages' raw inputs beside them (the shared data folder, 9 MB: GSM8K, the SFT chat sets; without it
+# the RL data is the stage's own 24 problems, fewer than a step of the GPU settings takes)
+cp -r "${NEMOTRON_SHARED_DATA:-$REPO/../shared/data}" "$OUT/c$i/local/shared-data"
 for d in "$OUT"/c*; do say "$(basename "$d"): $(du -sh "$d" | cut -f1)"; done
