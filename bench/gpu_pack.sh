@@ -138,5 +138,23 @@ done
 # builds an earlier GPU machine of the same image left in its OUT (install-te's transformer_engine_torch wheel,
 # install-conv1d's causal_conv1d_built.tgz), kept in <repo>/.gpubuilt/: carried, they skip about 5 minutes of
 # compiling there
-if compgen -G "$REPO/.gpubuilt/*" >/dev/null; then mkdir -p "$OUT/c$i"; cp "$REPO"/.gpubuilt/* "$OUT/c$i/"; fi
+if compgen -G "$REPO/.gpubuilt/*" >/dev/null; then mkdir -p "$OUT/c$i"; cp "$REPO"/.gpubuilt/* "$OUT/c$i/"; i=$((i + 1)); fi
+# The local post-training chain (bench/gpu_local_pipe.sh: `pipe data-prep-sft sft ... mtp-boost -c local`), in a
+# folder of its own (local/, about 34 MB with the shared data below; the script installs it into site-local/, first on its PYTHONPATH): the
+# local runtime needs the project's transformers (5.24: the 5.8 that Megatron-Bridge pins routes NemotronH's MoE in
+# another module, and the expert-bias update of nemotron.runtime.moe fails on it) with its tokenizers and hub client;
+# TRL (the GRPO and distillation trainers), Math-Verify and latex2sympy2-extended (the reward; the 4.9.3 antlr4
+# runtime of c0 is within its pins); mistral-common for its Tekken vocabulary file only (`data prep sft -c tiny`
+# reads it; its import needs only the standard library). All at the project's pins, without dependencies: the rest
+# is in c0, the extra wheels or the GPU image. Found by running the chain with every imported module listed and the
+# optional ones made absent (docs/post_training_pipeline.md). No Ray and no NeMo-Run: `-c local` never imports them.
+mkdir -p "$OUT/c$i/local"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any \
+  -d "$OUT/c$i/local" "transformers==5.24.0" "tokenizers==0.23.3" "huggingface-hub==2.4.0" "httpx2==2.6.0" \
+  "httpcore2==2.6.0" "truststore==0.10.5" "trl==1.16.0" "math-verify==0.9.0" "latex2sympy2-extended==1.11.0" \
+  "mistral-common==1.13.1"
+# and the data prep stages' raw inputs beside them (the shared data folder, 9 MB: GSM8K, the SFT chat sets; without it
+# the RL data is the stage's own 24 problems, fewer than a step of the GPU settings takes)
+cp -r "${NEMOTRON_SHARED_DATA:-$REPO/../shared/data}" "$OUT/c$i/local/shared-data"
 for d in "$OUT"/c*; do say "$(basename "$d"): $(du -sh "$d" | cut -f1)"; done

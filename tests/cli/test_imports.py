@@ -155,3 +155,26 @@ def test_data_imports_check_with_the_consumers_readers(capsys, tmp_path, shared_
     code, out, err = run_cli(capsys, "ultra3", "data", "import", str(pre), "--as", "pretrain-data")
     assert code == 0, err
     assert artifacts.lookup("pretrain-data", config="default")["blend_path"] == str(pre / "blend.json")
+
+
+def test_hf_folder_as_pretrain_checkpoint_for_the_local_consumers(capsys, hf_model, tmp_path):
+    """``-c local``'s consumers of ``pretrain-checkpoint`` (sft, mopd-warmup, mopd) all load a Hugging Face folder:
+    the import records it for them, and ``sft -c local``'s dry run takes it; ``-c tiny``'s (Megatron-Bridge) still
+    refuse it, with the hint naming ``-c local``."""
+    from nemotron.cli.imports import local_consumers
+
+    assert set(local_consumers("pretrain-checkpoint", "local")) >= {"sft", "mopd-warmup", "mopd"}
+    assert local_consumers("pretrain-checkpoint", "tiny") == [] and local_consumers("pretrain-checkpoint", "nope") == []
+    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(hf_model), "--as", "pretrain-checkpoint",
+                             "-c", "tiny")
+    assert code == 2 and "a hf checkpoint; the consumers of pretrain-checkpoint load a megatron" in err, err
+    assert "-c local" in err and not records("pretrain-checkpoint")
+    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(hf_model), "--as", "pretrain-checkpoint",
+                             "-c", "local")
+    assert code == 0, err
+    rec = artifacts.lookup("pretrain-checkpoint", config="local")
+    assert rec["path"] == str(hf_model) and rec["form"] == "hf"
+    code, out, err = run_cli(capsys, "ultra3", "sft", "-c", "local", "--dry-run")
+    text = out + err
+    assert f"[nemotron] input pretrain-checkpoint v1: {hf_model}" in text, text[:3000]
+    assert "-> checkpoint.pretrained_checkpoint" in text

@@ -20,6 +20,10 @@ Checkpoint forms (:func:`checkpoint_form`):
 * ``nemo-rl``: a NeMo RL ``step_N`` (``config.yaml`` and a non-empty ``policy/weights/``); the record's ``path`` is its
   Hugging Face form ``<checkpoint_dir>/hf/step_N`` (what rlvr's and mopd's consumers load), which must exist and pass
   the ``hf`` checks.
+
+A Hugging Face folder is also taken as ``pretrain-checkpoint`` or ``sft-checkpoint`` for a ``-c`` whose consumers all
+run on this machine (``-c local``: the local trainer loads that form; :func:`local_consumers`), so a local chain can
+start from a base model made elsewhere: ``model import BASE --as pretrain-checkpoint -c local``.
 """
 
 
@@ -229,9 +233,33 @@ def check_nemo_rl(path: Path) -> dict[str, Any]:
             "source": str(path)}
 
 
-def check_checkpoint(path: Path, artifact: str | None) -> tuple[str, dict[str, Any]]:
+def local_consumers(artifact: str, config: str) -> list[str]:
+    """The stages whose config ``config`` consumes ``artifact``, when every one of them runs on this machine
+    (``backend: local``, which loads a Hugging Face folder wherever a cluster config loads a Megatron checkpoint:
+    ``sft -c local``'s ``checkpoint.pretrained_checkpoint``); ``[]`` when none does or any runs on a cluster.
+
+    Raises:
+        ConfigError: a stage config that cannot be read.
+    """
+    from nemotron.config.compile import config_artifacts, config_backend
+    from nemotron.config.paths import config_names
+    from nemotron.config.registry import STAGES
+
+    found = []
+    for stage in STAGES:
+        if config not in config_names(stage) or artifact not in config_artifacts(stage, config)[0]:
+            continue
+        if config_backend(stage, config) != "local":
+            return []
+        found.append(stage.name)
+    return found
+
+
+def check_checkpoint(path: Path, artifact: str | None, config: str = "default") -> tuple[str, dict[str, Any]]:
     """The artifact name and record fields of checkpoint folder ``path`` (``artifact``: ``--as``, else by its form:
-    :data:`DEFAULT_ARTIFACT`).
+    :data:`DEFAULT_ARTIFACT`), for the consumers run with ``-c config``: a Hugging Face folder is taken as any
+    checkpoint artifact whose consumers of that config all run on this machine (:func:`local_consumers`: ``model
+    import BASE --as pretrain-checkpoint -c local`` starts ``sft -c local``).
 
     Raises:
         ConfigError: not a folder, an unknown artifact, a form the artifact's consumers do not load, a bad file.
@@ -246,10 +274,11 @@ def check_checkpoint(path: Path, artifact: str | None) -> tuple[str, dict[str, A
                     "(latest_checkpointed_iteration.txt) nor a NeMo RL step_N (config.yaml, policy/)",
                     "the checkpoint's own folder")
     name = artifact or DEFAULT_ARTIFACT[form]
-    if form not in CHECKPOINT_FORMS[name]:
+    if form not in CHECKPOINT_FORMS[name] and not (form == "hf" and local_consumers(name, config)):
         raise _fail(f"{path}: a {form} checkpoint; the consumers of {name} load a {' or '.join(CHECKPOINT_FORMS[name])} "
                     "checkpoint", "convert it first (nemotron ultra3 convert), or import it as "
-                    + " or ".join(a for a, forms in CHECKPOINT_FORMS.items() if form in forms))
+                    + " or ".join(a for a, forms in CHECKPOINT_FORMS.items() if form in forms)
+                    + (" (or for the local consumers: -c local)" if form == "hf" else ""))
     fields = {"hf": check_hf, "megatron": check_megatron, "nemo-rl": check_nemo_rl}[form](path)
     return name, {"path": str(path), **fields}
 
@@ -346,7 +375,7 @@ def register(name: str, fields: dict[str, Any], config: str, env_file: str | Non
 def _run(kind: str, path: str, artifact: str | None, config: str, env_file: str | None) -> int:
     folder = Path(os.path.abspath(os.path.expanduser(path)))
     if kind == "model":
-        name, fields = check_checkpoint(folder, artifact)
+        name, fields = check_checkpoint(folder, artifact, config)
     else:
         name, fields = str(artifact), check_data(folder, str(artifact))
     rec = register(name, fields, config, env_file)
@@ -390,4 +419,4 @@ def add_import_commands(tree: Any) -> None:
             return _run("data", path, artifact, config, env_file)
 
 
-__all__ = ["add_import_commands", "check_checkpoint", "check_data", "register"]
+__all__ = ["add_import_commands", "check_checkpoint", "check_data", "local_consumers", "register"]
