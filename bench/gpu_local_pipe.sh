@@ -82,7 +82,7 @@ from pathlib import Path
 import mistral_common
 from nemotron.config import catalogue
 from nemotron.data import tokenizer as tk
-from nemotron.runtime import model as modelmod
+from nemotron.runtime.common import model as modelmod
 
 folder = Path(sys.argv[1])
 tok = folder.parent / "base-tokenizer"

@@ -142,7 +142,7 @@ if compgen -G "$REPO/.gpubuilt/*" >/dev/null; then mkdir -p "$OUT/c$i"; cp "$REP
 # The local post-training chain (bench/gpu_local_pipe.sh: `pipe data-prep-sft sft ... mtp-boost -c local`), in a
 # folder of its own (local/, about 34 MB with the shared data below; the script installs it into site-local/, first on its PYTHONPATH): the
 # local runtime needs the project's transformers (5.24: the 5.8 that Megatron-Bridge pins routes NemotronH's MoE in
-# another module, and the expert-bias update of nemotron.runtime.moe fails on it) with its tokenizers and hub client;
+# another module, and the expert-bias update of nemotron.runtime.megatron.moe fails on it) with its tokenizers and hub client;
 # TRL (the GRPO and distillation trainers), Math-Verify and latex2sympy2-extended (the reward; the 4.9.3 antlr4
 # runtime of c0 is within its pins); mistral-common for its Tekken vocabulary file only (`data prep sft -c tiny`
 # reads it; its import needs only the standard library). All at the project's pins, without dependencies: the rest
