@@ -245,3 +245,93 @@ def test_the_override_example_of_a_stages_help_is_valid(capsys, stage):
     assert line[4].split("=")[0].endswith(("iters", "steps")), line
     assert main(line) == 0
     assert "error:" not in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------- keys (merged tree)
+def _recipe_of(stage) -> dict:
+    """The NeMo RL recipe ``stage``'s default.yaml names (``nemo_rl.base``), read from the key list directly."""
+    from nemotron.config.nemo_rl_base import keylist
+
+    name = yamlio.load_file(stages_dir() / stage.config_dir / "default.yaml")["nemo_rl"]["base"]
+    return keylist()["recipes"][name]
+
+
+def _key_lines(text: str) -> dict[str, list[str]]:
+    """``{key: [type, source, value...]}`` of the ``keys`` table (the first line is its header)."""
+    return {ln.split()[0]: ln.split()[1:] for ln in text.splitlines()[1:] if ln.startswith("  ")}
+
+
+def test_keys_lists_the_nemo_rl_recipe_keys_with_their_source(capsys, monkeypatch):
+    """rlvr's ``policy.megatron_cfg.optimizer.*`` come from the recipe nemo_rl.base names (default.yaml does not
+    set them): each listed with the recipe's value and source ``recipe``; a default.yaml key says default.yaml, a
+    key tiny.yaml sets says tiny.yaml; the prefix keeps exactly the keys that start with it."""
+    monkeypatch.setenv("COLUMNS", "200")
+    recipe = dict(leaves(_recipe_of(get_stage("rlvr"))))
+    wanted = {k: v for k, v in recipe.items() if k.startswith("policy.megatron_cfg.optimizer.")}
+    assert "policy.megatron_cfg.optimizer.lr" in wanted  # a real key of NeMo RL's recipe
+    assert main(["ultra3", "keys", "rlvr", "policy.megatron_cfg.optimizer."]) == 0
+    out = capsys.readouterr().out
+    rows = _key_lines(out)
+    assert set(rows) == set(wanted), (set(rows) ^ set(wanted))
+    lr = rows["policy.megatron_cfg.optimizer.lr"]
+    assert lr[:2] == ["float", "recipe"] and float(lr[2]) == wanted["policy.megatron_cfg.optimizer.lr"], lr
+    assert "nemo-rl:" in out.splitlines()[0] and "(NeMo RL recipe) < default.yaml" in out.splitlines()[0]
+
+    tiny = dict(leaves(yamlio.load_file(stages_dir() / "ultra3" / "rlvr" / "tiny.yaml")))
+    assert main(["ultra3", "keys", "rlvr", "-c", "tiny"]) == 0
+    every = _key_lines(capsys.readouterr().out)
+    assert every["grpo.max_num_steps"][:3] == ["int", "tiny.yaml", str(tiny["grpo.max_num_steps"])]
+    assert every["backend"][:3] == ["str", "default.yaml", "nemo-rl"]
+    assert sum(1 for r in every.values() if r[1] == "recipe") > 100  # the recipe's own keys, hundreds of them
+
+
+def test_keys_json_and_a_megatron_stage(capsys):
+    import json
+
+    assert main(["ultra3", "keys", "sft", "model.seq_l", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["layers"] == ["schema", "default.yaml"] and doc["config"] == "default" and doc["prefix"] == "model.seq_l"
+    assert [(k["key"], k["type"], k["value"], k["source"]) for k in doc["keys"]] == [
+        ("model.seq_length", "int", "294912", "default.yaml")]
+    assert doc["keys"][0]["description"] == "report §3.1 packed sequence length"
+
+
+@pytest.mark.parametrize("args, first", [
+    (["keys", "rlvx"], "error: keys 'rlvx': not a stage of ultra3 (did you mean 'rlvr'?)"),
+    (["keys", "rlvr", "-c", "nope"], "error: ultra3 rlvr has no config 'nope'"),
+    (["keys", "rlvr", "policy.megatron_cfg.optimiser"], "error: no key of rlvr (schema < nemo-rl:"),
+])
+def test_keys_bad_input_is_one_error_line(capsys, args, first):
+    assert main(["ultra3", *args]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(first), err
+    assert len(err) == 2 and err[1].startswith("hint: "), err
+
+
+def test_nemo_rl_stage_help_counts_the_recipe_keys_and_names_the_command(capsys):
+    """The help lists default.yaml's keys and counts the recipe's others (not flooding the help with them); the
+    count is the number of keys ``keys`` lists that the help does not."""
+    out = _help(capsys, "ultra3", "mopd")
+    listed = {ln.split()[0] for ln in _section(out, "Config keys").splitlines()
+              if ln.startswith("  ") and not ln.startswith("   ")}
+    assert main(["ultra3", "keys", "mopd", "--json"]) == 0
+    import json
+
+    every = [k["key"] for k in json.loads(capsys.readouterr().out)["keys"]]
+    more = [k for k in every if k not in listed]
+    assert len(more) > 100
+    text = " ".join(out.split())
+    assert f"and {len(more)} keys of the NeMo RL recipe nemo_rl.base names (nemo-rl:mopd.yaml" in text
+    assert "nemotron ultra3 keys mopd [PREFIX] [-c NAME]" in text
+    assert "keys of the NeMo RL recipe" not in _help(capsys, "ultra3", "sft")
+
+
+def test_completion_of_keys_words(capsys, monkeypatch):
+    """``keys STAGE -c NAME PREFIX``: the recipe's stages, that stage's configs, then its merged tree one level at a
+    time (the NeMo RL recipe's sections included)."""
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 keys rl") == ["rlvr"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 keys rlvr -c ") == config_names(get_stage("rlvr"))
+    recipe = dict(leaves(_recipe_of(get_stage("rlvr"))))
+    words = _complete(capsys, monkeypatch, "nemotron ultra3 keys rlvr policy.megatron_cfg.optimizer.")
+    assert set(words) == {k for k in recipe if k.startswith("policy.megatron_cfg.optimizer.")}
+    assert "policy.megatron_cfg." in _complete(capsys, monkeypatch, "nemotron ultra3 keys rlvr -c tiny policy.m")

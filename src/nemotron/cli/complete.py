@@ -96,10 +96,59 @@ def pipe_words(ctx: Any, incomplete: str) -> list[tuple[str, str]]:
     return [(s.name, s.summary) for s in STAGES if s.recipe == recipe and s.name.startswith(incomplete)]
 
 
+def recipe_stages(ctx: Any, incomplete: str) -> list[tuple[str, str]]:
+    """Stage names of the recipe the completed command sits in (``nemotron ultra3 keys STAGE``)."""
+    recipe = _recipe(ctx)
+    return [(s.name, s.summary) for s in STAGES if s.recipe == recipe and s.name.startswith(incomplete)]
+
+
+def _keys_stage(ctx: Any) -> tuple[Stage | None, str | None]:
+    """``(STAGE, -c NAME)`` of a ``keys`` line being completed: from the parsed parameters, else the first word
+    click's resilient parse left in ``ctx.args`` (it does so while an option waits for its value: ``keys rlvr -c
+    <TAB>``)."""
+    name = ctx.params.get("stage") or next((a for a in ctx.args if not a.startswith("-")), None)
+    config = (ctx.params.get("config") or [None])[0]
+    return next((s for s in STAGES if s.recipe == _recipe(ctx) and s.name == name), None), config
+
+
+def keys_config(ctx: Any, incomplete: str) -> list[tuple[str, str]]:
+    """``keys STAGE -c``: the configs of the STAGE already typed."""
+    from nemotron.cli.stagehelp import config_rows
+
+    stage, _ = _keys_stage(ctx)
+    try:
+        return [(n, h) for n, h in config_rows(stage) if n.startswith(incomplete)] if stage else []
+    except Exception:
+        return []
+
+
+def keys_prefix(ctx: Any, incomplete: str) -> list[tuple[str, str]]:
+    """``keys STAGE PREFIX``: the sections and keys of STAGE's merged tree (the NeMo RL recipe included) one
+    level below what is typed (``policy.`` gives ``policy.megatron_cfg.``, ``policy.model_name``, ...)."""
+    from nemotron.cli.keys import key_rows
+
+    stage, config = _keys_stage(ctx)
+    if stage is None:
+        return []
+    try:
+        _, rows = key_rows(stage, config)
+    except Exception:
+        return []
+    out: dict[str, str] = {}
+    for r in rows:
+        if r.key.startswith(incomplete):
+            rest = r.key[len(incomplete):]
+            cut = rest.find(".", 1 if rest.startswith(".") else 0)
+            word = r.key if cut < 0 else r.key[:len(incomplete) + cut + 1]
+            out.setdefault(word, f"{r.type} = {r.value} ({r.source})" if word == r.key else "section")
+    return list(out.items())
+
+
 def stage_names(ctx: Any, incomplete: str) -> list[tuple[str, str]]:
     """Stage names of the recipe (``kit slurm build --stage``)."""
     recipe = ctx.params.get("recipe") or "ultra3"
     return [(s.name, s.summary) for s in STAGES if s.recipe == recipe and s.name.startswith(incomplete)]
 
 
-__all__ = ["configs", "override_words", "overrides", "pipe_words", "profiles", "stage_names"]
+__all__ = ["configs", "keys_config", "keys_prefix", "override_words", "overrides", "pipe_words", "profiles",
+           "recipe_stages", "stage_names"]
