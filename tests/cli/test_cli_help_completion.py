@@ -335,3 +335,88 @@ def test_completion_of_keys_words(capsys, monkeypatch):
     words = _complete(capsys, monkeypatch, "nemotron ultra3 keys rlvr policy.megatron_cfg.optimizer.")
     assert set(words) == {k for k in recipe if k.startswith("policy.megatron_cfg.optimizer.")}
     assert "policy.megatron_cfg." in _complete(capsys, monkeypatch, "nemotron ultra3 keys rlvr -c tiny policy.m")
+
+
+# ------------------------------------------------------------------------------- completion: values, pipe forms
+def test_completion_of_values_after_key_equals(capsys, monkeypatch):
+    """After ``KEY=`` the values of a known set: the model catalogue, bools (default.yaml's and the NeMo RL
+    recipe's), Megatron-Core's decay styles, Megatron-Bridge's precision presets and NeMo RL's recipes from the
+    pinned key lists, the values the stage's configs give a string key; nothing for a number or a key the stage
+    lacks. The expected sets are read from their sources here."""
+    from nemotron.config import catalogue
+    from nemotron.config.images import keylist_version
+    from nemotron.config.keys import load_keylist
+    from nemotron.config.nemo_rl_base import keylist
+    from nemotron.layout import rules
+
+    models = [*catalogue.BASE_MODELS, *catalogue.PUBLISHED_SLICES]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain model.name=") == [f"model.name={m}" for m in models]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 sft -c tiny +model.name=ultra4") == ["+model.name=ultra4layer"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain run.requeue=") == ["run.requeue=true",
+                                                                                        "run.requeue=false"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 rlvr policy.megatron_cfg.optimizer.bf16=f") == [
+        "policy.megatron_cfg.optimizer.bf16=false"]  # a key of the NeMo RL recipe, not of default.yaml
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain scheduler.lr_decay_style=") == [
+        f"scheduler.lr_decay_style={v}" for v in rules.DECAY_STYLES]
+    presets = load_keylist(keylist_version("nemo", "megatron_bridge"))["mixed_precision_recipes"]
+    got = _complete(capsys, monkeypatch, "nemotron ultra3 pretrain mixed_precision=")
+    assert got and {g.partition("=")[2] for g in got} <= set(presets) and "mixed_precision=bf16_with_nvfp4_mixed" in got
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 rlvr nemo_rl.base=") == [
+        f"nemo_rl.base={r}" for r in keylist()["recipes"]]
+    backends = _complete(capsys, monkeypatch, "nemotron ultra3 pretrain backend=")
+    assert {"backend=megatron-bridge", "backend=local"} <= set(backends)  # default.yaml's and local.yaml's
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 quantize mixed_precision=") == []  # quantize has no such key
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain ~model.name=") == []
+    # an offered value is one the dry run takes
+    small = next(w for w in _complete(capsys, monkeypatch, "nemotron ultra3 sft -c local model.name=s"))
+    monkeypatch.delenv("_NEMOTRON_COMPLETE")
+    assert main(["ultra3", "sft", "-c", "local", small, "--dry-run", "--quiet"]) == 0, capsys.readouterr().err
+
+
+def test_completion_of_pipe_stage_forms(capsys, monkeypatch):
+    """In ``pipe``: ``STAGE:`` for the stages named, ``STAGE#K:`` for the runs of a stage named twice, then that
+    stage's keys and values; a stage not in the pipe, or a run K it has not, gets nothing."""
+    words = _complete(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr mopd mopd m")
+    assert {"mopd", "mopd-warmup", "mopd:", "mopd#1:", "mopd#2:"} <= set(words) and "mopd#3:" not in words
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr s") == ["sft", "sft:"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr pretrain:") == []  # not in the pipe
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr mopd mopd mopd#2:grpo.max_num_st") == [
+        "mopd#2:grpo.max_num_steps="]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr mopd mopd mopd#3:g") == []
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe rlvr rlvr:model.name=ultra4") == [
+        "rlvr:model.name=ultra4layer"]
+    every = _complete(capsys, monkeypatch, "nemotron ultra3 pipe pretrain:")  # no stage named: the pipe runs all
+    assert "pretrain:train.global_batch_size=" in every and "pretrain:estimate" not in every
+
+
+def _complete_bash_split(capsys, monkeypatch, line: str) -> list[str]:
+    """What the completion hook answers when bash asks as its installed script does: bash splits words at ``:`` and
+    ``=`` (``COMP_WORDBREAKS``) and the script joins ``COMP_WORDS`` with newlines; the answer replaces only the
+    text after the last break (checked once in an interactive bash on a pty: ``model.name=ultra4<TAB>`` became
+    ``model.name=ultra4layer``, ``rlvr:grpo.max_num_st<TAB>`` ``rlvr:grpo.max_num_steps=``)."""
+    words = re.sub(r"([:=])", r" \1 ", line).split()
+    if line.endswith(" "):
+        words.append("")
+    monkeypatch.setenv("_NEMOTRON_COMPLETE", "complete_bash")
+    monkeypatch.setenv("COMP_WORDS", "\n".join(words))
+    monkeypatch.setenv("COMP_CWORD", str(len(words) - 1))
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 0
+    return capsys.readouterr().out.split()
+
+
+def test_completion_of_values_and_pipe_forms_as_bash_splits_them(capsys, monkeypatch):
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pretrain model.name=u") == ["ultra",
+                                                                                                  "ultra4layer"]
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pretrain model.name=") == [
+        "ultra", "small", "ultra4layer"]  # bash's word is the "=", and it inserts the answer after it
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr rlvr:")[:2] == [
+        "backend=", "output_artifact="]
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr rlvr:grpo.max_num_st") == [
+        "grpo.max_num_steps="]
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr rlvr:model.name=ultra4") == [
+        "ultra4layer"]
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr mopd mopd mopd#2:grpo.max_num_st") \
+        == ["grpo.max_num_steps="]
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr r") == ["rlvr", "rlvr:"]

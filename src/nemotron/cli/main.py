@@ -609,6 +609,9 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("_NEMOTRON_COMPLETE"):  # a shell asks for completions: Typer's protocol (bash, zsh, ...)
             from typer.completion import completion_init
 
+            from nemotron.cli.complete import glue_bash_break
+
+            glue_bash_break()  # bash's `KEY=<TAB>` / `STAGE:<TAB>`: the answers go after the = or :
             completion_init()
         cli = build_cli()
         rv = cli.main(args=args, prog_name="nemotron", standalone_mode=False)
