@@ -351,7 +351,8 @@ def test_completion_of_values_after_key_equals(capsys, monkeypatch):
 
     models = [*catalogue.BASE_MODELS, *catalogue.PUBLISHED_SLICES]
     assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain model.name=") == [f"model.name={m}" for m in models]
-    assert _complete(capsys, monkeypatch, "nemotron ultra3 sft -c tiny +model.name=ultra4") == ["+model.name=ultra4layer"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 sft -c tiny +model.name=ultra4") == [
+        "+model.name=ultra4layer"]
     assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain run.requeue=") == ["run.requeue=true",
                                                                                         "run.requeue=false"]
     assert _complete(capsys, monkeypatch, "nemotron ultra3 rlvr policy.megatron_cfg.optimizer.bf16=f") == [

@@ -104,7 +104,8 @@ def _rules_set(name: str, about: str) -> Callable[[], list[tuple[str, str]]]:
 
 #: Keys whose values form a known set: a key (dotted; ``*`` one segment) → the set, ``[(value, help), ...]``, read
 #: where validation reads it (the model catalogue, NeMo RL's and Megatron-Bridge's key lists, the rules' tuples),
-#: so that a value the completion offers is one the dry run takes.
+#: so that a value the completion offers is a name validation knows (whether it suits the config, e.g. a
+#: Megatron-Bridge preset under ``-c local``, is still the dry run's to say).
 VALUE_SETS: dict[str, Callable[[], list[tuple[str, str]]]] = {
     "model.name": _model_names,
     "nemo_rl.base": _nemo_rl_recipes,
@@ -140,10 +141,10 @@ def _recipe_leaves(stage: Stage) -> dict[str, Any]:
 
 def values(stage: Stage, key: str, incomplete: str = "") -> list[tuple[str, str]]:
     """Values of ``stage``'s ``key`` worth offering after ``key=``, ``[(value, help), ...]`` starting with
-    ``incomplete``: a known set (:data:`VALUE_SETS`); else ``true``/``false`` for a bool key (one of ``default.yaml``
-    or of the NeMo RL recipe below it); else, for a string key,
-    the values the stage's own config files give it (``backend``: ``megatron-bridge``, ``local``), interpolations
-    and paths left out. Nothing for a key with no such set (a number, a path) or an unknown key; never raises."""
+    ``incomplete``: a known set (:data:`VALUE_SETS`); else ``true``/``false`` for a bool key (one of
+    ``default.yaml`` or of the NeMo RL recipe below it); else, for a string key, the values the stage's own config
+    files give it (``backend``: ``megatron-bridge``, ``local``), interpolations and paths left out. Nothing for a
+    key with no such set (a number, a path) or an unknown key; never raises (a shell is waiting)."""
     from nemotron.cli.stagehelp import _stage_dir, file_keys
 
     try:
@@ -207,9 +208,9 @@ _BREAKS = (":", "=")
 def _bash_words(words: list[str], incomplete: str) -> tuple[list[str], str, int]:
     """bash splits a word at ``:`` and ``=`` (its ``COMP_WORDBREAKS``) before asking: ``pretrain:model.name=u``
     arrives as ``pretrain``, ``:``, ``model.name``, ``=``, ``u`` with ``u`` the word being completed, and what the
-    answer holds replaces ``u`` alone (``model.name=<TAB>``: see :func:`glue_bash_break`). Returns ``(earlier words re-joined, the whole word being completed, where the
-    part bash replaces starts in it)``; other shells (and a bash whose ``COMP_WORDBREAKS`` lacks them) send whole
-    words: ``(words, incomplete, 0)``."""
+    answer holds replaces ``u`` alone (``model.name=<TAB>``: see :func:`glue_bash_break`). Returns ``(earlier words
+    re-joined, the whole word being completed, where the part bash replaces starts in it)``; other shells (and a
+    bash whose ``COMP_WORDBREAKS`` lacks them) send whole words: ``(words, incomplete, 0)``."""
     import os
 
     if os.environ.get("_NEMOTRON_COMPLETE", "").split("_")[-1] != "bash":
@@ -362,5 +363,5 @@ def stage_names(ctx: Any, incomplete: str) -> list[tuple[str, str]]:
     return [(s.name, s.summary) for s in STAGES if s.recipe == recipe and s.name.startswith(incomplete)]
 
 
-__all__ = ["VALUE_SETS", "configs", "glue_bash_break", "keys_config", "keys_prefix", "override_words", "overrides", "pipe_words",
-           "profiles", "recipe_stages", "stage_names", "values"]
+__all__ = ["VALUE_SETS", "configs", "glue_bash_break", "keys_config", "keys_prefix", "override_words", "overrides",
+           "pipe_words", "profiles", "recipe_stages", "stage_names", "values"]

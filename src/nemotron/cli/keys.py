@@ -5,8 +5,8 @@ NeMo RL recipe its ``nemo_rl.base`` names (the layer below ``default.yaml``, :mo
 hundreds of them, which the help only counts. This command lists the whole tree the config compiler builds
 (:func:`nemotron.config.compile.compile_config`: the schema, the base recipe, ``default.yaml``, the ``-c`` chain):
 per key its type, its value (interpolations resolved where they can be, else as written: ``${art:...}``) and the
-layer that set it (``recipe``: NeMo RL's ``student_rlvr1.yaml``, ``default.yaml``, the ``-c`` file, ``schema``), with the
-key's comment where ``default.yaml`` has one. Nothing is validated and no framework is imported.
+layer that set it (``recipe``: NeMo RL's ``student_rlvr1.yaml``, ``default.yaml``, the ``-c`` file, ``schema``),
+with the key's comment where ``default.yaml`` has one. Nothing is validated and no framework is imported.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ class KeyRow:
     """One key of the merged tree: ``key`` dotted (``policy.megatron_cfg.optimizer.lr``), ``type`` (``int``,
     ``float``, ``str``, ``bool``, ``list``, ``map`` for an empty mapping, ``null``), ``value`` in YAML flow form,
     ``source`` the layer that set it (``schema``, ``recipe``: the NeMo RL recipe ``nemo_rl.base`` names,
-    ``default.yaml``, a ``-c`` file's label, e.g. ``tiny.yaml``), ``description`` the key's comment in ``default.yaml`` (may be empty)."""
+    ``default.yaml``, a ``-c`` file's label, e.g. ``tiny.yaml``), ``description`` the key's comment in
+    ``default.yaml`` (may be empty)."""
 
     key: str
     type: str
@@ -95,8 +96,9 @@ def key_rows(stage: Stage, config: str | None = None, prefix: str | None = None)
 
 def show_keys(recipe: str, stage_name: str, config: str | None, prefix: str | None, as_json: bool) -> int:
     """Print the keys of :func:`key_rows` (a header naming the layers, then ``KEY TYPE SOURCE VALUE  # DESCRIPTION``,
-    the last column cut with ``...`` to the terminal's width; ``as_json``: one JSON document, ``docs/schema/keys.schema.json``: stage, config,
-    prefix, layers, ``keys: [{key, type, value, source, description}]``). Returns 0.
+    the last column cut with ``...`` to the terminal's width; ``as_json``: one JSON document,
+    ``docs/schema/keys.schema.json``: stage, config, prefix, layers, ``keys: [{key, type, value, source,
+    description}]``). Returns 0.
 
     Raises:
         UsageError: an unknown stage (:func:`find_stage`).

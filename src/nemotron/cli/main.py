@@ -381,7 +381,8 @@ def _recipe_tree(tree: Tree, recipe: str) -> None:
 
     @tree.command("keys")
     def keys(
-        stage: Annotated[str, typer.Argument(metavar="STAGE", show_default=False, autocompletion=_complete_keys_stage)],
+        stage: Annotated[str, typer.Argument(metavar="STAGE", show_default=False,
+                                             autocompletion=_complete_keys_stage)],
         prefix: Annotated[Optional[str], typer.Argument(metavar="[PREFIX]", show_default=False,
                                                         autocompletion=_complete_keys_prefix)] = None,
         config: Annotated[Optional[list[str]], typer.Option(
