@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from config_support import config_valid
 
 from nemotron.cli.main import build_cli, main
 from nemotron.config import yamlio
@@ -248,3 +249,181 @@ def test_the_override_example_of_a_stages_help_is_valid(capsys, stage):
     # no problem: exit 0, or exit 2 only for inputs no run has made yet (the run's refusal, the dry run's too)
     assert code == 0 or (code == 2 and cap.out.startswith("dry run: the config is valid (")), cap.out[:500]
     assert not [ln for ln in cap.out.splitlines() if ln.startswith("error:")], cap.out
+
+
+# --------------------------------------------------------------------------------------- keys (merged tree)
+def _recipe_of(stage) -> dict:
+    """The NeMo RL recipe ``stage``'s default.yaml names (``nemo_rl.base``), read from the key list directly."""
+    from nemotron.config.nemo_rl_base import keylist
+
+    name = yamlio.load_file(stages_dir() / stage.config_dir / "default.yaml")["nemo_rl"]["base"]
+    return keylist()["recipes"][name]
+
+
+def _key_lines(text: str) -> dict[str, list[str]]:
+    """``{key: [type, source, value...]}`` of the ``keys`` table (the first line is its header)."""
+    return {ln.split()[0]: ln.split()[1:] for ln in text.splitlines()[1:] if ln.startswith("  ")}
+
+
+def test_keys_lists_the_nemo_rl_recipe_keys_with_their_source(capsys, monkeypatch):
+    """rlvr's ``policy.megatron_cfg.optimizer.*`` come from the recipe nemo_rl.base names (default.yaml does not
+    set them): each listed with the recipe's value and source ``recipe``; a default.yaml key says default.yaml, a
+    key tiny.yaml sets says tiny.yaml; the prefix keeps exactly the keys that start with it."""
+    monkeypatch.setenv("COLUMNS", "200")
+    recipe = dict(leaves(_recipe_of(get_stage("rlvr"))))
+    wanted = {k: v for k, v in recipe.items() if k.startswith("policy.megatron_cfg.optimizer.")}
+    assert "policy.megatron_cfg.optimizer.lr" in wanted  # a real key of NeMo RL's recipe
+    assert main(["ultra3", "keys", "rlvr", "policy.megatron_cfg.optimizer."]) == 0
+    out = capsys.readouterr().out
+    rows = _key_lines(out)
+    assert set(rows) == set(wanted), (set(rows) ^ set(wanted))
+    lr = rows["policy.megatron_cfg.optimizer.lr"]
+    assert lr[:2] == ["float", "recipe"] and float(lr[2]) == wanted["policy.megatron_cfg.optimizer.lr"], lr
+    assert "nemo-rl:" in out.splitlines()[0] and "(NeMo RL recipe) < default.yaml" in out.splitlines()[0]
+
+    tiny = dict(leaves(yamlio.load_file(stages_dir() / "ultra3" / "rlvr" / "tiny.yaml")))
+    assert main(["ultra3", "keys", "rlvr", "-c", "tiny"]) == 0
+    every = _key_lines(capsys.readouterr().out)
+    assert every["grpo.max_num_steps"][:3] == ["int", "tiny.yaml", str(tiny["grpo.max_num_steps"])]
+    assert every["backend"][:3] == ["str", "default.yaml", "nemo-rl"]
+    assert sum(1 for r in every.values() if r[1] == "recipe") > 100  # the recipe's own keys, hundreds of them
+
+
+def test_keys_json_and_a_megatron_stage(capsys):
+    import json
+
+    assert main(["ultra3", "keys", "sft", "model.seq_l", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["layers"] == ["schema", "default.yaml"] and doc["config"] == "default" and doc["prefix"] == "model.seq_l"
+    assert [(k["key"], k["type"], k["value"], k["source"]) for k in doc["keys"]] == [
+        ("model.seq_length", "int", "294912", "default.yaml")]
+    assert doc["keys"][0]["description"] == "report §3.1 packed sequence length"
+
+
+@pytest.mark.parametrize("args, first", [
+    (["keys", "rlvx"], "error: keys 'rlvx': not a stage of ultra3 (did you mean 'rlvr'?)"),
+    (["keys", "rlvr", "-c", "nope"], "error: ultra3 rlvr has no config 'nope'"),
+    (["keys", "rlvr", "policy.megatron_cfg.optimiser"], "error: no key of rlvr (schema < nemo-rl:"),
+])
+def test_keys_bad_input_is_one_error_line(capsys, args, first):
+    assert main(["ultra3", *args]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(first), err
+    assert len(err) == 2 and err[1].startswith("hint: "), err
+
+
+def test_nemo_rl_stage_help_counts_the_recipe_keys_and_names_the_command(capsys):
+    """The help lists default.yaml's keys and counts the recipe's others (not flooding the help with them); the
+    count is the number of keys ``keys`` lists that the help does not."""
+    out = _help(capsys, "ultra3", "mopd")
+    listed = {ln.split()[0] for ln in _section(out, "Config keys").splitlines()
+              if ln.startswith("  ") and not ln.startswith("   ")}
+    assert main(["ultra3", "keys", "mopd", "--json"]) == 0
+    import json
+
+    every = [k["key"] for k in json.loads(capsys.readouterr().out)["keys"]]
+    more = [k for k in every if k not in listed]
+    assert len(more) > 100
+    text = " ".join(out.split())
+    assert f"and {len(more)} keys of the NeMo RL recipe nemo_rl.base names (nemo-rl:mopd.yaml" in text
+    assert "nemotron ultra3 keys mopd [PREFIX] [-c NAME]" in text
+    assert "keys of the NeMo RL recipe" not in _help(capsys, "ultra3", "sft")
+
+
+def test_completion_of_keys_words(capsys, monkeypatch):
+    """``keys STAGE -c NAME PREFIX``: the recipe's stages, that stage's configs, then its merged tree one level at a
+    time (the NeMo RL recipe's sections included)."""
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 keys rl") == ["rlvr"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 keys rlvr -c ") == config_names(get_stage("rlvr"))
+    recipe = dict(leaves(_recipe_of(get_stage("rlvr"))))
+    words = _complete(capsys, monkeypatch, "nemotron ultra3 keys rlvr policy.megatron_cfg.optimizer.")
+    assert set(words) == {k for k in recipe if k.startswith("policy.megatron_cfg.optimizer.")}
+    assert "policy.megatron_cfg." in _complete(capsys, monkeypatch, "nemotron ultra3 keys rlvr -c tiny policy.m")
+
+
+# ------------------------------------------------------------------------------- completion: values, pipe forms
+def test_completion_of_values_after_key_equals(capsys, monkeypatch):
+    """After ``KEY=`` the values of a known set: the model catalogue, bools (default.yaml's and the NeMo RL
+    recipe's), Megatron-Core's decay styles, Megatron-Bridge's precision presets and NeMo RL's recipes from the
+    pinned key lists, the values the stage's configs give a string key; nothing for a number or a key the stage
+    lacks. The expected sets are read from their sources here."""
+    from nemotron.config import catalogue
+    from nemotron.config.images import keylist_version
+    from nemotron.config.keys import load_keylist
+    from nemotron.config.nemo_rl_base import keylist
+    from nemotron.layout import rules
+
+    models = [*catalogue.BASE_MODELS, *catalogue.PUBLISHED_SLICES]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain model.name=") == [f"model.name={m}" for m in models]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 sft -c tiny +model.name=ultra4") == [
+        "+model.name=ultra4layer"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain run.requeue=") == ["run.requeue=true",
+                                                                                        "run.requeue=false"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 rlvr policy.megatron_cfg.optimizer.bf16=f") == [
+        "policy.megatron_cfg.optimizer.bf16=false"]  # a key of the NeMo RL recipe, not of default.yaml
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain scheduler.lr_decay_style=") == [
+        f"scheduler.lr_decay_style={v}" for v in rules.DECAY_STYLES]
+    presets = load_keylist(keylist_version("nemo", "megatron_bridge"))["mixed_precision_recipes"]
+    got = _complete(capsys, monkeypatch, "nemotron ultra3 pretrain mixed_precision=")
+    assert got and {g.partition("=")[2] for g in got} <= set(presets) and "mixed_precision=bf16_with_nvfp4_mixed" in got
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 rlvr nemo_rl.base=") == [
+        f"nemo_rl.base={r}" for r in keylist()["recipes"]]
+    backends = _complete(capsys, monkeypatch, "nemotron ultra3 pretrain backend=")
+    assert {"backend=megatron-bridge", "backend=local"} <= set(backends)  # default.yaml's and local.yaml's
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 quantize mixed_precision=") == []  # quantize has no such key
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain ~model.name=") == []
+    # an offered value is one the dry run takes
+    small = next(w for w in _complete(capsys, monkeypatch, "nemotron ultra3 sft -c local model.name=s"))
+    monkeypatch.delenv("_NEMOTRON_COMPLETE")
+    code = main(["ultra3", "sft", "-c", "local", small, "--dry-run", "--quiet"])
+    cap = capsys.readouterr()
+    assert config_valid(code, cap.out), cap.out + cap.err  # valid; a fresh home has no SFT data yet (exit 2 then)
+
+
+def test_completion_of_pipe_stage_forms(capsys, monkeypatch):
+    """In ``pipe``: ``STAGE:`` for the stages named, ``STAGE#K:`` for the runs of a stage named twice, then that
+    stage's keys and values; a stage not in the pipe, or a run K it has not, gets nothing."""
+    words = _complete(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr mopd mopd m")
+    assert {"mopd", "mopd-warmup", "mopd:", "mopd#1:", "mopd#2:"} <= set(words) and "mopd#3:" not in words
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr s") == ["sft", "sft:"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr pretrain:") == []  # not in the pipe
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr mopd mopd mopd#2:grpo.max_num_st") == [
+        "mopd#2:grpo.max_num_steps="]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr mopd mopd mopd#3:g") == []
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 pipe rlvr rlvr:model.name=ultra4") == [
+        "rlvr:model.name=ultra4layer"]
+    every = _complete(capsys, monkeypatch, "nemotron ultra3 pipe pretrain:")  # no stage named: the pipe runs all
+    assert "pretrain:train.global_batch_size=" in every and "pretrain:estimate" not in every
+
+
+def _complete_bash_split(capsys, monkeypatch, line: str) -> list[str]:
+    """What the completion hook answers when bash asks as its installed script does: bash splits words at ``:`` and
+    ``=`` (``COMP_WORDBREAKS``) and the script joins ``COMP_WORDS`` with newlines; the answer replaces only the
+    text after the last break (checked once in an interactive bash on a pty: ``model.name=ultra4<TAB>`` became
+    ``model.name=ultra4layer``, ``rlvr:grpo.max_num_st<TAB>`` ``rlvr:grpo.max_num_steps=``)."""
+    words = re.sub(r"([:=])", r" \1 ", line).split()
+    if line.endswith(" "):
+        words.append("")
+    monkeypatch.setenv("_NEMOTRON_COMPLETE", "complete_bash")
+    monkeypatch.setenv("COMP_WORDS", "\n".join(words))
+    monkeypatch.setenv("COMP_CWORD", str(len(words) - 1))
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 0
+    return capsys.readouterr().out.split()
+
+
+def test_completion_of_values_and_pipe_forms_as_bash_splits_them(capsys, monkeypatch):
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pretrain model.name=u") == ["ultra",
+                                                                                                  "ultra4layer"]
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pretrain model.name=") == [
+        "ultra", "small", "ultra4layer"]  # bash's word is the "=", and it inserts the answer after it
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr rlvr:")[:2] == [
+        "backend=", "output_artifact="]
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr rlvr:grpo.max_num_st") == [
+        "grpo.max_num_steps="]
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr rlvr:model.name=ultra4") == [
+        "ultra4layer"]
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr mopd mopd mopd#2:grpo.max_num_st") \
+        == ["grpo.max_num_steps="]
+    assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr r") == ["rlvr", "rlvr:"]

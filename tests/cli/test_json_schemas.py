@@ -67,6 +67,15 @@ def test_list_and_profiles(capsys):
     assert "golden-secret-value-4242" not in json.dumps(doc)
 
 
+def test_keys_json(capsys):
+    """``keys STAGE --json``: every key of the merged tree (the NeMo RL recipe's included), valid against its schema."""
+    doc = run_json(capsys, "keys", ["ultra3", "keys", "mopd", "-c", "tiny", "--json"])
+    assert doc["layers"][1].startswith("nemo-rl:") and doc["layers"][-1] == "tiny.yaml"
+    assert {k["source"] for k in doc["keys"]} >= {"recipe", "default.yaml", "tiny.yaml"}
+    doc = run_json(capsys, "keys", ["ultra3", "keys", "data-prep-sft", "pack.", "--json"])
+    assert doc["prefix"] == "pack." and doc["keys"] and all(k["key"].startswith("pack.") for k in doc["keys"])
+
+
 @pytest.mark.parametrize("stage", ["pretrain", "sft", "data prep pretrain", "rlvr", "quantize"])
 def test_dry_run_json(capsys, tmp_path, monkeypatch, stage):
     monkeypatch.chdir(tmp_path)

@@ -25,6 +25,7 @@ SCHEMAS = {
     "estimate": "nemotron RECIPE STAGE estimate --json",
     "data-inspect": "nemotron RECIPE data inspect PATH --json",
     "why": "nemotron RECIPE why [JOB] --json",
+    "keys": "nemotron RECIPE keys STAGE [PREFIX] --json",
 }
 #: ``"schema"`` value of every document: ``nemotron/<name>/v1``.
 VERSION = 1

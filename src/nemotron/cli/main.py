@@ -102,6 +102,24 @@ def _complete_stage_name(ctx: typer.Context, incomplete: str) -> list[tuple[str,
     return stage_names(ctx, incomplete)
 
 
+def _complete_keys_stage(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    from nemotron.cli.complete import recipe_stages
+
+    return recipe_stages(ctx, incomplete)
+
+
+def _complete_keys_prefix(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    from nemotron.cli.complete import keys_prefix
+
+    return keys_prefix(ctx, incomplete)
+
+
+def _complete_keys_config(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    from nemotron.cli.complete import keys_config
+
+    return keys_config(ctx, incomplete)
+
+
 # ------------------------------------------------------------------------------------------------ tree pieces
 class _Interrupted(Exception):
     """A Ctrl-C inside a command, carried past Typer (which would turn it into a silent exit 130) to
@@ -361,6 +379,29 @@ def _recipe_tree(tree: Tree, recipe: str) -> None:
 
         return show(recipe, as_json)
 
+    @tree.command("keys")
+    def keys(
+        stage: Annotated[str, typer.Argument(metavar="STAGE", show_default=False,
+                                             autocompletion=_complete_keys_stage)],
+        prefix: Annotated[Optional[str], typer.Argument(metavar="[PREFIX]", show_default=False,
+                                                        autocompletion=_complete_keys_prefix)] = None,
+        config: Annotated[Optional[list[str]], typer.Option(
+            "-c", "--config", metavar="NAME|PATH", autocompletion=_complete_keys_config,
+            help="Config of the stage (default: default) or a YAML file.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout "
+                                                             "(docs/schema/keys.schema.json).")] = False,
+        debug: DebugOpt = False,
+    ) -> int:
+        """Every key of a stage's config, NeMo RL recipe included: type, value and the layer that set it.
+
+        The merged tree of STAGE -c NAME: the NeMo RL recipe nemo_rl.base names (rlvr, mopd: hundreds of keys
+        the stage's --help only counts), default.yaml and the -c file; PREFIX keeps the keys that start with
+        it, e.g. nemotron ultra3 keys rlvr policy.megatron_cfg.optimizer.
+        """
+        from nemotron.cli.keys import show_keys
+
+        return show_keys(recipe, stage, one_config(config), prefix, as_json)
+
     @tree.command("status")
     def status(ident: IdentArg = None, as_json: JsonOpt = False, debug: DebugOpt = False) -> int:
         """State of a submitted job (experiment id or Slurm job id; default: the most recent)."""
@@ -571,6 +612,9 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("_NEMOTRON_COMPLETE"):  # a shell asks for completions: Typer's protocol (bash, zsh, ...)
             from typer.completion import completion_init
 
+            from nemotron.cli.complete import glue_bash_break
+
+            glue_bash_break()  # bash's `KEY=<TAB>` / `STAGE:<TAB>`: the answers go after the = or :
             completion_init()
         cli = build_cli()
         rv = cli.main(args=args, prog_name="nemotron", standalone_mode=False)

@@ -292,6 +292,32 @@ def key_lines(docs: list[KeyDoc], width: int) -> list[str]:
     return out
 
 
+def recipe_lines(stage: Stage, listed: set[str]) -> list[str]:
+    """For a NeMo RL stage: how many keys the NeMo RL recipe its ``nemo_rl.base`` names adds below
+    ``default.yaml`` (:func:`nemotron.config.nemo_rl_base.base_layer`; the keys not listed above, nor under a key
+    listed above) and the command
+    that lists them (``nemotron RECIPE keys STAGE [PREFIX]``: :mod:`nemotron.cli.keys`). A recipe that cannot be
+    read is said on the line, not raised."""
+    from nemotron.config.nemo_rl_base import base_layer
+    from nemotron.config.tree import leaves
+    from nemotron.config.yamlio import load_file
+    from nemotron.errors import NemotronError
+
+    command = f"nemotron {stage.recipe} keys {stage.name} [PREFIX] [-c NAME]"
+    try:
+        base = base_layer(load_file(_stage_dir(stage) / "default.yaml"))
+    except (NemotronError, KeyError) as exc:
+        return [f"  (the NeMo RL recipe nemo_rl.base names cannot be read: {getattr(exc, 'message', exc)})"]
+    if base is None:
+        return []
+    label, data = base
+    # a recipe key under one default.yaml sets whole (``teacher_model_by_agent_name: null``) is gone from the tree
+    extra = [k for k, _ in leaves(data)
+             if not any(".".join(k.split(".")[:i]) in listed for i in range(1, k.count(".") + 2))]
+    return [f"  and {len(extra)} keys of the NeMo RL recipe nemo_rl.base names ({label}, the layer below "
+            f"default.yaml);", f"  every key with its type, value and layer: {command}"]
+
+
 def stage_sections(stage: Stage, width: int = 100) -> list[str]:
     """The help sections of ``stage`` as lines of at most ``width`` characters (a key name longer than its
     column may push a row past it). A file that cannot be read is one line in its section, not a failure of
@@ -318,8 +344,7 @@ def stage_sections(stage: Stage, width: int = 100) -> list[str]:
         out += ["", f"Config keys ({rel}default.yaml; every key a config or key=value may set, {len(docs)}):"]
         out += key_lines(docs, width)
         if stage.family.nemo_rl:
-            out.append(f"  (and every key of the NeMo RL recipe that nemo_rl.base names: the layer below default.yaml; "
-                       f"see them with: nemotron {stage.title} --dry-run)")
+            out += recipe_lines(stage, {d.key for d in docs})
     arts = artifact_rows(stage) if docs else []
     if arts:
         out += ["", "Artifact inputs (the latest version recorded where the run runs;",
@@ -353,4 +378,4 @@ def refused_configs(stage: Stage) -> dict[str, str]:
 
 
 __all__ = ["KeyDoc", "artifact_rows", "config_rows", "examples", "file_keys", "key_docs", "key_lines", "profile_rows",
-           "stage_sections"]
+           "recipe_lines", "stage_sections"]
