@@ -119,8 +119,36 @@ def test_a_folder_name_longer_than_the_file_system_takes_is_refused_by_key(cli, 
     proc = cli("ultra3", "pretrain", "-c", "tiny", f"checkpoint.save={long}", "--dry-run", *where)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2, text[-2000:]
-    assert f"error: checkpoint.save='{long}': has a folder name of 300 bytes" in text
+    shown = f"{long[:40]}...{long[-12:]}"
+    assert f"error: checkpoint.save='{shown}': has a name of 300 bytes" in text, text[-2000:]
     assert "internal error" not in text
+
+
+LONG = "x" * 300
+
+
+@pytest.mark.parametrize("args", [
+    ["ultra3", "data", "prep", "pretrain", "-c", "tiny", "output_dir={d}/" + LONG, "--dry-run"],
+    ["ultra3", "data", "prep", "sft", "-c", "tiny", "output_dir={d}/" + LONG, "--dry-run"],
+    ["ultra3", "pretrain", "-c", "local", "checkpoint.save={d}/" + LONG, "--dry-run"],
+    ["ultra3", "pretrain", "-c", "{d}/" + LONG + ".yaml"],
+    ["profiles", "--env-file", "{d}/" + LONG + ".toml"],
+    ["ultra3", "model", "import", "{d}/" + LONG, "--as", "hf-checkpoint"],
+    ["ultra3", "data", "inspect", "{d}/" + LONG],
+    ["ultra3", "pretrain", "-c", "tiny", "--run", "sample", "--env-file", str(FIXTURE_ENV),
+     "data.per_split_data_args_path={d}/" + LONG, "--dry-run"],
+], ids=["data-prep-output", "sft-data-output", "checkpoint-save", "config-file", "env-file", "model-import",
+        "data-inspect", "cluster-input"])
+def test_every_path_with_a_name_over_255_bytes_is_one_error_line_exit_2(cli, tmp_path, args):
+    """The whole kind (a new user found eight commands that ended in ``internal error: OSError: File name too
+    long``, exit 1): a config key's path is refused by key (rule ``path-name-length``, before any check asks the
+    file system about it), a path given on the command line by its name; exit 2, one error line, no traceback."""
+    proc = cli(*[a.replace("{d}", str(tmp_path)) for a in args])
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text[-2000:]
+    errors = [ln for ln in text.splitlines() if ln.startswith("error: ")]
+    assert errors and "255 bytes" in errors[0], text[-2000:]
+    assert "internal error" not in text and "Traceback" not in text
 
 
 def test_runtime_os_error_names_the_key_not_the_config(tmp_path, a_file):

@@ -15,6 +15,7 @@ shown or asked for, and everything else when a command runs.
 
 
 import inspect
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -636,10 +637,25 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(exc, "exit_code", 2) == 2 or getattr(exc, "ctx", None) is not None:
             return _usage_error(exc)
         return _fail(exc.format_message(), None, getattr(exc, "exit_code", 1))
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG or debug:
+            return _internal(exc, debug)
+        # a path given on the command line (-c FILE, --env-file, model import, data inspect ...) whose name the
+        # file system refuses: the whole kind, wherever the path is first used (a config key's own path is refused
+        # earlier, by key: rule path-name-length)
+        path = str(exc.filename or "")
+        shown = path if len(path) <= 60 else f"{path[:40]}...{path[-12:]}"
+        return _fail(f"{shown}: a file or folder name in this path is longer than the file system takes (at most "
+                     "255 bytes per name)", "give a path whose every name is at most 255 bytes", 2)
     except Exception as exc:  # an unexpected failure: one line, the traceback with --debug
-        if debug:
-            raise
-        return _fail(f"internal error: {type(exc).__name__}: {exc}", "run again with --debug for the traceback", 1)
+        return _internal(exc, debug)
+
+
+def _internal(exc: BaseException, debug: bool) -> int:
+    """An unexpected failure: one line (exit 1), the traceback with ``--debug``."""
+    if debug:
+        raise exc
+    return _fail(f"internal error: {type(exc).__name__}: {exc}", "run again with --debug for the traceback", 1)
 
 
 __all__ = ["UsageError", "build_tree", "build_cli", "main"]

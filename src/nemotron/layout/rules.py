@@ -1175,6 +1175,8 @@ declare("framework-here", "a run on this machine of a cluster backend can import
         "(megatron.bridge, nemo_rl)", "runtime/common/prestart.py missing_modules", "this version", _V)
 declare("local-modules", "a backend: local run on this machine can import the modules its entry imports first",
         "runtime/megatron/entry.py run_heavy with the table LOCAL_NEEDS", "this version", _V)
+declare("path-name-length", "no path in the config has a file or folder name over 255 bytes (NAME_MAX)",
+        "the operating system's ENAMETOOLONG at the path's first use", "—", _V)
 declare("output-folder", "each output folder a run on this machine names can be created or written",
         "the run's first mkdir", "—", _V)
 declare("blend-mix", "a blend's mix_with parses and mixes with the primary blend as the run mixes it",

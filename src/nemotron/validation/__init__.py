@@ -150,6 +150,9 @@ def validate(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[P
     Data stages run on CPUs through Ray and have no layout: their configs and inputs are checked by
     their runtimes' own parsers, called here (:mod:`nemotron.validation.data`).
     """
+    too_long = _long_names(cfg)
+    if too_long:  # the checks below would ask the file system about these paths: it refuses them (ENAMETOOLONG)
+        return _dedupe(_missing_runtime(stage, cfg) + too_long)
     missing = _missing_runtime(stage, cfg) + _output_folders(cfg, profile)
     problems: list[Problem] = []
     for name in stage.checks:  # the stage's registry row lists its check sets, in order
@@ -442,24 +445,40 @@ def _run_keys(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     return out
 
 
+#: The longest file or folder name Linux file systems take, in bytes (``NAME_MAX`` of ``<linux/limits.h>``; ext4,
+#: XFS and Lustre alike).
+NAME_MAX = 255
+
+
+def _long_names(cfg: dict) -> list[Problem]:
+    """Rule ``path-name-length``: no string value of the config has a ``/``-separated part longer than
+    :data:`NAME_MAX` bytes (UTF-8). Such a path can be neither made nor read: the operating system refuses it
+    (``ENAMETOOLONG``) here and on the cluster, so the run would stop at its first use of it. Every key is checked
+    (inputs and outputs alike); values still holding an interpolation are left to their resolution."""
+    from nemotron.config.tree import leaves
+
+    out = []
+    for key, value in leaves(cfg):
+        if not isinstance(value, str) or "${" in value or "/" not in value:
+            continue
+        longest = max(value.split("/"), key=lambda part: len(part.encode()))
+        size = len(longest.encode())
+        if size > NAME_MAX:
+            shown = value if len(value) <= 60 else f"{value[:40]}...{value[-12:]}"
+            out.append(Problem(key, shown, f"has a name of {size} bytes ({longest[:16]}...): file systems take at "
+                                           f"most {NAME_MAX} bytes per file or folder name",
+                               f"a path whose every name is at most {NAME_MAX} bytes", rule="path-name-length"))
+    return out
+
+
 def _output_folders(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Rule ``output-folder``: for a run on this machine (no profile, or a ``local`` one), every output
     folder the config names (:data:`nemotron.config.paths.OUTPUT_FOLDER_KEYS`) exists as a writable folder or
     can be created (:func:`nemotron.config.paths.cannot_create_folder`: its nearest existing parent is a
-    writable folder). Cluster profiles are not checked: their paths live on the cluster's file system; there, and
-    here, a folder name longer than the 255 bytes Linux file systems take (NAME_MAX, Lustre's too) is an error."""
-    out = []
-    for key in OUTPUT_FOLDER_KEYS:
-        value = get(cfg, key)
-        if not isinstance(value, str) or "${" in value:
-            continue
-        longest = max((part for part in value.split("/")), key=lambda part: len(part.encode()), default="")
-        if len(longest.encode()) > 255:
-            out.append(Problem(key, value, f"has a folder name of {len(longest.encode())} bytes ({longest[:24]}...): "
-                                           "file systems take at most 255 bytes per name, so the run could not "
-                                           "create it", "a path whose every folder name is at most 255 bytes",
-                               rule="output-folder"))
-    if out or (profile is not None and not profile.settings.on_this_machine):
+    writable folder). Cluster profiles are not checked: their paths live on the cluster's file system (a name
+    longer than the file systems take is :func:`_long_names`' rule, everywhere)."""
+    out: list[Problem] = []
+    if profile is not None and not profile.settings.on_this_machine:
         return out
 
     for key in OUTPUT_FOLDER_KEYS:
