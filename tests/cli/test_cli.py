@@ -228,6 +228,27 @@ def test_env_interpolation(monkeypatch):
     assert c.config["a"] == "/data/x/y" and c.config["b"] == "fallback"
 
 
+@pytest.mark.parametrize("override", ["checkpoint.save=${", "data.per_split_data_args_path=${art:pretrain-data:1,blend_path",
+                                      "+extra=[a, '${oc.env:X']"])
+def test_malformed_interpolation_is_refused_naming_key_and_value(capsys, override):
+    """A ``${...}`` that does not parse (no closing brace) is a usage error naming the key, its value and the layer
+    that set it, with the interpolation forms as hint: before, OmegaConf refused the whole tree (internal error)."""
+    key, _, value = override.lstrip("+").partition("=")
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "local", "--dry-run", "-q", override)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith(f"error: '{key}") and "(override): malformed interpolation" in lines[0], err
+    assert lines[1].startswith("hint: interpolations: ${other.key}") and "internal error" not in err
+
+
+def test_malformed_interpolation_in_a_config_file_names_the_file(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("defaults: tiny\ncheckpoint:\n  save: ${oops\n")
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", str(bad), "--dry-run", "-q")
+    assert code == 2, err
+    assert f"error: 'checkpoint.save' = '${{oops' ({bad}): malformed interpolation" in err
+
+
 def test_profile_override_without_profile_is_an_error(capsys):
     code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", "profile.time=01:00:00")
     assert code == 2 and "no profile is used" in err

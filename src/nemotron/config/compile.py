@@ -36,7 +36,7 @@ import re
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from nemotron.config import artifacts, yamlio
 from nemotron.config.nemo_rl_base import BASE_KEY, base_layer
@@ -607,6 +607,49 @@ def _register_resolvers() -> None:
     _RESOLVERS_READY = True
 
 
+#: The hint of every refused interpolation: the forms a config may use.
+_INTERPOLATION_HINT = "interpolations: ${other.key}, ${oc.env:VAR,default}, ${art:NAME,FIELD}"
+
+
+def _origin(prov: dict[str, str], path: tuple) -> str:
+    """The layer that set the value at ``path``: its own provenance, else that of the nearest enclosing key
+    recorded (a list element's is its list's); ``?`` when none is."""
+    for n in range(len(path), 0, -1):
+        if dotted(path[:n]) in prov:
+            return prov[dotted(path[:n])]
+    return "?"
+
+
+def _refuse_malformed(tree: dict, prov: dict[str, str]) -> None:
+    """Refuse a value whose ``${...}`` does not parse (``${``, a missing closing brace) before OmegaConf sees the
+    tree: OmegaConf refuses the whole tree at creation with a bare GrammarParseError that names no layer.
+
+    Raises:
+        ConfigError: ``'KEY' = 'VALUE' (LAYER): malformed interpolation: ...`` for the first such value; LAYER is
+            ``override`` or the config file that set it.
+    """
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar_parser import parse
+
+    def strings(node: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from strings(v, (*path, k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                yield from strings(v, (*path, i))
+        elif isinstance(node, str) and "${" in node:
+            yield path, node
+
+    for path, value in strings(tree, ()):
+        try:
+            parse(value)
+        except GrammarParseError as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else "cannot parse"
+            raise ConfigError(f"'{dotted(path)}' = {value!r} ({_origin(prov, path)}): malformed interpolation: "
+                              f"{msg}", _INTERPOLATION_HINT + " (each ${ needs its closing })") from None
+
+
 def _resolve(tree: dict, prov: dict[str, str]) -> tuple[dict, dict[str, str]]:
     """Resolve every interpolation. Returns the resolved tree and ``{key: reason}`` of values left
     unresolved (kept as their ``${...}`` text).
@@ -621,6 +664,7 @@ def _resolve(tree: dict, prov: dict[str, str]) -> tuple[dict, dict[str, str]]:
     from omegaconf.errors import OmegaConfBaseException
 
     _register_resolvers()
+    _refuse_malformed(tree, prov)
     conf = OmegaConf.create(tree, flags={"allow_objects": False})
     unresolved: dict[str, str] = {}
 
@@ -647,7 +691,7 @@ def _resolve(tree: dict, prov: dict[str, str]) -> tuple[dict, dict[str, str]]:
                 raise ConfigError(f"'{dotted(path)}' ({prov.get(dotted(path), '?')}): {cause.message}", cause.hint) from None
             msg = str(exc).splitlines()[0]
             raise ConfigError(f"'{dotted(path)}' = {raw!r} ({prov.get(dotted(path), '?')}): cannot resolve: {msg}",
-                              "interpolations: ${other.key}, ${oc.env:VAR,default}, ${art:NAME,FIELD}") from None
+                              _INTERPOLATION_HINT) from None
         if isinstance(value, (DictConfig, ListConfig)):
             return OmegaConf.to_container(value, resolve=True)
         return value
