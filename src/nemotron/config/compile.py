@@ -327,6 +327,15 @@ def _compatible(old: Any, new: Any) -> bool:
     return type(old) is type(new)
 
 
+def _as_declared(old: Any, new: Any) -> Any:
+    """``new`` in the type of the value it replaces where that is an int and ``new`` an integral float: ``1e3`` (a
+    YAML float) for an int key is the int 1000, never 1000.0 in the compiled config (a non-integral float is refused
+    by :func:`_compatible`). Anything else is returned as is."""
+    if isinstance(old, int) and not isinstance(old, bool) and isinstance(new, float) and new.is_integer():
+        return int(new)
+    return new
+
+
 def _suggest(key: str, candidates: list[str]) -> str:
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
     if not close:
@@ -374,7 +383,7 @@ def _merge(base: dict, over: dict, label: str, prov: dict[str, str], errors: lis
             continue
         for stale in [k for k in prov if k == name or k.startswith((name + ".", name + "["))]:
             del prov[stale]
-        base[key] = copy.deepcopy(value)
+        base[key] = copy.deepcopy(_as_declared(old, value))
         for lp, _ in _leaves(value, path):
             prov[dotted(lp)] = label
 
@@ -449,7 +458,7 @@ def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: 
                 f"give a value of type {_type_name(old)}"
                 + (" (quote it for a string: key='\"...\"')" if isinstance(old, str) else ""),
             )
-        node[last] = ov.value  # a mapping value replaces the mapping: its keys are the user's explicit choice
+        node[last] = _as_declared(old, ov.value)  # a mapping value replaces the mapping: its keys are the user's explicit choice
     if any(isinstance(seg, int) for seg in ov.path):  # lists are leaves: the whole list is now an override
         first = next(i for i, seg in enumerate(ov.path) if isinstance(seg, int))
         prov[dotted(ov.path[:first])] = OVERRIDE
