@@ -128,6 +128,7 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
                                   env={**profile.storage_env(), **profile.tracking_env}
                                   if profile is not None else None)
+    validation.refuse_deleted_required(req.stage, compiled.config, list(req.overrides))  # ~train.global_batch_size
     if req.profile:
         import shlex
 
