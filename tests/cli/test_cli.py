@@ -219,6 +219,17 @@ def test_unresolved_value_blocks_a_real_run(capsys):
     assert "refusing to start" in err and "NEMOTRON_TEST_UNSET_VAR" in err
 
 
+def test_unset_variable_of_an_int_key_says_it_is_not_set(capsys, monkeypatch):
+    """``train.train_iters=${oc.env:VAR}`` with VAR unset: the report says VAR is not set, not that the ``${...}``
+    text is not a positive number (a rule read the unresolved text)."""
+    monkeypatch.delenv("NEMOTRON_TEST_NOPE_X", raising=False)
+    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", *ON_CLUSTER,
+                             "train.train_iters=${oc.env:NEMOTRON_TEST_NOPE_X}")
+    assert code == 2, err
+    assert "train.train_iters: environment variable NEMOTRON_TEST_NOPE_X is not set" in out
+    assert "positive number" not in out + err
+
+
 def test_artifact_reference_resolves(tmp_path):
     artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "blend.json"), "config": "tiny"})
     artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "v2.json"), "config": "tiny"})
