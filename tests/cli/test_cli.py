@@ -230,6 +230,28 @@ def test_unset_variable_of_an_int_key_says_it_is_not_set(capsys, monkeypatch):
     assert "positive number" not in out + err
 
 
+def test_artifact_reference_typo_and_missing_version_say_so(capsys, tmp_path):
+    """A misspelt artifact name gets a did-you-mean (pinned or not), a version that does not exist names those that
+    do; neither hint says to export a variable or to make the artifact first."""
+    for part in ("a", "b"):
+        (tmp_path / part).mkdir()
+        artifacts.record("pretrain-data", {"path": str(tmp_path / part), "blend_path": str(tmp_path / part / "b.json"),
+                                           "config": "tiny"})
+    assert artifacts.versions("pretrain-data") == [1, 2]
+    cases = [("${art:pretrain-dta:1,blend_path}", "no artifact pretrain-dta (did you mean pretrain-data?)",
+              "correct the artifact name"),
+             ("${art:pretrain-data:9,blend_path}", "artifact pretrain-data has no version 9: versions 1-2 exist",
+              "pin a version that exists"),
+             ("${art:x}", "no artifact x: no stage makes it", "correct the artifact name")]
+    for ref, line, hint in cases:
+        code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", *ON_CLUSTER,
+                                 f"data.per_split_data_args_path={ref}")
+        assert code == 2, err
+        assert f"data.per_split_data_args_path: {line}" in out, out
+        assert f"hint: {hint}" in err and "export the variable" not in err and "make it first" not in err, err
+    assert artifacts.span([1, 2, 3]) == "1-3" and artifacts.span([1, 3]) == "1, 3" and artifacts.span([2]) == "2"
+
+
 def test_artifact_reference_resolves(tmp_path):
     artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "blend.json"), "config": "tiny"})
     artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "v2.json"), "config": "tiny"})

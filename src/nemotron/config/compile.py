@@ -561,6 +561,15 @@ def _register_resolvers() -> None:
         if rec is None and len(alternatives) > 1:
             raise Unresolved(f"artifact {ref} does not exist yet: none of {', '.join(alternatives)}"
                              + (f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config else ""))
+        if rec is None and not artifacts.is_known(name):  # a typo: no stage makes it, no run recorded it
+            close = difflib.get_close_matches(name, artifacts.known_names(), n=1, cutoff=0.6)
+            raise Unresolved(f"no artifact {name}" + (f" (did you mean {close[0]}?)" if close else "")
+                             + ": no stage makes it and no run recorded it")
+        if rec is None and version is not None and artifacts.versions(name):
+            have = artifacts.versions(name)
+            raise Unresolved(f"artifact {name} has no version {version}: "
+                             f"{'version' if len(have) == 1 else 'versions'} {artifacts.span(have)} exist"
+                             + ("s" if len(have) == 1 else ""))
         if rec is None:
             made_by = f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config and version is None else ""
             if name.startswith(artifacts.ANY_CONSUMER_PREFIXES):  # a released RL blend's stage file
