@@ -95,9 +95,14 @@ def test_add_existing_key_and_delete_missing_key_fail():
         compile_config(stage, "tiny", ["+run.env.nodes=2"])
     with pytest.raises(ConfigError, match=r"unknown key 'run\.env\.nope'"):
         compile_config(stage, "tiny", ["~run.env.nope"])
-    with pytest.raises(ConfigError, match="no index 7") as caught:
+    with pytest.raises(ConfigError, match=r"index 7 out of range \('extra' has 1 item: no index 7\)") as caught:
         compile_config(stage, "tiny", ["+extra=[1]", "extra[7]=2"])
     assert caught.value.hint == "set the whole list: extra=[...] (an index replaces an element that exists)"
+    # an index into a null list (tiny's model.recompute_modules) or a scalar: not an "unknown key" with a did-you-mean
+    with pytest.raises(ConfigError, match=r"index 7 out of range \('model.recompute_modules' is null, not a list"):
+        compile_config(stage, "tiny", ["model.recompute_modules[7]=x"])
+    with pytest.raises(ConfigError, match=r"'model.name' is a str, not a list: no index 7"):
+        compile_config(stage, "tiny", ["model.name[7]=x"])
 
 
 def test_override_type_mismatch():

@@ -43,7 +43,7 @@ from nemotron.config.nemo_rl_base import BASE_KEY, base_layer
 from nemotron.config.paths import OUTPUT_FOLDER_KEYS, config_names, repo_root, stages_dir
 from nemotron.config.registry import Stage
 from nemotron.config.tree import _leaves, dotted, leaves
-from nemotron.errors import ConfigError, Problem, UsageError
+from nemotron.errors import ConfigError, Problem, UsageError, plural
 
 #: Keys every stage has, below its default.yaml. ``run.env`` is the stage's resource request;
 #: everything else about the cluster belongs to the env.toml profile.
@@ -486,10 +486,17 @@ def _child(node: Any, seg: str | int) -> Any:
 def _unknown(tree: dict, ov: Override, upto: tuple) -> None:
     name = dotted(upto)
     parent = _resolve_path(tree, upto[:-1])
+    whole = dotted(upto[:-1])
     if isinstance(parent, list):
-        whole = dotted(upto[:-1])
-        raise ConfigError(f"override {ov.text!r}: '{whole}' has {len(parent)} elements, no index {upto[-1]}",
+        raise ConfigError(f"override {ov.text!r}: index {upto[-1]} out of range ('{whole}' has "
+                          f"{plural(len(parent), 'item')}: no index {upto[-1]})",
                           f"set the whole list: {whole}=[...] (an index replaces an element that exists)")
+    if isinstance(upto[-1], int) and upto[:-1] and not isinstance(parent, dict):  # model.recompute_modules: null
+        if parent is None:
+            raise ConfigError(f"override {ov.text!r}: index {upto[-1]} out of range ('{whole}' is null, not a list: "
+                              f"no index {upto[-1]})", f"set the whole list: {whole}=[...]")
+        raise ConfigError(f"override {ov.text!r}: '{whole}' is a {_type_name(parent)}, not a list: no index {upto[-1]}",
+                          f"set it whole: {whole}=VALUE")
     hint = _suggest(name, _known_keys(tree))
     raise ConfigError(
         f"override {ov.text!r}: unknown key '{name}'",
