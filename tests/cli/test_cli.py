@@ -57,6 +57,29 @@ def test_unknown_option_suggests(capsys):
     assert "Traceback" not in err
 
 
+def test_config_typo_suggests_even_a_letter_swap(capsys):
+    """``-c tyni`` (two letters swapped, which difflib scores 0.5) gets a did-you-mean as stage and key typos do."""
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tyni", "--dry-run", "-q")
+    assert code == 2
+    assert "error: ultra3 pretrain has no config 'tyni'" in err and "hint: did you mean 'tiny'?" in err
+
+
+def test_mapping_type_mismatch_is_one_short_line(capsys):
+    """``model=3``: the error names the mapping's size and first keys, not the whole mapping."""
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", "-q", "model=3")
+    assert code == 2
+    line = err.splitlines()[0]
+    assert re.fullmatch(r"error: override 'model=3': 'model' expects mapping \(now \d+ keys: \w+, \w+, \w+, \.\.\.\), "
+                        r"got int", line), line
+
+
+def test_missing_choice_option_lists_choices_without_tabs(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "ultra3", "data", "import", str(tmp_path))
+    assert code == 2
+    assert "\t" not in err
+    assert "error: missing option '--as'. Choose from: pretrain-data, sft-data, rl-data" in err, err
+
+
 def test_run_and_batch_exclusive(capsys):
     code, _, err = run_cli(capsys, "ultra3", "pretrain", "--run", "a", "--batch", "b", "--dry-run")
     assert code == 2 and "mutually exclusive" in err

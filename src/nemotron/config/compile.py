@@ -43,7 +43,7 @@ from nemotron.config.nemo_rl_base import BASE_KEY, base_layer
 from nemotron.config.paths import OUTPUT_FOLDER_KEYS, config_names, repo_root, stages_dir
 from nemotron.config.registry import Stage
 from nemotron.config.tree import _leaves, dotted, leaves
-from nemotron.errors import ConfigError, Problem, UsageError, plural
+from nemotron.errors import ConfigError, Problem, UsageError, closest, plural
 
 #: Keys every stage has, below its default.yaml. ``run.env`` is the stage's resource request;
 #: everything else about the cluster belongs to the env.toml profile.
@@ -211,8 +211,8 @@ def _resolve_config_ref(stage: Stage, ref: str, relative_to: Path | None) -> Pat
     if relative_to is not None and (relative_to / f"{ref}.yaml").is_file():
         return (relative_to / f"{ref}.yaml").resolve()
     names = config_names(stage)
-    close = difflib.get_close_matches(ref, names, n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
+    close = closest(ref, names)
+    hint = f"did you mean '{close}'? " if close else ""
     raise ConfigError(f"{stage.title} has no config {ref!r}", f"{hint}configs: {', '.join(names)}; or pass a path to a YAML file")
 
 
@@ -325,6 +325,19 @@ def _compatible(old: Any, new: Any) -> bool:
     if isinstance(old, (int, float)) and isinstance(new, (int, float)):
         return not (isinstance(old, int) and isinstance(new, float) and not new.is_integer())
     return type(old) is type(new)
+
+
+def _short(value: Any, width: int = 60) -> str:
+    """``value`` in flow YAML for a one-line message, at most about ``width`` characters: a longer mapping is
+    ``a mapping of N keys (k1, k2, k3, ...)``, a longer list ``a list of N items``, other text is cut with ``...``."""
+    text = yamlio.flow(value)
+    if len(text) <= width:
+        return text
+    if isinstance(value, dict):
+        return f"{plural(len(value), 'key')}: {', '.join(map(str, list(value)[:3]))}, ..."
+    if isinstance(value, list):
+        return f"a list of {plural(len(value), 'item')}"
+    return text[: width - 3] + "..."
 
 
 def _as_declared(old: Any, new: Any) -> Any:
@@ -454,7 +467,7 @@ def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: 
         old = node[last]
         if not _compatible(old, ov.value) or (isinstance(old, dict) and old and ov.value is not None and not isinstance(ov.value, dict)):
             raise ConfigError(
-                f"override {ov.text!r}: '{name}' expects {_type_name(old)} (now {yamlio.flow(old)}), got {_type_name(ov.value)}",
+                f"override {ov.text!r}: '{name}' expects {_type_name(old)} (now {_short(old)}), got {_type_name(ov.value)}",
                 f"give a value of type {_type_name(old)}"
                 + (" (quote it for a string: key='\"...\"')" if isinstance(old, str) else ""),
             )
