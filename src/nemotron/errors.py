@@ -22,15 +22,29 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
-def did_you_mean(value: Any, choices: Any) -> str:
-    """``"did you mean 'x'?"`` for the one of ``choices`` (strings) closest to ``value`` (difflib's
-    ``get_close_matches``, cutoff 0.6), or ``""`` when none is close or ``value`` is not a string."""
+def closest(value: str, choices: Any) -> str | None:
+    """The one of ``choices`` (strings) closest to ``value``: difflib's ``get_close_matches`` (cutoff 0.6), else one
+    that differs from ``value`` by two swapped letters (``tyni`` for ``tiny``: difflib scores it 0.5); None when none is close."""
     import difflib
 
+    names = [str(c) for c in choices]
+    close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    for name in names:
+        diff = [i for i, (a, b) in enumerate(zip(value, name)) if a != b] if len(name) == len(value) else []
+        if len(diff) == 2 and value[diff[0]] == name[diff[1]] and value[diff[1]] == name[diff[0]]:
+            return name
+    return None
+
+
+def did_you_mean(value: Any, choices: Any) -> str:
+    """``"did you mean 'x'?"`` for the one of ``choices`` (strings) closest to ``value`` (:func:`closest`), or ``""``
+    when none is close or ``value`` is not a string."""
     if not isinstance(value, str):
         return ""
-    close = difflib.get_close_matches(value, [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else ""
+    close = closest(value, choices)
+    return f"did you mean {close!r}?" if close else ""
 
 
 class NemotronError(Exception):

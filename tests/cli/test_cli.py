@@ -57,6 +57,29 @@ def test_unknown_option_suggests(capsys):
     assert "Traceback" not in err
 
 
+def test_config_typo_suggests_even_a_letter_swap(capsys):
+    """``-c tyni`` (two letters swapped, which difflib scores 0.5) gets a did-you-mean as stage and key typos do."""
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tyni", "--dry-run", "-q")
+    assert code == 2
+    assert "error: ultra3 pretrain has no config 'tyni'" in err and "hint: did you mean 'tiny'?" in err
+
+
+def test_mapping_type_mismatch_is_one_short_line(capsys):
+    """``model=3``: the error names the mapping's size and first keys, not the whole mapping."""
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", "-q", "model=3")
+    assert code == 2
+    line = err.splitlines()[0]
+    assert re.fullmatch(r"error: override 'model=3': 'model' expects mapping \(now \d+ keys: \w+, \w+, \w+, \.\.\.\), "
+                        r"got int", line), line
+
+
+def test_missing_choice_option_lists_choices_without_tabs(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "ultra3", "data", "import", str(tmp_path))
+    assert code == 2
+    assert "\t" not in err
+    assert "error: missing option '--as'. Choose from: pretrain-data, sft-data, rl-data" in err, err
+
+
 def test_run_and_batch_exclusive(capsys):
     code, _, err = run_cli(capsys, "ultra3", "pretrain", "--run", "a", "--batch", "b", "--dry-run")
     assert code == 2 and "mutually exclusive" in err
@@ -95,14 +118,32 @@ def test_add_existing_key_and_delete_missing_key_fail():
         compile_config(stage, "tiny", ["+run.env.nodes=2"])
     with pytest.raises(ConfigError, match=r"unknown key 'run\.env\.nope'"):
         compile_config(stage, "tiny", ["~run.env.nope"])
-    with pytest.raises(ConfigError, match="no index 7") as caught:
+    with pytest.raises(ConfigError, match=r"index 7 out of range \('extra' has 1 item: no index 7\)") as caught:
         compile_config(stage, "tiny", ["+extra=[1]", "extra[7]=2"])
     assert caught.value.hint == "set the whole list: extra=[...] (an index replaces an element that exists)"
+    # an index into a null list (tiny's model.recompute_modules) or a scalar: not an "unknown key" with a did-you-mean
+    with pytest.raises(ConfigError, match=r"index 7 out of range \('model.recompute_modules' is null, not a list"):
+        compile_config(stage, "tiny", ["model.recompute_modules[7]=x"])
+    with pytest.raises(ConfigError, match=r"'model.name' is a str, not a list: no index 7"):
+        compile_config(stage, "tiny", ["model.name[7]=x"])
 
 
 def test_override_type_mismatch():
     with pytest.raises(ConfigError, match="expects int"):
         compile_config(get_stage("pretrain"), "tiny", ["run.env.nodes=many"])
+
+
+def test_integral_float_for_an_int_key_compiles_to_int(tmp_path):
+    """``1e3`` (a YAML float) for an int key is the int 1000 in the compiled config, from an override and from a config
+    file alike; 16.5 stays refused."""
+    c = compile_config(get_stage("pretrain"), "tiny", ["train.train_iters=1e3"])
+    assert c.config["train"]["train_iters"] == 1000 and type(c.config["train"]["train_iters"]) is int
+    f = tmp_path / "f.yaml"
+    f.write_text("defaults: tiny\ntrain:\n  train_iters: 2.0e3\n")
+    c = compile_config(get_stage("pretrain"), str(f), [])
+    assert c.config["train"]["train_iters"] == 2000 and type(c.config["train"]["train_iters"]) is int
+    with pytest.raises(ConfigError, match="expects int"):
+        compile_config(get_stage("pretrain"), "tiny", ["train.train_iters=16.5"])
 
 
 def test_malformed_override():
@@ -206,6 +247,39 @@ def test_unresolved_value_blocks_a_real_run(capsys):
     assert "refusing to start" in err and "NEMOTRON_TEST_UNSET_VAR" in err
 
 
+def test_unset_variable_of_an_int_key_says_it_is_not_set(capsys, monkeypatch):
+    """``train.train_iters=${oc.env:VAR}`` with VAR unset: the report says VAR is not set, not that the ``${...}``
+    text is not a positive number (a rule read the unresolved text)."""
+    monkeypatch.delenv("NEMOTRON_TEST_NOPE_X", raising=False)
+    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", *ON_CLUSTER,
+                             "train.train_iters=${oc.env:NEMOTRON_TEST_NOPE_X}")
+    assert code == 2, err
+    assert "train.train_iters: environment variable NEMOTRON_TEST_NOPE_X is not set" in out
+    assert "positive number" not in out + err
+
+
+def test_artifact_reference_typo_and_missing_version_say_so(capsys, tmp_path):
+    """A misspelt artifact name gets a did-you-mean (pinned or not), a version that does not exist names those that
+    do; neither hint says to export a variable or to make the artifact first."""
+    for part in ("a", "b"):
+        (tmp_path / part).mkdir()
+        artifacts.record("pretrain-data", {"path": str(tmp_path / part), "blend_path": str(tmp_path / part / "b.json"),
+                                           "config": "tiny"})
+    assert artifacts.versions("pretrain-data") == [1, 2]
+    cases = [("${art:pretrain-dta:1,blend_path}", "no artifact pretrain-dta (did you mean pretrain-data?)",
+              "correct the artifact name"),
+             ("${art:pretrain-data:9,blend_path}", "artifact pretrain-data has no version 9: versions 1-2 exist",
+              "pin a version that exists"),
+             ("${art:x}", "no artifact x: no stage makes it", "correct the artifact name")]
+    for ref, line, hint in cases:
+        code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", *ON_CLUSTER,
+                                 f"data.per_split_data_args_path={ref}")
+        assert code == 2, err
+        assert f"data.per_split_data_args_path: {line}" in out, out
+        assert f"hint: {hint}" in err and "export the variable" not in err and "make it first" not in err, err
+    assert artifacts.span([1, 2, 3]) == "1-3" and artifacts.span([1, 3]) == "1, 3" and artifacts.span([2]) == "2"
+
+
 def test_artifact_reference_resolves(tmp_path):
     artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "blend.json"), "config": "tiny"})
     artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "v2.json"), "config": "tiny"})
@@ -226,6 +300,27 @@ def test_env_interpolation(monkeypatch):
     monkeypatch.setenv("NEMOTRON_TEST_DIR", "/data/x")
     c = compile_config(get_stage("pretrain"), "tiny", ["+a=${oc.env:NEMOTRON_TEST_DIR}/y", "+b=${oc.env:NEMOTRON_NOPE_X,fallback}"])
     assert c.config["a"] == "/data/x/y" and c.config["b"] == "fallback"
+
+
+@pytest.mark.parametrize("override", ["checkpoint.save=${", "data.per_split_data_args_path=${art:pretrain-data:1,blend_path",
+                                      "+extra=[a, '${oc.env:X']"])
+def test_malformed_interpolation_is_refused_naming_key_and_value(capsys, override):
+    """A ``${...}`` that does not parse (no closing brace) is a usage error naming the key, its value and the layer
+    that set it, with the interpolation forms as hint: before, OmegaConf refused the whole tree (internal error)."""
+    key, _, value = override.lstrip("+").partition("=")
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "local", "--dry-run", "-q", override)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith(f"error: '{key}") and "(override): malformed interpolation" in lines[0], err
+    assert lines[1].startswith("hint: interpolations: ${other.key}") and "internal error" not in err
+
+
+def test_malformed_interpolation_in_a_config_file_names_the_file(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("defaults: tiny\ncheckpoint:\n  save: ${oops\n")
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", str(bad), "--dry-run", "-q")
+    assert code == 2, err
+    assert f"error: 'checkpoint.save' = '${{oops' ({bad}): malformed interpolation" in err
 
 
 def test_profile_override_without_profile_is_an_error(capsys):

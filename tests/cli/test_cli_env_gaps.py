@@ -218,6 +218,17 @@ def test_deleting_a_section_is_refused_naming_it(capsys):
     assert config_valid(code, out), err  # one key still may be deleted
 
 
+@pytest.mark.parametrize("stage,key", [("pretrain", "train.global_batch_size"), ("pretrain", "model.tensor_model_parallel_size"),
+                                       ("rlvr", "policy.train_global_batch_size")])
+def test_deleting_a_required_layout_key_is_refused_naming_it(capsys, stage, key):
+    """``~train.global_batch_size`` is refused as required: the layout rules read a stand-in 1 for a missing key
+    and reported ``train.global_batch_size=1`` (a value nobody set)."""
+    code, _, err = run_cli(capsys, "ultra3", stage, "-c", "tiny", f"~{key}", "--dry-run", *ON_CLUSTER)
+    assert code == 2, err
+    assert _error_lines(err) == [f"error: {key} is required (deleted by ~{key})"], err
+    assert f"{key}=1" not in err
+
+
 # ------------------------------------------------------------------ 6. pipe: the stage named, no silent changes
 def test_pipe_override_typo_names_its_stage(capsys):
     code, _, err = run_cli(capsys, "ultra3", "pipe", "data-prep-pretrain", "pretrain", "-c", "tiny",

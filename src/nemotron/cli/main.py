@@ -588,9 +588,11 @@ def _usage_error(exc: typer.TyperException) -> int:
         close = list(getattr(exc, "possibilities", None) or ())
         hint = f"did you mean {close[0]}? " if close else ""
         return _fail(f"no such option {option} for '{cmd}'", f"{hint}see: {cmd} --help", 2)
-    msg = exc.format_message().replace("\n", " ")
-    hint = f"see: {cmd} --help"
     import re
+
+    # Click lists a Choice's values one per line, each after a tab ("Choose from:\n\tpretrain-data,\n\t..."): one line
+    msg = re.sub(r"\s+", " ", exc.format_message()).strip()
+    hint = f"see: {cmd} --help"
 
     unknown = re.fullmatch(r"No such command '([^']*)'\.", msg)
     group = ctx.command if ctx is not None else None

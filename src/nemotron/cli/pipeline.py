@@ -128,6 +128,7 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
                                   env={**profile.storage_env(), **profile.tracking_env}
                                   if profile is not None else None)
+    validation.refuse_deleted_required(req.stage, compiled.config, list(req.overrides))  # ~train.global_batch_size
     if req.profile:
         import shlex
 
@@ -143,6 +144,10 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         if key not in before or before[key] != value:
             compiled.provenance[key] = "prepared by validation (see notes)"
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
+    # a rule that read a key's unresolved ${...} text (train.train_iters='${oc.env:NOPE_X}': "must be a positive
+    # number") says nothing true: the key's own warning says why it is unresolved, and the run refuses it anyway
+    problems = [p for p in problems if p.rule == "unresolved" or p.key not in compiled.unresolved
+                or not (isinstance(p.value, str) and "${" in p.value)]
     # what this shell lacks to start the job (a secret, an ssh key file): the run refuses it before anything is
     # queued, and so does its dry run (it never calls valid what the run refuses); an estimate, which says what a
     # run would cost rather than whether it starts, only warns

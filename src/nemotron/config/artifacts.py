@@ -74,6 +74,35 @@ def _versions(name: str) -> list[int]:
     return sorted(out)
 
 
+def versions(name: str) -> list[int]:
+    """The versions of artifact ``name`` in the store, ascending (empty: none recorded)."""
+    return _versions(name)
+
+
+def known_names() -> list[str]:
+    """Every artifact name a reference may give: those the registry's stages produce, the configs that name their own
+    product (``teacher-reasoning``), those planned by a ``pipe`` and those recorded in the store; sorted."""
+    names = {n for stage in STAGES for n in stage.produces} | set(planned())
+    names |= {c for stage in STAGES for c in config_names(stage) if producer_command(c) is not None}
+    if store().is_dir():
+        names |= {f.name for f in store().iterdir() if f.is_dir()}
+    return sorted(names)
+
+
+def is_known(name: str) -> bool:
+    """Whether a reference to artifact ``name`` can ever resolve: a stage makes it (:func:`producer_command`), a
+    ``pipe`` plans it, a run recorded it, or it is a released RL blend (:data:`ANY_CONSUMER_PREFIXES`)."""
+    return (name.startswith(ANY_CONSUMER_PREFIXES) or name in planned() or bool(_versions(name))
+            or producer_command(name) is not None)
+
+
+def span(numbers: list[int]) -> str:
+    """``1-3`` for consecutive numbers, else ``1, 3, 4``."""
+    if numbers and numbers == list(range(numbers[0], numbers[-1] + 1)) and len(numbers) > 1:
+        return f"{numbers[0]}-{numbers[-1]}"
+    return ", ".join(str(n) for n in numbers)
+
+
 #: Artifacts that earlier stages of a ``pipe`` will produce: name → fields (planned paths), set only inside
 #: :func:`planning`. Looked up before the store, so a chain is wired to where its upstream stage will write, not
 #: to an older run.

@@ -36,14 +36,14 @@ import re
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from nemotron.config import artifacts, yamlio
 from nemotron.config.nemo_rl_base import BASE_KEY, base_layer
 from nemotron.config.paths import OUTPUT_FOLDER_KEYS, config_names, repo_root, stages_dir
 from nemotron.config.registry import Stage
 from nemotron.config.tree import _leaves, dotted, leaves
-from nemotron.errors import ConfigError, Problem, UsageError
+from nemotron.errors import ConfigError, Problem, UsageError, closest, plural
 
 #: Keys every stage has, below its default.yaml. ``run.env`` is the stage's resource request;
 #: everything else about the cluster belongs to the env.toml profile.
@@ -211,8 +211,8 @@ def _resolve_config_ref(stage: Stage, ref: str, relative_to: Path | None) -> Pat
     if relative_to is not None and (relative_to / f"{ref}.yaml").is_file():
         return (relative_to / f"{ref}.yaml").resolve()
     names = config_names(stage)
-    close = difflib.get_close_matches(ref, names, n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
+    close = closest(ref, names)
+    hint = f"did you mean '{close}'? " if close else ""
     raise ConfigError(f"{stage.title} has no config {ref!r}", f"{hint}configs: {', '.join(names)}; or pass a path to a YAML file")
 
 
@@ -327,6 +327,28 @@ def _compatible(old: Any, new: Any) -> bool:
     return type(old) is type(new)
 
 
+def _short(value: Any, width: int = 60) -> str:
+    """``value`` in flow YAML for a one-line message, at most about ``width`` characters: a longer mapping is
+    ``a mapping of N keys (k1, k2, k3, ...)``, a longer list ``a list of N items``, other text is cut with ``...``."""
+    text = yamlio.flow(value)
+    if len(text) <= width:
+        return text
+    if isinstance(value, dict):
+        return f"{plural(len(value), 'key')}: {', '.join(map(str, list(value)[:3]))}, ..."
+    if isinstance(value, list):
+        return f"a list of {plural(len(value), 'item')}"
+    return text[: width - 3] + "..."
+
+
+def _as_declared(old: Any, new: Any) -> Any:
+    """``new`` in the type of the value it replaces where that is an int and ``new`` an integral float: ``1e3`` (a
+    YAML float) for an int key is the int 1000, never 1000.0 in the compiled config (a non-integral float is refused
+    by :func:`_compatible`). Anything else is returned as is."""
+    if isinstance(old, int) and not isinstance(old, bool) and isinstance(new, float) and new.is_integer():
+        return int(new)
+    return new
+
+
 def _suggest(key: str, candidates: list[str]) -> str:
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
     if not close:
@@ -374,7 +396,7 @@ def _merge(base: dict, over: dict, label: str, prov: dict[str, str], errors: lis
             continue
         for stale in [k for k in prov if k == name or k.startswith((name + ".", name + "["))]:
             del prov[stale]
-        base[key] = copy.deepcopy(value)
+        base[key] = copy.deepcopy(_as_declared(old, value))
         for lp, _ in _leaves(value, path):
             prov[dotted(lp)] = label
 
@@ -445,11 +467,11 @@ def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: 
         old = node[last]
         if not _compatible(old, ov.value) or (isinstance(old, dict) and old and ov.value is not None and not isinstance(ov.value, dict)):
             raise ConfigError(
-                f"override {ov.text!r}: '{name}' expects {_type_name(old)} (now {yamlio.flow(old)}), got {_type_name(ov.value)}",
+                f"override {ov.text!r}: '{name}' expects {_type_name(old)} (now {_short(old)}), got {_type_name(ov.value)}",
                 f"give a value of type {_type_name(old)}"
                 + (" (quote it for a string: key='\"...\"')" if isinstance(old, str) else ""),
             )
-        node[last] = ov.value  # a mapping value replaces the mapping: its keys are the user's explicit choice
+        node[last] = _as_declared(old, ov.value)  # a mapping value replaces the mapping: its keys are the user's explicit choice
     if any(isinstance(seg, int) for seg in ov.path):  # lists are leaves: the whole list is now an override
         first = next(i for i, seg in enumerate(ov.path) if isinstance(seg, int))
         prov[dotted(ov.path[:first])] = OVERRIDE
@@ -477,10 +499,17 @@ def _child(node: Any, seg: str | int) -> Any:
 def _unknown(tree: dict, ov: Override, upto: tuple) -> None:
     name = dotted(upto)
     parent = _resolve_path(tree, upto[:-1])
+    whole = dotted(upto[:-1])
     if isinstance(parent, list):
-        whole = dotted(upto[:-1])
-        raise ConfigError(f"override {ov.text!r}: '{whole}' has {len(parent)} elements, no index {upto[-1]}",
+        raise ConfigError(f"override {ov.text!r}: index {upto[-1]} out of range ('{whole}' has "
+                          f"{plural(len(parent), 'item')}: no index {upto[-1]})",
                           f"set the whole list: {whole}=[...] (an index replaces an element that exists)")
+    if isinstance(upto[-1], int) and upto[:-1] and not isinstance(parent, dict):  # model.recompute_modules: null
+        if parent is None:
+            raise ConfigError(f"override {ov.text!r}: index {upto[-1]} out of range ('{whole}' is null, not a list: "
+                              f"no index {upto[-1]})", f"set the whole list: {whole}=[...]")
+        raise ConfigError(f"override {ov.text!r}: '{whole}' is a {_type_name(parent)}, not a list: no index {upto[-1]}",
+                          f"set it whole: {whole}=VALUE")
     hint = _suggest(name, _known_keys(tree))
     raise ConfigError(
         f"override {ov.text!r}: unknown key '{name}'",
@@ -552,6 +581,15 @@ def _register_resolvers() -> None:
         if rec is None and len(alternatives) > 1:
             raise Unresolved(f"artifact {ref} does not exist yet: none of {', '.join(alternatives)}"
                              + (f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config else ""))
+        if rec is None and not artifacts.is_known(name):  # a typo: no stage makes it, no run recorded it
+            close = difflib.get_close_matches(name, artifacts.known_names(), n=1, cutoff=0.6)
+            raise Unresolved(f"no artifact {name}" + (f" (did you mean {close[0]}?)" if close else "")
+                             + ": no stage makes it and no run recorded it")
+        if rec is None and version is not None and artifacts.versions(name):
+            have = artifacts.versions(name)
+            raise Unresolved(f"artifact {name} has no version {version}: "
+                             f"{'version' if len(have) == 1 else 'versions'} {artifacts.span(have)} exist"
+                             + ("s" if len(have) == 1 else ""))
         if rec is None:
             made_by = f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config and version is None else ""
             if name.startswith(artifacts.ANY_CONSUMER_PREFIXES):  # a released RL blend's stage file
@@ -607,6 +645,49 @@ def _register_resolvers() -> None:
     _RESOLVERS_READY = True
 
 
+#: The hint of every refused interpolation: the forms a config may use.
+_INTERPOLATION_HINT = "interpolations: ${other.key}, ${oc.env:VAR,default}, ${art:NAME,FIELD}"
+
+
+def _origin(prov: dict[str, str], path: tuple) -> str:
+    """The layer that set the value at ``path``: its own provenance, else that of the nearest enclosing key
+    recorded (a list element's is its list's); ``?`` when none is."""
+    for n in range(len(path), 0, -1):
+        if dotted(path[:n]) in prov:
+            return prov[dotted(path[:n])]
+    return "?"
+
+
+def _refuse_malformed(tree: dict, prov: dict[str, str]) -> None:
+    """Refuse a value whose ``${...}`` does not parse (``${``, a missing closing brace) before OmegaConf sees the
+    tree: OmegaConf refuses the whole tree at creation with a bare GrammarParseError that names no layer.
+
+    Raises:
+        ConfigError: ``'KEY' = 'VALUE' (LAYER): malformed interpolation: ...`` for the first such value; LAYER is
+            ``override`` or the config file that set it.
+    """
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar_parser import parse
+
+    def strings(node: Any, path: tuple) -> Iterator[tuple[tuple, str]]:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from strings(v, (*path, k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                yield from strings(v, (*path, i))
+        elif isinstance(node, str) and "${" in node:
+            yield path, node
+
+    for path, value in strings(tree, ()):
+        try:
+            parse(value)
+        except GrammarParseError as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else "cannot parse"
+            raise ConfigError(f"'{dotted(path)}' = {value!r} ({_origin(prov, path)}): malformed interpolation: "
+                              f"{msg}", _INTERPOLATION_HINT + " (each ${ needs its closing })") from None
+
+
 def _resolve(tree: dict, prov: dict[str, str]) -> tuple[dict, dict[str, str]]:
     """Resolve every interpolation. Returns the resolved tree and ``{key: reason}`` of values left
     unresolved (kept as their ``${...}`` text).
@@ -621,6 +702,7 @@ def _resolve(tree: dict, prov: dict[str, str]) -> tuple[dict, dict[str, str]]:
     from omegaconf.errors import OmegaConfBaseException
 
     _register_resolvers()
+    _refuse_malformed(tree, prov)
     conf = OmegaConf.create(tree, flags={"allow_objects": False})
     unresolved: dict[str, str] = {}
 
@@ -647,7 +729,7 @@ def _resolve(tree: dict, prov: dict[str, str]) -> tuple[dict, dict[str, str]]:
                 raise ConfigError(f"'{dotted(path)}' ({prov.get(dotted(path), '?')}): {cause.message}", cause.hint) from None
             msg = str(exc).splitlines()[0]
             raise ConfigError(f"'{dotted(path)}' = {raw!r} ({prov.get(dotted(path), '?')}): cannot resolve: {msg}",
-                              "interpolations: ${other.key}, ${oc.env:VAR,default}, ${art:NAME,FIELD}") from None
+                              _INTERPOLATION_HINT) from None
         if isinstance(value, (DictConfig, ListConfig)):
             return OmegaConf.to_container(value, resolve=True)
         return value

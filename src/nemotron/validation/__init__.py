@@ -144,6 +144,32 @@ def prepare(stage: Stage, cfg: dict, user_keys: set[str], profile: ExecutorProfi
     return notes
 
 
+#: The layout keys every rule reads (their view stands 1 in for a missing one): required, never deleted.
+_REQUIRED_LAYOUT = ("tp", "pp", "ep", "etp", "cp", "seq", "gbs", "mbs")
+
+
+def refuse_deleted_required(stage: Stage, cfg: dict, overrides: list[str]) -> None:
+    """Refuse a ``~KEY`` override that deleted a layout key of the stage (parallel sizes, sequence length, batch
+    sizes: :data:`_REQUIRED_LAYOUT`): the rules would read a stand-in 1 for it and report a value nobody set
+    (``train.global_batch_size=1: ...``). Other keys may be deleted (a framework then takes its own default).
+
+    Raises:
+        ConfigError: ``KEY is required (deleted by ~KEY)`` for the first such key.
+    """
+    if not stage.family.layout:
+        return
+    required = {layout_keys(stage.family.layout)[k] for k in _REQUIRED_LAYOUT}
+    missing = object()
+    for text in overrides:
+        body = text.strip()
+        if not body.startswith("~"):
+            continue
+        key = body[1:].partition("=")[0].strip()
+        if key in required and get(cfg, key, missing) is missing:
+            raise ConfigError(f"{key} is required (deleted by {body})",
+                              f"drop {body}, or set it: {key}=VALUE (nemotron {stage.recipe} keys {stage.name} {key})")
+
+
 def validate(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Every problem of ``cfg`` for ``stage`` on ``profile`` (errors and warnings), all at once.
 

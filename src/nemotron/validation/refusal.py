@@ -31,6 +31,14 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
         else None
     if config and cycle_base(config):  # a cycle config (local-cycle2): its inputs are made by runs of the base config
         config = cycle_base(config)
+    if str(why).startswith("no artifact "):  # a misspelt name: no run makes it, making it first is no way out
+        return Unresolved(head, lines, f"correct the artifact name in {key} (the closest one is named above, if any), "
+                                       f"or set {key} explicitly")
+    if m and " has no version " in str(why):  # ${art:NAME:9,...} where versions 1-2 exist
+        return Unresolved(head, lines, f"pin a version that exists (${{art:{m.group(1)}:N,...}}) or drop ':N' for the "
+                                       f"latest; or set {key} explicitly")
+    if m:
+        hint = "set the key explicitly (key=value)"  # no variable is read: saying "export" would mislead
     command = producer_command(m.group(1), config) if m else None
     producer = producer_stage(m.group(1)) if m else None
     # the producer goes where this job goes: made here, a cluster job could not read it
