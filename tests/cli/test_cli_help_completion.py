@@ -121,6 +121,19 @@ def test_wide_terminal_puts_each_key_on_one_line(capsys, monkeypatch):
     assert any(len(ln) > 120 for ln in out.splitlines())
 
 
+def test_an_abbreviation_does_not_end_a_keys_description(capsys, monkeypatch):
+    """pretrain's ``pretrained_checkpoint`` comment "start from weights (e.g. phase 2 from phase 1); null = from
+    scratch" and quantize's ``calib_size`` "bump (e.g. --calib-size 512)": the help's one line goes past "e.g."."""
+    monkeypatch.setenv("COLUMNS", "200")
+    out = _help(capsys, "ultra3", "pretrain")
+    row = next(ln for ln in out.splitlines() if ln.split()[:1] == ["checkpoint.pretrained_checkpoint"])
+    assert "start from weights (e.g. phase 2 from phase 1); null = from scratch" in row, row
+    out = _help(capsys, "ultra3", "quantize")
+    row = next(ln for ln in out.splitlines() if ln.split()[:1] == ["quantization.calib_size"])
+    assert "(e.g. --calib-size 512)" in row, row
+    assert not any(ln.rstrip().endswith(("(e.g.", "i.e.")) for ln in out.splitlines())
+
+
 def test_help_without_an_env_file_says_where_to_get_one(capsys, monkeypatch):
     monkeypatch.delenv("NEMOTRON_ENV_FILE")
     monkeypatch.setenv("XDG_CONFIG_HOME", os.getcwd())

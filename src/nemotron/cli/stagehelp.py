@@ -47,10 +47,20 @@ class KeyDoc:
     description: str
 
 
+# abbreviations whose period does not end a sentence ("start from weights (e.g. phase 2 from phase 1)")
+_ABBREVIATIONS = ("e.g", "i.e", "etc", "vs", "cf", "approx", "resp")
+
+
 def _first_sentence(text: str) -> str:
+    """``text`` up to the first period that ends a sentence (a period after a letter, digit, bracket or quote,
+    followed by a space or the end), whitespace collapsed; a period of an abbreviation (:data:`_ABBREVIATIONS`:
+    ``e.g.``, ``i.e.``, ``etc.``, ``vs.``, ...) does not end one. No such period: the whole text."""
     text = " ".join(text.split())
-    m = re.search(r"(?<=[a-z0-9)\]`'])\.(\s|$)", text)
-    return text[: m.start() + 1] if m else text
+    for m in re.finditer(r"(?<=[a-z0-9)\]`'])\.(\s|$)", text):
+        word = re.search(r"[\w.]*$", text[: m.start()]).group(0).lower()
+        if word not in _ABBREVIATIONS:
+            return text[: m.start() + 1]
+    return text
 
 
 def _cut(text: str, width: int) -> str:
