@@ -75,7 +75,7 @@ def dry_run(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any,
         for p in sorted(found, key=lambda p: p.severity != "warning"):
             out(problem_line(p), plain=True)
     if not any(p.severity == "error" for p in found):  # last as well: what a terminal shows after a long report
-        out(readable(line), plain=True)  # (errors: the run's own `error: N problems found` line ends it, on stderr)
+        out(readable(line), plain=True)  # (errors: the run's own `error: N errors found` line ends it, on stderr)
 
 
 def verdict(req: Any, compiled: Any, found: list[Problem], part: str | None = None) -> str:
@@ -83,13 +83,14 @@ def verdict(req: Any, compiled: Any, found: list[Problem], part: str | None = No
     warnings); nothing was submitted``; valid but refused by the run's own check
     (:func:`nemotron.validation.refusal.unresolved_refusal`: ``..., but the run would refuse to start: WHY; HINT``,
     and with several unresolved keys one line more for each, ``  key: why``);
-    or ``dry run: N problems found (M warnings): the run would refuse to start; nothing was submitted``. ``part`` (a
+    or ``dry run: N errors, M warnings: the run would refuse to start; nothing was submitted`` (the errors refuse the
+    run, the warnings do not). ``part`` (a
     pipe's ``stage 1/2``): said of that stage only."""
     n_err = sum(p.severity == "error" for p in found)
     warnings = plural(len(found) - n_err, "warning")
     if n_err:
         what = f"{part} ({req.stage.title}): " if part else ""
-        return (f"dry run: {what}{plural(n_err, 'problem')} found ({warnings}): the run would refuse to start; "
+        return (f"dry run: {what}{plural(n_err, 'error')}, {warnings}: the run would refuse to start; "
                 "nothing was submitted")
     refusal = unresolved_refusal(compiled)
     if refusal is not None:  # the run's own refusal (nemotron.cli.pipeline._check_startable), said as such

@@ -544,7 +544,7 @@ def _chain_verdict(prepared: list[Prepared]) -> str:
     bad = [(i, p) for i, p in enumerate(prepared, 1) if p.errors]
     if bad:
         where = ", ".join(f"{i}/{len(prepared)} ({p.req.stage.title}): {len(p.errors)}" for i, p in bad)
-        count = plural(sum(len(p.errors) for _, p in bad), "problem")
+        count = plural(sum(len(p.errors) for _, p in bad), "error")
         return (f"dry run: {count} found in the chain's stages ({where}): "
                 "the run would refuse to start; nothing was submitted")
     refused = next((i for i, p in enumerate(prepared, 1) if unresolved_refusal(p.compiled) is not None), None)
