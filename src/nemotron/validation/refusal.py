@@ -61,6 +61,13 @@ class Unresolved(ConfigError):
         super().__init__(f"refusing to start {head}:{body}", hint)
 
 
+def also_refused(refusal: Unresolved) -> str:
+    """``refusal`` said beside validation errors, one line: ``it would also refuse HEAD: KEY: WHY; HINT``
+    (several keys: ``KEY: WHY; KEY: WHY``), so that a run refused for its errors also names the inputs it lacks and
+    how to make them (the make-it-first hint), instead of saying so only once the errors are fixed."""
+    return f"it would also refuse {refusal.head}: {'; '.join(refusal.lines)}; {refusal.hint}"
+
+
 def _takes_config(stage: Any, config: str) -> bool:
     """Whether ``-c config`` names a config of ``stage`` (``local`` of a data prep stage is its ``tiny``)."""
 
