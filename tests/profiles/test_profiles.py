@@ -199,10 +199,26 @@ def test_string_values_are_not_coerced(tmp_path):
         exclusive = "False"
     """, "c")
     assert "profile 'c': 2 problems" in err.message
-    assert "gpus_per_node: expected an integer, got '8'" in err.message
+    assert "gpus_per_node: expected an integer, got '8' (a string: write it without quotes)" in err.message
     assert "exclusive: expected true or false, got 'False'" in err.message
     assert "Traceback" not in err.message and "pydantic" not in err.message
     assert "\n" not in err.message
+
+
+def test_a_list_key_written_as_a_string_is_told_to_use_brackets(tmp_path):
+    """``mounts = "/lustre:/lustre"``: the advice is the list of one string, not "write it without quotes" (which
+    gives a TOML error); the message is the TOML to write."""
+    err = error_of(tmp_path, """
+        [c]
+        executor = "slurm"
+        mounts = "/lustre:/lustre"
+        setup = "module load x"
+    """, "c")
+    assert ("""mounts: expected a list, got '/lustre:/lustre' (a list of strings: write mounts = ["/lustre:/lustre"])"""
+            in err.message), err.message
+    assert """setup: expected a list, got 'module load x' (a list of strings: write setup = ["module load x"])""" \
+        in err.message, err.message
+    assert "without quotes" not in err.message
 
 
 def test_single_problem_names_file_line_profile_and_key(tmp_path):
