@@ -221,6 +221,24 @@ def test_a_list_key_written_as_a_string_is_told_to_use_brackets(tmp_path):
     assert "without quotes" not in err.message
 
 
+def test_a_dotted_profile_name_is_explained_as_a_nested_table(tmp_path):
+    """``[my.cluster]`` is TOML for table ``cluster`` inside table ``my``: profile ``my`` (no executor) and
+    ``--run my.cluster`` both say so and how to quote the name; ``["my.cluster"]`` is a profile of that name."""
+    body = """
+        executor = "slurm"
+        account = "a"
+        partition = "p"
+    """
+    for name in ("my", "my.cluster"):
+        err = error_of(tmp_path, "[my.cluster]" + body, name)
+        assert "[my.cluster] is not a profile named 'my.cluster': in TOML a dot in a table name nests tables" \
+            in err.message, err.message
+        assert "inside profile 'my'" in err.message and '["my.cluster"]' in err.hint, err.hint
+    assert load(tmp_path, '["my.cluster"]' + body).get("my.cluster").executor == "slurm"
+    err = error_of(tmp_path, "[mine]" + body, "my.cluster")  # no such table at all: the usual no-profile line
+    assert "no profile 'my.cluster'" in err.message
+
+
 def test_single_problem_names_file_line_profile_and_key(tmp_path):
     err = error_of(tmp_path, '[c]\nexecutor = "slurm"\ngpus_per_node = -1\n', "c")
     assert err.message == f"{tmp_path / 'env.toml'}:3: profile 'c': gpus_per_node: -1 must be >= 0"
