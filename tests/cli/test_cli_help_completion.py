@@ -134,6 +134,40 @@ def test_an_abbreviation_does_not_end_a_keys_description(capsys, monkeypatch):
     assert not any(ln.rstrip().endswith(("(e.g.", "i.e.")) for ln in out.splitlines())
 
 
+def test_a_100_column_terminal_puts_each_key_on_one_line_as_the_readme_says(capsys, monkeypatch):
+    """README: "At 100 columns or more each key is one line" (click's formatter is 2 narrower than the terminal)."""
+    monkeypatch.setenv("COLUMNS", "100")
+    out = _help(capsys, "ultra3", "data", "prep", "sft")
+    row = next(ln for ln in out.splitlines() if ln.split()[:1] == ["pack.pack_size"])
+    assert row.split()[1:3] == ["int", "294912"] and "report §3.1" in row, row
+    monkeypatch.setenv("COLUMNS", "99")
+    out = _help(capsys, "ultra3", "data", "prep", "sft")
+    lines = out.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["pack.pack_size"])
+    assert "report" not in lines[i] and "report §3.1" in lines[i + 1]
+
+
+@pytest.mark.parametrize("columns", ["120", "100"])
+def test_long_keys_keep_the_type_column_aligned(capsys, monkeypatch, columns):
+    """rlvr's keys run to 70 characters (``policy.generation.sglang_cfg.sglang_server_config...``): the type column
+    starts at one offset on every row; a key too long for its column is a line of its own, its row below it."""
+    monkeypatch.setenv("COLUMNS", columns)
+    keys = _section(_help(capsys, "ultra3", "rlvr"), "Config keys").splitlines()
+    assert any(len(ln.split()[0]) > 36 for ln in keys if ln.startswith("  ") and not ln.startswith("   "))
+    keys = keys[:next(i for i, ln in enumerate(keys) if ln.startswith("  and "))]  # the table, not the count below
+    starts = set()
+    for i, line in enumerate(keys):
+        if not line.startswith("  ") or line.startswith("   "):
+            continue
+        words = line.split()
+        if len(words) == 1:  # alone: its type on the next line, at the column
+            starts.add(len(keys[i + 1]) - len(keys[i + 1].lstrip()))
+        else:
+            starts.add(line.index(" " + words[1], 2 + len(words[0])) + 1)
+    assert len(starts) == 1, starts
+    assert max(len(ln) for ln in keys) <= int(columns)
+
+
 def test_help_without_an_env_file_says_where_to_get_one(capsys, monkeypatch):
     monkeypatch.delenv("NEMOTRON_ENV_FILE")
     monkeypatch.setenv("XDG_CONFIG_HOME", os.getcwd())
