@@ -251,6 +251,30 @@ def test_completion_of_profiles(capsys, monkeypatch, tmp_path):
     assert _complete(capsys, monkeypatch, "nemotron profiles ") == expected
 
 
+def test_completion_of_a_profile_name_with_a_space_is_one_word(capsys, monkeypatch, tmp_path):
+    """``["my cluster"]``: bash inserts what the answer says, so the space is escaped (``my\\ cluster``: one word
+    of the command line); the answer still starts with what was typed."""
+    other = tmp_path / "spaced.toml"
+    other.write_text('["my cluster"]\nexecutor = "local"\n\n[plain]\nexecutor = "local"\n', encoding="utf-8")
+    monkeypatch.setenv("_NEMOTRON_COMPLETE", "complete_bash")
+    line = f"nemotron ultra3 sft --env-file {other} --run my"
+    monkeypatch.setenv("COMP_WORDS", line)
+    monkeypatch.setenv("COMP_CWORD", str(len(line.split(" ")) - 1))
+    with pytest.raises(SystemExit):
+        main([])
+    assert capsys.readouterr().out.splitlines() == ["my\\ cluster"]
+
+
+def test_completion_offers_the_nemo_rl_recipe_keys(capsys, monkeypatch):
+    """``grpo.seed`` is a key of the NeMo RL recipe below mopd's default.yaml (``nemotron ultra3 keys mopd`` lists
+    it): completed as a plain override, as ``mopd:`` and as ``mopd#2:`` in a pipe naming mopd twice."""
+    assert "grpo.seed" in dict(leaves(_recipe_of(get_stage("mopd"))))  # read here, from the recipe itself
+    assert "grpo.seed=" in _complete(capsys, monkeypatch, "nemotron ultra3 mopd grpo.se")
+    assert "mopd:grpo.seed=" in _complete(capsys, monkeypatch, "nemotron ultra3 pipe mopd mopd:grpo.se")
+    assert "grpo.seed=" in _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe mopd mopd mopd#2:grpo.se")
+    assert "backend=" not in _complete(capsys, monkeypatch, "nemotron ultra3 mopd grpo.")
+
+
 def test_completion_of_config_keys(capsys, monkeypatch):
     keys = _default_keys(get_stage("pretrain"))
     assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain -c tiny train.g") == ["train.global_batch_size="]
