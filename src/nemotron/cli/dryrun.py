@@ -92,9 +92,11 @@ def verdict(req: Any, compiled: Any, found: list[Problem], part: str | None = No
     refusal = unresolved_refusal(compiled)
     if n_err:
         what = f"{part} ({req.stage.title}): " if part else ""
-        also = f"; {also_refused(refusal)}" if refusal is not None else ""  # every refusal at once
+        also = f"; {also_refused(refusal, 'each on a line below')}" if refusal is not None else ""  # all at once
+        below = "".join(f"\n  {line}" for line in refusal.lines) if refusal is not None and len(refusal.lines) > 1 \
+            else ""
         return (f"dry run: {what}{plural(n_err, 'error')}, {warnings}: the run would refuse to start{also}; "
-                "nothing was submitted")
+                "nothing was submitted" + below)
     if refusal is not None:  # the run's own refusal (nemotron.cli.pipeline._check_startable), said as such
         what = f"{part} ({req.stage.title}): its config is valid" if part else "the config is valid"
         one = len(refusal.lines) == 1
