@@ -34,5 +34,4 @@ def config_valid(code: int, out: str) -> bool:
 
     refused = re.search(r"^dry run: .*(the|its) config(s are| is) valid .*but the run would refuse to start", out, re.M)
     first = out.splitlines()[0] if out else ""
-    return code == 0 or (code == 2 and refused is not None and "problems found" not in first
-                         and "problem found" not in first)
+    return code == 0 or (code == 2 and refused is not None and re.match(r"dry run: (.*: )?\d+ errors?, ", first) is None)

@@ -120,7 +120,7 @@ class ValidationError(NemotronError):
         errors = [p for p in self.problems if p.severity == "error"]
         NemotronError.__init__(
             self,
-            f"{plural(len(errors), 'problem')} {self.found}",
+            f"{plural(len(errors), 'error')} {self.found}",  # errors only: a warning refuses nothing
             "fix the keys listed above (or override them: key=value) and run again with --dry-run",
         )
 

@@ -55,6 +55,26 @@ def test_example_env_toml_runs_local_pretraining_as_copied_without_a_wandb_key(c
     assert "wandb_project: null" in out and "WANDB_API_KEY" not in out + err, out + err
 
 
+def test_readme_cluster_dry_run_names_the_secrets_and_the_missing_data_at_once(capsys, tmp_path, monkeypatch):
+    """The README's `cp env.toml.example env.toml` then `pretrain -c tiny --dry-run --run cluster` with the profile's
+    secrets unset: exit 2 with every refusal at once, the two secrets AND the unmade pretrain-data with the command
+    that makes it (not only once the secrets are exported); the run without --dry-run says the same."""
+    for var in ("WANDB_API_KEY", "HF_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    shutil.copy(REPO / "env.toml.example", tmp_path / "env.toml")
+    make = "make it first: nemotron ultra3 data prep pretrain -c tiny --run cluster"
+    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--dry-run", "--run", "cluster")
+    assert code == 2, err
+    verdict = out.splitlines()[0]
+    assert verdict.startswith("dry run: 2 errors, "), verdict
+    assert "data.per_split_data_args_path: artifact pretrain-data does not exist yet" in verdict and make in verdict
+    for var in ("WANDB_API_KEY", "HF_TOKEN"):
+        assert any(x.startswith(f"error: profile.cluster.secrets='{var}'") for x in out.splitlines()), out
+    assert make in err.splitlines()[-1], err  # the closing hint too
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "tiny", "--run", "cluster")
+    assert code == 2 and len(_error_lines(err)) == 3 and make in err.splitlines()[-1], err
+
+
 def test_wandb_project_without_a_key_is_refused_by_the_dry_run_as_by_the_run(capsys, tmp_path, monkeypatch):
     """A [wandb] project on a profile whose job gets no WANDB_API_KEY (and WANDB_MODE is not offline): the
     dry run refuses it with the line the run refuses with (exit 2, nothing queued), as for a missing secret."""

@@ -45,7 +45,7 @@ def test_pipe_without_dry_run_prints_the_problems_it_refuses_for(capsys, tmp_pat
     lines = err.splitlines()
     at = lines.index("ultra3 pretrain (tiny):")
     assert "error: train.global_batch_size=-16: must be a positive integer; valid: 1, 2, 3, ..." in lines[at:], err
-    assert lines[-2:] == ["error: 1 problem found before anything was queued",
+    assert lines[-2:] == ["error: 1 error found before anything was queued",
                           "hint: fix the keys listed above (or override them: key=value) and run again with --dry-run"]
     assert not (tmp_path / "home" / "runs").exists()  # nothing started
 
@@ -86,7 +86,7 @@ def test_rl_local_dry_run_has_a_runtime_and_reads_the_settings(capsys, stage):
     code, out, err = run_cli(capsys, "ultra3", stage, "-c", "local", "--dry-run", "grpo.num_prompts_per_step=3")
     assert code == 2
     assert "must equal grpo.num_prompts_per_step x grpo.num_generations_per_prompt" in out, out[-2000:]
-    assert err.splitlines()[0] == "error: 1 problem found before anything was queued"
+    assert err.splitlines()[0] == "error: 1 error found before anything was queued"
 
 
 def test_list_marks_no_config_without_a_runtime(capsys):
@@ -155,7 +155,7 @@ def test_short_profile_lists_the_signal_and_the_nvfp4_problem_together(capsys, t
             "300 s, profile short key time); valid: set run.signal_before_s below 300 or give the profile a longer "
             "time") in errors
     assert "# not rendered: run.signal_before_s=900" in out
-    assert err.splitlines()[0] == "error: 2 problems found before anything was queued"
+    assert err.splitlines()[0] == "error: 2 errors found before anything was queued"
 
 
 def test_a_bad_run_key_is_one_of_the_problems_not_the_only_one(capsys, tmp_path):
@@ -165,7 +165,7 @@ def test_a_bad_run_key_is_one_of_the_problems_not_the_only_one(capsys, tmp_path)
                              "--env-file", str(env), "run.signal_before_s=-5")
     assert code == 2
     assert "error: run.signal_before_s=-5: expected a whole number >= 0; valid: 0, 1, 2, ... (0: none)" in out
-    assert err.splitlines()[0] == "error: 2 problems found before anything was queued"
+    assert err.splitlines()[0] == "error: 2 errors found before anything was queued"
 
 
 def test_submission_still_refuses_a_signal_past_the_limit():

@@ -121,6 +121,53 @@ def test_wide_terminal_puts_each_key_on_one_line(capsys, monkeypatch):
     assert any(len(ln) > 120 for ln in out.splitlines())
 
 
+def test_an_abbreviation_does_not_end_a_keys_description(capsys, monkeypatch):
+    """pretrain's ``pretrained_checkpoint`` comment "start from weights (e.g. phase 2 from phase 1); null = from
+    scratch" and quantize's ``calib_size`` "bump (e.g. --calib-size 512)": the help's one line goes past "e.g."."""
+    monkeypatch.setenv("COLUMNS", "200")
+    out = _help(capsys, "ultra3", "pretrain")
+    row = next(ln for ln in out.splitlines() if ln.split()[:1] == ["checkpoint.pretrained_checkpoint"])
+    assert "start from weights (e.g. phase 2 from phase 1); null = from scratch" in row, row
+    out = _help(capsys, "ultra3", "quantize")
+    row = next(ln for ln in out.splitlines() if ln.split()[:1] == ["quantization.calib_size"])
+    assert "(e.g. --calib-size 512)" in row, row
+    assert not any(ln.rstrip().endswith(("(e.g.", "i.e.")) for ln in out.splitlines())
+
+
+def test_a_100_column_terminal_puts_each_key_on_one_line_as_the_readme_says(capsys, monkeypatch):
+    """README: "At 100 columns or more each key is one line" (click's formatter is 2 narrower than the terminal)."""
+    monkeypatch.setenv("COLUMNS", "100")
+    out = _help(capsys, "ultra3", "data", "prep", "sft")
+    row = next(ln for ln in out.splitlines() if ln.split()[:1] == ["pack.pack_size"])
+    assert row.split()[1:3] == ["int", "294912"] and "report §3.1" in row, row
+    monkeypatch.setenv("COLUMNS", "99")
+    out = _help(capsys, "ultra3", "data", "prep", "sft")
+    lines = out.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["pack.pack_size"])
+    assert "report" not in lines[i] and "report §3.1" in lines[i + 1]
+
+
+@pytest.mark.parametrize("columns", ["120", "100"])
+def test_long_keys_keep_the_type_column_aligned(capsys, monkeypatch, columns):
+    """rlvr's keys run to 70 characters (``policy.generation.sglang_cfg.sglang_server_config...``): the type column
+    starts at one offset on every row; a key too long for its column is a line of its own, its row below it."""
+    monkeypatch.setenv("COLUMNS", columns)
+    keys = _section(_help(capsys, "ultra3", "rlvr"), "Config keys").splitlines()
+    assert any(len(ln.split()[0]) > 36 for ln in keys if ln.startswith("  ") and not ln.startswith("   "))
+    keys = keys[:next(i for i, ln in enumerate(keys) if ln.startswith("  and "))]  # the table, not the count below
+    starts = set()
+    for i, line in enumerate(keys):
+        if not line.startswith("  ") or line.startswith("   "):
+            continue
+        words = line.split()
+        if len(words) == 1:  # alone: its type on the next line, at the column
+            starts.add(len(keys[i + 1]) - len(keys[i + 1].lstrip()))
+        else:
+            starts.add(line.index(" " + words[1], 2 + len(words[0])) + 1)
+    assert len(starts) == 1, starts
+    assert max(len(ln) for ln in keys) <= int(columns)
+
+
 def test_help_without_an_env_file_says_where_to_get_one(capsys, monkeypatch):
     monkeypatch.delenv("NEMOTRON_ENV_FILE")
     monkeypatch.setenv("XDG_CONFIG_HOME", os.getcwd())
@@ -202,6 +249,30 @@ def test_completion_of_profiles(capsys, monkeypatch, tmp_path):
     other.write_text('[mine]\nexecutor = "local"\n', encoding="utf-8")
     assert _complete(capsys, monkeypatch, f"nemotron ultra3 sft --env-file {other} --batch ") == ["mine"]
     assert _complete(capsys, monkeypatch, "nemotron profiles ") == expected
+
+
+def test_completion_of_a_profile_name_with_a_space_is_one_word(capsys, monkeypatch, tmp_path):
+    """``["my cluster"]``: bash inserts what the answer says, so the space is escaped (``my\\ cluster``: one word
+    of the command line); the answer still starts with what was typed."""
+    other = tmp_path / "spaced.toml"
+    other.write_text('["my cluster"]\nexecutor = "local"\n\n[plain]\nexecutor = "local"\n', encoding="utf-8")
+    monkeypatch.setenv("_NEMOTRON_COMPLETE", "complete_bash")
+    line = f"nemotron ultra3 sft --env-file {other} --run my"
+    monkeypatch.setenv("COMP_WORDS", line)
+    monkeypatch.setenv("COMP_CWORD", str(len(line.split(" ")) - 1))
+    with pytest.raises(SystemExit):
+        main([])
+    assert capsys.readouterr().out.splitlines() == ["my\\ cluster"]
+
+
+def test_completion_offers_the_nemo_rl_recipe_keys(capsys, monkeypatch):
+    """``grpo.seed`` is a key of the NeMo RL recipe below mopd's default.yaml (``nemotron ultra3 keys mopd`` lists
+    it): completed as a plain override, as ``mopd:`` and as ``mopd#2:`` in a pipe naming mopd twice."""
+    assert "grpo.seed" in dict(leaves(_recipe_of(get_stage("mopd"))))  # read here, from the recipe itself
+    assert "grpo.seed=" in _complete(capsys, monkeypatch, "nemotron ultra3 mopd grpo.se")
+    assert "mopd:grpo.seed=" in _complete(capsys, monkeypatch, "nemotron ultra3 pipe mopd mopd:grpo.se")
+    assert "grpo.seed=" in _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe mopd mopd mopd#2:grpo.se")
+    assert "backend=" not in _complete(capsys, monkeypatch, "nemotron ultra3 mopd grpo.")
 
 
 def test_completion_of_config_keys(capsys, monkeypatch):

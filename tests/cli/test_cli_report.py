@@ -4,6 +4,7 @@ has it, and ``nemotron ultra3 jobs`` (issue 32, the CLI)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -48,9 +49,11 @@ def test_dry_run_leads_with_the_verdict_and_quiet_prints_it_alone(tmp_path, monk
     bad = "model.tensor_model_parallel_size=3"
     code, lines, err = _dry(capsys, bad)
     assert code == 2 and "dry run: valid" not in "\n".join(lines)
-    assert lines[0].startswith("dry run: ") and "problem" in lines[0] and "the run would refuse to start" in lines[0]
-    n = int(lines[0].split()[2])
-    assert f"error: {n} problem" in err
+    # the count says errors and warnings apart ("2 errors, 3 warnings"), not "2 problems found (3 warnings)"
+    m = re.match(r"dry run: (\d+) errors?, (\d+) warnings?: the run would refuse to start", lines[0])
+    assert m and "problem" not in lines[0], lines[0]
+    n = int(m.group(1))
+    assert f"error: {n} error{'s' if n > 1 else ''} found before anything was queued" in err
     code, quiet, _ = _dry(capsys, bad, "-q")
     assert code == 2 and quiet[0] == lines[0] and "#SBATCH --account=ultra-acct" in "\n".join(lines)
     errors = [x for x in quiet if x.startswith("error: ")]

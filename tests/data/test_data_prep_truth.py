@@ -113,7 +113,7 @@ def test_every_problem_of_a_blend_in_one_report(tmp_path):
     assert code == 2, text
     for message in expected:
         assert message.split(": ", 1)[1] in text, text
-    assert "4 problems found" in text, text
+    assert "4 errors, " in text, text
     assert not (tmp_path / "o").exists()
 
 

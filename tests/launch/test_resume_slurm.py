@@ -176,7 +176,7 @@ def test_warning_signal_must_come_before_the_time_limit(tmp_path, monkeypatch, c
     assert ("error: run.signal_before_s=7200: the warning signal must come before the job's time limit (02:00:00 = "
             "7200 s, profile sample key time); valid: set run.signal_before_s below 7200 or give the profile a longer "
             "time") in cap.out.splitlines()
-    assert cap.err.splitlines()[0] == "error: 1 problem found before anything was queued"
+    assert cap.err.splitlines()[0] == "error: 1 error found before anything was queued"
     code = main(["ultra3", "pretrain", "-c", "tiny", "run.signal_before_s=0", "run.requeue=false", "--dry-run",
                  "--batch", "sample", "--env-file", str(env)])
     out = capsys.readouterr().out

@@ -199,10 +199,44 @@ def test_string_values_are_not_coerced(tmp_path):
         exclusive = "False"
     """, "c")
     assert "profile 'c': 2 problems" in err.message
-    assert "gpus_per_node: expected an integer, got '8'" in err.message
+    assert "gpus_per_node: expected an integer, got '8' (a string: write it without quotes)" in err.message
     assert "exclusive: expected true or false, got 'False'" in err.message
     assert "Traceback" not in err.message and "pydantic" not in err.message
     assert "\n" not in err.message
+
+
+def test_a_list_key_written_as_a_string_is_told_to_use_brackets(tmp_path):
+    """``mounts = "/lustre:/lustre"``: the advice is the list of one string, not "write it without quotes" (which
+    gives a TOML error); the message is the TOML to write."""
+    err = error_of(tmp_path, """
+        [c]
+        executor = "slurm"
+        mounts = "/lustre:/lustre"
+        setup = "module load x"
+    """, "c")
+    assert ("""mounts: expected a list, got '/lustre:/lustre' (a list of strings: write mounts = ["/lustre:/lustre"])"""
+            in err.message), err.message
+    assert """setup: expected a list, got 'module load x' (a list of strings: write setup = ["module load x"])""" \
+        in err.message, err.message
+    assert "without quotes" not in err.message
+
+
+def test_a_dotted_profile_name_is_explained_as_a_nested_table(tmp_path):
+    """``[my.cluster]`` is TOML for table ``cluster`` inside table ``my``: profile ``my`` (no executor) and
+    ``--run my.cluster`` both say so and how to quote the name; ``["my.cluster"]`` is a profile of that name."""
+    body = """
+        executor = "slurm"
+        account = "a"
+        partition = "p"
+    """
+    for name in ("my", "my.cluster"):
+        err = error_of(tmp_path, "[my.cluster]" + body, name)
+        assert "[my.cluster] is not a profile named 'my.cluster': in TOML a dot in a table name nests tables" \
+            in err.message, err.message
+        assert "inside profile 'my'" in err.message and '["my.cluster"]' in err.hint, err.hint
+    assert load(tmp_path, '["my.cluster"]' + body).get("my.cluster").executor == "slurm"
+    err = error_of(tmp_path, "[mine]" + body, "my.cluster")  # no such table at all: the usual no-profile line
+    assert "no profile 'my.cluster'" in err.message
 
 
 def test_single_problem_names_file_line_profile_and_key(tmp_path):

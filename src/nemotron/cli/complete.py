@@ -50,24 +50,47 @@ def configs(ctx: Any, incomplete: str) -> list[tuple[str, str]]:
 
 def profiles(ctx: Any, incomplete: str) -> list[tuple[str, str]]:
     """Profile names of the env.toml the command would read (its ``--env-file`` when already typed), with their
-    executor."""
+    executor; for bash a space or another character the shell reads is escaped (``my\\ cluster``)."""
     from nemotron.cli.stagehelp import profile_rows
 
     try:
         _, rows = profile_rows(ctx.params.get("env_file"))
     except Exception:
         return []
-    return [(name, f"{executor} profile") for name, executor in rows if name.startswith(incomplete)]
+    import os
+    import re
+
+    # bash inserts an answer as typed: a name it would split or expand ("my cluster", a quoted TOML table name) is
+    # offered with those characters escaped (my\ cluster: one word that still starts with what was typed); zsh and
+    # fish quote what they insert themselves
+    bash = os.environ.get("_NEMOTRON_COMPLETE", "").split("_")[-1] == "bash"
+    return [(re.sub(r"([^\w@%+=:,./-])", r"\\\1", name) if bash else name, f"{executor} profile")
+            for name, executor in rows if name.startswith(incomplete)]
 
 
 def _keys(stage: Stage) -> list[tuple[str, str]]:
+    """``[(key, help), ...]``: the keys of the stage's ``default.yaml`` (type = default: comment), then, for a NeMo
+    RL stage, the keys of the recipe its ``nemo_rl.base`` names that are not set (nor set whole above them) there,
+    as ``nemotron RECIPE keys STAGE`` lists them (``grpo.seed``: ``int = 42 (NeMo RL recipe)``)."""
     from nemotron.cli.stagehelp import key_docs
+    from nemotron.config.yamlio import flow
 
     try:
-        return [(d.key, f"{d.type} = {d.default}" + (f": {d.description}" if d.description else ""))
-                for d in key_docs(stage, null_types=False)]
+        out = [(d.key, f"{d.type} = {d.default}" + (f": {d.description}" if d.description else ""))
+               for d in key_docs(stage, null_types=False)]
     except Exception:
         return []
+    listed = {k for k, _ in out}
+    try:
+        recipe = _recipe_leaves(stage)
+    except Exception:
+        recipe = {}
+    for key, value in recipe.items():
+        parts = key.split(".")
+        if not any(".".join(parts[:i]) in listed for i in range(1, len(parts) + 1)):
+            out.append((key, f"{type(value).__name__ if value is not None else 'null'} = {flow(value)} "
+                             "(NeMo RL recipe)"))
+    return out
 
 
 def _model_names() -> list[tuple[str, str]]:

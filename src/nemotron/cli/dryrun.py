@@ -12,7 +12,7 @@ from nemotron.launch import backends
 from nemotron.profiles.profile import ExecutorProfile
 from nemotron.profiles.schema import redact_text
 from nemotron.report import heading, out, problem_line, readable, table
-from nemotron.validation.refusal import unresolved_refusal
+from nemotron.validation.refusal import also_refused, unresolved_refusal
 
 
 def dry_run(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any, found: list[Problem], notes: list[str],
@@ -75,7 +75,7 @@ def dry_run(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any,
         for p in sorted(found, key=lambda p: p.severity != "warning"):
             out(problem_line(p), plain=True)
     if not any(p.severity == "error" for p in found):  # last as well: what a terminal shows after a long report
-        out(readable(line), plain=True)  # (errors: the run's own `error: N problems found` line ends it, on stderr)
+        out(readable(line), plain=True)  # (errors: the run's own `error: N errors found` line ends it, on stderr)
 
 
 def verdict(req: Any, compiled: Any, found: list[Problem], part: str | None = None) -> str:
@@ -83,15 +83,20 @@ def verdict(req: Any, compiled: Any, found: list[Problem], part: str | None = No
     warnings); nothing was submitted``; valid but refused by the run's own check
     (:func:`nemotron.validation.refusal.unresolved_refusal`: ``..., but the run would refuse to start: WHY; HINT``,
     and with several unresolved keys one line more for each, ``  key: why``);
-    or ``dry run: N problems found (M warnings): the run would refuse to start; nothing was submitted``. ``part`` (a
+    or ``dry run: N errors, M warnings: the run would refuse to start; nothing was submitted`` (the errors refuse the
+    run, the warnings do not), with the unresolved values too where there are some
+    (:func:`nemotron.validation.refusal.also_refused`: ``...; it would also refuse HEAD: KEY: WHY; HINT``). ``part`` (a
     pipe's ``stage 1/2``): said of that stage only."""
     n_err = sum(p.severity == "error" for p in found)
     warnings = plural(len(found) - n_err, "warning")
+    refusal = unresolved_refusal(compiled)
     if n_err:
         what = f"{part} ({req.stage.title}): " if part else ""
-        return (f"dry run: {what}{plural(n_err, 'problem')} found ({warnings}): the run would refuse to start; "
-                "nothing was submitted")
-    refusal = unresolved_refusal(compiled)
+        also = f"; {also_refused(refusal, 'each on a line below')}" if refusal is not None else ""  # all at once
+        below = "".join(f"\n  {line}" for line in refusal.lines) if refusal is not None and len(refusal.lines) > 1 \
+            else ""
+        return (f"dry run: {what}{plural(n_err, 'error')}, {warnings}: the run would refuse to start{also}; "
+                "nothing was submitted" + below)
     if refusal is not None:  # the run's own refusal (nemotron.cli.pipeline._check_startable), said as such
         what = f"{part} ({req.stage.title}): its config is valid" if part else "the config is valid"
         one = len(refusal.lines) == 1

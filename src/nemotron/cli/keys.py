@@ -124,7 +124,7 @@ def show_keys(recipe: str, stage_name: str, config: str | None, prefix: str | No
     typer.echo(f"{stage.title} -c {config or 'default'}: {what}; layers, lowest first: "
                f"{' < '.join(named.get(label, label) for label in layers)}")
     table = [(r.key, r.type, r.source, r.value + (f"  # {r.description}" if r.description else "")) for r in rows]
-    for line in _table(table, width, cap=48):
+    for line in _table(table, width, cap=48, alone=False):  # one line a key, for grep
         typer.echo(line)
     return 0
 

@@ -33,7 +33,7 @@ from nemotron.profiles.profile import ExecutorProfile, storage_site
 from nemotron.profiles.schema import SlurmSettings, queues_dependent_jobs
 from nemotron.profiles.sections import tracking_provenance
 from nemotron.validation.cluster import check as cluster_checks
-from nemotron.validation.refusal import unresolved_refusal
+from nemotron.validation.refusal import also_refused, unresolved_refusal
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,8 @@ def run_stage(req: StageRequest) -> int:
 
 def _check_startable(p: Prepared, reported: bool = False) -> None:
     """The run's refusals before it starts, shared by the run and the dry run: every validation error
-    (:class:`ValidationError`), then the unresolved values (:func:`unresolved_refusal`). ``reported``: the problems
+    (:class:`ValidationError`; its hint names the unresolved values too, :func:`also_refused`), else the unresolved
+    values (:func:`unresolved_refusal`). ``reported``: the problems
     were printed already (by the dry-run report).
 
     Raises:
@@ -228,9 +229,12 @@ def _check_startable(p: Prepared, reported: bool = False) -> None:
     """
     if not reported:
         report.problems(p.problems)
-    if p.errors:
-        raise ValidationError(problems=p.problems)
     refusal = unresolved_refusal(p.compiled)
+    if p.errors:  # the unresolved values said too (with the command that makes them), not once the errors are fixed
+        exc = ValidationError(problems=p.problems)
+        if refusal is not None:
+            exc.hint = f"{exc.hint}; {also_refused(refusal)}"
+        raise exc
     if refusal is not None and reported:  # the dry run's verdict named each value: one line here, for the exit
         raise ConfigError(f"the run would refuse to start {refusal.head}: the report above names each", refusal.hint)
     if refusal is not None:
@@ -549,7 +553,7 @@ def _chain_verdict(prepared: list[Prepared]) -> str:
     bad = [(i, p) for i, p in enumerate(prepared, 1) if p.errors]
     if bad:
         where = ", ".join(f"{i}/{len(prepared)} ({p.req.stage.title}): {len(p.errors)}" for i, p in bad)
-        count = plural(sum(len(p.errors) for _, p in bad), "problem")
+        count = plural(sum(len(p.errors) for _, p in bad), "error")
         return (f"dry run: {count} found in the chain's stages ({where}): "
                 "the run would refuse to start; nothing was submitted")
     refused = next((i for i, p in enumerate(prepared, 1) if unresolved_refusal(p.compiled) is not None), None)

@@ -47,10 +47,20 @@ class KeyDoc:
     description: str
 
 
+# abbreviations whose period does not end a sentence ("start from weights (e.g. phase 2 from phase 1)")
+_ABBREVIATIONS = ("e.g", "i.e", "etc", "vs", "cf", "approx", "resp")
+
+
 def _first_sentence(text: str) -> str:
+    """``text`` up to the first period that ends a sentence (a period after a letter, digit, bracket or quote,
+    followed by a space or the end), whitespace collapsed; a period of an abbreviation (:data:`_ABBREVIATIONS`:
+    ``e.g.``, ``i.e.``, ``etc.``, ``vs.``, ...) does not end one. No such period: the whole text."""
     text = " ".join(text.split())
-    m = re.search(r"(?<=[a-z0-9)\]`'])\.(\s|$)", text)
-    return text[: m.start() + 1] if m else text
+    for m in re.finditer(r"(?<=[a-z0-9)\]`'])\.(\s|$)", text):
+        word = re.search(r"[\w.]*$", text[: m.start()]).group(0).lower()
+        if word not in _ABBREVIATIONS:
+            return text[: m.start() + 1]
+    return text
 
 
 def _cut(text: str, width: int) -> str:
@@ -256,9 +266,12 @@ def examples(stage: Stage, docs: list[KeyDoc], profiles: list[tuple[str, str]],
     return out
 
 
-def _table(rows: list[tuple[str, ...]], width: int, indent: int = 2, cap: int = 36) -> list[str]:
-    """Rows as aligned columns; the last column takes what is left of ``width`` and is cut with ``...``; the
-    first column (a name) is never cut (a longer one pushes its row)."""
+def _table(rows: list[tuple[str, ...]], width: int, indent: int = 2, cap: int = 36, alone: bool = True) -> list[str]:
+    """Rows as aligned columns, one string per row; the last column takes what is left of ``width`` and is cut
+    with ``...``. The first column (a name) is never cut: it is as wide as the longest name, up to ``cap``
+    characters (so that the description keeps its room); a longer name is a line of its own, the rest of its row
+    on the next line (the string holds a newline), so every row keeps the columns aligned; with ``alone`` False
+    it pushes its row instead (one line per row, for a listing read by grep)."""
     if not rows:
         return []
     ncol = len(rows[0])
@@ -269,17 +282,26 @@ def _table(rows: list[tuple[str, ...]], width: int, indent: int = 2, cap: int = 
         for i in range(ncol - 1):
             text = row[i] if i == 0 else _cut(row[i], widths[i])
             cells.append(text.ljust(widths[i]))
-            used += max(len(text), widths[i]) + 2
+            used += (widths[i] if alone else max(len(text), widths[i])) + 2
         last = _cut(row[-1], max(width - used, 12))
-        out.append((" " * indent + "  ".join([*cells, last])).rstrip())
+        if alone and len(row[0]) > widths[0]:  # too long for its column: alone, the row below it
+            rest = (" " * (indent + widths[0] + 2) + "  ".join([*cells[1:], last])).rstrip()
+            out.append(" " * indent + row[0] + ("\n" + rest if rest.strip() else ""))
+        else:
+            out.append((" " * indent + "  ".join([*cells, last])).rstrip())
     return out
 
 
+#: the help's width (click's formatter: the terminal's columns less 2) from which a key's row holds its description
+WIDE = 98
+
+
 def key_lines(docs: list[KeyDoc], width: int) -> list[str]:
-    """The key table, a blank line between top-level sections. At ``width`` >= 100 (a wide terminal) one line per
-    key (key, type, default, description); narrower, the description goes on a line of its own below its key."""
+    """The key table, a blank line between top-level sections. At ``width`` >= :data:`WIDE` (a terminal of 100
+    columns or more) one line per key (key, type, default, description); narrower, the description goes on a line
+    of its own below its key."""
     rows = [(d.key, d.type, d.default, d.description) for d in docs]
-    wide = width >= 100
+    wide = width >= WIDE
     lines = _table(rows if wide else [r[:3] for r in rows], width)
     out: list[str] = []
     for i, (line, d) in enumerate(zip(lines, docs)):

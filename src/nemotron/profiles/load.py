@@ -22,7 +22,7 @@ from nemotron.config import artifacts
 from nemotron.errors import ConfigError
 from nemotron.profiles.profile import ExecutorProfile, Profile, _build, _line_of, _merge, _normalize_secrets
 from nemotron.profiles.discover import find_env_file
-from nemotron.profiles.schema import SECTIONS, _suggest
+from nemotron.profiles.schema import _MODELS, SECTIONS, _suggest
 from nemotron.profiles.sections import artifacts_root, tracking_env
 
 # --------------------------------------------------------------------------- secrets helpers
@@ -106,6 +106,14 @@ class Profiles:
         listing = f"profiles in {self.source.name}: {', '.join(self._raw) or '(none)'}"
         if name in self.sections:
             raise ConfigError(f"{self.source}: [{name}] is a settings section, not a profile; it cannot be run on", listing)
+        nested = self._nested(name.split(".", 1)[0])
+        if name not in self._raw and name in nested or name in self._raw and nested and "executor" not in self._raw[name]:
+            dotted = name if name in nested else nested[0]
+            top = dotted.split(".", 1)[0]
+            raise ConfigError(f"{self.source}: [{dotted}] is not a profile named {dotted!r}: in TOML a dot in a table "
+                              f"name nests tables, so it is a table inside profile {top!r} (which has no executor)",
+                              f'quote the name to keep the dot: ["{dotted}"] (then --run {dotted}), or name it '
+                              f"without a dot")
         if name not in self._raw:
             raise ConfigError(f"{self.source}: no profile {name!r}{_suggest(name, self._raw)}", listing)
         chain = self._chain(name)
@@ -118,6 +126,23 @@ class Profiles:
             _merge(merged, copy.deepcopy(layer), prov, owner, ())
         self._cache[name] = _build(name, chain, self.source, merged, prov, frozenset(), self._text)
         return self._cache[name]
+
+    def _nested(self, top: str) -> list[str]:
+        """The dotted names ``[top.sub]`` (``[my.cluster]``) that TOML read as tables nested in the table ``top``:
+        its sub-tables that are no profile key (``env_vars``, ``secrets`` hold tables and are not counted), with the
+        ones nested deeper; ``[]`` for a profile without them or a name not in the file."""
+        fields = {f for m in _MODELS.values() for f in m.model_fields}
+
+        def walk(prefix: str, table: dict) -> list[str]:
+            out = []
+            for key, value in table.items():
+                if isinstance(value, dict) and key not in fields:
+                    out.append(f"{prefix}.{key}")
+                    out += walk(f"{prefix}.{key}", value)
+            return out
+
+        raw = self._raw.get(top)
+        return walk(top, raw) if isinstance(raw, dict) else []
 
     def errors(self) -> dict[str, ConfigError]:
         """Every profile that does not validate, with its error (for ``nemotron profiles`` checks)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -248,7 +249,12 @@ def _translate(err: dict, executor: str, prov: dict[str, str]) -> tuple[str, str
             return key, 'expected a list of variable names or a table { NAME = "value" }'
         if key.startswith("secrets."):
             return key, 'expected an inline string or { env = "VAR" }'
-        note = " (a string: write it without quotes)" if isinstance(value, str) and prov.get(key) != _OVERRIDE else ""
+        note = ""
+        if isinstance(value, str) and prov.get(key) != _OVERRIDE:
+            if kind == "list_type":  # mounts = "/lustre:/lustre": a list of one string, in brackets
+                note = f" (a list of strings: write {key} = [{json.dumps(value)}])"
+            elif kind in ("int_type", "bool_type", "float_type"):  # gpus_per_node = "8"
+                note = " (a string: write it without quotes)"
         return key, f"expected {_TYPES[kind]}, got {shown}{note}"
     if kind == "literal_error":
         return key, f"{shown} is not one of {err['ctx']['expected']}"

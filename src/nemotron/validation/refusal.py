@@ -69,6 +69,15 @@ class Unresolved(ConfigError):
         super().__init__(f"refusing to start {head}:{body}", hint)
 
 
+def also_refused(refusal: Unresolved, where: str = "each named by a warning above") -> str:
+    """``refusal`` said beside validation errors, one line: ``it would also refuse HEAD: KEY: WHY; HINT`` for one
+    unresolved key, ``it would also refuse HEAD (WHERE); HINT`` for several (the dry run lists them below its
+    verdict, the run's report names each as a warning), so that a run refused for its errors also names the inputs
+    it lacks and how to make them (the make-it-first hint), instead of saying so only once the errors are fixed."""
+    why = f": {refusal.lines[0]}" if len(refusal.lines) == 1 else f" ({where})"
+    return f"it would also refuse {refusal.head}{why}; {refusal.hint}"
+
+
 def _takes_config(stage: Any, config: str) -> bool:
     """Whether ``-c config`` names a config of ``stage`` (``local`` of a data prep stage is its ``tiny``)."""
 
