@@ -71,6 +71,21 @@ def test_one_unresolved_value_stays_on_the_verdicts_line(capsys):
         "data-prep-sft pretrain sft convert -c local; or set convert.source explicitly; nothing was submitted"]
 
 
+def test_pipe_refused_at_a_local_only_stage_says_to_run_it_after_the_pipe(capsys):
+    """mtp-boost runs only with -c local; in a -c tiny pipe the stage's verdict says what a pipe user can do (drop
+    it, run it after with -c local), not only the rule's "valid: local (-c local ...)"; a lone `mtp-boost -c tiny`
+    keeps the plain verdict (its user can change -c)."""
+    code, out, _ = run_cli(capsys, "ultra3", "pipe", "rlvr", "mopd-warmup", "mopd", "mopd", "mtp-boost", "-c", "tiny",
+                           *ON_SAMPLE, "--dry-run", "--quiet")
+    assert code == 2
+    line = next(ln for ln in out.splitlines() if ln.startswith("dry run: stage 5/5 (ultra3 mtp-boost)"))
+    assert ("the run would refuse to start; mtp-boost runs only with -c local (one machine), which this pipe's one -c "
+            "for every stage cannot give it: drop mtp-boost from this pipe and run `nemotron ultra3 mtp-boost -c "
+            "local` after it") in line, line
+    code, out, _ = run_cli(capsys, "ultra3", "mtp-boost", "-c", "tiny", *ON_SAMPLE, "--dry-run", "--quiet")
+    assert code == 2 and "drop mtp-boost" not in out
+
+
 def test_pipe_dry_run_refused_at_a_stage_exits_2(capsys):
     code, out, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "local", "--dry-run", "--quiet")
     assert code == 2, err

@@ -15,6 +15,11 @@ from nemotron.report import heading, out, problem_line, readable, table
 from nemotron.validation.refusal import unresolved_refusal
 
 
+#: Rules that refuse every backend but ``local`` for a stage (:func:`nemotron.layout.rules.mtp_boost_framework`): in a
+#: ``pipe`` (one ``-c`` for all stages) the verdict says to run that stage on its own with ``-c local`` instead.
+LOCAL_ONLY_RULES = frozenset({"mtp-boost-framework"})
+
+
 def dry_run(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any, found: list[Problem], notes: list[str],
             part: str | None = None, quiet: bool = False) -> None:
     """The ``--dry-run`` report: (1) the compiled config with the layer that set each value and the
@@ -84,12 +89,19 @@ def verdict(req: Any, compiled: Any, found: list[Problem], part: str | None = No
     (:func:`nemotron.validation.refusal.unresolved_refusal`: ``..., but the run would refuse to start: WHY; HINT``,
     and with several unresolved keys one line more for each, ``  key: why``);
     or ``dry run: N problems found (M warnings): the run would refuse to start; nothing was submitted``. ``part`` (a
-    pipe's ``stage 1/2``): said of that stage only."""
+    pipe's ``stage 1/2``): said of that stage only; a stage refused by a rule of :data:`LOCAL_ONLY_RULES` gets the
+    way out a pipe user can take (drop it from the pipe, run it after with ``-c local``)."""
     n_err = sum(p.severity == "error" for p in found)
     warnings = plural(len(found) - n_err, "warning")
     if n_err:
         what = f"{part} ({req.stage.title}): " if part else ""
-        return (f"dry run: {what}{plural(n_err, 'problem')} found ({warnings}): the run would refuse to start; "
+        local_only = part and compiled.config_name != "local" and any(
+            p.severity == "error" and p.rule in LOCAL_ONLY_RULES for p in found)
+        way = (f"; {req.stage.name} runs only with -c local (one machine), which this pipe's one -c for every stage "
+               f"cannot give it: drop {req.stage.name} from this pipe and run `nemotron {req.stage.recipe} "
+               f"{' '.join(req.stage.command)} -c local` after it, on a machine that can read what the pipe made"
+               ) if local_only else ""
+        return (f"dry run: {what}{plural(n_err, 'problem')} found ({warnings}): the run would refuse to start{way}; "
                 "nothing was submitted")
     refusal = unresolved_refusal(compiled)
     if refusal is not None:  # the run's own refusal (nemotron.cli.pipeline._check_startable), said as such
