@@ -45,14 +45,45 @@ def test_dry_run_of_a_stage_whose_inputs_are_missing_exits_2_as_the_run_does(cap
     assert not (tmp_path / "home" / "runs").exists()  # nothing started
 
 
+def test_the_hint_chains_every_run_a_stage_needs_and_that_pipe_is_valid(capsys):
+    """mopd-warmup -c local on a fresh home misses rl-data, sft-checkpoint and rl-checkpoint, and those runs miss
+    their own inputs: the hint's pipe makes them all in pipeline order (the one-producer pipe `data-prep-rl
+    mopd-warmup` it used to suggest refused at its second stage), and that pipe's dry run is valid."""
+    code, out, _ = run_cli(capsys, "ultra3", "mopd-warmup", "-c", "local", "--dry-run", "--quiet")
+    assert code == 2
+    want = ("data-prep-pretrain", "data-prep-sft", "data-prep-rl", "pretrain", "sft", "rlvr", "mopd-warmup")
+    assert f"or chain every run it needs: nemotron ultra3 pipe {' '.join(want)} -c local; or set " in out, out
+    assert "chain both" not in out
+    code, out, err = run_cli(capsys, "ultra3", "pipe", *want, "-c", "local", "--dry-run", "--quiet")
+    assert code == 0, out + err
+    # one missing input that its producer can make on its own: still the two-stage pipe
+    code, out, _ = run_cli(capsys, "ultra3", "pretrain", "-c", "local", "--dry-run", "--quiet")
+    assert "or chain both: nemotron ultra3 pipe data-prep-pretrain pretrain -c local;" in out, out
+
+
 def test_one_unresolved_value_stays_on_the_verdicts_line(capsys):
     code, out, err = run_cli(capsys, "ultra3", "convert", "-c", "local", "--dry-run", "--quiet")
     assert code == 2, err
     assert out.splitlines() == [
         "dry run: the config is valid (1 warning), but the run would refuse to start: ultra3 convert with 1 unresolved "
         "value: convert.source: artifact sft-checkpoint does not exist yet by a local or tiny run; make it first: "
-        "nemotron ultra3 sft -c local; or chain both: nemotron ultra3 pipe sft convert -c local; or set convert.source "
-        "explicitly; nothing was submitted"]
+        "nemotron ultra3 sft -c local; or chain every run it needs: nemotron ultra3 pipe data-prep-pretrain "
+        "data-prep-sft pretrain sft convert -c local; or set convert.source explicitly; nothing was submitted"]
+
+
+def test_pipe_refused_at_a_local_only_stage_says_to_run_it_after_the_pipe(capsys):
+    """mtp-boost runs only with -c local; in a -c tiny pipe the stage's verdict says what a pipe user can do (drop
+    it, run it after with -c local), not only the rule's "valid: local (-c local ...)"; a lone `mtp-boost -c tiny`
+    keeps the plain verdict (its user can change -c)."""
+    code, out, _ = run_cli(capsys, "ultra3", "pipe", "rlvr", "mopd-warmup", "mopd", "mopd", "mtp-boost", "-c", "tiny",
+                           *ON_SAMPLE, "--dry-run", "--quiet")
+    assert code == 2
+    line = next(ln for ln in out.splitlines() if ln.startswith("dry run: stage 5/5 (ultra3 mtp-boost)"))
+    assert ("the run would refuse to start; mtp-boost runs only with -c local (one machine), which this pipe's one -c "
+            "for every stage cannot give it: drop mtp-boost from this pipe and run `nemotron ultra3 mtp-boost -c "
+            "local` after it") in line, line
+    code, out, _ = run_cli(capsys, "ultra3", "mtp-boost", "-c", "tiny", *ON_SAMPLE, "--dry-run", "--quiet")
+    assert code == 2 and "drop mtp-boost" not in out
 
 
 def test_pipe_dry_run_refused_at_a_stage_exits_2(capsys):

@@ -244,3 +244,28 @@ def test_resume_with_another_seed_is_refused(rl_inputs, reference, tmp_path):
     assert (f"ultra3 rlvr: grpo.seed=43: {ckdir / 'checkpoint-3'} was trained with grpo.seed=42, whose prompt stream "
             "this run cannot continue") in out
     assert sorted(p.name for p in ckdir.iterdir()) == before
+
+
+@pytest.mark.slow
+def test_rerun_of_a_finished_run_with_other_settings_is_refused(rl_inputs, reference, tmp_path):
+    """A finished rlvr run (copied to another folder: the folder key is not compared) run again with another
+    loss_fn.ratio_clip_min trains nothing, so its job would record the old final model as made by the new
+    settings: refused (exit 2, one line naming the key, both values and the folder). Unchanged, it is already
+    complete (exit 0)."""
+    import shutil
+
+    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"}
+    ckdir = tmp_path / "run"
+    shutil.copytree(reference("rlvr"), ckdir, symlinks=True)
+    assert (ckdir / "run_config.json").is_file()
+    same = _overrides("rlvr", rl_inputs, ckdir)
+    assert compile_stage("rlvr", same)["loss_fn"]["ratio_clip_min"] == 0.2
+    code, out = _run("rlvr", write_yaml(tmp_path / "b.yaml", compile_stage("rlvr", [
+        *same, "loss_fn.ratio_clip_min=0.3"])), env)
+    assert code == 2, out[-3000:]
+    assert (f"ultra3 rlvr: loss_fn.ratio_clip_min=0.3 (was 0.2): the run whose final model is in {ckdir} "
+            "finished with other settings") in out
+    assert "checkpointing.checkpoint_dir=<a new folder>" in out
+    code, out = _run("rlvr", write_yaml(tmp_path / "a.yaml", compile_stage("rlvr", same)), env)
+    assert code == 0, out[-3000:]
+    assert "rlvr: already complete" in out

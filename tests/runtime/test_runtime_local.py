@@ -30,6 +30,7 @@ from local_runtime_support import (
     write_pretrain_data,
     write_sft_data,
 )
+from nemotron.config.tree import get
 from nemotron.runtime.common import settings as S
 from nemotron.runtime.megatron.pretrain_data import (
     BlendedSamples,
@@ -548,3 +549,45 @@ def test_resume_refuses_other_inputs_and_fewer_iters_unless_allowed(tmp_path, ca
     assert recorded["inputs"]["data.per_split_data_args_path"] == str(new)
     assert json.loads((ckpt / "summary.json").read_text())["steps"] == 6
     assert lineage.check_resume(S.read(cfg(new, 8), "pretrain"), 6) == []  # the new blend is the recorded one now
+
+
+def test_rerun_of_a_finished_run_with_other_settings_is_refused(tmp_path, capsys):
+    """A finished run run again with another setting (optimizer.lr here; train.train_iters=2e0 compiles to 2: the
+    same setting) trains nothing, so the job would record the old final model as made by the new settings: the entry refuses it (exit
+    2, one line naming the key, both values, the folder and the way out). Run again unchanged, it is already
+    complete (exit 0, nothing trained)."""
+    from nemotron.runtime.megatron.entry import run_config
+    from nemotron.runtime.megatron.trainer import run
+
+    spec = small_spec()
+    blend = write_pretrain_data(tmp_path / "data", docs=60)
+    ckpt = tmp_path / "pt"
+
+    def cfg(**extra):
+        return compile_local("pretrain", fast_overrides(ckpt, seq=32, iters=2, **{
+            "data.per_split_data_args_path": str(blend), "validation.eval_iters": 0, "checkpoint.save_interval": 2,
+            "scheduler.lr_warmup_iters": 0, **extra}))
+
+    assert run(S.read(cfg(), "pretrain"), spec=spec) == 0
+    assert json.loads((ckpt / "run_config.json").read_text())["config"]["optimizer"]["lr"] == \
+        S.read(cfg(), "pretrain").raw["optimizer"]["lr"]
+    weights = (ckpt / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    assert run_config("pretrain", cfg(**{"optimizer.lr": 0.01})) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ultra3 pretrain: optimizer.lr=0.01 (was "), err
+    assert f"the run whose final model is in {ckpt} finished with other settings" in err[0]
+    assert "checkpoint.save=<a new folder>" in err[0]
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import get_stage
+
+    as_typed = compile_config(get_stage("pretrain"), "local", [
+        *(f"{k}={json.dumps(v)}" for k, v in fast_overrides(ckpt, seq=32, iters=2, **{
+            "data.per_split_data_args_path": str(blend), "validation.eval_iters": 0, "checkpoint.save_interval": 2,
+            "scheduler.lr_warmup_iters": 0}).items()), "train.train_iters=2e0"]).config
+    assert get(as_typed, "train.train_iters") == 2  # an integral 2e0 for an int key compiles to the int 2 ...
+    assert run_config("pretrain", as_typed) == 0  # ... so it is the same setting: already complete, not refused
+    assert "already complete" in capsys.readouterr().out
+    assert run(S.read(cfg(), "pretrain"), spec=spec) == 0
+    assert f"pretrain: already complete: {ckpt / 'checkpoint-2'}" in capsys.readouterr().out
+    assert (ckpt / "model.safetensors").read_bytes() == weights

@@ -126,3 +126,28 @@ def test_an_unset_secret_is_a_warning_for_the_estimate_as_for_the_dry_run(capsys
     secret = [p for p in doc["problems"] if "WANDB_API_KEY" in str(p["value"]) + p["message"]]
     assert code == 0 and [p["severity"] for p in secret] == ["warning"], doc["problems"]
     assert "the run will refuse to start" in secret[0]["message"]
+
+
+def test_local_dry_run_and_estimate_give_one_parameter_count(capsys, tmp_path, monkeypatch):
+    """The local backend builds no MTP block: the dry run's "local run" table and the estimate's model row both
+    count ultra4layer without it (24.6 B, not the 35.8 B with MTP) and both say so."""
+    from nemotron.validation import checks
+
+    monkeypatch.chdir(tmp_path)
+    spec = catalogue.get("ultra4layer")
+    assert spec.mtp_depths  # else the test shows nothing
+    without = catalogue.param_count(spec, include_mtp=False)["total"]
+    assert without < catalogue.param_count(spec)["total"]
+    main(["ultra3", "pretrain", "-c", "local", "--dry-run", "model.name=ultra4layer"])
+    out = capsys.readouterr().out
+    assert f"parameters   {without / 1e6:.1f} M (" in out and f"embedding; {est.MTP_LEFT_OUT})" in out
+    main(["ultra3", "pretrain", "-c", "local", "estimate", "--json", "model.name=ultra4layer"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["params"] == without and doc["mtp_left_out"] is True
+    row = est.estimate_run(spec, gpus=1, nodes=1, gpu="H100", precision="bf16", seq_length=64, global_batch_size=1,
+                           steps=1, ckpt_format="hf-local").rows()[0]
+    assert row[1] == f"ultra4layer: {without / 1e9:.3g} B parameters ({est.MTP_LEFT_OUT})"
+    megatron = est.estimate_run(spec, gpus=1, nodes=1, gpu="H100", precision="bf16", seq_length=64,
+                                global_batch_size=1, steps=1).rows()[0]
+    assert megatron[1] == "ultra4layer: 35.8 B parameters"  # a Megatron checkpoint holds the MTP block
+    assert checks.MTP_LEFT_OUT == est.MTP_LEFT_OUT

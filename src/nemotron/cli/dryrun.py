@@ -15,6 +15,11 @@ from nemotron.report import heading, out, problem_line, readable, table
 from nemotron.validation.refusal import also_refused, unresolved_refusal
 
 
+#: Rules that refuse every backend but ``local`` for a stage (:func:`nemotron.layout.rules.mtp_boost_framework`): in a
+#: ``pipe`` (one ``-c`` for all stages) the verdict says to run that stage on its own with ``-c local`` instead.
+LOCAL_ONLY_RULES = frozenset({"mtp-boost-framework"})
+
+
 def dry_run(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any, found: list[Problem], notes: list[str],
             part: str | None = None, quiet: bool = False) -> None:
     """The ``--dry-run`` report: (1) the compiled config with the layer that set each value and the
@@ -86,16 +91,23 @@ def verdict(req: Any, compiled: Any, found: list[Problem], part: str | None = No
     or ``dry run: N errors, M warnings: the run would refuse to start; nothing was submitted`` (the errors refuse the
     run, the warnings do not), with the unresolved values too where there are some
     (:func:`nemotron.validation.refusal.also_refused`: ``...; it would also refuse HEAD: KEY: WHY; HINT``). ``part`` (a
-    pipe's ``stage 1/2``): said of that stage only."""
+    pipe's ``stage 1/2``): said of that stage only; a stage refused by a rule of :data:`LOCAL_ONLY_RULES` gets the
+    way out a pipe user can take (drop it from the pipe, run it after with ``-c local``)."""
     n_err = sum(p.severity == "error" for p in found)
     warnings = plural(len(found) - n_err, "warning")
     refusal = unresolved_refusal(compiled)
     if n_err:
         what = f"{part} ({req.stage.title}): " if part else ""
+        local_only = part and compiled.config_name != "local" and any(
+            p.severity == "error" and p.rule in LOCAL_ONLY_RULES for p in found)
+        way = (f"; {req.stage.name} runs only with -c local (one machine), which this pipe's one -c for every stage "
+               f"cannot give it: drop {req.stage.name} from this pipe and run `nemotron {req.stage.recipe} "
+               f"{' '.join(req.stage.command)} -c local` after it, on a machine that can read what the pipe made"
+               ) if local_only else ""
         also = f"; {also_refused(refusal, 'each on a line below')}" if refusal is not None else ""  # all at once
         below = "".join(f"\n  {line}" for line in refusal.lines) if refusal is not None and len(refusal.lines) > 1 \
             else ""
-        return (f"dry run: {what}{plural(n_err, 'error')}, {warnings}: the run would refuse to start{also}; "
+        return (f"dry run: {what}{plural(n_err, 'error')}, {warnings}: the run would refuse to start{way}{also}; "
                 "nothing was submitted" + below)
     if refusal is not None:  # the run's own refusal (nemotron.cli.pipeline._check_startable), said as such
         what = f"{part} ({req.stage.title}): its config is valid" if part else "the config is valid"
@@ -106,6 +118,7 @@ def verdict(req: Any, compiled: Any, found: list[Problem], part: str | None = No
     if part:
         return f"dry run: {part} ({req.stage.title}) is valid ({warnings})"
     return f"dry run: valid ({warnings}); nothing was submitted"
+
 
 _PROFILE_KEYS = ("executor", "account", "partition", "run_partition", "batch_partition", "qos", "reservation", "time",
                  "exclusive", "gpus_per_node", "gpu", "gpu_arch", "gpu_memory", "host_memory", "cpus_per_node", "mem",

@@ -151,11 +151,14 @@ class RunEstimate:
     fits: bool | None
     notes: list[str] = field(default_factory=list)
     ckpt_path: str | None = None  # checkpoint.save, as configured
+    #: the model has an MTP block that ``params`` leaves out (the local backend's checkpoint: it does not build MTP)
+    mtp_left_out: bool = False
 
     def rows(self) -> list[list[str]]:
         """Rows of the terminal table: what, value, how it was obtained."""
         rows = [
-            ["model", f"{self.model}: {self.params / 1e9:.3g} B parameters", "config/catalogue.py"],
+            ["model", f"{self.model}: {self.params / 1e9:.3g} B parameters"
+             + (f" ({MTP_LEFT_OUT})" if self.mtp_left_out else ""), "config/catalogue.py"],
             ["GPUs", f"{self.gpus} ({self.nodes} node{'s' if self.nodes != 1 else ''} x {self.gpus // max(1, self.nodes)} {self.gpu})", "run.env.nodes x the profile's node"],
             ["peak throughput", (f"{self.peak_tflops:,.0f}" if self.peak_tflops >= 10 else f"{self.peak_tflops:.3g}")
              + f" TFLOP/s per {'GPU' if self.gpu != 'CPU' else 'CPU'} "
@@ -211,6 +214,11 @@ def _duration(seconds: float | None) -> str:
     if seconds < 3 * 86400:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} days"
+
+
+#: How a parameter count of the local backend's model labels the MTP block it leaves out (the model table of a local
+#: dry run says the same).
+MTP_LEFT_OUT = "without the MTP block, which the local backend does not build"
 
 
 def checkpoint_params(spec: ModelSpec, ckpt_format: str) -> int:
@@ -274,8 +282,9 @@ def estimate_run(spec: ModelSpec, *, gpus: int, nodes: int, gpu: str | None, pre
                        node_hours=wall * nodes / 3600, walltime_seconds=walltime_seconds,
                        save_margin_seconds=save_margin_seconds, jobs=jobs, params=params, ckpt_format=ckpt_format,
                        ckpt_bytes=per_save, saves=saves, retained=most_recent_k if most_recent_k else None,
-                       retained_bytes=per_save * kept, free_bytes=free_bytes, free_path=free_path, fits=fits, notes=notes)
+                       retained_bytes=per_save * kept, free_bytes=free_bytes, free_path=free_path, fits=fits, notes=notes,
+                       mtp_left_out=ckpt_format == "hf-local" and bool(spec.mtp_depths))
 
 
-__all__ = ["CKPT_BYTES", "DEFAULT_MFU", "PEAK_TFLOPS", "RunEstimate", "estimate_run", "forward_flops_per_token",
+__all__ = ["CKPT_BYTES", "DEFAULT_MFU", "MTP_LEFT_OUT", "PEAK_TFLOPS", "RunEstimate", "estimate_run", "forward_flops_per_token",
            "layer_flops", "peak_tflops"]

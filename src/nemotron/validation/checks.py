@@ -17,6 +17,7 @@ from nemotron.config.registry import Stage
 from nemotron.config.tree import as_int, get, unresolved
 from nemotron.errors import Problem, plural
 from nemotron.layout import memory, rules
+from nemotron.layout.estimate import MTP_LEFT_OUT
 from nemotron.layout.views import (
     EXPORT_KEYS,
     NodeShape,
@@ -870,8 +871,10 @@ def describe_megatron(stage: Stage, cfg: dict, profile: ExecutorProfile | None) 
         return []
     tables = []
     if backend(cfg) == LOCAL:
-        pc = catalogue.param_count(model)
-        rows = [["model", model.describe()], ["parameters", f"{pc['total'] / 1e6:.1f} M ({pc['embedding'] / 1e6:.1f} M embedding)"],
+        pc = catalogue.param_count(model, include_mtp=False)  # the local backend builds no MTP block
+        left_out = f"; {MTP_LEFT_OUT}" if model.mtp_depths else ""
+        rows = [["model", model.describe()],
+                ["parameters", f"{pc['total'] / 1e6:.1f} M ({pc['embedding'] / 1e6:.1f} M embedding{left_out})"],
                 ["runs", "one process on this machine (CPU, or one GPU when visible)"]]
         return [("local run", ["", "value"], rows)]
     if _cpu_conversion(stage, cfg):

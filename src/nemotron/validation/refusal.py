@@ -15,7 +15,9 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
     dry run after its report (exit 2: the dry run never calls valid what the run refuses), its verdict saying why
     (:func:`nemotron.cli.dryrun.verdict`). Every unresolved key is named: one, on the message's line; several, one
     line each after it (:attr:`Unresolved.lines`). The hint names the command that makes the first missing artifact
-    (:func:`nemotron.config.artifacts.producer_command`) and the ``pipe`` that chains it."""
+    (:func:`nemotron.config.artifacts.producer_command`) and the ``pipe`` that chains it; when more than one run is
+    missing (several inputs, or inputs of the producer itself), the one ``pipe`` that makes them all, in pipeline
+    order (:func:`missing_chain`), so the suggested command does not refuse at its second stage."""
     import re
 
 
@@ -26,7 +28,7 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
     head = f"{stage.title} with {plural(len(compiled.unresolved), 'unresolved value')}"
     lines = [f"{k}: {w}" for k, w in compiled.unresolved.items()]
     hint = "set the key explicitly (key=value), or export the variable it reads"
-    m = re.search(r"artifact (?:[^\s:,|]+\|)*([^\s:,|]+)", str(why))  # A|B: B, the input the stage falls back to
+    m = re.search(_ARTIFACT, str(why))
     config = compiled.config_name if "/" not in compiled.config_name and not compiled.config_name.endswith(".yaml") \
         else None
     if config and cycle_base(config):  # a cycle config (local-cycle2): its inputs are made by runs of the base config
@@ -52,10 +54,54 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
                           f"makes this artifact for -c {config} (run it with a config of yours and give its output "
                           "here)")
     if command:
-        chain = (f"; or chain both: nemotron {stage.recipe} pipe {producer.name} {stage.name}"
-                 + (f" -c {config}" if config else "") + launch) if producer is not None else ""
+        makers = missing_chain(compiled, config) if producer is not None else []
+        chain = ""
+        if producer is not None and len(makers) <= 1:
+            chain = (f"; or chain both: nemotron {stage.recipe} pipe {producer.name} {stage.name}"
+                     + (f" -c {config}" if config else "") + launch)
+        elif makers:  # several inputs missing, or the producer's own: one pipe makes them all, in pipeline order
+            chain = (f"; or chain every run it needs: nemotron {stage.recipe} pipe {' '.join([*makers, stage.name])}"
+                     + (f" -c {config}" if config else "") + launch)
         hint = f"make it first: {command}{chain}; or set {key} explicitly"
     return Unresolved(head, lines, hint)
+
+
+_ARTIFACT = r"artifact (?:[^\s:,|]+\|)*([^\s:,|]+)"  # A|B: B, the input the stage falls back to
+
+
+def missing_chain(compiled: Any, config: str | None) -> list[str]:
+    """The stages (registry names, in pipeline order: the registry's) whose runs make every artifact ``compiled``
+    is missing (its unresolved ``artifact NAME`` values), and, in turn, the artifacts those runs would miss: each
+    producer is compiled with ``-c config`` and its own unresolved artifacts followed. A producer that has no such
+    config, fails to compile, or is the stage itself ends the walk there. ``[]`` when no artifact is missing."""
+    import re
+
+    from nemotron.config.compile import compile_config
+    from nemotron.config.registry import STAGES
+
+    def wanted(c: Any) -> list[str]:
+        return [m.group(1) for why in c.unresolved.values() if (m := re.search(_ARTIFACT, str(why)))]
+
+    found: dict[str, Any] = {}
+    todo = wanted(compiled)
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        producer = producer_stage(name)
+        if producer is None or producer.name == compiled.stage.name or producer.name in found:
+            continue
+        found[producer.name] = producer
+        if not config or not _takes_config(producer, config):
+            continue
+        try:
+            todo += wanted(compile_config(producer, config, [], check_paths=False))
+        except ConfigError:
+            continue
+    order = {s.name: i for i, s in enumerate(STAGES)}
+    return sorted(found, key=lambda n: order.get(n, len(order)))
 
 
 class Unresolved(ConfigError):

@@ -78,16 +78,21 @@ def kind_problems(s: LocalSettings) -> list[str]:
 def refusals(s: LocalSettings) -> list[str]:
     """Every line the run refuses ``s`` with before it starts (exit 2): :func:`kind_problems`, then the
     resume checks of :func:`nemotron.runtime.megatron.lineage.check_resume` against the checkpoint already in
-    ``checkpoint.load`` (read on this machine). ``--dry-run`` calls this too
+    ``checkpoint.load`` (read on this machine), else the rerun check of a finished run
+    (:func:`nemotron.runtime.megatron.lineage.finished_problem`: other settings than the run that finished). ``--dry-run`` calls this too
     (:func:`nemotron.validation.checks.local_refusals`), so both say the same lines. A resume check that
     cannot be made yet (an input still holding ``${...}``) is skipped."""
-    from nemotron.runtime.megatron.lineage import ResumeConflict, check_resume, saved_step
+    from nemotron.runtime.megatron.lineage import ResumeConflict, check_resume, finished_problem, saved_step
 
     out = kind_problems(s)
     if _unresolved(s.load_dir):
         return out
     try:
-        check_resume(s, saved_step(s.load_dir))
+        step = saved_step(s.load_dir)
+        check_resume(s, step)
+        finished = finished_problem(s, step)  # a finished run rerun with other settings
+        if finished:
+            out.append(finished)
     except ResumeConflict as exc:
         out.append(str(exc))
     except SettingsError:  # an unresolved input: the run itself refuses it when it reads its settings

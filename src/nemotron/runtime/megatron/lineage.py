@@ -14,6 +14,11 @@ one line with a hint) instead of being taken silently:
 Another ``train.train_iters`` or ``train.global_batch_size`` than the saved run's is taken, with one warning line
 (:func:`resume_warning`).
 
+A rerun of a *finished* run (its final model saved, nothing left to train) trains nothing and would let the job
+record the final model as an artifact of the new settings; so its settings are compared with those of the run that
+finished (``<checkpoint.save>/run_config.json``, :func:`write_run_config`) and any difference is refused (exit 2,
+one line naming the keys and the folder: :func:`finished_run_problem`). An unchanged rerun goes on (nothing to do).
+
 ``lineage.json`` (written by :mod:`nemotron.runtime.megatron.trainer` when a run starts from step 0)::
 
     {"stage", "model", "data", "pretrained_checkpoint", "experiment_id", "transformers", "torch",
@@ -34,6 +39,8 @@ from typing import Any
 from nemotron.runtime.common.settings import LocalSettings, SettingsError, config_path, get, training_data
 
 LINEAGE = "lineage.json"
+#: The settings of the run that saved the final model (written when a run finishes; :func:`write_run_config`).
+RUN_CONFIG = "run_config.json"
 #: The key that lets a resumed run take inputs other than those its checkpoint was trained on.
 ALLOW_KEY = "run.allow_new_inputs"
 
@@ -170,6 +177,94 @@ def record_changes(folder: Path, changes: list[dict[str, Any]], step: int, now: 
     write(folder, lineage)
 
 
+def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: leaf value}`` of a nested config (lists as ``key[i]``); an empty dict or list is a leaf."""
+    if isinstance(config, dict) and config:
+        out: dict[str, Any] = {}
+        for k, v in config.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(config, list) and config:
+        out = {}
+        for i, v in enumerate(config):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: config}
+
+
+def write_run_config(folder: Path, config: dict[str, Any]) -> None:
+    """Write ``folder/run_config.json`` (:data:`RUN_CONFIG`): ``{"config": the run's resolved config}``, the
+    settings of the run that saved the final model in ``folder`` (written atomically, when the run finishes)."""
+    from nemotron.data.files import atomic_write_json
+
+    atomic_write_json(Path(folder) / RUN_CONFIG, {"config": config})
+
+
+def finished_run_problem(folder: Path, config: dict[str, Any], fallback: dict[str, Any] | None = None,
+                         save_key: str = "checkpoint.save", ignore: tuple[str, ...] = ()) -> str | None:
+    """The one-line refusal of a rerun, with ``config`` (its resolved config), of the finished run whose final model
+    is in ``folder``, when a setting differs from that run's (``folder/run_config.json``); None when none differs.
+
+    A checkpoint saved before ``run_config.json`` existed is compared on ``fallback`` (``{dotted key: value}`` its
+    checkpoint record holds, e.g. ``train.train_iters``); a key either side lacks is then not compared. Values are
+    compared as JSON text (``2e1`` and ``20`` differ: the job would record the artifact under another config).
+    ``save_key``: the key that names the output folder, for the hint; it and ``ignore`` (keys that name where the
+    checkpoint is read from) are not compared: the folder is the one compared (a moved or copied folder is the same run;
+    a saved path under the folder's old place, e.g. a log folder, is read as under ``folder``).
+    """
+    skip = {save_key, *ignore}
+    now = {k: v for k, v in flatten(config).items() if k not in skip}
+    saved_file = read_json(Path(folder) / RUN_CONFIG)
+    if isinstance(saved_file, dict) and isinstance(saved_file.get("config"), dict):
+        flat = flatten(saved_file["config"])
+        was = flat.get(save_key)  # paths under the folder where it was saved (logs...) read as under it now
+        moved = (lambda v: v.replace(was, str(folder)) if isinstance(v, str) else v) if isinstance(was, str) and \
+            was != str(folder) else (lambda v: v)
+        saved = {k: moved(v) for k, v in flat.items() if k not in skip}
+        keys = sorted(set(saved) | set(now))
+    else:
+        saved = dict(fallback or {})
+        keys = sorted(k for k in saved if saved[k] is not None and now.get(k) is not None)
+
+    def text(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, default=str)
+
+    changed = [k for k in keys if text(saved.get(k)) != text(now.get(k))]
+    if not changed:
+        return None
+    shown = ", ".join(f"{k}={text(now.get(k)) if k in now else '(unset)'} (was "
+                      f"{text(saved.get(k)) if k in saved else 'unset'})" for k in changed[:4])
+    more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+    return (f"{shown}{more}: the run whose final model is in {folder} finished with other settings, so this run "
+            f"would train nothing and present that model as made by these settings; set them back to rerun it "
+            f"unchanged, or {save_key}=<a new folder> for a new run")
+
+
+def finished_problem(s: LocalSettings, step: int | None) -> str | None:
+    """:func:`finished_run_problem` for a local pretrain/SFT run ``s`` whose checkpoint folder holds a finished run
+    (a final ``model.safetensors`` and ``step``, its newest saved step, at ``train.train_iters`` or more); None
+    when the run is not finished there (it trains: the resume checks apply) or its settings are unchanged. A
+    checkpoint without ``run_config.json`` is compared on its record's ``train.train_iters`` and
+    ``train.global_batch_size``."""
+    from nemotron.runtime.common.model import read_record
+
+    if (step is None or s.load_dir is None or s.train_iters is None or step < int(s.train_iters)
+            or not (s.save_dir / "model.safetensors").is_file()):
+        return None
+    rec = read_record(Path(s.load_dir) / f"checkpoint-{step}") or {}
+    return finished_run_problem(s.save_dir, s.raw, {"train.train_iters": rec.get("train_iters"),
+                                                    "train.global_batch_size": rec.get("global_batch_size")},
+                                ignore=("checkpoint.load",))
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``, or None when it is absent or unreadable."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def write(folder: Path, lineage: dict[str, Any]) -> None:
     """Write ``folder/lineage.json`` atomically."""
     from nemotron.data.files import atomic_write_json
@@ -177,5 +272,7 @@ def write(folder: Path, lineage: dict[str, Any]) -> None:
     atomic_write_json(Path(folder) / LINEAGE, lineage)
 
 
-__all__ = ["ALLOW_KEY", "LINEAGE", "ResumeConflict", "check_resume", "inputs", "read", "record_changes",
-           "recorded_inputs", "saved_step", "train_iters_problem", "write"]
+__all__ = ["ALLOW_KEY", "LINEAGE", "RUN_CONFIG", "ResumeConflict", "check_resume", "finished_problem",
+           "finished_run_problem", "flatten",
+           "inputs", "read", "read_json", "record_changes", "recorded_inputs", "saved_step", "train_iters_problem",
+           "write", "write_run_config"]

@@ -36,6 +36,8 @@ Checkpoint folder layout (``checkpoint.save``)::
                          trainer_state.json  (transformers' resumable checkpoint), nemotron_checkpoint.json
                          (each file's size and SHA-256, consumed samples: written after the save)
     config.json, model.safetensors, generation_config.json   the final model (after a complete run)
+    run_config.json   the settings of the run that finished (a rerun with other settings is refused:
+                      nemotron.runtime.megatron.lineage.finished_run_problem)
     latest_checkpointed_iteration.txt   the newest completed save (as Megatron writes it; written last)
     metrics.jsonl, metrics.png, summary.json, lineage.json   (metrics.png: the curves, nemotron.runtime.common.curves;
                                                  lineage.json: what the run started on, and each input
@@ -227,7 +229,11 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     found = [picked] if picked else []
     changes = lineage.check_resume(s, step0 if picked else None)
     if picked and step0 >= s.train_iters and (s.save_dir / "model.safetensors").is_file():
-        # a continuation job (run.chain) or a rerun of a finished run: nothing left to do
+        # a continuation job (run.chain) or a rerun of a finished run: nothing left to do, unless the settings
+        # differ from the finished run's (the job would record its final model as made by the new settings)
+        problem = lineage.finished_problem(s, step0)  # the entry's refusals() says it first; kept for direct calls
+        if problem:
+            raise lineage.ResumeConflict(problem)
         _say(f"{s.stage}: already complete: {resume} is at train.train_iters={s.train_iters}; final model in "
              f"{s.save_dir}")
         return 0
@@ -390,6 +396,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
     if device == "cuda":
         summary["peak_gpu_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
     _write_json(s.save_dir / "summary.json", summary)
+    lineage.write_run_config(s.save_dir, s.raw)  # what a rerun is compared with (lineage.finished_run_problem)
     resumed = f" (resumed at step {summary['resumed_at_step']})" if summary["resumed_at_step"] else ""
     _say(f"done: {step} steps{resumed}; final model in {s.save_dir} (Hugging Face form); "
          + (f"held-out loss {summary['eval_loss_first']:.3f} -> {summary['eval_loss_last']:.3f}; "

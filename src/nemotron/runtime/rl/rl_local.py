@@ -334,6 +334,14 @@ def run(s: RLSettings, spec: Any = None) -> int:
             print(f"ultra3 {s.stage}: {conflict}", file=sys.stderr, flush=True)
             return 2
         if step0 >= s.max_steps and (hf_output(s.checkpoint_dir, step0) / "config.json").is_file():
+            from nemotron.runtime.megatron.lineage import finished_run_problem
+
+            problem = finished_run_problem(s.checkpoint_dir, s.raw, save_key="checkpointing.checkpoint_dir")
+            if problem:
+                import sys
+
+                print(f"ultra3 {s.stage}: {problem}", file=sys.stderr, flush=True)
+                return 2
             _say(f"{s.stage}: already complete: {resume} is at grpo.max_num_steps={s.max_steps}; final model in "
                  f"{hf_output(s.checkpoint_dir, step0)}")
             return 0
@@ -388,6 +396,9 @@ def run(s: RLSettings, spec: Any = None) -> int:
     out = export_hf(trainer, tokenizer, s, step)
     summary = _summary(s, log, step, step0, seconds, rollouts)
     _write_json(s.checkpoint_dir / "summary.json", summary)
+    from nemotron.runtime.megatron.lineage import write_run_config
+
+    write_run_config(s.checkpoint_dir, s.raw)  # what a rerun is compared with (lineage.finished_run_problem)
     resumed = f" (resumed at step {step0})" if step0 else ""
     metric = (f"reward {summary['reward_first']:.3f} -> {summary['reward_last']:.3f}" if s.objective == "reward"
               else f"reverse KL {summary['kl_first']:.4g} -> {summary['kl_last']:.4g}")
