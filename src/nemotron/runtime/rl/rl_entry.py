@@ -37,8 +37,6 @@ def precheck(s: Any) -> None:
 
 def run_config(stage: str, cfg: dict[str, Any]) -> int:
     """Run the local ``stage`` (``"rlvr"`` / ``"mopd"``) on the compiled config; returns the exit code."""
-    from nemotron.data.outputs import writer_lock
-    from nemotron.errors import RuntimeFailure
     from nemotron.runtime.megatron.entry import LOCAL_NEEDS, run_heavy
     from nemotron.runtime.rl import rl_settings
 
@@ -50,15 +48,8 @@ def run_config(stage: str, cfg: dict[str, Any]) -> int:
         print(f"{title}: {exc}", file=sys.stderr)
         return 1
     with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(writer_lock(s.checkpoint_dir))
-        except RuntimeFailure as exc:
-            print(f"{title}: checkpointing.checkpoint_dir: {exc.message}; wait for it to finish, or set "
-                  "checkpointing.checkpoint_dir=<another folder>", file=sys.stderr)
+        if not lock_checkpoint_dir(held, title, s.checkpoint_dir):
             return 1
-        except OSError as exc:
-            print(f"[local] cannot lock {s.checkpoint_dir} ({exc.strerror or exc}): a second run on this folder "
-                  "would not be stopped", flush=True)
 
         def work() -> int:
             from nemotron.runtime.rl.rl_local import run
@@ -68,6 +59,25 @@ def run_config(stage: str, cfg: dict[str, Any]) -> int:
         from nemotron.runtime.rl.rl_data import RLDataError
 
         return run_heavy(title, s.cpus, *LOCAL_NEEDS[stage], work, errors=(RLDataError,))
+
+
+def lock_checkpoint_dir(held: Any, title: str, folder: Any) -> bool:
+    """Take the writer lock of the run's ``checkpointing.checkpoint_dir`` ``folder`` into ``held`` (a
+    ``contextlib.ExitStack``), as every local RL entry does. False (after one line on stderr) when another run holds
+    it; a file system that cannot lock is said on stdout and the run goes on unguarded (True)."""
+    from nemotron.data.outputs import writer_lock
+    from nemotron.errors import RuntimeFailure
+
+    try:
+        held.enter_context(writer_lock(folder))
+    except RuntimeFailure as exc:
+        print(f"{title}: checkpointing.checkpoint_dir: {exc.message}; wait for it to finish, or set "
+              "checkpointing.checkpoint_dir=<another folder>", file=sys.stderr)
+        return False
+    except OSError as exc:
+        print(f"[local] cannot lock {folder} ({exc.strerror or exc}): a second run on this folder would not be "
+              "stopped", flush=True)
+    return True
 
 
 def rlvr(cfg: dict[str, Any]) -> int:

@@ -308,11 +308,9 @@ def local_main(cfg: dict) -> int:
     import contextlib
     import sys
 
-    from nemotron.data.outputs import writer_lock
-    from nemotron.errors import RuntimeFailure
-    from nemotron.runtime.megatron.entry import LOCAL_NEEDS, run_heavy
-
     from nemotron.runtime.common.settings import SettingsError
+    from nemotron.runtime.megatron.entry import LOCAL_NEEDS, run_heavy
+    from nemotron.runtime.rl.rl_entry import lock_checkpoint_dir
     from nemotron.runtime.rl.warmup import read
 
     title = "ultra3 mopd-warmup"
@@ -328,11 +326,7 @@ def local_main(cfg: dict) -> int:
         print(f"{title}: {exc}", file=sys.stderr)
         return 1
     with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(writer_lock(s.checkpoint_dir))
-        except RuntimeFailure as exc:
-            print(f"{title}: checkpointing.checkpoint_dir: {exc.message}; wait for it to finish, or set "
-                  "checkpointing.checkpoint_dir=<another folder>", file=sys.stderr)
+        if not lock_checkpoint_dir(held, title, s.checkpoint_dir):
             return 1
 
         def work() -> int:
