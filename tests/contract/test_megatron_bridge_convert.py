@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_megatron_bridge import BUILD, compile_shipped, inputs  # noqa: E402
+from test_megatron_bridge import BUILD, TE_ONLY, compile_shipped, inputs  # noqa: E402
 
 SCRIPT = BUILD + r'''
 import yaml
@@ -39,13 +39,31 @@ bc_sft, hf_path, container = build(p["sft"])
 ckpt = Path(p["ckpt"])
 it = ckpt / "iter_0000010"
 it.mkdir(parents=True)
+# what pretrain()/finetune() run before the first save: the provider's finalize() turns the main pattern and the
+# MTP block into the unified MAIN/MTP/MTP pattern that save_checkpoint writes (the TE-only check set off, as in
+# test_megatron_bridge.py). Not for the PP case: it writes a 2-stage layout into this PP-1 config by hand below,
+# which a finalized PP-1 provider does not keep
+from megatron.bridge.training.config import runtime_config_update
+if p.get("layout") is None:
+    os.environ["WORLD_SIZE"] = "1"
+    for key, value in p["te_only"].items():
+        setattr(container.model, key, value)
+    runtime_config_update(container)
 container.to_yaml(str(it / "run_config.yaml"))
 if p.get("layout") is not None:   # a PP > 1 checkpoint: the layout it was saved with
     rc = yaml.safe_load((it / "run_config.yaml").read_text())
     rc["model"]["pipeline_model_parallel_layout"] = p["layout"]
     (it / "run_config.yaml").write_text(yaml.safe_dump(rc))
+res0 = {"saved_pattern": yaml.safe_load((it / "run_config.yaml").read_text())["model"].get("hybrid_layer_pattern")}
+try:   # the export as upstream's examples/conversion/convert_checkpoints.py does it, on the file itself
+    from megatron.bridge import AutoBridge
+    AutoBridge.from_auto_config(str(ckpt), str(mb.hf_source(mb.translate(p["convert"], "convert"),
+                                                            Path(p["work"]) / "ref-direct")))
+    res0["upstream_direct"] = "ok"
+except Exception as exc:
+    res0["upstream_direct"] = f"{type(exc).__name__}: {exc}"[:500]
 bc = mb.translate(p["convert"], "convert")
-res = {"hf_model_id": bc.hf_model_id, "has_slice_config": bc.hf_config is not None}
+res = {**res0, "hf_model_id": bc.hf_model_id, "has_slice_config": bc.hf_config is not None}
 try:
     bridge = mb.export_bridge(bc, str(ckpt), Path(p["work"]) / "ref") if hasattr(mb, "export_bridge") else None
     if bridge is None:   # the export as the runtime did it before: the recipe's HF id
@@ -93,7 +111,8 @@ def _cases(root: Path, layout=None, one_gpu: bool = False) -> dict:
     over = (convert_overrides(ckpt, root / "hf-out") if one_gpu else
             [f"convert.source={ckpt}", f"convert.output_dir={root / 'hf-out'}"])
     conv = compile_config(get_stage("convert"), "tiny", over).config
-    return {"sft": sft, "convert": conv, "ckpt": str(ckpt), "work": str(root / "work"), "layout": layout}
+    return {"sft": sft, "convert": conv, "ckpt": str(ckpt), "work": str(root / "work"), "layout": layout,
+            "te_only": TE_ONLY}
 
 
 def _pattern(cfg: dict, mtp: bool = False) -> str:
@@ -123,6 +142,7 @@ def test_convert_of_the_slice_exports_the_slices_hf_config_offline(upstream, tmp
     # the export's self-check (nemotron.runtime.megatron.export_check) reads the shape Megatron-Bridge saved in
     # run_config.yaml, passes the slice's exported config, and fails the full Ultra's over the slice (defect 2)
     assert out["saved_shape"] == {"num_layers": 4, "pattern": "ME*E"}
+    assert out["saved_pattern"] == "ME*E/*E/*E"   # finalize()'s unified pattern, as a trained checkpoint saves it
     assert out["selfcheck_config"]["passed"], out["selfcheck_config"]
     assert not out["selfcheck_ultra"]["passed"]
     assert "num_layers: exported 108, checkpoint 4" in out["selfcheck_ultra"]["mismatches"]
@@ -131,8 +151,8 @@ def test_convert_of_the_slice_exports_the_slices_hf_config_offline(upstream, tmp
 def test_pp_export_reads_the_checkpoints_pipeline_layout(upstream, tmp_path):
     layout = [["embedding", "mamba", "attention"], ["moe", "moe", "loss"]]
     out = upstream.run(SCRIPT, _cases(tmp_path, layout), timeout=900)
-    assert out.get("saved_layout") == layout
-    assert out["bridge_layout"] == layout   # what Megatron-Bridge's own load_model_config reads from the file
+    assert out.get("saved_layout") == layout, out.get("error")
+    assert out["bridge_layout"] == layout, out.get("error")   # what Megatron-Bridge's own load_model_config reads from the file
 
 
 def test_the_one_gpu_convert_of_small_exports_smalls_config(upstream, tmp_path):
@@ -145,5 +165,10 @@ def test_the_one_gpu_convert_of_small_exports_smalls_config(upstream, tmp_path):
     spec = catalogue.get("small")
     assert out["has_slice_config"] and _pattern(out["config"]) == spec.pattern == "MEM*EMEM*E"
     assert out["saved_shape"] == {"num_layers": 10, "pattern": "MEM*EMEM*E"}
+    # what the first GPU export found (docs/gpu_run.md): the checkpoint saves finalize()'s unified pattern, and
+    # upstream's own export of it stops at the MTP separator; ours exports the main pattern + the MTP block
+    assert out["saved_pattern"] == "MEM*EMEM*E/*E/*E"
+    assert "Unknown layer type characters in hybrid_override_pattern: {'/'}" in out["upstream_direct"]
+    assert _pattern(out["config"], mtp=True) == "*E" and out["config"]["num_nextn_predict_layers"] == 2
     assert out["selfcheck_config"]["passed"], out["selfcheck_config"]
     assert out["read_back"] == {"type": "NemotronHConfig", "num_hidden_layers": 10}

@@ -281,3 +281,43 @@ def test_the_convert_bench_makes_a_pretrain_checkpoint_first_only_when_asked(tmp
     assert summary["runs"]["pretrain"]["rc"] != 0 and summary["runs"]["pretrain"]["saved_iteration"] is None
     assert (work / "pre.yaml").is_file() and "pass --pretrain-if-none" in summary["error"]
     assert "this node shows 0 GPU" in (out / "pretrain.log").read_text()
+
+
+def _saved(tmp_path, model: dict, iters=(10, 20)):
+    for i in iters:
+        (tmp_path / f"iter_{i:07d}").mkdir(parents=True)
+        (tmp_path / f"iter_{i:07d}" / "run_config.yaml").write_text(yaml.safe_dump({"model": dict(model, it=i),
+                                                                                    "train": {"x": 1}}))
+    return tmp_path
+
+
+def test_the_export_reads_the_main_pattern_and_the_mtp_block_of_a_finalized_checkpoint(tmp_path):
+    """The first GPU export (docs/gpu_run.md) stopped in Megatron-Bridge's NemotronH megatron_to_hf_config on the
+    ``/`` of the unified pattern finalize() saves; the view from_auto_config reads splits it (the contract test
+    tests/contract/test_megatron_bridge_convert.py runs upstream on it)."""
+    from nemotron.runtime.megatron import megatron_bridge as mb
+
+    src = _saved(tmp_path, {"hybrid_layer_pattern": "MEM*EMEM*E/*E/*E", "mtp_hybrid_override_pattern": "*E",
+                            "mtp_num_layers": 2})
+    view = mb.export_run_config(src)
+    assert view["model"]["hybrid_layer_pattern"] == "MEM*EMEM*E"
+    assert view["model"]["mtp_hybrid_override_pattern"] == "*E" and view["model"]["mtp_num_layers"] == 2
+    assert view["model"]["it"] == 20 and view["train"] == {"x": 1}   # upstream's pick: the highest iteration
+    # the MTP block comes from the pattern when the key was not saved; pipeline separators stay for upstream
+    src2 = _saved(tmp_path / "b", {"hybrid_override_pattern": "ME|*E/*E/*E"}, iters=(5,))
+    assert mb.export_run_config(src2)["model"] == {"hybrid_override_pattern": "ME|*E", "it": 5,
+                                                   "mtp_hybrid_override_pattern": "*E"}
+    # nothing to split: upstream reads the file itself
+    assert mb.export_run_config(_saved(tmp_path / "c", {"hybrid_layer_pattern": "ME*E"})) is None
+    assert mb.export_run_config(tmp_path / "empty") is None
+
+
+def test_an_mtp_pattern_the_export_would_misread_is_refused(tmp_path):
+    from nemotron.runtime.megatron import megatron_bridge as mb
+
+    src = _saved(tmp_path, {"hybrid_layer_pattern": "ME*E/*E/-E"})
+    with pytest.raises(mb.TranslateError, match="MTP blocks differ"):
+        mb.export_run_config(src)
+    src = _saved(tmp_path / "b", {"hybrid_layer_pattern": "ME*E/*E", "mtp_hybrid_override_pattern": "*-"})
+    with pytest.raises(mb.TranslateError, match=r"run_config.yaml: model.hybrid_layer_pattern='ME\*E/\*E'"):
+        mb.export_run_config(src)

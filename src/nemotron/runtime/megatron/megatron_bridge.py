@@ -768,12 +768,79 @@ def export_bridge(bc: BridgeConfig, source: str | os.PathLike[str], folder: str 
     ``config.json`` written to ``folder`` (nothing downloaded), else ``recipe.hf_model_id``. The exported
     ``config.json`` is ``bridge.hf_pretrained.to_dict()`` (``save_hf_pretrained``, config-only bridge).
 
+    A checkpoint trained with MTP saves the unified pattern that ``MambaModelProvider.finalize()`` builds
+    (``MAIN/MTP/MTP``, e.g. ``MEM*EMEM*E/*E/*E``), and Megatron-Bridge 4588417's NemotronH
+    ``megatron_to_hf_config`` refuses its ``/`` (``Unknown layer type characters in hybrid_override_pattern``):
+    found by the first GPU export (docs/gpu_run.md). So ``from_auto_config`` reads :func:`export_run_config`'s
+    view of the file — the main pattern, and the MTP block as ``mtp_hybrid_override_pattern`` — in a temporary
+    folder; the weights are still loaded from ``source`` itself, with the pattern it was trained with.
+
     Raises:
         FileNotFoundError: ``source`` has no ``run_config.yaml`` (at its top or in its newest ``iter_*``).
     """
+    import tempfile
+
     from megatron.bridge import AutoBridge
 
-    return AutoBridge.from_auto_config(str(source), hf_source(bc, folder), trust_remote_code=bc.trust_remote_code)
+    view = export_run_config(source)
+    reference = hf_source(bc, folder)
+    if view is None:  # nothing to rewrite: upstream reads the file itself (and names a missing one)
+        return AutoBridge.from_auto_config(str(source), reference, trust_remote_code=bc.trust_remote_code)
+    import yaml
+
+    with tempfile.TemporaryDirectory(prefix="nemotron-export-config-") as tmp:
+        (Path(tmp) / "run_config.yaml").write_text(yaml.safe_dump(view, sort_keys=False), encoding="utf-8")
+        return AutoBridge.from_auto_config(tmp, reference, trust_remote_code=bc.trust_remote_code)
+
+
+def saved_run_config(source: str | os.PathLike[str]) -> Path | None:
+    """The ``run_config.yaml`` that ``AutoBridge.from_auto_config`` reads for the checkpoint folder ``source``:
+    ``source/run_config.yaml``, else the one in its ``iter_*`` folder of the highest iteration number (Megatron-Bridge
+    4588417 ``models/conversion/auto_bridge.py``); None when neither exists."""
+    root = Path(source)
+    if (root / "run_config.yaml").is_file():
+        return root / "run_config.yaml"
+    iters = [d for d in root.glob("iter_*") if d.is_dir() and d.name[5:].isdigit()]
+    if iters:
+        rc = max(iters, key=lambda d: int(d.name[5:])) / "run_config.yaml"
+        if rc.is_file():
+            return rc
+    return None
+
+
+def export_run_config(source: str | os.PathLike[str]) -> dict | None:
+    """The parsed :func:`saved_run_config` of ``source`` with its MTP block split off the hybrid pattern, or None
+    when there is nothing to split (no file, or no MTP separator ``/`` in ``model.hybrid_layer_pattern`` /
+    ``hybrid_override_pattern``). In the view, the pattern key holds the main decoder's pattern (the part before
+    the first ``/``, pipeline separators ``|`` kept: upstream strips them) and ``model.mtp_hybrid_override_pattern``
+    the MTP block (the saved value when set, else the first block after ``/``); every other key is unchanged.
+
+    Raises:
+        TranslateError: the pattern's MTP blocks differ from each other or from the saved
+            ``mtp_hybrid_override_pattern`` (a pattern this export would misread).
+    """
+    import yaml
+
+    rc = saved_run_config(source)
+    if rc is None:
+        return None
+    data = yaml.safe_load(rc.read_text(encoding="utf-8")) or {}
+    model = data.get("model") or {}
+    key = "hybrid_layer_pattern" if model.get("hybrid_layer_pattern") else "hybrid_override_pattern"
+    pattern = model.get(key)
+    if not isinstance(pattern, str) or "/" not in pattern:
+        return None
+    main, *blocks = pattern.split("/")
+    blocks = [b.replace("|", "") for b in blocks if b.replace("|", "")]
+    saved = model.get("mtp_hybrid_override_pattern")
+    if len(set(blocks + ([saved] if saved else []))) > 1:
+        raise TranslateError(f"{rc}: model.{key}={pattern!r} with mtp_hybrid_override_pattern={saved!r}: the MTP "
+                             "blocks differ, and a NemotronH export has one shared MTP block pattern")
+    model[key] = main
+    if blocks or saved:
+        model["mtp_hybrid_override_pattern"] = saved or blocks[0]
+    data["model"] = model
+    return data
 
 
 def saved_pipeline_layout(source: str | os.PathLike[str]) -> list | None:
@@ -812,6 +879,8 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
         return 0
     try:
         pg_options = None if conv.get("device") == "cpu" else process_group_options(timeout_minutes)
+        if direction == "megatron_to_hf":
+            export_run_config(src)  # an MTP pattern the export would misread is refused before any process group
     except TranslateError as exc:
         return prestart.refuse(f"ultra3 {bc.stage}", [str(exc)])
     import torch
