@@ -19,7 +19,8 @@ Two comparisons, each printed next to what it is compared with:
    ``docs/gpu_run.md`` (``bench/results/gpu_run_h200.json``: the ``small`` model at TP1 PP1 EP1, 1,024 x 4 tokens
    per micro-batch, 2 MTP depths, Megatron-Bridge's Ultra recipe: Transformer Engine's fused cross entropy) next to
    its measured ``max_memory_allocated`` and ``max_memory_reserved``, before (FP32 logits, a 5 GB allowance) and
-   after (BF16 logits kept by the fused cross entropy; context, NCCL and fragmentation outside the allocator).
+   after (BF16 logits kept by the fused cross entropy; context, NCCL and fragmentation outside the allocator); and
+   the same estimate of the one-GPU packed SFT run (``bench/results/gpu_sft_h100.json``) against its peaks.
 
 Without ``--blend`` it first runs ``nemotron ultra3 data prep pretrain -c tiny`` (in-process for this size) into a
 temporary folder.
@@ -72,6 +73,28 @@ def cpu_matmul_gflops() -> float:
 
 GIB = 2**30
 GPU_RUN = ROOT / "bench" / "results" / "gpu_run_h200.json"
+GPU_SFT = ROOT / "bench" / "results" / "gpu_sft_h100.json"
+
+
+def sft_memory_comparison(run: Path = GPU_SFT) -> dict:
+    """The memory estimate (as calibrated on the pretrain run) of the one-GPU packed SFT run of docs/gpu_run.md
+    (``bench/gpu_megatron.py`` ONE_GPU_SFT: the ``small`` model at TP1 PP1 EP1, one 4,096-token pack per micro-batch,
+    4 per step, 2 MTP depths, TE's fused cross entropy) against its measured peaks. Not corrected from it: the term
+    the estimate lacks for packed SFT is not established (docs/gpu_run.md). GB = 1e9 bytes."""
+    from nemotron.config import catalogue
+    from nemotron.layout import memory
+
+    rec = json.loads(run.read_text(encoding="utf-8"))
+    alloc, reserved = rec["peak_allocated_gib"] * GIB / 1e9, rec["peak_reserved_gib"] * GIB / 1e9
+    est = memory.estimate(catalogue.get("small"), memory.TrainSetup(seq_length=4096, micro_batch=1, global_batch=4,
+                                                                    world=1, mtp_depths=2, logits_bytes=2.0),
+                          None).peak
+    return {"measured": {"max_allocated_gb": alloc, "max_reserved_gb": reserved, "gpu": rec.get("gpu"),
+                         "source": str(run.relative_to(ROOT))},
+            "estimate": {"weights_gb": est.weights_gb, "activations_gb": est.activations_gb,
+                         "logits_gb": est.logits_gb, "allocated_gb": est.allocated_gb,
+                         "vs_allocated": est.allocated_gb / alloc - 1, "total_gb": est.total_gb,
+                         "vs_reserved_total": est.total_gb / reserved - 1}}
 
 
 def memory_comparison(run: Path = GPU_RUN) -> dict:
@@ -114,6 +137,16 @@ def print_memory(m: dict) -> None:
           + ", ".join(f"{k} {v:.2f} GB" for k, v in a["outside"].items()) + f"; total {a['total_gb']:.2f} GB")
 
 
+def print_sft_memory(m: dict) -> None:
+    ms, e = m["measured"], m["estimate"]
+    print(f"memory, one-GPU packed SFT run ({ms['source']}, {ms['gpu']}): measured max allocated "
+          f"{ms['max_allocated_gb']:.2f} GB, max reserved {ms['max_reserved_gb']:.2f} GB")
+    print(f"  estimate: weights+grads+optimizer {e['weights_gb']:.2f} + activations {e['activations_gb']:.2f} + BF16 "
+          f"logits {e['logits_gb']:.2f} = allocated {e['allocated_gb']:.2f} GB ({e['vs_allocated']:+.0%} vs allocated); "
+          f"total {e['total_gb']:.2f} GB ({e['vs_reserved_total']:+.0%} vs reserved): not within 15 %, not corrected "
+          "(the missing term is not established: docs/gpu_run.md)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--blend", help="a pretrain blend.json (default: run data prep pretrain -c tiny first)")
@@ -122,8 +155,12 @@ def main() -> int:
     ap.add_argument("--memory", action="store_true", help="only the memory comparison (no run)")
     a = ap.parse_args()
     if a.memory:
-        m = memory_comparison()
-        print(json.dumps(m, indent=2)) if a.json else print_memory(m)
+        m, s = memory_comparison(), sft_memory_comparison()
+        if a.json:
+            print(json.dumps({"pretrain": m, "sft": s}, indent=2))
+        else:
+            print_memory(m)
+            print_sft_memory(s)
         return 0
 
     from nemotron.config import catalogue
@@ -174,7 +211,8 @@ def main() -> int:
                              "relative_error": ckpt_err, "within_2_percent": abs(ckpt_err) <= 0.02,
                              "params": e.params, "bytes_per_param": est.CKPT_BYTES["hf-local"]},
               "mfu_assumed": est.DEFAULT_MFU, "cpu_matmul_gflops": peak_cpu, "step_time": rows,
-              "local_run_wall_s": wall, "memory": memory_comparison()}
+              "local_run_wall_s": wall, "memory": memory_comparison(),
+              "memory_sft": sft_memory_comparison()}
     if a.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -188,6 +226,7 @@ def main() -> int:
               f"{r['estimate_s']:>9.3f}s {r['measured_s']:>9.3f}s {r['implied_mfu']:>7.3f}")
     print(f"(this CPU's FP32 torch.mm rate, measured now: {peak_cpu:.1f} GFLOP/s; work folder {work})")
     print_memory(result["memory"])
+    print_sft_memory(result["memory_sft"])
     return 0
 
 

@@ -101,7 +101,8 @@ fi
 # 16 SFT steps of 8, the KL on 16 held-out prompts x 64 tokens (~40 s), each MOPD cycle 8 steps of 16 prompts x
 # 128 tokens (~45 s each), MTP boosting 100 head steps of 8 of 32 backbone continuations of 96 tokens, N = 3, draft
 # length 3, acceptance on 8 held-out prompts x 48 tokens (~60 s; its greedy loops run one full forward a token):
-# about 6 minutes in all, under 8 on one H100. Estimates, not measured: the run is prepared, not yet run.
+# measured on one H100 (2026-12-05, the GPU shared with another job): 536 s of stages, 9 minutes of pipe
+# (docs/post_training_pipeline.md, bench/results/gpu_local_pipe_h100.json).
 settings=(
   data-prep-sft:workers.engine=in_process data-prep-rl:workers.engine=in_process
   sft:train.train_iters=30 sft:scheduler.lr_decay_iters=30 sft:train.global_batch_size=8 sft:train.micro_batch_size=4
