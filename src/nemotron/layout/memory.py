@@ -59,7 +59,13 @@ micro-batches of a step, row- and column-wise: FP8 2 bytes/param, NVFP4 2 x 0.56
   this is Megatron-Bridge's Ultra recipe (``recipes/nemotronh/nemotron_3_ultra.py``: impl "te"; the Mamba
   provider's ``cross_entropy_loss_fusion`` defaults to true). **4** otherwise: the ``native`` fusion saves the
   FP32 softmax (``fused_cross_entropy.py``: ``ctx.save_for_backward(exp_logits, ...)``), the unfused path an FP32
-  copy. (:attr:`TrainSetup.logits_bytes`.)
+  copy. (:attr:`TrainSetup.logits_bytes`.) The head whose loss runs last also holds, while the others are saved,
+  a BF16 copy of its logits (:data:`LAST_HEAD_COPY_BYTES`) and, with 4, one more FP32 buffer
+  (:data:`NATIVE_CE_FP32_BYTES`: ``calculate_logits_max``'s ``.float()`` copy is made in a ``jit_fuser`` function;
+  the in-place subtraction and exponential that follow are in place in eager code only). Inferred, not traced,
+  from the two one-GPU runs (``docs/gpu_run.md``, 3 heads of 4,096 x 131,072 logits): pretrain with TE's cross
+  entropy, 6.36 GB allocated — 3 x 2 B + 2 B gives 6.04 GB (-5 %; 3 x 2 B alone -22 %); packed SFT with the native
+  one, 11.65 GB — 3 x 4 B + 6 B gives 11.42 GB (-2 %; 3 x 4 B alone -30 %).
 
 **Outside the estimate of the allocator** (what ``torch.cuda.max_memory_allocated`` does not count, added for
 the verdict against the GPU memory): the CUDA context with the kernel images of torch, Transformer Engine and
@@ -82,6 +88,18 @@ from nemotron.config.catalogue import ATTENTION, MAMBA, MLP, MOE, ModelSpec, lay
 from nemotron.layout.rules import stage_layers
 
 GB = 1e9
+#: Bytes per logits element the head whose loss runs last holds on top of the saved ones: a BF16 copy of its
+#: logits (2), and with the native or unfused cross entropy one FP32 buffer more (4). See the module docstring:
+#: inferred from the two one-GPU runs, not traced.
+LAST_HEAD_COPY_BYTES = 2.0
+NATIVE_CE_FP32_BYTES = 4.0
+
+
+def last_head_bytes(logits_bytes: float) -> float:
+    """:data:`LAST_HEAD_COPY_BYTES`, plus :data:`NATIVE_CE_FP32_BYTES` when the saved logits are FP32
+    (``logits_bytes`` > 2: the native or unfused cross entropy)."""
+    return LAST_HEAD_COPY_BYTES + (NATIVE_CE_FP32_BYTES if logits_bytes > 2 else 0.0)
+
 #: The allowance of inference estimates (serving engines, conversion, calibration): CUDA context, workspaces,
 #: activations of the forward, fragmentation.
 OVERHEAD_GB = 5.0
@@ -197,9 +215,10 @@ class Estimate:
             ["parameters on the rank", f"{p.dense_params / 1e9:.2f} B dense + {p.expert_params / 1e9:.2f} B expert"],
             ["weights + grads + optimizer" if self.label == "training" else "weights (BF16)", f"{p.weights_gb:.1f} GB"],
             [f"activations ({p.inflight} micro-batch{'es' if p.inflight != 1 else ''} in flight)", f"{p.activations_gb:.1f} GB"],
-            [f"logits ({'BF16, fused TE cross entropy' if p.logits_bytes == 2 else 'FP32'}, main + MTP heads)",
-             f"{p.logits_gb:.1f} GB"],
         ]
+        if self.label == "training":  # inference estimates keep no logits for a backward
+            rows.append([f"logits ({'BF16, fused TE cross entropy' if p.logits_bytes == 2 else 'FP32, native/unfused CE'}, "
+                         "main + MTP heads)", f"{p.logits_gb:.1f} GB"])
         if p.outside:
             rows.append(["allocated (weights to logits)", f"{p.allocated_gb:.1f} GB"])
             rows += [[name, f"{gb:.1f} GB"] for name, gb in p.outside]
@@ -353,7 +372,7 @@ def stage_activation_bytes(spec: ModelSpec, s: TrainSetup, pattern: str, mtp: bo
     logits = 0.0
     if stage == s.pp - 1:
         vpad = padded_vocab(spec, s.tp)
-        logits = tokens * vpad / s.tp * s.logits_bytes * (1 + (depths if mtp else 0))
+        logits = tokens * vpad / s.tp * (s.logits_bytes * (1 + (depths if mtp else 0)) + last_head_bytes(s.logits_bytes))
     return acts, logits, inflight
 
 

@@ -217,15 +217,24 @@ def megatron_view(cfg: dict) -> TrainView:
         precision=_precision(get(cfg, "mixed_precision")),
         mtp_depths=as_int(get(cfg, "model.mtp_num_layers")),
         logits_bytes=_logits_bytes(get(cfg, "model.cross_entropy_loss_fusion", True),
-                                   get(cfg, "model.cross_entropy_fusion_impl", "te")),
+                                   get(cfg, "model.cross_entropy_fusion_impl"), get(cfg, "recipe.name")),
     )
 
 
-def _logits_bytes(fusion: Any, impl: Any) -> float:
+#: The Megatron-Bridge recipes (4588417, ``recipes/nemotronh/nemotron_3_ultra.py``) that set
+#: ``cross_entropy_fusion_impl = "te"``: the pretrain recipe only. The SFT and PEFT recipes leave Megatron-Core's
+#: default, "native" (seen in the one-GPU SFT run's config dump, docs/gpu_run.md).
+TE_CROSS_ENTROPY_RECIPES = frozenset({"nemotron_3_ultra_pretrain_config"})
+
+
+def _logits_bytes(fusion: Any, impl: Any, recipe: Any = None) -> float:
     """2 when Megatron-Core runs Transformer Engine's fused cross entropy (``cross_entropy_loss_fusion`` and
     ``cross_entropy_fusion_impl: te``: the BF16 logits are kept, the gradient written into them), else 4 (an FP32
-    softmax or copy is kept). Unset keys take Megatron-Bridge's Ultra recipe: fusion on (the Mamba provider's
-    default), impl "te" (``recipes/nemotronh/nemotron_3_ultra.py``)."""
+    softmax or copy is kept). Unset keys take what the stage's Megatron-Bridge recipe ``recipe`` gives: fusion on
+    (the Mamba provider's default), impl "te" for the recipes of :data:`TE_CROSS_ENTROPY_RECIPES`, else
+    Megatron-Core's default "native"."""
+    if impl is None:
+        impl = "te" if str(recipe or "") in TE_CROSS_ENTROPY_RECIPES else "native"
     return 2.0 if bool(fusion) and str(impl).lower() == "te" else 4.0
 
 
