@@ -370,8 +370,11 @@ def job_list(recipe: str, as_json: bool = False) -> int:
         report.out(f"no {recipe} job has been submitted from this machine yet (submit one with --batch PROFILE)",
                    plain=True)
         return 0
+    # the id, stage, state and time never wrap (the id is copied into status/logs/cancel); a run folder too long for
+    # the width is cut at its start (`status ID` and --json give it whole)
     report.table(f"nemotron {recipe} jobs (newest first)",
-                 ["id", "stage", "config", "profile", "state", "submitted", "run folder"], rows)
+                 ["id", "stage", "config", "profile", "state", "submitted", "run folder"], rows, whole=(0, 1, 4, 5),
+                 clip_left=6)
     return 0
 
 
