@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -130,6 +131,37 @@ def test_a_not_parquet_input_fails_with_a_hint_that_why_shows(tmp_path, monkeypa
     got = why.explain_files([str(log)])
     assert got["cause"] == "stage-error" and "cannot read (ArrowInvalid" in got["evidence"], got
     assert "path and format" in got["hint"], got
+
+
+def test_a_run_in_the_shell_is_not_taken_for_a_job_by_why_status_logs(tmp_path, monkeypatch, capfd):
+    """A run without a profile names its run folder; ``why``/``status``/``logs`` given its id (or the folder) say it
+    is no submitted job and how to classify its end, instead of "no submitted job"; without an id, a note says the
+    latest run here was such a run when a submitted job is shown."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    (tmp_path / "notparquet.parquet").write_text("not parquet\n")
+    blend = tmp_path / "blend.json"
+    blend.write_text(json.dumps({"datasets": [{"name": "np", "path": str(tmp_path / "notparquet.parquet"), "weight": 1}]}))
+    old = jobs.JobRecord(experiment_id="ultra3-pretrain-tiny-old", job_id="77", stage="pretrain", title="ultra3 pretrain",
+                         profile="local-gpu", env_file="", run_dir=str(tmp_path / "gone"), log_dir=str(tmp_path / "gone"),
+                         job_name="pretrain", tunnel=jobs.LOCAL_EXECUTOR, submitted=time.time() - 3600)
+    assert main(["ultra3", "why"]) == 2
+    err = capfd.readouterr().err
+    assert "no job has been submitted from this machine yet" in err and "are not jobs" in err, err
+    code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", f"blend_path={blend}", f"output_dir={tmp_path / 'out'}"])
+    err = capfd.readouterr().err
+    assert code == 1, err
+    folder = Path(re.search(r"\(run folder: (\S+)\)", err).group(1))
+    for argv in (["why", folder.name], ["status", str(folder)], ["logs", folder.name], ["cancel", folder.name]):
+        assert main(["ultra3", *argv]) == 2, argv
+        err = capfd.readouterr().err
+        assert f"error: '{folder.name}' is a run in this shell on this machine, not a submitted job" in err, err
+        assert f"run folder: {folder}" in err and "why --log run.log" in err, err
+    jobs.save(old)
+    main(["ultra3", "why"])
+    err = capfd.readouterr().err
+    assert f"note: the latest run here, {folder.name}, ran in the shell" in err and "job, 77 " in err, err
+    main(["ultra3", "why", "77"])  # an id given: no note
+    assert "note:" not in capfd.readouterr().err
 
 
 def test_why_is_linear_in_a_long_line_and_shows_at_most_a_line_of_evidence(tmp_path, capsys):

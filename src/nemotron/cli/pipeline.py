@@ -306,6 +306,15 @@ def show_profiles(name: str | None, env_file: str | None, as_json: bool = False)
     return 0
 
 
+def note_newer_shell_run(rec: Any) -> None:
+    """For ``status``/``why`` without an id: a note on stderr when a run in this shell started after ``rec``, the
+    last submitted job (:func:`nemotron.launch.records.newer_shell_run`), which those commands do not cover."""
+    later = jobs.newer_shell_run(rec)
+    if later:
+        report.err(f"note: the latest run here, {later}, ran in the shell (not a submitted job; its messages were "
+                   f"printed there); this is the last submitted job, {rec.job_id} ({rec.experiment_id})")
+
+
 def job_status(ident: str | None, as_json: bool = False) -> int:
     """``status [ID]``: the job's Slurm state and where its files are; for ``UNKNOWN`` the reason
     (the job's backend's ``unknown_reason``).
@@ -315,6 +324,8 @@ def job_status(ident: str | None, as_json: bool = False) -> int:
     """
 
     rec = jobs.load(ident)
+    if ident is None:
+        note_newer_shell_run(rec)
     owner = backends.backend_for(rec)
     st, code = owner.state(rec)
     reason = owner.unknown_reason(rec) if st == "UNKNOWN" else None
