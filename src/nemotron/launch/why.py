@@ -155,18 +155,19 @@ def _unprintable(ch: str) -> bool:
     return ch == "\ufffd" or (not ch.isprintable() and ch != "\t")
 
 
-def _shown(line: str) -> str:
-    """``line`` as evidence: stripped, cut to :data:`EVIDENCE_CHARS` characters, control characters and undecodable
-    bytes (U+FFFD, from reading the log with ``errors="replace"``) shown as ``?``; a line that is mostly such bytes
-    (a binary file given as a log) is described instead of printed."""
+def _shown(line: str, limit: int = EVIDENCE_CHARS) -> str:
+    """``line`` as evidence: stripped, cut to ``limit`` characters (default :data:`EVIDENCE_CHARS`; a stage's hint
+    line gets four times that), control characters and undecodable bytes (U+FFFD, from reading the log with
+    ``errors="replace"``) shown as ``?``; a line that is mostly such bytes (a binary file given as a log) is
+    described instead of printed."""
     s = line.strip()
-    cut = s[:EVIDENCE_CHARS]
+    cut = s[:limit]
     bad = sum(1 for ch in cut if _unprintable(ch))
     if cut and bad * 4 > len(cut):
         return (f"(not text: {bad} of the first {len(cut)} characters of the line are undecodable bytes or control "
                 f"characters; is this a log file?)")
     cut = "".join("?" if _unprintable(ch) else ch for ch in cut)
-    return cut + ("..." if len(s) > EVIDENCE_CHARS else "")
+    return cut + ("..." if len(s) > limit else "")
 
 
 def _ours(path: str) -> bool:
@@ -258,7 +259,7 @@ def classify(text: str, state: str | None = None, exit_code: str | None = None,
         if chosen == "stage-error":  # our own runtime's message: its hint line is the fix, else one by its kind
             i = where[chosen]
             nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            hint = (_shown(nxt.removeprefix("hint: ")) if nxt.startswith("hint: ")
+            hint = (_shown(nxt.removeprefix("hint: "), 4 * EVIDENCE_CHARS) if nxt.startswith("hint: ")
                     else _stage_error_fix(lines[i].strip()))
         if chosen in ("python-exception", "module-missing") and tb and tb["exception"]:
             evidence = tb["exception"]
