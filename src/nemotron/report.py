@@ -56,7 +56,8 @@ def table(title: str | None, header: list[str], rows: list[list[Any]], whole: tu
 
     widths = [max([len(str(h)), *(len(str(r[i])) for r in rows)]) for i, h in enumerate(header)]
     width = console().width
-    if whole and rows and sum(widths[i] for i in whole) + 8 * (len(header) - len(whole)) + 3 * (len(header) - 1) > width:
+    needed = sum(widths[i] for i in whole) + 8 * (len(header) - len(whole)) + 3 * (len(header) - 1)
+    if whole and rows and needed > width:
         # too narrow for the whole columns and a few characters of each other one (rich would drop columns):
         # one ``header: value`` line per cell, a blank line between rows
         if title:

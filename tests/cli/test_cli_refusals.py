@@ -239,4 +239,5 @@ def test_a_path_argument_that_is_not_utf8_is_refused_from_a_real_command_line(tm
     proc = subprocess.run([sys.executable, "-m", "nemotron.console", "ultra3", "data", "prep", "sft", "-c",
                            b"/tmp/\xff.yaml", "--dry-run"], capture_output=True, env=env, timeout=120)
     err = proc.stderr.decode("utf-8")
-    assert proc.returncode == 2 and "error: argument '/tmp/\\xff.yaml': not UTF-8 (byte 0xff at byte offset 5)" in err, err
+    assert proc.returncode == 2, err
+    assert "error: argument '/tmp/\\xff.yaml': not UTF-8 (byte 0xff at byte offset 5)" in err, err

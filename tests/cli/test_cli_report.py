@@ -137,7 +137,8 @@ def test_jobs_never_wraps_a_job_id_whatever_the_width(tmp_path, monkeypatch, cap
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("COLUMNS", str(columns))
     job = "data-prep-sft-tiny-w6ck0bzt1fvh1c"
-    run_dir = str(tmp_path / "nemotron-jobs" / "experiments" / "ultra3-data-prep-sft-tiny" / "ultra3-data-prep-sft-tiny_1764972000" / job)
+    run_dir = str(tmp_path / "nemotron-jobs" / "experiments" / "ultra3-data-prep-sft-tiny"
+                  / "ultra3-data-prep-sft-tiny_1764972000" / job)
     jobs.save(jobs.JobRecord(experiment_id=f"ultra3-data-prep-sft-tiny-{job}", job_id=job, stage="data-prep-sft",
                              title="ultra3 data prep sft", profile="local", env_file=str(ENV_FILE), run_dir=run_dir,
                              log_dir=run_dir, job_name="data-prep-sft-tiny", tunnel=jobs.LOCAL_EXECUTOR,

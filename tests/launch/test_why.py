@@ -122,8 +122,10 @@ def test_a_not_parquet_input_fails_with_a_hint_that_why_shows(tmp_path, monkeypa
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     (tmp_path / "notparquet.parquet").write_text("not parquet\n")
     blend = tmp_path / "blend.json"
-    blend.write_text(json.dumps({"datasets": [{"name": "np", "path": str(tmp_path / "notparquet.parquet"), "weight": 1}]}))
-    code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", f"blend_path={blend}", f"output_dir={tmp_path / 'out'}"])
+    blend.write_text(json.dumps({"datasets": [{"name": "np", "path": str(tmp_path / "notparquet.parquet"),
+                                               "weight": 1}]}))
+    code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", f"blend_path={blend}",
+                 f"output_dir={tmp_path / 'out'}"])
     err = capfd.readouterr().err
     assert code == 1, err
     log = tmp_path / "job.log"
@@ -140,14 +142,17 @@ def test_a_run_in_the_shell_is_not_taken_for_a_job_by_why_status_logs(tmp_path, 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     (tmp_path / "notparquet.parquet").write_text("not parquet\n")
     blend = tmp_path / "blend.json"
-    blend.write_text(json.dumps({"datasets": [{"name": "np", "path": str(tmp_path / "notparquet.parquet"), "weight": 1}]}))
-    old = jobs.JobRecord(experiment_id="ultra3-pretrain-tiny-old", job_id="77", stage="pretrain", title="ultra3 pretrain",
-                         profile="local-gpu", env_file="", run_dir=str(tmp_path / "gone"), log_dir=str(tmp_path / "gone"),
+    blend.write_text(json.dumps({"datasets": [{"name": "np", "path": str(tmp_path / "notparquet.parquet"),
+                                               "weight": 1}]}))
+    old = jobs.JobRecord(experiment_id="ultra3-pretrain-tiny-old", job_id="77", stage="pretrain",
+                         title="ultra3 pretrain", profile="local-gpu", env_file="", run_dir=str(tmp_path / "gone"),
+                         log_dir=str(tmp_path / "gone"),
                          job_name="pretrain", tunnel=jobs.LOCAL_EXECUTOR, submitted=time.time() - 3600)
     assert main(["ultra3", "why"]) == 2
     err = capfd.readouterr().err
     assert "no job has been submitted from this machine yet" in err and "are not jobs" in err, err
-    code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", f"blend_path={blend}", f"output_dir={tmp_path / 'out'}"])
+    code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", f"blend_path={blend}",
+                 f"output_dir={tmp_path / 'out'}"])
     err = capfd.readouterr().err
     assert code == 1, err
     folder = Path(re.search(r"\(run folder: (\S+)\)", err).group(1))

@@ -108,7 +108,8 @@ def test_a_profile_name_that_run_could_never_name_is_refused_with_its_line(tmp_p
     path = write(tmp_path / "env.toml", f'[ok]\nexecutor = "local"\n\n{header}\nexecutor = "local"\n')
     with pytest.raises(ConfigError) as info:
         load_profiles(path)
-    assert info.value.message.startswith(f"{path}:{line}: profile name ") and why in info.value.message, info.value.message
+    msg = info.value.message
+    assert msg.startswith(f"{path}:{line}: profile name ") and why in msg, msg
     assert "rename the table" in info.value.hint
 
 

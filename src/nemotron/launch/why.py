@@ -204,7 +204,8 @@ def traceback_summary(lines: list[str]) -> dict[str, Any] | None:
         return None
     ours = [f for f in frames if _ours(f[0])]
     pick = ours[0] if ours else next((f for f in frames if not _foreign(f[0])), frames[-1])
-    return {"exception": _shown(exception) if exception else exception, "frame": f"{pick[0]}:{pick[1]} in {pick[2]}", "frame_is_ours": bool(ours),
+    return {"exception": _shown(exception) if exception else exception,
+            "frame": f"{pick[0]}:{pick[1]} in {pick[2]}", "frame_is_ours": bool(ours),
             "frames": len(frames)}
 
 

@@ -45,7 +45,8 @@ def load_profiles(path: Path) -> Profiles:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}", "check the --env-file path and its permissions") from None
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}",
+                          "check the --env-file path and its permissions") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
