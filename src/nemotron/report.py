@@ -45,15 +45,38 @@ def heading(text: str) -> None:
     console().print(Rule(text, align="left", characters="─"))
 
 
-def table(title: str | None, header: list[str], rows: list[list[Any]]) -> None:
-    """A simple table."""
+def table(title: str | None, header: list[str], rows: list[list[Any]], whole: tuple[int, ...] = (),
+          clip_left: int | None = None) -> None:
+    """A simple table. The columns numbered in ``whole`` (0-based) are never wrapped, whatever the width (a job id
+    or a state that is copied into the next command); column ``clip_left``, when given (a path), is cut at its start
+    to the room the other columns leave (``...`` + its end, at least 10 characters); other columns fold. A width
+    too narrow for the ``whole`` columns gives one ``header: value`` line per cell instead (nothing dropped)."""
     from rich import box
     from rich.table import Table
 
+    widths = [max([len(str(h)), *(len(str(r[i])) for r in rows)]) for i, h in enumerate(header)]
+    width = console().width
+    needed = sum(widths[i] for i in whole) + 8 * (len(header) - len(whole)) + 3 * (len(header) - 1)
+    if whole and rows and needed > width:
+        # too narrow for the whole columns and a few characters of each other one (rich would drop columns):
+        # one ``header: value`` line per cell, a blank line between rows
+        if title:
+            out(title, plain=True)
+        pad = max(len(str(h)) for h in header) + 1
+        out("\n\n".join("\n".join(f"{str(h) + ':':<{pad}} {c}" for h, c in zip(header, r)) for r in rows), plain=True)
+        return
+    if clip_left is not None and rows:
+        room = max(10, width - sum(w for i, w in enumerate(widths) if i != clip_left) - 3 * (len(header) - 1))
+        rows = [[("..." + str(c)[-(room - 3):] if i == clip_left and len(str(c)) > room else c)
+                 for i, c in enumerate(r)] for r in rows]
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
               show_header=any(str(h).strip() for h in header))
-    for h in header:
-        t.add_column(h, overflow="fold")
+    for i, h in enumerate(header):
+        if i in whole:
+            widest = max([len(str(h)), *(len(str(r[i])) for r in rows)])
+            t.add_column(h, no_wrap=True, min_width=widest)
+        else:
+            t.add_column(h, overflow="fold")
     for r in rows:
         t.add_row(*[str(c) for c in r])
     console().print(t)

@@ -8,6 +8,9 @@ The real CLI (``nemotron.cli.main``) on the shipped configs; a fresh NEMOTRON_HO
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import re
 from pathlib import Path
 
@@ -202,3 +205,39 @@ def test_other_values_of_a_known_set_say_did_you_mean(capsys, argv, line):
     code, out, _ = run_cli(capsys, "ultra3", *argv, "--dry-run", "--quiet")
     assert code == 2
     assert any(ln.startswith(line) for ln in out.splitlines()), out
+
+
+# ------------------------------------------------------------------------------------------ bytes that are not UTF-8
+def test_a_config_or_env_file_that_is_not_utf8_is_one_line_with_file_line_and_byte(capsys, tmp_path):
+    cfg = tmp_path / "cfg dir" / "nonutf.yaml"
+    cfg.parent.mkdir()
+    cfg.write_bytes(b"output_dir: /tmp/x\n# caf\xe9\n")
+    code, _, err = run_cli(capsys, "ultra3", "data", "prep", "sft", "-c", str(cfg), "--dry-run")
+    assert code == 2 and f"error: {cfg}:2: not UTF-8 text (byte 0xe9 at byte offset 24)" in err, err
+    assert "hint: save the file as UTF-8" in err and "internal error" not in err, err
+    env = tmp_path / "env.toml"
+    env.write_bytes(b'[a]\nexecutor = "local"\n# \xff\n')
+    code, _, err = run_cli(capsys, "ultra3", "data", "prep", "sft", "-c", "tiny", "--env-file", str(env), "--run", "a",
+                           "--dry-run")
+    assert code == 2 and f"error: {env}:3: not UTF-8 text (byte 0xff" in err and "permissions" not in err, err
+
+
+@pytest.mark.parametrize("word,shown", [
+    (b"output_dir=/tmp/out/\xff", "override 'output_dir=/tmp/out/\\xff': not UTF-8 (byte 0xff at byte offset 20)"),
+    (b"pack.algorithm=\xff", "override 'pack.algorithm=\\xff': not UTF-8 (byte 0xff at byte offset 15)"),
+    (b"chat.template=/t/caf\xe9.jinja", "override 'chat.template=/t/caf\\xe9.jinja'"),
+])
+def test_an_override_that_is_not_utf8_is_refused_naming_it(capsys, word, shown):
+    """Python hands argv bytes that are not UTF-8 over as lone surrogates (PEP 383): any override, any key."""
+    code, _, err = run_cli(capsys, "ultra3", "data", "prep", "sft", "-c", "tiny", os.fsdecode(word), "--dry-run")
+    assert code == 2 and f"error: {shown}" in err and "hint: give " in err and "internal error" not in err, err
+
+
+def test_a_path_argument_that_is_not_utf8_is_refused_from_a_real_command_line(tmp_path):
+    """The real process: the bytes come from argv, not from a test's string."""
+    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "nemotron.console", "ultra3", "data", "prep", "sft", "-c",
+                           b"/tmp/\xff.yaml", "--dry-run"], capture_output=True, env=env, timeout=120)
+    err = proc.stderr.decode("utf-8")
+    assert proc.returncode == 2, err
+    assert "error: argument '/tmp/\\xff.yaml': not UTF-8 (byte 0xff at byte offset 5)" in err, err

@@ -127,6 +127,33 @@ def test_jobs_lists_the_submitted_jobs_newest_first(tmp_path, monkeypatch, capsy
     assert doc["jobs"][0]["run_folder"] == str(tmp_path / "run1") and doc["jobs"][0]["config"] == "tiny"
 
 
+@pytest.mark.parametrize("columns", [120, 80, 60, 200])
+def test_jobs_never_wraps_a_job_id_whatever_the_width(tmp_path, monkeypatch, capsys, columns):
+    """A local job's id (NeMo-Run's ``<name>-<random>``, 33 characters) and a long run folder at 120 columns: the id
+    stays whole on one line (it is copied into status/logs/cancel); the run folder is cut at its start instead, and a
+    width too narrow for a table lists each job as ``name: value`` lines."""
+    from nemotron.launch import jobs
+
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COLUMNS", str(columns))
+    job = "data-prep-sft-tiny-w6ck0bzt1fvh1c"
+    run_dir = str(tmp_path / "nemotron-jobs" / "experiments" / "ultra3-data-prep-sft-tiny"
+                  / "ultra3-data-prep-sft-tiny_1764972000" / job)
+    jobs.save(jobs.JobRecord(experiment_id=f"ultra3-data-prep-sft-tiny-{job}", job_id=job, stage="data-prep-sft",
+                             title="ultra3 data prep sft", profile="local", env_file=str(ENV_FILE), run_dir=run_dir,
+                             log_dir=run_dir, job_name="data-prep-sft-tiny", tunnel=jobs.LOCAL_EXECUTOR,
+                             submitted=time.time(), config="tiny"))
+    assert main(["ultra3", "jobs"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert any(job in ln for ln in lines), out
+    assert all(len(ln.rstrip()) <= columns for ln in lines if run_dir not in ln), out
+    assert "data-prep-sft" in out and "UNKNOWN" in out and "tiny" in out and "local" in out, out  # no column dropped
+    if columns >= 120:
+        row = next(ln for ln in lines if ln.startswith(job))
+        assert row.rstrip().endswith(job[-8:]) and ("..." in row or run_dir in row), row  # the folder's end shown
+
+
 @pytest.mark.parametrize("ended", ["COMPLETED", "FAILED", "CANCELLED"])
 def test_cancel_of_a_job_that_already_ended_says_so_and_exits_0(tmp_path, monkeypatch, capsys, ended):
     """A real local-executor job record whose supervisor wrote its final state (``local-job.json``, as

@@ -196,6 +196,7 @@ def test_a_truncated_parquet_input_is_one_line_in_every_stage(stage, ray_instanc
         STAGES[stage].prepare(s, quiet=True)
     assert info.value.message == (f"{broken['cut']}: cannot read (ArrowInvalid: Parquet magic bytes not found in "
                                   "footer. Either the file is corrupted or this is not a parquet file.)")
+    assert info.value.hint and "path and format" in info.value.hint, info.value.hint  # `why` shows it as the fix
 
 
 def test_a_corrupt_page_read_in_a_ray_worker_is_one_line(ray_instance, broken, tmp_path):

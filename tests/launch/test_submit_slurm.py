@@ -373,3 +373,29 @@ def test_batch_job_records_its_artifact_when_it_ends(cli, env_file, tmp_path, sl
     status = cli("ultra3", "status", job_id)
     assert status.returncode == 0 and "COMPLETED" in status.stdout
     assert sorted(p.name for p in record.parent.glob("v*.json")) == ["v1.json"]
+
+
+@pytest.mark.skipif(not __import__("shutil").which("sbatch") or Path("/etc/slurm/slurm.conf").exists(),
+                    reason="needs an sbatch that finds no Slurm controller (no SLURM_CONF, no /etc/slurm/slurm.conf)")
+@pytest.mark.parametrize("job_dir", ["lustre/my-project/nemotron-jobs", "lustre/my project/jobs"])
+def test_a_submission_sbatch_cannot_make_leaves_nothing_on_this_machine(tmp_path, job_dir):
+    """This machine has sbatch but no Slurm controller to reach (a laptop with the Slurm client, a cluster profile
+    copied to it): one line saying so with a hint, and the job_dir it would have made here (the folders, a job root
+    with spaces' safe symlink) is gone, so that later dry runs do not measure this disk as the cluster's."""
+    import os
+    import subprocess
+    import sys
+
+    env_file = write_slurm_profile(tmp_path / "env.toml", account="a", partition="p", job_dir=tmp_path / job_dir)
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "NEMOTRON_ENV_FILE")}
+    env["NEMOTRON_HOME"] = str(tmp_path / "home")
+    before = set(tmp_path.iterdir())
+    proc = subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "rl", "-c", "tiny", "--batch",
+                           "ci", "--env-file", str(env_file)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    lines = [x for x in proc.stderr.strip().splitlines() if not x.startswith("warning: ")]
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert set(tmp_path.iterdir()) == before and not (tmp_path / "lustre").exists(), sorted(tmp_path.iterdir())
+    assert lines[0].startswith("error: submission of ultra3 data prep rl failed: sbatch on this machine cannot reach "
+                               "a Slurm controller (sbatch: error: "), lines
+    assert lines[1].startswith("hint: submit from the cluster's login node") and len(lines) == 2, lines

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -97,6 +98,99 @@ def test_a_log_file_given_as_the_job_id_gets_the_log_option_as_its_hint(capsys):
     assert main(["ultra3", "why", str(log)]) == 2
     err = capsys.readouterr().err
     assert f"no job '{log}'" in err and f"hint: to read a log file: nemotron ultra3 why --log {log}" in err, err
+
+
+def test_a_stage_error_without_a_hint_line_gets_a_fix_of_its_own():
+    """The fix never points at a ``hint:`` line that is not there; a hint line, when present, is the fix."""
+    bad_parquet = ("error: /d/notparquet.parquet: cannot read (ArrowInvalid: Parquet magic bytes not found in footer. "
+                   "Either the file is corrupted or this is not a parquet file.)\n"
+                   "ultra3 data prep sft failed with exit code 1 (run folder: /h/runs/x)")
+    for text in (bad_parquet, "error: dataset p (weight 1) contributes nothing", "error: something new went wrong",
+                 "error: /d/a.jsonl: not UTF-8 text (byte 3)", "error: " + "y" * 1000 + "\nlast line"):
+        got = why.classify(text)
+        assert got["cause"] == "stage-error" and got["hint"], got
+        assert "hint line" not in got["hint"], got
+    assert "not the format its name says" in why.classify(bad_parquet)["hint"]
+    assert why.classify("error: x\nhint: do y")["hint"] == "do y"
+    # a long error line keeps its own hint line (the evidence is cut, the line is still found)
+    got = why.classify("error: " + "z" * 1000 + "\nhint: do z")
+    assert got["hint"] == "do z" and got["evidence"].endswith("...") and len(got["evidence"]) == why.EVIDENCE_CHARS + 3
+
+
+def test_a_not_parquet_input_fails_with_a_hint_that_why_shows(tmp_path, monkeypatch, capfd):
+    """The real stage's message (data prep sft on a file named .parquet that is not Parquet), read back by ``why``."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    (tmp_path / "notparquet.parquet").write_text("not parquet\n")
+    blend = tmp_path / "blend.json"
+    blend.write_text(json.dumps({"datasets": [{"name": "np", "path": str(tmp_path / "notparquet.parquet"),
+                                               "weight": 1}]}))
+    code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", f"blend_path={blend}",
+                 f"output_dir={tmp_path / 'out'}"])
+    err = capfd.readouterr().err
+    assert code == 1, err
+    log = tmp_path / "job.log"
+    log.write_text(err)
+    got = why.explain_files([str(log)])
+    assert got["cause"] == "stage-error" and "cannot read (ArrowInvalid" in got["evidence"], got
+    assert "path and format" in got["hint"], got
+
+
+def test_a_run_in_the_shell_is_not_taken_for_a_job_by_why_status_logs(tmp_path, monkeypatch, capfd):
+    """A run without a profile names its run folder; ``why``/``status``/``logs`` given its id (or the folder) say it
+    is no submitted job and how to classify its end, instead of "no submitted job"; without an id, a note says the
+    latest run here was such a run when a submitted job is shown."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    (tmp_path / "notparquet.parquet").write_text("not parquet\n")
+    blend = tmp_path / "blend.json"
+    blend.write_text(json.dumps({"datasets": [{"name": "np", "path": str(tmp_path / "notparquet.parquet"),
+                                               "weight": 1}]}))
+    old = jobs.JobRecord(experiment_id="ultra3-pretrain-tiny-old", job_id="77", stage="pretrain",
+                         title="ultra3 pretrain", profile="local-gpu", env_file="", run_dir=str(tmp_path / "gone"),
+                         log_dir=str(tmp_path / "gone"),
+                         job_name="pretrain", tunnel=jobs.LOCAL_EXECUTOR, submitted=time.time() - 3600)
+    assert main(["ultra3", "why"]) == 2
+    err = capfd.readouterr().err
+    assert "no job has been submitted from this machine yet" in err and "are not jobs" in err, err
+    code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", f"blend_path={blend}",
+                 f"output_dir={tmp_path / 'out'}"])
+    err = capfd.readouterr().err
+    assert code == 1, err
+    folder = Path(re.search(r"\(run folder: (\S+)\)", err).group(1))
+    for argv in (["why", folder.name], ["status", str(folder)], ["logs", folder.name], ["cancel", folder.name]):
+        assert main(["ultra3", *argv]) == 2, argv
+        err = capfd.readouterr().err
+        assert f"error: '{folder.name}' is a run in this shell on this machine, not a submitted job" in err, err
+        assert f"run folder: {folder}" in err and "why --log run.log" in err, err
+    jobs.save(old)
+    main(["ultra3", "why"])
+    err = capfd.readouterr().err
+    assert f"note: the latest run here, {folder.name}, ran in the shell" in err and "job, 77 " in err, err
+    main(["ultra3", "why", "77"])  # an id given: no note
+    assert "note:" not in capfd.readouterr().err
+
+
+def test_why_is_linear_in_a_long_line_and_shows_at_most_a_line_of_evidence(tmp_path, capsys):
+    """A log of one 20 MB line (a progress bar without newlines): seconds, not minutes; the evidence is cut."""
+    log = tmp_path / "long.log"
+    log.write_text("x" * 20_000_000 + "\n")
+    start = time.monotonic()
+    assert main(["ultra3", "why", "--log", str(log)]) == 0
+    took = time.monotonic() - start
+    out = capsys.readouterr().out
+    assert took < 15, took  # was 79 s on 2 shared cores: the whole line printed as evidence and wrapped
+    assert len(out) < 3000, len(out)
+    got = why.classify("x" * 100_000 + " CUDA out of memory. Tried to allocate 2 GiB")
+    assert got["cause"] == "cuda-oom" and len(got["evidence"]) == why.EVIDENCE_CHARS + 3, got  # found at a line's end
+
+
+def test_a_binary_file_as_a_log_is_described_not_printed(tmp_path):
+    import random
+    log = tmp_path / "random.log"
+    log.write_bytes(bytes(random.Random(0).randrange(256) for _ in range(20_000)))
+    got = why.explain_files([str(log)])
+    assert got["cause"] == "unknown" and got["evidence"].startswith("(not text: "), got
+    got = why.classify("ok line\nerror: bad \x1b[31mred\x1b[0m \ufffd value")
+    assert got["evidence"] == "error: bad ?[31mred?[0m ? value", got
 
 
 # ------------------------------------------------------------------------------------------------ local Slurm

@@ -100,6 +100,27 @@ def test_toml_syntax_error_names_file_and_line(tmp_path):
     assert info.value.message.startswith(f"{path}:3: invalid TOML")
 
 
+@pytest.mark.parametrize("header,line,why", [('[""]', 4, "is empty"), ("['  ']", 4, "is empty"),
+                                             ('["-x"]', 4, "starts with '-'"), ('["".sub]', 4, "is empty")])
+def test_a_profile_name_that_run_could_never_name_is_refused_with_its_line(tmp_path, header, line, why):
+    """``--run ""`` and ``--run -x`` are refused on the command line, so such a table is refused where it is written
+    (not listed by ``profiles`` as if it could be used)."""
+    path = write(tmp_path / "env.toml", f'[ok]\nexecutor = "local"\n\n{header}\nexecutor = "local"\n')
+    with pytest.raises(ConfigError) as info:
+        load_profiles(path)
+    msg = info.value.message
+    assert msg.startswith(f"{path}:{line}: profile name ") and why in msg, msg
+    assert "rename the table" in info.value.hint
+
+
+def test_profiles_command_refuses_an_empty_profile_name(tmp_path, capsys):
+    from nemotron.cli.main import main
+
+    path = write(tmp_path / "env.toml", '[""]\nexecutor = "local"\n')
+    assert main(["profiles", "--env-file", str(path)]) == 2
+    assert f"error: {path}:1: profile name '' is empty" in capsys.readouterr().err
+
+
 def test_top_level_scalar_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="top-level key 'default' is not a table"):
         load(tmp_path, 'default = "x"\n[a]\nexecutor = "local"\n')

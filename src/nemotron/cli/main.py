@@ -579,6 +579,46 @@ def _fail(message: str, hint: str | None, code: int) -> int:
     return code
 
 
+def undecodable_argument(arg: str) -> str | None:
+    """Why the command-line word ``arg`` is not UTF-8 (``not UTF-8 (byte 0xff at byte offset 13)``), None when it is.
+
+    Python hands bytes of ``argv`` that are not UTF-8 over as lone surrogates (``U+DC80``-``U+DCFF``, PEP 383); such
+    a word cannot be written to a YAML config, a JSON record or the terminal, whether it is a ``KEY=VALUE`` override,
+    a ``-c`` path or an option's value.
+    """
+    if not any("\udc80" <= ch <= "\udcff" for ch in arg):
+        return None
+    raw = os.fsencode(arg)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 (byte {raw[exc.start]:#04x} at byte offset {exc.start})"
+    return "not UTF-8"
+
+
+def _refuse_undecodable(args: list[str]) -> None:
+    """Refuse a command line with a word that is not UTF-8 (:func:`undecodable_argument`), naming the word with its
+    bytes escaped (``\\xff``) and, for an override, its key.
+
+    Raises:
+        UsageError: the first such word (exit 2).
+    """
+    for arg in args:
+        why = undecodable_argument(arg)
+        if why is None:
+            continue
+        shown = os.fsencode(arg).decode("utf-8", "backslashreplace")
+        key, eq, _ = arg.partition("=")
+        if eq and not arg.startswith("-"):
+            raise UsageError(f"override '{shown}': {why}",
+                             f"give {os.fsencode(key).decode('utf-8', 'backslashreplace')}'s value in UTF-8 (a folder "
+                             "with a Latin-1 name: rename it, e.g. convmv -f latin1 -t utf8, or link to it from a "
+                             "UTF-8 name)")
+        raise UsageError(f"argument '{shown}': {why}",
+                         "give paths and names in UTF-8 (a file with a Latin-1 name: rename it, e.g. convmv -f latin1 "
+                         "-t utf8, or link to it from a UTF-8 name)")
+
+
 def _usage_error(exc: typer.TyperException) -> int:
     """A usage error Typer found while parsing (its ``ctx`` names the command): one line and a hint."""
     ctx = getattr(exc, "ctx", None)
@@ -619,6 +659,7 @@ def main(argv: list[str] | None = None) -> int:
 
             glue_bash_break()  # bash's `KEY=<TAB>` / `STAGE:<TAB>`: the answers go after the = or :
             completion_init()
+        _refuse_undecodable(args)
         cli = build_cli()
         rv = cli.main(args=args, prog_name="nemotron", standalone_mode=False)
         return rv if isinstance(rv, int) else 0

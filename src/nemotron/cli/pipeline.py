@@ -306,6 +306,15 @@ def show_profiles(name: str | None, env_file: str | None, as_json: bool = False)
     return 0
 
 
+def note_newer_shell_run(rec: Any) -> None:
+    """For ``status``/``why`` without an id: a note on stderr when a run in this shell started after ``rec``, the
+    last submitted job (:func:`nemotron.launch.records.newer_shell_run`), which those commands do not cover."""
+    later = jobs.newer_shell_run(rec)
+    if later:
+        report.err(f"note: the latest run here, {later}, ran in the shell (not a submitted job; its messages were "
+                   f"printed there); this is the last submitted job, {rec.job_id} ({rec.experiment_id})")
+
+
 def job_status(ident: str | None, as_json: bool = False) -> int:
     """``status [ID]``: the job's Slurm state and where its files are; for ``UNKNOWN`` the reason
     (the job's backend's ``unknown_reason``).
@@ -315,6 +324,8 @@ def job_status(ident: str | None, as_json: bool = False) -> int:
     """
 
     rec = jobs.load(ident)
+    if ident is None:
+        note_newer_shell_run(rec)
     owner = backends.backend_for(rec)
     st, code = owner.state(rec)
     reason = owner.unknown_reason(rec) if st == "UNKNOWN" else None
@@ -370,8 +381,11 @@ def job_list(recipe: str, as_json: bool = False) -> int:
         report.out(f"no {recipe} job has been submitted from this machine yet (submit one with --batch PROFILE)",
                    plain=True)
         return 0
+    # the id, stage, state and time never wrap (the id is copied into status/logs/cancel); a run folder too long for
+    # the width is cut at its start (`status ID` and --json give it whole)
     report.table(f"nemotron {recipe} jobs (newest first)",
-                 ["id", "stage", "config", "profile", "state", "submitted", "run folder"], rows)
+                 ["id", "stage", "config", "profile", "state", "submitted", "run folder"], rows, whole=(0, 1, 4, 5),
+                 clip_left=6)
     return 0
 
 

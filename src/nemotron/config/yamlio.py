@@ -83,12 +83,19 @@ def load_file(path: Path) -> Any:
     """Read and parse a YAML file (see :func:`loads`).
 
     Raises:
-        ConfigError: when the file cannot be read or parsed.
+        ConfigError: when the file cannot be read, is not UTF-8 (``<file>:<line>: not UTF-8 text (byte 0xff at byte
+            offset N)``) or cannot be parsed.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {raw[exc.start]:#04x} at byte offset {exc.start})",
+                          "save the file as UTF-8 (iconv -f LATIN1 -t UTF-8), or give the right file") from None
     return loads(text, str(path))
 
 
@@ -97,10 +104,15 @@ def parse_scalar(text: str) -> Any:
     ``[1, 2]``, ``{a: 1}``, ``04:00:00`` (a string). An empty value is the empty string.
 
     Raises:
-        ConfigError: when a flow list or mapping is malformed.
+        ConfigError: when a flow list or mapping is malformed, or the text holds bytes that were not UTF-8.
     """
     if text == "":
         return ""
+    if any("\udc80" <= ch <= "\udcff" for ch in text):  # bytes of argv that were not UTF-8 (PEP 383)
+        import os
+
+        raise ConfigError(f"value '{os.fsencode(text).decode('utf-8', 'backslashreplace')}': not UTF-8",
+                          "give the value in UTF-8")
     return loads(text, f"value {text!r}")
 
 

@@ -74,7 +74,8 @@ def reading(path: str) -> Iterator[None]:
 
     Any ``OSError`` (missing, a folder, permission, I/O), ``EOFError`` (truncated gzip), ``zlib.error``
     (corrupt gzip data) or ``pyarrow`` error (a Parquet file that is truncated or not Parquet) becomes
-    :class:`RuntimeFailure` ``<path>: cannot read (<error type>: <message>)`` (exit 1); a
+    :class:`RuntimeFailure` ``<path>: cannot read (<error type>: <message>)`` (exit 1, with a hint to check
+    the file's path and format); a
     :class:`NemotronError` raised in the block passes unchanged. Works around a generator's ``yield``.
 
     Raises:
@@ -91,7 +92,9 @@ def reading(path: str) -> Iterator[None]:
             raise
         detail = " ".join(str(exc).split()) or "no detail"
         kind = "zlib.error" if isinstance(exc, zlib.error) else type(exc).__name__
-        raise RuntimeFailure(f"{path}: cannot read ({kind}: {detail})") from None
+        hint = ("check the blend's path and format for this file: it must be what its name says (Parquet, JSONL, "
+                "gzip) and whole (a copy cut short or a renamed file cannot be read)")
+        raise RuntimeFailure(f"{path}: cannot read ({kind}: {detail})", hint) from None
 
 
 def detect_format(path: str, explicit: str | None = None) -> str:

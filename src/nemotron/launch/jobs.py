@@ -13,7 +13,8 @@ from typing import Any
 from nemotron.config import artifacts  # noqa: F401  (kept importable as jobs.artifacts)
 from nemotron.launch.backends import backend_for
 from nemotron.launch.records import (FOLLOW_PATIENCE_S, LOCAL_EXECUTOR, TERMINAL, JobFilesMissing,  # noqa: F401
-                                     JobRecord, SchedulerUnreachable, load, ray_client, records_all, redactor, save,
+                                     JobRecord, SchedulerUnreachable, load, newer_shell_run, ray_client, records_all,
+                                     redactor, save,
                                      stage_messages, status_lines)
 
 

@@ -6,6 +6,8 @@ in a log). What a job's executor does with it (state, logs, cancel, outputs) is 
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import re
@@ -121,9 +123,13 @@ def load(ident: str | None) -> JobRecord:
     """
     folder = _folder()
     records = records_all()
+    if ident is not None and not any(ident in (r.experiment_id, r.job_id) for r in records):
+        _refuse_run_here(ident)
     if not records:
         raise ConfigError((f"no job {ident!r}: " if ident else "") + "no job has been submitted from this machine yet "
-                          f"(records: {folder})", "submit one with --batch PROFILE or --run PROFILE")
+                          f"(records: {folder}); runs without --run/--batch are not jobs: their messages are printed "
+                          "where they run", "submit one with --batch PROFILE or --run PROFILE; a saved log of any run: "
+                          "nemotron ultra3 why --log FILE")
     if ident is None:
         return records[-1]
     for rec in reversed(records):
@@ -131,6 +137,46 @@ def load(ident: str | None) -> JobRecord:
             return rec
     recent = ", ".join(f"{r.job_id} ({r.experiment_id})" for r in records[-3:])
     raise ConfigError(f"no submitted job {ident!r}", f"recent: {recent}")
+
+
+def newer_shell_run(rec: JobRecord) -> str | None:
+    """The experiment id of the newest run in this shell (a run folder ``$NEMOTRON_HOME/runs/<id>`` with
+    ``job.yaml`` and no submission record) when it started after ``rec`` was submitted, else None: ``why``/``status``
+    without an id then say that the job they show is not the last thing run here."""
+    ids = {r.experiment_id for r in records_all()}
+    newest: tuple[float, str] | None = None
+    with contextlib.suppress(OSError):
+        for folder in (home() / "runs").iterdir():
+            spec = folder / "job.yaml"
+            if folder.name in ids or not spec.is_file():
+                continue
+            when = spec.stat().st_mtime
+            if when > (rec.submitted or 0) and (newest is None or when > newest[0]):
+                newest = (when, folder.name)
+    return newest[1] if newest else None
+
+
+def _refuse_run_here(ident: str) -> None:
+    """Refuse the id (or path) of the run folder of a run in this shell (:func:`nemotron.launch.execute.run_dir`,
+    ``$NEMOTRON_HOME/runs/<experiment id>``, holding ``job.yaml`` but no submission record): such a run is no job
+    that ``why``/``status``/``logs``/``cancel`` can ask about; its messages were printed where it ran.
+
+    Raises:
+        ConfigError: ``ident`` names such a run folder.
+    """
+    name = Path(ident.rstrip("/")).name
+    for folder in (home() / "runs" / name, Path(ident)):
+        with contextlib.suppress(OSError):
+            if (folder / "job.yaml").is_file():
+                break
+    else:
+        return
+    raise ConfigError(f"{name!r} is a run in this shell on this machine, not a submitted job: why, status, logs and "
+                      "cancel know the jobs a profile's scheduler ran (--batch PROFILE, or --run on a Slurm or Ray "
+                      "profile)",
+                      f"its messages were printed where it ran (run folder: {folder}: its config train.yaml and "
+                      "job.yaml); to classify a run's end, save its output (2>&1 | tee run.log) and give "
+                      "nemotron ultra3 why --log run.log")
 
 
 class SchedulerUnreachable(RuntimeFailure):

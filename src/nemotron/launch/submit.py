@@ -461,6 +461,7 @@ def sbatch(plan: Any, profile: Profile[SlurmSettings], mode: str, stage_files: A
     root = safe_root(profile)
     sink = io.StringIO()
     executor = exp = None
+    fresh = _not_yet_made(profile)
     try:
         with _quiet_stdio(sink):
             executor = _executor(run, plan, profile, mode, root)
@@ -483,6 +484,8 @@ def sbatch(plan: Any, profile: Profile[SlurmSettings], mode: str, stage_files: A
                 handle = exp.jobs[0].handle
     except (Exception, SystemExit) as exc:  # SystemExit: NeMo-Run's SSHTunnel when no login method works
         _remove_unaccepted(executor, exp, profile, plan, sink)
+        if not (exp is not None and exp.jobs and _job_id(exp.jobs[0].handle)):
+            _remove_made(fresh)
         err = _submission_error(exc, plan, profile)
         if err is exc:
             raise
@@ -491,6 +494,51 @@ def sbatch(plan: Any, profile: Profile[SlurmSettings], mode: str, stage_files: A
     if job_id is None:  # Slurm may have taken it: its folders stay
         raise RuntimeFailure(f"NeMo-Run returned no Slurm job id for {plan.stage.title} (handle {handle!r})")
     return job_id
+
+
+def _not_yet_made(profile: ExecutorProfile) -> list[Path]:
+    """What a submission through a local tunnel would be the first to make on this machine: the topmost folder of
+    the profile's ``job_dir`` that does not exist yet (``/lustre`` for a ``job_dir`` of ``/lustre/my-project/jobs``
+    copied to a laptop) and the job root's safe symlink (:func:`safe_root`) when it is not there yet. Over SSH the
+    folders are the cluster's: empty."""
+    if profile.settings.over_ssh:
+        return []
+    made: list[Path] = []
+    link = Path(safe_root(profile))
+    if str(link) != job_root(profile) and not os.path.lexists(link):
+        made.append(link)
+    top, p = None, Path(job_root(profile))
+    while not os.path.lexists(p):
+        top = p
+        if p.parent == p:
+            break
+        p = p.parent
+    return made + ([top] if top is not None else [])
+
+
+def _remove_made(made: list[Path]) -> None:
+    """After a submission Slurm did not take: remove what it was the first to make (:func:`_not_yet_made`), so that
+    nothing is left outside ``$NEMOTRON_HOME`` (a cluster's ``job_dir`` made on this machine would then be measured
+    as the cluster's disk by later dry runs). Only the symlink and empty folders are removed (the job's own folders
+    are gone by then: :func:`_remove_unaccepted`); anything else left is named on stderr."""
+    for path in made:
+        if path.is_symlink():
+            with contextlib.suppress(OSError):
+                path.unlink()
+            continue
+        if not path.is_dir():
+            continue
+        for folder, _, _ in sorted(os.walk(path), key=lambda w: -len(w[0])):  # deepest first
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        if path.exists():
+            print(f"[nemotron] Slurm took no job; {path} was made by this submission and is not empty: "
+                  "remove it if nothing else uses it", file=sys.stderr)
+
+
+#: sbatch's words when it cannot reach a Slurm controller (no slurm.conf or configless source, slurmctld down).
+_NO_CONTROLLER = ("_establish_config_source", "failed to fetch config", "Could not establish a configuration source",
+                  "Unable to contact slurm controller", "slurm_load_ctl_conf", "Unable to establish controller")
 
 
 def _submission_error(exc: BaseException, plan: Any, profile: Profile[SlurmSettings]) -> BaseException:
@@ -505,6 +553,13 @@ def _submission_error(exc: BaseException, plan: Any, profile: Profile[SlurmSetti
                               "must work without a password prompt")
     detail = str(exc).strip().splitlines()
     reason = next((ln for ln in reversed(detail) if "error" in ln.lower()), detail[-1] if detail else "")
+    if any(word in str(exc) for word in _NO_CONTROLLER):
+        where = f"the login node {profile.settings.host}" if profile.settings.over_ssh else "this machine"
+        hint = (f"check Slurm on {profile.settings.host} (`sinfo` there must answer)" if profile.settings.over_ssh
+                else "submit from the cluster's login node, or give the profile host and user (as env.toml.example's "
+                     "[cluster-ssh]) so that sbatch runs there over SSH")
+        return RuntimeFailure(f"submission of {plan.stage.title} failed: sbatch on {where} cannot reach a Slurm "
+                              f"controller ({reason.strip()})", hint)
     return RuntimeFailure(f"submission of {plan.stage.title} failed: {type(exc).__name__}: {reason}",
                           "run again with --debug for NeMo-Run's full message")
 

@@ -130,8 +130,44 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 _EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning))(?::\s*(.*))?$")
 
 
+#: The longest stretch of one line the patterns are searched in: a longer line (a progress bar written without
+#: newlines, a dumped tensor or JSON blob) is searched in its first and last ``SEARCH_CHARS // 2`` characters, so
+#: that ``why`` takes time linear in the log's size. Every message a cause is named by starts a line or sits near
+#: its end; the evidence shown is cut to :data:`EVIDENCE_CHARS` anyway.
+SEARCH_CHARS = 16_384
+#: The most characters of a line shown as evidence (a longer one ends in ``...``).
+EVIDENCE_CHARS = 400
+
+
 def _lines(text: str) -> list[str]:
     return [_RANK.sub("", ln.rstrip("\r"), count=1) for ln in text.splitlines()]
+
+
+def _searched(line: str) -> str:
+    """The part of ``line`` the patterns are searched in (:data:`SEARCH_CHARS`)."""
+    if len(line) <= SEARCH_CHARS:
+        return line
+    half = SEARCH_CHARS // 2
+    return line[:half] + "\n" + line[-half:]
+
+
+def _unprintable(ch: str) -> bool:
+    return ch == "\ufffd" or (not ch.isprintable() and ch != "\t")
+
+
+def _shown(line: str, limit: int = EVIDENCE_CHARS) -> str:
+    """``line`` as evidence: stripped, cut to ``limit`` characters (default :data:`EVIDENCE_CHARS`; a stage's hint
+    line gets four times that), control characters and undecodable bytes (U+FFFD, from reading the log with
+    ``errors="replace"``) shown as ``?``; a line that is mostly such bytes (a binary file given as a log) is
+    described instead of printed."""
+    s = line.strip()
+    cut = s[:limit]
+    bad = sum(1 for ch in cut if _unprintable(ch))
+    if cut and bad * 4 > len(cut):
+        return (f"(not text: {bad} of the first {len(cut)} characters of the line are undecodable bytes or control "
+                f"characters; is this a log file?)")
+    cut = "".join("?" if _unprintable(ch) else ch for ch in cut)
+    return cut + ("..." if len(s) > limit else "")
 
 
 def _ours(path: str) -> bool:
@@ -168,7 +204,8 @@ def traceback_summary(lines: list[str]) -> dict[str, Any] | None:
         return None
     ours = [f for f in frames if _ours(f[0])]
     pick = ours[0] if ours else next((f for f in frames if not _foreign(f[0])), frames[-1])
-    return {"exception": exception, "frame": f"{pick[0]}:{pick[1]} in {pick[2]}", "frame_is_ours": bool(ours),
+    return {"exception": _shown(exception) if exception else exception,
+            "frame": f"{pick[0]}:{pick[1]} in {pick[2]}", "frame_is_ours": bool(ours),
             "frames": len(frames)}
 
 
@@ -182,12 +219,15 @@ def classify(text: str, state: str | None = None, exit_code: str | None = None,
     ``also`` (other causes seen, each with its evidence), ``state``, ``exit_code``.
     """
     lines = _lines(text)
+    searched = [_searched(ln) for ln in lines]
     found: dict[str, str] = {}
+    where: dict[str, int] = {}  # the line each cause was found on
     for cause in CAUSES:
         rx = [re.compile(p) for p in cause.patterns]
-        for ln in lines:
+        for n, ln in enumerate(searched):
             if any(r.search(ln) for r in rx):
-                found[cause.id] = ln.strip()[:400]
+                found[cause.id] = _shown(lines[n])
+                where[cause.id] = n
                 break
     st = (state or "").split()[0].upper() if state else ""
     if st in _STATE_CAUSE and _STATE_CAUSE[st] not in found:
@@ -217,11 +257,11 @@ def classify(text: str, state: str | None = None, exit_code: str | None = None,
         c = _BY_ID[chosen]
         evidence = found[chosen]
         hint = c.hint
-        if chosen == "stage-error":  # our own runtime's message: its hint line is the fix
-            i = next((n for n, ln in enumerate(lines) if ln.strip() == evidence), None)
-            nxt = lines[i + 1].strip() if i is not None and i + 1 < len(lines) else ""
-            if nxt.startswith("hint: "):
-                hint = nxt.removeprefix("hint: ")
+        if chosen == "stage-error":  # our own runtime's message: its hint line is the fix, else one by its kind
+            i = where[chosen]
+            nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            hint = (_shown(nxt.removeprefix("hint: "), 4 * EVIDENCE_CHARS) if nxt.startswith("hint: ")
+                    else _stage_error_fix(lines[i].strip()))
         if chosen in ("python-exception", "module-missing") and tb and tb["exception"]:
             evidence = tb["exception"]
         return {"cause": chosen, "title": c.title, "evidence": evidence, "hint": hint, "also": also, **base}
@@ -231,9 +271,34 @@ def classify(text: str, state: str | None = None, exit_code: str | None = None,
     if chosen == "cancelled":
         return {"cause": "cancelled", "title": "cancelled (scancel, or a failed dependency)",
                 "evidence": f"{scheduler_name} state {state}", "hint": "submit it again if that was not meant", "also": also, **base}
-    tail = next((ln.strip() for ln in reversed(lines) if ln.strip()), None)
+    tail = next((_shown(ln) for ln in reversed(lines) if ln.strip()), None)
     return {"cause": "unknown", "title": "none of the known causes", "evidence": tail,
             "hint": "read the log's end: nemotron ultra3 logs JOB", "also": also, **base}
+
+
+#: Fixes for a stage's ``error:`` line that has no ``hint:`` line under it, by what the message says (the first
+#: match wins): a library's error passed through (``cannot read (ArrowInvalid: ...)``), or an older stage's message.
+_STAGE_ERROR_FIXES: tuple[tuple[str, str], ...] = (
+    (r"cannot read \((?:ArrowInvalid|ArrowTypeError|OSError: Could not open Parquet)",
+     "the file is not the format its name says (not Parquet, or cut short): check the dataset's path and format in "
+     "the blend"),
+    (r"not UTF-8", "the file is not UTF-8 text: convert it (iconv -f LATIN1 -t UTF-8) or fix the path"),
+    (r"cannot read|does not exist|[Nn]o such file|[Pp]ermission denied",
+     "the path named is missing or unreadable from where the job ran: check it (and the profile's mounts)"),
+    (r"empty|contributes nothing|no (?:rows|records|documents)",
+     "the dataset named has no usable records: check its path, split and field names (`nemotron ultra3 data inspect "
+     "FILE`)"),
+)
+
+
+def _stage_error_fix(line: str) -> str:
+    """A fix for a stage's ``error:`` ``line`` that came without a ``hint:`` line (:data:`_STAGE_ERROR_FIXES`;
+    otherwise: fix what the line names and run again)."""
+    for pattern, fix in _STAGE_ERROR_FIXES:
+        if re.search(pattern, _searched(line)):
+            return fix
+    return ("the error line names what is wrong (a file, key or value): fix that and run the same command again; "
+            "the lines before it in the log (nemotron ultra3 logs JOB) show what the stage was doing")
 
 
 def explain_files(paths: list[str]) -> dict[str, Any]:

@@ -37,14 +37,22 @@ def load_profiles(path: Path) -> Profiles:
     the settings sections ``[wandb]`` and ``[artifacts]`` at once, as strictly as profiles).
 
     Raises:
-        ConfigError: unreadable file, TOML syntax error (with its line), a top-level key that is
+        ConfigError: unreadable file, not UTF-8 (file:line and the byte), a table name ``--run`` could never name
+            (empty, blank or starting with ``-``; file:line), TOML syntax error (with its line), a top-level key that is
             not a table, or an unknown key or bad value in a settings section.
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}", "check the --env-file path and its permissions") from None
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}",
+                          "check the --env-file path and its permissions") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {raw[exc.start]:#04x} at byte offset {exc.start})",
+                          "TOML files are UTF-8: save env.toml as UTF-8 (iconv -f LATIN1 -t UTF-8)") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -56,6 +64,13 @@ def load_profiles(path: Path) -> Profiles:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: top-level key {name!r} is not a table",
                               f"each profile is a [table]; move {name} = ... under one")
+    for name in data:
+        if not name.strip() or name.startswith("-"):  # a table --run/--batch could never name
+            header = re.compile(r"\s*\[\s*[\"']?" + re.escape(name) + r"[\"']?\s*[\].]")
+            line = next((i + 1 for i, ln in enumerate(text.splitlines()) if header.match(ln)), None)
+            why = "is empty" if not name.strip() else "starts with '-' (read as an option)"
+            raise ConfigError(f"{path}{f':{line}' if line else ''}: profile name {name!r} {why}: --run/--batch could "
+                              "never name it", "rename the table, e.g. [local] or [cluster]")
     sections = {n: v for n, v in data.items() if n in SECTIONS}
     tracking_env(sections, path)
     artifacts_root(sections, path)
