@@ -39,23 +39,27 @@ def err(text: str) -> None:
 
 
 def heading(text: str) -> None:
-    """A section heading."""
+    """A section heading; ``text`` is shown as written (no markup: a ``[inspect]`` or ``[[7 9]]`` stays)."""
     from rich.rule import Rule
+    from rich.text import Text
 
-    console().print(Rule(text, align="left", characters="─"))
+    console().print(Rule(Text(text), align="left", characters="─"))
 
 
 def table(title: str | None, header: list[str], rows: list[list[Any]]) -> None:
-    """A simple table."""
+    """A simple table. Title, header and cells are shown as written, never read as rich markup: a hint such as
+    ``pip install 'nemotron-cli[inspect]'`` or a path with ``[...]`` in it keeps its brackets. (A caller that wants
+    markup builds its own rich table, as :mod:`nemotron.profiles.show` does.)"""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-              show_header=any(str(h).strip() for h in header))
+    t = Table(title=None if title is None else Text(title), title_justify="left", box=box.SIMPLE_HEAD,
+              show_edge=False, pad_edge=False, show_header=any(str(h).strip() for h in header))
     for h in header:
-        t.add_column(h, overflow="fold")
+        t.add_column(Text(str(h)), overflow="fold")
     for r in rows:
-        t.add_row(*[str(c) for c in r])
+        t.add_row(*[Text(str(c)) for c in r])
     console().print(t)
 
 
