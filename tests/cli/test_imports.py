@@ -178,3 +178,25 @@ def test_hf_folder_as_pretrain_checkpoint_for_the_local_consumers(capsys, hf_mod
     text = out + err
     assert f"[nemotron] input pretrain-checkpoint v1: {hf_model}" in text, text[:3000]
     assert "-> checkpoint.pretrained_checkpoint" in text
+
+
+def test_sft_data_without_a_validation_set_is_imported_as_data_prep_records_it(capsys, tmp_path):
+    """data prep sft writes no validation file when no record fell in the held-out share and records the output
+    with valid_path null; the import refused that very folder ("validation_64.idx.parquet: missing"). A manifest
+    that names a validation file still needs it; a manifest that is not JSON is named as such (it was reported as
+    "no training_<pack size>.idx.parquet" of the data folder)."""
+    sft = sft_data(tmp_path / "sft")
+    (sft / "data" / "validation_64.idx.parquet").unlink()
+    (sft / "manifest.json").write_text(json.dumps({"loader": {
+        "packed_train_data_path": str(sft / "data" / "training_64.idx.parquet"), "packed_val_data_path": None}}))
+    bad = tmp_path / "bad"
+    shutil.copytree(sft, bad)
+    (bad / "manifest.json").write_text("{not json")
+    _fails(capsys, "data", "import", str(bad), "--as", "sft-data", match=f"{bad / 'manifest.json'}: not valid JSON")
+    (bad / "manifest.json").write_text(json.dumps({"loader": {"packed_val_data_path": "data/validation_64.idx.parquet"}}))
+    _fails(capsys, "data", "import", str(bad), "--as", "sft-data",
+           match=f"{bad / 'data' / 'validation_64.idx.parquet'}: missing")
+    code, out, err = run_cli(capsys, "ultra3", "data", "import", str(sft), "--as", "sft-data", "-c", "tiny")
+    assert code == 0, err
+    rec = json.loads(records("sft-data")[0].read_text())
+    assert rec["valid_path"] is None and rec["train_path"] == str(sft / "data" / "training_64.idx.parquet")

@@ -291,9 +291,11 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
 
     * ``pretrain-data``: ``blend.json`` parses with the trainer's reader and every prefix has its ``.bin`` and
       ``.idx`` of the right size (:func:`nemotron.validation.data.training_data_problems`).
-    * ``sft-data``: ``manifest.json``, ``data/training_<N>.idx.parquet`` and ``data/validation_<N>.idx.parquet``
-      (read and checked row by row: :func:`nemotron.runtime.megatron.sft_data.read_packed`) and
-      ``data/<N>_metadata.jsonl``.
+    * ``sft-data``: ``manifest.json`` (a JSON object), ``data/training_<N>.idx.parquet`` and
+      ``data/validation_<N>.idx.parquet`` (read and checked row by row:
+      :func:`nemotron.runtime.megatron.sft_data.read_packed`) and ``data/<N>_metadata.jsonl``. An output whose
+      manifest's ``loader.packed_val_data_path`` is null (data prep sft held out no record) has no validation file
+      and is recorded with ``valid_path`` null, as data prep sft records it.
     * ``rl-data``: ``train.jsonl`` and ``validation.jsonl``, every line read by
       :func:`nemotron.runtime.rl.rl_data.read_rows`.
 
@@ -320,6 +322,10 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
 
         if not (path / outputs.MANIFEST).is_file():
             raise _fail(f"{path / outputs.MANIFEST}: missing", "a data prep sft output (its version folder)")
+        loader = _json_object(path / outputs.MANIFEST).get("loader")
+        # data prep sft writes no validation file when no record fell in the held-out share, and records the
+        # output with valid_path null (the sft stage then runs no validation): the import takes it the same way
+        no_valid = isinstance(loader, dict) and "packed_val_data_path" in loader and loader["packed_val_data_path"] is None
         sizes = sorted({int(m.group(1)) for p in (path / "data").glob("training_*.idx.parquet")
                         if (m := re.match(r"^training_(\d+)\.idx\.parquet$", p.name))})
         if len(sizes) != 1:
@@ -331,10 +337,15 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
                   "train_path": str(outputs.sft_split_file(path, pack, "train")),
                   "valid_path": str(outputs.sft_split_file(path, pack, "valid")),
                   "metadata_path": str(outputs.sft_metadata_file(path, pack))}
+        if no_valid and not Path(fields["valid_path"]).exists():
+            fields["valid_path"] = None
         for key in ("train_path", "valid_path", "metadata_path"):
-            if not Path(fields[key]).is_file():
-                raise _fail(f"{fields[key]}: missing", "the output as data prep sft wrote it")
+            if fields[key] is not None and not Path(fields[key]).is_file():
+                raise _fail(f"{fields[key]}: missing", "the output as data prep sft wrote it"
+                            + ("" if key != "valid_path" else " (its manifest.json names a validation file)"))
         for key in ("train_path", "valid_path"):
+            if fields[key] is None:
+                continue
             try:
                 read_packed(fields[key], pack)
             except DataError as exc:
