@@ -557,7 +557,8 @@ def test_gpt_dataset_builder_builds_every_split_over_every_prefix(facts, prepare
     for split in ("train", "valid", "test"):
         s = facts["pretrain"]["splits"][split]
         assert s is not None, split
-        assert s["paths"] == s["prefixes"] == blend[split][1::2]
+        # blend.json's prefixes are relative to its folder; our reader hands Megatron-Core the resolved paths
+        assert s["paths"] == s["prefixes"] == [str(prepared["root"] / "pretrain" / p) for p in blend[split][1::2]]
         assert s["weights"] == blend[split][0::2]
         assert s["kinds"] == ["GPTDataset"] and s["samples"] > 0
     assert facts["pretrain"]["splits"]["train"]["samples"] >= facts["pretrain"]["num_samples"][0] > 0

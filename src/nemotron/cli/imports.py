@@ -284,13 +284,48 @@ def check_checkpoint(path: Path, artifact: str | None, config: str = "default") 
 
 
 # ------------------------------------------------------------------------------------------------ data
+#: The hint for a copied data prep output whose files name the original's (absolute paths, as data prep wrote them
+#: before it wrote them relative to the output folder).
+OLD_ABSOLUTE_HINT = ("a copy of an output written with absolute paths (by an older data prep); re-run the data prep "
+                     "stage (force=true) and copy its new output, whose paths are relative to its folder, or import "
+                     "the original folder")
+
+
+def _tokenizer_inside(path: Path) -> None:
+    """Refuse a data prep output whose manifest records its tokenizer folder (``tokenizer.megatron.tokenizer_model``,
+    what the training stages load when ``tokenizer.tokenizer_model`` is unset) outside ``path``: a copy of an older
+    output, whose manifest names the original's. A manifest without that record is left to the consumers' checks.
+
+    Raises:
+        ConfigError: the manifest is not a JSON object, or names a tokenizer folder outside ``path``.
+    """
+    from nemotron.data import outputs
+
+    f = path / outputs.MANIFEST
+    if not f.is_file():
+        return
+    tok = _json_object(f).get("tokenizer")
+    record = tok.get("megatron") if isinstance(tok, dict) else None
+    model = record.get("tokenizer_model") if isinstance(record, dict) else None
+    if not isinstance(model, str) or not os.path.isabs(model):
+        return
+    root, full = Path(os.path.realpath(path)), Path(os.path.realpath(model))
+    if full != root and root not in full.parents:
+        raise _fail(f"{f}: tokenizer.megatron.tokenizer_model={model!r} lies outside the folder you import: the "
+                    "consumers would load that tokenizer, not this folder's", OLD_ABSOLUTE_HINT)
+
+
 def check_data(path: Path, artifact: str) -> dict[str, Any]:
     """Check a prepared data folder as the consumers of ``artifact`` read it; returns the record fields (those
     the stages' configs take: ``blend_path``; ``train_path``/``valid_path``/``metadata_path``/``pack_size``;
     ``train_path``/``validation_path``).
 
     * ``pretrain-data``: ``blend.json`` parses with the trainer's reader and every prefix has its ``.bin`` and
-      ``.idx`` of the right size (:func:`nemotron.validation.data.training_data_problems`).
+      ``.idx`` of the right size (:func:`nemotron.validation.data.training_data_problems`), inside ``path`` (a copy
+      of an output whose blend.json names the original's shards by absolute path is refused:
+      :func:`nemotron.data.blend.prefixes_outside`).
+    * ``pretrain-data`` and ``sft-data``: the manifest's tokenizer folder, when recorded absolute, lies inside
+      ``path`` (:func:`_tokenizer_inside`).
     * ``sft-data``: ``manifest.json`` (a JSON object), ``data/training_<N>.idx.parquet`` and
       ``data/validation_<N>.idx.parquet`` (read and checked row by row:
       :func:`nemotron.runtime.megatron.sft_data.read_packed`) and ``data/<N>_metadata.jsonl``. An output whose
@@ -315,6 +350,15 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
         problems = training_data_problems("pretrain", {"data": {"per_split_data_args_path": str(blend)}})
         if problems:
             raise _fail(f"{blend}: {problems[0].message}", problems[0].valid or "the output as data prep wrote it")
+        from nemotron.data.blend import prefixes_outside
+
+        outside = prefixes_outside(blend, path)
+        if outside:
+            where = sorted({str(p.parent.parent) for p in outside})
+            raise _fail(f"{blend}: names {len(outside)} shard prefix(es) outside the folder you import, in "
+                        f"{', '.join(where[:2])} ({outside[0]}...): the consumers would read those, not this folder's",
+                        OLD_ABSOLUTE_HINT)
+        _tokenizer_inside(path)
         return {"path": str(path), "blend_path": str(blend)}
     if artifact == "sft-data":
         from nemotron.runtime.megatron.pretrain_data import DataError
@@ -322,6 +366,7 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
 
         if not (path / outputs.MANIFEST).is_file():
             raise _fail(f"{path / outputs.MANIFEST}: missing", "a data prep sft output (its version folder)")
+        _tokenizer_inside(path)
         loader = _json_object(path / outputs.MANIFEST).get("loader")
         # data prep sft writes no validation file when no record fell in the held-out share, and records the
         # output with valid_path null (the sft stage then runs no validation): the import takes it the same way
