@@ -21,6 +21,11 @@ Checkpoint forms (:func:`checkpoint_form`):
   Hugging Face form ``<checkpoint_dir>/hf/step_N`` (what rlvr's and mopd's consumers load), which must exist and pass
   the ``hf`` checks.
 
+``-c`` must be a config of a consumer of the artifact (:func:`check_config`: a typo would record an import no run
+takes); a Hugging Face folder that is not the consumers' model is recorded with a warning (:func:`model_mismatch`);
+the folder's real path is recorded, and importing it again for the same config adds no version
+(:func:`nemotron.config.artifacts.record`; ``imported_at`` is bookkeeping).
+
 A Hugging Face folder is also taken as ``pretrain-checkpoint`` or ``sft-checkpoint`` for a ``-c`` whose consumers all
 run on this machine (``-c local``: the local trainer loads that form; :func:`local_consumers`), so a local chain can
 start from a base model made elsewhere: ``model import BASE --as pretrain-checkpoint -c local``.
@@ -412,6 +417,86 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
     raise _fail(f"--as {artifact}: not a data artifact", f"one of {', '.join(DATA_ARTIFACTS)}")
 
 
+# ------------------------------------------------------------------------------------------------ consumers
+def consumer_configs(artifact: str) -> dict[str, list[str]]:
+    """``{config: [stage, ...]}``: the configs of the stages that consume ``artifact`` (as their files name it:
+    :func:`nemotron.config.compile.config_artifacts`), each with the stages whose config of that name does.
+
+    Raises:
+        ConfigError: a stage config that cannot be read.
+    """
+    from nemotron.config.compile import config_artifacts
+    from nemotron.config.paths import config_names
+    from nemotron.config.registry import STAGES
+
+    out: dict[str, list[str]] = {}
+    for stage in STAGES:
+        for name in config_names(stage):
+            if artifact in config_artifacts(stage, name)[0]:
+                out.setdefault(name, []).append(stage.name)
+    return out
+
+
+def check_config(artifact: str, config: str) -> list[str]:
+    """The stages that take an import of ``artifact`` recorded for ``-c config`` (a consumer run with ``-c X``
+    takes the records of :func:`nemotron.config.artifacts.accepted_configs` ``(X)``: ``local`` also ``tiny``'s, a
+    cycle config its base's...).
+
+    Raises:
+        ConfigError: no consumer of ``artifact`` runs with a config that takes it (a typo of ``-c``: the record
+            would be found by no run); the consumers' configs listed, the closest named.
+    """
+    from nemotron.config.artifacts import accepted_configs
+    from nemotron.errors import did_you_mean
+
+    configs = consumer_configs(artifact)
+    takers = sorted({st for name, stages in configs.items() if config in accepted_configs(name) for st in stages})
+    if not takers:
+        close = did_you_mean(config, list(configs))
+        raise _fail(f"-c {config}: no stage that consumes {artifact} has a config {config!r} (its record would be "
+                    "taken by no run)", (f"{close} " if close else "") + f"the configs of its consumers: "
+                    f"{', '.join(configs) or 'none'}")
+    return takers
+
+
+def model_mismatch(path: Path, fields: dict[str, Any], artifact: str, config: str) -> list[str]:
+    """Warnings for a Hugging Face checkpoint that is not the model its consumers build: ``config.json``'s
+    ``model_type`` is not ``nemotron_h`` (every stage of this project trains NemotronH), or its sizes
+    (:data:`nemotron.runtime.common.model.ARCH_FIELDS`, ``num_hidden_layers``) differ from the catalogue model
+    (``model.name``) of a consumer config that takes the import. ``[]`` for another form, or when they agree."""
+    if fields.get("form") != "hf":
+        return []
+    from nemotron.config import catalogue
+    from nemotron.config.artifacts import accepted_configs
+    from nemotron.config.compile import _raw_tree
+    from nemotron.config.registry import STAGES
+    from nemotron.runtime.common.model import ARCH_FIELDS
+
+    cfg = _json_object(Path(str(fields["path"])) / "config.json")
+    shown = f"{path / 'config.json'}" if str(fields["path"]) == str(path) else f"{fields['path']}/config.json"
+    if cfg.get("model_type") != "nemotron_h":
+        return [f"{shown}: model_type={cfg.get('model_type')!r} (architectures {cfg.get('architectures')!r}) is not "
+                f"NemotronH (nemotron_h), the model every consumer of {artifact} builds; recorded anyway"]
+    out: list[str] = []
+    for name, stages in consumer_configs(artifact).items():
+        if config not in accepted_configs(name):
+            continue
+        for stage_name in stages:
+            stage = next(s for s in STAGES if s.name == stage_name)
+            model = (_raw_tree(stage, name).get("model") or {}).get("name")
+            try:
+                want = catalogue.hf_config(catalogue.get(str(model)))
+            except Exception:  # an interpolated or unknown name: the consumer's own dry run checks it
+                continue
+            diffs = [f"{k} {cfg.get(k)!r} (model.name={model}: {want.get(k)!r})"
+                     for k in ("num_hidden_layers", *ARCH_FIELDS) if k in want and cfg.get(k) != want.get(k)]
+            if diffs:
+                out.append(f"{shown}: not the model {stage_name} -c {name} builds: " + ", ".join(diffs[:4])
+                           + (f" and {len(diffs) - 4} more" if len(diffs) > 4 else "") + "; recorded anyway")
+                return out
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ record
 def register(name: str, fields: dict[str, Any], config: str, env_file: str | None) -> dict[str, Any]:
     """Record ``fields`` as artifact ``name`` for consumers run with ``-c config`` on this machine (module
@@ -429,14 +514,23 @@ def register(name: str, fields: dict[str, Any], config: str, env_file: str | Non
 
 
 def _run(kind: str, path: str, artifact: str | None, config: str, env_file: str | None) -> int:
-    folder = Path(os.path.abspath(os.path.expanduser(path)))
+    from nemotron import report
+
+    # the folder itself (a symlink or a trailing / names the same one): one record however it is named
+    folder = Path(os.path.realpath(os.path.expanduser(path)))
     if kind == "model":
         name, fields = check_checkpoint(folder, artifact, config)
     else:
         name, fields = str(artifact), check_data(folder, str(artifact))
+    check_config(name, config)
+    warnings = model_mismatch(folder, fields, name, config) if kind == "model" else []
     rec = register(name, fields, config, env_file)
-    typer.echo(f"[nemotron] artifact {name} v{rec['version']}: {rec['path']} (imported for -c {config} on "
-               f"{rec['site']}; its consumers take it as ${{art:{name},path}})")
+    again = "latest_at" in rec  # artifacts.record: the same output, already recorded, stamped the latest again
+    for w in warnings:
+        report.err(f"warning: {w}")
+    typer.echo(f"[nemotron] artifact {name} v{rec['version']}: {rec['path']} ("
+               + ("already recorded; the latest again, " if again else "")
+               + f"imported for -c {config} on {rec['site']}; its consumers take it as ${{art:{name},path}})")
     return 0
 
 
