@@ -169,3 +169,24 @@ def test_hints_with_brackets_are_printed_whole(tmp_path, capsys):
     assert "pip install 'nemotron-cli[inspect]'" in out, out
     for text in ("t [local]", "[plots]", "a[b]", "[bold]x[/bold]", "h [x]"):
         assert text in out, (text, out)
+
+
+def test_a_parquet_that_is_not_packed_or_is_empty_is_one_line_exit_2(tmp_path, capsys):
+    """A Parquet file of other columns printed pyarrow's schema (``__fragment_index: int32``...) inside the error;
+    a file without rows was shown as 0 packs (exit 0). Each is now one line naming what is missing, exit 2."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"x": [1, 2], "input_ids": [[1], [2]]}), other)
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({c: pa.array([], type=pa.list_(pa.int32()))
+                             for c in ("input_ids", "loss_mask", "seq_start_id")}), empty)
+    text = tmp_path / "text.parquet"
+    text.write_text("not parquet")
+    for f, line in ((other, f"error: {other}: not a packed SFT Parquet file: no column loss_mask, seq_start_id "
+                            "(it has x, input_ids)"),
+                    (empty, f"error: {empty}: no packs (0 rows)"), (text, f"error: {text}: not a Parquet file (")):
+        assert main(["ultra3", "data", "inspect", str(f)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(line) and "__fragment_index" not in err and len(err.splitlines()) == 2, err

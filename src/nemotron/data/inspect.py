@@ -153,17 +153,30 @@ def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
     whose last token is learned and is not the token the file's documents end with: an answer cut off).
 
     Raises:
-        ConfigError: not a packed SFT Parquet file.
+        ConfigError: not a Parquet file, a Parquet file without the three columns (the missing ones named, not
+            pyarrow's schema dump), or one without rows.
     """
     from collections import Counter
 
     import pyarrow.parquet as pq
 
+    columns = ["input_ids", "loss_mask", "seq_start_id"]
+    hint = "data prep sft writes them: input_ids, loss_mask, seq_start_id"
     try:
-        table = pq.read_table(path, columns=["input_ids", "loss_mask", "seq_start_id"])
+        names = pq.read_schema(path).names
+    except Exception as exc:  # not Parquet at all: pyarrow's first line says why
+        raise ConfigError(f"{path}: not a Parquet file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})",
+                          hint) from None
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise ConfigError(f"{path}: not a packed SFT Parquet file: no column {', '.join(missing)} (it has "
+                          f"{', '.join(names[:8]) or 'none'}{' ...' if len(names) > 8 else ''})", hint)
+    try:
+        table = pq.read_table(path, columns=columns)
     except Exception as exc:
-        raise ConfigError(f"{path}: not a packed SFT Parquet file ({exc})",
-                          "data prep sft writes them: input_ids, loss_mask, seq_start_id") from None
+        raise ConfigError(f"{path}: not a packed SFT Parquet file ({str(exc).splitlines()[0]})", hint) from None
+    if table.num_rows == 0:
+        raise ConfigError(f"{path}: no packs (0 rows)", "an empty file: re-run data prep sft, or give another file")
     ids_col, mask_col, start_col = (table.column(c).to_pylist() for c in ("input_ids", "loss_mask", "seq_start_id"))
     tok = _tokenizer_near(path)
     manifest = _manifest_near(path)
