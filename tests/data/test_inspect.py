@@ -190,3 +190,15 @@ def test_a_parquet_that_is_not_packed_or_is_empty_is_one_line_exit_2(tmp_path, c
         assert main(["ultra3", "data", "inspect", str(f)]) == 2
         err = capsys.readouterr().err
         assert err.startswith(line) and "__fragment_index" not in err and len(err.splitlines()) == 2, err
+
+
+def test_data_prep_summaries_print_brackets_as_written(capsys):
+    """The data prep summaries (nemotron.data.progress) quote paths and skipped records through rich: a record's
+    ``[/INST]`` raised rich's MarkupError and ``[inspect]`` vanished. Their console now prints text as written."""
+    from nemotron.data import progress
+
+    progress.console().print("skipped: line 3: '[INST] hi [/INST]' pip install 'nemotron-cli[local]'")
+    progress.print_table("t [x]", ["a", "b"], [["[bold]y[/bold]", "[/INST]"]])
+    out = capsys.readouterr().out
+    for text in ("'[INST] hi [/INST]'", "'nemotron-cli[local]'", "t [x]", "[bold]y[/bold]", "[/INST]"):
+        assert text in out, (text, out)
