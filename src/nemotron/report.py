@@ -39,10 +39,11 @@ def err(text: str) -> None:
 
 
 def heading(text: str) -> None:
-    """A section heading."""
+    """A section heading; ``text`` is shown as written (no markup: a ``[inspect]`` or ``[[7 9]]`` stays)."""
     from rich.rule import Rule
+    from rich.text import Text
 
-    console().print(Rule(text, align="left", characters="─"))
+    console().print(Rule(Text(text), align="left", characters="─"))
 
 
 def table(title: str | None, header: list[str], rows: list[list[Any]], whole: tuple[int, ...] = (),
@@ -50,9 +51,13 @@ def table(title: str | None, header: list[str], rows: list[list[Any]], whole: tu
     """A simple table. The columns numbered in ``whole`` (0-based) are never wrapped, whatever the width (a job id
     or a state that is copied into the next command); column ``clip_left``, when given (a path), is cut at its start
     to the room the other columns leave (``...`` + its end, at least 10 characters); other columns fold. A width
-    too narrow for the ``whole`` columns gives one ``header: value`` line per cell instead (nothing dropped)."""
+    too narrow for the ``whole`` columns gives one ``header: value`` line per cell instead (nothing dropped). Title,
+    header and cells are shown as written, never read as rich markup: a hint such as ``pip install
+    'nemotron-cli[inspect]'`` or a path with ``[...]`` in it keeps its brackets. (A caller that wants markup builds its
+    own rich table, as :mod:`nemotron.profiles.show` does.)"""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     widths = [max([len(str(h)), *(len(str(r[i])) for r in rows)]) for i, h in enumerate(header)]
     width = console().width
@@ -69,16 +74,16 @@ def table(title: str | None, header: list[str], rows: list[list[Any]], whole: tu
         room = max(10, width - sum(w for i, w in enumerate(widths) if i != clip_left) - 3 * (len(header) - 1))
         rows = [[("..." + str(c)[-(room - 3):] if i == clip_left and len(str(c)) > room else c)
                  for i, c in enumerate(r)] for r in rows]
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+    t = Table(title=None if title is None else Text(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
               show_header=any(str(h).strip() for h in header))
     for i, h in enumerate(header):
         if i in whole:
             widest = max([len(str(h)), *(len(str(r[i])) for r in rows)])
-            t.add_column(h, no_wrap=True, min_width=widest)
+            t.add_column(Text(str(h)), no_wrap=True, min_width=widest)
         else:
-            t.add_column(h, overflow="fold")
+            t.add_column(Text(str(h)), overflow="fold")
     for r in rows:
-        t.add_row(*[str(c) for c in r])
+        t.add_row(*[Text(str(c)) for c in r])
     console().print(t)
 
 

@@ -284,16 +284,46 @@ def test_artifact_reference_resolves(tmp_path):
     artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "blend.json"), "config": "tiny"})
     artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "v2.json"), "config": "tiny"})
     artifacts.record("my-data", {"path": str(tmp_path), "blend_path": str(tmp_path / "big.json"), "config": "default"})
+    c = compile_config(get_stage("pretrain"), "tiny", ["+a=${art:my-data,blend_path}"])
+    # the latest made by the same config name, not the latest of all
+    assert c.config["a"].endswith("v2.json") and c.artifact_keys["a"] == "my-data v2"
+    # an explicit version wins, and the other keys of the same artifact follow it: one run never mixes versions
     c = compile_config(get_stage("pretrain"), "tiny", ["+a=${art:my-data,blend_path}", "+b=${art:my-data:1,blend_path}"])
-    # the latest made by the same config name, not the latest of all; an explicit version wins
-    assert c.config["a"].endswith("v2.json") and c.config["b"].endswith("blend.json")
-    assert c.artifact_keys["a"] == "my-data v2"
+    assert c.config["a"].endswith("blend.json") and c.config["b"].endswith("blend.json")
+    assert c.artifact_keys["a"] == c.artifact_keys["b"] == "my-data v1"
+    with pytest.raises(ConfigError, match=r"\+?b: pins my-data v2 but \+?a pins v1: one run would read two versions"):
+        compile_config(get_stage("pretrain"), "tiny", ["+a=${art:my-data:1,blend_path}", "+b=${art:my-data:2,blend_path}"])
     d = compile_config(get_stage("pretrain"), "default", ["+a=${art:my-data,blend_path}"])
     assert d.config["a"].endswith("big.json")
     local = compile_config(get_stage("pretrain"), "local", ["+a=${art:my-data,blend_path}"])
     assert local.config["a"].endswith("v2.json")  # data prep's tiny sample is also its local
     with pytest.raises(ConfigError, match="no field 'nope'"):
         compile_config(get_stage("pretrain"), "tiny", ["+a=${art:my-data,nope}"])
+
+
+def test_pinning_one_key_of_an_artifact_pins_every_key_it_feeds(tmp_path, capsys):
+    """``sft -c tiny 'dataset.dataset_root=${art:sft-data:1,path}'`` took dataset_root from v1 and the packed
+    Parquet and metadata files from the latest (v2): one run, two data versions, no warning. Now every key sft-data
+    feeds reads the pinned version, and the dry run's input lines say so."""
+    from local_runtime_support import write_sft_data
+
+    for v in (1, 2):
+        d = tmp_path / f"v{v}"
+        write_sft_data(d / "data", 64, packs=4, valid_packs=1, seed=v)
+        (d / "data" / "64_metadata.jsonl").write_text(json.dumps({"max_samples_per_bin": 8}) + "\n")
+        artifacts.record("sft-data", {"path": str(d), "pack_size": "64", "config": "tiny",
+                                      "train_path": str(d / "data" / "training_64.idx.parquet"),
+                                      "valid_path": str(d / "data" / "validation_64.idx.parquet"),
+                                      "metadata_path": str(d / "data" / "64_metadata.jsonl")})
+    c = compile_config(get_stage("sft"), "tiny", ["dataset.dataset_root=${art:sft-data:1,path}"])
+    specs = c.config["dataset"]["packed_sequence_specs"]
+    assert c.config["dataset"]["dataset_root"] == str(tmp_path / "v1")
+    for key in ("packed_train_data_path", "packed_val_data_path", "packed_metadata_path"):
+        assert specs[key].startswith(str(tmp_path / "v1" / "data")), (key, specs[key])
+    assert set(v for k, v in c.artifact_keys.items() if k.startswith("dataset.")) == {"sft-data v1"}
+    code, out, err = run_cli(capsys, "ultra3", "sft", "-c", "tiny", "--dry-run",
+                             "dataset.dataset_root=${art:sft-data:1,path}")
+    assert "input sft-data v2" not in out + err and "input sft-data v1" in out + err, out + err
 
 
 def test_env_interpolation(monkeypatch):

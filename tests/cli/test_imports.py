@@ -178,3 +178,72 @@ def test_hf_folder_as_pretrain_checkpoint_for_the_local_consumers(capsys, hf_mod
     text = out + err
     assert f"[nemotron] input pretrain-checkpoint v1: {hf_model}" in text, text[:3000]
     assert "-> checkpoint.pretrained_checkpoint" in text
+
+
+def test_sft_data_without_a_validation_set_is_imported_as_data_prep_records_it(capsys, tmp_path):
+    """data prep sft writes no validation file when no record fell in the held-out share and records the output
+    with valid_path null; the import refused that very folder ("validation_64.idx.parquet: missing"). A manifest
+    that names a validation file still needs it; a manifest that is not JSON is named as such (it was reported as
+    "no training_<pack size>.idx.parquet" of the data folder)."""
+    sft = sft_data(tmp_path / "sft")
+    (sft / "data" / "validation_64.idx.parquet").unlink()
+    (sft / "manifest.json").write_text(json.dumps({"loader": {
+        "packed_train_data_path": str(sft / "data" / "training_64.idx.parquet"), "packed_val_data_path": None}}))
+    bad = tmp_path / "bad"
+    shutil.copytree(sft, bad)
+    (bad / "manifest.json").write_text("{not json")
+    _fails(capsys, "data", "import", str(bad), "--as", "sft-data", match=f"{bad / 'manifest.json'}: not valid JSON")
+    (bad / "manifest.json").write_text(json.dumps({"loader": {"packed_val_data_path": "data/validation_64.idx.parquet"}}))
+    _fails(capsys, "data", "import", str(bad), "--as", "sft-data",
+           match=f"{bad / 'data' / 'validation_64.idx.parquet'}: missing")
+    code, out, err = run_cli(capsys, "ultra3", "data", "import", str(sft), "--as", "sft-data", "-c", "tiny")
+    assert code == 0, err
+    rec = json.loads(records("sft-data")[0].read_text())
+    assert rec["valid_path"] is None and rec["train_path"] == str(sft / "data" / "training_64.idx.parquet")
+
+
+def test_an_import_for_a_config_no_consumer_has_is_refused(capsys, hf_model, tmp_path):
+    """``model import -c no-such-config`` (or a typo, ``-c tny``) recorded an artifact no run would take; now exit 2
+    with the consumers' configs and the closest one, for model and data imports alike."""
+    _fails(capsys, "model", "import", str(hf_model), "-c", "tny",
+           match="-c tny: no stage that consumes hf-checkpoint has a config 'tny'")
+    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(hf_model), "-c", "no-such-config")
+    assert code == 2 and "the configs of its consumers: default, tiny, phase2" in err, err
+    sft = sft_data(tmp_path / "sft")
+    code, out, err = run_cli(capsys, "ultra3", "data", "import", str(sft), "--as", "sft-data", "-c", "tyni")
+    assert code == 2 and "did you mean 'tiny'?" in err, err
+    assert not any(artifacts.store().glob("*/v*.json"))
+
+
+def test_a_model_that_is_not_the_consumers_is_recorded_with_a_warning(capsys, hf_model, tmp_path):
+    """A Llama folder, or a NemotronH of other sizes than the consumer config's model.name, was recorded as the
+    start of Ultra's RL with no word; now a warning names config.json's model_type / the sizes that differ."""
+    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(hf_model), "-c", "tiny")
+    assert code == 0, err
+    assert f"warning: {hf_model / 'config.json'}: not the model rlvr -c tiny builds: num_hidden_layers" in err, err
+    assert "(model.name=ultra4layer: 4)" in err, err
+    llama = tmp_path / "llama"
+    shutil.copytree(hf_model, llama)
+    cfg = json.loads((llama / "config.json").read_text())
+    (llama / "config.json").write_text(json.dumps({**cfg, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(llama), "-c", "tiny")
+    assert code == 0 and "artifact hf-checkpoint v2" in out, err
+    assert f"warning: {llama / 'config.json'}: model_type='llama' (architectures ['LlamaForCausalLM']) is not " \
+           "NemotronH" in err, err
+
+
+def test_importing_the_same_folder_again_adds_no_version(capsys, hf_model, tmp_path):
+    """Re-importing a folder added a version each time (again, with a trailing /, through a symlink): the import's
+    time stamp made every record new. Now the same folder for the same config is the same record, the latest
+    again; another config is another record."""
+    link = tmp_path / "link"
+    link.symlink_to(hf_model)
+    versions = []
+    for arg in (str(hf_model), str(hf_model), str(hf_model) + "/", str(link)):
+        code, out, err = run_cli(capsys, "ultra3", "model", "import", arg)
+        assert code == 0, err
+        versions.append(int(out.split("artifact hf-checkpoint v")[1].split(":")[0]))
+    assert versions == [1, 1, 1, 1] and "already recorded; the latest again" in out, out
+    assert len(records("hf-checkpoint")) == 1 and json.loads(records("hf-checkpoint")[0].read_text())["path"] == str(hf_model)
+    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(hf_model), "-c", "tiny")
+    assert code == 0 and "artifact hf-checkpoint v2" in out, err

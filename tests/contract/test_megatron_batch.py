@@ -129,7 +129,7 @@ def prepared_pretrain(ray_instance, tok_cache, shared_data, tmp_path_factory):
 
 def _cases(prepared) -> list[dict]:
     blend = json.loads(prepared["blend"].read_text())["train"]
-    weights, prefixes = blend[0::2], blend[1::2]
+    weights, prefixes = blend[0::2], [str(prepared["blend"].parent / p) for p in blend[1::2]]  # relative: resolved
     cases = [
         # the tiny run itself: 20 iterations x 16 at 4096 tokens. Megatron-Core refuses it: a dataset of 65 samples
         # is asked for 66 (its default surplus of 0.5 % rounds to nothing at that size); so must we

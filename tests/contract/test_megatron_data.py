@@ -494,12 +494,12 @@ def facts(upstream, prepared) -> dict:
 @pytest.mark.parametrize("stage", ["pretrain", "sft"])
 def test_translated_tokenizer_is_the_manifest_record(prepared, stage):
     """What the entry passes to cfg.tokenizer is exactly the manifest's TokenizerConfig record: the output's own
-    tokenizer folder, loaded as HuggingFaceTokenizer (names unchanged)."""
+    tokenizer folder (recorded relative to the output folder, passed resolved), loaded as HuggingFaceTokenizer
+    (names unchanged)."""
     m = prepared["m_pre" if stage == "pretrain" else "m_sft"]
     bc = prepared["bc_pre" if stage == "pretrain" else "bc_sft"]
-    record = m["tokenizer"]["megatron"]
-    assert record == {"tokenizer_type": "HuggingFaceTokenizer",
-                      "tokenizer_model": str(Path(m["path"]) / "tokenizer")}
+    assert m["tokenizer"]["megatron"] == {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": "tokenizer"}
+    record = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": str(Path(m["path"]) / "tokenizer")}
     assert {k: bc.sections["tokenizer"][k] for k in record} == record
 
 
@@ -509,7 +509,7 @@ def test_megatron_bridge_builds_the_data_tokenizer(facts, prepared, stage):
     which AutoTokenizer refuses) with the EOS/BOS ids and vocabulary size data prep used."""
     m = prepared["m_pre" if stage == "pretrain" else "m_sft"]
     f = facts[stage]
-    assert f["tokenizer_config"] == m["tokenizer"]["megatron"]
+    assert f["tokenizer_config"] == {**m["tokenizer"]["megatron"], "tokenizer_model": str(Path(m["path"]) / "tokenizer")}
     t = f["tokenizer"]
     assert (t["library"], t["class"]) == ("huggingface", "HuggingFaceTokenizer")
     assert (t["eod"], t["eos_id"], t["bos"]) == (m["tokenizer"]["eos_id"], m["tokenizer"]["eos_id"], m["tokenizer"]["bos_id"])
@@ -557,7 +557,8 @@ def test_gpt_dataset_builder_builds_every_split_over_every_prefix(facts, prepare
     for split in ("train", "valid", "test"):
         s = facts["pretrain"]["splits"][split]
         assert s is not None, split
-        assert s["paths"] == s["prefixes"] == blend[split][1::2]
+        # blend.json's prefixes are relative to its folder; our reader hands Megatron-Core the resolved paths
+        assert s["paths"] == s["prefixes"] == [str(prepared["root"] / "pretrain" / p) for p in blend[split][1::2]]
         assert s["weights"] == blend[split][0::2]
         assert s["kinds"] == ["GPTDataset"] and s["samples"] > 0
     assert facts["pretrain"]["splits"]["train"]["samples"] >= facts["pretrain"]["num_samples"][0] > 0

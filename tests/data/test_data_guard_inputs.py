@@ -130,10 +130,18 @@ def test_mix_dry_run_refuses_another_vocabulary(outputs, tmp_path):
 # 3. a blend entry must be a bare prefix
 
 
+def _absolute(blend_json: str) -> dict:
+    """The blend.json data prep wrote, its prefixes (written relative to its folder) made absolute, to be written
+    elsewhere."""
+    base = Path(blend_json).parent
+    return {split: [x if i % 2 == 0 else str(base / x) for i, x in enumerate(flat)]
+            for split, flat in json.loads(Path(blend_json).read_text()).items()}
+
+
 def test_blend_entry_that_is_not_a_prefix(outputs, tmp_path):
     from nemotron.runtime.megatron.pretrain_data import DataError, read_blend
 
-    good = json.loads(Path(outputs["a"]["blend_json"]).read_text())
+    good = _absolute(outputs["a"]["blend_json"])
     prefix = good["train"][1]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**good, "train": [1.0, prefix + ".bin"]}))
@@ -166,7 +174,7 @@ def test_truncated_shard_is_refused_by_the_dry_run_the_trainer_and_data_inspect(
     from nemotron.data.indexed import bin_size_problem
     from nemotron.runtime.megatron.pretrain_data import DataError, Shard
 
-    good = json.loads(Path(outputs["a"]["blend_json"]).read_text())
+    good = _absolute(outputs["a"]["blend_json"])
     prefix = Path(good["train"][1])
     copy = tmp_path / "copy" / prefix.name
     copy.parent.mkdir()
@@ -441,3 +449,58 @@ def test_counts_agree_with_their_nouns(tmp_path, ray_instance, tok_cache, capsys
     out = capsys.readouterr().out
     assert "tokenizing 1 shard on" in out and "1 of 1 shard tokenized" in out, out
     assert "1 shards" not in out and "1 windows" not in out and "1 workers" not in out
+
+
+# --------------------------------------------------------------------------------------------------
+# a data prep output copied or moved (to a cluster's storage) reads its own files
+
+
+def test_a_copied_output_reads_its_own_shards_and_tokenizer(outputs, tmp_path, monkeypatch):
+    """data prep wrote blend.json and the manifest's tokenizer folder with absolute paths: a copy of the output named
+    the original's shards, so ``data import`` of a damaged copy (its .bin files deleted) passed and training would
+    have read the other folder. Now both are relative to the output folder and resolved on read; an older output's
+    absolute paths still read, and ``data import`` refuses a copy whose files name another folder."""
+    import shutil
+
+    from nemotron.data.outputs import data_manifest, megatron_tokenizer
+
+    src = Path(outputs["a"]["path"])
+    copy = tmp_path / "moved" / "a"
+    shutil.copytree(src, copy)
+    flat = json.loads((copy / "blend.json").read_text())
+    assert all(not Path(p).is_absolute() for split in flat.values() for p in split[1::2]), flat
+    # resolved from the blend's folder, even from a working directory holding the same relative prefixes
+    monkeypatch.chdir(src)
+    for pairs in read_blend_pairs(copy / "blend.json").values():
+        assert all(prefix.is_relative_to(copy) for _w, prefix in pairs), pairs
+    m, where = data_manifest(str(copy / "blend.json"))
+    assert megatron_tokenizer(m, where)["tokenizer_model"] == str(copy / "tokenizer")
+    code, out = cli("ultra3", "data", "import", str(copy), "--as", "pretrain-data", "-c", "tiny", home=tmp_path / "h")
+    assert code == 0 and f"artifact pretrain-data v1: {copy}" in out, out
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(src, damaged)
+    for f in (damaged / "data" / "wiki").glob("*.bin"):
+        f.unlink()
+    [p] = training_data_problems("pretrain", {"data": {"per_split_data_args_path": str(damaged / "blend.json")}})
+    assert str(damaged / "data" / "wiki") in p.message and ".bin does not exist" in p.message, p.message
+    code, out = cli("ultra3", "data", "import", str(damaged), "--as", "pretrain-data", home=tmp_path / "h")
+    assert code == 2 and str(damaged / "data" / "wiki") in out and "nothing was recorded" in out, out
+
+    # an output of an older data prep: absolute paths. In place it still reads; a copy of it is refused at import
+    old = tmp_path / "old"
+    shutil.copytree(src, old)
+    absolute = {k: [x if i % 2 == 0 else str(src / x) for i, x in enumerate(v)] for k, v in flat.items()}
+    (old / "blend.json").write_text(json.dumps(absolute))
+    assert all(prefix.is_relative_to(src) for pairs in read_blend_pairs(old / "blend.json").values() for _w, prefix in pairs)
+    code, out = cli("ultra3", "data", "import", str(old), "--as", "pretrain-data", home=tmp_path / "h")
+    assert code == 2 and f"error: {old / 'blend.json'}: names" in out and "outside the folder you import" in out, out
+    assert "re-run the data prep stage (force=true)" in out
+    (old / "blend.json").write_text(json.dumps(flat))
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["tokenizer"]["megatron"]["tokenizer_model"] = str(src / "tokenizer")
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    code, out = cli("ultra3", "data", "import", str(old), "--as", "pretrain-data", home=tmp_path / "h")
+    assert code == 2 and "tokenizer.megatron.tokenizer_model=" in out and "outside the folder you import" in out, out
+    m, where = data_manifest(str(old / "blend.json"))
+    assert megatron_tokenizer(m, where)["tokenizer_model"] == str(src / "tokenizer")  # old absolute: still read

@@ -108,3 +108,97 @@ def test_data_inspect_refuses_counts_below_one(tmp_path, args):
     done = subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "data", "inspect", str(tmp_path), *args],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "is not in the range x>=1" in done.stderr, done.stderr
+
+
+def _rl_lines(n, base):
+    return "".join(json.dumps({"messages": [{"role": "user", "content": f"{base}+{i}?"},
+                                            {"role": "assistant", "content": str(base + i)}]}) + "\n"
+                   for i in range(n))
+
+
+def test_split_picks_the_file_of_a_folder(tmp_path, capsys):
+    """``--split validation`` was ignored: the training file was shown for ``validation`` and for ``bogus`` alike,
+    and for a folder without a validation file. Now: the split's file; exit 2 for a name that is no split, for a
+    split the folder lacks (naming the files it has) and for a single file."""
+    ok = {"input_ids": [5, 6, 7, 9], "loss_mask": [0, 1, 1, 0], "seq_start_id": [0]}
+    sft = tmp_path / "sft"
+    sft.mkdir()
+    _packs(sft, [ok] * 3)
+    from local_runtime_support import write_packed_parquet
+
+    write_packed_parquet(sft / "data" / "validation_12.idx.parquet", [ok])
+    assert di.inspect_path(sft)["packs"] == 3
+    assert di.inspect_path(sft, split="train")["path"].endswith("training_12.idx.parquet")
+    doc = di.inspect_path(sft, split="validation")
+    assert doc["path"].endswith("validation_12.idx.parquet") and doc["packs"] == 1
+    rl = tmp_path / "rl"
+    rl.mkdir()
+    (rl / "train.jsonl").write_text(_rl_lines(3, 10))
+    (rl / "validation.jsonl").write_text(_rl_lines(2, 50))
+    assert di.inspect_path(rl, split="validation")["records"] == 2
+    assert di.inspect_path(rl, split="training")["records"] == 3
+    assert main(["ultra3", "data", "inspect", str(rl), "--split", "validation", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["path"].endswith("validation.jsonl")
+    with pytest.raises(UsageError, match=r"--split 'bogus': not a split; valid: train, validation"):
+        di.inspect_path(rl, split="bogus")
+    (sft / "data" / "validation_12.idx.parquet").unlink()
+    with pytest.raises(ConfigError, match=r"no validation file .* it has: data/training_12.idx.parquet"):
+        di.inspect_path(sft, split="validation")
+    with pytest.raises(UsageError, match="is a file"):
+        di.inspect_path(rl / "train.jsonl", split="validation")
+    assert main(["ultra3", "data", "inspect", str(rl), "--split", "bogus"]) == 2
+    assert capsys.readouterr().err.startswith("error: --split 'bogus': not a split")
+
+
+def test_hints_with_brackets_are_printed_whole(tmp_path, capsys):
+    """Table cells and headings went through rich markup: ``pip install 'nemotron-cli[inspect]'`` came out as
+    ``pip install 'nemotron-cli'``. The RL report without the checker now names the extra; so does any cell."""
+    from nemotron import report
+    from nemotron.cli.inspect import _print_inspect
+
+    f = tmp_path / "train.jsonl"
+    f.write_text(_rl_lines(1, 1))
+    doc = di.rl(f, 1)
+    doc.update(checker=None, check=None)
+    for s in doc["shown"]:
+        s["check"] = None
+    _print_inspect(doc)
+    report.table("t [local]", ["[plots]"], [["a[b]", "[bold]x[/bold]"]])
+    report.heading("h [x]")
+    out = capsys.readouterr().out
+    assert "pip install 'nemotron-cli[inspect]'" in out, out
+    for text in ("t [local]", "[plots]", "a[b]", "[bold]x[/bold]", "h [x]"):
+        assert text in out, (text, out)
+
+
+def test_a_parquet_that_is_not_packed_or_is_empty_is_one_line_exit_2(tmp_path, capsys):
+    """A Parquet file of other columns printed pyarrow's schema (``__fragment_index: int32``...) inside the error;
+    a file without rows was shown as 0 packs (exit 0). Each is now one line naming what is missing, exit 2."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"x": [1, 2], "input_ids": [[1], [2]]}), other)
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({c: pa.array([], type=pa.list_(pa.int32()))
+                             for c in ("input_ids", "loss_mask", "seq_start_id")}), empty)
+    text = tmp_path / "text.parquet"
+    text.write_text("not parquet")
+    for f, line in ((other, f"error: {other}: not a packed SFT Parquet file: no column loss_mask, seq_start_id "
+                            "(it has x, input_ids)"),
+                    (empty, f"error: {empty}: no packs (0 rows)"), (text, f"error: {text}: not a Parquet file (")):
+        assert main(["ultra3", "data", "inspect", str(f)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(line) and "__fragment_index" not in err and len(err.splitlines()) == 2, err
+
+
+def test_data_prep_summaries_print_brackets_as_written(capsys):
+    """The data prep summaries (nemotron.data.progress) quote paths and skipped records through rich: a record's
+    ``[/INST]`` raised rich's MarkupError and ``[inspect]`` vanished. Their console now prints text as written."""
+    from nemotron.data import progress
+
+    progress.console().print("skipped: line 3: '[INST] hi [/INST]' pip install 'nemotron-cli[local]'")
+    progress.print_table("t [x]", ["a", "b"], [["[bold]y[/bold]", "[/INST]"]])
+    out = capsys.readouterr().out
+    for text in ("'[INST] hi [/INST]'", "'nemotron-cli[local]'", "t [x]", "[bold]y[/bold]", "[/INST]"):
+        assert text in out, (text, out)

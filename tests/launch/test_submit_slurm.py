@@ -60,7 +60,7 @@ def test_data_prep_run_attached_completes(cli, env_file, slurm, tmp_path):
     assert (logs / "ray-head.log").is_file() and "blend.json" in (logs / "ray-job.log").read_text()
     blend = json.loads((out_dir / "blend.json").read_text())
     for split in ("train", "valid", "test"):
-        prefix = blend[split][1]
+        prefix = str(out_dir / blend[split][1])  # relative to the output folder
         index = read_index(prefix)
         tokens = int(index["lengths"].sum())
         assert tokens > 0 and Path(prefix + ".bin").stat().st_size == tokens * np.dtype(index["dtype"]).itemsize

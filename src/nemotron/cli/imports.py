@@ -21,6 +21,11 @@ Checkpoint forms (:func:`checkpoint_form`):
   Hugging Face form ``<checkpoint_dir>/hf/step_N`` (what rlvr's and mopd's consumers load), which must exist and pass
   the ``hf`` checks.
 
+``-c`` must be a config of a consumer of the artifact (:func:`check_config`: a typo would record an import no run
+takes); a Hugging Face folder that is not the consumers' model is recorded with a warning (:func:`model_mismatch`);
+the folder's real path is recorded, and importing it again for the same config adds no version
+(:func:`nemotron.config.artifacts.record`; ``imported_at`` is bookkeeping).
+
 A Hugging Face folder is also taken as ``pretrain-checkpoint`` or ``sft-checkpoint`` for a ``-c`` whose consumers all
 run on this machine (``-c local``: the local trainer loads that form; :func:`local_consumers`), so a local chain can
 start from a base model made elsewhere: ``model import BASE --as pretrain-checkpoint -c local``.
@@ -284,16 +289,53 @@ def check_checkpoint(path: Path, artifact: str | None, config: str = "default") 
 
 
 # ------------------------------------------------------------------------------------------------ data
+#: The hint for a copied data prep output whose files name the original's (absolute paths, as data prep wrote them
+#: before it wrote them relative to the output folder).
+OLD_ABSOLUTE_HINT = ("a copy of an output written with absolute paths (by an older data prep); re-run the data prep "
+                     "stage (force=true) and copy its new output, whose paths are relative to its folder, or import "
+                     "the original folder")
+
+
+def _tokenizer_inside(path: Path) -> None:
+    """Refuse a data prep output whose manifest records its tokenizer folder (``tokenizer.megatron.tokenizer_model``,
+    what the training stages load when ``tokenizer.tokenizer_model`` is unset) outside ``path``: a copy of an older
+    output, whose manifest names the original's. A manifest without that record is left to the consumers' checks.
+
+    Raises:
+        ConfigError: the manifest is not a JSON object, or names a tokenizer folder outside ``path``.
+    """
+    from nemotron.data import outputs
+
+    f = path / outputs.MANIFEST
+    if not f.is_file():
+        return
+    tok = _json_object(f).get("tokenizer")
+    record = tok.get("megatron") if isinstance(tok, dict) else None
+    model = record.get("tokenizer_model") if isinstance(record, dict) else None
+    if not isinstance(model, str) or not os.path.isabs(model):
+        return
+    root, full = Path(os.path.realpath(path)), Path(os.path.realpath(model))
+    if full != root and root not in full.parents:
+        raise _fail(f"{f}: tokenizer.megatron.tokenizer_model={model!r} lies outside the folder you import: the "
+                    "consumers would load that tokenizer, not this folder's", OLD_ABSOLUTE_HINT)
+
+
 def check_data(path: Path, artifact: str) -> dict[str, Any]:
     """Check a prepared data folder as the consumers of ``artifact`` read it; returns the record fields (those
     the stages' configs take: ``blend_path``; ``train_path``/``valid_path``/``metadata_path``/``pack_size``;
     ``train_path``/``validation_path``).
 
     * ``pretrain-data``: ``blend.json`` parses with the trainer's reader and every prefix has its ``.bin`` and
-      ``.idx`` of the right size (:func:`nemotron.validation.data.training_data_problems`).
-    * ``sft-data``: ``manifest.json``, ``data/training_<N>.idx.parquet`` and ``data/validation_<N>.idx.parquet``
-      (read and checked row by row: :func:`nemotron.runtime.megatron.sft_data.read_packed`) and
-      ``data/<N>_metadata.jsonl``.
+      ``.idx`` of the right size (:func:`nemotron.validation.data.training_data_problems`), inside ``path`` (a copy
+      of an output whose blend.json names the original's shards by absolute path is refused:
+      :func:`nemotron.data.blend.prefixes_outside`).
+    * ``pretrain-data`` and ``sft-data``: the manifest's tokenizer folder, when recorded absolute, lies inside
+      ``path`` (:func:`_tokenizer_inside`).
+    * ``sft-data``: ``manifest.json`` (a JSON object), ``data/training_<N>.idx.parquet`` and
+      ``data/validation_<N>.idx.parquet`` (read and checked row by row:
+      :func:`nemotron.runtime.megatron.sft_data.read_packed`) and ``data/<N>_metadata.jsonl``. An output whose
+      manifest's ``loader.packed_val_data_path`` is null (data prep sft held out no record) has no validation file
+      and is recorded with ``valid_path`` null, as data prep sft records it.
     * ``rl-data``: ``train.jsonl`` and ``validation.jsonl``, every line read by
       :func:`nemotron.runtime.rl.rl_data.read_rows`.
 
@@ -313,6 +355,15 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
         problems = training_data_problems("pretrain", {"data": {"per_split_data_args_path": str(blend)}})
         if problems:
             raise _fail(f"{blend}: {problems[0].message}", problems[0].valid or "the output as data prep wrote it")
+        from nemotron.data.blend import prefixes_outside
+
+        outside = prefixes_outside(blend, path)
+        if outside:
+            where = sorted({str(p.parent.parent) for p in outside})
+            raise _fail(f"{blend}: names {len(outside)} shard prefix(es) outside the folder you import, in "
+                        f"{', '.join(where[:2])} ({outside[0]}...): the consumers would read those, not this folder's",
+                        OLD_ABSOLUTE_HINT)
+        _tokenizer_inside(path)
         return {"path": str(path), "blend_path": str(blend)}
     if artifact == "sft-data":
         from nemotron.runtime.megatron.pretrain_data import DataError
@@ -320,6 +371,11 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
 
         if not (path / outputs.MANIFEST).is_file():
             raise _fail(f"{path / outputs.MANIFEST}: missing", "a data prep sft output (its version folder)")
+        _tokenizer_inside(path)
+        loader = _json_object(path / outputs.MANIFEST).get("loader")
+        # data prep sft writes no validation file when no record fell in the held-out share, and records the
+        # output with valid_path null (the sft stage then runs no validation): the import takes it the same way
+        no_valid = isinstance(loader, dict) and "packed_val_data_path" in loader and loader["packed_val_data_path"] is None
         sizes = sorted({int(m.group(1)) for p in (path / "data").glob("training_*.idx.parquet")
                         if (m := re.match(r"^training_(\d+)\.idx\.parquet$", p.name))})
         if len(sizes) != 1:
@@ -331,10 +387,15 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
                   "train_path": str(outputs.sft_split_file(path, pack, "train")),
                   "valid_path": str(outputs.sft_split_file(path, pack, "valid")),
                   "metadata_path": str(outputs.sft_metadata_file(path, pack))}
+        if no_valid and not Path(fields["valid_path"]).exists():
+            fields["valid_path"] = None
         for key in ("train_path", "valid_path", "metadata_path"):
-            if not Path(fields[key]).is_file():
-                raise _fail(f"{fields[key]}: missing", "the output as data prep sft wrote it")
+            if fields[key] is not None and not Path(fields[key]).is_file():
+                raise _fail(f"{fields[key]}: missing", "the output as data prep sft wrote it"
+                            + ("" if key != "valid_path" else " (its manifest.json names a validation file)"))
         for key in ("train_path", "valid_path"):
+            if fields[key] is None:
+                continue
             try:
                 read_packed(fields[key], pack)
             except DataError as exc:
@@ -356,6 +417,86 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
     raise _fail(f"--as {artifact}: not a data artifact", f"one of {', '.join(DATA_ARTIFACTS)}")
 
 
+# ------------------------------------------------------------------------------------------------ consumers
+def consumer_configs(artifact: str) -> dict[str, list[str]]:
+    """``{config: [stage, ...]}``: the configs of the stages that consume ``artifact`` (as their files name it:
+    :func:`nemotron.config.compile.config_artifacts`), each with the stages whose config of that name does.
+
+    Raises:
+        ConfigError: a stage config that cannot be read.
+    """
+    from nemotron.config.compile import config_artifacts
+    from nemotron.config.paths import config_names
+    from nemotron.config.registry import STAGES
+
+    out: dict[str, list[str]] = {}
+    for stage in STAGES:
+        for name in config_names(stage):
+            if artifact in config_artifacts(stage, name)[0]:
+                out.setdefault(name, []).append(stage.name)
+    return out
+
+
+def check_config(artifact: str, config: str) -> list[str]:
+    """The stages that take an import of ``artifact`` recorded for ``-c config`` (a consumer run with ``-c X``
+    takes the records of :func:`nemotron.config.artifacts.accepted_configs` ``(X)``: ``local`` also ``tiny``'s, a
+    cycle config its base's...).
+
+    Raises:
+        ConfigError: no consumer of ``artifact`` runs with a config that takes it (a typo of ``-c``: the record
+            would be found by no run); the consumers' configs listed, the closest named.
+    """
+    from nemotron.config.artifacts import accepted_configs
+    from nemotron.errors import did_you_mean
+
+    configs = consumer_configs(artifact)
+    takers = sorted({st for name, stages in configs.items() if config in accepted_configs(name) for st in stages})
+    if not takers:
+        close = did_you_mean(config, list(configs))
+        raise _fail(f"-c {config}: no stage that consumes {artifact} has a config {config!r} (its record would be "
+                    "taken by no run)", (f"{close} " if close else "") + f"the configs of its consumers: "
+                    f"{', '.join(configs) or 'none'}")
+    return takers
+
+
+def model_mismatch(path: Path, fields: dict[str, Any], artifact: str, config: str) -> list[str]:
+    """Warnings for a Hugging Face checkpoint that is not the model its consumers build: ``config.json``'s
+    ``model_type`` is not ``nemotron_h`` (every stage of this project trains NemotronH), or its sizes
+    (:data:`nemotron.runtime.common.model.ARCH_FIELDS`, ``num_hidden_layers``) differ from the catalogue model
+    (``model.name``) of a consumer config that takes the import. ``[]`` for another form, or when they agree."""
+    if fields.get("form") != "hf":
+        return []
+    from nemotron.config import catalogue
+    from nemotron.config.artifacts import accepted_configs
+    from nemotron.config.compile import _raw_tree
+    from nemotron.config.registry import STAGES
+    from nemotron.runtime.common.model import ARCH_FIELDS
+
+    cfg = _json_object(Path(str(fields["path"])) / "config.json")
+    shown = f"{path / 'config.json'}" if str(fields["path"]) == str(path) else f"{fields['path']}/config.json"
+    if cfg.get("model_type") != "nemotron_h":
+        return [f"{shown}: model_type={cfg.get('model_type')!r} (architectures {cfg.get('architectures')!r}) is not "
+                f"NemotronH (nemotron_h), the model every consumer of {artifact} builds; recorded anyway"]
+    out: list[str] = []
+    for name, stages in consumer_configs(artifact).items():
+        if config not in accepted_configs(name):
+            continue
+        for stage_name in stages:
+            stage = next(s for s in STAGES if s.name == stage_name)
+            model = (_raw_tree(stage, name).get("model") or {}).get("name")
+            try:
+                want = catalogue.hf_config(catalogue.get(str(model)))
+            except Exception:  # an interpolated or unknown name: the consumer's own dry run checks it
+                continue
+            diffs = [f"{k} {cfg.get(k)!r} (model.name={model}: {want.get(k)!r})"
+                     for k in ("num_hidden_layers", *ARCH_FIELDS) if k in want and cfg.get(k) != want.get(k)]
+            if diffs:
+                out.append(f"{shown}: not the model {stage_name} -c {name} builds: " + ", ".join(diffs[:4])
+                           + (f" and {len(diffs) - 4} more" if len(diffs) > 4 else "") + "; recorded anyway")
+                return out
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ record
 def register(name: str, fields: dict[str, Any], config: str, env_file: str | None) -> dict[str, Any]:
     """Record ``fields`` as artifact ``name`` for consumers run with ``-c config`` on this machine (module
@@ -373,14 +514,23 @@ def register(name: str, fields: dict[str, Any], config: str, env_file: str | Non
 
 
 def _run(kind: str, path: str, artifact: str | None, config: str, env_file: str | None) -> int:
-    folder = Path(os.path.abspath(os.path.expanduser(path)))
+    from nemotron import report
+
+    # the folder itself (a symlink or a trailing / names the same one): one record however it is named
+    folder = Path(os.path.realpath(os.path.expanduser(path)))
     if kind == "model":
         name, fields = check_checkpoint(folder, artifact, config)
     else:
         name, fields = str(artifact), check_data(folder, str(artifact))
+    check_config(name, config)
+    warnings = model_mismatch(folder, fields, name, config) if kind == "model" else []
     rec = register(name, fields, config, env_file)
-    typer.echo(f"[nemotron] artifact {name} v{rec['version']}: {rec['path']} (imported for -c {config} on "
-               f"{rec['site']}; its consumers take it as ${{art:{name},path}})")
+    again = "latest_at" in rec  # artifacts.record: the same output, already recorded, stamped the latest again
+    for w in warnings:
+        report.err(f"warning: {w}")
+    typer.echo(f"[nemotron] artifact {name} v{rec['version']}: {rec['path']} ("
+               + ("already recorded; the latest again, " if again else "")
+               + f"imported for -c {config} on {rec['site']}; its consumers take it as ${{art:{name},path}})")
     return 0
 
 

@@ -15,7 +15,7 @@ def inspect_command(kw: dict[str, Any]) -> int:
 
     colour = sys.stdout.isatty() and not kw.get("as_json")
     with jsonout.quiet_stdout() if kw.get("as_json") else _Nothing():
-        doc = inspect_path(kw["path"], kw.get("count") or 3, step=kw.get("step"), gbs=kw.get("global_batch_size"),
+        doc = inspect_path(kw["path"], kw.get("count") or 3, split=kw.get("split"), step=kw.get("step"), gbs=kw.get("global_batch_size"),
                            seq=kw.get("seq_length"), train_iters=kw.get("train_iters"),
                            train_samples=kw.get("train_samples"), seed=kw.get("seed"), colour=colour)
         if kw.get("as_json"):

@@ -370,7 +370,7 @@ def stage_sections(stage: Stage, width: int = 100) -> list[str]:
     arts = artifact_rows(stage) if docs else []
     if arts:
         out += ["", "Artifact inputs (the latest version recorded where the run runs;",
-                "  KEY=PATH takes a path instead, 'KEY=${art:NAME:N,FIELD}' pins version N):"]
+                "  KEY=PATH takes a path instead, 'KEY=${art:NAME:N,FIELD}' pins version N, for every key NAME feeds):"]
         out += [f"  {key} = ${{art:{name}{':' + version if version else ''},{field}}}"
                 for key, name, version, field in arts]
     where, profiles = profile_rows()

@@ -412,7 +412,7 @@ def _newest_first(name: str) -> list[dict[str, Any]]:
 
 
 #: Record fields that are bookkeeping of one run, not what it produced.
-VOLATILE = frozenset({"name", "version", "created", "latest_at", "experiment_id", "job_id"})
+VOLATILE = frozenset({"name", "version", "created", "latest_at", "experiment_id", "job_id", "imported_at"})
 #: The file of a data prep output whose bytes identify the data (:func:`record` compares them).
 MANIFEST = "manifest.json"
 

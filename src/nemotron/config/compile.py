@@ -546,6 +546,35 @@ class _Resolution:
     config: str | None = None
     used: dict[str, str] = field(default_factory=dict)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # ref -> the record (or planned fields) taken
+    pins: dict[str, int] = field(default_factory=dict)  # artifact name -> the version a key pins (:func:`_pins`)
+
+
+def _pins(tree: dict[str, Any]) -> dict[str, int]:
+    """``{artifact: version}`` of the ``${art:NAME:N,FIELD}`` pins in ``tree``'s values. Every other
+    ``${art:NAME,...}`` of the same artifact follows the pin (:func:`compile_config`): the keys one artifact feeds
+    (sft-data's ``dataset_root`` and its packed Parquet and metadata files) come from one version, never mixed.
+
+    Raises:
+        ConfigError: two keys pin the same artifact to different versions (both keys named).
+    """
+    from nemotron.config.tree import leaves
+
+    seen: dict[str, tuple[int, str]] = {}
+    for key, value in leaves(tree):
+        if not isinstance(value, str):
+            continue
+        for ref in re.findall(r"\$\{art:([^,}]+)", value):
+            if "|" in ref:
+                continue
+            name, version = artifacts.parse_ref(ref.strip())
+            if version is None:
+                continue
+            if name in seen and seen[name][0] != version:
+                raise ConfigError(f"{key}: pins {name} v{version} but {seen[name][1]} pins v{seen[name][0]}: one run "
+                                  f"would read two versions of {name}",
+                                  f"pin one version; the other keys {name} feeds follow a pin of any of them")
+            seen.setdefault(name, (version, key))
+    return {name: v for name, (v, _key) in seen.items()}
 
 
 #: The resolution in progress (OmegaConf's resolvers are registered once, process-wide; they read this).
@@ -577,6 +606,8 @@ def _register_resolvers() -> None:
             rec = got[1] if got else None
         else:
             name, version = artifacts.parse_ref(str(ref))
+            if version is None:  # another key pins this artifact: every key it feeds reads that version
+                version = _RESOLUTION.get().pins.get(name)
             rec = artifacts.lookup(name, version, config)
         if rec is None and len(alternatives) > 1:
             raise Unresolved(f"artifact {ref} does not exist yet: none of {', '.join(alternatives)}"
@@ -881,7 +912,7 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
         layers.append(OVERRIDE)
 
     known = name in config_names(stage) or (name == "local" and stage.family.prepares_data)
-    resolution = _Resolution(env=dict(env or {}), config=name if known else None)
+    resolution = _Resolution(env=dict(env or {}), config=name if known else None, pins=_pins(tree))
     token = _RESOLUTION.set(resolution)
     try:
         resolved, unresolved = _resolve(tree, prov)

@@ -262,14 +262,20 @@ def prefix_weights(dataset_weight: float, shard_tokens: list[int]) -> list[float
 def write_megatron_blend(path: str | os.PathLike[str], splits: dict[str, list[tuple[float, str]]]) -> dict[str, list[Any]]:
     """Check and write the Megatron ``blend.json``; returns what was written.
 
+    A prefix inside the blend file's folder is written relative to that folder (``data/wiki/train_00000``), so
+    that the output folder can be copied or moved (to a cluster's storage) and still names its own shards:
+    :func:`read_blend_pairs` resolves it from the file's folder. A prefix elsewhere is written absolute.
+
     Args:
-        splits: ``{"train"|"valid"|"test": [(weight, prefix), ...]}``.
+        splits: ``{"train"|"valid"|"test": [(weight, prefix), ...]}``, prefixes absolute or relative to the working
+            directory.
 
     Raises:
         RuntimeFailure: a split is missing or empty, a weight is not > 0, or a prefix's ``.bin``/``.idx``
             is missing or empty.
     """
     out: dict[str, list[Any]] = {}
+    base = Path(path).parent.absolute()
     for split in ("train", "valid", "test"):
         entries = splits.get(split) or []
         if not entries:
@@ -283,9 +289,36 @@ def write_megatron_blend(path: str | os.PathLike[str], splits: dict[str, list[tu
                 f = Path(prefix + suffix)
                 if not f.is_file() or f.stat().st_size == 0:
                     raise RuntimeFailure(f"blend.json: {split} prefix {prefix}: {f.name} is missing or empty")
-            flat.extend([weight, prefix])
+            flat.extend([weight, relative_prefix(prefix, base)])
         out[split] = flat
     atomic_write_json(path, out)
+    return out
+
+
+def relative_prefix(prefix: str | os.PathLike[str], base: Path) -> str:
+    """``prefix`` relative to folder ``base`` (``/`` separated) when it lies inside it, else absolute."""
+    full = Path(os.path.abspath(prefix))
+    try:
+        return full.relative_to(base).as_posix()
+    except ValueError:
+        return str(full)
+
+
+def prefixes_outside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> list[Path]:
+    """The prefixes of blend file ``path`` (as :func:`read_blend_pairs` resolves them) that lie outside ``folder``:
+    shards a copy of a data prep output would read from the original's folder (an output written before blend.json
+    held relative prefixes names them absolute).
+
+    Raises:
+        BlendFileError: as :func:`read_blend_pairs`.
+    """
+    root = Path(os.path.realpath(folder))
+    out = []
+    for pairs in read_blend_pairs(path).values():
+        for _w, prefix in pairs:
+            full = Path(os.path.realpath(prefix))
+            if full != root and root not in full.parents:
+                out.append(Path(prefix))
     return out
 
 
@@ -324,8 +357,9 @@ class BlendFileError(ValueError):
 
 def read_blend_pairs(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, Path]]]:
     """The splits of a Megatron blend.json ``{"train": [w1, "prefix1", ...], "valid": [...], ...}`` as
-    ``(weight, prefix)`` pairs, weights as floats. A relative prefix is taken from the file's folder when
-    ``<prefix>.idx`` does not exist from the working directory. A null split is left out; an empty one kept
+    ``(weight, prefix)`` pairs, weights as floats. A relative prefix is taken from the file's folder (data prep
+    writes its own shards so: :func:`write_megatron_blend`), or from the working directory when ``<prefix>.idx``
+    exists only there (a hand-written blend). A null split is left out; an empty one kept
     (empty). Shards are not opened (see :func:`nemotron.runtime.megatron.pretrain_data.read_blend`).
 
     Raises:
@@ -356,8 +390,10 @@ def read_blend_pairs(path: str | os.PathLike[str]) -> dict[str, list[tuple[float
             if not isinstance(w, (int, float)) or isinstance(w, bool) or not w > 0:
                 raise BlendFileError(f"split {split!r}: weight {w!r} of {p!r} must be a number > 0")
             prefix = Path(str(p))
-            if not prefix.is_absolute() and not Path(str(prefix) + ".idx").exists():
-                prefix = path.parent / prefix
+            if not prefix.is_absolute():
+                beside = path.parent / prefix
+                if Path(str(beside) + ".idx").exists() or not Path(str(prefix) + ".idx").exists():
+                    prefix = beside
             bad = prefix_problem(prefix)
             if bad:
                 raise BlendFileError(f"split {split!r}: {bad}")

@@ -30,12 +30,59 @@ from nemotron.data import megatron_batch
 from nemotron.errors import ConfigError, UsageError
 
 
-def kind_of(path: Path) -> tuple[str, Path]:
-    """(``"sft"`` | ``"pretrain"`` | ``"rl"``, the file) for ``path``.
+#: ``--split`` names -> the split; the file names data prep writes: ``data/training_<N>.idx.parquet`` and
+#: ``data/validation_<N>.idx.parquet`` (data prep sft), ``train.jsonl`` and ``validation.jsonl`` (data prep rl).
+SPLITS = {"train": "train", "training": "train", "validation": "validation", "val": "validation",
+          "valid": "validation"}
+_SPLIT_GLOBS = {"train": ("*train*",), "validation": ("*validation*", "*valid*", "*val*")}
+
+
+def _split_name(split: str | None) -> str | None:
+    """The split ``--split NAME`` names (``train`` | ``validation``), or None when not given.
 
     Raises:
-        ConfigError: the path does not exist or holds none of the three.
+        UsageError: a name that is no split (the valid names listed).
     """
+    if split is None:
+        return None
+    name = SPLITS.get(split.strip().lower())
+    if name is None:
+        raise UsageError(f"--split {split!r}: not a split; valid: train, validation")
+    return name
+
+
+def _split_file(folder: Path, split: str, suffix: str, kind: str) -> Path:
+    """The ``split`` file (``suffix``: ``.parquet`` | ``.jsonl``) of a data prep output ``folder``.
+
+    Raises:
+        ConfigError: the folder has no file of that split (the files it has named).
+    """
+    for pattern in _SPLIT_GLOBS[split]:
+        found = sorted(f for f in folder.rglob(pattern + suffix)
+                       if split != "train" or not any(v in f.name for v in ("validation", "valid")))
+        if found:
+            return found[0]
+    have = sorted(str(f.relative_to(folder)) for f in folder.rglob("*" + suffix))
+    raise ConfigError(f"{folder}: no {split} file (*{split}*{suffix}) of this {kind} output; it has: "
+                      f"{', '.join(have) or 'none'}",
+                      "data prep writes no validation set when too few records are held out (its run says so); "
+                      "inspect --split train" if split == "validation" else "give the file itself")
+
+
+def kind_of(path: Path, split: str | None = None) -> tuple[str, Path]:
+    """(``"sft"`` | ``"pretrain"`` | ``"rl"``, the file) for ``path``; ``split`` (``train`` | ``validation``, or
+    their other spellings in :data:`SPLITS`) picks the file of a packed SFT or RL output folder (default: the
+    training file).
+
+    Raises:
+        ConfigError: the path does not exist or holds none of the three; the folder has no file of ``split``.
+        UsageError: ``split`` is no split name, or given for a single file or a pretrain blend (which reports
+            every split).
+    """
+    split = _split_name(split)
+    if split is not None and path.exists() and not path.is_dir():
+        raise UsageError(f"--split {split} picks a file of a data prep output folder; {path} is a file",
+                         "give the folder, or the file of the split itself")
     if not path.exists() and Path(str(path) + ".idx").is_file():
         return "pretrain", path
     if not path.exists():
@@ -48,13 +95,16 @@ def kind_of(path: Path) -> tuple[str, Path]:
     if path.is_dir():
         for name, kind in (("blend.json", "pretrain"),):
             if (path / name).is_file():
+                if split is not None:
+                    raise UsageError(f"--split {split}: {path} is a pretrain output; its report shows every split "
+                                     "of blend.json", "leave out --split")
                 return kind, path / name
-        parquet = sorted(path.rglob("*train*.parquet")) or sorted(path.rglob("*.parquet"))
-        if parquet:
-            return "sft", parquet[0]
-        jsonl = sorted(path.rglob("*train*.jsonl")) or sorted(path.rglob("*.jsonl"))
-        if jsonl:
-            return "rl", jsonl[0]
+        for suffix, kind in ((".parquet", "sft"), (".jsonl", "rl")):
+            if not any(path.rglob("*" + suffix)):
+                continue
+            if split is not None:
+                return kind, _split_file(path, split, suffix, kind)
+            return kind, (sorted(path.rglob("*train*" + suffix)) or sorted(path.rglob("*" + suffix)))[0]
         raise ConfigError(f"{path}: no blend.json, .parquet or .jsonl inside", "give the file itself")
     if path.suffix == ".parquet":
         return "sft", path
@@ -103,17 +153,30 @@ def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
     whose last token is learned and is not the token the file's documents end with: an answer cut off).
 
     Raises:
-        ConfigError: not a packed SFT Parquet file.
+        ConfigError: not a Parquet file, a Parquet file without the three columns (the missing ones named, not
+            pyarrow's schema dump), or one without rows.
     """
     from collections import Counter
 
     import pyarrow.parquet as pq
 
+    columns = ["input_ids", "loss_mask", "seq_start_id"]
+    hint = "data prep sft writes them: input_ids, loss_mask, seq_start_id"
     try:
-        table = pq.read_table(path, columns=["input_ids", "loss_mask", "seq_start_id"])
+        names = pq.read_schema(path).names
+    except Exception as exc:  # not Parquet at all: pyarrow's first line says why
+        raise ConfigError(f"{path}: not a Parquet file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})",
+                          hint) from None
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise ConfigError(f"{path}: not a packed SFT Parquet file: no column {', '.join(missing)} (it has "
+                          f"{', '.join(names[:8]) or 'none'}{' ...' if len(names) > 8 else ''})", hint)
+    try:
+        table = pq.read_table(path, columns=columns)
     except Exception as exc:
-        raise ConfigError(f"{path}: not a packed SFT Parquet file ({exc})",
-                          "data prep sft writes them: input_ids, loss_mask, seq_start_id") from None
+        raise ConfigError(f"{path}: not a packed SFT Parquet file ({str(exc).splitlines()[0]})", hint) from None
+    if table.num_rows == 0:
+        raise ConfigError(f"{path}: no packs (0 rows)", "an empty file: re-run data prep sft, or give another file")
     ids_col, mask_col, start_col = (table.column(c).to_pylist() for c in ("input_ids", "loss_mask", "seq_start_id"))
     tok = _tokenizer_near(path)
     manifest = _manifest_near(path)
@@ -369,9 +432,9 @@ def rl(path: Path, count: int) -> dict[str, Any]:
 
 
 def inspect_path(path: str | os.PathLike[str], count: int = 3, **batch: Any) -> dict[str, Any]:
-    """The report of :func:`kind_of`'s kind for ``path`` (``batch``: ``step``, ``gbs``, ``seq``, ``train_iters``,
-    ``train_samples``, ``seed``, ``colour``)."""
-    kind, f = kind_of(Path(path))
+    """The report of :func:`kind_of`'s kind for ``path`` (``batch``: ``split``, ``step``, ``gbs``, ``seq``,
+    ``train_iters``, ``train_samples``, ``seed``, ``colour``)."""
+    kind, f = kind_of(Path(path), batch.pop("split", None))
     colour = bool(batch.pop("colour", False))
     if kind != "pretrain" and batch.get("step") is not None:
         raise UsageError(f"--step is for a pretrain blend.json or .bin/.idx; {f} is {kind} data")

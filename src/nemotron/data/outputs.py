@@ -415,7 +415,8 @@ def megatron_tokenizer(manifest: dict[str, Any] | None, where: str = "") -> dict
     """The Megatron-Bridge ``TokenizerConfig`` fields (``tokenizer_type``, ``tokenizer_model``) that load the
     tokenizer a data prep output was made with: its manifest's ``tokenizer.megatron`` record (written by
     :func:`nemotron.data.tokenizer.write_folder`: the output's own ``tokenizer/`` folder, which
-    ``HuggingFaceTokenizer`` loads and which encodes to the ids in the data). ``None`` without a manifest.
+    ``HuggingFaceTokenizer`` loads and which encodes to the ids in the data), a relative folder taken from the
+    manifest's (``where``) folder, returned absolute. ``None`` without a manifest.
 
     Raises:
         ConfigError: the manifest (``where``) has no such record (an output of an older data prep, whose
@@ -432,6 +433,8 @@ def megatron_tokenizer(manifest: dict[str, Any] | None, where: str = "") -> dict
                           f"prep; its tokenizer.name={name!r} may be a file Megatron's tokenizers cannot load)",
                           "re-run the data prep stage with force=true, or set tokenizer.tokenizer_model")
     model = Path(str(record["tokenizer_model"]))
+    if not model.is_absolute() and where:  # data prep writes it relative to the manifest's folder (a copy's own)
+        model = Path(where).parent / model
     if not (model / "tokenizer.json").is_file():
         raise ConfigError(f"{where or 'manifest.json'}: tokenizer.megatron.tokenizer_model={str(model)!r} holds no "
                           "tokenizer.json",

@@ -651,7 +651,8 @@ def _finish(run: driver.Run, blend: Blend, plans: list[DatasetPlan], shards: lis
     total_tokens = {k: sum(d["tokens"][k] for d in datasets) for k in SPLITS}
     tok_info = info.to_dict()
     tok_info["json_path"] = "tokenizer/tokenizer.json"
-    tok_info["megatron"] = tk.megatron_fields(vdir / "tokenizer")  # read by the training stages: keep the name
+    # read by the training stages: keep the name; relative to the version folder (a copied output names its own)
+    tok_info["megatron"] = tk.megatron_fields(vdir / "tokenizer", base=vdir)
     manifest = {
         **driver.manifest_head(run, STAGE, "pretrain-data", "megatron-indexed-dataset", plan_key),
         "blend": driver.blend_record(blend, not_found, missing_categories=blend.missing,

@@ -34,15 +34,17 @@ def in_batch_job() -> bool:
 
 
 def console(stderr: bool = False):
-    """A rich console (soft-wrapped, no colour when not a terminal or inside a Slurm batch job)."""
+    """A rich console (soft-wrapped, no colour when not a terminal or inside a Slurm batch job). Text is printed as
+    written, never read as rich markup: the summaries quote paths and skipped records, whose ``[...]`` (a
+    ``[/INST]`` in a record, a hint's ``'nemotron-cli[local]'``) markup would drop or fail on."""
     import os
 
     from rich.console import Console
 
-    con = Console(stderr=stderr, soft_wrap=True, highlight=False,
+    con = Console(stderr=stderr, soft_wrap=True, highlight=False, markup=False,
                   force_terminal=False if in_batch_job() else None, no_color=in_batch_job() or None)
     if not con.is_terminal and "COLUMNS" not in os.environ:
-        con = Console(stderr=stderr, soft_wrap=True, highlight=False, width=160)
+        con = Console(stderr=stderr, soft_wrap=True, highlight=False, markup=False, width=160)
     return con
 
 

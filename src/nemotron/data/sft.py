@@ -820,7 +820,8 @@ def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict
     tok_info["name"] = s.tokenizer_name
     tok_info["added_special_tokens"] = plan.tok.added
     tok_info["source"] = plan.tok.source
-    tok_info["megatron"] = tk.megatron_fields(vdir / "tokenizer")  # read by the training stages: keep the name
+    # read by the training stages: keep the name; relative to the version folder (a copied output names its own)
+    tok_info["megatron"] = tk.megatron_fields(vdir / "tokenizer", base=vdir)
     seconds = round(time.monotonic() - run.t_start, 3)
     packing = {}
     for k in SPLITS:

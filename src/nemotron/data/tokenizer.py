@@ -250,10 +250,19 @@ def write_folder(folder: Path, info: TokenizerInfo, chat_template: str | None = 
     return megatron_fields(folder)
 
 
-def megatron_fields(folder: str | os.PathLike[str]) -> dict[str, Any]:
+def megatron_fields(folder: str | os.PathLike[str], base: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """The Megatron-Bridge ``TokenizerConfig`` fields that load the tokenizer folder ``folder``
-    (:func:`write_folder`): ``tokenizer_type`` and ``tokenizer_model`` (the folder, absolute)."""
-    return {"tokenizer_type": MEGATRON_TOKENIZER_TYPE, "tokenizer_model": str(Path(folder).absolute())}
+    (:func:`write_folder`): ``tokenizer_type`` and ``tokenizer_model`` (the folder, absolute; with ``base``, relative
+    to ``base`` when inside it: what a data prep manifest records, so that a copied output names its own tokenizer;
+    :func:`nemotron.data.outputs.megatron_tokenizer` resolves it from the manifest's folder)."""
+    model = Path(folder).absolute()
+    if base is not None:
+        try:
+            return {"tokenizer_type": MEGATRON_TOKENIZER_TYPE,
+                    "tokenizer_model": model.relative_to(Path(base).absolute()).as_posix()}
+        except ValueError:
+            pass
+    return {"tokenizer_type": MEGATRON_TOKENIZER_TYPE, "tokenizer_model": str(model)}
 
 
 # --------------------------------------------------------------------------------------------------
