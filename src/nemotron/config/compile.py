@@ -465,6 +465,10 @@ def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: 
         if not exists:
             _unknown(tree, ov, ov.path)
         old = node[last]
+        if tuple(ov.path) in sections and ov.value == {}:  # every key of the section gone, as with ~SECTION
+            raise ConfigError(f"override {ov.text!r}: '{name}' is a section of the stage and cannot be emptied "
+                              "(its keys would fall back to values you never set)",
+                              f"set its keys instead ({name}.KEY=VALUE), or delete one key (~{name}.KEY)")
         if not _compatible(old, ov.value) or (isinstance(old, dict) and old and ov.value is not None and not isinstance(ov.value, dict)):
             raise ConfigError(
                 f"override {ov.text!r}: '{name}' expects {_type_name(old)} (now {_short(old)}), got {_type_name(ov.value)}",

@@ -88,13 +88,38 @@ class Reader:
         self.sections = sections
 
     def get(self, key: str, default: Any) -> Any:
-        """The value at the dotted ``key`` (``shards.target_tokens``), or ``default`` where it is absent."""
+        """The value at the dotted ``key`` (``shards.target_tokens``), or ``default`` where it is absent
+        and ``default`` is ``None`` (an optional key) or the key is none of the stage's own.
+
+        Raises:
+            ConfigError: a key of the stage (its ``top`` keys or a section's) with a non-null ``default`` is
+                absent: the compiled config always holds the stage's keys (default.yaml), so it was deleted
+                (``~pack.pack_size``) or its section replaced (``pack={}``), and the run would otherwise use
+                a value the config report never showed.
+        """
         cur: Any = self.cfg
         for part in key.split("."):
             if not isinstance(cur, dict) or part not in cur:
+                if default is not None and default is not ... and self._own(key):
+                    raise ConfigError(f"{key} is missing (deleted with ~{key}, or its section replaced by a "
+                                      "mapping without it): the stage needs a value",
+                                      f"set it ({key}=VALUE) instead of deleting it, or drop that override to "
+                                      "use the config's value")
                 return default
             cur = cur[part]
         return cur
+
+    def _own(self, key: str) -> bool:
+        """Whether ``key`` is one the stage declares (a top-level key, or a key of one of its sections)."""
+        head, _, rest = key.partition(".")
+        if not rest:
+            return head in self.top and head not in ("run", "defaults")
+        return head in self.sections and rest in self.sections[head]
+
+    def _null(self, key: str, what: str) -> ConfigError:
+        """The refusal of ``key=null`` where the stage needs ``what`` (a key with a non-null default)."""
+        return ConfigError(f"{key}=null: the stage needs {what} here (null is no value for this key)",
+                           f"set {key}=VALUE, or drop the override to use the config's value")
 
     def str(self, key: str, default: Any = ...) -> Any:
         """A non-empty string (required when no ``default``; ``~`` expanded for ``*_dir``/``*_path`` keys)."""
@@ -117,8 +142,11 @@ class Reader:
         return v
 
     def int(self, key: str, default: int | None, minimum: int | None = None) -> Any:
-        """A whole number (``3.0`` reads as 3) of at least ``minimum``; None when the value is null."""
+        """A whole number (``3.0`` reads as 3) of at least ``minimum``; None when the value is null and the key
+        is optional (``default`` None); null for a key with a non-null ``default`` raises ConfigError."""
         v = self.get(key, default)
+        if v is None and default is not None:
+            raise self._null(key, "a whole number" + (f" of at least {minimum}" if minimum is not None else ""))
         if v is None:
             return None
         if isinstance(v, float) and v.is_integer():
@@ -128,8 +156,11 @@ class Reader:
         return _at_least(key, v, minimum)
 
     def float(self, key: str, default: float | None, minimum: float | None = None) -> Any:
-        """A number (not NaN) of at least ``minimum``, as a float; None when the value is null."""
+        """A number (not NaN) of at least ``minimum``, as a float; None when the value is null and the key is
+        optional (``default`` None); null for a key with a non-null ``default`` raises ConfigError."""
         v = self.get(key, default)
+        if v is None and default is not None:
+            raise self._null(key, "a number" + (f" of at least {minimum}" if minimum is not None else ""))
         if v is None:
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
@@ -145,9 +176,9 @@ class Reader:
 
     def dict(self, key: str, default: dict[str, Any]) -> dict[str, Any]:
         """A mapping (a copy; ``{}`` when the value is null)."""
-        v = self.get(key, default)
+        v = self.get(key, None)  # absent or null: no entries (a free-form mapping)
         if v is None:
-            return {}
+            return dict(default)
         if not isinstance(v, dict):
             raise ConfigError(f"{key} must be a mapping of names to values")
         return dict(v)
@@ -381,7 +412,7 @@ def stage_blend(s: Any) -> Blend:
         return None if found else unmatched_message(s.blend_path, spec)
 
     return load_blend(s.blend_path, path_vars=s.path_vars, bad_weight=on_bad.get("bad_weight", "fail"),
-                      check=matches_files, stage=getattr(s, "STAGE", None))
+                      check=matches_files, stage=getattr(s, "STAGE", None), policy_section=section)
 
 
 def check_inputs(s: Any, blend: Blend) -> list[ConfigError]:
@@ -493,8 +524,9 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
 
     say = (lambda *a: None) if quiet else console().print
     t_start = time.monotonic()
-    blend = load(s, say) if load is not None else load_blend(s.blend_path, path_vars=s.path_vars,
-                                                             stage=getattr(s, "STAGE", None))
+    blend = load(s, say) if load is not None else load_blend(
+        s.blend_path, path_vars=s.path_vars, stage=getattr(s, "STAGE", None),
+        policy_section="on_bad" if "empty_glob" in (getattr(s, "on_bad", None) or {}) else "policies")
     version, vdir, why = outputs.select_version(s.output_dir, s.force)
     run = Run(s, version, vdir, why, say, quiet, live_progress, t_start)
     run.engine, run.engine_reason = choose_engine(s, blend)
