@@ -339,3 +339,26 @@ def test_no_training_tokens_says_why_and_which_key(ray_instance, tok_cache, tmp_
                                  "validation and 5 for test")
     assert err.value.hint == ("the dataset has 15 records, all held out by split.valid_docs=10 + split.test_docs=10: "
                               "lower them below 15 together")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_a_text_field_of_the_wrong_type_is_named_as_such(ray_instance, tok_cache, tmp_path, fmt):
+    """A text field that holds numbers is ``wrong_type`` (not ``missing_field``), and the hint is about the field's
+    type, not about renaming text_field (which would name the same field)."""
+    from nemotron.errors import RuntimeFailure
+
+    path = tmp_path / f"inttext.{fmt}"
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"text": list(range(30))}), path)
+    else:
+        path.write_text("".join(json.dumps({"text": i}) + "\n" for i in range(30)))
+    blend = blend_file(tmp_path, [{"name": "inttext", "path": str(path), "weight": 1}])
+    with pytest.raises(RuntimeFailure) as err:
+        run(tiny(tmp_path / "out", tok_cache, blend_path=blend, split={"valid_docs": 1, "test_docs": 1}))
+    assert "(wrong_type " in err.value.message and "missing_field" not in err.value.message, err.value.message
+    assert err.value.hint.startswith("the field 'text' holds no text (numbers, lists or objects): point the dataset's "
+                                     "text_field at a string field, or convert that column to text"), err.value.hint
+    assert ": wrong_type: " in err.value.hint and "is int, not text" in err.value.hint
