@@ -362,3 +362,22 @@ def test_a_text_field_of_the_wrong_type_is_named_as_such(ray_instance, tok_cache
     assert err.value.hint.startswith("the field 'text' holds no text (numbers, lists or objects): point the dataset's "
                                      "text_field at a string field, or convert that column to text"), err.value.hint
     assert ": wrong_type: " in err.value.hint and "is int, not text" in err.value.hint
+
+
+def test_a_truncated_shard_of_a_finished_output_is_rebuilt(ray_instance, tok_cache, tmp_path, capsys):
+    """A finished output with a truncated .bin is not up to date: the rerun names the shard and rebuilds it."""
+    from nemotron.data import outputs
+    from nemotron.data.pretrain import Settings, prepare
+
+    cfg = tiny(tmp_path / "o", tok_cache)
+    m = run(cfg)
+    shard = sorted((tmp_path / "o" / "data").rglob("*.bin"))[-1]
+    before = shard.read_bytes()
+    with open(shard, "r+b") as fh:
+        fh.truncate(1000)
+    assert [ln.split(":")[0] for ln in outputs.damaged_files(tmp_path / "o", m)] == [str(shard.relative_to(tmp_path / "o"))]
+    capsys.readouterr()
+    prepare(Settings.from_config(cfg), live_progress=False)
+    out = capsys.readouterr().out
+    assert "nothing to do" not in out and f"{shard.relative_to(tmp_path / 'o')}: 1,000 bytes, its receipt records" in out, out
+    assert shard.read_bytes() == before

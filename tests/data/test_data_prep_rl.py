@@ -193,3 +193,31 @@ def test_a_capped_held_out_share_is_noted(ray_instance, tmp_path, capsys):
     cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(tmp_path / "o2"), blend_path=blend, split__validation_rows=3)
     rl.prepare(rl.Settings.from_config(cfg), live_progress=False)
     assert "is more than the data allows" not in capsys.readouterr().out
+
+
+def test_a_damaged_finished_output_is_not_up_to_date(ray_instance, tmp_path, capsys):
+    """A truncated or deleted file of a finished output is rebuilt with a warning naming it, never called up to
+    date (the consumers refuse the damaged file, and "run the data prep again" must then repair it)."""
+    first = run(tmp_path / "o")
+    train = Path(first["files"]["train"]["path"])
+    size = train.stat().st_size
+    with open(train, "r+b") as fh:
+        fh.truncate(size // 2)
+    capsys.readouterr()
+    cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(tmp_path / "o"), path_vars__shared_data=str(SHARED_DATA))
+    again = rl.prepare(rl.Settings.from_config(cfg), live_progress=False)
+    out = capsys.readouterr().out
+    assert "up to date" not in out.split("work:")[0], out
+    assert f"warning: output_dir={tmp_path / 'o'} was finished" in out and "train.jsonl: " in out, out
+    assert train.stat().st_size == size and again["files"]["train"]["sha256"] == first["files"]["train"]["sha256"]
+    from nemotron.data import outputs
+
+    assert outputs.damaged_files(tmp_path / "o", again) == []
+    part = next((tmp_path / "o" / "data").rglob("*.jsonl"))
+    part_size = part.stat().st_size
+    part.unlink()  # a part a receipt lists
+    assert outputs.damaged_files(tmp_path / "o", again) == [
+        f"{part.relative_to(tmp_path / 'o')}: missing (its receipt records {part_size:,} bytes)"]
+    again2 = rl.prepare(rl.Settings.from_config(cfg), live_progress=False)
+    assert part.is_file() and outputs.damaged_files(tmp_path / "o", again2) == []
+    assert again2["files"]["train"]["sha256"] == first["files"]["train"]["sha256"]

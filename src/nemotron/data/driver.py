@@ -652,7 +652,9 @@ def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
     ``plan_key`` is up to date: the warnings (one per ``not_found`` line: a dataset left out) and its summary are printed
     (unless quiet; its work line reads ``work: none (up to date)``, see :func:`work_line`) and the old
     manifest is returned (nothing is done). Otherwise the warnings are said, the folder is created and
-    ``None`` returned; receipts decide what is redone. A first run (no plan, no manifest) into a folder
+    ``None`` returned; receipts decide what is redone. A complete folder whose files differ from their receipts or
+    the manifest (:func:`nemotron.data.outputs.damaged_files`: truncated, deleted) is not up to date: a warning
+    names them and the run goes on, redoing what they belong to. A first run (no plan, no manifest) into a folder
     that holds files the stage does not write (:func:`nemotron.data.outputs.foreign_files`) says so in
     one note; those files are never deleted.
 
@@ -669,6 +671,14 @@ def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
         raise PlanMismatch(f"output_dir={vdir} holds data prepared from other inputs or settings "
                            f"(plan {old_plan.get('plan_key')}, now {plan_key})", hint)
     current = bool(old_manifest and old_manifest.get("complete") and old_manifest.get("plan_key") == plan_key)
+    damaged = outputs.damaged_files(vdir, old_manifest) if current else []
+    if damaged and run.reuse_only:  # an older version with a damaged file is no match
+        damaged, current = [], False
+    if damaged:  # a finished output with a truncated or deleted file is not up to date: its shards are rebuilt
+        current = False
+        listed = "; ".join(damaged[:3]) + (f"; and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+        run.say(f"warning: output_dir={vdir} was finished (plan {plan_key}) but {count(len(damaged), 'files')} "
+                f"changed since ({listed}): rebuilding what they belong to")
     if run.reuse_only and not current:
         raise PlanMismatch(f"output_dir={vdir} is not up to date with this plan ({plan_key})", hint)
     for line in not_found:  # a dataset left out (optional, or empty_glob=skip): said as the dry-run says it
