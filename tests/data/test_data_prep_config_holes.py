@@ -113,3 +113,48 @@ def test_an_empty_glob_hint_names_the_stage_own_keys(tmp_path, stage, key):
         assert "on_bad" not in hint and "bad_weight" not in hint, hint
         s.policies["empty_glob"] = "skip"  # following the hint works
         assert driver.stage_blend(s).datasets[0].name == "none"
+
+
+# --------------------------------------------------------------------------------------------------
+# the dry run refuses what the run refuses (finding 9; tokenizer.add_special_tokens=[] of finding 18)
+
+
+def test_a_chat_template_the_run_cannot_read_or_compile_is_refused_by_the_dry_run(tmp_path):
+    code, out = dry_run(tmp_path, "sft", "chat.template=/nonexistent.jinja")
+    assert code == 2 and "error: chat.template=/nonexistent.jinja: cannot read (No such file or directory)" in out, out
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content }\n")
+    code, out = dry_run(tmp_path, "sft", f"chat.template={bad}")
+    assert code == 2 and f"error: {bad}:" in out and "chat template syntax error" in out, out
+
+
+def test_a_tokenizer_without_the_chat_tokens_is_refused_by_the_dry_run(tmp_path):
+    code, out = dry_run(tmp_path, "sft", "tokenizer.add_special_tokens=[]")
+    assert code == 2, out
+    assert "the vocabulary has no <|im_start|>, <|im_end|>, <think>, </think> token (the Nemotron 3 chat format" in out
+    code, out = dry_run(tmp_path, "sft", "tokenizer.add_special_tokens=[<|im_start|>, <|im_end|>]")
+    assert code == 2 and "the vocabulary has no <think>, </think> token" in out, out
+
+
+@pytest.mark.parametrize("path,why", [("/", "/ is the file system root"), ("/etc", "/etc is a folder of the operating system"),
+                                      ("/usr/share/out", "/usr/share/out is inside /usr, a folder of the operating system"),
+                                      ("/tmp", "/tmp is a shared top-level or home folder")])
+def test_a_system_folder_is_no_output_dir(tmp_path, path, why):
+    for stage in STAGES:
+        with pytest.raises(ConfigError, match=rf"^output_dir={path}: {why}"):
+            STAGES[stage].Settings.from_config(compile_stage(stage, "tiny", output_dir=path))
+    code, out = dry_run(tmp_path, "rl", f"output_dir={path}")
+    assert code == 2 and f"error: output_dir={path}: {why}" in out, out
+
+
+def test_a_non_empty_folder_that_is_no_data_prep_output_is_a_warning(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "important.txt").write_text("mine")
+    code, out = dry_run(tmp_path, "rl", f"output_dir={folder}")
+    assert code == 0 and out.splitlines()[0] == "dry run: valid (1 warning); nothing was submitted", out
+    assert (f"warning: output_dir='{folder}': is not empty and is not a data prep output: it holds 1 file(s) no data "
+            "prep wrote (important.txt)") in out, out
+    (folder / "important.txt").unlink()
+    code, out = dry_run(tmp_path, "rl", f"output_dir={folder}")
+    assert code == 0 and "is not empty" not in out, out

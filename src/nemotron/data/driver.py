@@ -286,6 +286,10 @@ class StageSettings:
         """
         # absolute: outputs (blend.json, manifests) must name paths that resolve from any working directory
         s = cls(blend_path=os.path.abspath(c.str("blend_path")), output_dir=os.path.abspath(c.str("output_dir")))
+        unsafe = outputs.output_dir_problem(s.output_dir)
+        if unsafe is not None:
+            raise ConfigError(f"output_dir={s.output_dir}: {unsafe}",
+                              "a folder for this output (it is created), e.g. ./output/<stage>/<name>")
         if os.path.isdir(s.blend_path):
             raise ConfigError(f"blend_path={s.blend_path}: is a folder, not a blend file",
                               "point blend_path at the blend's JSON file")

@@ -274,6 +274,28 @@ def stage_files(folder: str | Path) -> set[Path]:
     return {p for p in found if p.is_file()}
 
 
+#: Folders of the operating system that no data prep output may be or be inside (with the file system root itself).
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys", "/usr")
+#: Folders that may hold an output below them but are never one themselves.
+SYSTEM_FOLDERS = ("/", "/home", "/opt", "/root", "/srv", "/tmp", "/var", "/mnt", "/media", "/run")
+
+
+def output_dir_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be a data prep ``output_dir`` (the run writes ``data/``, ``tokenizer/``, ``manifest.json``
+    and ``plan.json`` into it): the file system root, a folder of the operating system or inside one
+    (:data:`SYSTEM_TREES`: ``/etc``, ``/usr`` ...), a top-level shared folder itself (:data:`SYSTEM_FOLDERS`:
+    ``/tmp``, ``/home`` ...) or the user's home folder itself; ``None`` for any other path."""
+    real = os.path.realpath(os.path.expanduser(str(path)))
+    home = os.path.realpath(os.path.expanduser("~"))
+    if real in SYSTEM_FOLDERS or real == home:
+        return f"{real} is {'the file system root' if real == '/' else 'a shared top-level or home folder'}, not a folder of its own"
+    for tree in SYSTEM_TREES:
+        if real == tree or real.startswith(tree + "/"):
+            return (f"{real} is a folder of the operating system" if real == tree else
+                    f"{real} is inside {tree}, a folder of the operating system")
+    return None
+
+
 def foreign_files(folder: str | Path, names: tuple[str, ...] = ()) -> list[str]:
     """The files under ``folder`` (relative, sorted) that no data stage run wrote: everything but the lock
     file, version folders ``v<N>``, the top-level owned names (:data:`OWNED_NAMES` files and the stage's
