@@ -294,3 +294,17 @@ def test_docs_say_an_early_ctrl_c_prints_interrupted_not_a_traceback():
     text = " ".join((REPO / "docs" / "execution.md").read_text(encoding="utf-8").split())
     assert "Python's own traceback" not in text
     assert "while Python is still importing the command, ends it the same way: the line `interrupted`" in text
+
+
+def test_null_or_an_emptied_section_the_nemo_rl_job_needs_is_refused(capsys, monkeypatch):
+    """``grpo.num_prompts_per_step=null`` (NeMo RL reads an int there) and ``grpo={}`` (every key of the section gone,
+    as ``~grpo``) are refused by the dry run, naming the key, instead of a job that fails on its nodes."""
+    monkeypatch.setenv("WANDB_API_KEY", "x")
+    monkeypatch.setenv("HF_TOKEN", "y")
+    code, out, err = run_cli(capsys, "ultra3", "rlvr", "-c", "tiny", "grpo.num_prompts_per_step=null", "--dry-run", *ON_CLUSTER)
+    assert code == 2 and out.startswith("dry run: 1 error,"), out + err
+    assert ("error: grpo.num_prompts_per_step=null: null, but NeMo RL declares it int (not optional) and reads it as "
+            "one: the job would be queued and fail on its nodes") in out + err, out + err
+    code, _, err = run_cli(capsys, "ultra3", "rlvr", "-c", "tiny", "grpo={}", "--dry-run", *ON_CLUSTER)
+    assert code == 2 and _error_lines(err) == ["error: override 'grpo={}': 'grpo' is a section of the stage and cannot "
+                                               "be emptied (its keys would fall back to values you never set)"], err

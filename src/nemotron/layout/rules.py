@@ -1202,6 +1202,9 @@ declare("nemo-rl-sft", "mopd-warmup on NeMo RL: every section of NeMo RL's SFT M
 declare("nemo-rl-required", "every key NeMo RL's MasterConfig requires is in the translated config",
         "NeMo RL's entry builds MasterConfig(**config) (pydantic: Field required); the key list's required keys",
         "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
+declare("nemo-rl-null", "no null where NeMo RL declares a plain int, float, bool or str (grpo.num_prompts_per_step, "
+        "cluster.num_nodes)", "the key list's sections (NeMo RL's config classes' annotations)", "NeMo RL main 7ea279a",
+        f"{_V}.nemo_rl")
 declare("nemo-rl-entry", "the keys the NeMo RL entry script reads before training are present",
         "the key list's entry_reads (config.<section>[...] reads in the entry's main(), e.g. "
         "examples/run_grpo.py policy.draft.enabled)", "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
