@@ -308,3 +308,17 @@ def test_null_or_an_emptied_section_the_nemo_rl_job_needs_is_refused(capsys, mon
     code, _, err = run_cli(capsys, "ultra3", "rlvr", "-c", "tiny", "grpo={}", "--dry-run", *ON_CLUSTER)
     assert code == 2 and _error_lines(err) == ["error: override 'grpo={}': 'grpo' is a section of the stage and cannot "
                                                "be emptied (its keys would fall back to values you never set)"], err
+
+
+def test_null_read_by_an_interpolation_is_named(capsys, monkeypatch):
+    """``policy.max_total_sequence_length=null`` breaks ``${mul:...}`` of train_mb_tokens: the error names the null key
+    first (not only the arithmetic's TypeError with an interpolation-syntax hint)."""
+    monkeypatch.setenv("WANDB_API_KEY", "x")
+    monkeypatch.setenv("HF_TOKEN", "y")
+    code, out, err = run_cli(capsys, "ultra3", "rlvr", "-c", "tiny", "policy.max_total_sequence_length=null", "--dry-run",
+                             *ON_CLUSTER)
+    assert code == 2, out + err
+    lines = _error_lines(err)
+    assert lines and lines[0].startswith("error: policy.max_total_sequence_length=null: "
+                                         "'policy.dynamic_batching.train_mb_tokens' = "), err
+    assert "hint: set policy.max_total_sequence_length=VALUE (a number)" in err, err

@@ -231,13 +231,13 @@ def test_bad_inputs_are_counted_with_file_and_line(ray_instance, tok_cache, tmp_
         b'{"text": "caf\xe9 latin-1"}',                         # line 29: not UTF-8
         b'{"text": "unterminated',                              # line 30: malformed JSON
         json.dumps({"text": long_text}).encode(),               # line 31: too long
-        json.dumps({"text": 42}).encode(),                      # line 32: not a string
+        json.dumps({"text": 42}).encode(),                      # line 32: not a string (wrong_type)
     ]
     bad.write_bytes(b"\n".join(lines) + b"\n")
     blend = blend_file(tmp_path, [{"name": "bad", "path": str(bad), "weight": 2.0}])
     m = run(tiny(tmp_path / "out", tok_cache, blend_path=blend, max_doc_tokens=32))
     d = m["datasets"][0]
-    assert d["skipped"] == {"empty": 2, "invalid_utf8": 1, "malformed_json": 1, "missing_field": 2}
+    assert d["skipped"] == {"empty": 2, "invalid_utf8": 1, "malformed_json": 1, "missing_field": 1, "wrong_type": 1}
     assert d["truncated"] == 1
     text = "\n".join(d["examples"])
     assert f"{bad}:26: empty" in text and f"{bad}:28: missing_field" in text and f"{bad}:29: invalid_utf8" in text

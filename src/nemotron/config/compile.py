@@ -732,6 +732,13 @@ def _resolve(tree: dict, prov: dict[str, str]) -> tuple[dict, dict[str, str]]:
             if isinstance(cause, ConfigError):
                 raise ConfigError(f"'{dotted(path)}' ({prov.get(dotted(path), '?')}): {cause.message}", cause.hint) from None
             msg = str(exc).splitlines()[0]
+            nulls = [ref for ref in dict.fromkeys(re.findall(r"\$\{([A-Za-z_][\w.]*)\}", raw))
+                     if _lookup(tree, ref) is None]
+            if nulls:  # a key this interpolation reads is null (KEY=null): name it, not the arithmetic's TypeError
+                listed = ", ".join(nulls)
+                raise ConfigError(f"{listed}=null: '{dotted(path)}' = {raw!r} ({prov.get(dotted(path), '?')}) computes "
+                                  f"from it and cannot use null ({msg})",
+                                  f"set {nulls[0]}=VALUE (a number), or drop the override to use the config's value") from None
             raise ConfigError(f"'{dotted(path)}' = {raw!r} ({prov.get(dotted(path), '?')}): cannot resolve: {msg}",
                               _INTERPOLATION_HINT) from None
         if isinstance(value, (DictConfig, ListConfig)):
@@ -739,6 +746,16 @@ def _resolve(tree: dict, prov: dict[str, str]) -> tuple[dict, dict[str, str]]:
         return value
 
     return walk(conf, tree, ()), unresolved
+
+
+def _lookup(tree: Any, dotted_key: str) -> Any:
+    """The value at ``dotted_key`` in ``tree``; ``_MISSING`` where a part is absent (``None`` is a null value)."""
+    cur = tree
+    for part in dotted_key.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return _MISSING
+        cur = cur[part]
+    return cur
 
 
 # --------------------------------------------------------------------------------------------- #
