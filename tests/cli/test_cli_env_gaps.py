@@ -294,3 +294,31 @@ def test_docs_say_an_early_ctrl_c_prints_interrupted_not_a_traceback():
     text = " ".join((REPO / "docs" / "execution.md").read_text(encoding="utf-8").split())
     assert "Python's own traceback" not in text
     assert "while Python is still importing the command, ends it the same way: the line `interrupted`" in text
+
+
+def test_null_or_an_emptied_section_the_nemo_rl_job_needs_is_refused(capsys, monkeypatch):
+    """``grpo.num_prompts_per_step=null`` (NeMo RL reads an int there) and ``grpo={}`` (every key of the section gone,
+    as ``~grpo``) are refused by the dry run, naming the key, instead of a job that fails on its nodes."""
+    monkeypatch.setenv("WANDB_API_KEY", "x")
+    monkeypatch.setenv("HF_TOKEN", "y")
+    code, out, err = run_cli(capsys, "ultra3", "rlvr", "-c", "tiny", "grpo.num_prompts_per_step=null", "--dry-run", *ON_CLUSTER)
+    assert code == 2 and out.startswith("dry run: 1 error,"), out + err
+    assert ("error: grpo.num_prompts_per_step=null: null, but NeMo RL declares it int (not optional) and reads it as "
+            "one: the job would be queued and fail on its nodes") in out + err, out + err
+    code, _, err = run_cli(capsys, "ultra3", "rlvr", "-c", "tiny", "grpo={}", "--dry-run", *ON_CLUSTER)
+    assert code == 2 and _error_lines(err) == ["error: override 'grpo={}': 'grpo' is a section of the stage and cannot "
+                                               "be emptied (its keys would fall back to values you never set)"], err
+
+
+def test_null_read_by_an_interpolation_is_named(capsys, monkeypatch):
+    """``policy.max_total_sequence_length=null`` breaks ``${mul:...}`` of train_mb_tokens: the error names the null key
+    first (not only the arithmetic's TypeError with an interpolation-syntax hint)."""
+    monkeypatch.setenv("WANDB_API_KEY", "x")
+    monkeypatch.setenv("HF_TOKEN", "y")
+    code, out, err = run_cli(capsys, "ultra3", "rlvr", "-c", "tiny", "policy.max_total_sequence_length=null", "--dry-run",
+                             *ON_CLUSTER)
+    assert code == 2, out + err
+    lines = _error_lines(err)
+    assert lines and lines[0].startswith("error: policy.max_total_sequence_length=null: "
+                                         "'policy.dynamic_batching.train_mb_tokens' = "), err
+    assert "hint: set policy.max_total_sequence_length=VALUE (a number)" in err, err

@@ -234,13 +234,13 @@ def test_bad_inputs_are_counted_with_file_and_line(ray_instance, tok_cache, tmp_
         b'{"text": "caf\xe9 latin-1"}',                         # line 29: not UTF-8
         b'{"text": "unterminated',                              # line 30: malformed JSON
         json.dumps({"text": long_text}).encode(),               # line 31: too long
-        json.dumps({"text": 42}).encode(),                      # line 32: not a string
+        json.dumps({"text": 42}).encode(),                      # line 32: not a string (wrong_type)
     ]
     bad.write_bytes(b"\n".join(lines) + b"\n")
     blend = blend_file(tmp_path, [{"name": "bad", "path": str(bad), "weight": 2.0}])
     m = run(tiny(tmp_path / "out", tok_cache, blend_path=blend, max_doc_tokens=32))
     d = m["datasets"][0]
-    assert d["skipped"] == {"empty": 2, "invalid_utf8": 1, "malformed_json": 1, "missing_field": 2}
+    assert d["skipped"] == {"empty": 2, "invalid_utf8": 1, "malformed_json": 1, "missing_field": 1, "wrong_type": 1}
     assert d["truncated"] == 1
     text = "\n".join(d["examples"])
     assert f"{bad}:26: empty" in text and f"{bad}:28: missing_field" in text and f"{bad}:29: invalid_utf8" in text
@@ -342,3 +342,45 @@ def test_no_training_tokens_says_why_and_which_key(ray_instance, tok_cache, tmp_
                                  "validation and 5 for test")
     assert err.value.hint == ("the dataset has 15 records, all held out by split.valid_docs=10 + split.test_docs=10: "
                               "lower them below 15 together")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_a_text_field_of_the_wrong_type_is_named_as_such(ray_instance, tok_cache, tmp_path, fmt):
+    """A text field that holds numbers is ``wrong_type`` (not ``missing_field``), and the hint is about the field's
+    type, not about renaming text_field (which would name the same field)."""
+    from nemotron.errors import RuntimeFailure
+
+    path = tmp_path / f"inttext.{fmt}"
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"text": list(range(30))}), path)
+    else:
+        path.write_text("".join(json.dumps({"text": i}) + "\n" for i in range(30)))
+    blend = blend_file(tmp_path, [{"name": "inttext", "path": str(path), "weight": 1}])
+    with pytest.raises(RuntimeFailure) as err:
+        run(tiny(tmp_path / "out", tok_cache, blend_path=blend, split={"valid_docs": 1, "test_docs": 1}))
+    assert "(wrong_type " in err.value.message and "missing_field" not in err.value.message, err.value.message
+    assert err.value.hint.startswith("the field 'text' holds no text (numbers, lists or objects): point the dataset's "
+                                     "text_field at a string field, or convert that column to text"), err.value.hint
+    assert ": wrong_type: " in err.value.hint and "is int, not text" in err.value.hint
+
+
+def test_a_truncated_shard_of_a_finished_output_is_rebuilt(ray_instance, tok_cache, tmp_path, capsys):
+    """A finished output with a truncated .bin is not up to date: the rerun names the shard and rebuilds it."""
+    from nemotron.data import outputs
+    from nemotron.data.pretrain import Settings, prepare
+
+    cfg = tiny(tmp_path / "o", tok_cache)
+    m = run(cfg)
+    shard = sorted((tmp_path / "o" / "data").rglob("*.bin"))[-1]
+    before = shard.read_bytes()
+    with open(shard, "r+b") as fh:
+        fh.truncate(1000)
+    assert [ln.split(":")[0] for ln in outputs.damaged_files(tmp_path / "o", m)] == [str(shard.relative_to(tmp_path / "o"))]
+    capsys.readouterr()
+    prepare(Settings.from_config(cfg), live_progress=False)
+    out = capsys.readouterr().out
+    assert "nothing to do" not in out and f"{shard.relative_to(tmp_path / 'o')}: 1,000 bytes, its receipt records" in out, out
+    assert shard.read_bytes() == before

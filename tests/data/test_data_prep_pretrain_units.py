@@ -293,7 +293,9 @@ def test_settings_reject_unknown_and_mistyped_keys():
     with pytest.raises(ConfigError, match=r"add_eos='yes' must be true or false"):
         Settings.from_config({**base, "add_eos": "yes"})
     with pytest.raises(ConfigError, match=r"on_bad.too_long='drop' is not allowed; valid: truncate, skip, fail"):
-        Settings.from_config({**base, "on_bad": {"too_long": "drop"}})
+        Settings.from_config({**base, "on_bad": {**base["on_bad"], "too_long": "drop"}})
+    with pytest.raises(ConfigError, match=r"^on_bad.empty_document is missing"):  # a partial section: keys never set
+        Settings.from_config({**base, "on_bad": {"too_long": "truncate"}})
 
 
 # ---------------------------------------------------------------------------------------------- sources

@@ -335,3 +335,29 @@ def test_no_training_sequence_says_why_and_which_key(ray_instance, tok_cache, tm
                                  f"rejected (top reasons: too_long {too_long:,})")
     assert err.value.hint == (f"pack.pack_size=16 is smaller than every sample (the shortest dropped one has "
                               f"{shortest:,} tokens): set pack.pack_size to at least {shortest}")
+
+
+def test_a_damaged_finished_output_is_rebuilt_not_up_to_date(ray_instance, tok_cache, tmp_path, capsys):
+    """A truncated training file and a deleted validation file of a finished output: the rerun warns, names them,
+    and writes them again (the same bytes), never "up to date"."""
+    from nemotron.data import outputs
+    from nemotron.data.files import sha256_file
+
+    cfg = config(tmp_path / "o", tok_cache)
+    m = run(cfg)
+    train, valid = Path(m["loader"]["packed_train_data_path"]), Path(m["loader"]["packed_val_data_path"])
+    digests = {p: sha256_file(p) for p in (train, valid)}
+    with open(train, "r+b") as fh:
+        fh.truncate(500)
+    valid.unlink()
+    damaged = outputs.damaged_files(tmp_path / "o", m)
+    assert any(line.startswith(f"{train.relative_to(tmp_path / 'o')}: 500 bytes, its receipt records ") for line in damaged)
+    assert f"{valid.relative_to(tmp_path / 'o')}: missing" in " ".join(damaged), damaged
+    capsys.readouterr()
+    from nemotron.data.sft import Settings, prepare
+
+    prepare(Settings.from_config(cfg), live_progress=False)
+    out = capsys.readouterr().out
+    assert "nothing to do" not in out and "2 files changed since" in out, out
+    assert {p: sha256_file(p) for p in (train, valid)} == digests
+    assert outputs.damaged_files(tmp_path / "o", m) == []

@@ -821,3 +821,25 @@ def test_shipped_mopd_routes_opd_through_nemo_gym_rows(config):
     assert [p.key for p in opd_routing(native)] == ["data.default.processor"]
     native["on_policy_distillation"]["enabled"] = False
     assert "on_policy_distillation.enabled" in [p.key for p in opd_routing(native)]
+
+
+@pytest.mark.parametrize("stage,config", [("rlvr", "tiny"), ("rlvr", "default"), ("mopd", "tiny")])
+def test_null_for_a_key_nemo_rl_reads_as_a_number_is_refused(stage, config):
+    """Rule nemo-rl-null: null where NeMo RL declares a plain int (grpo.num_prompts_per_step sizes every step,
+    cluster.num_nodes the Ray cluster) is named; every shipped config has none; an Optional key may stay null."""
+    from nemotron.validation.nemo_rl import null_values
+
+    from nemotron.validation import framework_version
+
+    kl = keys.load_keylist(framework_version("nemo-rl", "nemo_rl") or "", "nemo-rl")
+    extra = ["data.train.data_path=/d/t.jsonl", "data.validation.data_path=/d/v.jsonl"] + (
+        ["_teachers.general=/ckpt/s"] if stage == "mopd" else [])
+    cfg = _compiled(stage, config, extra)
+    master = nemo_rl.translate(cfg)
+    assert null_values(master, kl) == []
+    master["grpo"]["num_prompts_per_step"] = None
+    master["cluster"]["num_nodes"] = None
+    master["loss_fn"]["ratio_clip_c"] = None  # Optional[float]: null is NeMo RL's "off"
+    found = null_values(master, kl)
+    assert sorted(p.key for p in found) == ["cluster.num_nodes", "grpo.num_prompts_per_step"]
+    assert all(p.rule == "nemo-rl-null" and "NeMo RL declares it int" in p.message for p in found)

@@ -465,6 +465,10 @@ def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: 
         if not exists:
             _unknown(tree, ov, ov.path)
         old = node[last]
+        if tuple(ov.path) in sections and ov.value == {}:  # every key of the section gone, as with ~SECTION
+            raise ConfigError(f"override {ov.text!r}: '{name}' is a section of the stage and cannot be emptied "
+                              "(its keys would fall back to values you never set)",
+                              f"set its keys instead ({name}.KEY=VALUE), or delete one key (~{name}.KEY)")
         if not _compatible(old, ov.value) or (isinstance(old, dict) and old and ov.value is not None and not isinstance(ov.value, dict)):
             raise ConfigError(
                 f"override {ov.text!r}: '{name}' expects {_type_name(old)} (now {_short(old)}), got {_type_name(ov.value)}",
@@ -759,6 +763,13 @@ def _resolve(tree: dict, prov: dict[str, str]) -> tuple[dict, dict[str, str]]:
             if isinstance(cause, ConfigError):
                 raise ConfigError(f"'{dotted(path)}' ({prov.get(dotted(path), '?')}): {cause.message}", cause.hint) from None
             msg = str(exc).splitlines()[0]
+            nulls = [ref for ref in dict.fromkeys(re.findall(r"\$\{([A-Za-z_][\w.]*)\}", raw))
+                     if _lookup(tree, ref) is None]
+            if nulls:  # a key this interpolation reads is null (KEY=null): name it, not the arithmetic's TypeError
+                listed = ", ".join(nulls)
+                raise ConfigError(f"{listed}=null: '{dotted(path)}' = {raw!r} ({prov.get(dotted(path), '?')}) computes "
+                                  f"from it and cannot use null ({msg})",
+                                  f"set {nulls[0]}=VALUE (a number), or drop the override to use the config's value") from None
             raise ConfigError(f"'{dotted(path)}' = {raw!r} ({prov.get(dotted(path), '?')}): cannot resolve: {msg}",
                               _INTERPOLATION_HINT) from None
         if isinstance(value, (DictConfig, ListConfig)):
@@ -766,6 +777,16 @@ def _resolve(tree: dict, prov: dict[str, str]) -> tuple[dict, dict[str, str]]:
         return value
 
     return walk(conf, tree, ()), unresolved
+
+
+def _lookup(tree: Any, dotted_key: str) -> Any:
+    """The value at ``dotted_key`` in ``tree``; ``_MISSING`` where a part is absent (``None`` is a null value)."""
+    cur = tree
+    for part in dotted_key.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return _MISSING
+        cur = cur[part]
+    return cur
 
 
 # --------------------------------------------------------------------------------------------- #

@@ -135,7 +135,7 @@ def _weight_problem(value: Any) -> str | None:
 
 def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None = None,
                bad_weight: str = "fail", check: Callable[[DatasetSpec], str | None] | None = None,
-               stage: str | None = None) -> Blend:
+               stage: str | None = None, policy_section: str = "on_bad") -> Blend:
     """Parse and check an input blend.
 
     Args:
@@ -148,6 +148,9 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
         stage: the data stage reading the blend (a key of :data:`STAGE_DATASET_KEYS`): a dataset key it
             does not read is a problem (``key 'text_field' is not read by data-prep-sft ...``); ``None``
             accepts every stage's keys.
+        policy_section: the stage's config section holding its ``empty_glob`` (and, for ``on_bad``, its
+            ``bad_weight``) policy, named in the hint: ``on_bad`` (data prep pretrain) or ``policies`` (the
+            record stages, which have no ``bad_weight`` key).
 
     Raises:
         ConfigError: unreadable or invalid JSON, no ``datasets`` list, or no dataset left.
@@ -234,8 +237,13 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
             continue
         out.append(spec)
     if problems:
-        raise BlendProblems(problems, "fix each line named; on_bad.bad_weight=skip leaves a dataset with a bad "
-                            "weight out, optional: true or empty_glob=skip one whose path matches nothing")
+        if policy_section == "on_bad":
+            hint = ("fix each line named; on_bad.bad_weight=skip leaves a dataset with a bad weight out, optional: "
+                    "true or on_bad.empty_glob=skip one whose path matches nothing")
+        else:
+            hint = (f"fix each line named; optional: true (on the dataset) or {policy_section}.empty_glob=skip "
+                    "leaves a dataset whose path matches nothing out")
+        raise BlendProblems(problems, hint)
     if not out:
         raise ConfigError(f"{p}: no dataset left after dropping those with bad weights")
     missing = data.get("missing") or []

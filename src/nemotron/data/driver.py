@@ -88,13 +88,38 @@ class Reader:
         self.sections = sections
 
     def get(self, key: str, default: Any) -> Any:
-        """The value at the dotted ``key`` (``shards.target_tokens``), or ``default`` where it is absent."""
+        """The value at the dotted ``key`` (``shards.target_tokens``), or ``default`` where it is absent
+        and ``default`` is ``None`` (an optional key) or the key is none of the stage's own.
+
+        Raises:
+            ConfigError: a key of the stage (its ``top`` keys or a section's) with a non-null ``default`` is
+                absent: the compiled config always holds the stage's keys (default.yaml), so it was deleted
+                (``~pack.pack_size``) or its section replaced (``pack={}``), and the run would otherwise use
+                a value the config report never showed.
+        """
         cur: Any = self.cfg
         for part in key.split("."):
             if not isinstance(cur, dict) or part not in cur:
+                if default is not None and default is not ... and self._own(key):
+                    raise ConfigError(f"{key} is missing (deleted with ~{key}, or its section replaced by a "
+                                      "mapping without it): the stage needs a value",
+                                      f"set it ({key}=VALUE) instead of deleting it, or drop that override to "
+                                      "use the config's value")
                 return default
             cur = cur[part]
         return cur
+
+    def _own(self, key: str) -> bool:
+        """Whether ``key`` is one the stage declares (a top-level key, or a key of one of its sections)."""
+        head, _, rest = key.partition(".")
+        if not rest:
+            return head in self.top and head not in ("run", "defaults")
+        return head in self.sections and rest in self.sections[head]
+
+    def _null(self, key: str, what: str) -> ConfigError:
+        """The refusal of ``key=null`` where the stage needs ``what`` (a key with a non-null default)."""
+        return ConfigError(f"{key}=null: the stage needs {what} here (null is no value for this key)",
+                           f"set {key}=VALUE, or drop the override to use the config's value")
 
     def str(self, key: str, default: Any = ...) -> Any:
         """A non-empty string (required when no ``default``; ``~`` expanded for ``*_dir``/``*_path`` keys)."""
@@ -117,8 +142,11 @@ class Reader:
         return v
 
     def int(self, key: str, default: int | None, minimum: int | None = None) -> Any:
-        """A whole number (``3.0`` reads as 3) of at least ``minimum``; None when the value is null."""
+        """A whole number (``3.0`` reads as 3) of at least ``minimum``; None when the value is null and the key
+        is optional (``default`` None); null for a key with a non-null ``default`` raises ConfigError."""
         v = self.get(key, default)
+        if v is None and default is not None:
+            raise self._null(key, "a whole number" + (f" of at least {minimum}" if minimum is not None else ""))
         if v is None:
             return None
         if isinstance(v, float) and v.is_integer():
@@ -128,8 +156,11 @@ class Reader:
         return _at_least(key, v, minimum)
 
     def float(self, key: str, default: float | None, minimum: float | None = None) -> Any:
-        """A number (not NaN) of at least ``minimum``, as a float; None when the value is null."""
+        """A number (not NaN) of at least ``minimum``, as a float; None when the value is null and the key is
+        optional (``default`` None); null for a key with a non-null ``default`` raises ConfigError."""
         v = self.get(key, default)
+        if v is None and default is not None:
+            raise self._null(key, "a number" + (f" of at least {minimum}" if minimum is not None else ""))
         if v is None:
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
@@ -145,9 +176,9 @@ class Reader:
 
     def dict(self, key: str, default: dict[str, Any]) -> dict[str, Any]:
         """A mapping (a copy; ``{}`` when the value is null)."""
-        v = self.get(key, default)
+        v = self.get(key, None)  # absent or null: no entries (a free-form mapping)
         if v is None:
-            return {}
+            return dict(default)
         if not isinstance(v, dict):
             raise ConfigError(f"{key} must be a mapping of names to values")
         return dict(v)
@@ -255,6 +286,10 @@ class StageSettings:
         """
         # absolute: outputs (blend.json, manifests) must name paths that resolve from any working directory
         s = cls(blend_path=os.path.abspath(c.str("blend_path")), output_dir=os.path.abspath(c.str("output_dir")))
+        unsafe = outputs.output_dir_problem(s.output_dir)
+        if unsafe is not None:
+            raise ConfigError(f"output_dir={s.output_dir}: {unsafe}",
+                              "a folder for this output (it is created), e.g. ./output/<stage>/<name>")
         if os.path.isdir(s.blend_path):
             raise ConfigError(f"blend_path={s.blend_path}: is a folder, not a blend file",
                               "point blend_path at the blend's JSON file")
@@ -381,7 +416,7 @@ def stage_blend(s: Any) -> Blend:
         return None if found else unmatched_message(s.blend_path, spec)
 
     return load_blend(s.blend_path, path_vars=s.path_vars, bad_weight=on_bad.get("bad_weight", "fail"),
-                      check=matches_files, stage=getattr(s, "STAGE", None))
+                      check=matches_files, stage=getattr(s, "STAGE", None), policy_section=section)
 
 
 def check_inputs(s: Any, blend: Blend) -> list[ConfigError]:
@@ -493,8 +528,9 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
 
     say = (lambda *a: None) if quiet else console().print
     t_start = time.monotonic()
-    blend = load(s, say) if load is not None else load_blend(s.blend_path, path_vars=s.path_vars,
-                                                             stage=getattr(s, "STAGE", None))
+    blend = load(s, say) if load is not None else load_blend(
+        s.blend_path, path_vars=s.path_vars, stage=getattr(s, "STAGE", None),
+        policy_section="on_bad" if "empty_glob" in (getattr(s, "on_bad", None) or {}) else "policies")
     version, vdir, why = outputs.select_version(s.output_dir, s.force)
     run = Run(s, version, vdir, why, say, quiet, live_progress, t_start)
     run.engine, run.engine_reason = choose_engine(s, blend)
@@ -620,7 +656,9 @@ def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
     ``plan_key`` is up to date: the warnings (one per ``not_found`` line: a dataset left out) and its summary are printed
     (unless quiet; its work line reads ``work: none (up to date)``, see :func:`work_line`) and the old
     manifest is returned (nothing is done). Otherwise the warnings are said, the folder is created and
-    ``None`` returned; receipts decide what is redone. A first run (no plan, no manifest) into a folder
+    ``None`` returned; receipts decide what is redone. A complete folder whose files differ from their receipts or
+    the manifest (:func:`nemotron.data.outputs.damaged_files`: truncated, deleted) is not up to date: a warning
+    names them and the run goes on, redoing what they belong to. A first run (no plan, no manifest) into a folder
     that holds files the stage does not write (:func:`nemotron.data.outputs.foreign_files`) says so in
     one note; those files are never deleted.
 
@@ -637,6 +675,14 @@ def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
         raise PlanMismatch(f"output_dir={vdir} holds data prepared from other inputs or settings "
                            f"(plan {old_plan.get('plan_key')}, now {plan_key})", hint)
     current = bool(old_manifest and old_manifest.get("complete") and old_manifest.get("plan_key") == plan_key)
+    damaged = outputs.damaged_files(vdir, old_manifest) if current else []
+    if damaged and run.reuse_only:  # an older version with a damaged file is no match
+        damaged, current = [], False
+    if damaged:  # a finished output with a truncated or deleted file is not up to date: its shards are rebuilt
+        current = False
+        listed = "; ".join(damaged[:3]) + (f"; and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+        run.say(f"warning: output_dir={vdir} was finished (plan {plan_key}) but {count(len(damaged), 'files')} "
+                f"changed since ({listed}): rebuilding what they belong to")
     if run.reuse_only and not current:
         raise PlanMismatch(f"output_dir={vdir} is not up to date with this plan ({plan_key})", hint)
     for line in not_found:  # a dataset left out (optional, or empty_glob=skip): said as the dry-run says it

@@ -274,6 +274,28 @@ def stage_files(folder: str | Path) -> set[Path]:
     return {p for p in found if p.is_file()}
 
 
+#: Folders of the operating system that no data prep output may be or be inside (with the file system root itself).
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys", "/usr")
+#: Folders that may hold an output below them but are never one themselves.
+SYSTEM_FOLDERS = ("/", "/home", "/opt", "/root", "/srv", "/tmp", "/var", "/mnt", "/media", "/run")
+
+
+def output_dir_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be a data prep ``output_dir`` (the run writes ``data/``, ``tokenizer/``, ``manifest.json``
+    and ``plan.json`` into it): the file system root, a folder of the operating system or inside one
+    (:data:`SYSTEM_TREES`: ``/etc``, ``/usr`` ...), a top-level shared folder itself (:data:`SYSTEM_FOLDERS`:
+    ``/tmp``, ``/home`` ...) or the user's home folder itself; ``None`` for any other path."""
+    real = os.path.realpath(os.path.expanduser(str(path)))
+    home = os.path.realpath(os.path.expanduser("~"))
+    if real in SYSTEM_FOLDERS or real == home:
+        return f"{real} is {'the file system root' if real == '/' else 'a shared top-level or home folder'}, not a folder of its own"
+    for tree in SYSTEM_TREES:
+        if real == tree or real.startswith(tree + "/"):
+            return (f"{real} is a folder of the operating system" if real == tree else
+                    f"{real} is inside {tree}, a folder of the operating system")
+    return None
+
+
 def foreign_files(folder: str | Path, names: tuple[str, ...] = ()) -> list[str]:
     """The files under ``folder`` (relative, sorted) that no data stage run wrote: everything but the lock
     file, version folders ``v<N>``, the top-level owned names (:data:`OWNED_NAMES` files and the stage's
@@ -374,6 +396,45 @@ def read_receipt(prefix: str | Path, key: str) -> dict[str, Any] | None:
         if not f.is_file() or f.stat().st_size != size:
             return None
     return rec
+
+
+def damaged_files(folder: str | Path, manifest: dict[str, Any] | None = None) -> list[str]:
+    """The files of a finished version ``folder`` that differ from what was recorded when they were written, one
+    line each (``data/web/train_00002.bin: 1,000 bytes, its receipt records 8,461,340``; ``...: missing``), sorted:
+    every file a receipt under ``folder/data`` lists (the receipt's byte count), and every ``{"path", "bytes"}``
+    entry of the manifest's ``files`` (data prep rl's ``train.jsonl`` / ``validation.jsonl``). Empty when intact.
+
+    Sizes only, as :func:`read_receipt` checks a shard on resume: a same-size change of content is not seen here
+    (``data inspect`` and the consumers' checks read the contents).
+    """
+    folder = Path(folder)
+    out: list[str] = []
+
+    def check(path: Path, size: Any, what: str) -> None:
+        rel = os.path.relpath(path, folder)
+        if not path.is_file():
+            out.append(f"{rel}: missing ({what} records {size:,} bytes)" if isinstance(size, int) else f"{rel}: missing")
+        elif isinstance(size, int) and path.stat().st_size != size:
+            out.append(f"{rel}: {path.stat().st_size:,} bytes, {what} records {size:,}")
+
+    data = folder / "data"
+    if data.is_dir():
+        for dirpath, _dirs, names in os.walk(data):
+            for name in names:
+                if not name.endswith(RECEIPT_SUFFIX):
+                    continue
+                try:
+                    listed = json.loads((Path(dirpath) / name).read_text(encoding="utf-8")).get("files") or {}
+                except (OSError, ValueError, AttributeError):
+                    continue
+                for n, size in listed.items() if isinstance(listed, dict) else ():
+                    if isinstance(n, str) and "/" not in n:
+                        check(Path(dirpath) / n, size, "its receipt")
+    files = (manifest or {}).get("files")
+    for entry in files.values() if isinstance(files, dict) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str) and isinstance(entry.get("bytes"), int):
+            check(Path(entry["path"]), entry["bytes"], "the manifest")
+    return sorted(set(out))
 
 
 def write_receipt(prefix: str | Path, receipt: dict[str, Any]) -> None:

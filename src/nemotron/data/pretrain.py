@@ -66,7 +66,8 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "empty_glob": ("fail", "skip"),
     "bad_weight": ("fail", "skip"),
 }
-_REASON_POLICY = {"empty": "empty_document", "missing_field": "missing_field", "invalid_utf8": "invalid_utf8",
+_REASON_POLICY = {"empty": "empty_document", "missing_field": "missing_field", "wrong_type": "missing_field",
+                  "invalid_utf8": "invalid_utf8",
                   "malformed_json": "malformed_json", "too_long": "too_long"}
 SPLITS = ("train", "valid", "test")
 _CALIBRATION_BYTES = 1 << 18  # text tokenized per dataset to estimate bytes per token (256 KiB)
@@ -689,6 +690,9 @@ def _no_train_tokens(s: Settings, dp: DatasetPlan, docs: dict[str, int], skipped
         hint = f"min_doc_chars={s.min_doc_chars} is above every document's length: lower it"
     elif top == "missing_field":
         hint = f"no record has the field {dp.spec.text_field!r}: set the dataset's text_field in the blend"
+    elif top == "wrong_type":
+        hint = (f"the field {dp.spec.text_field!r} holds no text (numbers, lists or objects): point the dataset's "
+                "text_field at a string field, or convert that column to text")
     elif top is not None:
         hint = f"every training record was skipped as {top}: check the dataset's path and format"
     else:

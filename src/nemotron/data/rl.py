@@ -49,6 +49,7 @@ from typing import Any
 
 from nemotron.data import driver, outputs
 from nemotron.data.blend import Blend
+from nemotron.data.chat import CHAT_TOKENS
 from nemotron.data.files import atomic_open, atomic_write_json, remove_tmp_files, sha256_file, stable_hash
 from nemotron.data.prep import Problems, passes_from_weights, plan_datasets, unit_hash
 from nemotron.errors import RuntimeFailure
@@ -59,7 +60,13 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "missing_answer": ("skip", "fail"),
     "bad_record": ("skip", "fail"),
     "empty_glob": ("fail", "skip"),
+    "control_token_text": ("skip", "keep", "fail"),
 }
+#: The control-token strings looked for in a prompt or answer (``policies.control_token_text``): the Nemotron 3 chat
+#: format's tokens (:data:`nemotron.data.chat.CHAT_TOKENS`) and the BOS/EOS strings. NeMo RL builds the policy's
+#: prompt with the model's Hugging Face tokenizer and chat template, whose encoder turns such a string in the text
+#: into the control token itself: ``<|im_start|>system ...`` inside a problem becomes an injected system turn.
+CONTROL_STRINGS = (*CHAT_TOKENS, "<s>", "</s>")
 _SECTIONS = {
     "policies": (*POLICIES, "max_examples", "unrestored"),  # unrestored: backend blends (nemotron.data.rl_blends)
     "split": ("validation_rows", "method", "seed"),
@@ -210,6 +217,12 @@ def extract(obj: dict[str, Any], schema: str | None, answer_field: str | None = 
     return problem, answer.strip(), dropped
 
 
+def control_string(text: str) -> str | None:
+    """The first of :data:`CONTROL_STRINGS` found in ``text`` (the longest at the earliest position), or ``None``."""
+    found = [(text.find(t), -len(t), t) for t in CONTROL_STRINGS if t in text]
+    return min(found)[2] if found else None
+
+
 def line_key(problem: str, answer: str) -> int:
     """A 64-bit key of a (problem, answer) pair, for de-duplication."""
     digest = hashlib.blake2b(json.dumps([problem, answer]).encode(), digest_size=8).digest()
@@ -252,6 +265,13 @@ def normalise_shard(shard: dict[str, Any], opts: dict[str, Any]):
                 except BadRecord as exc:
                     problems.report("bad_record", at, str(exc))
                     continue
+                token = control_string(text) or control_string(answer)
+                if token is not None:
+                    if opts["policies"].get("control_token_text", "skip") != "keep":
+                        problems.report("control_token_text", at, f"holds the control-token string {token!r} as "
+                                        "text (NeMo RL's tokenizer would read it as the control token)")
+                        continue
+                    counts["control_text"] += 1
                 counts["system_dropped"] += dropped
                 line = {"messages": [{"role": "user", "content": text}, {"role": "assistant", "content": answer}],
                         "task": opts["task_name"], "dataset": shard["dataset"], "source": at}
@@ -261,7 +281,7 @@ def normalise_shard(shard: dict[str, Any], opts: dict[str, Any]):
     with atomic_open(keys_path, "wb") as fh:
         np.save(fh, np.asarray(keys, dtype=np.uint64))
     receipt = {"key": shard["key"], "id": shard["id"], "dataset": shard["dataset"], "records": counts["records"],
-               "rows": len(keys), "system_dropped": counts["system_dropped"],
+               "rows": len(keys), "system_dropped": counts["system_dropped"], "control_text": counts["control_text"],
                "skipped": dict(sorted(problems.counts.items())), "examples": problems.examples,
                "files": {jsonl.name: jsonl.stat().st_size, keys_path.name: keys_path.stat().st_size},
                "seconds": round(time.monotonic() - t0, 3)}
@@ -405,6 +425,7 @@ def _write(run: driver.Run, blend: Blend, datasets: list[Any], shards: list[dict
                      "files": len(d.files), "records": sum(r["records"] for r in recs),
                      "usable": sum(r["rows"] for r in recs), "duplicates": dup[d.spec.name],
                      "skipped": dict(sorted(skipped.items())), "system_dropped": sum(r["system_dropped"] for r in recs),
+                     "control_token_text": sum(r.get("control_text", 0) for r in recs),
                      "passes": round(passes[d.spec.name], 6), "train_rows": written["train"][d.spec.name],
                      "validation_rows": written["valid"][d.spec.name],
                      "examples": examples})
@@ -422,6 +443,7 @@ def _write(run: driver.Run, blend: Blend, datasets: list[Any], shards: list[dict
         "blend": driver.blend_record(blend, not_found),
         "settings": {"sample": s.sample, "mixing": s.mixing, "dedupe": s.dedupe, "answer_field": s.answer_field,
                      "policies": s.policies, "validation_rows": s.validation_rows, "held_out": n_valid,
+                     "split_rows": total,
                      "method": s.method, "seed": s.split_seed},
         "datasets": rows,
         "run": {**run_info, "seconds": seconds},
@@ -466,4 +488,28 @@ def _print_summary(m: dict[str, Any]) -> None:
                 rows, footer=footer)
     con = driver.print_examples(m, "policies.max_examples")
     con.print(driver.work_line(m["run"], [("shards", "read")], "records", "records/s"))
+    note = held_out_note(m)
+    if note:
+        con.print(note)
+    for d in m["datasets"]:
+        if d.get("control_token_text"):
+            con.print(f"note: dataset {d['name']}: {d['control_token_text']:,} record(s) hold control-token text (such "
+                      "as <|im_start|> or </s>) in the problem or answer, kept as written "
+                      "(policies.control_token_text=keep): NeMo RL's tokenizer reads it as the control token; "
+                      "policies.control_token_text=skip leaves them out")
     con.print(f"train: {f['train']['path']}  validation: {f['validation']['path']}")
+
+
+def held_out_note(m: dict[str, Any]) -> str | None:
+    """The summary's note when fewer rows were held out than ``split.validation_rows`` asks (never more than half of
+    the rows are held out, so that training keeps at least as many): ``note: split.validation_rows=64 is more than
+    the data allows: 5 of 10 rows held out (half) ...``; ``None`` when the ask was met."""
+    st = m["settings"]
+    asked, held = st["validation_rows"], st["held_out"]
+    if held >= asked:
+        return None
+    total = st.get("split_rows")  # the rows after de-duplication, before passes
+    of = f" of {total:,} rows" if total is not None else ""
+    return (f"note: split.validation_rows={asked:,} is more than the data allows: {held:,}{of} held out for validation "
+            f"(never more than half of the rows); set split.validation_rows={held:,} or lower to say so, or give "
+            "the stage more records")

@@ -176,6 +176,27 @@ class ChatTokenizer:
     source: dict[str, Any]         # the source tokenizer (name, vocab hash) before tokens were added
 
 
+def missing_chat_tokens(s: Settings, missing: list[str]) -> ConfigError:
+    """The refusal of a tokenizer without the chat tokens ``missing`` that ``tokenizer.add_special_tokens`` does not
+    add (the run's, :func:`resolve_tokenizer`, and the dry run's, from the tokenizer file's JSON)."""
+    return ConfigError(f"tokenizer.name={s.tokenizer_name}: the vocabulary has no {', '.join(missing)} token "
+                       "(the Nemotron 3 chat format needs them as single tokens)",
+                       f"list them under tokenizer.add_special_tokens (for example {list(CHAT_TOKENS)})")
+
+
+def chat_token_problem(s: Settings) -> ConfigError | None:
+    """:func:`missing_chat_tokens` for a local tokenizer file, read without building it
+    (:func:`nemotron.data.tokenizer.declared_tokens`; ``--dry-run``); ``None`` when it has them or cannot be read
+    here (a hub id: the run checks)."""
+    from nemotron.data.tokenizer import declared_tokens
+
+    tokens = declared_tokens(s.tokenizer_name)
+    if tokens is None:
+        return None
+    missing = [t for t in REQUIRED_TOKENS if t not in tokens and t not in s.add_special_tokens]
+    return missing_chat_tokens(s, missing) if missing else None
+
+
 def resolve_tokenizer(s: Settings) -> ChatTokenizer:
     """The configured tokenizer with the chat tokens the template needs (added when listed and missing).
 
@@ -190,10 +211,7 @@ def resolve_tokenizer(s: Settings) -> ChatTokenizer:
     base_tok = tk.load(base)
     missing = [t for t in REQUIRED_TOKENS if base_tok.token_to_id(t) is None and t not in s.add_special_tokens]
     if missing:
-        raise ConfigError(
-            f"tokenizer.name={s.tokenizer_name}: the vocabulary has no {', '.join(missing)} token "
-            "(the Nemotron 3 chat format needs them as single tokens)",
-            f"list them under tokenizer.add_special_tokens (for example {list(CHAT_TOKENS)})")
+        raise missing_chat_tokens(s, missing)
     key = stable_hash({"source": base.file_sha256, "tokens": s.add_special_tokens})
     path, added = add_chat_tokens(base.json_path, s.add_special_tokens, cache / f"chat-{key}")
     source = {"name": base.name, "vocab_size": base.vocab_size, "vocab_sha256": base.vocab_sha256}

@@ -57,7 +57,7 @@ def text_format(fmt: str, sample_by: str = "document") -> str:
     into lines or paragraphs; every other format unchanged."""
     return SAMPLE_BY.get(sample_by, "text") if fmt == "text" else fmt
 #: Record problems a reader reports (the pipeline adds ``empty``, ``short`` and ``too_long``).
-READ_PROBLEMS = ("malformed_json", "missing_field", "invalid_utf8")
+READ_PROBLEMS = ("malformed_json", "missing_field", "wrong_type", "invalid_utf8")
 _SCAN_BLOCK = 1 << 24  # 16 MiB reads when scanning for line starts
 #: The UTF-8 byte order mark: every text format may start with it; it is never part of the first record.
 BOM = b"\xef\xbb\xbf"
@@ -433,7 +433,7 @@ def _from_obj(obj: Any, field: str, pos: int) -> tuple[int, str | None, str | No
         what = "record is not an object" if not isinstance(obj, dict) else f"no field {field!r}"
         return pos, None, "missing_field", what
     if not isinstance(value, str):
-        return pos, None, "missing_field", f"field {field!r} is {type(value).__name__}, not text"
+        return pos, None, "wrong_type", f"field {field!r} is {type(value).__name__}, not text"
     return pos, value, None, None
 
 
@@ -554,7 +554,7 @@ def _iter_parquet(piece: Piece, field: str):
                 except UnicodeDecodeError as exc:
                     yield lo + j, None, "invalid_utf8", f"byte 0x{v[exc.start]:02x} is not UTF-8"
             elif not isinstance(v, str):
-                yield lo + j, None, "missing_field", f"{field!r} is {type(v).__name__}, not text"
+                yield lo + j, None, "wrong_type", f"{field!r} is {type(v).__name__}, not text"
             else:
                 yield lo + j, v, None, None
 

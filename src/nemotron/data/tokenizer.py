@@ -376,6 +376,32 @@ def vocab_size_hint(name: str) -> int | None:
     return max(len(tokens), max(ids, default=-1) + 1) if ids else None
 
 
+def declared_tokens(name: str) -> set[str] | None:
+    """The token strings of a local tokenizer file (or a folder with one), read from its JSON without building it,
+    for checks before any work: a ``tokenizer.json``'s model vocabulary and added tokens; a Tekken file's special
+    tokens and the ``token_str`` of its first ``config.default_vocab_size`` vocabulary entries (what the conversion
+    keeps). ``None`` for a hub id or anything that cannot be read here (the run itself then decides)."""
+    path = Path(os.path.expanduser(name)) if name else None
+    if path is not None and path.is_dir():
+        candidates = [path / "tokenizer.json", *sorted(path.glob("tekken*.json"))]
+        path = next((c for c in candidates if c.is_file()), None)
+    if path is None or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_bytes())
+        if isinstance(data, dict) and isinstance(data.get("vocab"), list) and "config" in data:  # Tekken
+            keep = int(data["config"]["default_vocab_size"]) - len(data.get("special_tokens") or [])
+            tokens = {t["token_str"] for t in data.get("special_tokens") or [] if isinstance(t.get("token_str"), str)}
+            tokens |= {t["token_str"] for t in data["vocab"][:max(keep, 0)] if isinstance(t.get("token_str"), str)}
+            return tokens
+        vocab = data["model"]["vocab"]
+        tokens = set(vocab) if isinstance(vocab, dict) else {str(v[0]) for v in vocab if isinstance(v, list) and v}
+        tokens |= {added["content"] for added in data.get("added_tokens") or []}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return tokens
+
+
 #: Vocabulary files a folder without ``tokenizer.json`` may hold for ``transformers`` to convert.
 _CONVERTIBLE = ("*.model", "vocab.json", "vocab.txt")
 

@@ -1202,6 +1202,9 @@ declare("nemo-rl-sft", "mopd-warmup on NeMo RL: every section of NeMo RL's SFT M
 declare("nemo-rl-required", "every key NeMo RL's MasterConfig requires is in the translated config",
         "NeMo RL's entry builds MasterConfig(**config) (pydantic: Field required); the key list's required keys",
         "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
+declare("nemo-rl-null", "no null where NeMo RL declares a plain int, float, bool or str (grpo.num_prompts_per_step, "
+        "cluster.num_nodes)", "the key list's sections (NeMo RL's config classes' annotations)", "NeMo RL main 7ea279a",
+        f"{_V}.nemo_rl")
 declare("nemo-rl-entry", "the keys the NeMo RL entry script reads before training are present",
         "the key list's entry_reads (config.<section>[...] reads in the entry's main(), e.g. "
         "examples/run_grpo.py policy.draft.enabled)", "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
@@ -1258,8 +1261,11 @@ declare("data-left-out", "data prep: an optional dataset (or policy skip) that m
         "warning", "nemotron.data.driver.unmatched (the run's own line)", "this version", f"{_V}.data")
 declare("data-text", "data prep for chat or RL records: a plain-text source is refused as the run refuses it",
         "nemotron.data.prep.plain_text_problem, called again", "this version", f"{_V}.data")
-declare("data-output", "data prep: output_dir is a folder (or absent), not a file", "the run's first mkdir", "—",
-        f"{_V}.data")
+declare("data-output", "data prep: output_dir is a folder (or absent), not a file; a non-empty folder that is not a "
+        "data prep output -- warning", "the run's first mkdir; the run's own note (nemotron.data.outputs.foreign_files)",
+        "—", f"{_V}.data")
+declare("data-template", "data prep sft: chat.template is read and compiled as the run does before any work",
+        "nemotron.data.chat.load_template, called again", "this version", f"{_V}.data")
 declare("data-dtype", "data prep pretrain: output.dtype holds every token id of the tokenizer",
         "nemotron.data.indexed.choose_dtype", "—", f"{_V}.data")
 declare("data-hub", "data prep: what the run fetches from the Hugging Face hub answers (error here, warning for a "

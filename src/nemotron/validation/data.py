@@ -88,6 +88,31 @@ def validate_data(stage: Any, cfg: dict, profile: ExecutorProfile | None = None)
     if out and Path(out).exists() and not Path(out).is_dir():
         problems.append(Problem("output_dir", out, "is a file, not a folder", "a folder path (it is created)",
                                 rule="data-output"))
+    elif out and Path(out).is_dir() and getattr(s, "force", False) is not None:
+        from nemotron.data.outputs import MANIFEST, PLAN, foreign_files
+
+        foreign = [] if (Path(out) / PLAN).exists() or (Path(out) / MANIFEST).exists() else \
+            foreign_files(out, getattr(settings_cls, "OUTPUT_NAMES", ()))
+        if foreign:  # the run writes beside them (and says so); a rebuild never deletes them
+            listed = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            problems.append(Problem("output_dir", out, f"is not empty and is not a data prep output: it holds "
+                                                       f"{len(foreign)} file(s) no data prep wrote ({listed}); the run "
+                                                       "writes its own files (data/, manifest.json, plan.json ...) beside them",
+                                    "an empty or new folder for this output (your files are never deleted)",
+                                    rule="data-output", severity="warning"))
+    template = getattr(s, "template", None)
+    if template:  # data prep sft's chat template: read and compiled as the run does before any work
+        from nemotron.data.chat import load_template
+
+        try:
+            load_template(os.path.expanduser(template))
+        except ConfigError as exc:
+            problems.append(_problem(exc, "data-template"))
+    chat_tokens = getattr(mod, "chat_token_problem", None)
+    if chat_tokens is not None and getattr(s, "tokenizer_name", None):  # data prep sft: the chat tokens the run requires (local tokenizer file)
+        refused = chat_tokens(s)
+        if refused is not None:
+            problems.append(_problem(refused, "data-tokenizer"))
     tokenizer = getattr(s, "tokenizer_name", None) or ""
     if tokenizer.startswith(("/", "./", "../", "~")) and not Path(os.path.expanduser(tokenizer)).exists():
         problems.append(Problem("tokenizer.name", tokenizer, "no such file or folder",

@@ -8,7 +8,8 @@ hands NeMo RL — :func:`nemotron.runtime.rl.nemo_rl.translate` of the compiled 
 (``keylists/nemo-rl-<version>.json``: its ``required`` classes, ``entry_reads``, ``metrics``), so the rules and
 the contract tests read one source.
 
-Rule ids: ``nemo-rl-required`` (a key ``MasterConfig`` requires is missing), ``nemo-rl-entry`` (a key the GRPO
+Rule ids: ``nemo-rl-required`` (a key ``MasterConfig`` requires is missing), ``nemo-rl-null`` (null for a key NeMo
+RL declares a plain int, float, bool or str), ``nemo-rl-entry`` (a key the GRPO
 entry script reads before training is missing), ``nemo-rl-metric`` (``checkpointing.metric_name`` that GRPO's
 checkpoint step refuses), ``nemo-rl-gym-only`` (NeMo Gym-only settings on the native path, or the other way
 round), ``nemo-rl-async`` (async GRPO on a generation backend or placement that cannot), ``nemo-rl-opd-routing``
@@ -19,6 +20,8 @@ Stdlib only.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from nemotron.config import keys
 from nemotron.config.tree import get
@@ -34,7 +37,7 @@ def validate_nemo_rl(cfg: dict, keylist: dict) -> list[Problem]:
         master = translate(cfg)
     except ConfigError:
         return []  # checks.rl_translation says why
-    return (schema(master, keylist) + entry_reads(master, keylist, entry_relpath(master))
+    return (schema(master, keylist) + null_values(master, keylist) + entry_reads(master, keylist, entry_relpath(master))
             + metric_name(master, keylist) + gym_only(master) + async_colocated(master) + opd_routing(master)
             + output_checkpoint(master))
 
@@ -69,6 +72,38 @@ def required_keys(master: dict, keylist: dict) -> list[Problem]:
         out.append(Problem("", None, f"{p.key}: {why}; NeMo RL's entry builds MasterConfig(**config) and refuses the "
                                      "config without it", f"set {p.key} (it comes from the base recipe, nemo_rl.base, "
                                                           "unless a layer deleted it)", rule="nemo-rl-required"))
+    return out
+
+
+#: Declared types (the key list's ``sections``) that take no null: a plain number, flag or string, neither
+#: ``Optional``/``| None`` nor ``NotRequired`` (a ``NotRequired`` key NeMo RL reads with ``.get`` and a default).
+_NO_NULL = frozenset({"int", "float", "bool", "str", "PositiveInt", "NonNegativeInt", "int | float"})
+
+
+def null_values(master: dict, keylist: dict) -> list[Problem]:
+    """Rule ``nemo-rl-null``: a key of ``master`` that is null where NeMo RL declares a plain ``int``, ``float``,
+    ``bool`` or ``str`` (the key list's ``sections``, read from its config classes): NeMo RL reads it as that type
+    (``grpo.num_prompts_per_step`` sizes every step; ``cluster.num_nodes`` the Ray cluster), so the job would be
+    queued and fail on its nodes (``TypeError`` on ``None``). One problem per key, in config order."""
+    out: list[Problem] = []
+
+    def walk(node: Any, tree: Any, path: tuple[str, ...]) -> None:
+        if not isinstance(node, dict) or not isinstance(tree, dict):
+            return
+        for k, v in node.items():
+            spec = tree.get(k)
+            if not isinstance(spec, dict):
+                continue
+            if v is None and spec.get("type") in _NO_NULL:
+                key = ".".join((*path, k))
+                out.append(Problem(key, None, f"null, but NeMo RL declares it {spec['type']} (not optional) and reads it "
+                                              "as one: the job would be queued and fail on its nodes",
+                                   f"a value of type {spec['type']} (drop the override to use the recipe's)",
+                                   rule="nemo-rl-null"))
+            elif isinstance(v, dict):
+                walk(v, spec.get("fields"), (*path, k))
+
+    walk(master, keylist.get("sections") or {}, ())
     return out
 
 
