@@ -793,7 +793,7 @@ def export_bridge(bc: BridgeConfig, source: str | os.PathLike[str], folder: str 
         return AutoBridge.from_auto_config(tmp, reference, trust_remote_code=bc.trust_remote_code)
 
 
-def saved_run_config(source: str | os.PathLike[str]) -> Path | None:
+def export_run_config_file(source: str | os.PathLike[str]) -> Path | None:
     """The ``run_config.yaml`` that ``AutoBridge.from_auto_config`` reads for the checkpoint folder ``source``:
     ``source/run_config.yaml``, else the one in its ``iter_*`` folder of the highest iteration number (Megatron-Bridge
     4588417 ``models/conversion/auto_bridge.py``); None when neither exists."""
@@ -809,7 +809,7 @@ def saved_run_config(source: str | os.PathLike[str]) -> Path | None:
 
 
 def export_run_config(source: str | os.PathLike[str]) -> dict | None:
-    """The parsed :func:`saved_run_config` of ``source`` with its MTP block split off the hybrid pattern, or None
+    """The parsed :func:`export_run_config_file` of ``source`` with its MTP block split off the hybrid pattern, or None
     when there is nothing to split (no file, or no MTP separator ``/`` in ``model.hybrid_layer_pattern`` /
     ``hybrid_override_pattern``). In the view, the pattern key holds the main decoder's pattern (the part before
     the first ``/``, pipeline separators ``|`` kept: upstream strips them) and ``model.mtp_hybrid_override_pattern``
@@ -821,7 +821,7 @@ def export_run_config(source: str | os.PathLike[str]) -> dict | None:
     """
     import yaml
 
-    rc = saved_run_config(source)
+    rc = export_run_config_file(source)
     if rc is None:
         return None
     data = yaml.safe_load(rc.read_text(encoding="utf-8")) or {}
