@@ -97,7 +97,7 @@ def test_tiny_on_the_local_profile_is_refused_for_its_framework_and_gpus(capsys,
     assert any("ultra3 pretrain -c tiny needs 1 GPU per node; this machine has 0 visible" in line for line in lines), lines
     # no "fits" next to an estimate that nothing checked: the memory row says why
     assert re.search(r"^GPU memory\s+unknown \(profile local declares no GPU memory", out, re.M), out
-    assert re.search(r"^verdict\s+242 GB per GPU, not checked: no GPU memory declared", out, re.M), out
+    assert re.search(r"^verdict\s+243 GB per GPU, not checked: no GPU memory declared", out, re.M), out
     assert "a 4-layer slice runs on one node (1 GPU)" in out
 
 
