@@ -86,17 +86,26 @@ def load_file(path: Path) -> Any:
         ConfigError: when the file cannot be read, is not UTF-8 (``<file>:<line>: not UTF-8 text (byte 0xff at byte
             offset N)``) or cannot be parsed.
     """
+    return loads(read_utf8(path), str(path))
+
+
+def read_utf8(path: str | Path, read_hint: str | None = None,
+              decode_hint: str = "save the file as UTF-8 (iconv -f LATIN1 -t UTF-8), or give the right file") -> str:
+    """The text of ``path``, decoded as UTF-8.
+
+    Raises:
+        ConfigError: ``<path>: cannot read: ...`` (with ``read_hint``), or ``<path>:<line>: not UTF-8 text (byte 0xNN
+            at byte offset N)`` (with ``decode_hint``)."""
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}", read_hint) from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {raw[exc.start]:#04x} at byte offset {exc.start})",
-                          "save the file as UTF-8 (iconv -f LATIN1 -t UTF-8), or give the right file") from None
-    return loads(text, str(path))
+                          decode_hint) from None
 
 
 def parse_scalar(text: str) -> Any:

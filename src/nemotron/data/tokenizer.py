@@ -347,6 +347,21 @@ def _vocab_facts(tok, file_sha256: str, cache_dir: Path) -> tuple[int, str]:
     return vocab_size, vocab_sha
 
 
+def _local_json(name: str) -> Any:
+    """The parsed JSON of a local tokenizer file (``name`` itself, or a folder's ``tokenizer.json``, else its first
+    ``tekken*.json``); None for a hub id, a missing file, or a file that is not JSON."""
+    path = Path(os.path.expanduser(name)) if name else None
+    if path is not None and path.is_dir():
+        candidates = [path / "tokenizer.json", *sorted(path.glob("tekken*.json"))]
+        path = next((c for c in candidates if c.is_file()), None)
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
 def vocab_size_hint(name: str) -> int | None:
     """The vocabulary size (max id + 1, added tokens included) of a local tokenizer, read from its JSON
     without building it, for checks before any work (``--dry-run``); ``None`` for a hub id or anything
@@ -355,14 +370,10 @@ def vocab_size_hint(name: str) -> int | None:
     Equal to :attr:`TokenizerInfo.vocab_size`: a ``tokenizer.json`` counts its model vocabulary and added
     tokens; a Tekken file has ``config.default_vocab_size`` ids (the conversion cuts there).
     """
-    path = Path(os.path.expanduser(name)) if name else None
-    if path is not None and path.is_dir():
-        candidates = [path / "tokenizer.json", *sorted(path.glob("tekken*.json"))]
-        path = next((c for c in candidates if c.is_file()), None)
-    if path is None or not path.is_file():
+    data = _local_json(name)
+    if data is None:
         return None
     try:
-        data = json.loads(path.read_bytes())
         if isinstance(data, dict) and isinstance(data.get("vocab"), list) and "config" in data:  # Tekken
             return int(data["config"]["default_vocab_size"])
         vocab = data["model"]["vocab"]
@@ -381,14 +392,10 @@ def declared_tokens(name: str) -> set[str] | None:
     for checks before any work: a ``tokenizer.json``'s model vocabulary and added tokens; a Tekken file's special
     tokens and the ``token_str`` of its first ``config.default_vocab_size`` vocabulary entries (what the conversion
     keeps). ``None`` for a hub id or anything that cannot be read here (the run itself then decides)."""
-    path = Path(os.path.expanduser(name)) if name else None
-    if path is not None and path.is_dir():
-        candidates = [path / "tokenizer.json", *sorted(path.glob("tekken*.json"))]
-        path = next((c for c in candidates if c.is_file()), None)
-    if path is None or not path.is_file():
+    data = _local_json(name)
+    if data is None:
         return None
     try:
-        data = json.loads(path.read_bytes())
         if isinstance(data, dict) and isinstance(data.get("vocab"), list) and "config" in data:  # Tekken
             keep = int(data["config"]["default_vocab_size"]) - len(data.get("special_tokens") or [])
             tokens = {t["token_str"] for t in data.get("special_tokens") or [] if isinstance(t.get("token_str"), str)}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nemotron.config import artifacts
+from nemotron.config.yamlio import read_utf8
 from nemotron.errors import ConfigError
 from nemotron.profiles.profile import ExecutorProfile, Profile, _build, _line_of, _merge, _normalize_secrets
 from nemotron.profiles.discover import find_env_file
@@ -42,17 +43,8 @@ def load_profiles(path: Path) -> Profiles:
             not a table, or an unknown key or bad value in a settings section.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}",
-                          "check the --env-file path and its permissions") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {raw[exc.start]:#04x} at byte offset {exc.start})",
-                          "TOML files are UTF-8: save env.toml as UTF-8 (iconv -f LATIN1 -t UTF-8)") from None
+    text = read_utf8(path, "check the --env-file path and its permissions",
+                     "TOML files are UTF-8: save env.toml as UTF-8 (iconv -f LATIN1 -t UTF-8)")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
