@@ -321,3 +321,14 @@ def test_an_mtp_pattern_the_export_would_misread_is_refused(tmp_path):
     src = _saved(tmp_path / "b", {"hybrid_layer_pattern": "ME*E/*E", "mtp_hybrid_override_pattern": "*-"})
     with pytest.raises(mb.TranslateError, match=r"run_config.yaml: model.hybrid_layer_pattern='ME\*E/\*E'"):
         mb.export_run_config(src)
+
+
+def test_a_run_config_that_is_not_yaml_is_one_error_naming_the_file(tmp_path):
+    from nemotron.runtime.megatron import megatron_bridge as mb
+
+    (tmp_path / "iter_0000001").mkdir()
+    (tmp_path / "iter_0000001" / "run_config.yaml").write_bytes(b"model: [unclosed\n")
+    with pytest.raises(mb.TranslateError, match=r"iter_0000001/run_config.yaml: not a readable run_config.yaml"):
+        mb.export_run_config(tmp_path)
+    (tmp_path / "iter_0000001" / "run_config.yaml").write_text("- a list\n")
+    assert mb.export_run_config(tmp_path) is None

@@ -816,16 +816,22 @@ def export_run_config(source: str | os.PathLike[str]) -> dict | None:
     the MTP block (the saved value when set, else the first block after ``/``); every other key is unchanged.
 
     Raises:
-        TranslateError: the pattern's MTP blocks differ from each other or from the saved
-            ``mtp_hybrid_override_pattern`` (a pattern this export would misread).
+        TranslateError: the file is not readable YAML, or the pattern's MTP blocks differ from each other or from
+            the saved ``mtp_hybrid_override_pattern`` (a pattern this export would misread).
     """
     import yaml
 
     rc = export_run_config_file(source)
     if rc is None:
         return None
-    data = yaml.safe_load(rc.read_text(encoding="utf-8")) or {}
-    model = data.get("model") or {}
+    try:
+        data = yaml.safe_load(rc.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise TranslateError(f"{rc}: not a readable run_config.yaml ({type(exc).__name__}: {exc})".splitlines()[0]) \
+            from None
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict):
+        return None  # no model section: upstream reads the file itself and names what it lacks
     key = "hybrid_layer_pattern" if model.get("hybrid_layer_pattern") else "hybrid_override_pattern"
     pattern = model.get(key)
     if not isinstance(pattern, str) or "/" not in pattern:
