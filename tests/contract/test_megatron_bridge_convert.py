@@ -90,6 +90,13 @@ if hasattr(mb, "saved_pipeline_layout"):
     res["saved_layout"] = mb.saved_pipeline_layout(str(ckpt))
     mcfg, _ = load_model_config(str(it))
     res["bridge_layout"] = getattr(mcfg, "pipeline_model_parallel_layout", None)
+try:   # the export's tokenizer: what Megatron-Bridge's own ConfigContainer.to_yaml saved under tokenizer
+    name, origin = mb.export_tokenizer_source(str(ckpt), None)
+    tok, _, _ = mb.load_export_tokenizer(str(ckpt), None)
+    res["tokenizer"] = {"name": name, "origin": origin, "size": len(tok),
+                        "saved": yaml.safe_load((it / "run_config.yaml").read_text())["tokenizer"]}
+except Exception as exc:
+    res["tokenizer"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
 res["slice"] = catalogue.hf_config(catalogue.get("ultra4layer"))
 res["trained_mtp_layers"] = container.model.mtp_num_layers
 write_result(res)
@@ -105,6 +112,10 @@ def _cases(root: Path, layout=None, one_gpu: bool = False) -> dict:
     from nemotron.config.registry import get_stage
 
     files = inputs(root)
+    if one_gpu:  # the folder the saved run_config.yaml names as the tokenizer: a real one (the export takes it)
+        from rl_support import tokenizer_folder
+
+        tokenizer_folder(Path(files["ultra_hf"]))
     sft = compile_shipped("sft", "tiny", root, files, list(ONE_GPU_SFT) if one_gpu else None)
     sft["stage"], sft["work"] = "sft", str(root / "work-sft")
     ckpt = root / "sft-ckpt"
@@ -172,3 +183,9 @@ def test_the_one_gpu_convert_of_small_exports_smalls_config(upstream, tmp_path):
     assert _pattern(out["config"], mtp=True) == "*E" and out["config"]["num_nextn_predict_layers"] == 2
     assert out["selfcheck_config"]["passed"], out["selfcheck_config"]
     assert out["read_back"] == {"type": "NemotronHConfig", "num_hidden_layers": 10}
+    # save_hf_pretrained of the config-only bridge writes no tokenizer; the export takes the one the run_config.yaml
+    # Megatron-Bridge saved names (the data's tokenizer folder), which loads and fits the vocabulary
+    tok = out["tokenizer"]
+    assert "error" not in tok, tok
+    assert tok["name"] == tok["saved"]["tokenizer_model"] and tok["origin"].startswith("the tokenizer the checkpoint")
+    assert 0 < tok["size"] <= out["config"]["vocab_size"]

@@ -35,6 +35,28 @@ def _tiny_model(seed: int):
     return model.to(torch.bfloat16).eval()
 
 
+def _tokenizer(folder, vocab: int = 300):
+    """A real byte-level BPE tokenizer of ``vocab`` entries, trained on WikiText-2 text (../shared/data) with the
+    tokenizers library and saved as transformers saves one (tokenizer.json + tokenizer_config.json): small enough
+    for the 512-entry vocabulary of :func:`_tiny_config`."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    data = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pretrain" / "wikitext2-valid.jsonl"
+    if not data.is_file():
+        pytest.skip(f"{data} is absent (the shared real data)")
+    texts = [json.loads(line)["text"] for line in data.open(encoding="utf-8")][:20]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<s>", "</s>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>").save_pretrained(str(folder))
+    return folder
+
+
 def _checkpoint(tmp_path, pattern: str, num_layers: int, iteration: int = 20):
     """A Megatron checkpoint folder's bookkeeping as Megatron-Bridge saves it: latest_checkpointed_iteration.txt
     and iter_NNNNNNN/run_config.yaml (model.num_layers, model.hybrid_layer_pattern with the MTP block after '/')."""
@@ -155,6 +177,7 @@ def test_run_without_a_megatron_model_records_why_and_checks_the_config(tmp_path
     out = tmp_path / "hf"
     out.mkdir()
     (out / "config.json").write_text(json.dumps(catalogue.hf_config(spec)))
+    _tokenizer(out)
     ckpt = _checkpoint(tmp_path, spec.pattern + "/*E", spec.num_layers)
     lines: list[str] = []
     rec = ec.run(out, ckpt, no_megatron_reason="convert.device=cpu", catalogue_config=catalogue.hf_config(spec),
@@ -163,6 +186,7 @@ def test_run_without_a_megatron_model_records_why_and_checks_the_config(tmp_path
     assert saved == rec and rec["passed"] and rec["logits"] == {"ran": False, "reason": "convert.device=cpu"}
     assert lines == [ec.verdict(rec)] and lines[0].startswith("self-check passed: config 10 layers")
     assert "logits comparison not run: convert.device=cpu" in lines[0]
+    assert rec["tokenizer"]["passed"] and rec["tokenizer"]["size"] == 300 and "tokenizer " in lines[0]
     with pytest.raises(ec.SelfCheckError, match="no reason given"):
         ec.run(out, ckpt, say=lines.append)
     # the full Ultra's config.json over the slice's checkpoint: loud, recorded, nonzero for the job
@@ -178,6 +202,7 @@ def test_run_compares_logits_and_fails_loudly_with_both_numbers(tmp_path, monkey
     megatron_logits here (the same [b, s, v] contract); everything else is the real path."""
     out = tmp_path / "hf"
     _tiny_model(0).save_pretrained(out)
+    _tokenizer(out)
     ckpt = _checkpoint(tmp_path, "ME*E/*E", 4)
 
     def stand_in(model, ids):
@@ -332,3 +357,52 @@ def test_a_run_config_that_is_not_yaml_is_one_error_naming_the_file(tmp_path):
         mb.export_run_config(tmp_path)
     (tmp_path / "iter_0000001" / "run_config.yaml").write_text("- a list\n")
     assert mb.export_run_config(tmp_path) is None
+
+
+# ------------------------------------------------------------------------------------------- the export's tokenizer
+def test_an_export_without_a_tokenizer_or_with_one_larger_than_its_vocabulary_fails(tmp_path):
+    """save_hf_pretrained of a config-only bridge writes no tokenizer, and NeMo RL, quantization and eval load it
+    from the export folder: the self-check fails an export without one, and one whose ids overrun the embedding."""
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(_tiny_config()))
+    ckpt = _checkpoint(tmp_path, "ME*E/*E", 4)
+    lines: list[str] = []
+    with pytest.raises(ec.SelfCheckError, match="TOKENIZER: no tokenizer loads from the export"):
+        ec.run(out, ckpt, no_megatron_reason="cpu", say=lines.append)
+    assert json.loads((out / "selfcheck.json").read_text())["tokenizer"]["passed"] is False
+    _tokenizer(out, vocab=600)   # more tokens than the 512 embedding rows
+    with pytest.raises(ec.SelfCheckError, match="TOKENIZER: the tokenizer has 600 tokens, the exported vocab_size "
+                                                "is 512"):
+        ec.run(out, ckpt, no_megatron_reason="cpu", say=lines.append)
+    _tokenizer(out, vocab=512)
+    assert ec.run(out, ckpt, no_megatron_reason="cpu", say=lines.append)["tokenizer"]["size"] == 512
+
+
+def test_the_exports_tokenizer_is_the_trained_one_else_the_configs_else_a_named_error(tmp_path):
+    from nemotron.runtime.megatron import megatron_bridge as mb
+
+    trained = _tokenizer(tmp_path / "trained-tok")
+    src = _saved(tmp_path / "ck", {"hybrid_layer_pattern": "ME*E"})
+    rc = src / "iter_0000020" / "run_config.yaml"
+    data = yaml.safe_load(rc.read_text())
+    data["tokenizer"] = {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": str(trained)}
+    rc.write_text(yaml.safe_dump(data))
+    name, origin = mb.export_tokenizer_source(src, "nvidia/some-hub-id")
+    assert name == str(trained) and origin.startswith("the tokenizer the checkpoint was trained with")
+    tok, name, _ = mb.load_export_tokenizer(src, None)
+    assert len(tok) == 300 and name == str(trained)
+    # the trained-with folder is not on this node (another cluster's path): the config's, said why
+    data["tokenizer"]["tokenizer_model"] = str(tmp_path / "gone")
+    rc.write_text(yaml.safe_dump(data))
+    name, origin = mb.export_tokenizer_source(src, "nvidia/some-hub-id")
+    assert name == "nvidia/some-hub-id" and "is not a folder on this node" in origin
+    with pytest.raises(mb.TranslateError, match=r"no tokenizer for the export: .*gone.* and "
+                                                r"tokenizer.tokenizer_model is not set"):
+        mb.export_tokenizer_source(src, None)
+    with pytest.raises(mb.TranslateError, match=r"tokenizer.tokenizer_model='/nowhere/tok' is not a folder"):
+        mb.export_tokenizer_source(src, "/nowhere/tok")
+    # a folder that holds no tokenizer: the load fails early, one line naming it
+    (tmp_path / "empty-tok").mkdir()
+    with pytest.raises(mb.TranslateError, match=r"the export's tokenizer '.*empty-tok' .* does not load: \w+"):
+        mb.load_export_tokenizer(src, str(tmp_path / "empty-tok"))

@@ -8,16 +8,20 @@ form, :func:`run` checks that the export is the model that was exported:
    (``model.num_layers`` / ``model.hybrid_layer_pattern`` of its ``run_config.yaml``, :func:`saved_model_shape`)
    and, for a catalogue model, the catalogue's ``config.json`` — never the full Ultra's 108 layers over the weights
    of a slice (issue 30, defect 2);
-2. **reload** (:func:`hf_logits`): ``transformers.AutoModelForCausalLM.from_pretrained`` of the export (BF16, on the
+2. **tokenizer** (:func:`check_tokenizer`): ``transformers.AutoTokenizer.from_pretrained`` of the export folder
+   loads, and its ids fit the exported ``vocab_size`` (every consumer of the export — NeMo RL, quantization, eval —
+   loads the tokenizer from the export itself; ``save_hf_pretrained`` of a config-only bridge writes none, found
+   reading the stages downstream of the first GPU export);
+3. **reload** (:func:`hf_logits`): ``transformers.AutoModelForCausalLM.from_pretrained`` of the export (BF16, on the
    GPU when there is one; ``trust_remote_code`` as ``recipe.trust_remote_code`` says);
-3. **logits** (:func:`compare_logits`): the same fixed batch (:func:`fixed_batch`: 2 x 64 token ids from seed
+4. **logits** (:func:`compare_logits`): the same fixed batch (:func:`fixed_batch`: 2 x 64 token ids from seed
    1234, within the HF vocabulary) through the reloaded model and through the Megatron model that was exported
    (:func:`megatron_logits`: the model ``load_megatron_model`` gave the export, MTP off as upstream's
    ``examples/conversion/compare_hf_and_megatron/compare.py`` does, forward without labels → ``[b, s, v]``
    logits). The Megatron forward is reached on the single-rank GPU export only (``convert.device: gpu`` at
    world size 1): a CPU export (``AutoBridge.export_ckpt``) keeps no Megatron model in memory, and a multi-rank
-   export holds one shard per rank (and a model that needs several GPUs would not reload on one). There steps 2
-   and 3 are recorded as not run, with that reason, in ``selfcheck.json`` and in the job log (never left out
+   export holds one shard per rank (and a model that needs several GPUs would not reload on one). There steps 3
+   and 4 are recorded as not run, with that reason, in ``selfcheck.json`` and in the job log (never left out
    silently); the config check still runs and still fails the job.
 
 Thresholds (BF16 on both sides): the logits of all ``b x s`` positions, in FP32, must have a cosine similarity of
@@ -29,7 +33,7 @@ within that noise, and a briefly trained small model has flat, unigram-like outp
 the positions is left for that — upstream prints the token match but does not gate on it). The maximum and mean
 absolute difference are recorded (not gated: their scale follows the logits' own scale).
 
-Any failure — a config shape that differs, a reload that raises, logits beyond a threshold or not finite — writes
+Any failure — a config shape that differs, a tokenizer that is absent or larger than the vocabulary, a reload that raises, logits beyond a threshold or not finite — writes
 ``selfcheck.json`` with ``"passed": false`` and the reason, prints one ``SELF-CHECK FAILED`` line naming the
 numbers and thresholds, and raises :class:`SelfCheckError` (the job then exits 1).
 
@@ -134,6 +138,26 @@ def check_config(exported: dict[str, Any], checkpoint: dict[str, Any],
 
 
 # ------------------------------------------------------------------------------------------------------ logits
+def check_tokenizer(folder: str | os.PathLike[str], vocab_size: int | None, trust_remote_code: bool = False
+                    ) -> dict[str, Any]:
+    """``{"class", "size", "vocab_size", "passed", "reason"?}`` for the tokenizer in the export ``folder``: it loads
+    with ``AutoTokenizer`` from the folder alone, and its size (``len(tokenizer)``: base vocabulary plus added
+    tokens) is at most the exported ``vocab_size`` (the embedding rows; Megatron pads the vocabulary up, never down).
+    A tokenizer that does not load gives ``passed`` False with the error as ``reason``."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    except Exception as exc:  # absent files (OSError), an unknown class (ValueError): recorded, named
+        return {"passed": False, "reason": f"no tokenizer loads from the export: {type(exc).__name__}: {exc}"[:500]}
+    size = len(tok)
+    out: dict[str, Any] = {"class": type(tok).__name__, "size": size, "vocab_size": vocab_size}
+    out["passed"] = vocab_size is None or size <= int(vocab_size)
+    if not out["passed"]:
+        out["reason"] = f"the tokenizer has {size} tokens, the exported vocab_size is {vocab_size}"
+    return out
+
+
 def fixed_batch(vocab_size: int, batch: int = BATCH, seq: int = SEQ, seed: int = SEED) -> Any:
     """The fixed batch: a CPU ``torch.long`` tensor ``[batch, seq]`` of ids in ``[0, vocab_size)`` drawn by a
     ``torch.Generator`` seeded with ``seed`` (the same ids on every machine).
@@ -270,6 +294,10 @@ def verdict(record: dict[str, Any]) -> str:
     shape = cfg.get("exported") or {}
     state = "matches the checkpoint" if cfg.get("passed") else "MISMATCH: " + "; ".join(cfg.get("mismatches", []))
     parts = [f"config {shape.get('num_layers')} layers {shape.get('pattern')!r} ({state})"]
+    tk = record.get("tokenizer")
+    if tk:
+        parts.append(f"tokenizer {tk.get('class')} of {tk.get('size')} tokens (vocab_size {tk.get('vocab_size')})"
+                     if tk.get("passed") else f"TOKENIZER: {tk.get('reason')}")
     lg = record.get("logits") or {}
     if lg.get("ran"):
         parts.append(f"logits max|diff| {lg['max_abs_diff']:.4g} mean {lg['mean_abs_diff']:.4g}, cosine "
@@ -303,6 +331,8 @@ def run(folder: str | os.PathLike[str], source: str | os.PathLike[str], *, megat
         exported = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
         record["config"] = check_config(exported, saved_model_shape(source), catalogue_config)
         failed = not record["config"]["passed"]
+        record["tokenizer"] = check_tokenizer(folder, exported.get("vocab_size"), trust_remote_code)
+        failed = failed or not record["tokenizer"]["passed"]
         if megatron_model is None:
             if not no_megatron_reason:
                 raise SelfCheckError("no Megatron model and no reason given for not comparing logits")

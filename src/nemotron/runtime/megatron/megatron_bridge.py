@@ -36,9 +36,10 @@ with ``backend: megatron-bridge``, on every rank that torchrun starts:
    reads the saved iteration and writes the requeue marker, from which the job's batch script requeues or
    continues the job), 1 on a failure.
    Convert: ``AutoBridge.import_ckpt`` (HF → Megatron) or ``AutoBridge.export_ckpt`` (Megatron → HF; the
-   HF ``config.json`` then rewritten to the v4 form NeMo RL reads, :mod:`nemotron.runtime.common.convert`; then the
-   export's self-check, :mod:`nemotron.runtime.megatron.export_check`: its config shape against the checkpoint's, and on
-   a single-rank GPU export its reload in transformers and its logits against the exported Megatron model's on a
+   HF ``config.json`` then rewritten to the v4 form NeMo RL reads, :mod:`nemotron.runtime.common.convert`; the
+   tokenizer the model was trained with saved beside the weights, :func:`export_tokenizer_source`; then the
+   export's self-check, :mod:`nemotron.runtime.megatron.export_check`: its config shape against the checkpoint's, its
+   tokenizer, and on a single-rank GPU export its reload in transformers and its logits against the exported Megatron model's on a
    fixed batch, recorded in ``selfcheck.json`` beside it; exit 1 when it fails).
 
 APIs as in Megatron-Bridge branch ``nemotron_3_ultra`` at 4588417 (package 0.5.0; ``recipes/nemotronh/
@@ -234,6 +235,8 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
             if not value or "${" in str(value):
                 raise TranslateError(f"convert.{key}={value!r}: must be set (a checkpoint folder)")
         model = {k: v for k, v in (own.get("model") or {}).items() if k.endswith("_parallel_size")}
+        # the export's tokenizer when the checkpoint's own is not on this node (export_tokenizer_source)
+        conv["tokenizer_fallback"] = get(cfg, "tokenizer.tokenizer_model") or None
         from nemotron.config import catalogue as _catalogue
 
         try:
@@ -849,6 +852,61 @@ def export_run_config(source: str | os.PathLike[str]) -> dict | None:
     return data
 
 
+def export_tokenizer_source(source: str | os.PathLike[str], fallback: str | None) -> tuple[str, str]:
+    """Where the tokenizer of a ``megatron_to_hf`` export comes from, and why: ``(name_or_folder, origin)``.
+
+    ``save_hf_pretrained`` of a config-only bridge (:func:`export_bridge`) writes the config and the weights but no
+    tokenizer, and every consumer of the export loads one from the export folder itself (NeMo RL's
+    ``policy.tokenizer.name`` defaults to ``policy.model_name``; Megatron-Bridge's quantization example reads
+    ``bridge.hf_pretrained.tokenizer``; the eval stage's ``tokenizer: null``). First choice: the tokenizer the model
+    was trained with, ``tokenizer.tokenizer_model`` of the checkpoint's ``run_config.yaml``
+    (:func:`export_run_config_file`) when it is a folder that exists on this node; else ``fallback`` (the convert
+    config's ``tokenizer.tokenizer_model``: a local folder or a hub id).
+
+    Raises:
+        TranslateError: neither is usable (the trained-with folder is absent here and no fallback is set, or the
+            fallback is a local path that does not exist).
+    """
+    import yaml
+
+    trained = None
+    rc = export_run_config_file(source)
+    if rc is not None:
+        try:
+            data = yaml.safe_load(rc.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            data = {}  # export_run_config has already refused an unreadable file
+        tok = data.get("tokenizer") if isinstance(data, dict) else None
+        trained = tok.get("tokenizer_model") if isinstance(tok, dict) else None
+    if isinstance(trained, str) and trained and Path(trained).is_dir():
+        return trained, f"the tokenizer the checkpoint was trained with ({rc})"
+    why = (f"the checkpoint's tokenizer {trained!r} ({rc}) is not a folder on this node" if trained
+           else f"the checkpoint names no tokenizer ({rc or 'no run_config.yaml'})")
+    if not fallback:
+        raise TranslateError(f"convert: no tokenizer for the export: {why}, and tokenizer.tokenizer_model is not set "
+                             "(set it to the tokenizer folder the model was trained with)")
+    if str(fallback).startswith(("/", "./", "../", "~")) and not Path(os.path.expanduser(str(fallback))).is_dir():
+        raise TranslateError(f"convert: no tokenizer for the export: {why}, and tokenizer.tokenizer_model="
+                             f"{fallback!r} is not a folder on this node")
+    return str(fallback), f"tokenizer.tokenizer_model of the convert config ({why})"
+
+
+def load_export_tokenizer(source: str | os.PathLike[str], fallback: str | None, trust_remote_code: bool = False
+                          ) -> tuple[Any, str, str]:
+    """``(tokenizer, name_or_folder, origin)``: the :func:`export_tokenizer_source` tokenizer, loaded with
+    ``transformers.AutoTokenizer`` (before any weight moves, so that a tokenizer that does not load stops the job
+    early). Raises :class:`TranslateError` naming the tokenizer when it does not load."""
+    from transformers import AutoTokenizer
+
+    name, origin = export_tokenizer_source(source, fallback)
+    try:
+        tok = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+    except Exception as exc:  # OSError (absent, offline hub), ValueError (unknown class): one line, named
+        raise TranslateError(f"convert: the export's tokenizer {name!r} ({origin}) does not load: "
+                             f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
+    return tok, name, origin
+
+
 def saved_pipeline_layout(source: str | os.PathLike[str]) -> list | None:
     """``model.pipeline_model_parallel_layout`` of the checkpoint's ``run_config.yaml`` (the folder itself, then its
     ``iter_*`` folders) when it is a list, else None: what Megatron-Bridge's
@@ -885,8 +943,12 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
         return 0
     try:
         pg_options = None if conv.get("device") == "cpu" else process_group_options(timeout_minutes)
+        tokenizer = None
         if direction == "megatron_to_hf":
             export_run_config(src)  # an MTP pattern the export would misread is refused before any process group
+            if rank0:  # the export's tokenizer, loaded before the weights: one that does not load stops here
+                tokenizer, tok_name, tok_origin = load_export_tokenizer(src, conv.get("tokenizer_fallback"),
+                                                                        bc.trust_remote_code)
     except TranslateError as exc:
         return prestart.refuse(f"ultra3 {bc.stage}", [str(exc)])
     import torch
@@ -935,6 +997,9 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
                 no_model = (f"{world} ranks: each holds a shard of the Megatron model; the self-check's Megatron "
                             "forward runs on a single-rank export")
         torch.distributed.barrier()
+    if direction == "megatron_to_hf" and rank0 and tokenizer is not None:
+        tokenizer.save_pretrained(out)  # the weights' tokenizer beside them: what every consumer loads
+        _say(bc.stage, f"tokenizer {tok_name} -> {out} ({tok_origin})")
     if direction == "megatron_to_hf" and conv.get("hf_config_form", "v4") == "v4" and rank0:
         rewrite_config_v4(out)
     if rank0:
