@@ -36,6 +36,10 @@ Megatron-Bridge's ``finetune()`` on our packed Parquet (its packed-sequence data
 loss mask), starting from a pretrain checkpoint this script makes first (``--pretrain-iters`` steps of the pretrain
 job above, kept in ``WORK/pre``): runs 1-3 as above, and the plain loop at the SFT batch shape.
 
+``--stage quantize`` runs the job of ``nemotron ultra3 quantize -c tiny`` (``backend: megatron-bridge``,
+:data:`ONE_GPU_QUANTIZE`) on the convert job's export ``WORK/hf``, calibrated on ``--calib``, then reloads the NVFP4
+export and compares it with the BF16 model (:func:`quantize_main`).
+
 ``--stage convert`` runs the job of ``nemotron ultra3 convert -c tiny`` (megatron_to_hf) the same way
 (:data:`ONE_GPU_CONVERT`: the same model at TP1 PP1 EP1 ETP1), through ``stages/ultra3/convert/run.py``, from the
 checkpoint ``--stage sft`` left in WORK (``ref``, else ``sig``, else the pretrain checkpoint ``pre``;
@@ -112,6 +116,104 @@ ONE_GPU_CONVERT = [
     "model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=1",
     "model.expert_model_parallel_size=1", "model.expert_tensor_parallel_size=1",
 ]
+
+
+#: ``quantize -c tiny`` (``backend: megatron-bridge``) made to fit one GPU: the convert job's model and layout, and the
+#: export layout at 1 GPU too (``tiny`` sets it for an ``<N>layer`` slice only; its default, PP12, is more stages than
+#: ``small`` has layers).
+ONE_GPU_QUANTIZE = [*ONE_GPU_CONVERT, "export.tensor_model_parallel_size=1", "export.pipeline_model_parallel_size=1",
+                    "export.expert_model_parallel_size=1", "export.expert_tensor_parallel_size=1"]
+
+#: The held-out comparison after the quantize job: sequences of this many tokens (+1 for the labels), at most
+#: :data:`EVAL_SEQUENCES` of them, from the calibration file's texts after the first ``quantization.calib_size``.
+EVAL_TOKENS, EVAL_SEQUENCES = 512, 16
+
+
+def quantize_overrides(source: Path, calib: Path, work: Path) -> list[str]:
+    """``quantize -c tiny`` on one GPU: the HF folder ``source`` (the convert job's export) quantized with the
+    calibration texts of ``calib`` (JSONL with a ``text`` field); the Megatron checkpoint into ``WORK/q-megatron``,
+    the Hugging Face export into ``WORK/q-hf`` (the ``${art:mopd-checkpoint,path}`` input given as a path)."""
+    return [*ONE_GPU_QUANTIZE, f"quantization.source={source}", f"quantization.calib_dataset={calib}",
+            f"quantization.output_dir={work / 'q-megatron'}", f"export.output_dir={work / 'q-hf'}"]
+
+
+def held_out_ids(calib: Path, skip: int, tokenizer, seq: int = EVAL_TOKENS, most: int = EVAL_SEQUENCES):
+    """``[n, seq + 1]`` int64 token ids (n <= ``most``): the texts of ``calib`` after the first ``skip`` (those the
+    job calibrated on), tokenized with ``tokenizer`` (no special tokens), concatenated and cut into rows."""
+    import torch
+
+    texts = [json.loads(x).get("text") or "" for x in calib.read_text(encoding="utf-8").splitlines() if x.strip()]
+    ids: list[int] = []
+    for text in texts[skip:]:
+        ids += tokenizer(text, add_special_tokens=False)["input_ids"]
+    n = min(most, len(ids) // (seq + 1))
+    if n == 0:
+        raise ValueError(f"{calib}: fewer than {seq + 1} held-out tokens after the first {skip} texts")
+    return torch.tensor(ids[: n * (seq + 1)], dtype=torch.long).reshape(n, seq + 1)
+
+
+def quantize_main(args: argparse.Namespace, out: Path, work: Path, summary: dict) -> int:
+    """``--stage quantize``: the job of ``nemotron ultra3 quantize -c tiny`` (``backend: megatron-bridge``:
+    :func:`nemotron.runtime.quantization.quantize_cluster.run` — AutoBridge from the HF folder, Model Optimizer's
+    ``mtq.quantize`` with the ``ultra`` recipe calibrated on ``--calib``, the quantized Megatron checkpoint, a
+    fake-quantized generation, ``export_mcore_gpt_to_hf``) on one GPU, from the convert job's export ``WORK/hf``.
+    Then the export is reloaded and compared with the BF16 model it came from: our own de-quantization of its NVFP4
+    / FP8 tensors (:func:`nemotron.runtime.quantization.quantize.dequantized_load`) loaded by transformers, against
+    ``WORK/hf`` in BF16, on held-out text (:func:`held_out_ids`): perplexity of both, KL(BF16 || quantized) per
+    token, top-1 agreement (:func:`nemotron.runtime.quantization.quantize.compare`). Weights only: the reloaded
+    model runs its activations in BF16. Returns 0 when the job exited 0 and the comparison ran."""
+    summary["stage"] = "quantize"
+    source, calib = work / "hf", args.calib
+    if not (source / "config.json").is_file() or calib is None or not calib.is_file():
+        summary["error"] = (f"quantize needs the convert job's export {source} (run --stage convert first with the "
+                            f"same work folder) and --calib (a JSONL file of texts): {calib}")
+        print(summary["error"], file=sys.stderr)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        return 1
+    summary["source"] = {"folder": str(source), "selfcheck": (json.loads((source / "selfcheck.json").read_text())
+                                                              .get("passed") if (source / "selfcheck.json").is_file()
+                                                              else None)}
+    cfg_path = work / "quantize.yaml"
+    cfg = compile_job(args.blend, source, 0, cfg_path, "quantize", quantize_overrides(source, calib, work))
+    for name in ("q-megatron", "q-hf", "q-deq"):
+        shutil.rmtree(work / name, ignore_errors=True)   # a fresh quantization, never files of an earlier one
+    run = train(cfg_path, out / "quantize.jsonl", out, "quantize", timeout=args.timeout, stage_name="quantize")
+    summary["runs"] = {"quantize": run}
+    summary["wall_s"] = run["seconds"]
+    log = (out / "quantize.log").read_text(errors="replace") if (out / "quantize.log").is_file() else ""
+    summary["generate"] = [line.strip()[:300] for line in log.splitlines() if line.startswith("[quantize] generate")]
+    export = work / "q-hf"
+    ok = run["rc"] == 0 and (export / "config.json").is_file()
+    if ok:
+        from nemotron.runtime.quantization import quant_config, quantize as q
+
+        try:
+            summary["export_bytes_by_kind"] = q.tensor_bytes(export)
+            summary["bf16_bytes_by_kind"] = q.tensor_bytes(source)
+            algos: dict = {}
+            for rec in quant_config.quantized_layers(export).values():
+                algos[str(rec.get("quant_algo"))] = algos.get(str(rec.get("quant_algo")), 0) + 1
+            summary["quantized_layers_by_format"] = algos
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            t0 = time.monotonic()
+            tok = AutoTokenizer.from_pretrained(str(source))
+            ids = held_out_ids(calib, int(cfg["quantization"]["calib_size"]), tok)
+            ref = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.bfloat16).cuda().eval()
+            quant = q.dequantized_load(export, work / "q-deq", torch.bfloat16).cuda().eval()
+            summary["comparison"] = {**q.compare(ref, quant, ids, "cuda"), "sequences": int(ids.shape[0]),
+                                     "tokens_per_sequence": EVAL_TOKENS, "seconds": round(time.monotonic() - t0, 1),
+                                     "what": "weights-only: the export de-quantized by our decoder, activations BF16"}
+        except Exception as exc:  # recorded, named: the figures the issue asks for did not come
+            summary["error"] = f"comparison: {type(exc).__name__}: {exc}"[:800]
+            ok = False
+    else:
+        summary["error"] = f"the quantize job exited {run['rc']} without an export in {export} (see quantize.log)"
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    (out / "summary.md").write_text(markdown(summary))
+    print(markdown(summary))
+    return 0 if ok and "comparison" in summary else 1
 
 
 def convert_overrides(source: Path, output_dir: Path) -> list[str]:
@@ -318,10 +420,15 @@ def main() -> int:
     ap.add_argument("--plain-steps", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=420, help="seconds each training process may run")
     ap.add_argument("--skip", default="", help="comma list of runs to skip: reference,signal,plain")
-    ap.add_argument("--stage", choices=("pretrain", "sft", "convert"), default="pretrain",
+    ap.add_argument("--calib", type=Path, default=None,
+                    help="quantize: JSONL of texts (a `text` field) to calibrate on; the texts after the first "
+                         "quantization.calib_size are the held-out comparison's")
+    ap.add_argument("--stage", choices=("pretrain", "sft", "convert", "quantize"), default="pretrain",
                     help="sft: finetune() on --packed from a pretrain checkpoint this script makes first (--pretrain-iters "
                          "steps of the pretrain job on --blend, in WORK/pre, kept for later invocations); convert: "
-                         "megatron_to_hf of WORK/ref (else WORK/sig, else WORK/pre) into WORK/hf, with its self-check")
+                         "megatron_to_hf of WORK/ref (else WORK/sig, else WORK/pre) into WORK/hf, with its self-check; "
+                         "quantize: NVFP4 of WORK/hf through Megatron-Bridge + Model Optimizer, then the export "
+                         "reloaded and compared with WORK/hf")
     ap.add_argument("--packed", type=Path, default=None, help="sft: the folder of `nemotron ultra3 data prep sft -c tiny`")
     ap.add_argument("--pretrain-iters", type=int, default=10, help="sft: steps of the pretrain run it starts from")
     ap.add_argument("--pretrain-if-none", action="store_true",
@@ -355,6 +462,10 @@ def main() -> int:
     if args.stage == "convert":
         args.blend = args.blend.resolve()
         return convert_main(args, out, work, summary)
+    if args.stage == "quantize":
+        args.blend = args.blend.resolve()
+        args.calib = args.calib.resolve() if args.calib else None
+        return quantize_main(args, out, work, summary)
     blend = args.blend.resolve()
     stage_name = args.stage
     runs: dict = {}
@@ -458,7 +569,7 @@ def markdown(s: dict) -> str:
     lines = ["| figure | value |", "|---|---|"]
     for k in ("stage", "gpu", "torch", "stack", "loss", "tokens_per_s", "plain_loop_tokens_per_s", "peak_allocated_gib",
               "peak_reserved_gib", "estimate_gb", "resume", "source", "wall_s", "export_gb", "selfcheck_figures",
-              "error"):
+              "quantized_layers_by_format", "comparison", "generate", "error"):
         if k in s:
             lines.append(f"| {k} | `{json.dumps(s[k])}` |")
     for name, r in (s.get("runs") or {}).items():

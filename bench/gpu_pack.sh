@@ -100,6 +100,8 @@ say "Transformer Engine core: $(du -sh "$WORK/te.tar.xz" | cut -f1)"
 rm -rf "$OUT"
 mkdir -p "$OUT/c0"
 cp -r "$WORK/wheels" "$WORK/kit_src.tar.xz" "$WORK/sft-data.tar" "$OUT/c0/"
+# the texts `run --stage quantize` calibrates on and compares with (WikiText-2 validation, 60 articles, 1.1 MB)
+cp "${NEMOTRON_SHARED_DATA:-$REPO/../shared/data}/pretrain/wikitext2-valid.jsonl" "$OUT/c0/calib.jsonl"
 (cd "$REPO" && git archive --format=tar.gz -o "$OUT/c0/snapshot.tar.gz" HEAD)
 split -b "$PART" -d -a 2 "$WORK/te.tar.xz" "$WORK/te.part"
 i=1

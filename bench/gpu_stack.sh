@@ -11,7 +11,8 @@
 #   bash bench/gpu_stack.sh probe          # import the training path; name every module still missing
 #   bash bench/gpu_stack.sh run [ARGS]     # python bench/gpu_megatron.py --blend <the data> --packed <the SFT packs>
 #                                          #   --out $OUT/gpu-run ARGS (--stage sft: the SFT run; --stage
-#                                          #   convert: megatron_to_hf of the SFT checkpoint, with its self-check)
+#                                          #   convert: megatron_to_hf of the SFT checkpoint, with its self-check;
+#                                          #   --stage quantize: NVFP4 of that export, reloaded and compared)
 #
 # The stash (NEMOTRON_GPU_STASH, default /tmp/nemotron-gpu) holds site/ (a --target install on PYTHONPATH),
 # in/ (what was received) and build/. The kit (kit_src.tar.xz) holds Megatron-Bridge's and Megatron-Core's
@@ -217,9 +218,11 @@ EOF
     # --skip reference in a later one reads the earlier reference's record from there); copied into OUT at the end
     out=${RUN_OUT:-${OUT:-$REPO/gpu-run-out}/gpu-run}
     rc=0
+    # calib.jsonl (c0): the texts --stage quantize calibrates on (WikiText-2 validation articles of the shared data)
+    calib=(); [[ -f "$STASH/in/calib.jsonl" ]] && calib=(--calib "$STASH/in/calib.jsonl")
     PATH="$STASH/bin:$PATH" PYTHONPATH="$SITE:$EXTRA:$REPO/src" "$PY" bench/gpu_megatron.py \
       --blend "$REPO/output/ultra3/pretrain-data/tiny/blend.json" --packed "$REPO/output/ultra3/sft-data/tiny" \
-      --out "$out" --work "$STASH/work" "$@" || rc=$?
+      --out "$out" --work "$STASH/work" "${calib[@]}" "$@" || rc=$?
     [[ -z "${OUT:-}" || -z "${RUN_OUT:-}" ]] || cp -r "$out" "$OUT/"
     exit $rc
     ;;

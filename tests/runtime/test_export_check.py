@@ -406,3 +406,50 @@ def test_the_exports_tokenizer_is_the_trained_one_else_the_configs_else_a_named_
     (tmp_path / "empty-tok").mkdir()
     with pytest.raises(mb.TranslateError, match=r"the export's tokenizer '.*empty-tok' .* does not load: \w+"):
         mb.load_export_tokenizer(src, str(tmp_path / "empty-tok"))
+
+
+# ------------------------------------------------------------------------------ bench/gpu_megatron.py --stage quantize
+def test_the_quantize_bench_compiles_the_one_gpu_job_runs_its_entry_and_reports_the_stop(tmp_path):
+    """The real path on a CPU: without the convert export the bench says what to run first; with one, the one-GPU
+    quantize config (backend megatron-bridge, the export layout at 1 GPU) compiles and validates, and
+    stages/ultra3/quantize/run.py starts with it; on this machine the job's pre-start check refuses (no torchrun
+    GPU / no Megatron-Bridge), so the bench names the exit code and returns 1."""
+    import argparse
+    from pathlib import Path
+
+    g = _bench()
+    calib = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pretrain" / "wikitext2-valid.jsonl"
+    if not calib.is_file():
+        pytest.skip(f"{calib} is absent (the shared real data)")
+    work, out = tmp_path / "work", tmp_path / "out"
+    out.mkdir()
+    args = argparse.Namespace(blend=tmp_path / "blend.json", timeout=120, calib=calib)
+    summary: dict = {}
+    assert g.quantize_main(args, out, work, summary) == 1
+    assert "run --stage convert first" in summary["error"]
+    (work / "hf").mkdir(parents=True)
+    (work / "hf" / "config.json").write_text(json.dumps(catalogue.hf_config(catalogue.get("small"))))
+    summary = {}
+    assert g.quantize_main(args, out, work, summary) == 1
+    assert summary["runs"]["quantize"]["rc"] != 0 and "without an export" in summary["error"]
+    cfg = yaml.safe_load((work / "quantize.yaml").read_text())
+    assert cfg["backend"] == "megatron-bridge" and cfg["model"]["name"] == "small"
+    assert cfg["quantization"]["source"] == str(work / "hf") and cfg["quantization"]["calib_dataset"] == str(calib)
+    assert cfg["export"]["output_dir"] == str(work / "q-hf") and cfg["export"]["pipeline_model_parallel_size"] == 1
+    from nemotron.runtime.quantization.quant_config import cluster_plan
+
+    plan = cluster_plan(cfg, 1)   # what the job's entry computes from it under torchrun's WORLD_SIZE=1
+    assert plan["calibration_layout"]["expert_model_parallel_size"] == 1 and plan["recipe"] == "ultra"
+    assert "megatron.bridge is not importable here" in (out / "quantize.log").read_text()  # the dispatch refusal
+
+
+def test_the_quantize_comparison_holds_out_the_texts_after_the_calibration_ones(tmp_path):
+    g = _bench()
+    calib = tmp_path / "c.jsonl"
+    calib.write_text("\n".join(json.dumps({"text": t}) for t in ["a " * 50, "b " * 50, "c d " * 400]) + "\n")
+    tok = __import__("transformers").AutoTokenizer.from_pretrained(str(_tokenizer(tmp_path / "tok")))
+    ids = g.held_out_ids(calib, 2, tok, seq=64, most=3)
+    assert ids.shape == (3, 65) and ids.dtype == torch.int64
+    assert tok.decode(ids[0, :6]).strip().startswith("c d")   # the calibration texts (a, b) are not in it
+    with pytest.raises(ValueError, match="fewer than 65 held-out tokens after the first 3 texts"):
+        g.held_out_ids(calib, 3, tok, seq=64)

@@ -162,6 +162,13 @@ def test_cluster_precheck_stops_before_anything_heavy():
     assert old[-1].startswith("nvidia-modelopt 0.44.0rc5 is installed; the recipes use the quant_cfg list form")
     newer_mb = precheck(cfg, **{**ok, "installed": {**pins, "megatron_bridge": "0.6.0", "modelopt": "0.47.0"}})
     assert newer_mb[-1].startswith("megatron-bridge 0.6.0 is installed; the configs and the key list were checked")
+    # a development stack on purpose (the one-GPU bench): the pins' mismatch is a warning, as in the training entry;
+    # the Model Optimizer minimum still refuses
+    dev = {**ok["env"], "NEMOTRON_SKIP_FRAMEWORK_CHECK": "1"}
+    assert precheck(cfg, **{**ok, "env": dev, "installed": {**pins, "megatron_bridge": "0.6.0", "modelopt": "0.47.0"}}
+                    ) == ["quantization.source='/definitely/not/here': no such folder on this node"]
+    assert precheck(cfg, **{**ok, "env": dev, "installed": {**pins, "modelopt": "0.44.0rc5"}})[-1].startswith(
+        "nvidia-modelopt 0.44.0rc5 is installed")
     assert precheck(cfg, **ok) == ["quantization.source='/definitely/not/here': no such folder on this node"]
     good = compile_quantize([f"quantization.source={ROOT}"], "default")
     assert precheck(good, **ok) == []

@@ -391,6 +391,18 @@ def _exists(key: str, value: Any, problems: list[str], kind: str = "file") -> Pa
 SKIP_FRAMEWORK_CHECK = "NEMOTRON_SKIP_FRAMEWORK_CHECK"
 
 
+def pinned_framework_problems(installed: dict[str, str | None] | None, env: Any, title: str) -> list[str]:
+    """:func:`framework_problems` (megatron-bridge / megatron-core against the ``[nemo]`` pins), except under
+    ``NEMOTRON_SKIP_FRAMEWORK_CHECK=1`` in ``env``: then each mismatch is printed as a ``<title>: warning`` line
+    and none is returned (a development stack outside the image, on purpose: said, not refused)."""
+    problems = framework_problems(installed)
+    if problems and env.get(SKIP_FRAMEWORK_CHECK) == "1":
+        for line in problems:
+            print(f"{title}: warning ({SKIP_FRAMEWORK_CHECK}=1): {line}", flush=True)
+        return []
+    return problems
+
+
 def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: int | None = None,
              installed: dict[str, str | None] | None = None, env: dict[str, str] | None = None) -> list[str]:
     """Every reason the Megatron-Bridge run of ``stage`` cannot start here, one line each (empty: ready).
@@ -408,11 +420,7 @@ def precheck(cfg: dict[str, Any], stage: str, *, importable: Any = None, gpus: i
     # said last: the line a job log's tail shows
     container = prestart.missing_modules({"megatron.bridge": ""}, "nemo", "NeMo", importable)
     if not container:
-        container = framework_problems(installed)
-        if container and env.get(SKIP_FRAMEWORK_CHECK) == "1":  # outside the image, on purpose: said, not refused
-            for line in container:
-                print(f"ultra3 {stage}: warning ({SKIP_FRAMEWORK_CHECK}=1): {line}", flush=True)
-            container = []
+        container = pinned_framework_problems(installed, env, f"ultra3 {stage}")
     cpu_key = the_row.family.cpu_key
     if not (cpu_key and get(cfg, cpu_key) == "cpu"):
         problems += prestart.gpu_problems(get(cfg, "run.env.nodes", 1), get(cfg, "run.env.gpus_per_node"), env, gpus)

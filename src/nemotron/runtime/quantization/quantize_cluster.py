@@ -50,7 +50,8 @@ def precheck(cfg: dict[str, Any], *, importable: Any = None, gpus: int | None = 
     is loaded. The checks shared with the Megatron-Bridge entry come from :mod:`nemotron.runtime.common.prestart`:
     torchrun's world against ``run.env.nodes`` x ``run.env.gpus_per_node`` and the visible GPUs, the
     modules importable, megatron-bridge / megatron-core the ``[nemo]`` pins
-    (:func:`nemotron.runtime.megatron.megatron_bridge.framework_problems`); this stage's own: the config translates
+    (:func:`nemotron.runtime.megatron.megatron_bridge.pinned_framework_problems`: warnings, not refusals, under
+    ``NEMOTRON_SKIP_FRAMEWORK_CHECK=1``); this stage's own: the config translates
     for the world (:func:`nemotron.runtime.quantization.quant_config.cluster_plan`), nvidia-modelopt is
     :data:`MIN_MODELOPT` or later, a local ``quantization.source`` exists.
 
@@ -77,7 +78,7 @@ def precheck(cfg: dict[str, Any], *, importable: Any = None, gpus: int | None = 
     if not container:
         if installed is None:
             installed = prestart.installed_versions({**mb.FRAMEWORKS, "modelopt": "nvidia-modelopt"})
-        container = mb.framework_problems({k: installed.get(k) for k in mb.FRAMEWORKS})
+        container = mb.pinned_framework_problems({k: installed.get(k) for k in mb.FRAMEWORKS}, env, TITLE)
         too_old = prestart.minimum_version_problem(
             "nvidia-modelopt", installed.get("modelopt"), MIN_MODELOPT,
             "the recipes use the quant_cfg list form of 0.47 (stages/ultra3/quantize/recipes)")
