@@ -453,3 +453,20 @@ def test_the_quantize_comparison_holds_out_the_texts_after_the_calibration_ones(
     assert tok.decode(ids[0, :6]).strip().startswith("c d")   # the calibration texts (a, b) are not in it
     with pytest.raises(ValueError, match="fewer than 65 held-out tokens after the first 3 texts"):
         g.held_out_ids(calib, 3, tok, seq=64)
+
+
+def test_the_pipeline_layout_comes_from_the_same_save_as_the_exports_model_config(tmp_path):
+    """The PP > 1 export gives the provider the layout the checkpoint was saved with: read from the run_config.yaml the
+    export's bridge reads (the newest iter_*), never an older save's."""
+    from nemotron.runtime.megatron import megatron_bridge as mb
+
+    old, new = [["embedding", "mamba"], ["moe", "loss"]], [["embedding", "mamba", "moe"], ["loss"]]
+    for it, layout in ((10, old), (20, new)):
+        (tmp_path / f"iter_{it:07d}").mkdir()
+        (tmp_path / f"iter_{it:07d}" / "run_config.yaml").write_text(yaml.safe_dump(
+            {"model": {"hybrid_layer_pattern": "ME", "pipeline_model_parallel_layout": layout}}))
+    assert mb.saved_pipeline_layout(tmp_path) == new
+    assert mb.export_run_config_file(tmp_path).parent.name == "iter_0000020"
+    (tmp_path / "iter_0000020" / "run_config.yaml").write_text(yaml.safe_dump({"model": {"num_layers": 2}}))
+    assert mb.saved_pipeline_layout(tmp_path) is None   # the newest save has none: no layout from an older one
+    assert mb.saved_pipeline_layout(tmp_path / "absent") is None

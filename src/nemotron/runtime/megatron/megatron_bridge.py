@@ -916,21 +916,23 @@ def load_export_tokenizer(source: str | os.PathLike[str], fallback: str | None, 
 
 
 def saved_pipeline_layout(source: str | os.PathLike[str]) -> list | None:
-    """``model.pipeline_model_parallel_layout`` of the checkpoint's ``run_config.yaml`` (the folder itself, then its
-    ``iter_*`` folders) when it is a list, else None: what Megatron-Bridge's
-    ``examples/conversion/convert_checkpoints_multi_gpu.py`` gives the provider before a PP > 1 export (the stages
-    the checkpoint was saved with; the default split would not match its shards)."""
+    """``model.pipeline_model_parallel_layout`` of the checkpoint's ``run_config.yaml`` when it is a list, else None:
+    what Megatron-Bridge's ``examples/conversion/convert_checkpoints_multi_gpu.py`` gives the provider before a PP > 1
+    export (the stages the checkpoint was saved with; the default split would not match its shards). The file is the
+    one the export's bridge reads (:func:`export_run_config_file`: the folder's own, else the newest ``iter_*``'s), so
+    that the layout and the model config come from the same save."""
     import yaml
 
-    root = Path(source)
-    for candidate in [root, *sorted(root.glob("iter_*"))]:
-        rc = candidate / "run_config.yaml"
-        if rc.is_file():
-            layout = ((yaml.safe_load(rc.read_text(encoding="utf-8")) or {}).get("model") or {}).get(
-                "pipeline_model_parallel_layout")
-            if isinstance(layout, list):
-                return layout
-    return None
+    rc = export_run_config_file(source)
+    if rc is None:
+        return None
+    try:
+        data = yaml.safe_load(rc.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise TranslateError(f"{rc}: not a readable run_config.yaml ({type(exc).__name__}: {exc})".splitlines()[0]) \
+            from None
+    layout = ((data.get("model") or {}) if isinstance(data, dict) else {}).get("pipeline_model_parallel_layout")
+    return layout if isinstance(layout, list) else None
 
 
 def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: no cover - needs Megatron-Bridge
