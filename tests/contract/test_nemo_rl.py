@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,9 +65,14 @@ from nemotron.profiles.profile import from_table
 from nemotron.runtime.rl import nemo_rl
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+from gpu_rl import ONE_GPU_RL, mtp_overrides  # noqa: E402  (the config of the one-GPU RLVR run, checked here in CI)
+
 GOLDEN = REPO / "tests" / "golden" / "nemo-rl"
 B200 = from_table("b200", {"executor": "slurm", "gpus_per_node": 8, "gpu_arch": "blackwell", "gpu_memory": 180.0})
 H200 = from_table("h200", {"executor": "slurm", "gpus_per_node": 8, "gpu_arch": "hopper", "gpu_memory": 141.0})
+#: One node of one H100 (80 GB): the machine of bench/gpu_rl.py.
+H100X1 = from_table("h100x1", {"executor": "slurm", "gpus_per_node": 1, "gpu_arch": "hopper", "gpu_memory": 80.0})
 
 SHIPPED = [(s, c) for s in ("rlvr", "mopd") for c in config_names(get_stage(s))
            if c != "local" and not c.startswith("local-")]  # local-cycle2: a later MOPD cycle on this machine
@@ -110,6 +116,12 @@ GOOD = [
     ("avg-length", "mopd", "default", ["checkpointing.metric_name=val:avg_length"]),
     ("train-loss", "rlvr", "tiny", ["checkpointing.metric_name=train:loss"]),
     ("no-metric", "rlvr", "default", ["checkpointing.metric_name=null"]),
+]
+#: Variants of shipped configs that runs outside CI use, checked like the shipped ones: (name, stage, config,
+#: overrides, profile). ``rlvr-tiny-1gpu``: bench/gpu_rl.py's one-GPU run (NeMo RL's Megatron generation colocated
+#: with training on one GPU; the policy folder, data and checkpoint paths are the harness's own).
+VARIANTS = [
+    ("rlvr-tiny-1gpu", "rlvr", "tiny", [*ONE_GPU_RL, *mtp_overrides(0)], H100X1),  # the fresh `small`: no MTP
 ]
 #: Job configs swept key by key for the required-key parity.
 SWEEP = ["rlvr-default", "rlvr-tiny", "rlvr-teacher-rlhf", "mopd-default"]
@@ -469,9 +481,9 @@ def _tokenizer(folder: Path) -> Path:
     return out
 
 
-def _compile(stage: str, config: str, overrides: list[str], model: str):
+def _compile(stage: str, config: str, overrides: list[str], model: str, profile=None):
     """The compiled, prepared config as ``nemotron ultra3 STAGE -c CONFIG`` makes it (``policy.model_name`` =
-    ``model``), and the dry-run's problems on the profile the goldens use."""
+    ``model``), and the dry-run's problems on ``profile`` (default: the one the goldens use)."""
     args = [f"policy.model_name={model}", "data.train.data_path=/data/rl/train.jsonl",
             "data.validation.data_path=/data/rl/validation.jsonl"]
     if config in ("teacher-rlhf", "teacher-ifbench", "teacher-swe"):  # NeMo Gym rows: the artifact rl-blend-<slot>
@@ -484,7 +496,7 @@ def _compile(stage: str, config: str, overrides: list[str], model: str):
             args += [f"_teachers.{s}=/ckpt/teacher-{s}" for s in ("rlhf", "ifbench", "reasoning", "swe")]
     c = compile_config(get_stage(stage), config, [*args, *overrides], check_paths=False)
     assert not c.unresolved, c.unresolved
-    profile = H200 if config == "tiny" else B200
+    profile = profile or (H200 if config == "tiny" else B200)
     validation.prepare(get_stage(stage), c.config, c.user_keys, profile)
     return c.config, validation.validate(get_stage(stage), c.config, profile)
 
@@ -507,6 +519,10 @@ def contract(upstream, tmp_path_factory):
             cfg, problems = _compile(stage, config, [], str(tok))
             jobs.append(_job(f"{stage}-{config}", cfg, True))
             dry[f"{stage}-{config}"] = problems
+        for name, stage, config, overrides, profile in VARIANTS:
+            cfg, problems = _compile(stage, config, overrides, str(tok), profile)
+            jobs.append(_job(name, cfg, True))
+            dry[name] = problems
         for name, stage, config, overrides, *_ in [*CASES, *GOOD]:
             cfg, problems = _compile(stage, config, overrides, str(tok))
             jobs.append(_job(f"case:{name}", cfg, True))
@@ -542,6 +558,24 @@ def test_every_shipped_config_passes_nemo_rls_entry_checks(contract, name):
     assert ran[:4] == ["entry: load_config + MasterConfig", "entry: tokenizer + generation config", "setup() checks",
                        "trainer start"], steps
     assert not _errors(contract["dry"][name]), [p.render() for p in _errors(contract["dry"][name])]
+
+
+@pytest.mark.parametrize("name", [v[0] for v in VARIANTS])
+def test_every_variant_passes_nemo_rls_entry_checks(contract, name):
+    """The one-GPU RLVR config of bench/gpu_rl.py: NeMo RL's entry, setup() and trainer-start checks accept it (with
+    the Megatron generation class setup() builds for it), and our dry-run on one H100 reports no error."""
+    steps = contract["results"][name]
+    assert _refusal(steps) is None, f"{name}: NeMo RL refuses at {_refusal(steps)[0]}: {_refusal(steps)[2]}"
+    ran = [s[0] for s in steps if s[1] == "ok"]
+    assert ran[:4] == ["entry: load_config + MasterConfig", "entry: tokenizer + generation config", "setup() checks",
+                       "trainer start"], steps
+    assert not _errors(contract["dry"][name]), [p.render() for p in _errors(contract["dry"][name])]
+    job = yaml.safe_load(contract["jobs"][name]["yaml"])
+    assert job["policy"]["generation"]["backend"] == "megatron" and job["cluster"] == {
+        "gpus_per_node": 1, "num_nodes": 1, "segment_size": None}
+    assert job["policy"]["generation"]["mcore_generation_config"]["cuda_graph_impl"] == "none"
+    assert job["grpo"]["num_prompts_per_step"] * job["grpo"]["num_generations_per_prompt"] == \
+        job["policy"]["train_global_batch_size"] == 8
 
 
 @pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.yaml")), ids=lambda p: p.stem)
@@ -656,7 +690,7 @@ def test_report_shipped_configs_times_masterconfig(contract, capsys):
     with capsys.disabled():
         print(f"\n[nemo-rl contract] {len(passed)} of {len([n for n in contract['results'] if not n.startswith('case:')])}"
               f" shipped + golden job configs pass NeMo RL 7ea279a's entry and setup() checks")
-    assert len(passed) == len(SHIPPED) + len(list(GOLDEN.glob("*.yaml")))
+    assert len(passed) == len(SHIPPED) + len(VARIANTS) + len(list(GOLDEN.glob("*.yaml")))
 
 
 GENERATE = r'''
