@@ -15,10 +15,10 @@ What runs is the job the Ray head of a cluster job runs for ``nemotron ultra3 rl
   folder, the data files, the GPU count, the host RAM of the export), the v4 view of the policy's ``config.json``,
   the translation, NeMo RL's own ``examples/run_grpo.py`` as a child process, then :func:`~nemotron.runtime.rl.
   nemo_rl.finish` (NeMo RL's converter turns the newest ``step_N`` into ``hf/step_N``, linked from ``hf/latest``);
-* Ray: as our Slurm job's head does (``src/nemotron/templates/ray_slurm.sub.j2``), ``ray start --head`` of this
-  machine first (its GPU and cores, usage stats off, a temporary folder of its own), then the entry with
-  ``RAY_ADDRESS`` set; NeMo RL's ``init_ray`` attaches to it, and the Ray processes this script started are stopped
-  at the end. ``--ray local`` leaves it to ``init_ray`` (which starts a local cluster when none answers);
+* Ray: as our Slurm job's head does (``src/nemotron/templates/ray_slurm.sub.j2``), ``ray start --head --block`` of
+  this machine first (its GPU and cores, usage stats off, a temporary folder of its own), then the entry with
+  ``RAY_ADDRESS`` set; NeMo RL's ``init_ray`` attaches to it (a cluster without its tag is "externally managed"),
+  and at the end that ``ray start`` is stopped, which stops the Ray processes it started (never another cluster). ``--ray local`` leaves it to ``init_ray`` (which starts a local cluster when none answers);
 * the policy: ``--model`` (a Hugging Face NemotronH folder: what ``convert`` exports), else the catalogue's
   ``small`` freshly initialised (seed 3, as ``bench/gpu_local_pipe.sh`` makes its base) with the tokenizer folder
   ``--tokenizer`` (the Tekken vocabulary with our Nemotron 3 chat template: ``bench/gpu_rl_pack.sh`` carries it)
@@ -186,27 +186,51 @@ def parse_steps(text: str) -> list[dict]:
     return steps
 
 
-def ray_head(env: dict, temp: Path, log: Path) -> tuple[str, list[str]]:
-    """``ray start --head`` on this machine, as the Slurm job's head (usage stats off, its GPU and cores, a temporary
-    folder of its own): ``(address, the command that stops it)``. Raises ``RuntimeError`` with the log's tail when it
-    does not start."""
-    ray = [sys.executable, "-m", "ray.scripts.scripts"]
+def ray_head(env: dict, temp: Path, log: Path, timeout: float = 180) -> tuple[str, subprocess.Popen]:
+    """``ray start --head --block`` on this machine, as the Slurm job's head (``ray_slurm.sub.j2``: usage stats off,
+    its GPU and cores, a temporary folder of its own; ``--block`` so that stopping that one process stops the Ray
+    processes it started, and no other Ray cluster of the machine): ``(address, the process)``. The address is read
+    from its log once it is up. Raises ``RuntimeError`` with the log's tail when it exits or is not up in
+    ``timeout`` seconds."""
     temp.mkdir(parents=True, exist_ok=True)
-    cmd = [*ray, "start", "--head", "--port=0", "--num-cpus", str(os.cpu_count() or 1), "--disable-usage-stats",
-           "--include-dashboard=false", f"--temp-dir={temp}"]
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--port=0",
+           "--num-cpus", str(os.cpu_count() or 1), "--disable-usage-stats", "--include-dashboard=false",
+           f"--temp-dir={temp}"]
     try:
         import torch
 
         cmd += ["--num-gpus", str(torch.cuda.device_count())]
     except ImportError:
         pass
-    with log.open("w") as fh:
-        rc = subprocess.call(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=180)
-    text = log.read_text(errors="replace")
-    m = re.search(r"ray start --address='([^']+)'", text) or re.search(r"RAY_ADDRESS='?([\d.]+:\d+)", text)
-    if rc != 0 or not m:
-        raise RuntimeError(f"ray start --head exited {rc}: {text[-1500:]}")
-    return m.group(1), [*ray, "stop", "--force"]
+    fh = log.open("w")
+    proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        text = log.read_text(errors="replace")
+        m = re.search(r"ray start --address='([^']+)'", text)
+        if m:
+            return m.group(1), proc
+        if proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    stop_ray(proc)
+    raise RuntimeError(f"ray start --head did not come up (exit {proc.returncode}): {log.read_text(errors='replace')[-1500:]}")
+
+
+def stop_ray(proc: subprocess.Popen, grace: float = 60) -> None:
+    """Stop the Ray head of :func:`ray_head`: SIGTERM to its ``ray start --block`` (which stops what it started), then
+    SIGKILL to its process group after ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def job_env(stash_site: str | None = None) -> dict[str, str]:
@@ -306,10 +330,10 @@ def main() -> int:
 
     env = job_env()
     env["NEMOTRON_RUN_DIR"] = str(work / "run")
-    stop: list[str] | None = None
+    head: subprocess.Popen | None = None
     if args.ray == "head":
         try:
-            address, stop = ray_head(env, work / "ray", out / "ray-start.log")
+            address, head = ray_head(env, work / "ray", out / "ray-start.log")
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             summary["error"] = f"the Ray head did not start: {exc}"[:2000]
             return finish(1)
@@ -331,8 +355,8 @@ def main() -> int:
                 rc = proc.wait()
                 summary["timed_out"] = f"killed after --timeout {args.timeout:g} s"
     finally:
-        if stop is not None:
-            subprocess.call(stop, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        if head is not None:
+            stop_ray(head)
     text = log.read_text(errors="replace")
     summary.update(summarize(ckpt, text, rc, time.monotonic() - t1))
     outputs = work / "run" / "outputs.json"
