@@ -10,7 +10,7 @@
 #   converters and the recipes our precheck compares, pyproject.toml);
 # - rl-megatron.tar.xz: the Megatron-Bridge and Megatron-Core NeMo RL 7ea279a pins (its submodule
 #   3rdparty/Megatron-Bridge-workspace/Megatron-Bridge at MB_COMMIT, whose 3rdparty/Megatron-LM is at MLM_COMMIT):
-#   `megatron/bridge`, `megatron/core`, `megatron/training`. Not the kit's (Megatron-Bridge 4588417 of the Ultra branch
+#   `megatron/bridge` and Megatron-LM's whole `megatron/` (core, training, inference, post_training, rl, ...). Not the kit's (Megatron-Bridge 4588417 of the Ultra branch
 #   and Megatron-LM c8288b6): NeMo RL's Megatron policy worker imports names that Megatron-Core lacks there
 #   (`FullyShardedDataParallelV1` of megatron/core/distributed/fsdp/mcore_fsdp_adapter.py). install-rl puts them in
 #   a folder of their own, first on the RL run's PYTHONPATH; the pretrain/SFT/convert runs keep the kit's. Read from
@@ -45,6 +45,7 @@ mkdir -p "$WORK/items/rl-wheels"
 
 # NeMo RL's source at the pinned commit, as archived
 cp "$UPSTREAM"/nemo-rl-7ea279a.tgz "$WORK/items/rl-nemo-rl.tgz"
+chmod u+w "$WORK/items/rl-nemo-rl.tgz"  # the shared archive is read-only; a second receive overwrites it
 
 # NeMo RL's Megatron-Bridge and Megatron-Core, blob by blob (works on partial clones, where `git archive` may stop
 # on an absent blob elsewhere in the tree)
@@ -58,9 +59,12 @@ export_tree() {  # export_tree GIT COMMIT DEST PATH...
   done
 }
 export_tree "$MB_GIT" "$MB_COMMIT" "$WORK/mb" src/megatron/bridge
-export_tree "$MLM_GIT" "$MLM_COMMIT" "$WORK/mlm" megatron/core megatron/training
-mkdir -p "$WORK/rlm/megatron"
-mv "$WORK/mb/src/megatron/bridge" "$WORK/mlm/megatron/core" "$WORK/mlm/megatron/training" "$WORK/rlm/megatron/"
+# the whole megatron/ of Megatron-LM (core, training, and the inference, post_training, rl, elastification packages
+# megatron.training imports lazily): NeMo RL's own __init__ puts the whole Megatron-LM checkout on sys.path for that
+export_tree "$MLM_GIT" "$MLM_COMMIT" "$WORK/mlm" megatron
+mkdir -p "$WORK/rlm"
+mv "$WORK/mlm/megatron" "$WORK/rlm/megatron"
+mv "$WORK/mb/src/megatron/bridge" "$WORK/rlm/megatron/"
 printf 'megatron-bridge %s\nmegatron-lm %s\n' "$MB_COMMIT" "$MLM_COMMIT" > "$WORK/rlm/COMMITS"
 (cd "$WORK/rlm" && tar -cf - . | xz -T0 -6 > "$WORK/items/rl-megatron.tar.xz")
 say "NeMo RL's Megatron-Bridge ${MB_COMMIT:0:8} + Megatron-LM ${MLM_COMMIT:0:8}: $(du -sh "$WORK/items/rl-megatron.tar.xz" | cut -f1)"
