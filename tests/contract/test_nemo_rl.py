@@ -103,6 +103,8 @@ CASES = [
      "nemo-rl-gym-only"),
     ("no-max-val-native", "rlvr", "default", ["grpo.max_val_samples=null"], "validation",
      "nemo-rl-gym-only"),
+    ("no-max-input-native", "rlvr", "tiny", ["data.max_input_seq_length=null"], "data: setup_response_data",
+     "nemo-rl-gym-only"),
     ("max-val-gym", "rlvr", "teacher-rlhf", ["grpo.max_val_samples=256"], "entry: tokenizer + generation config",
      "nemo-rl-gym-only"),
     ("async-colocated-vllm", "mopd", "tiny", ["policy.generation.colocated.enabled=true",
@@ -298,9 +300,27 @@ def check(job, workdir):
             val = {}
             run("validation", lambda: val.update(validation_metrics(mc)))
             run("checkpoint step", lambda: checkpoint_step(mc, val))
+            if job["tokenizer"]:
+                run("data: setup_response_data", lambda: data_step(mc, ns["tokenizer"]))
     except Refused:
         pass
     return steps
+
+
+def data_step(mc, tokenizer):
+    """NeMo RL's own data set-up of the entry (nemo_rl/data/utils.py ``setup_response_data``) on the job's ``data``
+    section, with its JSONL paths pointed at rows our data prep rl writes (``P["rl_data"]``) and without the
+    environments (``env_configs=None``: they are Ray actors); then the first training and validation item, which runs
+    the task's data processor (chat template, length check against ``data.max_input_seq_length``)."""
+    from nemo_rl.data.utils import setup_response_data
+
+    data = copy.deepcopy(mc.data)
+    for split in ("train", "validation"):
+        data[split]["data_path"] = P["rl_data"][split]
+    dataset, val_dataset = setup_response_data(tokenizer, data, None)[:2]  # without environments: (train, val)
+    for ds in (dataset, val_dataset):
+        item = ds[0]
+        assert item["message_log"] and item["extra_env_info"]["ground_truth"], item
 
 
 def train_metric_names():
@@ -465,7 +485,9 @@ shutil.rmtree(work)
 
 def _tokenizer(folder: Path) -> Path:
     """A Hugging Face tokenizer folder: mistral-common's Tekken vocabulary (131,072 ids) converted by our data prep
-    code (:func:`nemotron.data.tokenizer.resolve`) into a ``tokenizer.json``, with its control tokens named."""
+    code (:func:`nemotron.data.tokenizer.resolve`) into a ``tokenizer.json``, with its control tokens named and our
+    Nemotron 3 chat template (what ``data prep sft`` gives the checkpoints' tokenizer, and NeMo RL's math data
+    processor applies)."""
     import mistral_common
 
     from nemotron.data import tokenizer as tk
@@ -477,7 +499,29 @@ def _tokenizer(folder: Path) -> Path:
     (out / "tokenizer.json").write_bytes(Path(info.json_path).read_bytes())
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-        "pad_token": "<pad>", "model_max_length": 1048576}))
+        "pad_token": "<pad>", "model_max_length": 1048576,
+        "chat_template": (REPO / "stages" / "ultra3" / "data_prep_sft" / "nemotron3_chat.jinja").read_text()}))
+    return out
+
+
+def _rl_rows(folder: Path) -> dict[str, str]:
+    """``train.jsonl`` / ``validation.jsonl`` in the form ``data prep rl`` writes (nemotron.data.rl
+    ``normalise_shard``: ``messages`` user problem + assistant answer, ``task``), made by its own ``extract`` from the
+    math samples shipped with the stage (4 rows each)."""
+    from nemotron.data.rl import detect_schema, extract
+
+    lines = (REPO / "stages" / "ultra3" / "data_prep_rl" / "samples" / "math_sample.jsonl").read_text().splitlines()
+    rows = []
+    for line in lines[:8]:
+        obj = json.loads(line)
+        text, answer, _ = extract(obj, detect_schema(obj))
+        rows.append({"messages": [{"role": "user", "content": text}, {"role": "assistant", "content": answer}],
+                     "task": "math", "dataset": "math-sample"})
+    out = {}
+    for split, part in (("train", rows[:4]), ("validation", rows[4:])):
+        path = folder / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in part))
+        out[split] = str(path)
     return out
 
 
@@ -532,8 +576,9 @@ def contract(upstream, tmp_path_factory):
         jobs.append({"name": f"golden:{path.stem}", "yaml": path.read_text(encoding="utf-8"),
                      "entry": nemo_rl.entry_relpath(master), "tokenizer": False, "compiled": master})
     version = nemo_rl.keylist()["version"]
+    rl_data = _rl_rows(tmp_path_factory.mktemp("nemo-rl-data"))
     out = upstream.run(SCRIPT, {"root": str(upstream.nemo_rl), "jobs": jobs, "sweep": SWEEP, "tokenizer": str(tok),
-                                "keylist_version": version}, timeout=1200)
+                                "keylist_version": version, "rl_data": rl_data}, timeout=1200)
     out["dry"] = dry
     out["jobs"] = {j["name"]: j for j in jobs}
     return out
