@@ -24,6 +24,9 @@ source (:data:`UPSTREAM_STEPS` below, ``ast``) and executed there, nothing is re
 5. without Gym: ``validate()``'s batch count and its metrics (its own statements, on two rewards per prompt);
 6. then the checkpoint step of ``grpo_train`` and ``async_grpo_train`` with those metrics (the ``metric_name``
    rule; the training metrics are the fixed keys of the train step's ``metrics = {...}``, read from its source).
+7. without Gym: the entry's data set-up, NeMo RL's own ``setup_response_data`` without its environments (Ray
+   actors), on rows our data prep writes, and the first training and validation item through the task's processor
+   (the chat template, the length check against ``data.max_input_seq_length``).
 
 The same harness runs bad configs (:data:`CASES`): upstream refuses each one at the expected step, and our dry-run
 (:func:`nemotron.validation.validate`) refuses it with the expected rule — and it accepts every shipped config,
@@ -40,8 +43,8 @@ The recipes: the copy the key list carries of each Ultra recipe equals NeMo RL's
 (:func:`nemotron.runtime.rl.nemo_rl.recipe_drift`, the check the job makes inside its container), and a changed
 checkout is reported.
 
-Where the proof stops: no Ray cluster, no vLLM, no Megatron-Bridge model, no GPU — data loading
-(``setup_response_data``: its environments are Ray actors), everything of ``setup()`` from the Ray cluster on, the
+Where the proof stops: no Ray cluster, no vLLM, no Megatron-Bridge model, no GPU — the data's environments (Ray
+actors: the math verifier), everything of ``setup()`` from the Ray cluster on, the
 training loop and the converter's run itself are not executed here. Only Transformer Engine is stood in for
 (tests/contract/boot.py); vLLM is absent and is not imported on these paths.
 """
