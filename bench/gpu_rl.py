@@ -26,7 +26,8 @@ What runs is the job the Ray head of a cluster job runs for ``nemotron ultra3 rl
   model) sets ``policy.megatron_cfg.mtp_num_layers`` (:func:`mtp_overrides`: removed for 0, Megatron-Bridge has no MTP weights to
   import);
 * NeMo RL's workers run in this Python (``NEMO_RL_PY_EXECUTABLES_SYSTEM=1``: its registry would otherwise start
-  each worker under ``uv run --extra mcore``, which needs a package index), with this ``PYTHONPATH``.
+  each worker under ``uv run --extra mcore``, which needs a package index), with this ``PYTHONPATH``; its one-time
+  HF -> Megatron import of the policy goes to ``WORK/mcore-import`` (``NRL_MEGATRON_CHECKPOINT_DIR``), emptied first.
 
 Everything lands in ``--out``: ``train.yaml`` (the compiled config), ``dry-run.txt``, ``rlvr.log`` (the job's output,
 NeMo RL's included), ``summary.json`` / ``summary.md``: exit code, wall time, per-step reward and loss parsed from
@@ -330,6 +331,12 @@ def main() -> int:
 
     env = job_env()
     env["NEMOTRON_RUN_DIR"] = str(work / "run")
+    # NeMo RL converts the HF policy to a Megatron checkpoint once, under NRL_MEGATRON_CHECKPOINT_DIR (default
+    # $HF_HOME/nemo_rl), and reuses one found there by the model's path (nemo_rl/models/megatron/setup.py): a
+    # folder of this run's own, emptied, so that an earlier run's base is never reused
+    mcore = work / "mcore-import"
+    shutil.rmtree(mcore, ignore_errors=True)
+    env["NRL_MEGATRON_CHECKPOINT_DIR"] = str(mcore)
     head: subprocess.Popen | None = None
     if args.ray == "head":
         try:
