@@ -323,7 +323,12 @@ def main() -> int:
     shutil.rmtree(ckpt, ignore_errors=True)  # a fresh run, never a resume of an earlier one
     job_args = rl_overrides(model, args.data.resolve(), ckpt, mtp_depth(model), args.overrides)
     cfg_path = out / "train.yaml"
-    compile_job(job_args, cfg_path)
+    try:
+        compile_job(job_args, cfg_path)
+    except SystemExit as exc:  # the config does not validate: its lines go into summary.json too
+        summary["error"] = str(exc)
+        print(summary["error"], file=sys.stderr)
+        return finish(2)
     dry = subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "rlvr", "-c", "tiny", "--dry-run", *job_args],
                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "160"})
     (out / "dry-run.txt").write_text(dry.stdout + dry.stderr)
