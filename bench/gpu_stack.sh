@@ -14,6 +14,14 @@
 #                                          #   convert: megatron_to_hf of the SFT checkpoint, with its self-check;
 #                                          #   --stage quantize: NVFP4 of that export, reloaded and compared)
 #
+# The RLVR route (NeMo RL's GRPO with Megatron generation; bench/gpu_rl_pack.sh's folders r0 ..., after the kit):
+#   bash bench/gpu_stack.sh install-rl     # join + check ray's wheel; NeMo RL's source, its own Megatron-Bridge and
+#                                          # Megatron-Core (rl-megatron/, first on the RL path), the wheels this
+#                                          # Python lacks (site-rl/, after the kit's), the base's tokenizer, the RL data
+#   bash bench/gpu_stack.sh probe-rl       # import the GRPO entry's modules; name every module still missing
+#   bash bench/gpu_stack.sh run-rl [ARGS]  # python bench/gpu_rl.py --data <the RL data> --tokenizer <it>
+#                                          #   --out $OUT/gpu-rl ARGS
+#
 # The stash (NEMOTRON_GPU_STASH, default /tmp/nemotron-gpu) holds site/ (a --target install on PYTHONPATH),
 # in/ (what was received) and build/. The kit (kit_src.tar.xz) holds Megatron-Bridge's and Megatron-Core's
 # source at the pinned commits, mamba-ssm's Python package, Transformer Engine's PyTorch sdist and the tiny
@@ -23,8 +31,13 @@ set -euo pipefail
 STASH=${NEMOTRON_GPU_STASH:-/tmp/nemotron-gpu}
 SITE=$STASH/site
 EXTRA=$STASH/site-extra
+# the RL route: NeMo RL's own Megatron-Bridge/-Core (before the kit's), NeMo RL's checkout, its wheels (after the kit's)
+RL_MEGATRON=$STASH/rl-megatron
+RL_SRC=$STASH/rl
+SITE_RL=$STASH/site-rl
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
+RL_PATH=$RL_MEGATRON:$RL_SRC/RL:$SITE:$EXTRA:$SITE_RL:$REPO/src
 mkdir -p "$STASH/in" "$SITE"
 
 say() { echo "[gpu-stack] $*"; }
@@ -211,6 +224,93 @@ for t, name in missing:
     print(f"[gpu-stack] missing for {t}: {name}")
 EOF
     ;;
+  install-rl)
+    cd "$STASH/in"
+    t0=$SECONDS
+    [[ -f rl-ray.sha256 && -f rl-nemo-rl.tgz && -f rl-megatron.tar.xz ]] || { say "no RL pack in $STASH/in: receive the folders r0 ... of bench/gpu_rl_pack.sh first"; exit 1; }
+    # ray's wheel: join the parts, check the SHA-256
+    ray_whl=$STASH/$(cat rl-ray.name)
+    cat $(ls rl-ray.part* | sort -V) > "$ray_whl"
+    want=$(cat rl-ray.sha256)
+    got=$(sha256sum "$ray_whl" | cut -c1-64)
+    [[ "$want" == "$got" ]] || { say "ray's wheel: sha256 $got, expected $want (a part is missing: each r folder received?)"; exit 1; }
+    # NeMo RL's checkout (RL/: nemo_rl, examples/run_grpo.py, its converters and recipes) and the Megatron-Bridge and
+    # Megatron-Core it pins, in a folder of their own before the kit's on the RL path (megatron/ is a namespace
+    # package: the first folder holding megatron/core wins)
+    rm -rf "$RL_SRC/RL" "$RL_MEGATRON"
+    mkdir -p "$RL_SRC" "$RL_MEGATRON"
+    tar -xzf rl-nemo-rl.tgz -C "$RL_SRC"
+    tar -xJf rl-megatron.tar.xz -C "$RL_MEGATRON"
+    tar -xJf rl-tokenizer.tar.xz -C "$RL_SRC"
+    (cd "$REPO" && tar -xf "$STASH/in/rl-data.tar")
+    # Megatron-Core's dataset index helpers in that copy too (as install-kit builds the kit's)
+    ds=$RL_MEGATRON/megatron/core/datasets
+    ext=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+    g++ -O3 -Wall -shared -std=c++17 -fPIC $(PYTHONPATH="$SITE" "$PY" -m pybind11 --includes) "$ds/helpers.cpp" \
+      -o "$ds/helpers_cpp$ext" || { say "Megatron-Core's dataset helpers (NeMo RL's copy) did not build"; exit 1; }
+    # the wheels this Python lacks, with the RL path: the image's and the kit's distributions stay
+    want=$(PYTHONPATH="$RL_PATH" "$PY" - "$ray_whl" rl-wheels/*.whl <<'EOF'
+import importlib.metadata as md, re, sys
+for whl in sys.argv[1:]:
+    dist = re.split(r"-\d", whl.rsplit("/", 1)[-1], maxsplit=1)[0]
+    try:
+        md.version(dist)
+    except md.PackageNotFoundError:
+        print(whl)
+EOF
+)
+    # shellcheck disable=SC2086  # one wheel path per word
+    [[ -z "$want" ]] || "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE_RL" $want
+    say "installed $(echo $want | wc -w) of $(($(ls rl-wheels/*.whl | wc -l) + 1)) RL wheels: $(for w in $want; do basename "$w" | cut -d- -f1; done | paste -sd' ')"
+    say "NeMo RL at $RL_SRC/RL, its Megatron ($(paste -sd' ' "$RL_MEGATRON/COMMITS")) at $RL_MEGATRON, the base's tokenizer at $RL_SRC/tokenizer ($((SECONDS - t0)) s)"
+    ;;
+  probe-rl)
+    cd "$REPO"
+    PATH="$STASH/bin:$PATH" PYTHONPATH="$RL_PATH" NEMO_RL_PY_EXECUTABLES_SYSTEM=1 "$PY" - "$RL_SRC/RL" <<'EOF'
+# Import what NeMo RL's GRPO entry and its workers import on the Megatron-generation path; for each module that is
+# missing, record it and go on with an empty module (for this listing only: nothing of it runs), so one pass names
+# every missing package. Then where megatron.core and megatron.bridge come from (NeMo RL's pins, not the kit's).
+import importlib, runpy, sys, traceback, types
+root = sys.argv[1]
+missing = []
+targets = ["ray", "transformer_engine.pytorch", "mamba_ssm", "causal_conv1d", "megatron.core", "megatron.bridge",
+           "nemo_rl.algorithms.grpo", "nemo_rl.utils.logger", "nemo_rl.environments.math_environment",
+           "nemo_rl.models.policy.lm_policy", "nemo_rl.models.policy.workers.megatron_policy_worker",
+           "nemo_rl.models.generation.megatron.megatron_generation",
+           "nemo_rl.models.generation.megatron.megatron_worker", "nemotron.runtime.rl.nemo_rl",
+           root + "/examples/run_grpo.py", root + "/examples/converters/convert_megatron_to_hf.py"]
+for t in targets:
+    for _ in range(60):
+        try:
+            if t.endswith(".py"):
+                runpy.run_path(t, run_name="probe")
+            else:
+                importlib.import_module(t)
+            print(f"[gpu-stack] import {t}: ok")
+            break
+        except ModuleNotFoundError as exc:
+            name = exc.name or str(exc)
+            missing.append((t, name))
+            sys.modules[name] = types.ModuleType(name)
+        except Exception as exc:
+            print(f"[gpu-stack] import {t}: {type(exc).__name__}: {exc}")
+            traceback.print_exc(limit=4)
+            break
+for mod in ("megatron.core", "megatron.bridge", "nemo_rl", "ray", "transformers", "torch"):
+    m = sys.modules.get(mod)
+    print(f"[gpu-stack] {mod}: {getattr(m, '__version__', '?')} from {getattr(m, '__file__', None) or list(getattr(m, '__path__', []))}")
+for t, name in missing:
+    print(f"[gpu-stack] missing for {t}: {name}")
+sys.exit(1 if missing else 0)
+EOF
+    ;;
+  run-rl)
+    shift
+    cd "$REPO"
+    out=${OUT:-$REPO/gpu-run-out}/gpu-rl
+    PATH="$STASH/bin:$PATH" PYTHONPATH="$RL_PATH" "$PY" bench/gpu_rl.py --data "$REPO/output/ultra3/rl-data/tiny" \
+      --tokenizer "$RL_SRC/tokenizer" --out "$out" --work "$STASH/rl-work" "$@"
+    ;;
   run)
     shift
     cd "$REPO"
@@ -227,7 +327,7 @@ EOF
     exit $rc
     ;;
   *)
-    sed -n '2,18p' "$0"
+    sed -n '2,26p' "$0"
     exit 2
     ;;
 esac

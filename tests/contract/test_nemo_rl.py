@@ -24,6 +24,9 @@ source (:data:`UPSTREAM_STEPS` below, ``ast``) and executed there, nothing is re
 5. without Gym: ``validate()``'s batch count and its metrics (its own statements, on two rewards per prompt);
 6. then the checkpoint step of ``grpo_train`` and ``async_grpo_train`` with those metrics (the ``metric_name``
    rule; the training metrics are the fixed keys of the train step's ``metrics = {...}``, read from its source).
+7. without Gym: the entry's data set-up, NeMo RL's own ``setup_response_data`` without its environments (Ray
+   actors), on rows our data prep writes, and the first training and validation item through the task's processor
+   (the chat template, the length check against ``data.max_input_seq_length``).
 
 The same harness runs bad configs (:data:`CASES`): upstream refuses each one at the expected step, and our dry-run
 (:func:`nemotron.validation.validate`) refuses it with the expected rule — and it accepts every shipped config,
@@ -40,8 +43,8 @@ The recipes: the copy the key list carries of each Ultra recipe equals NeMo RL's
 (:func:`nemotron.runtime.rl.nemo_rl.recipe_drift`, the check the job makes inside its container), and a changed
 checkout is reported.
 
-Where the proof stops: no Ray cluster, no vLLM, no Megatron-Bridge model, no GPU — data loading
-(``setup_response_data``: its environments are Ray actors), everything of ``setup()`` from the Ray cluster on, the
+Where the proof stops: no Ray cluster, no vLLM, no Megatron-Bridge model, no GPU — the data's environments (Ray
+actors: the math verifier), everything of ``setup()`` from the Ray cluster on, the
 training loop and the converter's run itself are not executed here. Only Transformer Engine is stood in for
 (tests/contract/boot.py); vLLM is absent and is not imported on these paths.
 """
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,9 +68,14 @@ from nemotron.profiles.profile import from_table
 from nemotron.runtime.rl import nemo_rl
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+from gpu_rl import ONE_GPU_RL, mtp_overrides  # noqa: E402  (the config of the one-GPU RLVR run, checked here in CI)
+
 GOLDEN = REPO / "tests" / "golden" / "nemo-rl"
 B200 = from_table("b200", {"executor": "slurm", "gpus_per_node": 8, "gpu_arch": "blackwell", "gpu_memory": 180.0})
 H200 = from_table("h200", {"executor": "slurm", "gpus_per_node": 8, "gpu_arch": "hopper", "gpu_memory": 141.0})
+#: One node of one H100 (80 GB): the machine of bench/gpu_rl.py.
+H100X1 = from_table("h100x1", {"executor": "slurm", "gpus_per_node": 1, "gpu_arch": "hopper", "gpu_memory": 80.0})
 
 SHIPPED = [(s, c) for s in ("rlvr", "mopd") for c in config_names(get_stage(s))
            if c != "local" and not c.startswith("local-")]  # local-cycle2: a later MOPD cycle on this machine
@@ -97,6 +106,8 @@ CASES = [
      "nemo-rl-gym-only"),
     ("no-max-val-native", "rlvr", "default", ["grpo.max_val_samples=null"], "validation",
      "nemo-rl-gym-only"),
+    ("no-max-input-native", "rlvr", "tiny", ["data.max_input_seq_length=null"], "data: setup_response_data",
+     "nemo-rl-gym-only"),
     ("max-val-gym", "rlvr", "teacher-rlhf", ["grpo.max_val_samples=256"], "entry: tokenizer + generation config",
      "nemo-rl-gym-only"),
     ("async-colocated-vllm", "mopd", "tiny", ["policy.generation.colocated.enabled=true",
@@ -110,6 +121,12 @@ GOOD = [
     ("avg-length", "mopd", "default", ["checkpointing.metric_name=val:avg_length"]),
     ("train-loss", "rlvr", "tiny", ["checkpointing.metric_name=train:loss"]),
     ("no-metric", "rlvr", "default", ["checkpointing.metric_name=null"]),
+]
+#: Variants of shipped configs that runs outside CI use, checked like the shipped ones: (name, stage, config,
+#: overrides, profile). ``rlvr-tiny-1gpu``: bench/gpu_rl.py's one-GPU run (NeMo RL's Megatron generation colocated
+#: with training on one GPU; the policy folder, data and checkpoint paths are the harness's own).
+VARIANTS = [
+    ("rlvr-tiny-1gpu", "rlvr", "tiny", [*ONE_GPU_RL, *mtp_overrides(0)], H100X1),  # the fresh `small`: no MTP
 ]
 #: Job configs swept key by key for the required-key parity.
 SWEEP = ["rlvr-default", "rlvr-tiny", "rlvr-teacher-rlhf", "mopd-default"]
@@ -286,9 +303,27 @@ def check(job, workdir):
             val = {}
             run("validation", lambda: val.update(validation_metrics(mc)))
             run("checkpoint step", lambda: checkpoint_step(mc, val))
+            if job["tokenizer"]:
+                run("data: setup_response_data", lambda: data_step(mc, ns["tokenizer"]))
     except Refused:
         pass
     return steps
+
+
+def data_step(mc, tokenizer):
+    """NeMo RL's own data set-up of the entry (nemo_rl/data/utils.py ``setup_response_data``) on the job's ``data``
+    section, with its JSONL paths pointed at rows our data prep rl writes (``P["rl_data"]``) and without the
+    environments (``env_configs=None``: they are Ray actors); then the first training and validation item, which runs
+    the task's data processor (chat template, length check against ``data.max_input_seq_length``)."""
+    from nemo_rl.data.utils import setup_response_data
+
+    data = copy.deepcopy(mc.data)
+    for split in ("train", "validation"):
+        data[split]["data_path"] = P["rl_data"][split]
+    dataset, val_dataset = setup_response_data(tokenizer, data, None)[:2]  # without environments: (train, val)
+    for ds in (dataset, val_dataset):
+        item = ds[0]
+        assert item["message_log"] and item["extra_env_info"]["ground_truth"], item
 
 
 def train_metric_names():
@@ -453,7 +488,9 @@ shutil.rmtree(work)
 
 def _tokenizer(folder: Path) -> Path:
     """A Hugging Face tokenizer folder: mistral-common's Tekken vocabulary (131,072 ids) converted by our data prep
-    code (:func:`nemotron.data.tokenizer.resolve`) into a ``tokenizer.json``, with its control tokens named."""
+    code (:func:`nemotron.data.tokenizer.resolve`) into a ``tokenizer.json``, with its control tokens named and our
+    Nemotron 3 chat template (what ``data prep sft`` gives the checkpoints' tokenizer, and NeMo RL's math data
+    processor applies)."""
     import mistral_common
 
     from nemotron.data import tokenizer as tk
@@ -465,13 +502,35 @@ def _tokenizer(folder: Path) -> Path:
     (out / "tokenizer.json").write_bytes(Path(info.json_path).read_bytes())
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-        "pad_token": "<pad>", "model_max_length": 1048576}))
+        "pad_token": "<pad>", "model_max_length": 1048576,
+        "chat_template": (REPO / "stages" / "ultra3" / "data_prep_sft" / "nemotron3_chat.jinja").read_text()}))
     return out
 
 
-def _compile(stage: str, config: str, overrides: list[str], model: str):
+def _rl_rows(folder: Path) -> dict[str, str]:
+    """``train.jsonl`` / ``validation.jsonl`` in the form ``data prep rl`` writes (nemotron.data.rl
+    ``normalise_shard``: ``messages`` user problem + assistant answer, ``task``), made by its own ``extract`` from the
+    math samples shipped with the stage (4 rows each)."""
+    from nemotron.data.rl import detect_schema, extract
+
+    lines = (REPO / "stages" / "ultra3" / "data_prep_rl" / "samples" / "math_sample.jsonl").read_text().splitlines()
+    rows = []
+    for line in lines[:8]:
+        obj = json.loads(line)
+        text, answer, _ = extract(obj, detect_schema(obj))
+        rows.append({"messages": [{"role": "user", "content": text}, {"role": "assistant", "content": answer}],
+                     "task": "math", "dataset": "math-sample"})
+    out = {}
+    for split, part in (("train", rows[:4]), ("validation", rows[4:])):
+        path = folder / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in part))
+        out[split] = str(path)
+    return out
+
+
+def _compile(stage: str, config: str, overrides: list[str], model: str, profile=None):
     """The compiled, prepared config as ``nemotron ultra3 STAGE -c CONFIG`` makes it (``policy.model_name`` =
-    ``model``), and the dry-run's problems on the profile the goldens use."""
+    ``model``), and the dry-run's problems on ``profile`` (default: the one the goldens use)."""
     args = [f"policy.model_name={model}", "data.train.data_path=/data/rl/train.jsonl",
             "data.validation.data_path=/data/rl/validation.jsonl"]
     if config in ("teacher-rlhf", "teacher-ifbench", "teacher-swe"):  # NeMo Gym rows: the artifact rl-blend-<slot>
@@ -484,7 +543,7 @@ def _compile(stage: str, config: str, overrides: list[str], model: str):
             args += [f"_teachers.{s}=/ckpt/teacher-{s}" for s in ("rlhf", "ifbench", "reasoning", "swe")]
     c = compile_config(get_stage(stage), config, [*args, *overrides], check_paths=False)
     assert not c.unresolved, c.unresolved
-    profile = H200 if config == "tiny" else B200
+    profile = profile or (H200 if config == "tiny" else B200)
     validation.prepare(get_stage(stage), c.config, c.user_keys, profile)
     return c.config, validation.validate(get_stage(stage), c.config, profile)
 
@@ -507,6 +566,10 @@ def contract(upstream, tmp_path_factory):
             cfg, problems = _compile(stage, config, [], str(tok))
             jobs.append(_job(f"{stage}-{config}", cfg, True))
             dry[f"{stage}-{config}"] = problems
+        for name, stage, config, overrides, profile in VARIANTS:
+            cfg, problems = _compile(stage, config, overrides, str(tok), profile)
+            jobs.append(_job(name, cfg, True))
+            dry[name] = problems
         for name, stage, config, overrides, *_ in [*CASES, *GOOD]:
             cfg, problems = _compile(stage, config, overrides, str(tok))
             jobs.append(_job(f"case:{name}", cfg, True))
@@ -516,8 +579,9 @@ def contract(upstream, tmp_path_factory):
         jobs.append({"name": f"golden:{path.stem}", "yaml": path.read_text(encoding="utf-8"),
                      "entry": nemo_rl.entry_relpath(master), "tokenizer": False, "compiled": master})
     version = nemo_rl.keylist()["version"]
+    rl_data = _rl_rows(tmp_path_factory.mktemp("nemo-rl-data"))
     out = upstream.run(SCRIPT, {"root": str(upstream.nemo_rl), "jobs": jobs, "sweep": SWEEP, "tokenizer": str(tok),
-                                "keylist_version": version}, timeout=1200)
+                                "keylist_version": version, "rl_data": rl_data}, timeout=1200)
     out["dry"] = dry
     out["jobs"] = {j["name"]: j for j in jobs}
     return out
@@ -542,6 +606,24 @@ def test_every_shipped_config_passes_nemo_rls_entry_checks(contract, name):
     assert ran[:4] == ["entry: load_config + MasterConfig", "entry: tokenizer + generation config", "setup() checks",
                        "trainer start"], steps
     assert not _errors(contract["dry"][name]), [p.render() for p in _errors(contract["dry"][name])]
+
+
+@pytest.mark.parametrize("name", [v[0] for v in VARIANTS])
+def test_every_variant_passes_nemo_rls_entry_checks(contract, name):
+    """The one-GPU RLVR config of bench/gpu_rl.py: NeMo RL's entry, setup() and trainer-start checks accept it (with
+    the Megatron generation class setup() builds for it), and our dry-run on one H100 reports no error."""
+    steps = contract["results"][name]
+    assert _refusal(steps) is None, f"{name}: NeMo RL refuses at {_refusal(steps)[0]}: {_refusal(steps)[2]}"
+    ran = [s[0] for s in steps if s[1] == "ok"]
+    assert ran[:4] == ["entry: load_config + MasterConfig", "entry: tokenizer + generation config", "setup() checks",
+                       "trainer start"], steps
+    assert not _errors(contract["dry"][name]), [p.render() for p in _errors(contract["dry"][name])]
+    job = yaml.safe_load(contract["jobs"][name]["yaml"])
+    assert job["policy"]["generation"]["backend"] == "megatron" and job["cluster"] == {
+        "gpus_per_node": 1, "num_nodes": 1, "segment_size": None}
+    assert job["policy"]["generation"]["mcore_generation_config"]["cuda_graph_impl"] == "none"
+    assert job["grpo"]["num_prompts_per_step"] * job["grpo"]["num_generations_per_prompt"] == \
+        job["policy"]["train_global_batch_size"] == 8
 
 
 @pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.yaml")), ids=lambda p: p.stem)
@@ -656,7 +738,7 @@ def test_report_shipped_configs_times_masterconfig(contract, capsys):
     with capsys.disabled():
         print(f"\n[nemo-rl contract] {len(passed)} of {len([n for n in contract['results'] if not n.startswith('case:')])}"
               f" shipped + golden job configs pass NeMo RL 7ea279a's entry and setup() checks")
-    assert len(passed) == len(SHIPPED) + len(list(GOLDEN.glob("*.yaml")))
+    assert len(passed) == len(SHIPPED) + len(VARIANTS) + len(list(GOLDEN.glob("*.yaml")))
 
 
 GENERATE = r'''

@@ -636,6 +636,26 @@ def test_precheck_says_each_problem_in_one_line(tmp_path):
     assert "= 72 GB of host RAM" in line and "more than the 64 GB of a 64 GB node" in line
 
 
+def test_precheck_requires_the_generation_backend_the_config_names(tmp_path):
+    """vLLM is required only when NeMo RL generates with it: ``policy.generation.backend: megatron`` (NeMo RL's
+    Megatron generation, the one-GPU run of bench/gpu_rl.py) needs Megatron-Bridge instead, sglang needs SGLang."""
+    ckpt = _checkpoint(tmp_path / "ckpt", "v4")
+    ram = lambda: (10**12, "a 1 TB node")  # noqa: E731
+    absent = {"vllm", "sglang"}
+    have = lambda m: m not in absent  # noqa: E731
+    by_backend = {}
+    for backend in ("vllm", "megatron", "sglang"):
+        cfg, _, _ = checked("rlvr", "tiny", {"policy.model_name": str(ckpt), "policy.generation.backend": backend})
+        by_backend[backend] = nemo_rl.precheck(cfg, importable=have, gpus=8, host_memory=ram)
+    assert by_backend["megatron"] == []
+    assert [line.split(";")[0] for line in by_backend["vllm"]] == ["NeMo RL not available: vllm is not importable here"]
+    assert [line.split(";")[0] for line in by_backend["sglang"]] == ["NeMo RL not available: sglang is not importable here"]
+    cfg, _, _ = checked("rlvr", "tiny", {"policy.model_name": str(ckpt), "policy.generation.backend": "megatron"})
+    [line] = nemo_rl.precheck(cfg, importable=lambda m: m != "megatron.bridge", gpus=8, host_memory=ram)
+    assert line.startswith("NeMo RL not available: megatron.bridge is not importable here")
+    assert nemo_rl.generation_modules({"policy": {"generation": {}}}) == ("vllm",)  # NeMo RL's default backend
+
+
 def nemotron_src() -> str:
     """The folder this test imports ``nemotron`` from, so that a child Python runs the same source."""
     import nemotron

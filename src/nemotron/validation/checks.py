@@ -600,6 +600,22 @@ class RLPlan:
                     "values": {"engine": get(self.cfg, f"{sg}.sglang_server_config.num_gpus_per_engine"),
                                "dp": get(self.cfg, f"{sg}.dp_size")},
                     "mem": get(self.cfg, f"{sg}.mem_fraction_static")}
+        if str(get(self.cfg, f"{gen}.backend", "vllm")).lower() == "megatron":
+            # NeMo RL's Megatron generation (nemo_rl/models/generation/megatron) runs the policy's own Megatron model:
+            # an engine is one model-parallel group of the training layout (megatron/config.py
+            # dedicated_inference_megatron_cfg: the same layout unless mcore_generation_config changes it), already
+            # checked by the training rules; vllm_cfg and sglang_cfg are not read
+            mc = "policy.megatron_cfg"
+            tp = as_int(get(self.cfg, f"{mc}.tensor_model_parallel_size")) or 1
+            pp = as_int(get(self.cfg, f"{mc}.pipeline_model_parallel_size")) or 1
+            ep = as_int(get(self.cfg, f"{mc}.expert_model_parallel_size")) or 1
+            return {"backend": "megatron", "per": tp * pp, "dp": 1, "attn_tp": tp, "ep": ep, "tp": tp, "pp": pp,
+                    "expert_shard": max(ep, tp),
+                    "keys": {"engine": f"{mc}.tensor_model_parallel_size", "dp": f"{mc}.expert_model_parallel_size",
+                             "total": ""},
+                    "values": {"engine": get(self.cfg, f"{mc}.tensor_model_parallel_size"),
+                               "dp": get(self.cfg, f"{mc}.expert_model_parallel_size")},
+                    "mem": None}
         vc = f"{gen}.vllm_cfg"
         tp = as_int(get(self.cfg, f"{vc}.tensor_parallel_size")) or 1
         pp = as_int(get(self.cfg, f"{vc}.pipeline_parallel_size")) or 1
@@ -674,7 +690,9 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
                               extra_nodes=others, world_what=what)
     # rule 8: generation engines, checked apart from training
     eng = plan.engine()
-    if eng["backend"] == "vllm":
+    if eng["backend"] == "megatron":
+        pass  # the training layout is the engine: rules 1-7 above checked it
+    elif eng["backend"] == "vllm":
         if eng["ep"] > 1 and eng["ep"] % eng["tp"]:
             out.append(Problem(eng["keys"]["dp"], eng["ep"], f"vLLM's EP = DP x TP: expert_parallel_size must be a "
                                                              f"multiple of tensor_parallel_size ({eng['tp']})",
@@ -702,8 +720,10 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
         if declared is not None and declared != plan.gen_gpus:
             out.append(Problem("policy.generation.sglang_cfg.sglang_server_config.num_gpus", declared,
                                f"the generation side has {plural(plan.gen_gpus, 'GPU')}", str(plan.gen_gpus), rule="engine-layout"))
-    out += rules.engine_layout(model, plan.gen_gpus, eng["per"], eng["dp"], eng["attn_tp"], eng["keys"], eng["values"])
-    out += engine_memory(model, eng, shape)
+    if eng["backend"] != "megatron":  # its memory is the training model's (the estimate below)
+        out += rules.engine_layout(model, plan.gen_gpus, eng["per"], eng["dp"], eng["attn_tp"], eng["keys"],
+                                   eng["values"])
+        out += engine_memory(model, eng, shape)
     # rule 9: GRPO batch
     prompts, gens = as_int(get(cfg, "grpo.num_prompts_per_step")), as_int(get(cfg, "grpo.num_generations_per_prompt"))
     if prompts and gens and isinstance(v.gbs, int) and v.gbs > 0:

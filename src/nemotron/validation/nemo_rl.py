@@ -229,7 +229,10 @@ def gym_only(master: dict) -> list[Problem]:
     * ``policy.generation.val_temperature``/``val_top_p``/``val_top_k`` different from the training sampling —
       ``setup()`` asserts validation samples like training there;
     * ``grpo.max_val_samples`` null while validation runs — ``validate()`` divides it by ``val_batch_size``
-      (a ``TypeError`` at the first validation; the Gym entry is the one that sizes it from the data).
+      (a ``TypeError`` at the first validation; the Gym entry is the one that sizes it from the data);
+    * ``data.max_input_seq_length`` null — the entry's data set-up hands it to every task's data processor, and the
+      native ones compare each prompt's length with it (nemo_rl/data/processors.py ``math_hf_data_processor``:
+      ``length >= max_seq_length``, a ``TypeError`` on the first prompt; the Gym processor takes None).
 
     With NeMo Gym (``examples/nemo_gym/run_grpo_nemo_gym.py``): ``grpo.max_val_samples`` set — the entry refuses
     it (``ValueError``: the validation set is used as given).
@@ -263,6 +266,11 @@ def gym_only(master: dict) -> list[Problem]:
                                                                      f"NeMo RL's setup() asserts validation samples like "
                                                                      f"training {native}",
                                    f"${{policy.generation.{t}}}", rule="nemo-rl-gym-only"))
+    data = master.get("data") if isinstance(master.get("data"), dict) else None
+    if data is not None and "max_input_seq_length" in data and data["max_input_seq_length"] is None:
+        out.append(Problem("data.max_input_seq_length", None, f"{native} NeMo RL's data processors compare every "
+                                                               "prompt's length with it: null fails on the first prompt",
+                           "${policy.max_total_sequence_length} (NeMo RL's grpo_math_1B.yaml)", rule="nemo-rl-gym-only"))
     runs = _validation_runs(master)
     if runs and get(master, "grpo.max_val_samples") is None:
         out.append(Problem("grpo.max_val_samples", None, f"{native} NeMo RL's validate() runs max_val_samples // "

@@ -1,7 +1,7 @@
 """Runtime entry of `nemotron ultra3 rlvr`: ``python run.py --config train.yaml``.
 
 The cluster backend (``backend: nemo-rl``) runs inside the nemo-rl container on the Ray head of the job:
-nemotron.runtime.rl.nemo_rl checks the container and inputs (NeMo RL and vLLM importable, checkpoint paths,
+nemotron.runtime.rl.nemo_rl checks the container and inputs (NeMo RL and the generation backend importable, checkpoint paths,
 GPUs on the node; one line each, exit 1), translates the config and runs NeMo RL's GRPO entry. The
 ``local`` backend arrives with the RL local runtime: until then this entry says so in one line and exits 1.
 """

@@ -3,7 +3,8 @@
 What the entry script (``stages/ultra3/{rlvr,mopd}/run.py``, through :mod:`nemotron.runtime.dispatch`) calls inside
 the NeMo RL container, on the Ray head of the job's Ray cluster:
 
-1. :func:`precheck` — before anything heavy, one line per problem: NeMo RL and vLLM importable, every
+1. :func:`precheck` — before anything heavy, one line per problem: NeMo RL and the generation backend
+   (``policy.generation.backend``: vLLM, SGLang, or Megatron-Bridge for Megatron generation) importable, every
    checkpoint path (policy, tokenizer, each teacher) present, the GPUs visible on this node equal to
    ``cluster.gpus_per_node``. Any problem: the lines are printed and the stage exits 1.
 2. :func:`v4_views` — a policy or teacher checkpoint whose ``config.json`` is in the transformers-v5
@@ -146,8 +147,9 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
     """Every reason the cluster run cannot start here, one line each (empty: ready).
 
     ``importable(module) -> bool`` and ``gpus`` (GPUs visible on this node) default to the real ones;
-    tests pass their own. Checks: ``nemo_rl`` and ``vllm`` importable (the NeMo RL container,
-    ``stages/images.toml`` ``nemo-rl``); each local checkpoint path of :func:`checkpoint_paths` exists and
+    tests pass their own. Checks: ``nemo_rl`` and the generation backend's module importable
+    (:func:`generation_modules`: ``vllm`` for ``policy.generation.backend: vllm``, ``megatron.bridge`` for
+    ``megatron``, ...; the NeMo RL container, ``stages/images.toml`` ``nemo-rl``); each local checkpoint path of :func:`checkpoint_paths` exists and
     holds a ``config.json``; the data files (``data.train/validation.data_path``) exist; ``gpus`` equals ``cluster.gpus_per_node`` (NeMo RL places
     ``cluster.num_nodes`` x that many GPUs with Ray placement groups; a node that shows fewer cannot
     hold its bundles); the base recipe in the container's NeMo RL checkout (``checkout``, default: the one
@@ -160,7 +162,7 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
         from nemotron.runtime.dispatch import _importable as importable
     problems: list[str] = []
     image = _image()
-    for module in ("nemo_rl", "vllm"):
+    for module in ("nemo_rl", *generation_modules(cfg)):
         if not importable(module):
             problems.append(_not_available(module, image))
     if checkout is None and importable("nemo_rl"):
@@ -191,6 +193,22 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
                                       "cluster.num_nodes", "cluster.gpus_per_node")
     problems += export_memory_problems(cfg, host_memory)
     return problems
+
+
+#: The module each NeMo RL generation backend (``policy.generation.backend``) imports in its workers, beyond NeMo RL
+#: itself (nemo_rl/models/generation/<backend>/): vLLM and SGLang are engines of their own; Megatron generation runs
+#: the policy's own Megatron model through Megatron-Core's inference engine (nemo_rl/models/generation/megatron), so
+#: what it needs is what the Megatron policy worker needs, Megatron-Bridge (which brings Megatron-Core).
+GENERATION_MODULES = {"vllm": ("vllm",), "sglang": ("sglang",), "megatron": ("megatron.bridge",),
+                      "trtllm": ("tensorrt_llm",), "dynamo": ("dynamo",)}
+
+
+def generation_modules(cfg: dict) -> tuple[str, ...]:
+    """The modules :func:`precheck` requires for ``policy.generation.backend`` (:data:`GENERATION_MODULES`; unset:
+    NeMo RL's default, vLLM). A backend NeMo RL does not have requires nothing here: NeMo RL's own setup names it
+    (``grpo.py``: ``assert backend in (...)``)."""
+    backend = str(_get(cfg, "policy.generation.backend") or "vllm").lower()
+    return GENERATION_MODULES.get(backend, ())
 
 
 def export_memory_problems(cfg: dict, host_memory=None) -> list[str]:
@@ -808,6 +826,7 @@ __all__ = [
     "deadline_stop",
     "entry_relpath",
     "finish",
+    "generation_modules",
     "gym_agent",
     "gym_data",
     "gym_rows",

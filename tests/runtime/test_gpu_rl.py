@@ -1,0 +1,96 @@
+"""bench/gpu_rl.py (the cluster RLVR route on one GPU: NeMo RL's GRPO with Megatron generation), the parts that run
+without a GPU: the one-GPU config through our compiler and dry-run rules, the MTP override, the parsing of NeMo RL's
+per-step log lines, and the summary of what a run left. NeMo RL's own checks of the same config:
+tests/contract/test_nemo_rl.py (variant ``rlvr-tiny-1gpu``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from nemotron import validation
+from nemotron.config.compile import compile_config
+from nemotron.config.registry import get_stage
+from nemotron.profiles.profile import from_table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import gpu_rl  # noqa: E402
+
+#: the lent machine: one node of one H100
+H100X1 = from_table("h100x1", {"executor": "slurm", "gpus_per_node": 1, "gpu_arch": "hopper", "gpu_memory": 80.0})
+
+
+def _validate(overrides: list[str]):
+    stage = get_stage("rlvr")
+    c = compile_config(stage, "tiny", overrides, check_paths=False)
+    validation.prepare(stage, c.config, c.user_keys, H100X1)
+    return c.config, [p for p in validation.validate(stage, c.config, H100X1) if p.severity == "error"]
+
+
+def test_the_one_gpu_config_validates_with_megatron_generation_and_no_vllm_rules(tmp_path):
+    """The dry-run's rules on one H100: no error. Megatron generation runs on the training layout, so tiny's 8-GPU
+    vLLM engine settings (vllm_cfg TP 8, EP 8, still in the config) are not checked; the same config with the vLLM
+    backend is refused on them."""
+    args = gpu_rl.rl_overrides(tmp_path / "base", tmp_path / "data", tmp_path / "ckpt", 0)
+    cfg, errors = _validate(args)
+    assert errors == [], [p.render() for p in errors]
+    assert cfg["policy"]["generation"]["backend"] == "megatron"
+    assert cfg["policy"]["generation"]["vllm_cfg"]["tensor_parallel_size"] == 8  # tiny's, unread by megatron
+    assert cfg["cluster"]["num_nodes"] == cfg["cluster"]["gpus_per_node"] == 1
+    assert "mtp_num_layers" not in cfg["policy"]["megatron_cfg"]  # the fresh base has no MTP block
+    assert cfg["data"]["train"]["data_path"] == str(tmp_path / "data" / "train.jsonl")
+    _, vllm = _validate([*args, "policy.generation.backend=vllm"])
+    assert {p.key for p in vllm} >= {"policy.generation.vllm_cfg.tensor_parallel_size"}, [p.render() for p in vllm]
+
+
+def test_mtp_depth_of_the_policy_sets_or_removes_mtp_num_layers(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "nemotron_h", "num_nextn_predict_layers": 2}))
+    assert gpu_rl.mtp_depth(tmp_path) == 2
+    assert gpu_rl.mtp_overrides(2) == ["policy.megatron_cfg.mtp_num_layers=2"]
+    assert gpu_rl.mtp_depth(tmp_path / "absent") == 0
+    assert gpu_rl.mtp_overrides(0) == ["~policy.megatron_cfg.mtp_num_layers"]
+
+
+#: NeMo RL's GRPO step output as nemo_rl/algorithms/grpo.py 7ea279a prints it (banner ``'=' * 25 Step N/M``, then the
+#: "Training Results" block with bullet lines), two steps
+LOG = """
+========================= Step 1/4 =========================
+▶ Generating responses for batch of size 8...
+
+📊 Training Results:
+  • Loss: 0.0123
+  • Draft Loss: 0.5000
+  • Avg Reward: 0.2500
+  • Mean Generation Length: 187.5000
+
+========================= Step 2/4 =========================
+📊 Training Results:
+  • Loss: -0.0040
+  • Avg Reward: 0.3750
+  • Mean Generation Length: 160.2500
+"""
+
+
+def test_parse_steps_reads_nemo_rls_per_step_lines():
+    steps = gpu_rl.parse_steps(LOG)
+    assert steps == [{"step": 1, "of": 4, "loss": 0.0123, "reward": 0.25, "mean_generation_length": 187.5},
+                     {"step": 2, "of": 4, "loss": -0.004, "reward": 0.375, "mean_generation_length": 160.25}]
+    assert gpu_rl.parse_steps("no steps here\n  • Loss: 1.0") == []
+
+
+def test_summary_names_the_saved_steps_and_the_hf_conversion(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    for n in (2, 4):
+        (ckpt / f"step_{n}").mkdir(parents=True)
+    (ckpt / "tmp_step_6").mkdir()  # a save in progress does not count
+    hf = ckpt / "hf" / "step_4"
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text(json.dumps({"model_type": "nemotron_h", "num_hidden_layers": 12}))
+    (ckpt / "hf" / "latest").symlink_to("step_4")
+    s = gpu_rl.summarize(ckpt, LOG, 0, 12.34)
+    assert s["rc"] == 0 and s["wall_s"] == 12.3 and s["saved_steps"] == [2, 4]
+    assert s["hf"]["latest"] == "step_4" and s["hf"]["config_json"] and s["hf"]["config"]["num_hidden_layers"] == 12
+    assert s["reward"] == [0.25, 0.375] and s["loss"] == [0.0123, -0.004]
+    empty = gpu_rl.summarize(tmp_path / "none", "", 1, 1.0)
+    assert empty["saved_steps"] == [] and empty["hf"] == {"latest": None, "config_json": False, "files": []}
