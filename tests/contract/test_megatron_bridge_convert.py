@@ -78,6 +78,25 @@ try:
     (out / "config.json").write_text(json.dumps(exported))
     back = AutoConfig.from_pretrained(str(out))
     res["read_back"] = {"type": type(back).__name__, "num_hidden_layers": back.num_hidden_layers}
+    # the MTP weights' mappings the weight export builds (NemotronHBridge.build_conversion_tasks takes the block depth
+    # from hf_pretrained.config; a config-only bridge holds the config itself): upstream's depth, ours, and whether the
+    # mapping registry then maps the first MTP parameter (the one the first GPU export stopped on)
+    mbr = bridge._model_bridge
+    up = getattr(getattr(bridge.hf_pretrained, "config", None), "mtp_hybrid_override_pattern", None)
+    res["mtp_depth"] = {"upstream": len(up) if up else 0, "ours": mb.mtp_block_depth(bridge.hf_pretrained)}
+    for who, depth in res["mtp_depth"].items():
+        mbr._mtp_layers_per_block = depth
+        reg = mbr.mapping_registry()
+        res.setdefault("mtp_mapped", {})[who] = [reg.megatron_to_hf_lookup(n) is not None for n in (
+            "mtp.layers.0.enorm.weight", "mtp.layers.0.eh_proj.weight",
+            "mtp.layers.0.mtp_model_layer.layers.0.self_attention.linear_qkv.weight")]
+    with mb.mtp_export_mappings():   # the patched method sets the depth the same way, then runs the parent's
+        from megatron.bridge.models.nemotronh.nemotron_h_bridge import NemotronHBridge
+        try:
+            NemotronHBridge.build_conversion_tasks(mbr, bridge.hf_pretrained, [])
+        except Exception as exc:   # no Megatron model on a CPU: the parent stops after the depth is set
+            res["patched_build_stop"] = type(exc).__name__
+        res["patched_depth"] = mbr._mtp_layers_per_block
     from nemotron.runtime.megatron import export_check
     shape = export_check.saved_model_shape(str(ckpt))   # the self-check's reading of the real run_config.yaml
     res["saved_shape"] = {k: shape[k] for k in ("num_layers", "pattern")}
@@ -183,6 +202,11 @@ def test_the_one_gpu_convert_of_small_exports_smalls_config(upstream, tmp_path):
     assert _pattern(out["config"], mtp=True) == "*E" and out["config"]["num_nextn_predict_layers"] == 2
     assert out["selfcheck_config"]["passed"], out["selfcheck_config"]
     assert out["read_back"] == {"type": "NemotronHConfig", "num_hidden_layers": 10}
+    # the weight export's MTP mappings: upstream's depth from a config-only bridge is 0 and leaves the MTP weights
+    # unmapped (the first GPU export stopped there); ours is the block's 2 layers and maps them
+    assert out["mtp_depth"] == {"upstream": 0, "ours": 2}, out["mtp_depth"]
+    assert out["mtp_mapped"] == {"upstream": [False] * 3, "ours": [True] * 3}, out["mtp_mapped"]
+    assert out["patched_depth"] == 2
     # save_hf_pretrained of the config-only bridge writes no tokenizer; the export takes the one the run_config.yaml
     # Megatron-Bridge saved names (the data's tokenizer folder), which loads and fits the vocabulary
     tok = out["tokenizer"]

@@ -61,9 +61,11 @@ Stdlib only at import time (step 1 reads ``blend.json`` with :mod:`nemotron.runt
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -804,6 +806,49 @@ def export_bridge(bc: BridgeConfig, source: str | os.PathLike[str], folder: str 
         return AutoBridge.from_auto_config(tmp, reference, trust_remote_code=bc.trust_remote_code)
 
 
+def mtp_block_depth(hf_pretrained: Any) -> int:
+    """Layers in one MTP block of the HF model an export writes (``len(mtp_hybrid_override_pattern)``), 0 without MTP
+    (``num_nextn_predict_layers`` 0). ``hf_pretrained`` is what AutoBridge holds: a ``PreTrainedCausalLM`` (its
+    ``.config``) or, for a config-only bridge (:func:`export_bridge`), the ``PretrainedConfig`` itself; transformers'
+    NemotronH config gives the pattern as a property of its ``mtp_layers_block_type``."""
+    cfg = getattr(hf_pretrained, "config", None) or hf_pretrained
+    depth = getattr(cfg, "num_nextn_predict_layers", None)
+    if depth is not None and int(depth) == 0:
+        return 0
+    pattern = getattr(cfg, "mtp_hybrid_override_pattern", None)
+    return len(pattern) if isinstance(pattern, str) else 0
+
+
+@contextlib.contextmanager
+def mtp_export_mappings() -> Iterator[None]:
+    """Inside the block, Megatron-Bridge's NemotronH bridge maps the MTP weights of a config-only export.
+
+    ``NemotronHBridge.build_conversion_tasks`` (4588417) takes the MTP block depth from
+    ``hf_pretrained.config.mtp_hybrid_override_pattern``; a config-only bridge (``from_auto_config``, the export path
+    of upstream's own ``convert_checkpoints.py``) holds the config itself, which has no ``.config``, so the depth is 0,
+    the MTP mappings are skipped ("mtp_layers_per_block is not set (or 0)"), and the export stops in
+    ``stream_weights_megatron_to_hf`` on the first MTP parameter (``'NoneType' object has no attribute
+    'param_weight'``: found by the first GPU export of an MTP checkpoint, docs/gpu_run.md). Here the depth comes from
+    :func:`mtp_block_depth`, which reads either form; everything else is the parent class's own method."""
+    from megatron.bridge.models.conversion.model_bridge import MegatronModelBridge
+    from megatron.bridge.models.nemotronh.nemotron_h_bridge import NemotronHBridge
+
+    upstream = NemotronHBridge.__dict__.get("build_conversion_tasks")
+
+    def build_conversion_tasks(self: Any, hf_pretrained: Any, megatron_model: Any) -> Any:
+        self._mtp_layers_per_block = mtp_block_depth(hf_pretrained)
+        return MegatronModelBridge.build_conversion_tasks(self, hf_pretrained, megatron_model)
+
+    NemotronHBridge.build_conversion_tasks = build_conversion_tasks
+    try:
+        yield
+    finally:
+        if upstream is None:
+            del NemotronHBridge.build_conversion_tasks
+        else:
+            NemotronHBridge.build_conversion_tasks = upstream
+
+
 def export_run_config_file(source: str | os.PathLike[str]) -> Path | None:
     """The ``run_config.yaml`` that ``AutoBridge.from_auto_config`` reads for the checkpoint folder ``source``:
     ``source/run_config.yaml``, else the one in its ``iter_*`` folder of the highest iteration number (Megatron-Bridge
@@ -972,7 +1017,8 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
         if direction == "hf_to_megatron":
             AutoBridge.import_ckpt(src, out, torch_dtype=dtype)
         else:
-            export_bridge(bc, src).export_ckpt(src, out)
+            with mtp_export_mappings():
+                export_bridge(bc, src).export_ckpt(src, out)
             no_model = ("convert.device=cpu: AutoBridge.export_ckpt keeps no Megatron model in memory to run the "
                         "batch through")
     else:
@@ -999,7 +1045,8 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
         else:
             model = bridge.load_megatron_model(src, mp_overrides={**layout, "pipeline_dtype": dtype,
                                                                   "params_dtype": dtype}, wrap_with_ddp=False)
-            bridge.save_hf_pretrained(model, out)
+            with mtp_export_mappings():
+                bridge.save_hf_pretrained(model, out)
             world = int(os.environ.get("WORLD_SIZE") or torch.distributed.get_world_size())
             if world == 1:
                 exported = model

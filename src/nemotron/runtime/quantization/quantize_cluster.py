@@ -111,6 +111,10 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
         setattr(provider, key, value)
     provider.pipeline_dtype = torch.bfloat16
     provider.moe_permute_fusion = False
+    # calibration only runs forward passes, so the fused weight-gradient accumulation (APEX's
+    # fused_weight_gradient_mlp_cuda) is never used; Model Optimizer's spec builds Megatron-Core's own
+    # ColumnParallelLinear, which refuses the fusion where APEX is absent (found on the first GPU run, docs/gpu_run.md)
+    provider.gradient_accumulation_fusion = False
     provider.mamba_stack_spec = modelopt_mamba_stack_spec
     provider.finalize()
     provider.initialize_model_parallel(seed=0)
