@@ -152,7 +152,10 @@ class Reader:
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int):
-            raise ConfigError(f"{key}={v!r} must be a whole number" + (" or null" if default is None else ""))
+            from nemotron.config.yamlio import INT_FORMS
+
+            raise ConfigError(f"{key}={v!r} must be a whole number" + (" or null" if default is None else ""),
+                              f"numbers are written {INT_FORMS}")
         return _at_least(key, v, minimum)
 
     def float(self, key: str, default: float | None, minimum: float | None = None) -> Any:
