@@ -16,6 +16,7 @@ from nemotron.config.compile import config_backend
 from nemotron.config.tree import as_int, get, unresolved
 from nemotron.errors import Problem, UsageError
 from nemotron.layout import estimate as est
+from nemotron.layout.rules import iterations_of
 from nemotron.layout.views import megatron_view, node_shape
 
 if TYPE_CHECKING:
@@ -111,7 +112,8 @@ def run_estimate(stage: Any, compiled: Any, profile: ExecutorProfile | None, pla
     try:
         result = est.estimate_run(
             spec, gpus=gpus, nodes=plan.nodes, gpu=gpu, precision=view.precision, seq_length=int(view.seq),
-            global_batch_size=int(view.gbs), steps=int(get(cfg, "train.train_iters") or 0), mfu=mfu,
+            global_batch_size=int(view.gbs), steps=iterations_of(get(cfg, "train.train_iters"), get(cfg, "train.train_samples"),
+                                                                  view.gbs) or 0, mfu=mfu,
             full_recompute=view.recompute_granularity == "full", bf16_layers=bf16_layers,
             mtp_depths=view.mtp_depths, tp=int(view.tp) if isinstance(view.tp, int) else 1,
             walltime_seconds=walltime, save_margin_seconds=margin,
