@@ -355,6 +355,7 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
             try:
                 manifest = prepare(s)
             except KeyboardInterrupt as exc:
+                write_interrupt_note(kept_note(s))
                 if isinstance(exc, StopRequested) or stop_signal() is not None:
                     raise  # SIGTERM: the entry's own "stopped by SIGTERM ... resume" line and exit 75
                 return interrupted_resumably(s)
@@ -365,6 +366,35 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
 
     write_outputs(artifacts(manifest))
     return 0
+
+
+#: The output version folder the stage in this process writes (set by :func:`drive` once it is chosen): what
+#: :func:`kept_note` counts after an interrupt.
+_WRITING: dict[str, Path] = {}
+
+
+def kept_note(s: Any) -> str:
+    """One line saying what an interrupted run kept: the finished pieces of work (shards, SFT windows: each has its
+    receipt, ``*.receipt.json``) in the version folder it was writing, or that none was finished yet, so the next
+    run starts from the beginning."""
+    vdir = _WRITING.get("vdir")
+    done = sum(1 for _ in vdir.rglob("*" + outputs.RECEIPT_SUFFIX)) if vdir is not None and vdir.is_dir() else 0
+    if not done:
+        return (f"interrupted before any shard was finished; nothing of it is kept in {s.output_dir}, so the next run "
+                "starts from the beginning")
+    return (f"interrupted; {count(done, 'finished shards')} (with their receipts) kept in {vdir}: run the same command "
+            "again to resume from there")
+
+
+def write_interrupt_note(note: str) -> None:
+    """Leave ``note`` in ``$NEMOTRON_RUN_DIR/interrupted.txt`` (:data:`nemotron.errors.INTERRUPT_NOTE`) for the CLI
+    that started this process (nothing when there is no run folder or it cannot be written)."""
+    from nemotron.errors import INTERRUPT_NOTE
+
+    folder = os.environ.get("NEMOTRON_RUN_DIR")
+    if folder:
+        with contextlib.suppress(OSError):
+            (Path(folder) / INTERRUPT_NOTE).write_text(note + "\n", encoding="utf-8")
 
 
 def interrupted_resumably(s: Any) -> int:
@@ -383,8 +413,8 @@ def interrupted_resumably(s: Any) -> int:
     if os.environ.get(INTERRUPT_REPORTED_BY_PARENT) == "1":
         return RESUMABLE
     config = f"python {sys.argv[0]} {' '.join(sys.argv[1:])}".strip() if sys.argv and sys.argv[0] else "the same command"
-    print(f"{STAGE_TITLES.get(type(s).__module__, 'data prep')}: interrupted; the shards finished so far are kept in "
-          f"{s.output_dir}: run the same command again to resume ({config})", file=sys.stderr, flush=True)
+    print(f"{STAGE_TITLES.get(type(s).__module__, 'data prep')}: {kept_note(s)} ({config})", file=sys.stderr,
+          flush=True)
     return EXIT_INTERRUPTED
 
 
@@ -535,6 +565,7 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
         s.blend_path, path_vars=s.path_vars, stage=getattr(s, "STAGE", None),
         policy_section="on_bad" if "empty_glob" in (getattr(s, "on_bad", None) or {}) else "policies")
     version, vdir, why = outputs.select_version(s.output_dir, s.force)
+    _WRITING["vdir"] = vdir
     run = Run(s, version, vdir, why, say, quiet, live_progress, t_start)
     run.engine, run.engine_reason = choose_engine(s, blend)
     if run.engine == "in_process":  # the tokenizer's thread pool is sized when first used (planning uses it)

@@ -240,8 +240,8 @@ class LocalJob(Backend):
                 print(f"[nemotron] artifact {art['name']} v{art['version']}: {art['path']}", file=sys.stderr)
             return 0
         if exit_code == RESUMABLE:
-            print(f"{rec.title} saved its state and stopped on a signal: run the same command again to resume "
-                  f"({folder})", file=sys.stderr)
+            print(execute.stopped_line(rec.title, rec.run_dir, "saved its state and stopped on a signal", folder),
+                  file=sys.stderr)
             return exit_code
         if exit_code == 0:  # cancelled before it failed or finished, or its supervisor died
             exit_code = 1
