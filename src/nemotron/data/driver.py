@@ -342,8 +342,9 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
     from nemotron.errors import StopRequested, request_stop, stop_signal
 
     s = settings_cls.from_config(cfg)
-    for problem in check_inputs(s, stage_blend(s)):
-        raise problem  # before the lock file is written: an input is never touched
+    blend = stage_blend(s)
+    for problem in check_inputs(s, blend) + unreadable_inputs(blend):
+        raise problem  # before the lock file is written: an input is never touched; an unreadable one before any work
     # SIGTERM (kill, timeout, scancel) at any point of the work, planning and Ray's start included, stops it as
     # Ctrl-C does: every file is written whole or not at all (a temporary name, then a rename), so an interrupt
     # anywhere leaves a folder the rerun resumes. The Ray session and the in-process engine set the same handler
@@ -494,6 +495,31 @@ def check_inputs(s: Any, blend: Blend) -> list[ConfigError]:
                 problems.append(ConfigError(f"{where}: input {f}: the run writes {what} in output_dir={out}, "
                                             "which would overwrite or delete this input", hint))
                 break
+    return problems
+
+
+def unreadable_inputs(blend: Blend) -> list[ConfigError]:
+    """Every local input file of ``blend`` that is not what its format says (:func:`nemotron.data.sources.unreadable`:
+    a ``.parquet`` that is not Parquet or is cut short, a ``.jsonl.gz`` that is not gzip), one ConfigError each
+    naming the blend line, the dataset and the file: refused before any work (exit 2) by the run
+    (:func:`stage_main`) and the dry run alike (``nemotron.validation.data``), where it failed in the work (exit 1)
+    before. Remote datasets are the run's to fetch; a path that matches nothing is another check's."""
+    from nemotron.data.sources import FORMATS, detect_format, expand, is_remote, unreadable
+
+    problems = []
+    for spec in blend.datasets:
+        if is_remote(spec.path):
+            continue
+        fmt = spec.format if spec.format in FORMATS else None  # a record form (sft, rl) is no file format
+        try:
+            files = expand(spec.path, exclude=list(spec.exclude), fmt=fmt)
+        except ConfigError:
+            continue
+        for f in files:
+            bad = unreadable(f, detect_format(f, fmt))
+            if bad is not None:
+                problems.append(ConfigError(f"{blend.path}:{spec.line}: datasets ({spec.name}): {bad.message}",
+                                            bad.hint))
     return problems
 
 
