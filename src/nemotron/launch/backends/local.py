@@ -177,6 +177,13 @@ class LocalJob(Backend):
         except OSError:
             return ""
 
+    def read_log_tail(self, rec: JobRecord, path: str, limit: int) -> str:
+        """The last ``limit`` bytes of a log on this machine, read from its end (:func:`nemotron.launch.records.read_tail`)."""
+        try:
+            return records.read_tail(path, limit)
+        except OSError:
+            return ""
+
     def stream_for(self, path: str, stream: Any) -> Any:
         return sys.stderr if path.endswith("/stderr.log") else stream
 
