@@ -50,6 +50,16 @@ def _free_space(path_value: Any) -> tuple[int | None, str | None]:
     return st.f_bavail * st.f_frsize, str(p)
 
 
+def cluster_path(profile: ExecutorProfile | None) -> str | None:
+    """Why the checkpoint root's free space is not measured on this machine, or None when it is: a profile whose
+    jobs run elsewhere (Slurm, through a local or an ssh tunnel; Ray) keeps its checkpoints on its nodes' storage, and
+    a folder that happens to exist at the same path here (one a failed submission made, say) is this machine's disk,
+    not that mount. Measured for a run on this machine (no profile, a ``local`` profile)."""
+    if profile is None or profile.settings.on_this_machine:
+        return None
+    return f"cluster path (profile {profile.name} runs its jobs on other machines)"
+
+
 def _cpu_peak() -> tuple[float, str, str] | None:
     """This machine's FP32 ``torch.mm`` rate (TFLOP/s, best of 3 of 1024 x 1024), or None without torch or with a
     visible GPU (the local runtime then trains on it)."""
@@ -107,8 +117,9 @@ def run_estimate(stage: Any, compiled: Any, profile: ExecutorProfile | None, pla
         # the dry run and the run's checks do not import torch)
         peak = _cpu_peak()
     free, where = _free_space(get(cfg, "checkpoint.save"))
-    if profile is not None and profile.settings.over_ssh:
-        free, where = None, None  # the checkpoint root is on the cluster, not readable from here
+    unchecked = cluster_path(profile)
+    if unchecked:  # a folder at the same path here is not the storage of the machines the job runs on
+        free, where = None, None
     try:
         result = est.estimate_run(
             spec, gpus=gpus, nodes=plan.nodes, gpu=gpu, precision=view.precision, seq_length=int(view.seq),
@@ -123,6 +134,7 @@ def run_estimate(stage: Any, compiled: Any, profile: ExecutorProfile | None, pla
     except (TypeError, ValueError) as exc:
         raise UsageError(f"estimate: {exc}") from None
     result.ckpt_path = get(cfg, "checkpoint.save")
+    result.free_unchecked = unchecked
     if shape.memory_source and profile is None and peak is None:
         result.notes.append(f"node {shape.memory_source}")
     if local and peak is None and not gpu:
