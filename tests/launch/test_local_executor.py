@@ -305,3 +305,6 @@ def test_the_interrupted_line_says_what_the_data_prep_kept(tmp_path, monkeypatch
     assert stopped_line("ultra3 data prep pretrain", run_dir, "saved its state").startswith(
         f"ultra3 data prep pretrain was interrupted; 3 finished shards (with their receipts) kept in {vdir}: run the "
         "same command again to resume from there")
+    from nemotron.runtime.dispatch import _interrupt_note
+
+    assert _interrupt_note() == driver.kept_note(S())  # the job's own SIGTERM line (and requeue marker) says it too
