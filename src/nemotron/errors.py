@@ -160,6 +160,12 @@ def stop_signal() -> int | None:
 INTERRUPT_REPORTED_BY_PARENT = "NEMOTRON_INTERRUPT_REPORTED_BY_PARENT"
 
 
+#: File in the run folder (``$NEMOTRON_RUN_DIR``) where a stage stopped by a signal says in one line what it kept
+#: (``interrupted before any shard was finished; ...``); the CLI's ``interrupted:`` line uses it, else says that the
+#: stage saved its state.
+INTERRUPT_NOTE = "interrupted.txt"
+
+
 #: Exit code of a run stopped by Ctrl-C (128 + SIGINT, the shell's convention).
 EXIT_INTERRUPTED = 130
 

@@ -131,9 +131,17 @@ def test_ctrl_c_on_a_data_prep_run_prints_one_line_exits_130_and_leaves_nothing(
         err, left = _stop(proc, marker, signal.SIGINT, group=True)
     assert proc.returncode == 130, err[-2000:]
     lines = [line for line in err.splitlines() if line.strip()]
-    # one line, which says that a rerun resumes (issue 15: it said only "interrupted")
+    # one line, which says what the rerun does (issue 15: it said only "interrupted"): resume from the shards
+    # finished (counted), or, interrupted before any was, start from the beginning (it said "saved its state")
     assert len(lines) == 1 and lines[0].startswith("interrupted"), err[-2000:]
-    assert "run the same command again to resume" in lines[0], err[-2000:]
+    done = len(list(out_dir.rglob("*.receipt.json")))
+    if done:
+        assert (f"was interrupted; {done} finished shard" in lines[0]
+                and "run the same command again to resume from there" in lines[0]), (done, err[-2000:])
+    else:
+        assert ("was interrupted before any shard was finished" in lines[0]
+                and "the next run starts from the beginning" in lines[0]), err[-2000:]
+    assert "saved its state" not in lines[0], err[-2000:]
     assert not left, f"processes of the interrupted run still alive: {left}"
     files = [p for p in out_dir.rglob("*") if p.is_file()]
     assert not [p for p in files if ".tmp-" in p.name], files
@@ -163,7 +171,10 @@ def test_sigterm_before_the_workers_run_is_resumable_too(tmp_path, shared_data, 
     finally:
         err, left = _stop(proc, marker, signal.SIGTERM)
     assert proc.returncode == 75, err[-2000:]
-    assert "run the same command again to resume" in err and "failed with exit code" not in err, err[-2000:]
+    assert "failed with exit code" not in err, err[-2000:]
+    # stopped while Ray starts, before any shard: says so (it said "what was finished is kept ... resume")
+    assert ("stopped by SIGTERM before any shard was finished" in err
+            and "the next run starts from the beginning" in err), err[-2000:]
     assert not left, f"processes of the stopped run still alive: {left}"
     assert not (out_dir / "manifest.json").exists()
 

@@ -274,3 +274,37 @@ def test_a_batch_job_records_its_artifact_when_it_ends(cli, env_file, tmp_path):
     assert sorted(p.name for p in record.parent.glob("v*.json")) == ["v1.json"]
     again = json.loads(record.read_text())
     assert again.get("latest_at", again["created"]) <= state["ended"] + 1, again
+
+
+def test_the_interrupted_line_says_what_the_data_prep_kept(tmp_path, monkeypatch):
+    """The line after a Ctrl-C says what is actually kept: the data prep driver counts the finished shards (their
+    receipts) of the version folder it writes and leaves that in the run folder (interrupted.txt), which the CLI's
+    line uses; before any shard is finished it says that the next run starts from the beginning, never "saved its
+    state". A stage that leaves no note (training: its checkpoint) keeps the old words."""
+    from nemotron.data import driver
+    from nemotron.launch.execute import stopped_line
+
+    class S:
+        output_dir = str(tmp_path / "out")
+
+    vdir = tmp_path / "out"
+    (vdir / "data").mkdir(parents=True)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setenv("NEMOTRON_RUN_DIR", str(run_dir))
+    monkeypatch.setitem(driver._WRITING, "vdir", vdir)
+    assert stopped_line("ultra3 pretrain", run_dir, "saved its state") == (
+        f"ultra3 pretrain saved its state; run the same command again to resume (run folder: {run_dir})")
+    driver.write_interrupt_note(driver.kept_note(S()))
+    line = stopped_line("ultra3 data prep pretrain", run_dir, "saved its state")
+    assert line == (f"ultra3 data prep pretrain was interrupted before any shard was finished; nothing of it is kept "
+                    f"in {vdir}, so the next run starts from the beginning (run folder: {run_dir})")
+    for k in range(3):
+        (vdir / "data" / f"train_{k:05d}.receipt.json").write_text("{}")
+    driver.write_interrupt_note(driver.kept_note(S()))
+    assert stopped_line("ultra3 data prep pretrain", run_dir, "saved its state").startswith(
+        f"ultra3 data prep pretrain was interrupted; 3 finished shards (with their receipts) kept in {vdir}: run the "
+        "same command again to resume from there")
+    from nemotron.runtime.dispatch import _interrupt_note
+
+    assert _interrupt_note() == driver.kept_note(S())  # the job's own SIGTERM line (and requeue marker) says it too

@@ -118,7 +118,8 @@ def test_a_stage_error_without_a_hint_line_gets_a_fix_of_its_own():
 
 
 def test_a_not_parquet_input_fails_with_a_hint_that_why_shows(tmp_path, monkeypatch, capfd):
-    """The real stage's message (data prep sft on a file named .parquet that is not Parquet), read back by ``why``."""
+    """The real stage's message (data prep sft on a file named .parquet that is not Parquet: refused before any
+    work, exit 2, with its hint line), read back by ``why``."""
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
     (tmp_path / "notparquet.parquet").write_text("not parquet\n")
     blend = tmp_path / "blend.json"
@@ -127,11 +128,11 @@ def test_a_not_parquet_input_fails_with_a_hint_that_why_shows(tmp_path, monkeypa
     code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", f"blend_path={blend}",
                  f"output_dir={tmp_path / 'out'}"])
     err = capfd.readouterr().err
-    assert code == 1, err
+    assert code == 2, err
     log = tmp_path / "job.log"
     log.write_text(err)
     got = why.explain_files([str(log)])
-    assert got["cause"] == "stage-error" and "cannot read (ArrowInvalid" in got["evidence"], got
+    assert got["cause"] == "stage-error" and "not a readable Parquet file (ArrowInvalid" in got["evidence"], got
     assert "path and format" in got["hint"], got
 
 
@@ -139,10 +140,16 @@ def test_a_run_in_the_shell_is_not_taken_for_a_job_by_why_status_logs(tmp_path, 
     """A run without a profile names its run folder; ``why``/``status``/``logs`` given its id (or the folder) say it
     is no submitted job and how to classify its end, instead of "no submitted job"; without an id, a note says the
     latest run here was such a run when a submitted job is shown."""
+    import gzip
+
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
-    (tmp_path / "notparquet.parquet").write_text("not parquet\n")
+    # a gzip file whose deflate data is corrupt (its first bytes are gzip's): it fails in the work, exit 1
+    gz = gzip.compress("".join(json.dumps({"messages": [{"role": "user", "content": f"q {i * 7919}"},
+                                                         {"role": "assistant", "content": f"a {i * 104729}"}]}) + "\n"
+                               for i in range(2000)).encode())
+    (tmp_path / "corrupt.jsonl.gz").write_bytes(gz[:30] + bytes(300) + gz[330:])
     blend = tmp_path / "blend.json"
-    blend.write_text(json.dumps({"datasets": [{"name": "np", "path": str(tmp_path / "notparquet.parquet"),
+    blend.write_text(json.dumps({"datasets": [{"name": "gz", "path": str(tmp_path / "corrupt.jsonl.gz"),
                                                "weight": 1}]}))
     old = jobs.JobRecord(experiment_id="ultra3-pretrain-tiny-old", job_id="77", stage="pretrain",
                          title="ultra3 pretrain", profile="local-gpu", env_file="", run_dir=str(tmp_path / "gone"),
@@ -181,6 +188,39 @@ def test_why_is_linear_in_a_long_line_and_shows_at_most_a_line_of_evidence(tmp_p
     assert len(out) < 3000, len(out)
     got = why.classify("x" * 100_000 + " CUDA out of memory. Tried to allocate 2 GiB")
     assert got["cause"] == "cuda-oom" and len(got["evidence"]) == why.EVIDENCE_CHARS + 3, got  # found at a line's end
+
+
+def test_why_reads_only_a_large_logs_end_in_bounded_memory(tmp_path, monkeypatch):
+    """A log larger than TAIL_BYTES is read from its end only: the memory ``why`` takes stays a few TAIL_BYTES
+    (it read the whole file into one string, then its lines: several times a 90 MB log's size), the cause at the end is found as in the
+    whole text, and a log that fits is read whole (the same result as classifying its text)."""
+    import tracemalloc
+
+    monkeypatch.setattr(why, "TAIL_BYTES", 4 << 20)
+    oom = _fixture(FIXTURES / "cuda-oom.log")[2]
+    log = tmp_path / "big.log"
+    block = "".join(f"[rank0]: iteration {i:>8} | loss 2.345 | lr 1.0e-4 | step time 1.23 s\n" for i in range(20_000))
+    with open(log, "w", encoding="utf-8") as fh:
+        fh.write("error: an early line the tail does not reach\n")
+        for _ in range(64):  # about 90 MB of ordinary progress lines
+            fh.write(block)
+        fh.write(oom + "\n")
+    assert log.stat().st_size > 80 << 20
+    tracemalloc.start()
+    try:
+        got = why.explain_files([str(log)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * why.TAIL_BYTES < log.stat().st_size // 2, peak  # the lines and their searched copies
+    expected = why.classify(block[-1000:] + oom + "\n")
+    assert (got["cause"], got["evidence"]) == (expected["cause"], expected["evidence"]) == ("cuda-oom", got["evidence"])
+    small = tmp_path / "small.log"
+    small.write_text(block[:5000] + oom + "\n")
+    got = why.explain_files([str(small)])
+    assert {k: got[k] for k in ("cause", "evidence", "hint")} == {k: why.classify(small.read_text())[k]
+                                                                  for k in ("cause", "evidence", "hint")}
+    assert why.tail_text(b"rt line\nwhole\n", True) == "whole\n" and why.tail_text(b"one line", True) == "one line"
 
 
 def test_a_binary_file_as_a_log_is_described_not_printed(tmp_path):

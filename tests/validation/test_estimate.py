@@ -151,3 +151,29 @@ def test_local_dry_run_and_estimate_give_one_parameter_count(capsys, tmp_path, m
                                 global_batch_size=1, steps=1).rows()[0]
     assert megatron[1] == "ultra4layer: 35.8 B parameters"  # a Megatron checkpoint holds the MTP block
     assert checks.MTP_LEFT_OUT == est.MTP_LEFT_OUT
+
+
+def test_a_cluster_profiles_checkpoint_root_is_not_measured_on_this_machine(capsys, tmp_path, monkeypatch):
+    """A profile that runs its jobs elsewhere (Slurm through a local tunnel here) keeps checkpoints on its nodes'
+    storage: a folder that happens to exist at the same path on this machine (one a failed submission made) is not
+    that mount, so its free space is not judged ("not checked: cluster path"); it refused the dry run with this
+    disk's free space before. A ``local`` profile runs here: measured, and refused."""
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "lustre" / "checkpoints"
+    root.mkdir(parents=True)  # exists here, on this machine's disk, far too small for 501 GB
+    env = tmp_path / "env.toml"
+    env.write_text(f'[cl]\nexecutor = "slurm"\ngpus_per_node = 8\ngpu = "H100"\ncheckpoint_root = "{root}"\n'
+                   f'job_dir = "{tmp_path}/jobs"\n\n[here]\nexecutor = "local"\ngpus_per_node = 8\ngpu = "H100"\n'
+                   f'checkpoint_root = "{root}"\n')
+    main(["ultra3", "pretrain", "-c", "tiny", "estimate", "--json", "--run", "cl", "--env-file", str(env)])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["free_bytes"] is None and doc["fits"] is None and doc["free_unchecked"].startswith("cluster path"), doc
+    assert doc["verdict"].startswith("checkpoint space not checked: cluster path (profile cl runs its jobs")
+    assert not [p for p in doc["problems"] if p["rule"] == "checkpoint-space"]
+    main(["ultra3", "pretrain", "-c", "tiny", "--dry-run", "--run", "cl", "--env-file", str(env)])
+    out = capsys.readouterr().out
+    assert "the first save would fail" not in out and "not checked: cluster path" in out, out[-3000:]
+    main(["ultra3", "pretrain", "-c", "tiny", "estimate", "--json", "--run", "here", "--env-file", str(env)])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["free_unchecked"] is None and doc["free_bytes"] is not None and doc["fits"] is False, doc
+    assert [p["severity"] for p in doc["problems"] if p["rule"] == "checkpoint-space"] == ["error"]

@@ -16,6 +16,7 @@ from nemotron.config.compile import config_backend
 from nemotron.config.tree import as_int, get, unresolved
 from nemotron.errors import Problem, UsageError
 from nemotron.layout import estimate as est
+from nemotron.layout.rules import iterations_of
 from nemotron.layout.views import megatron_view, node_shape
 
 if TYPE_CHECKING:
@@ -47,6 +48,16 @@ def _free_space(path_value: Any) -> tuple[int | None, str | None]:
     except OSError:
         return None, None
     return st.f_bavail * st.f_frsize, str(p)
+
+
+def cluster_path(profile: ExecutorProfile | None) -> str | None:
+    """Why the checkpoint root's free space is not measured on this machine, or None when it is: a profile whose
+    jobs run elsewhere (Slurm, through a local or an ssh tunnel; Ray) keeps its checkpoints on its nodes' storage, and
+    a folder that happens to exist at the same path here (one a failed submission made, say) is this machine's disk,
+    not that mount. Measured for a run on this machine (no profile, a ``local`` profile)."""
+    if profile is None or profile.settings.on_this_machine:
+        return None
+    return f"cluster path (profile {profile.name} runs its jobs on other machines)"
 
 
 def _cpu_peak() -> tuple[float, str, str] | None:
@@ -106,12 +117,14 @@ def run_estimate(stage: Any, compiled: Any, profile: ExecutorProfile | None, pla
         # the dry run and the run's checks do not import torch)
         peak = _cpu_peak()
     free, where = _free_space(get(cfg, "checkpoint.save"))
-    if profile is not None and profile.settings.over_ssh:
-        free, where = None, None  # the checkpoint root is on the cluster, not readable from here
+    unchecked = cluster_path(profile)
+    if unchecked:  # a folder at the same path here is not the storage of the machines the job runs on
+        free, where = None, None
     try:
         result = est.estimate_run(
             spec, gpus=gpus, nodes=plan.nodes, gpu=gpu, precision=view.precision, seq_length=int(view.seq),
-            global_batch_size=int(view.gbs), steps=int(get(cfg, "train.train_iters") or 0), mfu=mfu,
+            global_batch_size=int(view.gbs), steps=iterations_of(get(cfg, "train.train_iters"), get(cfg, "train.train_samples"),
+                                                                  view.gbs) or 0, mfu=mfu,
             full_recompute=view.recompute_granularity == "full", bf16_layers=bf16_layers,
             mtp_depths=view.mtp_depths, tp=int(view.tp) if isinstance(view.tp, int) else 1,
             walltime_seconds=walltime, save_margin_seconds=margin,
@@ -121,6 +134,7 @@ def run_estimate(stage: Any, compiled: Any, profile: ExecutorProfile | None, pla
     except (TypeError, ValueError) as exc:
         raise UsageError(f"estimate: {exc}") from None
     result.ckpt_path = get(cfg, "checkpoint.save")
+    result.free_unchecked = unchecked
     if shape.memory_source and profile is None and peak is None:
         result.notes.append(f"node {shape.memory_source}")
     if local and peak is None and not gpu:

@@ -94,6 +94,8 @@ def parse_override(text: str) -> Override:
 
     Raises:
         UsageError: for a malformed argument (says which forms are accepted).
+        ConfigError: a value the YAML 1.2 reader refuses (:func:`nemotron.config.yamlio.parse_scalar`): among them a
+            plain value only Python reads as a number (``2_048``, ``0b101``, ``0X800``), named with the key.
     """
     op = "set"
     body = text
@@ -108,7 +110,10 @@ def parse_override(text: str) -> Override:
             f"cannot read the argument {text!r}",
             "overrides look like key=value, +new.key=value, ~key or list.key[0]=value; options start with --",
         )
-    value = None if op == "delete" else yamlio.parse_scalar(raw)
+    try:
+        value = None if op == "delete" else yamlio.parse_scalar(raw)
+    except yamlio.NotANumber as exc:  # 2_048, 0b101, 0X800: a number in Python, none in YAML 1.2
+        raise ConfigError(f"override {text!r}: {exc.message}", exc.hint) from None
     return Override(op=op, path=_split_key(key), value=value, text=text)
 
 
@@ -473,7 +478,8 @@ def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: 
             raise ConfigError(
                 f"override {ov.text!r}: '{name}' expects {_type_name(old)} (now {_short(old)}), got {_type_name(ov.value)}",
                 f"give a value of type {_type_name(old)}"
-                + (" (quote it for a string: key='\"...\"')" if isinstance(old, str) else ""),
+                + (" (quote it for a string: key='\"...\"')" if isinstance(old, str) else "")
+                + (f" ({yamlio.INT_FORMS})" if isinstance(old, int) and not isinstance(old, bool) else ""),
             )
         node[last] = _as_declared(old, ov.value)  # a mapping value replaces the mapping: its keys are the user's explicit choice
     if any(isinstance(seg, int) for seg in ov.path):  # lists are leaves: the whole list is now an override

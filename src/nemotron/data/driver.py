@@ -152,7 +152,10 @@ class Reader:
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int):
-            raise ConfigError(f"{key}={v!r} must be a whole number" + (" or null" if default is None else ""))
+            from nemotron.config.yamlio import INT_FORMS
+
+            raise ConfigError(f"{key}={v!r} must be a whole number" + (" or null" if default is None else ""),
+                              f"numbers are written {INT_FORMS}")
         return _at_least(key, v, minimum)
 
     def float(self, key: str, default: float | None, minimum: float | None = None) -> Any:
@@ -339,8 +342,9 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
     from nemotron.errors import StopRequested, request_stop, stop_signal
 
     s = settings_cls.from_config(cfg)
-    for problem in check_inputs(s, stage_blend(s)):
-        raise problem  # before the lock file is written: an input is never touched
+    blend = stage_blend(s)
+    for problem in check_inputs(s, blend) + unreadable_inputs(blend):
+        raise problem  # before the lock file is written: an input is never touched; an unreadable one before any work
     # SIGTERM (kill, timeout, scancel) at any point of the work, planning and Ray's start included, stops it as
     # Ctrl-C does: every file is written whole or not at all (a temporary name, then a rename), so an interrupt
     # anywhere leaves a folder the rerun resumes. The Ray session and the in-process engine set the same handler
@@ -352,6 +356,7 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
             try:
                 manifest = prepare(s)
             except KeyboardInterrupt as exc:
+                write_interrupt_note(kept_note(s))
                 if isinstance(exc, StopRequested) or stop_signal() is not None:
                     raise  # SIGTERM: the entry's own "stopped by SIGTERM ... resume" line and exit 75
                 return interrupted_resumably(s)
@@ -362,6 +367,35 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
 
     write_outputs(artifacts(manifest))
     return 0
+
+
+#: The output version folder the stage in this process writes (set by :func:`drive` once it is chosen): what
+#: :func:`kept_note` counts after an interrupt.
+_WRITING: dict[str, Path] = {}
+
+
+def kept_note(s: Any) -> str:
+    """One line saying what an interrupted run kept: the finished pieces of work (shards, SFT windows: each has its
+    receipt, ``*.receipt.json``) in the version folder it was writing, or that none was finished yet, so the next
+    run starts from the beginning."""
+    vdir = _WRITING.get("vdir")
+    done = sum(1 for _ in vdir.rglob("*" + outputs.RECEIPT_SUFFIX)) if vdir is not None and vdir.is_dir() else 0
+    if not done:
+        return (f"interrupted before any shard was finished; nothing of it is kept in {s.output_dir}, so the next run "
+                "starts from the beginning")
+    return (f"interrupted; {count(done, 'finished shards')} (with their receipts) kept in {vdir}: run the same command "
+            "again to resume from there")
+
+
+def write_interrupt_note(note: str) -> None:
+    """Leave ``note`` in ``$NEMOTRON_RUN_DIR/interrupted.txt`` (:data:`nemotron.errors.INTERRUPT_NOTE`) for the CLI
+    that started this process (nothing when there is no run folder or it cannot be written)."""
+    from nemotron.errors import INTERRUPT_NOTE
+
+    folder = os.environ.get("NEMOTRON_RUN_DIR")
+    if folder:
+        with contextlib.suppress(OSError):
+            (Path(folder) / INTERRUPT_NOTE).write_text(note + "\n", encoding="utf-8")
 
 
 def interrupted_resumably(s: Any) -> int:
@@ -380,8 +414,8 @@ def interrupted_resumably(s: Any) -> int:
     if os.environ.get(INTERRUPT_REPORTED_BY_PARENT) == "1":
         return RESUMABLE
     config = f"python {sys.argv[0]} {' '.join(sys.argv[1:])}".strip() if sys.argv and sys.argv[0] else "the same command"
-    print(f"{STAGE_TITLES.get(type(s).__module__, 'data prep')}: interrupted; the shards finished so far are kept in "
-          f"{s.output_dir}: run the same command again to resume ({config})", file=sys.stderr, flush=True)
+    print(f"{STAGE_TITLES.get(type(s).__module__, 'data prep')}: {kept_note(s)} ({config})", file=sys.stderr,
+          flush=True)
     return EXIT_INTERRUPTED
 
 
@@ -464,6 +498,31 @@ def check_inputs(s: Any, blend: Blend) -> list[ConfigError]:
     return problems
 
 
+def unreadable_inputs(blend: Blend) -> list[ConfigError]:
+    """Every local input file of ``blend`` that is not what its format says (:func:`nemotron.data.sources.unreadable`:
+    a ``.parquet`` that is not Parquet or is cut short, a ``.jsonl.gz`` that is not gzip), one ConfigError each
+    naming the blend line, the dataset and the file: refused before any work (exit 2) by the run
+    (:func:`stage_main`) and the dry run alike (``nemotron.validation.data``), where it failed in the work (exit 1)
+    before. Remote datasets are the run's to fetch; a path that matches nothing is another check's."""
+    from nemotron.data.sources import FORMATS, detect_format, expand, is_remote, unreadable
+
+    problems = []
+    for spec in blend.datasets:
+        if is_remote(spec.path):
+            continue
+        fmt = spec.format if spec.format in FORMATS else None  # a record form (sft, rl) is no file format
+        try:
+            files = expand(spec.path, exclude=list(spec.exclude), fmt=fmt)
+        except ConfigError:
+            continue
+        for f in files:
+            bad = unreadable(f, detect_format(f, fmt))
+            if bad is not None:
+                problems.append(ConfigError(f"{blend.path}:{spec.line}: datasets ({spec.name}): {bad.message}",
+                                            bad.hint))
+    return problems
+
+
 @dataclass
 class Run:
     """One run of a stage: its settings, the output version it writes and how it reports.
@@ -532,6 +591,7 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
         s.blend_path, path_vars=s.path_vars, stage=getattr(s, "STAGE", None),
         policy_section="on_bad" if "empty_glob" in (getattr(s, "on_bad", None) or {}) else "policies")
     version, vdir, why = outputs.select_version(s.output_dir, s.force)
+    _WRITING["vdir"] = vdir
     run = Run(s, version, vdir, why, say, quiet, live_progress, t_start)
     run.engine, run.engine_reason = choose_engine(s, blend)
     if run.engine == "in_process":  # the tokenizer's thread pool is sized when first used (planning uses it)

@@ -43,6 +43,7 @@ import math
 import os
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,44 @@ def control_string(text: str) -> str | None:
     return min(found)[2] if found else None
 
 
+def control_token_policy(texts: Iterable[Any], problems: Problems, at: str) -> str | None:
+    """Apply ``policies.control_token_text`` to one record's texts: the one function both backends of
+    ``data prep rl`` call (the problem and answer here; a NeMo Gym row's prompt messages and answer in
+    :mod:`nemotron.data.rl_blends`).
+
+    Args:
+        texts: the record's texts (non-strings are ignored).
+        problems: the record counter; its ``policies["control_token_text"]`` (``skip`` when absent) decides.
+        at: ``<file>:<line>`` of the record, for the message.
+
+    Returns:
+        ``None``: no control-token string (write the record); ``"keep"``: one found, policy ``keep`` (write it; the
+        caller counts it as ``control_token_text`` for the summary's note); ``"skip"``: one found and counted in
+        ``problems`` as ``control_token_text`` (leave the record out).
+
+    Raises:
+        RuntimeFailure: one found and the policy is ``fail`` (``<at>: control_token_text: holds ...``).
+    """
+    token = next((t for t in (control_string(x) for x in texts if isinstance(x, str)) if t is not None), None)
+    if token is None:
+        return None
+    if problems.policies.get("control_token_text", "skip") == "keep":
+        return "keep"
+    problems.report("control_token_text", at, f"holds the control-token string {token!r} as text (NeMo RL's "
+                    "tokenizer would read it as the control token)")
+    return "skip"
+
+
+def control_token_note(name: str, kept: int) -> str | None:
+    """The summary's ``note:`` line for ``kept`` records written with control-token text (policy ``keep``) in
+    dataset or stage file ``name``; ``None`` when there are none. Both backends print it."""
+    if not kept:
+        return None
+    return (f"note: {name}: {kept:,} record(s) hold control-token text (such as <|im_start|> or </s>) in the "
+            "problem or answer, kept as written (policies.control_token_text=keep): NeMo RL's tokenizer reads it as "
+            "the control token; policies.control_token_text=skip leaves them out")
+
+
 def line_key(problem: str, answer: str) -> int:
     """A 64-bit key of a (problem, answer) pair, for de-duplication."""
     digest = hashlib.blake2b(json.dumps([problem, answer]).encode(), digest_size=8).digest()
@@ -265,12 +304,10 @@ def normalise_shard(shard: dict[str, Any], opts: dict[str, Any]):
                 except BadRecord as exc:
                     problems.report("bad_record", at, str(exc))
                     continue
-                token = control_string(text) or control_string(answer)
-                if token is not None:
-                    if opts["policies"].get("control_token_text", "skip") != "keep":
-                        problems.report("control_token_text", at, f"holds the control-token string {token!r} as "
-                                        "text (NeMo RL's tokenizer would read it as the control token)")
-                        continue
+                verdict = control_token_policy((text, answer), problems, at)
+                if verdict == "skip":
+                    continue
+                if verdict == "keep":
                     counts["control_text"] += 1
                 counts["system_dropped"] += dropped
                 line = {"messages": [{"role": "user", "content": text}, {"role": "assistant", "content": answer}],
@@ -492,11 +529,9 @@ def _print_summary(m: dict[str, Any]) -> None:
     if note:
         con.print(note)
     for d in m["datasets"]:
-        if d.get("control_token_text"):
-            con.print(f"note: dataset {d['name']}: {d['control_token_text']:,} record(s) hold control-token text (such "
-                      "as <|im_start|> or </s>) in the problem or answer, kept as written "
-                      "(policies.control_token_text=keep): NeMo RL's tokenizer reads it as the control token; "
-                      "policies.control_token_text=skip leaves them out")
+        note = control_token_note(f"dataset {d['name']}", d.get("control_token_text", 0))
+        if note:
+            con.print(note)
     con.print(f"train: {f['train']['path']}  validation: {f['validation']['path']}")
 
 

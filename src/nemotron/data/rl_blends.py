@@ -22,6 +22,11 @@ blends' ``fill_placeholders.py`` that NeMo RL's guides run, restoration takes th
 silently wrong or dropped unnoticed: with ``policies.unrestored: fail`` (default) the run stops with
 ``<file>:<line>`` and the source; with ``skip`` it is left out, counted and named in the manifest and summary.
 
+**Control-token text**: ``policies.control_token_text`` (``skip`` | ``keep`` | ``fail``) is applied to every
+written row, restored placeholders included, by the default backend's function
+(:func:`nemotron.data.rl.control_token_policy`) over :func:`row_texts`; a stage's manifest counts ``skipped``
+(``control_token_text``) and kept ``control_token_text`` as the default backend's datasets do.
+
 **Held-out rows**: the last ``split.validation_rows`` (100, as NVIDIA's guide) rows of each restored stage file
 go to its ``validation.jsonl``, the rest to ``train.jsonl`` (never more than half of a file's rows).
 
@@ -52,7 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron.data import outputs
+from nemotron.data import outputs, rl
+from nemotron.data.prep import Problems
 from nemotron.errors import ConfigError, RuntimeFailure
 
 STAGE = "data-prep-rl"
@@ -60,7 +66,10 @@ ULTRA_STAGES = outputs.RL_BLEND_STAGES
 PLACEHOLDER = "_hf_placeholder"
 ARTIFACT_PREFIX = outputs.RL_BLEND_ARTIFACT
 TRAIN, VALID = outputs.RL_TRAIN, outputs.RL_VALID
-_POLICIES = {"unrestored": ("fail", "skip"), "bad_record": ("fail", "skip")}
+#: ``control_token_text`` is the default backend's policy, applied by the same function
+#: (:func:`nemotron.data.rl.control_token_policy`) with the same choices and default (``skip``).
+_POLICIES = {"unrestored": ("fail", "skip"), "bad_record": ("fail", "skip"),
+             "control_token_text": rl.POLICIES["control_token_text"]}
 
 
 def artifact_names(stages: tuple[str, ...] | list[str]) -> list[str]:
@@ -284,6 +293,25 @@ def restore(row: dict[str, Any], src: Source, source_row: Any) -> dict[str, Any]
     return out
 
 
+def row_texts(row: dict[str, Any]) -> list[str]:
+    """The texts of a (restored) NeMo Gym row that reach the policy's tokenizer or stand for its answer, which
+    ``policies.control_token_text`` looks through: every ``responses_create_params.input`` message's content (a
+    string, or the ``text`` of each content part), ``responses_create_params.instructions``, ``question`` and
+    ``expected_answer``."""
+    params = row.get("responses_create_params")
+    params = params if isinstance(params, dict) else {}
+    inp = params.get("input")
+    texts: list[Any] = [inp] if isinstance(inp, str) else []
+    for m in inp if isinstance(inp, list) else []:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            texts.extend(part.get("text") for part in content if isinstance(part, dict))
+        else:
+            texts.append(content)
+    texts += [params.get("instructions"), row.get("question"), row.get("expected_answer")]
+    return [t for t in texts if isinstance(t, str)]
+
+
 def _iter_rows(path: str):
     """``(line, obj or None, problem)`` of a JSONL file (1-based lines; blank lines skipped)."""
     with open(path, "rb") as fh:
@@ -442,6 +470,8 @@ def prepare(s: Settings) -> dict[str, Any]:
         kept: list[str] = []
         counts: Counter[str] = Counter()
         left_out: list[str] = []
+        # policies.control_token_text, applied as the default backend does; each skipped row is named in left_out
+        control = Problems(s.policies, 1 << 62)
         for lineno, obj, problem in _iter_rows(path):
             if s.sample is not None and counts["rows"] >= s.sample:
                 break
@@ -477,11 +507,18 @@ def prepare(s: Settings) -> dict[str, Any]:
                     left_out.append(message)
                     continue
                 counts["restored"] += 1
+            verdict = rl.control_token_policy(row_texts(obj), control, at)
+            if verdict == "skip":
+                left_out.append(control.examples.pop())
+                continue
+            if verdict == "keep":
+                counts["control_text"] += 1
             kept.append(json.dumps(obj, ensure_ascii=False) + "\n")
         n_valid = min(s.validation_rows, len(kept) // 2)
         if not kept:
             raise RuntimeFailure(f"{shown}: no usable row ({counts['rows']:,} read; "
-                                 f"{counts['bad_record']:,} bad, {counts['unrestored']:,} not restored)",
+                                 f"{counts['bad_record']:,} bad, {counts['unrestored']:,} not restored, "
+                                 f"{control.counts['control_token_text']:,} with control-token text)",
                                  "see the rows named above; drop the stage from blends.stages to go on without it")
         folder = outputs.rl_blend_folder(vdir, stage)
         folder.mkdir(parents=True, exist_ok=True)
@@ -492,7 +529,8 @@ def prepare(s: Settings) -> dict[str, Any]:
         entry = {"stage": stage, "source": shown, "path": str(folder), "train_path": str(folder / TRAIN),
                  "validation_path": str(folder / VALID), "rows": counts["rows"], "train_rows": split_at,
                  "validation_rows": n_valid, "restored": counts["restored"], "unrestored": counts["unrestored"],
-                 "bad_records": counts["bad_record"], "left_out": left_out,
+                 "bad_records": counts["bad_record"], "skipped": dict(sorted(control.counts.items())),
+                 "control_token_text": counts["control_text"], "left_out": left_out,
                  "sha256": {TRAIN: sha256_file(folder / TRAIN), VALID: sha256_file(folder / VALID)}}
         atomic_write_json(folder / outputs.MANIFEST, {"complete": True, "kind": "rl-blend", **entry})
         stages.append(entry)
@@ -511,13 +549,17 @@ def prepare(s: Settings) -> dict[str, Any]:
 
 
 def _print_summary(m: dict[str, Any]) -> None:
-    from nemotron.data.progress import print_table
+    from nemotron.data.progress import fmt_counts, print_table
 
     rows = [[st["stage"], f"{st['rows']:,}", f"{st['restored']:,}", f"{st['unrestored']:,}", f"{st['bad_records']:,}",
-             f"{st['train_rows']:,}", f"{st['validation_rows']:,}"] for st in m["stages"]]
+             fmt_counts(st.get("skipped", {})) or "-", f"{st['train_rows']:,}", f"{st['validation_rows']:,}"]
+            for st in m["stages"]]
     print_table(f"rl blends: {m['path']} (from {m['source']})",
-                ["stage", "rows", "restored", "not restored", "bad", "train", "validation"], rows)
+                ["stage", "rows", "restored", "not restored", "bad", "skipped (reason)", "train", "validation"], rows)
     for st in m["stages"]:
+        note = rl.control_token_note(f"stage file {st['stage']}", st.get("control_token_text", 0))
+        if note:
+            print(note)
         for line in st["left_out"][:5]:
             print(f"  left out: {line}")
         if len(st["left_out"]) > 5:

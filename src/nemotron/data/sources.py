@@ -236,6 +236,51 @@ def _rg_text_bytes(rg, text_field: str) -> int:
     return total or rg.total_byte_size
 
 
+#: The first bytes of every gzip file (RFC 1952).
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def unreadable(path: str, fmt: str) -> ConfigError | None:
+    """What makes the local input ``path`` unreadable as ``fmt``, found before any work from a few bytes: a Parquet
+    file whose footer does not read (not Parquet, or cut short: pyarrow reads only the footer), a ``jsonl.gz`` file
+    without gzip's magic bytes. None when it reads, for an empty file (rule ``data-empty``'s) and for JSONL, JSON and
+    text (checked record by record, each bad one counted). The message names the file; the same words as the
+    runtime's :func:`reading` (which said it only in the work, exit 1)."""
+    hint = ("check the blend's path and format for this file: it must be what its name says (Parquet, JSONL, "
+            "gzip) and whole (a copy cut short or a renamed file cannot be read)")
+    try:
+        if os.path.getsize(path) == 0:
+            return None
+        if fmt == "parquet":
+            import pyarrow
+            import pyarrow.parquet as pq
+
+            try:
+                pq.read_metadata(path)
+            except (pyarrow.ArrowException, OSError) as exc:
+                detail = " ".join(str(exc).split()) or "no detail"
+                return ConfigError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {detail})", hint)
+        elif fmt == "jsonl.gz":
+            with open(path, "rb") as fh:
+                if fh.read(2) != GZIP_MAGIC:
+                    return ConfigError(f"{path}: not a gzip file (its first bytes are not gzip's 1f 8b)", hint)
+    except OSError as exc:
+        return ConfigError(f"{path}: cannot read ({exc.strerror or exc})", hint)
+    return None
+
+
+def parquet_rows(path: str) -> int | None:
+    """The rows of a local Parquet file, from its footer; None when it is not readable Parquet (:func:`unreadable`
+    says why) or empty."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(path).num_rows if os.path.getsize(path) else None
+    except (pyarrow.ArrowException, OSError):
+        return None
+
+
 def check_parquet_field(path: str, text_field: str) -> None:
     """Raise ConfigError when a Parquet file has no column ``text_field`` (names the columns it has)."""
     import pyarrow.parquet as pq

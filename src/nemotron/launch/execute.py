@@ -22,7 +22,7 @@ from nemotron.config import artifacts, yamlio
 from nemotron.config.artifacts import home
 from nemotron.config.compile import write_yaml
 from nemotron.config.paths import repo_root
-from nemotron.errors import INTERRUPT_REPORTED_BY_PARENT, RESUMABLE, ConfigError, RuntimeFailure
+from nemotron.errors import INTERRUPT_NOTE, INTERRUPT_REPORTED_BY_PARENT, RESUMABLE, ConfigError, RuntimeFailure
 from nemotron.launch.plan import recorded_outputs
 from nemotron.profiles.schema import redact_text
 
@@ -232,6 +232,22 @@ def _die_with_parent(parent: int) -> Any:
     return setup
 
 
+def stopped_line(title: str, folder: str | Path, saved: str, where: str | None = None) -> str:
+    """The line for a stage stopped by a signal (exit 75): what it says it kept, from its run folder's
+    ``interrupted.txt`` (:data:`nemotron.errors.INTERRUPT_NOTE`, written by the data prep driver: ``ultra3 data prep
+    pretrain was interrupted before any shard was finished; ... starts from the beginning``), else ``<title> <saved>:
+    run the same command again to resume`` (``saved its state``: a training stage's checkpoint). ``where`` is the
+    parenthesis at the end (default ``run folder: <folder>``)."""
+    where = where or f"run folder: {folder}"
+    try:
+        note = (Path(folder) / INTERRUPT_NOTE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        note = ""
+    if note:
+        return f"{title} was {note} ({where})"
+    return f"{title} {saved}; run the same command again to resume ({where})"
+
+
 def run_here(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any) -> int:
     """Run the entry script as a child process on this machine, streaming its output.
 
@@ -283,8 +299,7 @@ def run_here(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any
         code = stop_child(proc)
         reap_session(proc.pid)
         if code == RESUMABLE:
-            raise KeyboardInterrupt(f"{plan.stage.title} saved its state; run the same command again to resume "
-                                    f"(run folder: {folder})") from None
+            raise KeyboardInterrupt(stopped_line(plan.stage.title, folder, "saved its state")) from None
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -292,8 +307,7 @@ def run_here(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any
     if code < 0:
         code = 128 - code
     if code == RESUMABLE:
-        print(f"{plan.stage.title} saved its state and stopped on a signal: run the same command again to resume "
-              f"(run folder: {folder})", file=sys.stderr)
+        print(stopped_line(plan.stage.title, folder, "saved its state and stopped on a signal"), file=sys.stderr)
         return code
     if code != 0:
         if code != 2:  # 2: the stage already said what is wrong with its config or input

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nemotron.launch import records
+
 
 @dataclass(frozen=True)
 class Cause:
@@ -137,6 +139,9 @@ _EXC = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|W
 SEARCH_CHARS = 16_384
 #: The most characters of a line shown as evidence (a longer one ends in ``...``).
 EVIDENCE_CHARS = 400
+#: How much of each log's end ``why`` reads (:data:`nemotron.launch.records.TAIL_BYTES`).
+TAIL_BYTES = records.TAIL_BYTES
+tail_text, read_tail = records.tail_text, records.read_tail
 
 
 def _lines(text: str) -> list[str]:
@@ -279,7 +284,8 @@ def classify(text: str, state: str | None = None, exit_code: str | None = None,
 #: Fixes for a stage's ``error:`` line that has no ``hint:`` line under it, by what the message says (the first
 #: match wins): a library's error passed through (``cannot read (ArrowInvalid: ...)``), or an older stage's message.
 _STAGE_ERROR_FIXES: tuple[tuple[str, str], ...] = (
-    (r"cannot read \((?:ArrowInvalid|ArrowTypeError|OSError: Could not open Parquet)",
+    (r"cannot read \((?:ArrowInvalid|ArrowTypeError|OSError: Could not open Parquet)|not a readable Parquet file|"
+     r"not a gzip file",
      "the file is not the format its name says (not Parquet, or cut short): check the dataset's path and format in "
      "the blend"),
     (r"not UTF-8", "the file is not UTF-8 text: convert it (iconv -f LATIN1 -t UTF-8) or fix the path"),
@@ -292,8 +298,12 @@ _STAGE_ERROR_FIXES: tuple[tuple[str, str], ...] = (
 
 
 def _stage_error_fix(line: str) -> str:
-    """A fix for a stage's ``error:`` ``line`` that came without a ``hint:`` line (:data:`_STAGE_ERROR_FIXES`;
-    otherwise: fix what the line names and run again)."""
+    """A fix for a stage's ``error:`` ``line`` that came without a ``hint:`` line: the ``; valid: ...`` the line
+    holds (a check's refusal before any work), else by what it says (:data:`_STAGE_ERROR_FIXES`; otherwise: fix what
+    the line names and run again)."""
+    head, sep, valid = _searched(line).partition("; valid: ")
+    if sep and valid.strip():
+        return _shown(valid, 4 * EVIDENCE_CHARS)
     for pattern, fix in _STAGE_ERROR_FIXES:
         if re.search(pattern, _searched(line)):
             return fix
@@ -302,7 +312,8 @@ def _stage_error_fix(line: str) -> str:
 
 
 def explain_files(paths: list[str]) -> dict[str, Any]:
-    """:func:`classify` of log files given on the command line (no job record, no scheduler state).
+    """:func:`classify` of log files given on the command line (no job record, no scheduler state): the last
+    :data:`TAIL_BYTES` of each (:func:`read_tail`).
 
     Raises:
         ConfigError: a file that cannot be read.
@@ -312,7 +323,7 @@ def explain_files(paths: list[str]) -> dict[str, Any]:
     texts = []
     for p in paths:
         try:
-            texts.append(Path(p).read_text(encoding="utf-8", errors="replace"))
+            texts.append(records.read_tail(p, TAIL_BYTES))  # its last TAIL_BYTES: bounded memory on a multi-GB log
         except OSError as exc:
             raise ConfigError(f"{p}: cannot read ({exc.strerror})",
                               "give a job's log file (nemotron ultra3 logs JOB names them), or a job id without --log") from None
@@ -320,7 +331,8 @@ def explain_files(paths: list[str]) -> dict[str, Any]:
 
 
 def explain_job(ident: str | None) -> dict[str, Any]:
-    """:func:`classify` of a submitted job: its logs, its Slurm (or local supervisor) state and our record.
+    """:func:`classify` of a submitted job: its logs (the last :data:`TAIL_BYTES` of each, read where they are:
+    ``read_log_tail`` of its backend), its Slurm (or local supervisor) state and our record.
 
     Raises:
         ConfigError: no such job; SchedulerUnreachable (a RuntimeFailure): Slurm cannot be asked (no
@@ -345,7 +357,7 @@ def explain_job(ident: str | None) -> dict[str, Any]:
     texts = []
     try:
         files = owner.log_files(rec)
-        texts = [redact(owner.read_log(rec, f)) for f in files]
+        texts = [redact(owner.read_log_tail(rec, f, TAIL_BYTES)) for f in files]  # bounded: the logs' ends
     except jobs.JobFilesMissing:
         files = []
     out = classify("\n".join(texts), st, code, owner.scheduler)

@@ -151,6 +151,9 @@ class RunEstimate:
     fits: bool | None
     notes: list[str] = field(default_factory=list)
     ckpt_path: str | None = None  # checkpoint.save, as configured
+    #: why the free space was not measured (``cluster path``: the profile runs its jobs on other machines, so a folder
+    #: at the same path here is not their storage); None: measured, or nothing of the path exists here
+    free_unchecked: str | None = None
     #: the model has an MTP block that ``params`` leaves out (the local backend's checkpoint: it does not build MTP)
     mtp_left_out: bool = False
 
@@ -178,13 +181,17 @@ class RunEstimate:
              "one save / GPUs: each rank writes its shard (replicas once)"],
             ["saves per run", f"{self.saves}", "steps / checkpoint.save_interval (+ the last)"],
             ["kept on disk", _size(self.retained_bytes) + (f" ({self.retained} kept)" if self.retained else " (every save kept)"), "checkpoint.most_recent_k"],
-            ["free space", "unknown" if self.free_bytes is None else f"{_size(self.free_bytes)} at {self.free_path}", "statvfs of the checkpoint root"],
+            ["free space", (f"not checked: {self.free_unchecked}" if self.free_unchecked else "unknown")
+             if self.free_bytes is None else f"{_size(self.free_bytes)} at {self.free_path}",
+             "statvfs of the checkpoint root (a run here)"],
             ["verdict", self.verdict(), ""],
         ]
         return rows + [["note", n, ""] for n in self.notes]
 
     def verdict(self) -> str:
         if self.fits is None:
+            if self.free_unchecked:
+                return f"checkpoint space not checked: {self.free_unchecked}"
             return "checkpoint space not checked (the checkpoint root is not readable here)"
         if not self.fits:
             return f"one checkpoint ({_size(self.ckpt_bytes)}) does NOT fit the free {_size(self.free_bytes)}"

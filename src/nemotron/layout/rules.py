@@ -1001,6 +1001,45 @@ def _iters(value: Any) -> int | None:
     return None
 
 
+@rule("train-length", "Megatron-Bridge trains for `train.train_iters`, or with it null for `train.train_samples` "
+      "(then train_iters = train_samples // global_batch_size): exactly one of them, a positive whole number",
+      "Megatron-Bridge training/config.py TrainingConfig.finalize asserts 'Either train_iters or train_samples must be "
+      "provided', 'Cannot specify both train_iters and train_samples' and train_samples > 0, in the job",
+      "Megatron-Bridge 4588417")
+def train_length(train_iters: Any, train_samples: Any, global_batch_size: Any, iters_key: str = "train.train_iters",
+                 samples_key: str = "train.train_samples") -> list[Problem]:
+    """Rule ``train-length`` for a Megatron-Bridge training config (null and absent ``train_samples`` alike: ours
+    sets none; ``+train.train_samples=N`` adds it)."""
+    rid = "train-length"
+    if train_iters is None and train_samples is None:
+        return [_err(iters_key, None, f"the run needs a length: Megatron-Bridge takes {iters_key} or, with it null, "
+                                      f"{samples_key} (TrainingConfig.finalize asserts one of them in the job)",
+                     f"{iters_key}=N (iterations), or {iters_key}=null +{samples_key}=N (train_iters = samples // "
+                     "global batch)", rid)]
+    if train_iters is not None and train_samples is not None:
+        return [_err(samples_key, train_samples, f"is set with {iters_key}={train_iters}: Megatron-Bridge takes one of "
+                                                 "them (TrainingConfig.finalize asserts it)",
+                     f"drop one: {iters_key}=null, or ~{samples_key}", rid)]
+    if train_samples is not None:
+        n, gbs = _iters(train_samples), _iters(global_batch_size)
+        if n is None or n < 1:
+            return [_err(samples_key, train_samples, "must be a positive number of samples", "1, 2, 3, ...", rid)]
+        if gbs is not None and gbs >= 1 and n // gbs < 1:
+            return [_err(samples_key, train_samples, f"is fewer than one global batch (train.global_batch_size = "
+                                                     f"{gbs}): train_samples // global_batch_size = 0 iterations",
+                         f"{gbs} or more", rid)]
+    return []
+
+
+def iterations_of(train_iters: Any, train_samples: Any, global_batch_size: Any) -> int | None:
+    """The iterations a Megatron-Bridge run trains for: ``train_iters``, or with it null ``train_samples //
+    global_batch_size`` (TrainingConfig.finalize); None when neither gives a positive whole number."""
+    if train_iters is not None:
+        return _iters(train_iters)
+    n, gbs = _iters(train_samples), _iters(global_batch_size)
+    return n // gbs if n is not None and gbs else None
+
+
 @rule("lr-range", "the peak learning rate is above 0 and the minimum between 0 and the peak",
       "megatron/core/optimizer_param_scheduler.py OptimizerParamScheduler.__init__ asserts min_lr >= 0 and "
       "max_lr >= min_lr (checked in 0.16.1); a zero peak is ours: the weights would never move",

@@ -120,6 +120,21 @@ def registry_name(title: str) -> str:
 REQUEUE_MARKER_ENV = "NEMOTRON_REQUEUE_MARKER"
 
 
+def _interrupt_note() -> str | None:
+    """The line a stage stopped by a signal left in ``$NEMOTRON_RUN_DIR/interrupted.txt``
+    (:data:`nemotron.errors.INTERRUPT_NOTE`: what it kept), or None."""
+    import os
+    from pathlib import Path
+
+    from nemotron.errors import INTERRUPT_NOTE
+
+    folder = os.environ.get("NEMOTRON_RUN_DIR")
+    try:
+        return (Path(folder) / INTERRUPT_NOTE).read_text(encoding="utf-8").strip() or None if folder else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def mark_stopped(stage: str, detail: str = "saved and stopped on a signal", env: dict[str, str] | None = None) -> bool:
     """Write the requeue marker (the file named by :data:`REQUEUE_MARKER_ENV`) after the runtime saved and stopped
     on a signal (exit 75): one line, ``<stage>: <detail>``, which the batch script prints before it requeues the
@@ -250,9 +265,12 @@ def run(stage: str, backends: dict[str, Backend], default: str, argv: list[str] 
         import signal as _signal
 
 
-        print(f"{stage}: stopped by {_signal.Signals(signum).name}; what was finished is kept, run the same "
-              f"command again to resume", file=sys.stderr, flush=True)
-        mark_stopped(stage, f"stopped by {_signal.Signals(signum).name}; what was finished is kept")
+        name = _signal.Signals(signum).name
+        kept = _interrupt_note()  # what the stage says it kept (data prep: its finished shards, or none)
+        detail = (kept.replace("interrupted", f"stopped by {name}", 1) if kept else
+                  f"stopped by {name}; what was finished is kept, run the same command again to resume")
+        print(f"{stage}: {detail}", file=sys.stderr, flush=True)
+        mark_stopped(stage, detail if kept else f"stopped by {name}; what was finished is kept")
         return RESUMABLE
     except OSError as exc:
         if args.debug:

@@ -107,6 +107,13 @@ def prepare(stage: Stage, cfg: dict, user_keys: set[str], profile: ExecutorProfi
                 if kept:
                     msg += f"; kept your {', '.join(kept)}"
                 notes.append(msg)
+    if family.optimizer and stage.bridge and checks.backend(cfg) == "megatron-bridge" and \
+            get(cfg, "train.train_iters") is None:
+        samples, gbs = get(cfg, "train.train_samples"), get(cfg, "train.global_batch_size")
+        iters = rules.iterations_of(None, samples, gbs)
+        if iters:  # what replaces the null (else rule train-length refuses it)
+            notes.append(f"train.train_iters=null: Megatron-Bridge trains for train.train_samples // "
+                         f"train.global_batch_size = {samples:,} // {gbs:,} = {iters:,} iterations")
     if family.nemo_rl:
         if get(cfg, "cluster.gpus_per_node") is None and shape.gpus_per_node and "cluster" in cfg:
             put(cfg, "cluster.gpus_per_node", shape.gpus_per_node)

@@ -14,7 +14,7 @@ from nemotron.config import catalogue
 from nemotron.config.catalogue import ModelSpec
 from nemotron.config.images import framework_version, keylist_version
 from nemotron.config.registry import Stage
-from nemotron.config.tree import as_int, get, unresolved
+from nemotron.config.tree import as_int, get, has, unresolved
 from nemotron.errors import Problem, plural
 from nemotron.layout import memory, rules
 from nemotron.layout.estimate import MTP_LEFT_OUT
@@ -132,6 +132,9 @@ def resource_rules(stage: Stage, cfg: dict, shape: NodeShape, world_needed: int 
     """Rule 12: node shape owned by the profile; GPU stages need GPUs."""
     out: list[Problem] = []
     raw_nodes, raw_gpn = get(cfg, "run.env.nodes"), get(cfg, "run.env.gpus_per_node")
+    if raw_nodes is None and has(cfg, "run.env.nodes"):  # the plan would take 1 node without a word
+        out.append(Problem("run.env.nodes", None, "null is no node count: the job would silently get 1 node (the "
+                           "profile's nodes is a cap, not a default)", "1, 2, 3, ...", rule="positive-int"))
     if raw_nodes is not None and not unresolved(raw_nodes) and (as_int(raw_nodes) or 0) < 1:
         out.append(Problem("run.env.nodes", raw_nodes, "must be a positive number of nodes", "1, 2, 3, ...",
                            rule="positive-int"))
@@ -206,6 +209,9 @@ def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpe
     if family.optimizer:
         out += optimizer_rules(cfg, *bridge_precisions()) + offload_rules(cfg)
     if stage.bridge and backend(cfg) == "megatron-bridge":
+        if family.optimizer:
+            out += rules.train_length(get(cfg, "train.train_iters"), get(cfg, "train.train_samples"),
+                                      get(cfg, "train.global_batch_size"))
         out += bridge_translation(stage.name, cfg)
     data = stage.training_data
     if data is not None and not data.blend:  # packed Parquet
@@ -268,6 +274,9 @@ def optimizer_rules(cfg: dict, precisions: list[str], where: str) -> list[Proble
     if get(cfg, "optimizer.lr") is not None:
         out += rules.lr_range(get(cfg, "optimizer.lr"), get(cfg, "optimizer.min_lr"))
     train, decay = get(cfg, "train.train_iters"), get(cfg, "scheduler.lr_decay_iters")
+    if train is None:  # Megatron-Bridge: the iterations train.train_samples gives (rule train-length)
+        train = rules.iterations_of(None, get(cfg, "train.train_samples"), get(cfg, "train.global_batch_size"))
+        train = train if train is not None and train >= 1 else None  # else rule train-length says why
     if train is not None:
         warmup = rules.lr_warmup(train, get(cfg, "scheduler.lr_warmup_iters"), decay)
         out += warmup

@@ -129,8 +129,8 @@ def validate_data(stage: Any, cfg: dict, profile: ExecutorProfile | None = None)
     blend_path = getattr(s, "blend_path", None)
     if not blend_path:
         return problems + hub_problems(s, None, profile, stage=stage)
-    from nemotron.data.driver import check_inputs, relative_note, stage_blend, unmatched
-    from nemotron.data.sources import FORMATS, expand, is_remote
+    from nemotron.data.driver import check_inputs, relative_note, stage_blend, unmatched, unreadable_inputs
+    from nemotron.data.sources import FORMATS, expand, is_remote, parquet_rows
 
     try:
         blend = stage_blend(s)
@@ -138,7 +138,7 @@ def validate_data(stage: Any, cfg: dict, profile: ExecutorProfile | None = None)
         return [*problems, *(_problem(ConfigError(m, exc.hint), "data-blend")
                              for m in getattr(exc, "problems", None) or [exc.message]),
                 *hub_problems(s, None, profile, stage=stage)]
-    problems += [_problem(exc, "data-inputs") for exc in check_inputs(s, blend)]
+    problems += [_problem(exc, "data-inputs") for exc in check_inputs(s, blend) + unreadable_inputs(blend)]
     on_bad = getattr(s, "on_bad", None) or {}
     section = "on_bad" if "empty_glob" in on_bad else "policies"
     policy = (on_bad if section == "on_bad" else getattr(s, "policies", None) or {}).get("empty_glob", "fail")
@@ -151,7 +151,8 @@ def validate_data(stage: Any, cfg: dict, profile: ExecutorProfile | None = None)
         except ConfigError as exc:
             problems.append(_problem(exc, "data-inputs"))
             continue
-        if found and all(os.path.getsize(f) == 0 for f in found):
+        if found and all(os.path.getsize(f) == 0 or (f.lower().endswith(".parquet") and parquet_rows(f) == 0)
+                         for f in found):  # 0 bytes, or a Parquet file of 0 rows
             empty.append((ds, found))
             continue
         if found:
@@ -269,7 +270,8 @@ def hub_problems(s: Any, blend: Any, profile: ExecutorProfile | None = None, env
 
 
 def empty_input_problems(stage: Any, blend_path: str, blend: Any, empty: list[tuple[Any, list[str]]]) -> list[Problem]:
-    """Rule ``data-empty``: datasets of ``blend`` whose every local file is 0 bytes (``empty``: ``(dataset, files)``);
+    """Rule ``data-empty``: datasets of ``blend`` whose every local file is 0 bytes or a Parquet file of 0 rows
+    (``empty``: ``(dataset, files)``);
     ``stage``: the registry row (:class:`nemotron.config.registry.Stage`).
 
     The runs refuse them after reading: pretrain per dataset (``produced no training tokens``,
@@ -283,7 +285,9 @@ def empty_input_problems(stage: Any, blend_path: str, blend: Any, empty: list[tu
     every = len(empty) == len(blend.datasets)
     out = []
     for ds, files in empty:
-        what = f"'{files[0]}' is empty (0 bytes)" if len(files) == 1 else f"all {len(files)} files are empty (0 bytes)"
+        none = "0 bytes" if all(os.path.getsize(f) == 0 for f in files) else (
+            "0 rows" if not any(os.path.getsize(f) == 0 for f in files) else "0 bytes, or Parquet of 0 rows")
+        what = f"'{files[0]}' is empty ({none})" if len(files) == 1 else f"all {len(files)} files are empty ({none})"
         out.append(Problem(f"{blend_path}:{ds.line} datasets ({ds.name})", ds.path,
                            f"{what}: the dataset has no documents" + ("" if per_dataset or every else
                                                                         "; the run goes on without it"),

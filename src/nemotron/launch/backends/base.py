@@ -185,6 +185,13 @@ class Backend:
         """Text of log ``path`` from byte ``offset`` on (empty when absent)."""
         raise self._not_offered("keep job records with logs")
 
+    def read_log_tail(self, rec: JobRecord, path: str, limit: int) -> str:
+        """The last ``limit`` bytes of log ``path``, from its first whole line (the whole log when smaller; empty
+        when absent): what ``why`` reads, in bounded memory. Here: :meth:`read_log` cut to its end (a backend that
+        can read only the end overrides it)."""
+        raw = self.read_log(rec, path).encode("utf-8", errors="replace")
+        return records.tail_text(raw[-limit:], len(raw) > limit)
+
     def cancel(self, rec: JobRecord) -> None:
         """Stop the job.
 
@@ -276,7 +283,7 @@ class Backend:
         """The last ``n`` lines of the job's logs (task log first, then the batch script's), redacted."""
         redact = records.redactor(rec)
         for path in self.log_files(rec):  # the task's own output first; the batch script's trace when it has none
-            lines = redact(self.read_log(rec, path)).splitlines()
+            lines = redact(self.read_log_tail(rec, path, records.TAIL_BYTES)).splitlines()
             if any(ln.strip() for ln in lines):
                 return lines[-n:]
         return []

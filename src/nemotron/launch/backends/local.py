@@ -177,6 +177,13 @@ class LocalJob(Backend):
         except OSError:
             return ""
 
+    def read_log_tail(self, rec: JobRecord, path: str, limit: int) -> str:
+        """The last ``limit`` bytes of a log on this machine, read from its end (:func:`nemotron.launch.records.read_tail`)."""
+        try:
+            return records.read_tail(path, limit)
+        except OSError:
+            return ""
+
     def stream_for(self, path: str, stream: Any) -> Any:
         return sys.stderr if path.endswith("/stderr.log") else stream
 
@@ -240,8 +247,8 @@ class LocalJob(Backend):
                 print(f"[nemotron] artifact {art['name']} v{art['version']}: {art['path']}", file=sys.stderr)
             return 0
         if exit_code == RESUMABLE:
-            print(f"{rec.title} saved its state and stopped on a signal: run the same command again to resume "
-                  f"({folder})", file=sys.stderr)
+            print(execute.stopped_line(rec.title, rec.run_dir, "saved its state and stopped on a signal", folder),
+                  file=sys.stderr)
             return exit_code
         if exit_code == 0:  # cancelled before it failed or finished, or its supervisor died
             exit_code = 1

@@ -16,7 +16,7 @@ import time
 
 from nemotron.config import artifacts
 from nemotron.errors import RuntimeFailure
-from nemotron.launch import submit
+from nemotron.launch import records, submit
 from nemotron.launch.backends.base import _ABSENT_TAG, _UNFINISHED_TAG, Backend, Job, output_check, shell
 from nemotron.launch.records import (JobRecord, SchedulerUnreachable, folder_check, missing_error, split_missing)
 from nemotron.profiles.schema import SlurmSettings
@@ -188,6 +188,12 @@ class Slurm(Backend):
 
     def read_log(self, rec: JobRecord, path: str, offset: int = 0) -> str:
         return _remote(rec, f"tail -c +{offset + 1} {shlex.quote(path)} 2>/dev/null").stdout
+
+    def read_log_tail(self, rec: JobRecord, path: str, limit: int) -> str:
+        """The log's last ``limit`` bytes, cut where it is (``tail -c``): only they cross ssh."""
+        text = _remote(rec, f"tail -c {int(limit)} {shlex.quote(path)} 2>/dev/null").stdout
+        raw = text.encode("utf-8", errors="surrogateescape")
+        return records.tail_text(raw, len(raw) >= limit)
 
     def cancel(self, rec: JobRecord) -> None:
         """``scancel`` the job.

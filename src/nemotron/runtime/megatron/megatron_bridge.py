@@ -349,8 +349,18 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
     return BridgeConfig(stage=stage, recipe=get(cfg, "recipe.name"), hf_model_id=str(hf_model_id),
                         model_name=model_name, sections=sections, dataset_kind=kind, dataset=dataset,
                         mixed_precision=str(mp) if mp else None, mixed_precision_overrides=overrides, env=env,
-                        train_iters=get(cfg, "train.train_iters"), checkpoint_dir=str(save), hf_config=hf_config,
+                        train_iters=_iterations(cfg), checkpoint_dir=str(save), hf_config=hf_config,
                         trust_remote_code=trust, seq_length=seq, data=data)
+
+
+def _iterations(cfg: dict[str, Any]) -> Any:
+    """The iterations the run trains for: ``train.train_iters``, or with it null ``train.train_samples //
+    train.global_batch_size`` as Megatron-Bridge's ``TrainingConfig.finalize`` computes it (rule ``train-length``)."""
+    from nemotron.layout.rules import iterations_of
+
+    iters = get(cfg, "train.train_iters")
+    return iters if iters is not None else iterations_of(None, get(cfg, "train.train_samples"),
+                                                         get(cfg, "train.global_batch_size"))
 
 
 # ------------------------------------------------------------------------------------ checks (no heavy import)
