@@ -511,7 +511,7 @@ def rl_export_host_memory(params: int, available_bytes: int | None, key: str, va
       "NeMo RL main 7ea279a, Megatron-Core 0.18 (c8288b6)")
 def gb200_tuned(arch: str | None, gpus_per_node: int, ep: int, dispatcher: Any, flex_backend: Any, use_mnnvl: Any,
                 ranks_per_domain: Any, moe_backend: Any, prefix: str, gen_prefix: str,
-                declared: bool = True) -> list[Problem]:
+                declared: bool = True, profile_name: str | None = None) -> list[Problem]:
     """On a profile whose GPUs are not Blackwell (an H100/H200 node: NVLink reaches the GPUs of one node only):
 
     * ``moe_flex_dispatcher_backend: hybridep`` with the flex dispatcher and EP above the node's GPUs, and neither
@@ -522,11 +522,26 @@ def gb200_tuned(arch: str | None, gpus_per_node: int, ep: int, dispatcher: Any, 
     * hybridep otherwise: a warning — the pinned sources do not say whether DeepEP's HybridEP kernels run on Hopper.
     * ``vllm_kwargs.moe_backend: flashinfer_cutlass``: a warning — vLLM is not in the pinned sources, so what
       hardware this backend needs is not stated there; NeMo RL's 8-GPU-node recipes use ``triton``.
+
+    ``arch`` None (a profile, ``profile_name``, that declares neither ``gpu`` nor ``gpu_arch``): one warning when the
+    config keeps either setting, saying the check could not run and how to enable it (declare the profile's GPU).
     """
-    if arch in (None, "blackwell"):
+    if arch == "blackwell":
         return []
+    hybridep = str(dispatcher) == "flex" and str(flex_backend) == "hybridep"
+    if arch is None:
+        kept = [f"{prefix}.moe_flex_dispatcher_backend=hybridep"] if hybridep else []
+        kept += [f"{gen_prefix}.moe_backend=flashinfer_cutlass"] if str(moe_backend) == "flashinfer_cutlass" else []
+        if not kept:
+            return []
+        where = f"profile {profile_name}" if profile_name else "the profile"
+        return [_warn(f"profile.{profile_name}.gpu" if profile_name else "profile.gpu", None,
+                      f"{where} declares no GPU (gpu or gpu_arch), so the GB200-tuned settings {', '.join(kept)} are "
+                      "not checked against its GPUs (on H100/H200 nodes HybridEP's multi-node NVLink defaults are "
+                      "refused)", 'declare the GPU in the profile: gpu = "H100" (or gpu_arch = "hopper")',
+                      "gb200-tuned")]
     out: list[Problem] = []
-    if str(dispatcher) == "flex" and str(flex_backend) == "hybridep":
+    if hybridep:
         domain = ranks_per_domain if isinstance(ranks_per_domain, int) else None
         node_domain = use_mnnvl is False or (domain is not None and domain <= max(1, gpus_per_node))
         if ep > gpus_per_node and not node_domain:

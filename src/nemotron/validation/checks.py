@@ -762,7 +762,7 @@ def gb200_tuned_rules(cfg: dict, shape: NodeShape) -> list[Problem]:
                              get(cfg, f"{pre}.moe_token_dispatcher_type"), get(cfg, f"{pre}.moe_flex_dispatcher_backend"),
                              get(cfg, f"{pre}.hybridep_use_mnnvl"), as_int(get(cfg, f"{pre}.hybridep_num_ranks_per_nvlink_domain")),
                              get(cfg, f"{gen}.moe_backend") if str(get(cfg, "policy.generation.backend", "vllm")) == "vllm" else None,
-                             pre, gen, declared=shape.declared_arch)
+                             pre, gen, declared=shape.declared_arch, profile_name=shape.profile_name)
 
 
 def eval_serving_rules(model: ModelSpec, cfg: dict, shape: NodeShape) -> list[Problem]:
