@@ -436,19 +436,24 @@ def engine_layout(model: ModelSpec, total_gpus: int, gpus_per_engine: int, dp_at
     return out
 
 
-@rule("serving-memory", "a serving engine's BF16 weights per GPU, one max_model_len request's KV and Mamba state "
-      "and the fixed allowance fit within gpu_memory_utilization x GPU memory",
-      "vLLM takes gpu_memory_utilization x GPU memory for weights, activations and the KV cache, and refuses to start "
+@rule("serving-memory", "a serving engine's (eval's vLLM; NeMo RL's vLLM or SGLang generation engines) BF16 weights "
+      "per GPU, one max_model_len request's KV and Mamba state and the fixed allowance fit within "
+      "gpu_memory_utilization (SGLang: mem_fraction_static) x GPU memory",
+      "vLLM takes gpu_memory_utilization x GPU memory (SGLang mem_fraction_static x GPU memory) for weights, "
+      "activations and the KV cache, and refuses to start "
       "when the cache of one max_model_len request does not fit in what the weights leave; weights per GPU: "
       "nemotron.layout.memory.inference_weights_gb (dense / (TP x PP) + experts / (EP x PP))",
       "vLLM 0.x as pinned by NeMo RL main 7ea279a")
 def serving_memory(weights_gb: float, state_gb: float, allowance_gb: float, gpu_memory_gb: float | None,
                    utilization: float, layout: str, key: str, value: Any, valid: str,
-                   severity: str = "error") -> list[Problem]:
+                   severity: str = "error", engine: str = "vLLM", utilization_key: str = "gpu_memory_utilization",
+                   assumed: str = "") -> list[Problem]:
     """Refuse (``severity`` "error") a serving layout whose ``weights_gb + state_gb + allowance_gb`` (GB per GPU)
     exceed ``utilization x gpu_memory_gb``. ``layout`` names the layout in the message (``TP8 PP1 EP8``); ``key`` /
-    ``value`` the config key to change, ``valid`` the hint (a layout that fits). Nothing when the GPU memory is
-    unknown (the memory table says so)."""
+    ``value`` the config key to change, ``valid`` the hint (a layout that fits); ``engine`` the server that cannot
+    start (``vLLM``, ``SGLang``) and ``utilization_key`` its memory-fraction key; ``assumed``: where an assumed GPU
+    memory comes from (no profile), said in the message. Nothing when the GPU memory is unknown (the memory table
+    says so)."""
     if not gpu_memory_gb or utilization <= 0:
         return []
     budget = utilization * gpu_memory_gb
@@ -457,7 +462,9 @@ def serving_memory(weights_gb: float, state_gb: float, allowance_gb: float, gpu_
         return []
     msg = (f"{layout} holds {weights_gb:.0f} GB of BF16 weights per GPU; with one request's KV and Mamba state "
            f"({state_gb:.2f} GB) and the {allowance_gb:.0f} GB allowance that is {need:.0f} GB, more than "
-           f"gpu_memory_utilization {utilization:g} x {gpu_memory_gb:.0f} GB = {budget:.0f} GB: vLLM cannot start")
+           f"{utilization_key} {utilization:g} x {gpu_memory_gb:.0f} GB = {budget:.0f} GB: {engine} cannot start")
+    if assumed:
+        msg += f" ({assumed})"
     return [Problem(key=key, value=value, message=msg, valid=valid, rule="serving-memory", severity=severity)]
 
 
