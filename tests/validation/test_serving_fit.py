@@ -131,6 +131,15 @@ def test_rl_generation_memory_without_a_profile_is_a_warning_that_says_the_gpu_w
     assert _gen(check("rlvr", "default", profile=b200)[0]) == []
 
 
+def test_rl_generation_whose_weights_fit_but_not_the_estimated_state_is_a_warning():
+    """rlvr -c phase2 (the recipe's gpu_memory_utilization 0.8, 65,536-token context) on a B200 profile: 140 GB of
+    weights fit 0.8 x 180 = 144 GB, the state and the 5 GB allowance (estimates) do not: a warning that says so."""
+    b200 = _prof(8, "blackwell", 180.0, "b200")
+    bad = _gen(check("rlvr", "phase2", profile=b200)[0])
+    assert [p.severity for p in bad] == ["warning"], [p.render() for p in bad]
+    assert "the weights alone fit" in bad[0].message and "vLLM may not start" in bad[0].message
+
+
 def test_rl_sglang_engines_are_checked_against_mem_fraction_static():
     """SGLang 8-GPU TP8 EP8 engines: 140 GB against mem_fraction_static 0.7 x 141 GB; the fix is SGLang's pp_size
     with the engine's GPUs (NeMo RL asserts tp_size = num_gpus_per_engine / pp_size)."""

@@ -447,12 +447,12 @@ def engine_layout(model: ModelSpec, total_gpus: int, gpus_per_engine: int, dp_at
 def serving_memory(weights_gb: float, state_gb: float, allowance_gb: float, gpu_memory_gb: float | None,
                    utilization: float, layout: str, key: str, value: Any, valid: str,
                    severity: str = "error", engine: str = "vLLM", utilization_key: str = "gpu_memory_utilization",
-                   assumed: str = "") -> list[Problem]:
+                   note: str = "") -> list[Problem]:
     """Refuse (``severity`` "error") a serving layout whose ``weights_gb + state_gb + allowance_gb`` (GB per GPU)
     exceed ``utilization x gpu_memory_gb``. ``layout`` names the layout in the message (``TP8 PP1 EP8``); ``key`` /
     ``value`` the config key to change, ``valid`` the hint (a layout that fits); ``engine`` the server that cannot
-    start (``vLLM``, ``SGLang``) and ``utilization_key`` its memory-fraction key; ``assumed``: where an assumed GPU
-    memory comes from (no profile), said in the message. Nothing when the GPU memory is unknown (the memory table
+    start (``vLLM``, ``SGLang``) and ``utilization_key`` its memory-fraction key; ``note``: said at the end of the
+    message in parentheses (where an assumed GPU memory comes from, why it is only a warning). Nothing when the GPU memory is unknown (the memory table
     says so)."""
     if not gpu_memory_gb or utilization <= 0:
         return []
@@ -462,9 +462,10 @@ def serving_memory(weights_gb: float, state_gb: float, allowance_gb: float, gpu_
         return []
     msg = (f"{layout} holds {weights_gb:.0f} GB of BF16 weights per GPU; with one request's KV and Mamba state "
            f"({state_gb:.2f} GB) and the {allowance_gb:.0f} GB allowance that is {need:.0f} GB, more than "
-           f"{utilization_key} {utilization:g} x {gpu_memory_gb:.0f} GB = {budget:.0f} GB: {engine} cannot start")
-    if assumed:
-        msg += f" ({assumed})"
+           f"{utilization_key} {utilization:g} x {gpu_memory_gb:.0f} GB = {budget:.0f} GB: {engine} "
+           f"{'cannot' if severity == 'error' else 'may not'} start")
+    if note:
+        msg += f" ({note})"
     return [Problem(key=key, value=value, message=msg, valid=valid, rule="serving-memory", severity=severity)]
 
 

@@ -738,8 +738,9 @@ def engine_memory(model: ModelSpec, cfg: dict, eng: dict[str, Any], plan: RLPlan
     shard and PP, one request's KV and Mamba state (``vllm_cfg.max_model_len`` / ``sglang_cfg.context_length``, else
     ``policy.max_total_sequence_length``) and the allowance, against ``gpu_memory_utilization`` (vLLM) or
     ``mem_fraction_static`` (SGLang) x the GPU memory. An **error** when a profile declares the GPU memory
-    (``gpu`` or ``gpu_memory``): the engine cannot start. A **warning** without a profile, where the H200 is
-    assumed (the message says so). Nothing when no GPU memory is known. The hint names the smallest PP that fits
+    (``gpu`` or ``gpu_memory``) and the weights alone exceed that budget: the engine cannot start. A **warning**
+    when only the state and the allowance (an estimate) tip it over, and without a profile, where the H200 is
+    assumed (the message says which). Nothing when no GPU memory is known. The hint names the smallest PP that fits
     (:func:`_fits_pp`) with what NeMo RL's vLLM asserts need beside it (``async_engine``, EP = TP) and, when the
     generation GPUs do not divide into the larger engines, the generation nodes (and ``run.env.nodes``) that do."""
     if not eng["per"] or not shape.gpu_memory_gb or eng["attn_tp"] < 1:
@@ -776,13 +777,19 @@ def engine_memory(model: ModelSpec, cfg: dict, eng: dict[str, Any], plan: RLPlan
             keys += [f"(the {plan.gen_gpus} generation GPUs must be a multiple of {per})"]
         valid = (f"{' '.join(keys)} ({per}-GPU engines, TP{tp} PP{fit} EP{tp if vllm and ep > tp else ep}: "
                  f"{memory.inference_weights_gb(model, tp, fix_shard, fit):.0f} GB per GPU)")
-    known = shape.has_profile
+    weights_fit = memory.inference_weights_gb(model, tp, shard, pp) <= frac * shape.gpu_memory_gb
+    if not shape.has_profile:
+        severity, note = "warning", shape.memory_source
+    elif weights_fit:
+        severity, note = "warning", (f"the weights alone fit; the state and the {memory.OVERHEAD_GB:.0f} GB allowance "
+                                     "are estimates")
+    else:
+        severity, note = "error", ""
     return serving_fit(model, tp, shard, pp, max_len, frac, shape.gpu_memory_gb,
                        f"a generation engine at TP{tp} PP{pp} EP{ep}",
                        f"{pre}.pipeline_parallel_size" if vllm else f"{pre}.pp_size", pp, valid,
-                       severity="error" if known else "warning", engine="vLLM" if vllm else "SGLang",
-                       utilization_key="gpu_memory_utilization" if vllm else "mem_fraction_static",
-                       assumed="" if known else shape.memory_source)
+                       severity=severity, engine="vLLM" if vllm else "SGLang",
+                       utilization_key="gpu_memory_utilization" if vllm else "mem_fraction_static", note=note)
 
 
 def serving_fit(model: ModelSpec, tp: int, ep: int, pp: int, max_len: int, utilization: float, gpu_memory_gb: float,
@@ -792,7 +799,7 @@ def serving_fit(model: ModelSpec, tp: int, ep: int, pp: int, max_len: int, utili
     (:func:`nemotron.layout.memory.inference_weights_gb` at TP ``tp``, expert shard ``ep``, PP ``pp``), one
     ``max_len``-token request's KV and Mamba state (:func:`nemotron.layout.memory.serving_state_gb`) and the
     :data:`nemotron.layout.memory.OVERHEAD_GB` allowance, in GB per GPU, against ``utilization`` x
-    ``gpu_memory_gb`` (GB). ``how``: the rule's ``severity``, ``engine``, ``utilization_key``, ``assumed``."""
+    ``gpu_memory_gb`` (GB). ``how``: the rule's ``severity``, ``engine``, ``utilization_key``, ``note``."""
     return rules.serving_memory(memory.inference_weights_gb(model, tp, ep, pp), memory.serving_state_gb(model, tp, pp, max_len),
                                 memory.OVERHEAD_GB, gpu_memory_gb, utilization, layout, key, value, valid, **how)
 
