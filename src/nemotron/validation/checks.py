@@ -677,6 +677,7 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
         out += training_rules(model, v, mcore_version(stage), nodes=plan.cluster_nodes, gpn=plan.gpn,
                               extra_nodes=others, world_what=what)
     # rule 8: generation engines, checked apart from training
+    engine_from = len(out)
     eng = plan.engine()
     if eng["backend"] == "vllm":
         if eng["ep"] > 1 and eng["ep"] % eng["tp"]:
@@ -712,7 +713,7 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
             out.append(Problem("policy.generation.sglang_cfg.sglang_server_config.num_gpus", declared,
                                f"the generation side has {plural(plan.gen_gpus, 'GPU')}", str(plan.gen_gpus), rule="engine-layout"))
     out += rules.engine_layout(model, plan.gen_gpus, eng["per"], eng["dp"], eng["attn_tp"], eng["keys"], eng["values"])
-    if not any(p.severity == "error" and p.rule in ("engine-layout", "tp-model", "sglang-dp-attention") for p in out):
+    if not any(p.severity == "error" for p in out[engine_from:]):  # memory of an engine that can be built
         out += engine_memory(model, cfg, eng, plan, shape)
     # rule 9: GRPO batch
     prompts, gens = as_int(get(cfg, "grpo.num_prompts_per_step")), as_int(get(cfg, "grpo.num_generations_per_prompt"))
