@@ -114,6 +114,13 @@ CASES = [
                                               "policy.generation.colocated.resources.num_nodes=null",
                                               "run.env.nodes=2"], "trainer start", "nemo-rl-async"),
     ("async-sglang", "rlvr", "default", ["policy.generation.backend=sglang"], "trainer start", "nemo-rl-async"),
+    # VllmGeneration's layout asserts (vllm_generation.py): PP > 1 only with the async engine; the generation GPUs a
+    # multiple of TP x PP (688 = 86 x 8 is not a multiple of 24)
+    ("vllm-pp-sync-engine", "rlvr", "default", ["policy.generation.vllm_cfg.pipeline_parallel_size=2",
+                                                "policy.generation.vllm_cfg.async_engine=false"], "setup() checks",
+     "engine-layout"),
+    ("vllm-engines-do-not-divide", "rlvr", "default", ["policy.generation.vllm_cfg.pipeline_parallel_size=3"],
+     "setup() checks", "engine-layout"),
 ]
 #: Accepted variations (upstream and the dry-run both accept): metric names the checkpoint step takes.
 GOOD = [
@@ -121,6 +128,18 @@ GOOD = [
     ("avg-length", "mopd", "default", ["checkpointing.metric_name=val:avg_length"]),
     ("train-loss", "rlvr", "tiny", ["checkpointing.metric_name=train:loss"]),
     ("no-metric", "rlvr", "default", ["checkpointing.metric_name=null"]),
+    # the fixes rule serving-memory names for the default's TP8 EP8 vLLM engines on Hopper profiles (GOOD_ON), with
+    # the dispatcher rule gb200-tuned asks for there: NeMo RL's vLLM layout asserts and node asserts accept them
+    ("h200-generation-pp2", "rlvr", "default", ["policy.generation.vllm_cfg.pipeline_parallel_size=2",
+                                                "policy.megatron_cfg.moe_token_dispatcher_type=alltoall"]),
+    ("h100-generation-pp3", "rlvr", "default", ["policy.generation.vllm_cfg.pipeline_parallel_size=3",
+                                                "policy.generation.colocated.resources.num_nodes=87",
+                                                "run.env.nodes=119",
+                                                "policy.megatron_cfg.moe_token_dispatcher_type=alltoall"]),
+    ("h200-mopd-generation-pp2", "mopd", "default", ["policy.generation.vllm_cfg.pipeline_parallel_size=2",
+                                                     "policy.generation.colocated.resources.num_nodes=72",
+                                                     "run.env.nodes=106",
+                                                     "policy.megatron_cfg.moe_token_dispatcher_type=alltoall"]),
 ]
 #: Variants of shipped configs that runs outside CI use, checked like the shipped ones: (name, stage, config,
 #: overrides, profile). ``rlvr-tiny-1gpu``: bench/gpu_rl.py's one-GPU run (NeMo RL's Megatron generation colocated
@@ -128,17 +147,22 @@ GOOD = [
 VARIANTS = [
     ("rlvr-tiny-1gpu", "rlvr", "tiny", [*ONE_GPU_RL, *mtp_overrides(0)], H100X1),  # the fresh `small`: no MTP
 ]
+H100 = from_table("h100", {"executor": "slurm", "gpus_per_node": 8, "gpu_arch": "hopper", "gpu_memory": 80.0})
+#: The profile a GOOD case's dry-run runs on, where it is not the goldens' (:func:`_compile`).
+GOOD_ON = {"h200-generation-pp2": H200, "h100-generation-pp3": H100, "h200-mopd-generation-pp2": H200}
 #: Job configs swept key by key for the required-key parity.
 SWEEP = ["rlvr-default", "rlvr-tiny", "rlvr-teacher-rlhf", "mopd-default"]
 
 SCRIPT = r'''
 import argparse, ast, copy, glob, json, os, runpy, shutil, sys, tempfile, traceback
 from pathlib import Path
+from types import SimpleNamespace
 from upstream import read_payload, write_result
 
 P = read_payload()
 ROOT = Path(P["root"])
 G_PATH = ROOT / "nemo_rl" / "algorithms" / "grpo.py"
+V_PATH = ROOT / "nemo_rl" / "models" / "generation" / "vllm" / "vllm_generation.py"
 
 _trees = {}
 _blocks = {}
@@ -280,6 +304,11 @@ def check(job, workdir):
             else:
                 exec(stmts(G_PATH, "setup", "train_gpus_per_node = cluster_config", inside="colocated_inference",
                            branch="orelse", end="assert train_nodes > 0 and inference_nodes > 0"), g)
+                if mc.policy["generation"]["backend"] == "vllm":  # VllmGeneration's layout asserts, on its cluster
+                    gpus = g["inference_nodes"] * g["inference_gpus_per_node"]
+                    v = {"self": SimpleNamespace(cfg=mc.policy["generation"]),
+                         "cluster": SimpleNamespace(world_size=lambda: gpus)}
+                    exec(stmts(V_PATH, "__init__", "self.tp_size = ", end="if self.ep_size > 1:"), v)
         run("setup() checks", setup)
 
         def trainer():
@@ -571,7 +600,7 @@ def contract(upstream, tmp_path_factory):
             jobs.append(_job(name, cfg, True))
             dry[name] = problems
         for name, stage, config, overrides, *_ in [*CASES, *GOOD]:
-            cfg, problems = _compile(stage, config, overrides, str(tok))
+            cfg, problems = _compile(stage, config, overrides, str(tok), GOOD_ON.get(name))
             jobs.append(_job(f"case:{name}", cfg, True))
             dry[f"case:{name}"] = problems
     for path in sorted(GOLDEN.glob("*.yaml")):

@@ -535,6 +535,79 @@ def test_finish_after_a_deadline_stop_records_nothing_and_exits_75(tmp_path, mon
     assert nemo_rl.finish(cfg3, "ultra3 rlvr", tmp_path, run=converter) == 0
 
 
+#: A stand-in for NeMo RL's entry (a real child process: the entry itself needs Ray and GPUs): it prints what
+#: grpo_train prints at the stop given as argv[1] (the lines tests/contract/test_nemo_rl_stops.py renders with NeMo
+#: RL's own code), with a progress bar's carriage returns around it, and exits 0.
+_ENTRY = r"""
+import sys
+print("Saving checkpoint for step 5...", flush=True)
+sys.stdout.write("step 5/10 \r step 6/10 \r\n")
+line = {"validation": "Validation accuracy reached the early-stop threshold (0.9100 >= 0.9); stopping training",
+        "timeout": "Timeout has been reached, stopping training early"}.get(sys.argv[1])
+if line:
+    print(line, flush=True)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("which,reason", [("validation", nemo_rl.VALIDATION_STOP), ("timeout", nemo_rl.DEADLINE),
+                                          ("epochs", None)])
+def test_run_entry_passes_the_output_through_and_reads_how_nemo_rl_stopped(tmp_path, which, reason):
+    import io
+
+    script = tmp_path / "entry.py"
+    script.write_text(_ENTRY)
+    out = io.BytesIO()
+    code, seen = nemo_rl.run_entry([sys.executable, str(script), which], str(tmp_path), out=out)
+    assert (code, seen) == (0, reason)
+    direct = subprocess.run([sys.executable, str(script), which], capture_output=True, cwd=str(tmp_path))
+    assert out.getvalue() == direct.stdout  # byte for byte, carriage returns included
+    failing = tmp_path / "fail.py"
+    failing.write_text("import sys; print('boom'); sys.exit(3)")
+    assert nemo_rl.run_entry([sys.executable, str(failing)], str(tmp_path), out=io.BytesIO()) == (3, None)
+
+
+def test_a_validation_metric_stop_below_max_num_steps_is_recorded_not_requeued(tmp_path, monkeypatch, capsys):
+    """With checkpointing.checkpoint_must_save_by and grpo.stop_at_validation_metric both set, NeMo RL's early stop
+    at step 5 of 10 exits 0 and leaves step_5 like a deadline stop does; the line it prints tells them apart: the
+    early stop is recorded (exit 0), the deadline stop requeued (75), and an unread output keeps the deadline
+    reading (75)."""
+    monkeypatch.setenv("NEMOTRON_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("NEMOTRON_REQUEUE_MARKER", str(tmp_path / "requeue.marker"))
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("SLURM_PROCID", raising=False)
+    (tmp_path / "run").mkdir()
+
+    def converter(cmd, cwd):
+        out = Path(cmd[cmd.index("--hf-ckpt-path") + 1])
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        return 0
+
+    script = tmp_path / "entry.py"
+    script.write_text(_ENTRY)
+    import io
+
+    results = {}
+    for which in ("validation", "timeout", None):
+        ck = tmp_path / f"ckpt-{which}"
+        _nemo_rl_steps(ck, [5])
+        cfg, _, _ = checked("rlvr", "tiny", {"checkpointing.checkpoint_dir": str(ck), "grpo.max_num_steps": 10,
+                                             "checkpointing.checkpoint_must_save_by": "00:03:30:00",
+                                             "grpo.stop_at_validation_metric": "accuracy",
+                                             "grpo.stop_at_validation_threshold": 0.9})
+        stopped = None
+        if which:
+            code, stopped = nemo_rl.run_entry([sys.executable, str(script), which], str(tmp_path), out=io.BytesIO())
+            assert code == 0
+        results[which] = (nemo_rl.finish(cfg, "ultra3 rlvr", tmp_path, run=converter, stopped=stopped),
+                          (ck / "hf" / "latest").exists())
+    assert results == {"validation": (0, True), "timeout": (75, False), None: (75, False)}
+    said = capsys.readouterr().out
+    assert "NeMo RL stopped at step 5 of grpo.max_num_steps=10 because grpo.stop_at_validation_metric=accuracy" in said
+    assert json.loads((tmp_path / "run" / "outputs.json").read_text())["rl-checkpoint"]["step"] == 5
+
+
 def test_a_run_without_checkpoints_is_refused_at_dry_run():
     _, _, problems = checked("rlvr", "tiny", {"checkpointing.enabled": False})
     assert [p.rule for p in errors(problems)] == ["rl-output"]

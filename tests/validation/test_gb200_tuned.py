@@ -52,3 +52,22 @@ def test_hopper_with_the_node_as_nvlink_domain_is_a_warning_and_alltoall_is_clea
 
 def test_blackwell_profile_keeps_the_recipe_unremarked():
     assert _problems("rlvr", GB200) == []
+
+
+@pytest.mark.parametrize("stage", ["rlvr", "mopd"])
+def test_a_profile_without_a_gpu_is_told_the_check_did_not_run(stage):
+    """A Slurm profile that declares neither gpu nor gpu_arch: the GB200 settings cannot be checked against its GPUs;
+    one warning names both kept settings and the profile key that enables the check (was: silence)."""
+    bare = from_table("bare", {"executor": "slurm", "gpus_per_node": 8})  # a real profile, no GPU declared
+    found = _problems(stage, bare)
+    assert [(p.severity, p.key) for p in found] == [("warning", "profile.bare.gpu")], [p.render() for p in found]
+    assert "declares no GPU" in found[0].message and "not checked" in found[0].message
+    assert "moe_flex_dispatcher_backend=hybridep" in found[0].message
+    assert "moe_backend=flashinfer_cutlass" in found[0].message
+    assert 'gpu = "H100"' in found[0].valid
+    # the same profile with the GB200 settings replaced by Hopper-safe ones: nothing to say
+    assert _problems(stage, bare, {"policy.megatron_cfg.moe_token_dispatcher_type": "alltoall",
+                                   "policy.generation.vllm_kwargs.moe_backend": "triton"}) == []
+    # declaring the GPU turns the check on (its error for the multi-node NVLink HybridEP)
+    declared = from_table("bare", {"executor": "slurm", "gpus_per_node": 8, "gpu": "H100"})
+    assert "error" in {p.severity for p in _problems(stage, declared)}

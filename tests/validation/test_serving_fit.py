@@ -82,3 +82,84 @@ def test_serving_state_counts_attention_kv_and_mamba_state():
     mamba = 48 * (d_inner * spec.mamba_state_dim / 8
                   + (d_inner + 2 * spec.mamba_num_groups * spec.mamba_state_dim) / 8 * (spec.mamba_conv_kernel - 1)) * 4
     assert memory.serving_state_gb(spec, 8, 1, 4096) == pytest.approx((kv + mamba) / 1e9)
+
+
+# ------------------------------------------------------------------ NeMo RL's generation engines (rlvr, mopd)
+def _fix(valid: str) -> dict:
+    """The ``key=value`` overrides a serving-memory hint names (before its parenthesised layout note)."""
+    head = valid.split(" (")[0]
+    return {k: int(v) if v.isdigit() else v for k, v in (t.split("=", 1) for t in head.split() if "=" in t)}
+
+
+def _gen(problems):
+    return [p for p in problems if p.rule == "serving-memory"]
+
+
+@pytest.mark.parametrize("stage", ["rlvr", "mopd"])
+@pytest.mark.parametrize("profile,budget,pp", [(H200, 120, 2), (H100, 68, 3)], ids=["h200", "h100"])
+def test_rl_generation_engines_that_cannot_hold_their_weights_are_refused(stage, profile, budget, pp):
+    """The shipped rlvr/mopd defaults generate with TP8 EP8 vLLM engines: 140 GB of BF16 weights per GPU, over
+    0.85 x the GPU memory of an H100 or H200 profile. An error (was a `memory` warning) naming the weights, the
+    budget and the smallest PP that fits, with the generation nodes that make the engines divide; the named fix
+    clears it and every engine-layout assert NeMo RL's vLLM generation makes (PP > 1 with the async engine)."""
+    over = {"_teachers.general": "/ckpt/student"} if stage == "mopd" else {}
+    problems, _, _, _ = check(stage, "default", over, profile=profile)
+    bad = _gen(problems)
+    assert [(p.severity, p.key) for p in bad] == [("error", "policy.generation.vllm_cfg.pipeline_parallel_size")], \
+        [p.render() for p in problems]
+    text = bad[0].render()
+    assert "140 GB of BF16 weights per GPU" in text and f"= {budget} GB: vLLM cannot start" in text
+    fix = _fix(bad[0].valid)
+    assert fix["policy.generation.vllm_cfg.pipeline_parallel_size"] == pp, bad[0].valid
+    # the fix, with the GB200 dispatcher replaced (rule gb200-tuned): the dry-run accepts the job
+    fixed, _, _, cfg = check(stage, "default", {**over, **fix, "policy.megatron_cfg.moe_token_dispatcher_type": "alltoall"},
+                             profile=profile)
+    assert errors(fixed) == [], [p.render() for p in errors(fixed)]
+    vc = cfg["policy"]["generation"]["vllm_cfg"]
+    assert vc["async_engine"] is True and vc["expert_parallel_size"] == vc["tensor_parallel_size"] == 8
+    gen_gpus = cfg["policy"]["generation"]["colocated"]["resources"]["num_nodes"] * 8
+    assert gen_gpus % (8 * pp) == 0  # NeMo RL: the generation world is a multiple of TP x PP
+
+
+def test_rl_generation_memory_without_a_profile_is_a_warning_that_says_the_gpu_was_assumed():
+    problems, _, _, _ = check("rlvr", "default", profile=None)
+    bad = _gen(problems)
+    assert [p.severity for p in bad] == ["warning"], [p.render() for p in problems]
+    assert "assumed: no profile" in bad[0].message and "H200" in bad[0].message
+    # the same layout on a profile that declares a GPU with room for it: nothing (B200, 180 GB: 153 GB budget)
+    b200 = _prof(8, "blackwell", 180.0, "b200")
+    assert _gen(check("rlvr", "default", profile=b200)[0]) == []
+
+
+def test_rl_generation_whose_weights_fit_but_not_the_estimated_state_is_a_warning():
+    """rlvr -c phase2 (the recipe's gpu_memory_utilization 0.8, 65,536-token context) on a B200 profile: 140 GB of
+    weights fit 0.8 x 180 = 144 GB, the state and the 5 GB allowance (estimates) do not: a warning that says so."""
+    b200 = _prof(8, "blackwell", 180.0, "b200")
+    bad = _gen(check("rlvr", "phase2", profile=b200)[0])
+    assert [p.severity for p in bad] == ["warning"], [p.render() for p in bad]
+    assert "the weights alone fit" in bad[0].message and "vLLM may not start" in bad[0].message
+
+
+def test_rl_sglang_engines_are_checked_against_mem_fraction_static():
+    """SGLang 8-GPU TP8 EP8 engines: 140 GB against mem_fraction_static 0.7 x 141 GB; the fix is SGLang's pp_size
+    with the engine's GPUs (NeMo RL asserts tp_size = num_gpus_per_engine / pp_size)."""
+    over = {"policy.generation.backend": "sglang", "grpo.async_grpo.enabled": False,
+            "policy.megatron_cfg.moe_token_dispatcher_type": "alltoall"}
+    problems, _, _, _ = check("rlvr", "default", over, profile=H200)
+    bad = _gen(problems)
+    assert [(p.severity, p.key) for p in bad] == [("error", "policy.generation.sglang_cfg.pp_size")], \
+        [p.render() for p in problems]
+    assert "mem_fraction_static 0.7 x 141 GB = 99 GB: SGLang cannot start" in bad[0].message
+    fix = _fix(bad[0].valid)
+    assert fix == {"policy.generation.sglang_cfg.pp_size": 2,
+                   "policy.generation.sglang_cfg.sglang_server_config.num_gpus_per_engine": 16}, bad[0].valid
+    fixed, _, _, _ = check("rlvr", "default", {**over, **fix}, profile=H200)
+    assert errors(fixed) == [], [p.render() for p in errors(fixed)]
+
+
+def test_rl_vllm_pipeline_parallel_needs_the_async_engine():
+    """NeMo RL's vllm_generation.py asserts async_engine when pipeline_parallel_size > 1 (as for eval)."""
+    over = {"policy.generation.vllm_cfg.pipeline_parallel_size": 2, "policy.generation.vllm_cfg.async_engine": False,
+            "grpo.async_grpo.enabled": False}
+    problems, _, _, _ = check("rlvr", "default", over, profile=H200)
+    assert "policy.generation.vllm_cfg.async_engine" in [p.key for p in errors(problems) if p.rule == "engine-layout"]

@@ -193,6 +193,10 @@ MILES_RL = {  # radixark/miles scripts/run_nemotron_3_ultra_550b_a55b.py, 16 nod
     "policy.max_total_sequence_length": 8192, "policy.make_sequence_length_divisible_by": 8,
     "policy.generation.backend": "sglang", "policy.generation.colocated.enabled": True,
     "policy.generation.sglang_cfg.sglang_server_config.num_gpus": 128,
+    # miles' own engines (32 GPUs, DP-attention 4) cannot reach SGLang through NeMo RL (rule sglang-dp-attention);
+    # 8-GPU TP8 EP8 engines hold 140 GB a GPU, over 0.7 x 141 GB (rule serving-memory): 16-GPU engines, TP8 PP2
+    "policy.generation.sglang_cfg.pp_size": 2,
+    "policy.generation.sglang_cfg.sglang_server_config.num_gpus_per_engine": 16,
     "policy.megatron_cfg.optimizer.optimizer_cpu_offload": True, "policy.megatron_cfg.mtp_num_layers": 0,
     "grpo.async_grpo.enabled": False,  # colocated SGLang: synchronous GRPO (NeMo RL's async loop refuses both)
     # the NeMo RL recipe's GB200 HybridEP (multi-node NVLink at EP32) is refused on H200 nodes (rule gb200-tuned)
@@ -234,7 +238,7 @@ PUBLISHED = {
     "mb-pretrain-tp1-pp3-ep8-24xH100": ("pretrain", "default", MB_PRETRAIN_24, H100, {"sp-tp1", "memory"}, False),
     "mb-sft-tp2-pp6-ep32-192xH100": ("sft", "default", MB_SFT_192, H100, {"memory"}, False),
     "mb-readme-pretrain-tp4-pp12-ep16-48xH100": ("pretrain", "default", MB_README_PRETRAIN_48, H100, set(), True),
-    "miles-rl-tp8-pp4-ep32-16x8-sglang8": ("rlvr", "default", MILES_RL, H200, set(), True),
+    "miles-rl-tp8-pp4-ep32-16x8-sglang16": ("rlvr", "default", MILES_RL, H200, set(), True),
     "slice-4layer-pretrain-1x8": ("pretrain", "tiny", {}, H200, set(), True),
     "slice-4layer-rl-sglang8-1x8": ("rlvr", "tiny", {"policy.generation.backend": "sglang"}, H200, set(), True),
     "nemo-rl-rlvr-256-gb200": ("rlvr", "default", NEMORL_RLVR_GB200, GB200, set(), True),
@@ -656,12 +660,14 @@ def test_memory_more_pp_means_less_per_gpu():
     assert b.peak.weights_gb < a.peak.weights_gb
 
 
-def test_generation_engine_memory_warning_on_h200():
-    """A TP8 EP8 vLLM engine holds 1.12 TB / 8 = 140 GB per GPU: over 0.85 x 141 GB."""
+def test_generation_engine_memory_error_on_h200():
+    """A TP8 EP8 vLLM engine holds 1.12 TB / 8 = 140 GB per GPU: over 0.85 x 141 GB, an error on an H200 profile
+    (rule serving-memory; tests/validation/test_serving_fit.py has the rest)."""
     problems, _, _, _ = check("rlvr", "default", {}, H200)
-    assert any(p.rule == "memory" and "generation engine" in p.message for p in problems)
+    assert any(p.rule == "serving-memory" and p.severity == "error" and "generation engine" in p.message
+               for p in problems)
     problems, _, _, _ = check("rlvr", "default", {"policy.generation.vllm_cfg.pipeline_parallel_size": 2}, H200)
-    assert not any(p.rule == "memory" and "generation engine" in p.message for p in problems)
+    assert not any(p.rule in ("memory", "serving-memory") and "generation engine" in p.message for p in problems)
 
 
 # ------------------------------------------------------------------------------------------ import weight

@@ -436,19 +436,24 @@ def engine_layout(model: ModelSpec, total_gpus: int, gpus_per_engine: int, dp_at
     return out
 
 
-@rule("serving-memory", "a serving engine's BF16 weights per GPU, one max_model_len request's KV and Mamba state "
-      "and the fixed allowance fit within gpu_memory_utilization x GPU memory",
-      "vLLM takes gpu_memory_utilization x GPU memory for weights, activations and the KV cache, and refuses to start "
+@rule("serving-memory", "a serving engine's (eval's vLLM; NeMo RL's vLLM or SGLang generation engines) BF16 weights "
+      "per GPU, one max_model_len request's KV and Mamba state and the fixed allowance fit within "
+      "gpu_memory_utilization (SGLang: mem_fraction_static) x GPU memory",
+      "vLLM takes gpu_memory_utilization x GPU memory (SGLang mem_fraction_static x GPU memory) for weights, "
+      "activations and the KV cache, and refuses to start "
       "when the cache of one max_model_len request does not fit in what the weights leave; weights per GPU: "
       "nemotron.layout.memory.inference_weights_gb (dense / (TP x PP) + experts / (EP x PP))",
       "vLLM 0.x as pinned by NeMo RL main 7ea279a")
 def serving_memory(weights_gb: float, state_gb: float, allowance_gb: float, gpu_memory_gb: float | None,
                    utilization: float, layout: str, key: str, value: Any, valid: str,
-                   severity: str = "error") -> list[Problem]:
+                   severity: str = "error", engine: str = "vLLM", utilization_key: str = "gpu_memory_utilization",
+                   note: str = "") -> list[Problem]:
     """Refuse (``severity`` "error") a serving layout whose ``weights_gb + state_gb + allowance_gb`` (GB per GPU)
     exceed ``utilization x gpu_memory_gb``. ``layout`` names the layout in the message (``TP8 PP1 EP8``); ``key`` /
-    ``value`` the config key to change, ``valid`` the hint (a layout that fits). Nothing when the GPU memory is
-    unknown (the memory table says so)."""
+    ``value`` the config key to change, ``valid`` the hint (a layout that fits); ``engine`` the server that cannot
+    start (``vLLM``, ``SGLang``) and ``utilization_key`` its memory-fraction key; ``note``: said at the end of the
+    message in parentheses (where an assumed GPU memory comes from, why it is only a warning). Nothing when the GPU memory is unknown (the memory table
+    says so)."""
     if not gpu_memory_gb or utilization <= 0:
         return []
     budget = utilization * gpu_memory_gb
@@ -457,7 +462,10 @@ def serving_memory(weights_gb: float, state_gb: float, allowance_gb: float, gpu_
         return []
     msg = (f"{layout} holds {weights_gb:.0f} GB of BF16 weights per GPU; with one request's KV and Mamba state "
            f"({state_gb:.2f} GB) and the {allowance_gb:.0f} GB allowance that is {need:.0f} GB, more than "
-           f"gpu_memory_utilization {utilization:g} x {gpu_memory_gb:.0f} GB = {budget:.0f} GB: vLLM cannot start")
+           f"{utilization_key} {utilization:g} x {gpu_memory_gb:.0f} GB = {budget:.0f} GB: {engine} "
+           f"{'cannot' if severity == 'error' else 'may not'} start")
+    if note:
+        msg += f" ({note})"
     return [Problem(key=key, value=value, message=msg, valid=valid, rule="serving-memory", severity=severity)]
 
 
@@ -511,7 +519,7 @@ def rl_export_host_memory(params: int, available_bytes: int | None, key: str, va
       "NeMo RL main 7ea279a, Megatron-Core 0.18 (c8288b6)")
 def gb200_tuned(arch: str | None, gpus_per_node: int, ep: int, dispatcher: Any, flex_backend: Any, use_mnnvl: Any,
                 ranks_per_domain: Any, moe_backend: Any, prefix: str, gen_prefix: str,
-                declared: bool = True) -> list[Problem]:
+                declared: bool = True, profile_name: str | None = None) -> list[Problem]:
     """On a profile whose GPUs are not Blackwell (an H100/H200 node: NVLink reaches the GPUs of one node only):
 
     * ``moe_flex_dispatcher_backend: hybridep`` with the flex dispatcher and EP above the node's GPUs, and neither
@@ -522,11 +530,26 @@ def gb200_tuned(arch: str | None, gpus_per_node: int, ep: int, dispatcher: Any, 
     * hybridep otherwise: a warning — the pinned sources do not say whether DeepEP's HybridEP kernels run on Hopper.
     * ``vllm_kwargs.moe_backend: flashinfer_cutlass``: a warning — vLLM is not in the pinned sources, so what
       hardware this backend needs is not stated there; NeMo RL's 8-GPU-node recipes use ``triton``.
+
+    ``arch`` None (a profile, ``profile_name``, that declares neither ``gpu`` nor ``gpu_arch``): one warning when the
+    config keeps either setting, saying the check could not run and how to enable it (declare the profile's GPU).
     """
-    if arch in (None, "blackwell"):
+    if arch == "blackwell":
         return []
+    hybridep = str(dispatcher) == "flex" and str(flex_backend) == "hybridep"
+    if arch is None:
+        kept = [f"{prefix}.moe_flex_dispatcher_backend=hybridep"] if hybridep else []
+        kept += [f"{gen_prefix}.moe_backend=flashinfer_cutlass"] if str(moe_backend) == "flashinfer_cutlass" else []
+        if not kept:
+            return []
+        where = f"profile {profile_name}" if profile_name else "the profile"
+        return [_warn(f"profile.{profile_name}.gpu" if profile_name else "profile.gpu", None,
+                      f"{where} declares no GPU (gpu or gpu_arch), so the GB200-tuned settings {', '.join(kept)} are "
+                      "not checked against its GPUs (on H100/H200 nodes HybridEP's multi-node NVLink defaults are "
+                      "refused)", 'declare the GPU in the profile: gpu = "H100" (or gpu_arch = "hopper")',
+                      "gb200-tuned")]
     out: list[Problem] = []
-    if str(dispatcher) == "flex" and str(flex_backend) == "hybridep":
+    if hybridep:
         domain = ranks_per_domain if isinstance(ranks_per_domain, int) else None
         node_domain = use_mnnvl is False or (domain is not None and domain <= max(1, gpus_per_node))
         if ep > gpus_per_node and not node_domain:

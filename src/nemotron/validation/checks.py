@@ -8,6 +8,7 @@ a data artifact's small JSON manifest when it exists on this machine.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from nemotron.config import catalogue
@@ -602,8 +603,11 @@ class RLPlan:
             # attention TP is tp_size, whatever dp_size says
             dp = 1
             tp_size = as_int(get(self.cfg, f"{sg}.tp_size")) or per
+            ep_size = as_int(get(self.cfg, f"{sg}.ep_size")) or 1
+            # SGLang shards each expert's FFN over TP when ep_size is 1 (its default MoE), as vLLM does
             return {"backend": "sglang", "per": per, "dp": dp, "attn_tp": tp_size if per % tp_size == 0 else 0,
-                    "ep": as_int(get(self.cfg, f"{sg}.ep_size")) or 1,
+                    "ep": ep_size, "tp": tp_size, "pp": as_int(get(self.cfg, f"{sg}.pp_size")) or 1,
+                    "expert_shard": max(ep_size, tp_size),
                     "keys": {"engine": f"{sg}.sglang_server_config.num_gpus_per_engine", "dp": f"{sg}.dp_size",
                              "total": f"{sg}.sglang_server_config.num_gpus"},
                     "values": {"engine": get(self.cfg, f"{sg}.sglang_server_config.num_gpus_per_engine"),
@@ -698,6 +702,7 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
         out += training_rules(model, v, mcore_version(stage), nodes=plan.cluster_nodes, gpn=plan.gpn,
                               extra_nodes=others, world_what=what)
     # rule 8: generation engines, checked apart from training
+    engine_from = len(out)
     eng = plan.engine()
     if eng["backend"] == "megatron":
         pass  # the training layout is the engine: rules 1-7 above checked it
@@ -711,6 +716,11 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
                                                                                "NeMo RL does not support with the async "
                                                                                "engine (NVIDIA-NeMo/RL issue 1101)",
                                f"false, or expert_parallel_size = tensor_parallel_size = {eng['tp']}", rule="engine-layout"))
+        if eng["pp"] > 1 and not get(cfg, "policy.generation.vllm_cfg.async_engine", False):
+            out.append(Problem("policy.generation.vllm_cfg.async_engine", get(cfg, "policy.generation.vllm_cfg.async_engine"),
+                               "NeMo RL runs vLLM with pipeline_parallel_size > 1 only with the async engine",
+                               f"policy.generation.vllm_cfg.async_engine=true (with expert_parallel_size = "
+                               f"tensor_parallel_size = {eng['tp']})", rule="engine-layout"))
         out += rules.tp_divides_model(model, eng["tp"], "policy.generation.vllm_cfg.tensor_parallel_size")
     else:
         tp_size = as_int(get(cfg, "policy.generation.sglang_cfg.tp_size")) or eng["per"]
@@ -732,7 +742,8 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
     if eng["backend"] != "megatron":  # its memory is the training model's (the estimate below)
         out += rules.engine_layout(model, plan.gen_gpus, eng["per"], eng["dp"], eng["attn_tp"], eng["keys"],
                                    eng["values"])
-        out += engine_memory(model, eng, shape)
+        if not any(p.severity == "error" for p in out[engine_from:]):  # memory of an engine that can be built
+            out += engine_memory(model, cfg, eng, plan, shape)
     # rule 9: GRPO batch
     prompts, gens = as_int(get(cfg, "grpo.num_prompts_per_step")), as_int(get(cfg, "grpo.num_generations_per_prompt"))
     if prompts and gens and isinstance(v.gbs, int) and v.gbs > 0:
@@ -751,26 +762,76 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
     return out
 
 
-def engine_memory(model: ModelSpec, eng: dict[str, Any], shape: NodeShape) -> list[Problem]:
-    """Warning when an engine's BF16 weights per GPU exceed its memory budget (utilization x GPU memory)."""
+def engine_memory(model: ModelSpec, cfg: dict, eng: dict[str, Any], plan: RLPlan, shape: NodeShape) -> list[Problem]:
+    """Rule ``serving-memory`` on a NeMo RL generation engine (:meth:`RLPlan.engine`: vLLM or SGLang), the check
+    the eval stage's engine gets (:func:`serving_fit`): BF16 weights per GPU at the engine's attention TP, expert
+    shard and PP, one request's KV and Mamba state (``vllm_cfg.max_model_len`` / ``sglang_cfg.context_length``, else
+    ``policy.max_total_sequence_length``) and the allowance, against ``gpu_memory_utilization`` (vLLM) or
+    ``mem_fraction_static`` (SGLang) x the GPU memory. An **error** when a profile declares the GPU memory
+    (``gpu`` or ``gpu_memory``) and the weights alone exceed that budget: the engine cannot start. A **warning**
+    when only the state and the allowance (an estimate) tip it over, and without a profile, where the H200 is
+    assumed (the message says which). Nothing when no GPU memory is known. The hint names the smallest PP that fits
+    (:func:`_fits_pp`) with what NeMo RL's vLLM asserts need beside it (``async_engine``, EP = TP) and, when the
+    generation GPUs do not divide into the larger engines, the generation nodes (and ``run.env.nodes``) that do."""
     if not eng["per"] or not shape.gpu_memory_gb or eng["attn_tp"] < 1:
         return []
     try:
         frac = float(eng["mem"]) if eng["mem"] is not None else 0.9
     except (TypeError, ValueError):
         return []
-    w = memory.inference_weights_gb(model, eng["attn_tp"], eng.get("expert_shard", max(eng["ep"], 1)), eng.get("pp", 1))
-    budget = frac * shape.gpu_memory_gb
-    if w <= budget:
-        return []
-    key = "policy.generation.vllm_cfg.pipeline_parallel_size" if eng["backend"] == "vllm" else \
-        "policy.generation.sglang_cfg.sglang_server_config.num_gpus_per_engine"
-    return [Problem(key, eng.get("pp", eng["per"]), f"memory estimate: a generation engine holds {w:.0f} GB of BF16 "
-                                                    f"weights per GPU, more than its budget {frac:g} x "
-                                                    f"{shape.gpu_memory_gb:.0f} GB = {budget:.0f} GB (no room for the "
-                                                    "KV and Mamba state cache)",
-                    "larger engines (more PP, or more EP/GPUs per engine), or GPUs with more memory",
-                    rule="memory", severity="warning")]
+    tp, pp, ep = eng["attn_tp"], eng.get("pp", 1), eng["ep"]
+    shard = eng.get("expert_shard", max(ep, 1))
+    vllm = eng["backend"] == "vllm"
+    pre = "policy.generation.vllm_cfg" if vllm else "policy.generation.sglang_cfg"
+    max_len = as_int(get(cfg, f"{pre}.max_model_len" if vllm else f"{pre}.context_length")) \
+        or as_int(get(cfg, "policy.max_total_sequence_length")) or 4096
+    # the fix: PP > 1 needs vLLM's async engine, which NeMo RL runs only with EP = TP (vllm_generation.py asserts)
+    fix_shard = tp if vllm and ep > tp else shard
+    fit = _fits_pp(model, tp, fix_shard, max_len, frac, shape.gpu_memory_gb)
+    if fit is None:
+        valid = "GPUs with more memory (the profile's gpu), or a smaller model"
+    else:
+        per = tp * fit
+        if vllm:
+            keys = [f"{pre}.pipeline_parallel_size={fit}"]
+            keys += [] if get(cfg, f"{pre}.async_engine", False) else [f"{pre}.async_engine=true"]
+            keys += [f"{pre}.expert_parallel_size={tp}"] if ep > tp else []
+        else:
+            keys = [f"{pre}.pp_size={fit}", f"{pre}.sglang_server_config.num_gpus_per_engine={per}"]
+        if plan.gen_gpus % per and not plan.colocated:
+            step = per // math.gcd(per, max(plan.gen_gpn, 1))
+            nodes = -(-plan.gen_nodes // step) * step
+            keys += [f"policy.generation.colocated.resources.num_nodes={nodes}",
+                     f"run.env.nodes={plan.run_nodes + nodes - plan.gen_nodes}"]
+        elif plan.gen_gpus % per:
+            keys += [f"(the {plan.gen_gpus} generation GPUs must be a multiple of {per})"]
+        valid = (f"{' '.join(keys)} ({per}-GPU engines, TP{tp} PP{fit} EP{tp if vllm and ep > tp else ep}: "
+                 f"{memory.inference_weights_gb(model, tp, fix_shard, fit):.0f} GB per GPU)")
+    weights_fit = memory.inference_weights_gb(model, tp, shard, pp) <= frac * shape.gpu_memory_gb
+    if not shape.has_profile:
+        severity, note = "warning", shape.memory_source
+    elif weights_fit:
+        severity, note = "warning", (f"the weights alone fit; the state and the {memory.OVERHEAD_GB:.0f} GB allowance "
+                                     "are estimates")
+    else:
+        severity, note = "error", ""
+    return serving_fit(model, tp, shard, pp, max_len, frac, shape.gpu_memory_gb,
+                       f"a generation engine at TP{tp} PP{pp} EP{ep}",
+                       f"{pre}.pipeline_parallel_size" if vllm else f"{pre}.pp_size", pp, valid,
+                       severity=severity, engine="vLLM" if vllm else "SGLang",
+                       utilization_key="gpu_memory_utilization" if vllm else "mem_fraction_static", note=note)
+
+
+def serving_fit(model: ModelSpec, tp: int, ep: int, pp: int, max_len: int, utilization: float, gpu_memory_gb: float,
+                layout: str, key: str, value: Any, valid: str, **how: Any) -> list[Problem]:
+    """Rule ``serving-memory`` (:func:`nemotron.layout.rules.serving_memory`) on one serving engine, the one check of
+    the eval stage's engine and of NeMo RL's generation engines: BF16 weights per GPU
+    (:func:`nemotron.layout.memory.inference_weights_gb` at TP ``tp``, expert shard ``ep``, PP ``pp``), one
+    ``max_len``-token request's KV and Mamba state (:func:`nemotron.layout.memory.serving_state_gb`) and the
+    :data:`nemotron.layout.memory.OVERHEAD_GB` allowance, in GB per GPU, against ``utilization`` x
+    ``gpu_memory_gb`` (GB). ``how``: the rule's ``severity``, ``engine``, ``utilization_key``, ``note``."""
+    return rules.serving_memory(memory.inference_weights_gb(model, tp, ep, pp), memory.serving_state_gb(model, tp, pp, max_len),
+                                memory.OVERHEAD_GB, gpu_memory_gb, utilization, layout, key, value, valid, **how)
 
 
 def _fits_pp(model: ModelSpec, tp: int, ep: int, max_len: int, frac: float, gpu_gb: float) -> int | None:
@@ -791,7 +852,7 @@ def gb200_tuned_rules(cfg: dict, shape: NodeShape) -> list[Problem]:
                              get(cfg, f"{pre}.moe_token_dispatcher_type"), get(cfg, f"{pre}.moe_flex_dispatcher_backend"),
                              get(cfg, f"{pre}.hybridep_use_mnnvl"), as_int(get(cfg, f"{pre}.hybridep_num_ranks_per_nvlink_domain")),
                              get(cfg, f"{gen}.moe_backend") if str(get(cfg, "policy.generation.backend", "vllm")) == "vllm" else None,
-                             pre, gen, declared=shape.declared_arch)
+                             pre, gen, declared=shape.declared_arch, profile_name=shape.profile_name)
 
 
 def eval_serving_rules(model: ModelSpec, cfg: dict, shape: NodeShape) -> list[Problem]:
@@ -834,8 +895,6 @@ def eval_serving_rules(model: ModelSpec, cfg: dict, shape: NodeShape) -> list[Pr
     except (TypeError, ValueError):
         return out
     max_len = as_int(get(cfg, f"{vc}.max_model_len")) or 4096
-    weights = memory.inference_weights_gb(model, tp, ep, pp)
-    state = memory.serving_state_gb(model, tp, pp, max_len)
     fit = _fits_pp(model, tp, ep, max_len, frac, shape.gpu_memory_gb)
     if fit is None:
         valid = "more GPU memory (the profile's gpu), or a smaller model"
@@ -844,8 +903,8 @@ def eval_serving_rules(model: ModelSpec, cfg: dict, shape: NodeShape) -> list[Pr
         valid = (f"{vc}.pipeline_parallel_size={fit} {vc}.async_engine=true{' ' + vc + '.expert_parallel_size=' + str(tp) if ep != tp else ''}"
                  f" run.env.nodes={need_nodes} (TP{tp} PP{fit} EP{tp if ep != tp else ep}: "
                  f"{memory.inference_weights_gb(model, tp, tp if ep != tp else ep, fit):.0f} GB per GPU)")
-    out += rules.serving_memory(weights, state, memory.OVERHEAD_GB, shape.gpu_memory_gb, frac,
-                                f"the eval engine at TP{tp} PP{pp} EP{ep}", f"{vc}.pipeline_parallel_size", pp, valid)
+    out += serving_fit(model, tp, ep, pp, max_len, frac, shape.gpu_memory_gb, f"the eval engine at TP{tp} PP{pp} EP{ep}",
+                       f"{vc}.pipeline_parallel_size", pp, valid)
     return out
 
 

@@ -20,7 +20,8 @@ the NeMo RL container, on the Ray head of the job's Ray cluster:
    of the installed checkout (``examples/run_grpo.py``; ``examples/nemo_gym/run_grpo_nemo_gym.py`` when
    NeMo Gym is on — the script NVIDIA's Ultra launcher runs for every Ultra RL stage, MOPD included:
    on-policy distillation is part of NeMo RL's GRPO loop, ``nemo_rl/algorithms/grpo.py`` + ``opd.py``)
-   with ``--config``; a non-zero exit code is the stage's.
+   with ``--config`` (:func:`run_entry`: its standard output is passed through line by line and read for the line
+   NeMo RL prints at a stop below ``grpo.max_num_steps``); a non-zero exit code is the stage's.
 5. :func:`finish` — NeMo RL's own converter turns the newest ``step_N`` into a Hugging Face folder
    (``<checkpoint_dir>/hf/step_N``, linked from ``hf/latest``), which is what the run records as its artifact.
 
@@ -554,10 +555,52 @@ def launch(cfg: dict, stage: str) -> int:
     path.write_text(job_yaml(translate(cfg, views, rows)), encoding="utf-8")
     script, root = entry_script(cfg)
     print(f"{stage}: NeMo RL {script.relative_to(root)} --config {path}", flush=True)
-    code = subprocess.call([sys.executable, str(script), "--config", str(path)], cwd=str(root))
+    code, stopped = run_entry([sys.executable, str(script), "--config", str(path)], str(root))
     if code != 0:
         return code
-    return finish(cfg, stage, root)
+    return finish(cfg, stage, root, stopped=stopped)
+
+
+# ------------------------------------------------------------------------------------ how NeMo RL stopped
+#: What NeMo RL's GRPO trainers print right before they return at ``checkpointing.checkpoint_must_save_by``, after
+#: saving the step (nemo_rl/algorithms/grpo.py ``grpo_train`` and ``async_grpo_train``, grpo_sync.py
+#: ``grpo_train_sync`` @ 7ea279a; tests/contract/test_nemo_rl_stops.py reads it there).
+TIMEOUT_LINE = "Timeout has been reached, stopping training early"
+#: What they print at a ``grpo.stop_at_validation_metric`` stop (``_validation_early_stop_message``: "Validation
+#: {metric} reached the early-stop threshold ({value:.4f} >= {threshold}); stopping training", "Initial validation"
+#: at the validation before the first step); the step is saved like a last step and the trainer returns before its
+#: timeout branch, so a run prints at most one of the two.
+EARLY_STOP = re.compile(r"(?:Initial validation|Validation) (?P<metric>\S+) reached the early-stop threshold "
+                        r"\((?P<value>[^)]*)\); stopping training$")
+#: :func:`stop_reason`'s answers.
+DEADLINE, VALIDATION_STOP = "deadline", "validation-metric"
+
+
+def stop_reason(line: str) -> str | None:
+    """:data:`DEADLINE` for NeMo RL's timeout line (:data:`TIMEOUT_LINE`), :data:`VALIDATION_STOP` for its
+    validation-metric early stop (:data:`EARLY_STOP`), None for any other line of its output (trailing white space
+    and a prefix, such as a logger's, are allowed)."""
+    text = line.rstrip()
+    if text.endswith(TIMEOUT_LINE):
+        return DEADLINE
+    return VALIDATION_STOP if EARLY_STOP.search(text) else None
+
+
+def run_entry(cmd: list[str], cwd: str, out=None) -> tuple[int, str | None]:
+    """Run NeMo RL's entry ``cmd`` in ``cwd``: its standard output is copied byte for byte to ``out`` (a binary
+    stream; default this process's standard output) as it comes, and each line is read with :func:`stop_reason`;
+    its standard error is left as it is. Returns ``(exit code, the last stop reason seen or None)``."""
+    out = out if out is not None else sys.stdout.buffer
+    sys.stdout.flush()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # the lines come as NeMo RL prints them, not at exit
+    reason = None
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, env=env) as proc:
+        for raw in proc.stdout:
+            out.write(raw)
+            out.flush()
+            reason = stop_reason(raw.decode("utf-8", errors="replace")) or reason
+        code = proc.wait()
+    return code, reason
 
 
 # ------------------------------------------------------------------------------------ the output checkpoint
@@ -615,14 +658,22 @@ def output_artifacts(cfg: dict) -> list[str]:
     return [str(name)] if isinstance(name, str) and name else []
 
 
-def deadline_stop(cfg: dict, stage: str, checkpoint_dir: str | Path, step: int) -> bool:
+def deadline_stop(cfg: dict, stage: str, checkpoint_dir: str | Path, step: int, stopped: str | None = None) -> bool:
     """Whether NeMo RL's exit 0 after saving ``step`` is a stop at ``checkpointing.checkpoint_must_save_by`` with
     ``grpo.max_num_steps`` not reached (see :func:`finish`). True: the marker ``<checkpoint_dir>/hf/.deadline-step_N``
     is written, the requeue marker too, and one line says so. False when there is no deadline, the step reached
-    ``max_num_steps``, or the marker of this step is already there (a resumed run that added no step)."""
+    ``max_num_steps``, NeMo RL said it stopped at its validation metric (``stopped`` :data:`VALIDATION_STOP`, from
+    :func:`run_entry`: a finished run, one line says so), or the marker of this step is already there (a resumed run
+    that added no step)."""
     deadline = _get(cfg, "checkpointing.checkpoint_must_save_by")
     max_steps = _get(cfg, "grpo.max_num_steps")
     if not deadline or not isinstance(max_steps, int) or step >= max_steps:
+        return False
+    if stopped == VALIDATION_STOP:
+        print(f"{stage}: NeMo RL stopped at step {step} of grpo.max_num_steps={max_steps} because "
+              f"grpo.stop_at_validation_metric={_get(cfg, 'grpo.stop_at_validation_metric')} reached "
+              f"grpo.stop_at_validation_threshold={_get(cfg, 'grpo.stop_at_validation_threshold')}: step {step} is "
+              "the result (not a checkpointing.checkpoint_must_save_by stop)", flush=True)
         return False
     marker = Path(checkpoint_dir) / HF_FOLDER / f".deadline-step_{step}"
     if marker.exists():
@@ -640,7 +691,7 @@ def deadline_stop(cfg: dict, stage: str, checkpoint_dir: str | Path, step: int) 
     return True
 
 
-def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
+def finish(cfg: dict, stage: str, root: Path, run=None, stopped: str | None = None) -> int:
     """After NeMo RL's entry exited 0: the newest step (:func:`latest_step`) in Hugging Face form, the artifact
     the later stages read (teachers, MOPD and quantize load Hugging Face folders with a ``config.json``, not
     NeMo RL's ``step_N``).
@@ -659,8 +710,11 @@ def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
     set and the newest step below ``grpo.max_num_steps``, nothing is converted or recorded: a marker
     ``hf/.deadline-step_N`` is left, the requeue marker is written (:func:`nemotron.runtime.dispatch.mark_stopped`)
     and the exit code is 75 (resumable: NeMo RL's ``CheckpointManager`` resumes from ``step_N``). A resumed run that
-    ends at the same step again (no step after it: the data ran out, or ``grpo.stop_at_validation_metric``) is
-    recorded as finished. Without a deadline a step below ``max_num_steps`` is recorded (those are NeMo RL's own ends).
+    ends at the same step again (no step after it: the data ran out) is recorded as finished. A stop at
+    ``grpo.stop_at_validation_metric`` exits 0 below ``max_num_steps`` too, and leaves the same files; it is told
+    apart by the line NeMo RL prints (``stopped``: :func:`stop_reason` of its output, read by :func:`run_entry`;
+    None when not read) and recorded. Without a deadline a step below ``max_num_steps`` is recorded (those are NeMo
+    RL's own ends).
 
     Returns the stage's exit code: 0; 75 at a deadline stop; 1 when checkpointing is off or no step was saved
     (nothing to record: the message says so), or the converter's non-zero exit code.
@@ -681,7 +735,7 @@ def finish(cfg: dict, stage: str, root: Path, run=None) -> int:
               "(grpo.max_num_steps below checkpointing.save_period?)", file=sys.stderr)
         return 1
     step, step_dir = found
-    if deadline_stop(cfg, stage, ckdir, step):
+    if deadline_stop(cfg, stage, ckdir, step, stopped):
         return EXIT_REQUEUE
     out = hf_output(ckdir, step)
     if not (out / "config.json").is_file():
@@ -824,6 +878,8 @@ __all__ = [
     "PrecheckError",
     "converter_command",
     "deadline_stop",
+    "run_entry",
+    "stop_reason",
     "entry_relpath",
     "finish",
     "generation_modules",
