@@ -874,6 +874,25 @@ def export_run_config_file(source: str | os.PathLike[str]) -> Path | None:
     return None
 
 
+def read_export_run_config(source: str | os.PathLike[str]) -> tuple[Path, Any] | None:
+    """``(path, parsed YAML)`` of :func:`export_run_config_file` of ``source`` (the parsed value as the file holds
+    it: a mapping for a Megatron-Bridge save), or None when there is no such file.
+
+    Raises:
+        TranslateError: the file is not readable YAML (named, one line).
+    """
+    import yaml
+
+    rc = export_run_config_file(source)
+    if rc is None:
+        return None
+    try:
+        return rc, yaml.safe_load(rc.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise TranslateError(f"{rc}: not a readable run_config.yaml ({type(exc).__name__}: {exc})".splitlines()[0]) \
+            from None
+
+
 def export_run_config(source: str | os.PathLike[str]) -> dict | None:
     """The parsed :func:`export_run_config_file` of ``source`` with its MTP block split off the hybrid pattern, or None
     when there is nothing to split (no file, or no MTP separator ``/`` in ``model.hybrid_layer_pattern`` /
@@ -885,16 +904,10 @@ def export_run_config(source: str | os.PathLike[str]) -> dict | None:
         TranslateError: the file is not readable YAML, or the pattern's MTP blocks differ from each other or from
             the saved ``mtp_hybrid_override_pattern`` (a pattern this export would misread).
     """
-    import yaml
-
-    rc = export_run_config_file(source)
-    if rc is None:
+    found = read_export_run_config(source)
+    if found is None:
         return None
-    try:
-        data = yaml.safe_load(rc.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise TranslateError(f"{rc}: not a readable run_config.yaml ({type(exc).__name__}: {exc})".splitlines()[0]) \
-            from None
+    rc, data = found
     model = data.get("model") if isinstance(data, dict) else None
     if not isinstance(model, dict):
         return None  # no model section: upstream reads the file itself and names what it lacks
@@ -928,18 +941,13 @@ def export_tokenizer_source(source: str | os.PathLike[str], fallback: str | None
 
     Raises:
         TranslateError: neither is usable (the trained-with folder is absent here and no fallback is set, or the
-            fallback is a local path that does not exist).
+            fallback is a local path that does not exist); the ``run_config.yaml`` is not readable YAML.
     """
-    import yaml
-
     trained = None
     rc = export_run_config_file(source)
-    if rc is not None:
-        try:
-            data = yaml.safe_load(rc.read_text(encoding="utf-8")) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            data = {}  # export_run_config has already refused an unreadable file
-        tok = data.get("tokenizer") if isinstance(data, dict) else None
+    found = read_export_run_config(source)
+    if found is not None:
+        tok = found[1].get("tokenizer") if isinstance(found[1], dict) else None
         trained = tok.get("tokenizer_model") if isinstance(tok, dict) else None
     if isinstance(trained, str) and trained and Path(trained).is_dir():
         return trained, f"the tokenizer the checkpoint was trained with ({rc})"
@@ -976,16 +984,10 @@ def saved_pipeline_layout(source: str | os.PathLike[str]) -> list | None:
     export (the stages the checkpoint was saved with; the default split would not match its shards). The file is the
     one the export's bridge reads (:func:`export_run_config_file`: the folder's own, else the newest ``iter_*``'s), so
     that the layout and the model config come from the same save."""
-    import yaml
-
-    rc = export_run_config_file(source)
-    if rc is None:
+    found = read_export_run_config(source)
+    if found is None:
         return None
-    try:
-        data = yaml.safe_load(rc.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise TranslateError(f"{rc}: not a readable run_config.yaml ({type(exc).__name__}: {exc})".splitlines()[0]) \
-            from None
+    data = found[1]
     layout = ((data.get("model") or {}) if isinstance(data, dict) else {}).get("pipeline_model_parallel_layout")
     return layout if isinstance(layout, list) else None
 
