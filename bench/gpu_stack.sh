@@ -197,32 +197,11 @@ PY
     ;;
   probe)
     cd "$REPO"
-    PYTHONPATH="$SITE:$EXTRA:$REPO/src" "$PY" - <<'EOF'
-# Import the training path; for each module that is missing, record it and go on with an empty module (for this
-# listing only: nothing of it runs), so one pass names every missing package.
-import importlib, sys, traceback, types
-missing = []
-targets = ["transformer_engine.pytorch", "megatron.core", "mamba_ssm", "causal_conv1d", "nvidia_resiliency_ext.inprocess",
-           "megatron.bridge",
-           "megatron.bridge.recipes.nemotronh", "megatron.bridge.training.gpt_step",
-           "megatron.bridge.training.pretrain", "megatron.bridge.training.finetune", "nemotron.runtime.megatron.megatron_bridge"]
-for t in targets:
-    for _ in range(60):
-        try:
-            importlib.import_module(t)
-            print(f"[gpu-stack] import {t}: ok")
-            break
-        except ModuleNotFoundError as exc:
-            name = exc.name or str(exc)
-            missing.append((t, name))
-            sys.modules[name] = types.ModuleType(name)
-        except Exception as exc:
-            print(f"[gpu-stack] import {t}: {type(exc).__name__}: {exc}")
-            traceback.print_exc(limit=4)
-            break
-for t, name in missing:
-    print(f"[gpu-stack] missing for {t}: {name}")
-EOF
+    # the training path; bench/import_probe.py names every module missing from it in one pass
+    PYTHONPATH="$SITE:$EXTRA:$REPO/src" "$PY" bench/import_probe.py transformer_engine.pytorch megatron.core mamba_ssm \
+      causal_conv1d nvidia_resiliency_ext.inprocess megatron.bridge megatron.bridge.recipes.nemotronh \
+      megatron.bridge.training.gpt_step megatron.bridge.training.pretrain megatron.bridge.training.finetune \
+      nemotron.runtime.megatron.megatron_bridge
     ;;
   install-rl)
     cd "$STASH/in"
@@ -266,43 +245,16 @@ EOF
     ;;
   probe-rl)
     cd "$REPO"
-    PATH="$STASH/bin:$PATH" PYTHONPATH="$RL_PATH" NEMO_RL_PY_EXECUTABLES_SYSTEM=1 "$PY" - "$RL_SRC/RL" <<'EOF'
-# Import what NeMo RL's GRPO entry and its workers import on the Megatron-generation path; for each module that is
-# missing, record it and go on with an empty module (for this listing only: nothing of it runs), so one pass names
-# every missing package. Then where megatron.core and megatron.bridge come from (NeMo RL's pins, not the kit's).
-import importlib, runpy, sys, traceback, types
-root = sys.argv[1]
-missing = []
-targets = ["ray", "transformer_engine.pytorch", "mamba_ssm", "causal_conv1d", "megatron.core", "megatron.bridge",
-           "nemo_rl.algorithms.grpo", "nemo_rl.utils.logger", "nemo_rl.environments.math_environment",
-           "nemo_rl.models.policy.lm_policy", "nemo_rl.models.policy.workers.megatron_policy_worker",
-           "nemo_rl.models.generation.megatron.megatron_generation",
-           "nemo_rl.models.generation.megatron.megatron_worker", "nemotron.runtime.rl.nemo_rl",
-           root + "/examples/run_grpo.py", root + "/examples/converters/convert_megatron_to_hf.py"]
-for t in targets:
-    for _ in range(60):
-        try:
-            if t.endswith(".py"):
-                runpy.run_path(t, run_name="probe")
-            else:
-                importlib.import_module(t)
-            print(f"[gpu-stack] import {t}: ok")
-            break
-        except ModuleNotFoundError as exc:
-            name = exc.name or str(exc)
-            missing.append((t, name))
-            sys.modules[name] = types.ModuleType(name)
-        except Exception as exc:
-            print(f"[gpu-stack] import {t}: {type(exc).__name__}: {exc}")
-            traceback.print_exc(limit=4)
-            break
-for mod in ("megatron.core", "megatron.bridge", "nemo_rl", "ray", "transformers", "torch"):
-    m = sys.modules.get(mod)
-    print(f"[gpu-stack] {mod}: {getattr(m, '__version__', '?')} from {getattr(m, '__file__', None) or list(getattr(m, '__path__', []))}")
-for t, name in missing:
-    print(f"[gpu-stack] missing for {t}: {name}")
-sys.exit(1 if missing else 0)
-EOF
+    # what NeMo RL's GRPO entry and its workers import on the Megatron-generation path, and where megatron.core and
+    # megatron.bridge come from (NeMo RL's pins, not the kit's)
+    rl=$RL_SRC/RL
+    PATH="$STASH/bin:$PATH" PYTHONPATH="$RL_PATH" NEMO_RL_PY_EXECUTABLES_SYSTEM=1 "$PY" bench/import_probe.py \
+      --where megatron.core,megatron.bridge,nemo_rl,ray,transformers,torch \
+      ray transformer_engine.pytorch mamba_ssm causal_conv1d megatron.core megatron.bridge nemo_rl.algorithms.grpo \
+      nemo_rl.utils.logger nemo_rl.environments.math_environment nemo_rl.models.policy.lm_policy \
+      nemo_rl.models.policy.workers.megatron_policy_worker nemo_rl.models.generation.megatron.megatron_generation \
+      nemo_rl.models.generation.megatron.megatron_worker nemotron.runtime.rl.nemo_rl \
+      "$rl/examples/run_grpo.py" "$rl/examples/converters/convert_megatron_to_hf.py"
     ;;
   run-rl)
     shift

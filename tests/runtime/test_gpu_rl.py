@@ -94,3 +94,23 @@ def test_summary_names_the_saved_steps_and_the_hf_conversion(tmp_path):
     assert s["reward"] == [0.25, 0.375] and s["loss"] == [0.0123, -0.004]
     empty = gpu_rl.summarize(tmp_path / "none", "", 1, 1.0)
     assert empty["saved_steps"] == [] and empty["hf"] == {"latest": None, "config_json": False, "files": []}
+
+
+def test_the_import_probe_names_every_missing_module_in_one_pass(tmp_path):
+    """bench/import_probe.py (gpu_stack.sh probe / probe-rl): a target that imports two absent packages, one after
+    the other, is reported with both, and the exit code says something was missing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "needs_two.py").write_text("import absent_pkg_one\nimport absent_pkg_two\n")
+    probe = Path(__file__).resolve().parents[2] / "bench" / "import_probe.py"
+    proc = subprocess.run([sys.executable, str(probe), "--where", "json", "json", str(tmp_path / "needs_two.py")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "[gpu-stack] import json: ok" in lines
+    assert [x for x in lines if x.startswith("[gpu-stack] missing for")] == [
+        f"[gpu-stack] missing for {tmp_path / 'needs_two.py'}: absent_pkg_one",
+        f"[gpu-stack] missing for {tmp_path / 'needs_two.py'}: absent_pkg_two"]
+    assert any(x.startswith("[gpu-stack] json: ") for x in lines)
