@@ -132,7 +132,7 @@ def test_a_not_parquet_input_fails_with_a_hint_that_why_shows(tmp_path, monkeypa
     log = tmp_path / "job.log"
     log.write_text(err)
     got = why.explain_files([str(log)])
-    assert got["cause"] == "stage-error" and "not a readable Parquet file (ArrowInvalid" in got["evidence"], got
+    assert got["cause"] == "stage-error" and "not a readable Parquet file (Parquet magic bytes" in got["evidence"], got
     assert "path and format" in got["hint"], got
 
 

@@ -240,9 +240,36 @@ def _rg_text_bytes(rg, text_field: str) -> int:
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+#: Parquet's magic bytes, at the start and the end of every file (Apache Parquet format: ``PAR1``, data, the
+#: footer (Thrift ``FileMetaData``), its length as a 4-byte little-endian integer, ``PAR1``).
+PARQUET_MAGIC = b"PAR1"
+
+
+def parquet_layout(path: str) -> tuple[int, int] | str:
+    """``(data bytes, footer bytes)`` of a local Parquet file, read from its first 4 and last 8 bytes only (no pyarrow:
+    the dry run stays free of heavy imports), or a string saying why it is not Parquet (no magic bytes at the start,
+    none at the end: cut short, a footer length that overruns the file). ``data bytes`` is what lies between the
+    leading magic and the footer: 0 for a file without row groups (0 rows)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+        if head != PARQUET_MAGIC:
+            return "Parquet magic bytes not found at its start"
+        if size < 12:
+            return f"cut short: {size} bytes, fewer than Parquet's 12 of magic bytes and footer length"
+        fh.seek(size - 8)
+        tail = fh.read(8)
+    if tail[4:] != PARQUET_MAGIC:
+        return "Parquet magic bytes not found at its end (cut short?)"
+    footer = int.from_bytes(tail[:4], "little")
+    if footer + 12 > size:
+        return f"its footer length ({footer} bytes) overruns the file ({size} bytes)"
+    return size - 12 - footer, footer
+
+
 def unreadable(path: str, fmt: str) -> ConfigError | None:
     """What makes the local input ``path`` unreadable as ``fmt``, found before any work from a few bytes: a Parquet
-    file whose footer does not read (not Parquet, or cut short: pyarrow reads only the footer), a ``jsonl.gz`` file
+    file whose layout is not Parquet's (:func:`parquet_layout`: not Parquet, or cut short), a ``jsonl.gz`` file
     without gzip's magic bytes. None when it reads, for an empty file (rule ``data-empty``'s) and for JSONL, JSON and
     text (checked record by record, each bad one counted). The message names the file; the same words as the
     runtime's :func:`reading` (which said it only in the work, exit 1)."""
@@ -252,14 +279,9 @@ def unreadable(path: str, fmt: str) -> ConfigError | None:
         if os.path.getsize(path) == 0:
             return None
         if fmt == "parquet":
-            import pyarrow
-            import pyarrow.parquet as pq
-
-            try:
-                pq.read_metadata(path)
-            except (pyarrow.ArrowException, OSError) as exc:
-                detail = " ".join(str(exc).split()) or "no detail"
-                return ConfigError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {detail})", hint)
+            layout = parquet_layout(path)
+            if isinstance(layout, str):
+                return ConfigError(f"{path}: not a readable Parquet file ({layout})", hint)
         elif fmt == "jsonl.gz":
             with open(path, "rb") as fh:
                 if fh.read(2) != GZIP_MAGIC:
@@ -269,16 +291,89 @@ def unreadable(path: str, fmt: str) -> ConfigError | None:
     return None
 
 
-def parquet_rows(path: str) -> int | None:
-    """The rows of a local Parquet file, from its footer; None when it is not readable Parquet (:func:`unreadable`
-    says why) or empty."""
-    import pyarrow
-    import pyarrow.parquet as pq
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    """An unsigned LEB128 varint of ``buf`` at ``i``: ``(value, next index)``."""
+    value = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
 
+
+def _skip(buf: bytes, i: int, ttype: int) -> int:
+    """Index after one Thrift compact-protocol value of type ``ttype`` at ``i`` (Apache Thrift compact protocol:
+    1/2 bool in the type, 3 byte, 4-6 zigzag varints, 7 double, 8 binary, 9/10 list/set, 11 map, 12 struct)."""
+    if ttype in (1, 2):
+        return i
+    if ttype == 3:
+        return i + 1
+    if ttype in (4, 5, 6):
+        return _varint(buf, i)[1]
+    if ttype == 7:
+        return i + 8
+    if ttype == 8:
+        n, i = _varint(buf, i)
+        return i + n
+    if ttype in (9, 10):
+        head = buf[i]
+        i += 1
+        n, etype = head >> 4, head & 0x0F
+        if n == 15:
+            n, i = _varint(buf, i)
+        for _ in range(n):
+            i = i + 1 if etype in (1, 2) else _skip(buf, i, etype)
+        return i
+    if ttype == 11:
+        n, i = _varint(buf, i)
+        if n:
+            kv = buf[i]
+            i += 1
+            for _ in range(n):
+                i = _skip(buf, _skip(buf, i, kv >> 4), kv & 0x0F)
+        return i
+    if ttype == 12:
+        while True:
+            head = buf[i]
+            i += 1
+            if head == 0:
+                return i
+            if head >> 4 == 0:
+                i = _varint(buf, i)[1]  # a long-form field id
+            i = _skip(buf, i, head & 0x0F)
+    raise ValueError(f"Thrift compact type {ttype} at byte {i}")
+
+
+def parquet_num_rows(path: str) -> int | None:
+    """``FileMetaData.num_rows`` of a local Parquet file (field 3 of its Thrift compact footer), read without pyarrow
+    so that the dry run stays free of heavy imports; None when it is not readable Parquet (:func:`unreadable` says
+    why), empty, or its footer does not parse."""
     try:
-        return pq.read_metadata(path).num_rows if os.path.getsize(path) else None
-    except (pyarrow.ArrowException, OSError):
+        layout = parquet_layout(path) if os.path.getsize(path) else None
+        if layout is None or isinstance(layout, str):
+            return None
+        with open(path, "rb") as fh:
+            fh.seek(4 + layout[0])
+            buf = fh.read(layout[1])
+        i, field = 0, 0
+        while buf[i] != 0:
+            head = buf[i]
+            i += 1
+            delta, ttype = head >> 4, head & 0x0F
+            if delta:
+                field += delta
+            else:
+                raw, i = _varint(buf, i)
+                field = (raw >> 1) ^ -(raw & 1)
+            if field == 3 and ttype == 6:
+                raw, _ = _varint(buf, i)
+                return (raw >> 1) ^ -(raw & 1)
+            i = _skip(buf, i, ttype)
+    except (OSError, IndexError, ValueError):
         return None
+    return None
 
 
 def check_parquet_field(path: str, text_field: str) -> None:

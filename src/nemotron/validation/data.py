@@ -130,7 +130,7 @@ def validate_data(stage: Any, cfg: dict, profile: ExecutorProfile | None = None)
     if not blend_path:
         return problems + hub_problems(s, None, profile, stage=stage)
     from nemotron.data.driver import check_inputs, relative_note, stage_blend, unmatched, unreadable_inputs
-    from nemotron.data.sources import FORMATS, expand, is_remote, parquet_rows
+    from nemotron.data.sources import FORMATS, expand, is_remote, parquet_num_rows
 
     try:
         blend = stage_blend(s)
@@ -151,7 +151,7 @@ def validate_data(stage: Any, cfg: dict, profile: ExecutorProfile | None = None)
         except ConfigError as exc:
             problems.append(_problem(exc, "data-inputs"))
             continue
-        if found and all(os.path.getsize(f) == 0 or (f.lower().endswith(".parquet") and parquet_rows(f) == 0)
+        if found and all(os.path.getsize(f) == 0 or (f.lower().endswith(".parquet") and parquet_num_rows(f) == 0)
                          for f in found):  # 0 bytes, or a Parquet file of 0 rows
             empty.append((ds, found))
             continue
