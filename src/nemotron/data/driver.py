@@ -599,6 +599,11 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     old = read_json(vdir / outputs.MANIFEST)
     with contextlib.ExitStack() as stack:
+        # last on the way out, after the Ray session below has stopped: a worker that was still writing when the stage's
+        # own clean-up ran (the session started during planning outlives the stage's work) leaves no temporary file
+        from nemotron.data.files import remove_tmp_files
+
+        stack.callback(remove_tmp_files, vdir)
         if overlap_ray and run.engine == "ray" and (s.force or not (old and old.get("complete"))):
             from concurrent.futures import ThreadPoolExecutor
 
