@@ -37,6 +37,7 @@ exported tensor is compared with the Megatron parameter it was converted from.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -61,6 +62,19 @@ TINY = dict(vocab_size=512, hidden_size=64, num_attention_heads=4, num_key_value
 #: dispatcher, whose constructor makes a ``torch.cuda.Stream`` (``allgather``: what Megatron-Bridge's own single-rank
 #: ``load_megatron_model`` falls back to; the dispatcher holds no weights).
 LOCAL_ONLY = {"persist_layer_norm": False, "moe_grouped_gemm": False, "moe_token_dispatcher_type": "allgather"}
+
+#: HF name -> the Megatron parameter it is exported from (Megatron-Bridge's NemotronH mappings; the MTP block's inner
+#: layers are flattened: HF ``mtp.layers.<block * depth + inner>``).
+PAIRS = {
+    "backbone.embeddings.weight": "embedding.word_embeddings.weight",
+    "lm_head.weight": "output_layer.weight",
+    "backbone.layers.0.mixer.A_log": "decoder.layers.0.mixer.A_log",
+    "backbone.layers.1.mixer.experts.3.down_proj.weight": "decoder.layers.1.mlp.experts.local_experts.3.linear_fc2.weight",
+    "mtp.layers.1.norm.weight": "mtp.layers.0.mtp_model_layer.layers.1.pre_mlp_layernorm.weight",
+    "mtp.layers.1.mixer.shared_experts.up_proj.weight":
+        "mtp.layers.0.mtp_model_layer.layers.1.mlp.shared_experts.linear_fc1.weight",
+    "mtp.layers.0.mixer.o_proj.weight": "mtp.layers.0.mtp_model_layer.layers.0.self_attention.linear_proj.weight",
+}
 
 STANDINS = r'''
 import sys, types, torch
@@ -87,6 +101,11 @@ for _fn in ("mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined"):
     setattr(sys.modules["mamba_ssm.ops.triton.ssd_combined"], _fn, _refuse(_fn))
 assert "megatron.core.ssm.mamba_mixer" not in sys.modules, "the stand-in must precede Megatron-Core's import"
 torch.cuda.current_device = lambda: "cpu"
+# Megatron-Bridge's save_checkpoint collects the CUDA generator state for the checkpoint's rng entry (written even
+# with save_rng off); a CPU build of torch has no CUDA generator: an empty state stands in
+torch.cuda.get_rng_state = lambda *a, **k: torch.empty(0, dtype=torch.uint8)
+# the torch_dist writer waits for pending CUDA copies before writing; on a CPU there are none
+torch.cuda.synchronize = lambda *a, **k: None
 '''
 
 SCRIPT = STANDINS + BUILD + r'''
@@ -143,116 +162,174 @@ import yaml
 import torch
 from upstream import read_payload, write_result
 
-p = read_payload()
-res = {}
-work = Path(p["work"])
-stop = None
-try:
-    stop = "translate"
-    case = p["sft"]
-    bc_sft = mb.translate(case["cfg"], "sft")
-    bc_sft = dataclasses.replace(bc_sft, hf_config={**bc_sft.hf_config, **p["tiny"]})
-    hf_path = mb.hf_source(bc_sft, work / "hf-config")
-    container = mb._recipe(bc_sft, hf_path)
-    mb._apply(container, bc_sft, hf_path)
-    from megatron.bridge.training.config import runtime_config_update
-    os.environ["WORLD_SIZE"] = "1"
-    for key, value in p["te_only"].items():
-        setattr(container.model, key, value)
-    runtime_config_update(container)
-    prov = container.model
-    prov.mamba_stack_spec = local_hybrid_spec()   # stand-in for the TE spec (see local_hybrid_spec)
-    # HybridStack builds its final norm with Transformer Engine's TENorm whatever the spec says (hybrid_block.py
-    # imports it by name); without TE that raises ImportError. The stand-in: Megatron-Core's own WrappedTorchNorm,
-    # which takes the same (config, hidden_size, eps) and holds the same single `weight` (decoder.final_norm.weight)
-    import megatron.core.models.hybrid.hybrid_block as hybrid_block
-    from megatron.core.transformer.torch_norm import WrappedTorchNorm
-    hybrid_block.TENorm = WrappedTorchNorm
-    for key, value in p["local_only"].items():   # switches of the TE/fused kernels the local layers refuse
-        setattr(prov, key, value)
-    res["provider"] = {k: getattr(prov, k, None) for k in ("hidden_size", "num_layers", "hybrid_layer_pattern",
-                                                            "mtp_num_layers", "num_moe_experts", "vocab_size")}
-    from megatron.bridge.training.model_load_save import save_megatron_model, temporary_distributed_context
-    ckpt = Path(p["ckpt"])
-    with temporary_distributed_context(backend="gloo"):
-        stop = "provide_distributed_model"
-        # the CUDA RNG tracker keeps CUDA generator states, which a CPU build of torch has not; Megatron-Core's own
-        # inference tracker (fork() a no-op) lets the CPU generator draw the initial weights
-        from megatron.core.tensor_parallel.random import initialize_rng_tracker
-        initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
-        torch.manual_seed(0)
-        model = prov.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
-        trained = {k: v.detach().clone() for k, v in model[0].state_dict().items() if isinstance(v, torch.Tensor)
-                   and not k.endswith("_extra_state")}
-        res["megatron_params"] = {k: list(v.shape) for k, v in model[0].named_parameters()}
-        stop = "save_megatron_model"
-        save_megatron_model(model, str(ckpt))
-        iters = sorted(d.name for d in ckpt.iterdir() if d.name.startswith("iter_"))
-        res["saved_iters"] = iters
-        it = ckpt / iters[-1]
-        res["saved_by_save_megatron_model"] = yaml.safe_load((it / "run_config.yaml").read_text())["model"].get(
-            "hybrid_layer_pattern")
-        container.to_yaml(str(it / "run_config.yaml"))   # what training's save_checkpoint writes
-        res["saved_pattern"] = yaml.safe_load((it / "run_config.yaml").read_text())["model"].get("hybrid_layer_pattern")
-        del model
-        stop = "export_bridge"
-        bc = mb.translate(p["convert"], "convert")
-        bc = dataclasses.replace(bc, hf_config={**bc.hf_config, **p["tiny"]})
-        bridge = mb.export_bridge(bc, str(ckpt), work / "ref")
-        stop = "load_megatron_model"
-        loaded = bridge.load_megatron_model(str(ckpt), wrap_with_ddp=False)
-        got = {k: v for k, v in loaded[0].state_dict().items() if isinstance(v, torch.Tensor)
-               and not k.endswith("_extra_state")}
-        res["reload_equal"] = sorted(trained) == sorted(got) and all(torch.equal(trained[k], got[k]) for k in trained)
-        res["reload_keys"] = [len(trained), len(got)]
-        stop = "save_hf_pretrained (upstream)"
-        try:
-            bridge.save_hf_pretrained(loaded, str(work / "hf-upstream"))
-            res["upstream_export"] = "ok"
-        except Exception as exc:
-            res["upstream_export"] = f"{type(exc).__name__}: {exc}"[:800]
-        res["upstream_files"] = sorted(f.name for f in (work / "hf-upstream").glob("*")) if (work / "hf-upstream").is_dir() else []
-        stop = "save_hf_pretrained (ours)"
-        with mb.mtp_export_mappings():
-            bridge.save_hf_pretrained(loaded, str(work / "hf"))
-        res["files"] = sorted(f.name for f in (work / "hf").glob("*"))
-        megatron_sd = {k: v.float() for k, v in got.items()}
-    stop = "transformers reload"
-    from transformers import AutoModelForCausalLM
-    from safetensors.torch import load_file
-    for who in ("hf", "hf-upstream"):
-        folder = work / who
-        if not (folder / "config.json").is_file():
-            continue
-        st = {}
-        for f in folder.glob("*.safetensors"):
-            st.update(load_file(str(f)))
-        res.setdefault("exported", {})[who] = {k: list(v.shape) for k, v in st.items()}
-        try:
-            hf, info = AutoModelForCausalLM.from_pretrained(str(folder), output_loading_info=True,
-                                                            torch_dtype=torch.float32)
-            res.setdefault("loading_info", {})[who] = {k: sorted(map(str, v)) for k, v in info.items()
-                                                       if k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-            if who == "hf":
-                hsd = hf.state_dict()
-                res["hf_state"] = {k: list(v.shape) for k, v in hsd.items()}
-                res["same_as_file"] = all(torch.equal(hsd[k].float(), st[k].float()) for k in st if k in hsd)
-                res["hf_config"] = hf.config.to_dict()
-        except Exception as exc:
-            res.setdefault("loading_info", {})[who] = {"error": f"{type(exc).__name__}: {exc}"[:800]}
-    # value check: one MTP and one main weight, exported vs the Megatron parameter (bf16 cast both sides)
+
+#: The MTP block's parameter names that only the local spec has, and the HF names the NemotronH bridge gives their
+#: TE-spec counterparts (mixer.in_proj/linear_qkv ``layer_norm_weight`` -> ``norm.weight``; TEGroupedMLP
+#: ``experts.linear_fc*.weight<i>`` -> ``experts.<i>.*_proj``). Upstream maps these local names for the main decoder
+#: (``decoder.layers.*.input_layernorm.weight``, ``...local_experts.*.linear_fc*``) but not inside the MTP block: a
+#: gap of the local-spec stand-in only (the job builds the TE spec), so they are added beside upstream's registry,
+#: at the depth the registry itself is built with (none when the bridge maps no MTP weights).
+LOCAL_MTP = {
+    "mtp.layers.*.mtp_model_layer.layers.*.input_layernorm.weight": "mtp.layers.*.norm.weight",
+    "mtp.layers.*.mtp_model_layer.layers.*.mlp.experts.local_experts.*.linear_fc1.weight":
+        "mtp.layers.*.mixer.experts.*.up_proj.weight",
+    "mtp.layers.*.mtp_model_layer.layers.*.mlp.experts.local_experts.*.linear_fc2.weight":
+        "mtp.layers.*.mixer.experts.*.down_proj.weight",
+}
+
+
+def add_local_mtp_mappings():
+    from megatron.bridge.models.conversion.mapping_registry import MegatronMappingRegistry
+    from megatron.bridge.models.nemotronh import nemotron_h_bridge as nhb
+
+    upstream_registry = nhb.NemotronHBridge.mapping_registry
+
+    def mapping_registry(self):
+        reg = upstream_registry(self)
+        depth = int(getattr(self, "_mtp_layers_per_block", None) or 0)
+        if depth <= 0:
+            return reg
+        return MegatronMappingRegistry(*reg.mappings, *(nhb._MTPFlatteningMapping(
+            megatron_param=m, hf_param=h, mtp_layers_per_block=depth) for m, h in LOCAL_MTP.items()))
+
+    nhb.NemotronHBridge.mapping_registry = mapping_registry
+
+
+# the guard: the torch_dist writer starts a 'spawn' multiprocessing manager, which re-imports this script
+if __name__ == "__main__":
+    p = read_payload()
+    res = {}
+    work = Path(p["work"])
     stop = None
-except Exception as exc:
-    res["error"] = f"{stop}: {type(exc).__name__}: {exc}"[:1500]
-    res["traceback"] = traceback.format_exc()[-4000:]
-res["stop"] = stop
-write_result(res)
+    try:
+        stop = "translate"
+        case = p["sft"]
+        bc_sft = mb.translate(case["cfg"], "sft")
+        bc_sft = dataclasses.replace(bc_sft, hf_config={**bc_sft.hf_config, **p["tiny"]})
+        hf_path = mb.hf_source(bc_sft, work / "hf-config")
+        container = mb._recipe(bc_sft, hf_path)
+        mb._apply(container, bc_sft, hf_path)
+        from megatron.bridge.training.config import runtime_config_update
+        os.environ["WORLD_SIZE"] = "1"
+        for key, value in p["te_only"].items():
+            setattr(container.model, key, value)
+        runtime_config_update(container)
+        prov = container.model
+        work.mkdir(parents=True, exist_ok=True)
+        container.to_yaml(str(work / "run_config.yaml"))   # what training's save_checkpoint writes, before any stand-in
+        # the stand-in for the TE spec (see local_hybrid_spec), for this provider and for the one load_megatron_model
+        # instantiates from run_config.yaml (whose mamba_stack_spec names get_default_mamba_stack_spec)
+        import megatron.bridge.models.mamba.mamba_provider as mamba_provider
+        mamba_provider.get_default_mamba_stack_spec = lambda config: local_hybrid_spec()
+        prov.mamba_stack_spec = mamba_provider.get_default_mamba_stack_spec
+        # HybridStack builds its final norm with Transformer Engine's TENorm whatever the spec says (hybrid_block.py
+        # imports it by name); without TE that raises ImportError. The stand-in: Megatron-Core's own WrappedTorchNorm,
+        # which takes the same (config, hidden_size, eps) and holds the same single `weight` (decoder.final_norm.weight)
+        import megatron.core.models.hybrid.hybrid_block as hybrid_block
+        from megatron.core.transformer.torch_norm import WrappedTorchNorm
+        hybrid_block.TENorm = WrappedTorchNorm
+        for key, value in p["local_only"].items():   # switches of the TE/fused kernels the local layers refuse
+            setattr(prov, key, value)
+        res["provider"] = {k: getattr(prov, k, None) for k in ("hidden_size", "num_layers", "hybrid_layer_pattern",
+                                                                "mtp_num_layers", "num_moe_experts", "vocab_size")}
+        from megatron.bridge.training.model_load_save import save_megatron_model, temporary_distributed_context
+        ckpt = Path(p["ckpt"])
+        with temporary_distributed_context(backend="gloo"):
+            stop = "provide_distributed_model"
+            # the CUDA RNG tracker keeps CUDA generator states, which a CPU build of torch has not; Megatron-Core's own
+            # inference tracker (fork() a no-op) lets the CPU generator draw the initial weights
+            from megatron.core.tensor_parallel.random import initialize_rng_tracker
+            initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+            torch.manual_seed(0)
+            model = prov.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
+            trained = {k: v.detach().clone() for k, v in model[0].state_dict().items() if isinstance(v, torch.Tensor)
+                       and not k.endswith("_extra_state")}
+            res["megatron_params"] = {k: list(v.shape) for k, v in model[0].named_parameters()}
+            stop = "save_megatron_model"
+            save_megatron_model(model, str(ckpt))
+            iters = sorted(d.name for d in ckpt.iterdir() if d.name.startswith("iter_"))
+            res["saved_iters"] = iters
+            it = ckpt / iters[-1]
+            res["saved_by_save_megatron_model"] = yaml.safe_load((it / "run_config.yaml").read_text())["model"].get(
+                "hybrid_layer_pattern")
+            (it / "run_config.yaml").write_text((work / "run_config.yaml").read_text())   # training's, as saved
+            res["saved_pattern"] = yaml.safe_load((it / "run_config.yaml").read_text())["model"].get("hybrid_layer_pattern")
+            del model
+            stop = "export_bridge"
+            bc = mb.translate(p["convert"], "convert")
+            bc = dataclasses.replace(bc, hf_config={**bc.hf_config, **p["tiny"]})
+            bridge = mb.export_bridge(bc, str(ckpt), work / "ref")
+            stop = "load_megatron_model"
+            loaded = bridge.load_megatron_model(str(ckpt), wrap_with_ddp=False,
+                                                mp_overrides={**p["local_only"], "pipeline_dtype": torch.bfloat16,
+                                                              "params_dtype": torch.bfloat16})
+            got = {k: v for k, v in loaded[0].state_dict().items() if isinstance(v, torch.Tensor)
+                   and not k.endswith("_extra_state")}
+            res["reload_equal"] = sorted(trained) == sorted(got) and all(torch.equal(trained[k], got[k]) for k in trained)
+            res["reload_keys"] = [len(trained), len(got)]
+            add_local_mtp_mappings()
+            mbr = bridge._model_bridge   # which Megatron parameters the mapping registry maps, at our MTP depth
+            mbr._mtp_layers_per_block = mb.mtp_block_depth(bridge.hf_pretrained)
+            reg = mbr.mapping_registry()
+            res["unmapped"] = [n for n, _ in loaded[0].named_parameters()
+                               if reg.megatron_to_hf_lookup(n.removeprefix("module.")) is None]
+            mbr._mtp_layers_per_block = None
+            stop = "save_hf_pretrained (upstream)"
+            try:
+                bridge.save_hf_pretrained(loaded, str(work / "hf-upstream"))
+                res["upstream_export"] = "ok"
+            except Exception as exc:
+                res["upstream_export"] = f"{type(exc).__name__}: {exc}"[:800]
+            res["upstream_files"] = sorted(f.name for f in (work / "hf-upstream").glob("*")) if (work / "hf-upstream").is_dir() else []
+            stop = "save_hf_pretrained (ours)"
+            with mb.mtp_export_mappings():
+                bridge.save_hf_pretrained(loaded, str(work / "hf"))
+            res["files"] = sorted(f.name for f in (work / "hf").glob("*"))
+            megatron_sd = {k: v.float() for k, v in got.items()}
+        stop = "transformers reload"
+        from transformers import AutoModelForCausalLM
+        from safetensors.torch import load_file
+        for who in ("hf", "hf-upstream"):
+            folder = work / who
+            if not (folder / "config.json").is_file():
+                continue
+            st = {}
+            for f in folder.glob("*.safetensors"):
+                st.update(load_file(str(f)))
+            res.setdefault("exported", {})[who] = {k: list(v.shape) for k, v in st.items()}
+            try:
+                hf, info = AutoModelForCausalLM.from_pretrained(str(folder), output_loading_info=True,
+                                                                torch_dtype=torch.float32)
+                res.setdefault("loading_info", {})[who] = {k: sorted(map(str, v)) for k, v in info.items()
+                                                           if k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+                if who == "hf":
+                    hsd = hf.state_dict()
+                    res["hf_state"] = {k: list(v.shape) for k, v in hsd.items()}
+                    res["hf_config"] = hf.config.to_dict()
+            except Exception as exc:
+                res.setdefault("loading_info", {})[who] = {"error": f"{type(exc).__name__}: {exc}"[:800]}
+        # values: exported tensors against the Megatron parameters they come from (the loaded checkpoint's)
+        meg = {k.removeprefix("module."): v for k, v in megatron_sd.items()}
+        ours = {}
+        for f in (work / "hf").glob("*.safetensors"):
+            ours.update(load_file(str(f)))
+        res["numel"] = {"megatron": sum(v.numel() for k, v in meg.items()),
+                        "exported": sum(v.numel() for v in ours.values())}
+        res["values"] = {h: (torch.equal(ours[h].float(), meg[m].to(ours[h].dtype).float()) if h in ours and m in meg
+                             else f"absent: {h in ours} {m in meg}") for h, m in p["pairs"].items()}
+        stop = None
+    except Exception as exc:
+        res["error"] = f"{stop}: {type(exc).__name__}: {exc}"[:1500]
+        res["traceback"] = traceback.format_exc()[-4000:]
+    res["stop"] = stop
+    write_result(res)
 '''
 
 
 def _payload(tmp_path: Path) -> dict:
     case = _cases(tmp_path, one_gpu=True)
-    return {**case, "tiny": TINY, "local_only": LOCAL_ONLY, "ckpt": str(tmp_path / "megatron-ckpt")}
+    return {**case, "tiny": TINY, "local_only": LOCAL_ONLY, "pairs": PAIRS, "ckpt": str(tmp_path / "megatron-ckpt")}
+
 
 
 @pytest.fixture(scope="module")
@@ -266,7 +343,45 @@ def export(upstream, tmp_path_factory):
         mp.undo()
 
 
-def test_probe(export):
-    import json
-    print(json.dumps({k: v for k, v in export.items() if k not in ("megatron_params", "hf_state", "exported")}, indent=1, default=str)[:20000])
+def test_the_shrunk_small_model_goes_through_a_real_torch_dist_checkpoint(export):
     assert "error" not in export, export.get("traceback")
+    prov = export["provider"]
+    assert (prov["hidden_size"], prov["num_layers"], prov["mtp_num_layers"], prov["num_moe_experts"]) == (64, 10, 2, 4)
+    # finalize()'s unified pattern, in the checkpoint as training saves it
+    assert prov["hybrid_layer_pattern"] == export["saved_pattern"] == "MEM*EMEM*E/*E/*E"
+    # load_megatron_model of the torch_dist checkpoint gives back every tensor the built model held, bit for bit
+    assert export["reload_equal"] is True and export["reload_keys"][0] == export["reload_keys"][1] > 100
+    mtp = [n for n in (k.removeprefix("module.") for k in export["megatron_params"]) if n.startswith("mtp.")]
+    assert any(".mtp_model_layer.layers.1.mlp.experts." in n for n in mtp) and any(".eh_proj." in n for n in mtp)
+
+
+def test_upstreams_export_of_the_mtp_checkpoint_stops_on_the_first_mtp_weight(export):
+    """Without :func:`~nemotron.runtime.megatron.megatron_bridge.mtp_export_mappings`: the config-only bridge maps no
+    MTP weight and ``stream_weights_megatron_to_hf`` stops as it did on the GPU (docs/gpu_run.md); no weights written."""
+    assert "'NoneType' object has no attribute 'param_weight'" in export["upstream_export"], export["upstream_export"]
+    assert export["upstream_files"] == ["config.json"]
+    assert "model.safetensors" in export["loading_info"]["hf-upstream"]["error"]
+
+
+def test_our_export_writes_every_main_and_mtp_weight_and_transformers_loads_it(export):
+    assert "error" not in export, export.get("traceback")
+    assert export["unmapped"] == []   # every Megatron parameter has a mapping at our MTP depth
+    info = export["loading_info"]["hf"]
+    assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": []}, info
+    exported, hf_state = export["exported"]["hf"], export["hf_state"]
+    # transformers (v5) renames checkpoint keys as it loads (backbone.* -> model.*) and stacks the experts into one
+    # tensor per layer; its NemotronH has no MTP module and ignores the mtp.* keys (they are not "unexpected"), so
+    # the model it built holds exactly the exported main weights, and the MTP weights are checked in the file
+    numel = lambda shapes: sum(math.prod(v) for v in shapes)  # noqa: E731
+    main = [v for k, v in exported.items() if not k.startswith("mtp.")]
+    assert not any(k.startswith("mtp.") for k in hf_state)
+    assert numel(main) == numel(hf_state.values())
+    mtp = sorted({".".join(k.split(".")[:3]) for k in exported if k.startswith("mtp.layers.")})
+    assert mtp == ["mtp.layers.0", "mtp.layers.1"]   # the MTP block *E flattened: attention, then MoE
+    assert any(k.startswith("mtp.layers.1.mixer.experts.3.") for k in exported)
+    assert sum(1 for k in exported if k.startswith("backbone.layers.")) > 0
+    cfg = export["hf_config"]
+    assert cfg["num_nextn_predict_layers"] == 2 and cfg["hidden_size"] == 64
+    # nothing dropped, nothing duplicated: as many numbers exported as the Megatron model holds
+    assert export["numel"]["exported"] == export["numel"]["megatron"], export["numel"]
+    assert export["values"] == {h: True for h in PAIRS}, export["values"]
