@@ -286,6 +286,20 @@ if __name__ == "__main__":
                 bridge.save_hf_pretrained(loaded, str(work / "hf"))
             res["files"] = sorted(f.name for f in (work / "hf").glob("*"))
             megatron_sd = {k: v.float() for k, v in got.items()}
+            stop = "Megatron forward"
+            # the self-check's Megatron forward on its fixed batch: where it stops on a CPU
+            from nemotron.runtime.megatron import export_check
+            ids = export_check.fixed_batch(p["tiny"]["vocab_size"])
+            try:   # export_check.megatron_logits's calls, on the CPU (it moves the batch to the CUDA device)
+                from megatron.bridge.utils.common_utils import disable_mtp_for_inference
+                disable_mtp_for_inference(loaded[0])
+                loaded[0].eval()
+                pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
+                with torch.no_grad():
+                    ref = loaded[0](input_ids=ids, position_ids=pos, attention_mask=None)
+                res["megatron_forward"] = {"shape": list(ref.shape)}
+            except Exception as exc:
+                res["megatron_forward"] = {"error": f"{type(exc).__name__}: {exc}"[:800]}
         stop = "transformers reload"
         from transformers import AutoModelForCausalLM
         from safetensors.torch import load_file
@@ -308,6 +322,8 @@ if __name__ == "__main__":
                     res["hf_config"] = hf.config.to_dict()
             except Exception as exc:
                 res.setdefault("loading_info", {})[who] = {"error": f"{type(exc).__name__}: {exc}"[:800]}
+        hl = export_check.hf_logits(str(work / "hf"), ids)   # the self-check's HF side, on the export
+        res["hf_logits"] = {"shape": list(hl.shape), "finite": bool(torch.isfinite(hl).all())}
         # values: exported tensors against the Megatron parameters they come from (the loaded checkpoint's)
         meg = {k.removeprefix("module."): v for k, v in megatron_sd.items()}
         ours = {}
@@ -385,3 +401,12 @@ def test_our_export_writes_every_main_and_mtp_weight_and_transformers_loads_it(e
     # nothing dropped, nothing duplicated: as many numbers exported as the Megatron model holds
     assert export["numel"]["exported"] == export["numel"]["megatron"], export["numel"]
     assert export["values"] == {h: True for h in PAIRS}, export["values"]
+
+
+
+def test_where_the_logits_comparison_stops_on_a_cpu(export):
+    """The self-check's HF side runs on the export (transformers' NemotronH has a torch path); the Megatron side
+    (the same calls as ``export_check.megatron_logits``) reaches the first Mamba mixer's fused scan, which exists only
+    as CUDA/Triton kernels (``mamba_ssm``): no logits to compare with ``export_check.compare_logits`` here."""
+    assert export["hf_logits"] == {"shape": [2, 64, 512], "finite": True}
+    assert "mamba_split_conv1d_scan_combined: mamba_ssm stand-in" in export["megatron_forward"]["error"]
