@@ -1,38 +1,48 @@
 """``convert`` (megatron_to_hf) weight pass on the CPU: Megatron-Bridge 4588417's real export of a shrunk ``small``
 NemotronH with MTP, through a real ``torch_dist`` checkpoint (Megatron-LM c8288b6).
 
-What runs (all upstream code, in the contract interpreter, in a fresh process: see the stand-ins below):
+What runs, upstream's code throughout (in the contract interpreter, in a fresh process: see the stand-ins):
 
 1. the ``sft`` translation of bench/gpu_megatron.py's one-GPU SFT of ``small`` (our ``translate`` / ``_recipe`` /
    ``_apply``), with the catalogue's ``small`` HF config shrunk to a few MB (:data:`TINY`: hidden 64, 4 experts,
    vocabulary 512; the same 10 layers ``MEM*EMEM*E`` and MTP block ``*E`` at depth 2), finalized by
-   ``runtime_config_update`` as ``finetune()`` does before its first save;
+   ``runtime_config_update`` as ``finetune()`` does before its first save; its ``to_yaml`` is the checkpoint's
+   ``run_config.yaml`` (what ``save_checkpoint`` writes in training), taken before any stand-in is set;
 2. Megatron-Bridge's ``temporary_distributed_context("gloo")`` (the single-process gloo group and
-   ``initialize_model_parallel`` that its own CPU ``export_ckpt`` uses), the provider's
-   ``provide_distributed_model(use_cpu_initialization=True)``: Megatron-Core's local (non-TE) layers, as
-   the provider picks them where Transformer Engine is absent;
-3. ``save_megatron_model`` (a ``torch_dist`` checkpoint through Megatron-Bridge's ``save_checkpoint``), its
-   ``run_config.yaml`` replaced by the training container's ``to_yaml`` (what ``save_checkpoint`` writes in training);
-4. the export as our ``_convert`` does it: ``export_bridge(bc, ckpt)`` (``AutoBridge.from_auto_config``),
-   ``bridge.load_megatron_model(ckpt)``, ``bridge.save_hf_pretrained(model, out)`` — once without
-   ``mtp_export_mappings`` (upstream as it is) and once inside it (ours);
-5. the export reloaded by transformers' own NemotronH (``AutoModelForCausalLM.from_pretrained``).
+   ``initialize_model_parallel`` of its own CPU ``export_ckpt``), then the provider's
+   ``provide_distributed_model(use_cpu_initialization=True)``;
+3. ``save_megatron_model``: a ``torch_dist`` checkpoint through Megatron-Bridge's ``save_checkpoint``;
+4. the export as our ``_convert`` does it: ``export_bridge(bc, ckpt)`` (``AutoBridge.from_auto_config`` of the saved
+   ``run_config.yaml``), ``bridge.load_megatron_model(ckpt, mp_overrides=...)`` (every tensor comes back bit for bit),
+   ``bridge.save_hf_pretrained(model, out)``: once as upstream is (it stops on the first MTP weight, as on the GPU)
+   and once inside ``mtp_export_mappings`` (ours: every weight written);
+5. the export read back: the safetensors against the Megatron parameters (values and element counts), and
+   transformers' own NemotronH (``AutoModelForCausalLM.from_pretrained``: no missing, unexpected or mismatched key)
+   with a forward of the self-check's fixed batch.
 
-Stand-ins (only for code with no CPU build), in the script itself:
+Stand-ins, each only for code with no CPU build:
 
-* ``mamba_ssm`` (CUDA/Triton kernels; not installable here): Megatron-Core's ``MambaMixer`` takes its gated
-  RMSNorm class from ``mamba_ssm.ops.triton.layernorm_gated.RMSNorm`` and, without the package, makes it a
-  ``MagicMock`` (its weight then is no parameter and would vanish from the export). The stand-in is a
-  ``torch.nn.Module`` with that class's constructor and one ``weight`` parameter (mamba-ssm 2.x); its forward
-  and the scan kernels raise.
-* ``torch.cuda.current_device`` returns ``"cpu"``: ``MambaMixer.__init__`` allocates ``A_log``, ``D``,
-  ``dt_bias`` and the norm on ``torch.cuda.current_device()`` unconditionally, which the CPU build of torch
-  refuses ("Torch not compiled with CUDA enabled").
-* Transformer Engine: boot.py's (tests/contract/boot.py).
+* Transformer Engine: boot.py's (tests/contract/boot.py), plus three things the TE spec needs it for:
+  :func:`local_hybrid_spec` (Megatron-Core's hybrid spec with its own local layers in place of TE's;
+  ``mamba_provider.get_default_mamba_stack_spec`` returns it, so the provider ``load_megatron_model`` instantiates
+  from ``run_config.yaml`` builds it too); ``HybridStack``'s final norm, which Megatron-Core builds with ``TENorm``
+  whatever the spec says (``WrappedTorchNorm`` instead: same arguments, one ``weight``); and :data:`LOCAL_ONLY`.
+  Local layers have other parameter names than TE's fused ones; upstream's NemotronH mappings cover them in the
+  decoder but not in the MTP block, so :data:`LOCAL_MTP` adds those three beside upstream's registry.
+* ``mamba_ssm`` (CUDA/Triton kernels; not installable here): ``MambaMixer`` takes its gated RMSNorm class from
+  ``mamba_ssm.ops.triton.layernorm_gated.RMSNorm`` and, without the package, makes it a ``MagicMock`` (its weight
+  would be no parameter and vanish from the export). The stand-in is a ``torch.nn.Module`` with that class's
+  constructor and its one ``weight`` (mamba-ssm 2.x); its forward and the scan kernels raise.
+* CUDA calls of a CPU build of torch ("Torch not compiled with CUDA enabled"): ``torch.cuda.current_device``
+  returns ``"cpu"`` (``MambaMixer.__init__`` allocates ``A_log``, ``D``, ``dt_bias`` and the norm there
+  unconditionally), ``torch.cuda.get_rng_state`` an empty state (``save_checkpoint`` collects it), and
+  ``torch.cuda.synchronize`` does nothing (the ``torch_dist`` writer waits on pending CUDA copies); Megatron-Core's
+  inference RNG tracker (``fork()`` a no-op) in place of its CUDA one, so the CPU generator draws the weights.
 
-Where the proof stops: no Megatron forward (the Mamba mixer's scan is ``mamba_chunk_scan_combined``, CUDA/Triton
-only), so no logits are compared with :func:`nemotron.runtime.megatron.export_check.compare_logits`; instead every
-exported tensor is compared with the Megatron parameter it was converted from.
+Where the proof stops: the Megatron forward reaches the first Mamba mixer's fused scan (CUDA/Triton only), so no
+logits are compared with :func:`nemotron.runtime.megatron.export_check.compare_logits` (the HF side runs); latent
+MoE projections (TE only) and TE's fused parameter names are not exported here: the TE-spec names map through
+upstream's own mappings, which tests/contract/test_megatron_bridge_convert.py checks without a model.
 """
 
 from __future__ import annotations
@@ -51,7 +61,8 @@ from test_megatron_bridge_convert import _cases  # noqa: E402
 pytestmark = pytest.mark.timeout(600)
 
 #: The catalogue's `small` HF config shrunk (tests/runtime/test_export_check.py's sizes), its 10-layer pattern and
-#: MTP block kept.
+#: MTP block kept. No latent MoE projections (``small`` has them): Megatron-Core builds them only with Transformer
+#: Engine ("TransformerEngine is required for MoE latent projections."), so their export is not proven here.
 TINY = dict(vocab_size=512, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
             mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16, n_groups=1, n_routed_experts=4,
             num_experts_per_tok=2, moe_intermediate_size=32, intermediate_size=32,
