@@ -119,7 +119,7 @@ torch.cuda.get_rng_state = lambda *a, **k: torch.empty(0, dtype=torch.uint8)
 torch.cuda.synchronize = lambda *a, **k: None
 '''
 
-SCRIPT = STANDINS + BUILD + r'''
+PRELUDE = STANDINS + BUILD + r'''
 
 def local_hybrid_spec():
     """Megatron-Core c8288b6's hybrid stack spec (models/hybrid/hybrid_layer_specs.py ``hybrid_stack_spec``: Mamba,
@@ -206,6 +206,9 @@ def add_local_mtp_mappings():
     nhb.NemotronHBridge.mapping_registry = mapping_registry
 
 
+'''
+
+SCRIPT = PRELUDE + r'''
 # the guard: the torch_dist writer starts a 'spawn' multiprocessing manager, which re-imports this script
 if __name__ == "__main__":
     p = read_payload()
@@ -353,9 +356,69 @@ if __name__ == "__main__":
 '''
 
 
+#: ``_convert`` itself (``convert.device=cpu``: Megatron-Bridge's ``export_ckpt``, its own CPU path), on a checkpoint made
+#: as in :data:`SCRIPT`, with ``small``'s real vocabulary (the tokenizer the checkpoint names has 131072 entries,
+#: which the self-check requires to fit). The checkpoint's ``run_config.yaml`` carries :data:`LOCAL_ONLY`:
+#: ``export_ckpt`` gives ``load_megatron_model`` no overrides, and the local layers refuse the saved TE switches.
+JOB = PRELUDE + r"""
+if __name__ == "__main__":
+    p = read_payload()
+    res = {}
+    work = Path(p["work"])
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        bc_sft = mb.translate(p["sft"]["cfg"], "sft")
+        bc_sft = dataclasses.replace(bc_sft, hf_config={**bc_sft.hf_config, **p["tiny"]})
+        hf_path = mb.hf_source(bc_sft, work / "hf-config")
+        container = mb._recipe(bc_sft, hf_path)
+        mb._apply(container, bc_sft, hf_path)
+        from megatron.bridge.training.config import runtime_config_update
+        os.environ["WORLD_SIZE"] = "1"
+        for key, value in {**p["te_only"], **p["local_only"]}.items():
+            setattr(container.model, key, value)
+        runtime_config_update(container)
+        container.to_yaml(str(work / "run_config.yaml"))
+        import megatron.bridge.models.mamba.mamba_provider as mamba_provider
+        import megatron.core.models.hybrid.hybrid_block as hybrid_block
+        from megatron.core.transformer.torch_norm import WrappedTorchNorm
+        mamba_provider.get_default_mamba_stack_spec = lambda config: local_hybrid_spec()
+        hybrid_block.TENorm = WrappedTorchNorm
+        add_local_mtp_mappings()
+        prov = container.model
+        prov.mamba_stack_spec = mamba_provider.get_default_mamba_stack_spec
+        from megatron.bridge.training.model_load_save import save_megatron_model, temporary_distributed_context
+        from megatron.core.tensor_parallel.random import initialize_rng_tracker
+        ckpt = Path(p["ckpt"])
+        with temporary_distributed_context(backend="gloo"):
+            initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+            torch.manual_seed(0)
+            save_megatron_model(prov.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True),
+                                str(ckpt))
+        it = max(d for d in ckpt.iterdir() if d.name.startswith("iter_"))
+        (it / "run_config.yaml").write_text((work / "run_config.yaml").read_text())
+        bc = mb.translate(p["convert"], "convert")
+        bc = dataclasses.replace(bc, hf_config={**bc.hf_config, **p["tiny"]})
+        bc.convert["device"] = "cpu"
+        import contextlib, io
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            res["rc"] = mb._convert(bc)
+        res["log"] = log.getvalue()[-3000:]
+        out = Path(bc.convert["output_dir"])
+        res["files"] = sorted(f.name for f in out.iterdir())
+        res["selfcheck"] = json.loads((out / "selfcheck.json").read_text()) if (out / "selfcheck.json").is_file() else None
+        res["config"] = json.loads((out / "config.json").read_text())
+    except Exception as exc:
+        import traceback
+        res["error"] = f"{type(exc).__name__}: {exc}"[:1500]
+        res["traceback"] = traceback.format_exc()[-4000:]
+    write_result(res)
+"""
+
+
 def _payload(tmp_path: Path) -> dict:
     case = _cases(tmp_path, one_gpu=True)
-    return {**case, "tiny": TINY, "local_only": LOCAL_ONLY, "pairs": PAIRS, "ckpt": str(tmp_path / "megatron-ckpt")}
+    return {**case, "tiny": TINY, "local_only": LOCAL_ONLY, "pairs": PAIRS}   # ckpt: the convert config's source
 
 
 
@@ -421,3 +484,32 @@ def test_where_the_logits_comparison_stops_on_a_cpu(export):
     as CUDA/Triton kernels (``mamba_ssm``): no logits to compare with ``export_check.compare_logits`` here."""
     assert export["hf_logits"] == {"shape": [2, 64, 512], "finite": True}
     assert "mamba_split_conv1d_scan_combined: mamba_ssm stand-in" in export["megatron_forward"]["error"]
+
+
+@pytest.fixture(scope="module")
+def job(upstream, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cpuconvert")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(upstream_mod, "_FORK", False)
+    try:
+        from nemotron.config import catalogue
+
+        payload = _payload(tmp)
+        payload["tiny"] = {**TINY, "vocab_size": catalogue.get("small").vocab_size}
+        return upstream.run(JOB, payload, timeout=540)
+    finally:
+        mp.undo()
+
+
+def test_the_convert_job_exports_on_the_cpu_and_its_self_check_passes(job):
+    """``_convert`` with ``convert.device=cpu`` (Megatron-Bridge's ``export_ckpt``) on the MTP checkpoint: exit 0, the
+    weights, the tokenizer the checkpoint names, the v4 config, and the self-check (config against the checkpoint's
+    ``run_config.yaml``, the tokenizer; logits not compared: ``export_ckpt`` keeps no model in memory)."""
+    assert "error" not in job, (job.get("traceback"), job.get("log"))
+    assert job["rc"] == 0, job.get("log")
+    assert "model.safetensors" in job["files"] and "tokenizer.json" in job["files"] and "selfcheck.json" in job["files"]
+    assert job["config"]["hybrid_override_pattern"] == "MEM*EMEM*E" and job["config"]["num_nextn_predict_layers"] == 2
+    check = job["selfcheck"]
+    assert check["config"]["passed"] and check["tokenizer"]["passed"], check
+    assert check["logits"]["ran"] is False and "export_ckpt" in check["logits"]["reason"]
+    assert "self-check passed" in job["log"] and "megatron_to_hf:" in job["log"]
