@@ -19,6 +19,10 @@ What runs, upstream's code throughout (in the contract interpreter, in a fresh p
 5. the export read back: the safetensors against the Megatron parameters (values and element counts), and
    transformers' own NemotronH (``AutoModelForCausalLM.from_pretrained``: no missing, unexpected or mismatched key)
    with a forward of the self-check's fixed batch.
+6. and ``_convert`` itself (:data:`JOB`), as the job runs it with ``convert.device=cpu`` (Megatron-Bridge's own CPU
+   ``export_ckpt``), on a checkpoint made the same way with ``small``'s real vocabulary: exit 0, the weights, the
+   tokenizer the checkpoint names, the v4 config rewrite, and the export's self-check passing (logits not compared:
+   ``export_ckpt`` keeps no model).
 
 Stand-ins, each only for code with no CPU build:
 
