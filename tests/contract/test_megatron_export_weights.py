@@ -84,7 +84,8 @@ PAIRS = {
     "backbone.embeddings.weight": "embedding.word_embeddings.weight",
     "lm_head.weight": "output_layer.weight",
     "backbone.layers.0.mixer.A_log": "decoder.layers.0.mixer.A_log",
-    "backbone.layers.1.mixer.experts.3.down_proj.weight": "decoder.layers.1.mlp.experts.local_experts.3.linear_fc2.weight",
+    "backbone.layers.1.mixer.experts.3.down_proj.weight":
+        "decoder.layers.1.mlp.experts.local_experts.3.linear_fc2.weight",
     "mtp.layers.1.norm.weight": "mtp.layers.0.mtp_model_layer.layers.1.pre_mlp_layernorm.weight",
     "mtp.layers.1.mixer.shared_experts.up_proj.weight":
         "mtp.layers.0.mtp_model_layer.layers.1.mlp.shared_experts.linear_fc1.weight",
@@ -271,7 +272,8 @@ if __name__ == "__main__":
             res["saved_by_save_megatron_model"] = yaml.safe_load((it / "run_config.yaml").read_text())["model"].get(
                 "hybrid_layer_pattern")
             (it / "run_config.yaml").write_text((work / "run_config.yaml").read_text())   # training's, as saved
-            res["saved_pattern"] = yaml.safe_load((it / "run_config.yaml").read_text())["model"].get("hybrid_layer_pattern")
+            saved = yaml.safe_load((it / "run_config.yaml").read_text())
+            res["saved_pattern"] = saved["model"].get("hybrid_layer_pattern")
             del model
             stop = "export_bridge"
             bc = mb.translate(p["convert"], "convert")
@@ -283,7 +285,8 @@ if __name__ == "__main__":
                                                               "params_dtype": torch.bfloat16})
             got = {k: v for k, v in loaded[0].state_dict().items() if isinstance(v, torch.Tensor)
                    and not k.endswith("_extra_state")}
-            res["reload_equal"] = sorted(trained) == sorted(got) and all(torch.equal(trained[k], got[k]) for k in trained)
+            res["reload_equal"] = (sorted(trained) == sorted(got)
+                                   and all(torch.equal(trained[k], got[k]) for k in trained))
             res["reload_keys"] = [len(trained), len(got)]
             add_local_mtp_mappings()
             mbr = bridge._model_bridge   # which Megatron parameters the mapping registry maps, at our MTP depth
@@ -298,7 +301,7 @@ if __name__ == "__main__":
                 res["upstream_export"] = "ok"
             except Exception as exc:
                 res["upstream_export"] = f"{type(exc).__name__}: {exc}"[:800]
-            res["upstream_files"] = sorted(f.name for f in (work / "hf-upstream").glob("*")) if (work / "hf-upstream").is_dir() else []
+            res["upstream_files"] = sorted(f.name for f in (work / "hf-upstream").glob("*"))
             stop = "save_hf_pretrained (ours)"
             with mb.mtp_export_mappings():
                 bridge.save_hf_pretrained(loaded, str(work / "hf"))
@@ -332,8 +335,8 @@ if __name__ == "__main__":
             try:
                 hf, info = AutoModelForCausalLM.from_pretrained(str(folder), output_loading_info=True,
                                                                 torch_dtype=torch.float32)
-                res.setdefault("loading_info", {})[who] = {k: sorted(map(str, v)) for k, v in info.items()
-                                                           if k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+                keys = ("missing_keys", "unexpected_keys", "mismatched_keys")
+                res.setdefault("loading_info", {})[who] = {k: sorted(map(str, v)) for k, v in info.items() if k in keys}
                 if who == "hf":
                     hsd = hf.state_dict()
                     res["hf_state"] = {k: list(v.shape) for k, v in hsd.items()}
@@ -360,8 +363,8 @@ if __name__ == "__main__":
 '''
 
 
-#: ``_convert`` itself (``convert.device=cpu``: Megatron-Bridge's ``export_ckpt``, its own CPU path), on a checkpoint made
-#: as in :data:`SCRIPT`, with ``small``'s real vocabulary (the tokenizer the checkpoint names has 131072 entries,
+#: ``_convert`` itself (``convert.device=cpu``: Megatron-Bridge's ``export_ckpt``, its own CPU path), on a checkpoint
+#: made as in :data:`SCRIPT`, with ``small``'s real vocabulary (the tokenizer the checkpoint names has 131072 entries,
 #: which the self-check requires to fit). The checkpoint's ``run_config.yaml`` carries :data:`LOCAL_ONLY`:
 #: ``export_ckpt`` gives ``load_megatron_model`` no overrides, and the local layers refuse the saved TE switches.
 JOB = PRELUDE + r"""
@@ -410,7 +413,8 @@ if __name__ == "__main__":
         res["log"] = log.getvalue()[-3000:]
         out = Path(bc.convert["output_dir"])
         res["files"] = sorted(f.name for f in out.iterdir())
-        res["selfcheck"] = json.loads((out / "selfcheck.json").read_text()) if (out / "selfcheck.json").is_file() else None
+        check = out / "selfcheck.json"
+        res["selfcheck"] = json.loads(check.read_text()) if check.is_file() else None
         res["config"] = json.loads((out / "config.json").read_text())
     except Exception as exc:
         import traceback
@@ -451,7 +455,8 @@ def test_the_shrunk_small_model_goes_through_a_real_torch_dist_checkpoint(export
 
 def test_upstreams_export_of_the_mtp_checkpoint_stops_on_the_first_mtp_weight(export):
     """Without :func:`~nemotron.runtime.megatron.megatron_bridge.mtp_export_mappings`: the config-only bridge maps no
-    MTP weight and ``stream_weights_megatron_to_hf`` stops as it did on the GPU (docs/gpu_run.md); no weights written."""
+    MTP weight and ``stream_weights_megatron_to_hf`` stops as it did on the GPU (docs/gpu_run.md); no weights
+    written."""
     assert "'NoneType' object has no attribute 'param_weight'" in export["upstream_export"], export["upstream_export"]
     assert export["upstream_files"] == ["config.json"]
     assert "model.safetensors" in export["loading_info"]["hf-upstream"]["error"]
