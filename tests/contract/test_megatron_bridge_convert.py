@@ -15,8 +15,8 @@ layout a PP > 1 export reads from the checkpoint
 (:func:`~nemotron.runtime.megatron.megatron_bridge.saved_pipeline_layout`) against Megatron-Bridge's
 ``load_model_config`` of the same file.
 
-Where the proof stops: no weights are loaded or written (``load_megatron_model`` / ``save_hf_pretrained``'s weight
-pass need the model on devices).
+Where the proof stops: no weights are loaded or written here (no Megatron model); the weight pass itself runs on a
+shrunk ``small`` in tests/contract/test_megatron_export_weights.py.
 """
 
 from __future__ import annotations
