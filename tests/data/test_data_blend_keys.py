@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import json
 from pathlib import Path
 
@@ -208,3 +209,47 @@ def test_plain_text_files_are_one_transcript_each_for_sft(tmp_path, tok_cache):
                for p in validate_data(_Stage("data-prep-rl"), rl_cfg))
     with pytest.raises(ConfigError, match=r"00\.txt is plain text, and this stage reads records"):
         rl.prepare(rl.Settings.from_config(rl_cfg), quiet=True)
+
+
+def test_weights_whose_sum_is_not_finite_are_refused_by_dry_run_and_run(tmp_path, tok_cache):
+    """Each weight finite, their sum not (1e308 + 1e308): the run wrote `Infinity` weights into blend.json (not
+    JSON; Megatron's normalisation gives NaN) and recorded the artifact. Now the dry run and the run refuse it,
+    naming the file and the fix, and nothing is written."""
+    blend = _blend(tmp_path, [{"name": "a", "path": str(_need(WIKI)), "weight": 1e308},
+                              {"name": "b", "path": str(WIKI), "weight": 1e308}])
+    cfg = compile_stage("data-prep-pretrain", "tiny", blend_path=str(blend), output_dir=str(tmp_path / "out"),
+                        tokenizer__cache_dir=tok_cache)
+    want = f"{blend}: the weights of datasets a, b sum to inf"
+    errors = [p for p in validate_data(_Stage("data-prep-pretrain"), cfg) if p.severity == "error"]
+    assert any(p.message.startswith(want) and "scale them all down" in (p.valid or "") for p in errors), errors
+    with pytest.raises(BlendProblems) as err:
+        pretrain.prepare(pretrain.Settings.from_config(cfg), quiet=True)
+    assert err.value.problems[0].startswith(want) and "scale them all down" in (err.value.hint or "")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("blend.json"))
+
+
+def test_one_huge_weight_gives_finite_prefix_weights():
+    """A weight near the largest float split over shards: weight * tokens overflowed to inf before the division."""
+    from nemotron.data.blend import prefix_weights
+
+    out = prefix_weights(1e308, [1_000_000, 3])
+    assert all(map(math.isfinite, out)) and out[0] > out[1] > 0
+
+
+def test_the_same_file_under_two_names_is_a_warning_of_dry_run_and_run(tmp_path, tok_cache, capsys):
+    """One file listed under two dataset names (here once through `..`) was valid with no word: it is read and
+    weighted twice. Both the dry run and the run now say so, naming the line, both names and the weights."""
+    data = _need(WIKI)
+    blend = _blend(tmp_path, [{"name": "a", "path": str(data), "weight": 1.0},
+                              {"name": "b", "path": f"{data.parent}/../{data.parent.name}/{data.name}", "weight": 2.0}])
+    cfg = compile_stage("data-prep-pretrain", "tiny", blend_path=str(blend), output_dir=str(tmp_path / "out"),
+                        tokenizer__cache_dir=tok_cache)
+    want = f"{blend}:1: datasets[1] (b): path "
+    problems = validate_data(_Stage("data-prep-pretrain"), cfg)
+    assert [p for p in problems if p.severity == "error"] == []
+    [warn] = [p for p in problems if p.rule == "data-blend"]
+    assert warn.severity == "warning" and warn.message.startswith(want), warn
+    assert "is also datasets[0] (a)" in warn.message and "weights 2 + 1" in warn.message
+    pretrain.prepare(pretrain.Settings.from_config(cfg), live_progress=False)
+    out = capsys.readouterr().out
+    assert f"warning: {warn.message}" in " ".join(out.split()), out  # the run says the dry run's line

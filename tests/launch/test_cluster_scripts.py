@@ -151,3 +151,71 @@ def test_image_path_with_a_space_is_refused(tmp_path):
     path.write_text('[c]\nexecutor = "slurm"\n[c.images]\nnemo = "/my images/nemo.sqsh"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="a space.*unquoted"):
         load_profiles(path).get("c")
+
+
+#: Storage roots a job mounts (and exports) with every character a shell line would split or expand.
+HOSTILE_ROOTS = {"data_root": "/data2/my project/da$ta `echo INJECTED`", "checkpoint_root": "/ck pt/$(echo INJECTED)",
+                 "hf_home": "/hf home/cache's"}
+
+
+def _srun_lines(script: str) -> list[str]:
+    """Each ``srun`` command of ``script`` with ``--container-mounts``, its continuation lines joined, without a
+    trailing ``&``."""
+    out, lines = [], script.splitlines()
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("srun "):
+            j, text = i, line
+            while text.endswith("\\"):
+                j += 1
+                text = text[:-1] + lines[j]
+            if "--container-mounts" in text:
+                out.append(text.strip().removesuffix("&").strip())
+    return out
+
+
+@pytest.mark.parametrize("stage_name", ["pretrain", "data-prep-rl"])
+def test_storage_roots_with_shell_characters_reach_the_mounts_as_written(stage_name, tmp_path, monkeypatch):
+    """data_root / checkpoint_root / hf_home with a space, ``$``, a backquote, ``$(...)`` or a quote: each srun line of
+    the rendered job script, run by bash with a stub ``srun`` that prints its arguments, gives pyxis each root as
+    ``PATH:PATH`` exactly, splits nowhere and executes nothing (NeMo-Run writes the mount list unquoted: these went
+    into it as shell words, and the backquote ran). The Ray template (data-prep-rl) and NeMo-Run's sbatch (pretrain)."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    roots = "\n".join(f"{k} = {_toml_string(v)}" for k, v in HOSTILE_ROOTS.items())
+    path = tmp_path / "env.toml"
+    path.write_text(f'[c]\nexecutor = "slurm"\naccount = "a"\npartition = "p"\ngpus_per_node = 8\n'
+                    f'job_dir = "{tmp_path}/jobs"\nmounts = ["/data:/data"]\n{roots}\n', encoding="utf-8")
+    stage = next(s for s in STAGES if s.name == stage_name)
+    text = _render(stage, "c", path)
+    lines = _srun_lines(text)
+    assert lines, "no srun line with container mounts"
+    for line in lines:
+        stub = "srun() { printf 'ARG[%s]\\n' \"$@\"; }\n" + line + "\n"
+        done = subprocess.run(["bash", "-c", stub], capture_output=True, text=True, check=True)
+        args = [a.removeprefix("ARG[") for a in done.stdout.split("]\n")[:-1]]
+        assert "INJECTED" not in done.stdout.replace("echo INJECTED", ""), done.stdout  # nothing ran
+        mounts = args[args.index("--container-mounts") + 1].split(",")
+        for value in HOSTILE_ROOTS.values():
+            assert f"{value}:{value}" in mounts, (value, mounts)
+    assert "export NEMOTRON_DATA_DIR='/data2/my project/da$ta `echo INJECTED`'" in text
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("data_root", "/lustre/a:b", "':'"),
+    ("checkpoint_root", "/lustre/a,b", "','"),
+    ("data_root", "~/data", "starts with '~'"),
+    ("hf_home", "$SCRATCH/hf", "starts with a shell variable"),
+    ("index_cache_dir", "/lustre/a\nb", "a newline"),
+    ("data_root", "relative/data", "a relative path"),
+    ("image_cache", "/my images", "a space"),
+])
+def test_storage_root_that_cannot_be_mounted_is_refused_by_key(tmp_path, key, value, says):
+    """A storage root becomes a container mount 'PATH:PATH' (pyxis: SRC:DST[:FLAGS], the list split at commas) and a
+    quoted export: ':' ',' and control characters cannot be mounted, a leading '~' / '$VAR' would never be expanded;
+    image_cache also reaches the unquoted --container-image. One line each, naming the key and the value."""
+    from nemotron.profiles.load import load_profiles
+
+    path = tmp_path / "env.toml"
+    path.write_text(f'[c]\nexecutor = "slurm"\n{key} = {_toml_string(value)}\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_profiles(path).get("c")
+    assert f"{key}: {value!r}: " in info.value.message and says in info.value.message, info.value.message

@@ -443,7 +443,7 @@ def test_slurm_node_side_folders_must_be_absolute(tmp_path):
         [ok]
         executor = "slurm"
         checkpoint_root = "/lustre/proj/ckpt"
-        data_root = "~/data"
+        data_root = "/home/me/data"
         mounts = ["/lustre:/lustre"]
     """)
     with pytest.raises(ConfigError) as info:

@@ -161,3 +161,41 @@ def test_git_state_marks_untracked_files_the_snapshot_ships(tmp_path):
     assert state["untracked"] == ["stages/new stage.py"] and state["changed"] == []
     (repo / "src" / "nemotron" / "a.py").write_text("x = 2\n")
     assert git_state(repo)["changed"] == ["src/nemotron/a.py"]
+
+
+#: The seed documents' cluster profile, as written there: no job_dir, data_root nor checkpoint_root.
+SEED_PROFILE = """
+[YOUR-CLUSTER]
+executor = "slurm"
+account = "YOUR-ACCOUNT"
+partition = "batch"
+nodes = 48
+ntasks_per_node = 8
+gpus_per_node = 8
+mounts = ["/lustre:/lustre"]
+"""
+
+
+def test_profile_without_job_dir_warns_where_everything_would_go_in_dry_run_and_run(tmp_path):
+    """The seed's profile copied as written planned every job folder, data prep output and checkpoint under this
+    machine's $NEMOTRON_HOME/jobs (and mounted it into every job) with no word: the dry run said valid. Now the dry
+    run and the run (here refused for its missing input, after its report) warn, naming the unset keys, where each
+    goes and what to set; a profile.job_dir= override (or job_dir in env.toml) ends the warning."""
+    (tmp_path / "env.toml").write_text(SEED_PROFILE, encoding="utf-8")
+    home = tmp_path / "home"
+    want = (f"warning: profile YOUR-CLUSTER ({tmp_path / 'env.toml'}) sets none of job_dir, data_root, checkpoint_root: "
+            f"the jobs' folders, data and checkpoints go under this machine's $NEMOTRON_HOME/jobs (job_dir -> "
+            f"{home}/jobs; data_root -> {home}/jobs/data; checkpoint_root -> {home}/jobs/checkpoints)")
+    for dry in (["--dry-run"], []):
+        done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER", *dry)
+        text = " ".join((done.stdout + done.stderr).split())
+        assert done.returncode == 2 and "pretrain-data does not exist yet" in text, text  # its input: not made yet
+        assert want in text, text
+        assert 'set job_dir, data_root and checkpoint_root in [YOUR-CLUSTER]' in text
+    done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER", "--dry-run",
+                "profile.job_dir=/lustre/proj/jobs")
+    assert "sets none of" not in done.stdout + done.stderr
+    # job_dir set, the roots left to their documented defaults on it: no warning
+    (tmp_path / "env.toml").write_text(SEED_PROFILE + 'job_dir = "/lustre/proj/jobs"\n', encoding="utf-8")
+    done = _cli(tmp_path, "ultra3", "pretrain", "-c", "tiny", "--run", "YOUR-CLUSTER", "--dry-run")
+    assert "sets none of" not in done.stdout + done.stderr and _valid(done), done.stdout + done.stderr

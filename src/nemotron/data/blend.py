@@ -99,6 +99,8 @@ class Blend:
     missing: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[tuple[str, str]] = field(default_factory=list)
     description: str = ""
+    #: Warnings about the blend as written (one line each, ``<file>:<line>: ...``): a file listed under two names.
+    warnings: list[str] = field(default_factory=list)
 
 
 class BlendProblems(ConfigError):
@@ -156,7 +158,9 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
         ConfigError: unreadable or invalid JSON, no ``datasets`` list, or no dataset left.
         BlendProblems: every other problem of the file at once (unknown or missing keys, duplicate
             names, unknown placeholders, a bad weight under ``"fail"``, a ``check`` problem), each
-            ``<file>:<line>: datasets[i] (<name>): <problem>``.
+            ``<file>:<line>: datasets[i] (<name>): <problem>``; or, alone, weights whose sum is not a finite
+            float (each one finite, e.g. two of 1e308). A path named twice is no problem but a line of
+            ``Blend.warnings``.
     """
     p = Path(path)
     data = load_json_lines_known(p)
@@ -246,6 +250,11 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
         raise BlendProblems(problems, hint)
     if not out:
         raise ConfigError(f"{p}: no dataset left after dropping those with bad weights")
+    total = sum(d.weight for d in out)
+    if not math.isfinite(total):  # each weight finite, their sum not: Megatron's normalisation would give NaN
+        raise BlendProblems([f"{p}: the weights of datasets {', '.join(d.name for d in out)} sum to {total} (more "
+                             f"than the largest float, {_MAX_FLOAT:.4g})"],
+                            "weights are relative: scale them all down by the same factor (e.g. 1e308 -> 1)")
     missing = data.get("missing") or []
     if not isinstance(missing, list):
         raise ConfigError(f"{p}: 'missing' must be a list of {{category, weight, reason}}")
@@ -253,7 +262,31 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
         if not isinstance(m, dict) or "category" not in m or _weight_problem(m.get("weight")):
             raise ConfigError(f"{p}:{getattr(m, 'line', 0)}: missing[{j}] needs a category and a weight > 0")
     return Blend(path=str(p), name=str(data.get("name") or p.stem), datasets=out,
-                 missing=[dict(m) for m in missing], dropped=dropped, description=str(data.get("description") or ""))
+                 missing=[dict(m) for m in missing], dropped=dropped, description=str(data.get("description") or ""),
+                 warnings=_same_path_warnings(p, items, out))
+
+
+#: The largest finite float (IEEE 754 double), the bound a blend's summed weights must stay under.
+_MAX_FLOAT = 1.7976931348623157e308
+
+
+def _same_path_warnings(p: Path, items: list[Any], out: list[DatasetSpec]) -> list[str]:
+    """One warning for each dataset of ``out`` whose path (``~`` expanded, made absolute; a remote ``scheme://``
+    path as written) an earlier dataset already names: its files would be read, and weighted, twice."""
+    index = {it.get("name"): k for k, it in enumerate(items) if isinstance(it, dict)}
+    first: dict[str, DatasetSpec] = {}
+    warnings = []
+    for d in out:
+        key = d.path if "://" in d.path else os.path.normpath(os.path.abspath(os.path.expanduser(d.path)))
+        if key in first:
+            o = first[key]
+            warnings.append(f"{p}:{d.line}: datasets[{index[d.name]}] ({d.name}): path {d.path!r} is also "
+                            f"datasets[{index[o.name]}] ({o.name}); its documents are read twice, under both names "
+                            f"(weights {d.weight:g} + {o.weight:g}); list it once with the summed weight, unless "
+                            "that is meant")
+        else:
+            first[key] = d
+    return warnings
 
 
 def prefix_weights(dataset_weight: float, shard_tokens: list[int]) -> list[float]:
@@ -264,7 +297,8 @@ def prefix_weights(dataset_weight: float, shard_tokens: list[int]) -> list[float
     ``weight / Σ weights`` and samples its shards uniformly per token.
     """
     total = sum(shard_tokens)
-    return [dataset_weight * t / total for t in shard_tokens] if total else [0.0 for _ in shard_tokens]
+    # t / total first: a weight near the largest float times a token count would overflow to inf
+    return [dataset_weight * (t / total) for t in shard_tokens] if total else [0.0 for _ in shard_tokens]
 
 
 def write_megatron_blend(path: str | os.PathLike[str], splits: dict[str, list[tuple[float, str]]]) -> dict[str, list[Any]]:
@@ -291,7 +325,7 @@ def write_megatron_blend(path: str | os.PathLike[str], splits: dict[str, list[tu
                                  "raise split.valid_docs/test_docs or check the skipped-record counts above")
         flat: list[Any] = []
         for weight, prefix in entries:
-            if not (weight > 0):
+            if not (weight > 0) or not math.isfinite(weight):  # never an Infinity (not JSON) in blend.json
                 raise RuntimeFailure(f"blend.json: {split} prefix {prefix} has weight {weight}")
             for suffix in (".bin", ".idx"):
                 f = Path(prefix + suffix)

@@ -590,6 +590,8 @@ def drive(s: Any, plan: Callable[[Any, Blend, Path], P], execute: Callable[[Run,
     blend = load(s, say) if load is not None else load_blend(
         s.blend_path, path_vars=s.path_vars, stage=getattr(s, "STAGE", None),
         policy_section="on_bad" if "empty_glob" in (getattr(s, "on_bad", None) or {}) else "policies")
+    for message in blend.warnings:  # the dry run lists the same lines (nemotron.validation.data)
+        say(f"warning: {message}")
     version, vdir, why = outputs.select_version(s.output_dir, s.force)
     _WRITING["vdir"] = vdir
     run = Run(s, version, vdir, why, say, quiet, live_progress, t_start)

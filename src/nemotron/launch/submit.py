@@ -211,7 +211,10 @@ def _executor(run: Any, plan: Any, profile: Profile[SlurmSettings], mode: str, r
         exclusive=s.exclusive,
         mem=f"{mem}M" if isinstance(mem, int) else mem,
         container_image=plan.image,
-        container_mounts=mounts,
+        # NeMo-Run joins the mounts with commas into the srun line unquoted: each is quoted here, so that a
+        # storage root with a space, `$` or a backquote reaches pyxis as written (the joined words are one
+        # shell word; ':' and ',' in a path are refused by the profile, node_path_problem)
+        container_mounts=[shlex.quote(m) for m in mounts],
         env_vars=script_env,
         setup_lines="\n".join(setup) or None,
         additional_parameters=additional or None,

@@ -1218,6 +1218,9 @@ declare("profile-nodes", "run.env.nodes is at most the profile's nodes", "the pr
 declare("profile-ntasks", "the profile's ntasks_per_node agrees with the stage's launch (torchrun: one process per "
         "GPU)", "the profile's ntasks_per_node (env.toml, Slurm's --ntasks-per-node); JobPlan.launch", "—",
         f"{_V}.cluster")
+declare("profile-storage-unset", "warning: a Slurm profile without job_dir puts its job folders (and the default "
+        "data_root and checkpoint_root) under this machine's $NEMOTRON_HOME/jobs", "the profile's provenance "
+        "(env.toml; nemotron.profiles.profile: the defaults on the job folder)", "—", f"{_V}.cluster")
 declare("cluster-storage", "every input and output path of a cluster run is on storage the nodes see (the "
         "profile's mounts, data_root, checkpoint_root or job_dir)", "the profile's declared storage (env.toml); "
         "the Slurm nodes see only what is mounted there", "—", f"{_V}.cluster")

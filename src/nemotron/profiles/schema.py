@@ -407,13 +407,18 @@ class SlurmSettings(_Common):
 
     @field_validator("data_root", "checkpoint_root", "index_cache_dir", "hf_home", "image_cache")
     @classmethod
-    def _absolute_storage(cls, value: str | None) -> str | None:
-        """A node-side folder is absolute (``~`` and ``$VAR`` forms kept for the shell that runs the job): a relative
-        one would be read from the job's working folder inside its container, not from the storage meant."""
-        if value is not None and not value.startswith(("/", "~", "$")):
-            raise ValueError(f"{value!r}: a relative path; the job would read it from its own working folder on the "
-                             "node (inside its container), not from shared storage: give the absolute path the nodes "
-                             "see, e.g. '/lustre/my-project/checkpoints'")
+    def _node_path(cls, value: str | None, info: Any) -> str | None:
+        """A node-side folder (:func:`node_path_problem`); ``image_cache`` also becomes part of an unquoted
+        ``--container-image``, so it must have no shell characters at all."""
+        if value is not None:
+            problem = node_path_problem(value)
+            unsafe = _unsafe_chars(value.replace(":", "")) if info.field_name == "image_cache" else ""
+            if problem:
+                raise ValueError(f"{value!r}: {problem}")
+            if unsafe:
+                raise ValueError(f"{value!r}: contains {unsafe}; its images reach the job's srun line as "
+                                 "--container-image, which NeMo-Run writes unquoted; use a path without them "
+                                 "(e.g. a symlink)")
         return value
 
     @field_validator("mounts")
@@ -517,6 +522,34 @@ def _unsafe_chars(text: str) -> str:
     (``"a space, ','"``); empty when there is none."""
     found = sorted({c for c in text if not re.fullmatch(r"[A-Za-z0-9._/+@%=:-]", c)})
     return ", ".join("a space" if c == " " else "a newline" if c == "\n" else repr(c) for c in found)
+
+
+def node_path_problem(path: str) -> str | None:
+    """Why ``path`` (a Slurm profile's node-side folder: ``data_root``, ``checkpoint_root``, ``index_cache_dir``,
+    ``hf_home``, ``image_cache``) cannot be given to a job, or None. Each becomes a container mount
+    ``PATH:PATH`` of the job's srun line and an ``export`` of its script, both shell-quoted
+    (:func:`nemotron.launch.submit.container_mounts`, :func:`nemotron.launch.submit.shell_word`), so spaces,
+    ``$`` and backquotes reach the job as written; refused: a relative path (read from the job's working folder),
+    a leading ``~`` or ``$VAR`` (quoted, never expanded), ``:`` and ``,`` (pyxis reads a mount as
+    ``SRC:DST[:FLAGS]`` and splits the mount list at commas) and control characters (a newline ends the line)."""
+    if path.startswith("~"):
+        return ("starts with '~', which the job never expands (the job script quotes every path, and a container "
+                "mount takes no '~'): give the absolute path the nodes see, e.g. '/home/me/data'")
+    if path.startswith("$"):
+        return ("starts with a shell variable, which the job never expands (the job script quotes every path): "
+                "give the absolute path the nodes see, e.g. '/lustre/my-project/data'")
+    if not path.startswith("/"):
+        return ("a relative path; the job would read it from its own working folder on the node (inside its "
+                "container), not from shared storage: give the absolute path the nodes see, e.g. "
+                "'/lustre/my-project/checkpoints'")
+    bad = sorted({c for c in path if c in ":," or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        names = ", ".join(dict.fromkeys("a newline" if c == "\n" else "a control character" if c not in ":,"
+                                        else repr(c) for c in bad))
+        return (f"contains {names}; the folder is mounted into the job's container as 'PATH:PATH', and pyxis "
+                "reads a mount as SRC:DST[:FLAGS] and splits the mount list at commas (a control character "
+                "breaks the job script's line), so it cannot be mounted: use a path without them (e.g. a symlink)")
+    return None
 
 
 def shell_safe_root(path: str) -> str:

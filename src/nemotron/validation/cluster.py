@@ -37,6 +37,8 @@ def check(compiled: Any, profile: ExecutorProfile | None, plan: Any, problems: l
       per GPU), else an error with the reason. A stage that launches otherwise (``ray``, ``python``: one process
       per node) uses its own count, said as a note, as for ``nodes``.
     * ``address`` of a ``ray`` profile (:func:`ray_profile_problems`): something answers there.
+    * a Slurm profile without ``job_dir`` (:func:`unset_storage_problems`): a warning saying where its jobs,
+      data and checkpoints would go (this machine's ``$NEMOTRON_HOME/jobs``) and the keys to set.
     * storage (:func:`storage_problems`): on a Slurm profile whose nodes do not share this machine's file
       system as it is (a container, or an ``ssh`` tunnel), every path the job reads or writes lies on storage
       the profile declares.
@@ -50,6 +52,7 @@ def check(compiled: Any, profile: ExecutorProfile | None, plan: Any, problems: l
     elif isinstance(profile.settings, SlurmSettings):
         slurm = profile.narrow(SlurmSettings)
         problems.extend(shape_problems(slurm, plan, notes))
+        problems.extend(unset_storage_problems(slurm))
         problems.extend(storage_problems(compiled, slurm, plan))
 
 
@@ -103,6 +106,34 @@ def shape_problems(profile: Profile[SlurmSettings], plan: Any, notes: list[str])
                      f"GPU); {plan.stage.title} starts one process per node (launch {plan.launch}) and uses its own "
                      "count (1)")
     return out
+
+
+#: The storage keys whose absence sends a Slurm profile's jobs to this machine's ``$NEMOTRON_HOME/jobs``.
+UNSET_STORAGE_KEYS = ("job_dir", "data_root", "checkpoint_root")
+
+
+def unset_storage_problems(profile: Profile[SlurmSettings]) -> list[Problem]:
+    """Rule ``profile-storage-unset``: a warning when a Slurm profile leaves ``job_dir`` unset (the seed
+    documents' ``[YOUR-CLUSTER]`` example does), so that job folders (and, unless set, ``data_root`` and
+    ``checkpoint_root``, :mod:`nemotron.profiles.profile`'s defaults on the job folder) go under this machine's
+    ``$NEMOTRON_HOME/jobs``, which every job mounts: rarely shared storage, never sized for checkpoints. It
+    names the unset keys, where each would go and the keys to set; none when ``job_dir`` is set (in env.toml
+    or by a ``profile.job_dir=`` override)."""
+    if profile.provenance.get("job_dir") != "default":
+        return []
+    s = profile.settings
+    unset = [k for k in UNSET_STORAGE_KEYS if getattr(s, k) is None or profile.provenance.get(k) == "default"]
+    where = "; ".join(f"{k} -> {getattr(s, k)}" if getattr(s, k) else f"{k} -> the stage config's own default"
+                      for k in unset)
+    return [Problem("", None, rule="profile-storage-unset", severity="warning",
+                    message=f"profile {profile.name} ({profile.source}) sets none of {', '.join(unset)}: the jobs' "
+                            "folders, data and checkpoints "
+                            f"go under this machine's $NEMOTRON_HOME/jobs ({where}), and the jobs mount it; the "
+                            "cluster's nodes must see that folder and it must hold the checkpoints",
+                    valid=f"set job_dir, data_root and checkpoint_root in [{profile.name}] to shared storage the nodes "
+                          "see (e.g. job_dir = \"/lustre/my-project/nemotron-jobs\", data_root = "
+                          "\"/lustre/my-project/data\", checkpoint_root = \"/lustre/my-project/checkpoints\"; "
+                          "docs/profiles.md), or profile.job_dir=/PATH for one command")]
 
 
 def visible_roots(profile: Profile[SlurmSettings]) -> list[tuple[str, str]]:

@@ -139,6 +139,7 @@ def validate_data(stage: Any, cfg: dict, profile: ExecutorProfile | None = None)
                              for m in getattr(exc, "problems", None) or [exc.message]),
                 *hub_problems(s, None, profile, stage=stage)]
     problems += [_problem(exc, "data-inputs") for exc in check_inputs(s, blend) + unreadable_inputs(blend)]
+    problems += [Problem("", None, message, rule="data-blend", severity="warning") for message in blend.warnings]
     on_bad = getattr(s, "on_bad", None) or {}
     section = "on_bad" if "empty_glob" in on_bad else "policies"
     policy = (on_bad if section == "on_bad" else getattr(s, "policies", None) or {}).get("empty_glob", "fail")
