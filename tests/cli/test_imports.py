@@ -157,6 +157,39 @@ def test_data_imports_check_with_the_consumers_readers(capsys, tmp_path, shared_
     assert artifacts.lookup("pretrain-data", config="default")["blend_path"] == str(pre / "blend.json")
 
 
+def test_a_pretrain_shard_whose_index_overruns_its_bin_is_refused_by_import_and_inspect(capsys, tmp_path):
+    """A corrupt ``.idx`` (one length set to 10**9 in a 72 kB shard; the last entry intact, so the size check of
+    the header and last entry passed) was imported, and ``data inspect`` counted 10**9 tokens and showed samples
+    read past the end of the ``.bin``. Now import and inspect refuse it naming the index and its first bad entry;
+    and an index whose SHA-256 differs from its data prep receipt is refused by the import."""
+    import hashlib
+    import struct
+
+    from local_runtime_support import write_pretrain_data
+
+    pre = tmp_path / "pre"
+    write_pretrain_data(pre)
+    idx = pre / "train_0.idx"
+    good = idx.read_bytes()
+    n = struct.unpack_from("<Q", good, 18)[0]
+    for entry in (0, n // 2):  # the first length, and one in the middle
+        bad = bytearray(good)
+        bad[34 + 4 * entry:38 + 4 * entry] = struct.pack("<i", 10**9)
+        idx.write_bytes(bytes(bad))
+        words = f"{idx}: entry {entry} of {n:,}: 1,000,000,000 tokens at byte "
+        _fails(capsys, "data", "import", str(pre), "--as", "pretrain-data", match=words)
+        code, out, err = run_cli(capsys, "ultra3", "data", "inspect", str(pre / "blend.json"))
+        assert code == 2 and words in err and "past the end of train_0.bin" in err, (out, err)
+    idx.write_bytes(good)
+    receipt = pre / "train_0.receipt.json"
+    receipt.write_text(json.dumps({"idx_sha256": hashlib.sha256(b"another index").hexdigest()}))
+    _fails(capsys, "data", "import", str(pre), "--as", "pretrain-data",
+           match=f"{idx}: SHA-256 {hashlib.sha256(good).hexdigest()[:12]}... differs from the")
+    receipt.write_text(json.dumps({"idx_sha256": hashlib.sha256(good).hexdigest()}))
+    code, out, err = run_cli(capsys, "ultra3", "data", "import", str(pre), "--as", "pretrain-data")
+    assert code == 0, err
+
+
 def test_hf_folder_as_pretrain_checkpoint_for_the_local_consumers(capsys, hf_model, tmp_path):
     """``-c local``'s consumers of ``pretrain-checkpoint`` (sft, mopd-warmup, mopd) all load a Hugging Face folder:
     the import records it for them, and ``sft -c local``'s dry run takes it; ``-c tiny``'s (Megatron-Bridge) still

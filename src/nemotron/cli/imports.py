@@ -326,7 +326,10 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
     ``train_path``/``validation_path``).
 
     * ``pretrain-data``: ``blend.json`` parses with the trainer's reader and every prefix has its ``.bin`` and
-      ``.idx`` of the right size (:func:`nemotron.validation.data.training_data_problems`), inside ``path`` (a copy
+      ``.idx`` of the right size, every index entry inside the ``.bin``
+      (:func:`nemotron.validation.data.training_data_problems`, :func:`nemotron.data.indexed.bin_size_problem`)
+      and, where the shard has its data prep receipt, the ``.idx`` hash the receipt recorded
+      (:func:`nemotron.data.indexed.receipt_problem`), inside ``path`` (a copy
       of an output whose blend.json names the original's shards by absolute path is refused:
       :func:`nemotron.data.blend.prefixes_outside`).
     * ``pretrain-data`` and ``sft-data``: the manifest's tokenizer folder, when recorded absolute, lies inside
@@ -355,8 +358,14 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
         problems = training_data_problems("pretrain", {"data": {"per_split_data_args_path": str(blend)}})
         if problems:
             raise _fail(f"{blend}: {problems[0].message}", problems[0].valid or "the output as data prep wrote it")
-        from nemotron.data.blend import prefixes_outside
+        from nemotron.data.blend import prefixes_outside, read_blend_pairs
+        from nemotron.data.indexed import receipt_problem
 
+        for pairs in read_blend_pairs(blend).values():  # parsed above: training_data_problems found no problem
+            for _w, prefix in pairs:
+                if (changed := receipt_problem(prefix)) is not None:
+                    raise _fail(f"{blend}: {changed}", "the shard as data prep wrote it (copy it again, or run the "
+                                "data prep again)")
         outside = prefixes_outside(blend, path)
         if outside:
             where = sorted({str(p.parent.parent) for p in outside})
