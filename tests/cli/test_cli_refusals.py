@@ -142,6 +142,34 @@ def test_local_convert_direction_is_refused_by_the_dry_run_as_by_its_runtime(cap
     assert code == 2 and "did you mean 'hf_v5_to_v4'?" in out
 
 
+def test_local_convert_of_a_config_without_a_hybrid_pattern_is_refused_by_the_dry_run_as_by_its_runtime(capsys,
+                                                                                                      tmp_path):
+    """An imported NemotronH checkpoint whose config.json has neither ``layers_block_type`` nor
+    ``hybrid_override_pattern``: ``convert -c local --dry-run`` said valid and the run stopped with exit 1 on a line
+    that named no file. Now one check (``convert_local.source_refusal``) serves both: exit 2, naming config.json
+    and the record it came from; the untouched checkpoint passes the same check."""
+    from rl_support import checkpoint, tokenizer_folder
+
+    from nemotron.runtime.megatron.convert_local import local_main, source_refusal
+
+    model = checkpoint(tmp_path / "model", tokenizer_folder(tmp_path / "tok"), seed=1)
+    assert source_refusal({"source": str(model)}) is None
+    config = json.loads((model / "config.json").read_text())
+    for key in ("layers_block_type", "mtp_layers_block_type", "hybrid_override_pattern"):
+        config.pop(key, None)
+    (model / "config.json").write_text(json.dumps(config))
+    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(model), "--as", "sft-checkpoint", "-c", "local")
+    assert code == 0, err
+    words = (f"{model / 'config.json'} (sft-checkpoint v1, imported): neither layers_block_type (v5) nor "
+             "hybrid_override_pattern (v4) is set; the local convert rewrites a NemotronH config.json")
+    code, out, err = run_cli(capsys, "ultra3", "convert", "-c", "local", "--dry-run", "--quiet")
+    assert code == 2 and f"error: convert.source={str(model)!r}: {words}" in out, (out, err)
+    conv = {"direction": "hf_v5_to_v4", "source": str(model), "output_dir": str(tmp_path / "out")}
+    assert local_main({"convert": conv}) == 2
+    assert capsys.readouterr().err.startswith(f"ultra3 convert: {words}")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(("key", "value", "close"), [("direction", "megatron2hf", "megatron_to_hf"),
                                                       ("device", "gpus", "gpu")])
 def test_cluster_convert_values_say_did_you_mean(capsys, key, value, close):
