@@ -170,6 +170,46 @@ def test_local_convert_of_a_config_without_a_hybrid_pattern_is_refused_by_the_dr
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("stage", ["rlvr", "mopd"])
+def test_an_empty_validation_split_is_refused_while_the_run_validates(capsys, tmp_path, stage):
+    """``data prep rl`` of too few distinct rows writes an empty validation.jsonl; ``rlvr -c local --dry-run`` took
+    it as valid although the run validates on it (``grpo.val_at_end: true``, ``checkpointing.metric_name:
+    val:accuracy``). Now the dry run of the local and the cluster backend refuses it naming the file and the keys
+    (one check, ``rl_data.empty_validation``, which the local reader and the NeMo RL job's precheck call too);
+    with validation turned off, or one row in the file, it is not refused."""
+    from nemotron.runtime.rl.nemo_rl import precheck
+    from nemotron.runtime.rl.rl_data import empty_validation
+
+    row = json.dumps({"messages": [{"role": "user", "content": "What is 2 + 2?"},
+                                   {"role": "assistant", "content": "4"}]})
+    (tmp_path / "train.jsonl").write_text(row + "\n")
+    valid = tmp_path / "validation.jsonl"
+    valid.write_text("")
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "config.json").write_text("{}")
+    data = [f"policy.model_name={policy}", f"data.train.data_path={tmp_path / 'train.jsonl'}",
+            f"data.validation.data_path={valid}"]
+    code, out, err = run_cli(capsys, "ultra3", stage, "-c", "local", "--dry-run", "--quiet", *data)
+    words = f"{valid}: no rows (an empty validation split), but the run validates on it (grpo.val_at_end=true"
+    assert code == 2 and words in out, (out, err)
+    code, out, err = run_cli(capsys, "ultra3", stage, "-c", "tiny", "--dry-run", "--quiet", *data)
+    line = next((x for x in out.splitlines() if "no rows (an empty validation split)" in x), "")
+    assert code == 2 and line.startswith(f"error: data.validation.data_path={str(valid)!r}: ") and \
+        "grpo.val_period=5" in line and "checkpointing.metric_name='val:accuracy'" in line, out
+    off = ["grpo.val_period=0", "grpo.val_at_end=false", "checkpointing.metric_name=null"]
+    code, out, err = run_cli(capsys, "ultra3", stage, "-c", "local", "--dry-run", "--quiet", *data, *off)
+    assert "no rows (an empty validation split)" not in out + err, out
+    # the runs: the cluster job's precheck says the same line (the local run's reader is the dry run's above)
+    cfg = {"grpo": {"val_period": 0, "val_at_end": True}, "data": {"validation": {"data_path": str(valid)}},
+           "checkpointing": {"metric_name": "val:accuracy"}}
+    assert empty_validation(cfg).startswith(f"data.validation.data_path={valid}: no rows")
+    assert empty_validation(cfg) in precheck(cfg, importable=lambda m: True, gpus=0, checkout=None,
+                                             host_memory=lambda: (None, "here"))
+    valid.write_text(row + "\n")
+    assert empty_validation(cfg) is None
+
+
 @pytest.mark.parametrize(("key", "value", "close"), [("direction", "megatron2hf", "megatron_to_hf"),
                                                       ("device", "gpus", "gpu")])
 def test_cluster_convert_values_say_did_you_mean(capsys, key, value, close):
