@@ -248,9 +248,10 @@ def test_an_import_for_a_config_no_consumer_has_is_refused(capsys, hf_model, tmp
     assert not any(artifacts.store().glob("*/v*.json"))
 
 
-def test_a_model_that_is_not_the_consumers_is_recorded_with_a_warning(capsys, hf_model, tmp_path):
+def test_a_model_that_is_not_the_consumers_is_refused_or_recorded_with_a_warning(capsys, hf_model, tmp_path):
     """A Llama folder, or a NemotronH of other sizes than the consumer config's model.name, was recorded as the
-    start of Ultra's RL with no word; now a warning names config.json's model_type / the sizes that differ."""
+    start of Ultra's RL with no word; now a Llama is refused naming config.json's model_type and architectures, and
+    a NemotronH of other sizes is recorded with a warning naming the sizes that differ."""
     code, out, err = run_cli(capsys, "ultra3", "model", "import", str(hf_model), "-c", "tiny")
     assert code == 0, err
     assert f"warning: {hf_model / 'config.json'}: not the model rlvr -c tiny builds: num_hidden_layers" in err, err
@@ -259,10 +260,15 @@ def test_a_model_that_is_not_the_consumers_is_recorded_with_a_warning(capsys, hf
     shutil.copytree(hf_model, llama)
     cfg = json.loads((llama / "config.json").read_text())
     (llama / "config.json").write_text(json.dumps({**cfg, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
-    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(llama), "-c", "tiny")
-    assert code == 0 and "artifact hf-checkpoint v2" in out, err
-    assert f"warning: {llama / 'config.json'}: model_type='llama' (architectures ['LlamaForCausalLM']) is not " \
-           "NemotronH" in err, err
+    # a Llama: refused (exit 2, nothing recorded): no consumer could load it (it was recorded with a warning, the
+    # latest hf-checkpoint for -c tiny, which the next rlvr -c tiny took)
+    for artifact in ("hf-checkpoint", "rl-checkpoint"):
+        code, out, err = run_cli(capsys, "ultra3", "model", "import", str(llama), "--as", artifact, "-c", "tiny")
+        assert code == 2, (out, err)
+        assert err.startswith(f"error: {llama / 'config.json'}: model_type='llama' (architectures "
+                              "['LlamaForCausalLM']) is not NemotronH (nemotron_h), the model every consumer of "
+                              f"{artifact} builds (") and "nothing was recorded" in err, err
+    assert [r.name for r in records("hf-checkpoint")] == ["v1.json"] and not records("rl-checkpoint")
 
 
 def test_importing_the_same_folder_again_adds_no_version(capsys, hf_model, tmp_path):
