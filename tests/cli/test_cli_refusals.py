@@ -175,10 +175,10 @@ def test_an_empty_validation_split_is_refused_while_the_run_validates(capsys, tm
     """``data prep rl`` of too few distinct rows writes an empty validation.jsonl; ``rlvr -c local --dry-run`` took
     it as valid although the run validates on it (``grpo.val_at_end: true``, ``checkpointing.metric_name:
     val:accuracy``). Now the dry run of the local and the cluster backend refuses it naming the file and the keys
-    (one check, ``rl_data.empty_validation``, which the local reader and the NeMo RL job's precheck call too);
+    (one check, ``val_split.empty_validation``, which the local reader and the NeMo RL job's precheck call too);
     with validation turned off, or one row in the file, it is not refused."""
     from nemotron.runtime.rl.nemo_rl import precheck
-    from nemotron.runtime.rl.rl_data import empty_validation
+    from nemotron.runtime.rl.val_split import empty_validation
 
     row = json.dumps({"messages": [{"role": "user", "content": "What is 2 + 2?"},
                                    {"role": "assistant", "content": "4"}]})

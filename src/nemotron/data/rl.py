@@ -541,7 +541,7 @@ def held_out_note(m: dict[str, Any]) -> str | None:
 
     * No row held out (``validation.jsonl`` empty: too few distinct rows, or ``split.validation_rows=0``): ``note:
       validation.jsonl is EMPTY (0 of 1 rows held out ...)``, saying that ``rlvr`` and ``mopd`` refuse an empty
-      split while they validate (:func:`nemotron.runtime.rl.rl_data.empty_validation`) and how to turn it off.
+      split while they validate (:func:`nemotron.runtime.rl.val_split.empty_validation`) and how to turn it off.
     * Fewer than asked (never more than half of the rows are held out, so that training keeps at least as many):
       ``note: split.validation_rows=64 is more than the data allows: 5 of 10 rows held out ...``."""
     st = m["settings"]

@@ -1285,7 +1285,7 @@ declare("nemo-rl-opd-routing", "the OPD advantage needs NeMo Gym rollouts (env.s
         "(OPD requires teacher_logprobs); async_utils/trajectory_collector.py; experience/rollouts.py",
         "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
 declare("rl-validation", "NeMo RL stages that validate (grpo.val_period > 0, val_at_start or val_at_end): "
-        "data.validation.data_path, when on this machine, holds rows", "nemotron.runtime.rl.rl_data.empty_validation, "
+        "data.validation.data_path, when on this machine, holds rows", "nemotron.runtime.rl.val_split.empty_validation, "
         "called again (the local runtime's reader and the cluster job's precheck call it)", "this version", f"{_V}.nemo_rl")
 declare("rl-output", "checkpointing.enabled is true on NeMo RL stages: the stage records the Hugging Face form of "
         "the newest checkpoint", "this project's stage output (nemotron.runtime.rl.nemo_rl.finish)", "this version",

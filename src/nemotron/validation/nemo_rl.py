@@ -43,10 +43,10 @@ def validate_nemo_rl(cfg: dict, keylist: dict) -> list[Problem]:
 
 
 def validation_split(cfg: dict) -> list[Problem]:
-    """Rule ``rl-validation``: :func:`nemotron.runtime.rl.rl_data.empty_validation` on the stage's config, the
+    """Rule ``rl-validation``: :func:`nemotron.runtime.rl.val_split.empty_validation` on the stage's config, the
     check the job's precheck makes again (:func:`nemotron.runtime.rl.nemo_rl.precheck`): an empty validation file
     on this machine while the run validates."""
-    from nemotron.runtime.rl.rl_data import empty_validation
+    from nemotron.runtime.rl.val_split import empty_validation
 
     line = empty_validation(cfg)
     if line is None:

@@ -152,7 +152,7 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
     (:func:`generation_modules`: ``vllm`` for ``policy.generation.backend: vllm``, ``megatron.bridge`` for
     ``megatron``, ...; the NeMo RL container, ``stages/images.toml`` ``nemo-rl``); each local checkpoint path of :func:`checkpoint_paths` exists and
     holds a ``config.json``; the data files (``data.train/validation.data_path``) exist, the validation file not
-    empty while the run validates (:func:`nemotron.runtime.rl.rl_data.empty_validation`); ``gpus`` equals ``cluster.gpus_per_node`` (NeMo RL places
+    empty while the run validates (:func:`nemotron.runtime.rl.val_split.empty_validation`); ``gpus`` equals ``cluster.gpus_per_node`` (NeMo RL places
     ``cluster.num_nodes`` x that many GPUs with Ray placement groups; a node that shows fewer cannot
     hold its bundles); the base recipe in the container's NeMo RL checkout (``checkout``, default: the one
     ``nemo_rl`` is imported from) is the one the config was validated against (:func:`recipe_drift`); this node
@@ -189,7 +189,7 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
         value = _get(cfg, key)
         if isinstance(value, str) and value and "${" not in value and not Path(os.path.expanduser(value)).exists():
             problems.append(f"{key}={value}: no such file on this node")
-    from nemotron.runtime.rl.rl_data import empty_validation
+    from nemotron.runtime.rl.val_split import empty_validation
 
     if (empty := empty_validation(cfg)) is not None:
         problems.append(empty)

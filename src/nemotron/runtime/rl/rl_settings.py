@@ -149,7 +149,7 @@ def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> RLSettings:
     train = _path(cfg, "data.train.data_path", unresolved_ok)
     if train is None:
         raise SettingsError("data.train.data_path is not set: point it at train.jsonl of `data prep rl`")
-    from nemotron.runtime.rl.rl_data import empty_validation
+    from nemotron.runtime.rl.val_split import empty_validation
 
     empty = empty_validation(cfg)
     if empty is not None:
