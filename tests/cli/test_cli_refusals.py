@@ -142,6 +142,74 @@ def test_local_convert_direction_is_refused_by_the_dry_run_as_by_its_runtime(cap
     assert code == 2 and "did you mean 'hf_v5_to_v4'?" in out
 
 
+def test_local_convert_of_a_config_without_a_hybrid_pattern_is_refused_by_the_dry_run_as_by_its_runtime(capsys,
+                                                                                                      tmp_path):
+    """An imported NemotronH checkpoint whose config.json has neither ``layers_block_type`` nor
+    ``hybrid_override_pattern``: ``convert -c local --dry-run`` said valid and the run stopped with exit 1 on a line
+    that named no file. Now one check (``convert_local.source_refusal``) serves both: exit 2, naming config.json
+    and the record it came from; the untouched checkpoint passes the same check."""
+    from rl_support import checkpoint, tokenizer_folder
+
+    from nemotron.runtime.megatron.convert_local import local_main, source_refusal
+
+    model = checkpoint(tmp_path / "model", tokenizer_folder(tmp_path / "tok"), seed=1)
+    assert source_refusal({"source": str(model)}) is None
+    config = json.loads((model / "config.json").read_text())
+    for key in ("layers_block_type", "mtp_layers_block_type", "hybrid_override_pattern"):
+        config.pop(key, None)
+    (model / "config.json").write_text(json.dumps(config))
+    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(model), "--as", "sft-checkpoint", "-c", "local")
+    assert code == 0, err
+    words = (f"{model / 'config.json'} (sft-checkpoint v1, imported): neither layers_block_type (v5) nor "
+             "hybrid_override_pattern (v4) is set; the local convert rewrites a NemotronH config.json")
+    code, out, err = run_cli(capsys, "ultra3", "convert", "-c", "local", "--dry-run", "--quiet")
+    assert code == 2 and f"error: convert.source={str(model)!r}: {words}" in out, (out, err)
+    conv = {"direction": "hf_v5_to_v4", "source": str(model), "output_dir": str(tmp_path / "out")}
+    assert local_main({"convert": conv}) == 2
+    assert capsys.readouterr().err.startswith(f"ultra3 convert: {words}")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("stage", ["rlvr", "mopd"])
+def test_an_empty_validation_split_is_refused_while_the_run_validates(capsys, tmp_path, stage):
+    """``data prep rl`` of too few distinct rows writes an empty validation.jsonl; ``rlvr -c local --dry-run`` took
+    it as valid although the run validates on it (``grpo.val_at_end: true``, ``checkpointing.metric_name:
+    val:accuracy``). Now the dry run of the local and the cluster backend refuses it naming the file and the keys
+    (one check, ``val_split.empty_validation``, which the local reader and the NeMo RL job's precheck call too);
+    with validation turned off, or one row in the file, it is not refused."""
+    from nemotron.runtime.rl.nemo_rl import precheck
+    from nemotron.runtime.rl.val_split import empty_validation
+
+    row = json.dumps({"messages": [{"role": "user", "content": "What is 2 + 2?"},
+                                   {"role": "assistant", "content": "4"}]})
+    (tmp_path / "train.jsonl").write_text(row + "\n")
+    valid = tmp_path / "validation.jsonl"
+    valid.write_text("")
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "config.json").write_text("{}")
+    data = [f"policy.model_name={policy}", f"data.train.data_path={tmp_path / 'train.jsonl'}",
+            f"data.validation.data_path={valid}"]
+    code, out, err = run_cli(capsys, "ultra3", stage, "-c", "local", "--dry-run", "--quiet", *data)
+    words = f"{valid}: no rows (an empty validation split), but the run validates on it (grpo.val_at_end=true"
+    assert code == 2 and words in out, (out, err)
+    code, out, err = run_cli(capsys, "ultra3", stage, "-c", "tiny", "--dry-run", "--quiet", *data)
+    line = next((x for x in out.splitlines() if "no rows (an empty validation split)" in x), "")
+    assert code == 2 and line.startswith(f"error: data.validation.data_path={str(valid)!r}: ") and \
+        "grpo.val_period=5" in line and "checkpointing.metric_name='val:accuracy'" in line, out
+    off = ["grpo.val_period=0", "grpo.val_at_end=false", "checkpointing.metric_name=null"]
+    code, out, err = run_cli(capsys, "ultra3", stage, "-c", "local", "--dry-run", "--quiet", *data, *off)
+    assert "no rows (an empty validation split)" not in out + err, out
+    # the runs: the cluster job's precheck says the same line (the local run's reader is the dry run's above)
+    cfg = {"grpo": {"val_period": 0, "val_at_end": True}, "data": {"validation": {"data_path": str(valid)}},
+           "checkpointing": {"metric_name": "val:accuracy"}}
+    assert empty_validation(cfg).startswith(f"data.validation.data_path={valid}: no rows")
+    assert empty_validation(cfg) in precheck(cfg, importable=lambda m: True, gpus=0, checkout=None,
+                                             host_memory=lambda: (None, "here"))
+    valid.write_text(row + "\n")
+    assert empty_validation(cfg) is None
+
+
 @pytest.mark.parametrize(("key", "value", "close"), [("direction", "megatron2hf", "megatron_to_hf"),
                                                       ("device", "gpus", "gpu")])
 def test_cluster_convert_values_say_did_you_mean(capsys, key, value, close):

@@ -157,6 +157,39 @@ def test_data_imports_check_with_the_consumers_readers(capsys, tmp_path, shared_
     assert artifacts.lookup("pretrain-data", config="default")["blend_path"] == str(pre / "blend.json")
 
 
+def test_a_pretrain_shard_whose_index_overruns_its_bin_is_refused_by_import_and_inspect(capsys, tmp_path):
+    """A corrupt ``.idx`` (one length set to 10**9 in a 72 kB shard; the last entry intact, so the size check of
+    the header and last entry passed) was imported, and ``data inspect`` counted 10**9 tokens and showed samples
+    read past the end of the ``.bin``. Now import and inspect refuse it naming the index and its first bad entry;
+    and an index whose SHA-256 differs from its data prep receipt is refused by the import."""
+    import hashlib
+    import struct
+
+    from local_runtime_support import write_pretrain_data
+
+    pre = tmp_path / "pre"
+    write_pretrain_data(pre)
+    idx = pre / "train_0.idx"
+    good = idx.read_bytes()
+    n = struct.unpack_from("<Q", good, 18)[0]
+    for entry in (0, n // 2):  # the first length, and one in the middle
+        bad = bytearray(good)
+        bad[34 + 4 * entry:38 + 4 * entry] = struct.pack("<i", 10**9)
+        idx.write_bytes(bytes(bad))
+        words = f"{idx}: entry {entry} of {n:,}: 1,000,000,000 tokens at byte "
+        _fails(capsys, "data", "import", str(pre), "--as", "pretrain-data", match=words)
+        code, out, err = run_cli(capsys, "ultra3", "data", "inspect", str(pre / "blend.json"))
+        assert code == 2 and words in err and "past the end of train_0.bin" in err, (out, err)
+    idx.write_bytes(good)
+    receipt = pre / "train_0.receipt.json"
+    receipt.write_text(json.dumps({"idx_sha256": hashlib.sha256(b"another index").hexdigest()}))
+    _fails(capsys, "data", "import", str(pre), "--as", "pretrain-data",
+           match=f"{idx}: SHA-256 {hashlib.sha256(good).hexdigest()[:12]}... differs from the")
+    receipt.write_text(json.dumps({"idx_sha256": hashlib.sha256(good).hexdigest()}))
+    code, out, err = run_cli(capsys, "ultra3", "data", "import", str(pre), "--as", "pretrain-data")
+    assert code == 0, err
+
+
 def test_hf_folder_as_pretrain_checkpoint_for_the_local_consumers(capsys, hf_model, tmp_path):
     """``-c local``'s consumers of ``pretrain-checkpoint`` (sft, mopd-warmup, mopd) all load a Hugging Face folder:
     the import records it for them, and ``sft -c local``'s dry run takes it; ``-c tiny``'s (Megatron-Bridge) still
@@ -215,9 +248,10 @@ def test_an_import_for_a_config_no_consumer_has_is_refused(capsys, hf_model, tmp
     assert not any(artifacts.store().glob("*/v*.json"))
 
 
-def test_a_model_that_is_not_the_consumers_is_recorded_with_a_warning(capsys, hf_model, tmp_path):
+def test_a_model_that_is_not_the_consumers_is_refused_or_recorded_with_a_warning(capsys, hf_model, tmp_path):
     """A Llama folder, or a NemotronH of other sizes than the consumer config's model.name, was recorded as the
-    start of Ultra's RL with no word; now a warning names config.json's model_type / the sizes that differ."""
+    start of Ultra's RL with no word; now a Llama is refused naming config.json's model_type and architectures, and
+    a NemotronH of other sizes is recorded with a warning naming the sizes that differ."""
     code, out, err = run_cli(capsys, "ultra3", "model", "import", str(hf_model), "-c", "tiny")
     assert code == 0, err
     assert f"warning: {hf_model / 'config.json'}: not the model rlvr -c tiny builds: num_hidden_layers" in err, err
@@ -226,10 +260,15 @@ def test_a_model_that_is_not_the_consumers_is_recorded_with_a_warning(capsys, hf
     shutil.copytree(hf_model, llama)
     cfg = json.loads((llama / "config.json").read_text())
     (llama / "config.json").write_text(json.dumps({**cfg, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
-    code, out, err = run_cli(capsys, "ultra3", "model", "import", str(llama), "-c", "tiny")
-    assert code == 0 and "artifact hf-checkpoint v2" in out, err
-    assert f"warning: {llama / 'config.json'}: model_type='llama' (architectures ['LlamaForCausalLM']) is not " \
-           "NemotronH" in err, err
+    # a Llama: refused (exit 2, nothing recorded): no consumer could load it (it was recorded with a warning, the
+    # latest hf-checkpoint for -c tiny, which the next rlvr -c tiny took)
+    for artifact in ("hf-checkpoint", "rl-checkpoint"):
+        code, out, err = run_cli(capsys, "ultra3", "model", "import", str(llama), "--as", artifact, "-c", "tiny")
+        assert code == 2, (out, err)
+        assert err.startswith(f"error: {llama / 'config.json'}: model_type='llama' (architectures "
+                              "['LlamaForCausalLM']) is not NemotronH (nemotron_h), the model every consumer of "
+                              f"{artifact} builds (") and "nothing was recorded" in err, err
+    assert [r.name for r in records("hf-checkpoint")] == ["v1.json"] and not records("rl-checkpoint")
 
 
 def test_importing_the_same_folder_again_adds_no_version(capsys, hf_model, tmp_path):

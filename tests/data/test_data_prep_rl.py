@@ -188,11 +188,21 @@ def test_a_capped_held_out_share_is_noted(ray_instance, tmp_path, capsys):
     out = capsys.readouterr().out
     assert m["files"]["validation"]["rows"] == 5 and m["settings"]["split_rows"] == 10
     assert ("note: split.validation_rows=64 is more than the data allows: 5 of 10 rows held out for validation "
-            "(never more than half of the rows); set split.validation_rows=5 or lower to say so, or give the stage "
-            "more records") in out, out
+            "(never more than half of the rows); set split.validation_rows=5 to ask for what it holds, or give "
+            "the stage more records") in out, out
     cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(tmp_path / "o2"), blend_path=blend, split__validation_rows=3)
     rl.prepare(rl.Settings.from_config(cfg), live_progress=False)
     assert "is more than the data allows" not in capsys.readouterr().out
+    # 20 copies of one row: 1 row after de-duplication, none held out; the note says the split is empty
+    (tmp_path / "same").mkdir()
+    same = _one_file_blend(tmp_path / "same", [rows[0]] * 20)
+    cfg = compile_stage("data-prep-rl", "tiny", output_dir=str(tmp_path / "o3"), blend_path=same)
+    m = rl.prepare(rl.Settings.from_config(cfg), live_progress=False)
+    out = capsys.readouterr().out
+    assert m["files"]["validation"]["rows"] == 0 and (tmp_path / "o3" / "validation.jsonl").read_text() == ""
+    assert ("note: validation.jsonl is EMPTY (0 of 1 rows held out for validation; split.validation_rows=64 asks for "
+            "more than the data allows: never more than half of the rows): rlvr and mopd refuse it while they "
+            "validate") in " ".join(out.split()), out
 
 
 def test_a_damaged_finished_output_is_not_up_to_date(ray_instance, tmp_path, capsys):

@@ -642,8 +642,9 @@ def test_the_recorded_hf_checkpoint_feeds_the_next_stage(tmp_path, monkeypatch):
     cfg, _, problems = checked("mopd", "default", {"data.train.data_path": str(tmp_path / "t.jsonl"),
                                                   "data.validation.data_path": str(tmp_path / "v.jsonl")})
     assert cfg["policy"]["model_name"] == str(hf) == cfg["_teachers"]["general"]
-    (tmp_path / "t.jsonl").write_text("")
-    (tmp_path / "v.jsonl").write_text("")
+    row = json.dumps({"messages": [{"role": "user", "content": "1 + 1?"}, {"role": "assistant", "content": "2"}]})
+    (tmp_path / "t.jsonl").write_text(row + "\n")
+    (tmp_path / "v.jsonl").write_text(row + "\n")  # an empty one is refused while the run validates (rl-validation)
     lines = nemo_rl.precheck(cfg, importable=lambda m: True, gpus=8)
     assert not [line for line in lines if "checkpoint" in line or "config.json" in line], lines
 

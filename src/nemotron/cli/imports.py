@@ -326,7 +326,10 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
     ``train_path``/``validation_path``).
 
     * ``pretrain-data``: ``blend.json`` parses with the trainer's reader and every prefix has its ``.bin`` and
-      ``.idx`` of the right size (:func:`nemotron.validation.data.training_data_problems`), inside ``path`` (a copy
+      ``.idx`` of the right size, every index entry inside the ``.bin``
+      (:func:`nemotron.validation.data.training_data_problems`, :func:`nemotron.data.indexed.bin_size_problem`)
+      and, where the shard has its data prep receipt, the ``.idx`` hash the receipt recorded
+      (:func:`nemotron.data.indexed.receipt_problem`), inside ``path`` (a copy
       of an output whose blend.json names the original's shards by absolute path is refused:
       :func:`nemotron.data.blend.prefixes_outside`).
     * ``pretrain-data`` and ``sft-data``: the manifest's tokenizer folder, when recorded absolute, lies inside
@@ -355,8 +358,14 @@ def check_data(path: Path, artifact: str) -> dict[str, Any]:
         problems = training_data_problems("pretrain", {"data": {"per_split_data_args_path": str(blend)}})
         if problems:
             raise _fail(f"{blend}: {problems[0].message}", problems[0].valid or "the output as data prep wrote it")
-        from nemotron.data.blend import prefixes_outside
+        from nemotron.data.blend import prefixes_outside, read_blend_pairs
+        from nemotron.data.indexed import receipt_problem
 
+        for pairs in read_blend_pairs(blend).values():  # parsed above: training_data_problems found no problem
+            for _w, prefix in pairs:
+                if (changed := receipt_problem(prefix)) is not None:
+                    raise _fail(f"{blend}: {changed}", "the shard as data prep wrote it (copy it again, or run the "
+                                "data prep again)")
         outside = prefixes_outside(blend, path)
         if outside:
             where = sorted({str(p.parent.parent) for p in outside})
@@ -459,11 +468,34 @@ def check_config(artifact: str, config: str) -> list[str]:
     return takers
 
 
+def not_nemotron_h(path: Path, fields: dict[str, Any], artifact: str, config: str) -> None:
+    """Refuse a Hugging Face checkpoint whose ``config.json`` ``model_type`` is not ``nemotron_h``: every consumer
+    of every checkpoint artifact (:data:`CHECKPOINT_FORMS`: the stages of this project) builds NemotronH, so such a
+    record, the latest for ``-c config``, would be taken by the next run and fail there (transformers' NemotronH
+    classes, Megatron-Bridge's NemotronH bridge, NeMo RL's v4 view). There is no flag to record it anyway: a run
+    can still be pointed at any folder by its own key (``policy.model_name=PATH``). Another form: nothing here.
+
+    Raises:
+        ConfigError: exit 2, naming the config.json, its ``model_type`` and ``architectures`` and the consumers.
+    """
+    if fields.get("form") != "hf":
+        return
+    cfg = _json_object(Path(str(fields["path"])) / "config.json")
+    if cfg.get("model_type") == "nemotron_h":
+        return
+    shown = f"{path / 'config.json'}" if str(fields["path"]) == str(path) else f"{fields['path']}/config.json"
+    takers = ", ".join(f"{st} -c {config}" for st in check_config(artifact, config)[:3])
+    raise _fail(f"{shown}: model_type={cfg.get('model_type')!r} (architectures {cfg.get('architectures')!r}) is not "
+                f"NemotronH (nemotron_h), the model every consumer of {artifact} builds ({takers}): none could load it",
+                "import a NemotronH checkpoint (config.json model_type nemotron_h); to start one run from another "
+                "folder, give that run the folder by its key (e.g. policy.model_name=PATH)")
+
+
 def model_mismatch(path: Path, fields: dict[str, Any], artifact: str, config: str) -> list[str]:
-    """Warnings for a Hugging Face checkpoint that is not the model its consumers build: ``config.json``'s
-    ``model_type`` is not ``nemotron_h`` (every stage of this project trains NemotronH), or its sizes
-    (:data:`nemotron.runtime.common.model.ARCH_FIELDS`, ``num_hidden_layers``) differ from the catalogue model
-    (``model.name``) of a consumer config that takes the import. ``[]`` for another form, or when they agree."""
+    """Warnings for a NemotronH Hugging Face checkpoint (:func:`not_nemotron_h` refuses any other model type) that
+    is not the model its consumers build: its sizes (:data:`nemotron.runtime.common.model.ARCH_FIELDS`,
+    ``num_hidden_layers``) differ from the catalogue model (``model.name``) of a consumer config that takes the
+    import. ``[]`` for another form, or when they agree."""
     if fields.get("form") != "hf":
         return []
     from nemotron.config import catalogue
@@ -475,8 +507,7 @@ def model_mismatch(path: Path, fields: dict[str, Any], artifact: str, config: st
     cfg = _json_object(Path(str(fields["path"])) / "config.json")
     shown = f"{path / 'config.json'}" if str(fields["path"]) == str(path) else f"{fields['path']}/config.json"
     if cfg.get("model_type") != "nemotron_h":
-        return [f"{shown}: model_type={cfg.get('model_type')!r} (architectures {cfg.get('architectures')!r}) is not "
-                f"NemotronH (nemotron_h), the model every consumer of {artifact} builds; recorded anyway"]
+        return []
     out: list[str] = []
     for name, stages in consumer_configs(artifact).items():
         if config not in accepted_configs(name):
@@ -523,6 +554,8 @@ def _run(kind: str, path: str, artifact: str | None, config: str, env_file: str 
     else:
         name, fields = str(artifact), check_data(folder, str(artifact))
     check_config(name, config)
+    if kind == "model":
+        not_nemotron_h(folder, fields, name, config)
     warnings = model_mismatch(folder, fields, name, config) if kind == "model" else []
     rec = register(name, fields, config, env_file)
     again = "latest_at" in rec  # artifacts.record: the same output, already recorded, stamped the latest again

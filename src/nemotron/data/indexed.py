@@ -158,15 +158,24 @@ class IndexedWriter:
 
 
 def bin_size_problem(prefix: str | os.PathLike[str]) -> str | None:
-    """Whether ``<prefix>.bin`` has the size its ``.idx`` describes, reading only the index's header and its last
-    length and pointer (three seeks: cheap on any file system, whatever the shard's size). Megatron-Core's
-    ``IndexedDataset`` and our training reader (:class:`nemotron.runtime.megatron.pretrain_data.Shard`) refuse a
-    mismatch; a truncated copy is the usual cause.
+    """Whether ``<prefix>.bin`` has the size its ``.idx`` describes, and every index entry lies inside it.
+
+    Two steps: the index's header and its last length and pointer against the ``.bin``'s size (the check of
+    Megatron-Core's ``IndexedDataset`` and of our training reader,
+    :class:`nemotron.runtime.megatron.pretrain_data.Shard`; a truncated copy is the usual cause); then every
+    entry, memory-mapped and vectorized (12 bytes of the index per sequence; the ``.bin`` is not read): each
+    length (int32 tokens) and pointer (int64 bytes) is non-negative, each sequence ends inside the ``.bin`` and
+    starts where the one before it ends (entry 0 at byte 0: the layout Megatron-Core's writer and
+    :class:`IndexedWriter` give). A corrupt length in the middle of the index passes the first step and would
+    make a reader take bytes beyond the file (nothing, or another document's tokens).
 
     Returns:
-        None when the sizes agree; else ``"<prefix>.bin: <size> bytes, the index describes <expected>"`` (the
-        training reader's own words), or what is wrong with the index.
+        None when the index and the ``.bin`` agree; else one line: ``"<prefix>.bin: <size> bytes, the index
+        describes <expected>"`` (the training reader's own words), or ``"<prefix>.idx: entry <i>: ..."`` naming
+        the first bad entry, or what is wrong with the index file itself.
     """
+    import numpy as np
+
     idx, bin_path = Path(str(prefix) + ".idx"), Path(str(prefix) + ".bin")
     try:
         with open(idx, "rb") as fh:
@@ -188,7 +197,56 @@ def bin_size_problem(prefix: str | os.PathLike[str]) -> str | None:
         size = bin_path.stat().st_size
     except (OSError, struct.error) as exc:
         return f"{idx}: cannot read: {getattr(exc, 'strerror', None) or exc}"
-    return None if size == expected else f"{bin_path}: {size} bytes, the index describes {expected}"
+    if size != expected:
+        return f"{bin_path}: {size} bytes, the index describes {expected}"
+    if not n:
+        return None
+    try:
+        lengths = np.memmap(idx, dtype="<i4", mode="r", offset=34, shape=(n,)).astype(np.int64)
+        pointers = np.asarray(np.memmap(idx, dtype="<i8", mode="r", offset=34 + 4 * n, shape=(n,)))
+    except (OSError, ValueError) as exc:
+        return f"{idx}: cannot read its {n:,} entries: {getattr(exc, 'strerror', None) or exc}"
+    ends = pointers + lengths * itemsize
+    starts = np.concatenate(([0], ends[:-1]))
+    bad = (lengths < 0) | (pointers != starts) | (ends > size)
+    if not bad.any():
+        return None
+    i = int(np.argmax(bad))
+    where = (f"entry {i} of {n:,}: {int(lengths[i]):,} tokens at byte {int(pointers[i]):,}")
+    if lengths[i] < 0:
+        why = "a negative length"
+    elif ends[i] > size:
+        why = f"end at byte {int(ends[i]):,}, past the end of {bin_path.name} ({size:,} bytes)"
+    else:
+        why = f"not where entry {i - 1} ends (byte {int(starts[i]):,})" if i else "not at byte 0"
+    return f"{idx}: {where}: {why} (a corrupt index)"
+
+
+def receipt_problem(prefix: str | os.PathLike[str]) -> str | None:
+    """Whether ``<prefix>.idx`` still has the SHA-256 that its shard receipt (``<prefix>.receipt.json``, written
+    by data prep pretrain: ``idx_sha256``) recorded. Reads the whole index (12 bytes per sequence), never the
+    ``.bin``. None when there is no receipt, it records no ``idx_sha256``, or the hashes agree; else one line
+    naming both files."""
+    import json
+
+    from nemotron.data.files import sha256_file
+
+    idx = Path(str(prefix) + ".idx")
+    receipt = Path(str(prefix) + ".receipt.json")
+    try:
+        recorded = json.loads(receipt.read_text()).get("idx_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    try:
+        actual = sha256_file(idx)
+    except OSError as exc:
+        return f"{idx}: cannot read: {exc.strerror or exc}"
+    if actual != recorded:
+        return (f"{idx}: SHA-256 {actual[:12]}... differs from the {recorded[:12]}... that {receipt.name} "
+                "recorded (the index changed after data prep wrote it)")
+    return None
 
 
 def read_index(prefix: str | os.PathLike[str]) -> dict[str, Any]:

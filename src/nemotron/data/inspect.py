@@ -285,7 +285,8 @@ def pretrain(path: Path, count: int, step: int | None = None, gbs: int | None = 
                 raise ConfigError(f"{prefix}.idx: {exc}") from None
             size = bin_size_problem(prefix)
             if size is not None:  # Megatron-Core and our trainer refuse it; its samples would read nothing
-                raise ConfigError(size, "the shard as data prep wrote it (a truncated copy? copy it again)")
+                raise ConfigError(size, "the shard as data prep wrote it (a truncated copy or a corrupt index? copy it "
+                                        "again, or run the data prep again)")
             rows.append({"prefix": str(prefix), "weight": float(w), "documents": len(index["lengths"]),
                          "tokens": int(np.asarray(index["lengths"], dtype=np.int64).sum()), "dtype": index["dtype"]})
         tokens = sum(r["tokens"] for r in rows) or 1

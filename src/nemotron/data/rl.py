@@ -536,15 +536,27 @@ def _print_summary(m: dict[str, Any]) -> None:
 
 
 def held_out_note(m: dict[str, Any]) -> str | None:
-    """The summary's note when fewer rows were held out than ``split.validation_rows`` asks (never more than half of
-    the rows are held out, so that training keeps at least as many): ``note: split.validation_rows=64 is more than
-    the data allows: 5 of 10 rows held out (half) ...``; ``None`` when the ask was met."""
+    """The summary's note about the held-out split, or ``None`` when ``split.validation_rows`` was met with at least
+    one row held out.
+
+    * No row held out (``validation.jsonl`` empty: too few distinct rows, or ``split.validation_rows=0``): ``note:
+      validation.jsonl is EMPTY (0 of 1 rows held out ...)``, saying that ``rlvr`` and ``mopd`` refuse an empty
+      split while they validate (:func:`nemotron.runtime.rl.val_split.empty_validation`) and how to turn it off.
+    * Fewer than asked (never more than half of the rows are held out, so that training keeps at least as many):
+      ``note: split.validation_rows=64 is more than the data allows: 5 of 10 rows held out ...``."""
     st = m["settings"]
     asked, held = st["validation_rows"], st["held_out"]
-    if held >= asked:
-        return None
     total = st.get("split_rows")  # the rows after de-duplication, before passes
     of = f" of {total:,} rows" if total is not None else ""
+    if held == 0:
+        why = ("split.validation_rows=0" if asked == 0 else
+               f"split.validation_rows={asked:,} asks for more than the data allows: never more than half of the rows")
+        return (f"note: validation.jsonl is EMPTY (0{of} held out for validation; {why}): rlvr and mopd refuse it while "
+                "they validate (grpo.val_period > 0, val_at_start or val_at_end); give the stage more distinct records, "
+                "or run them with grpo.val_period=0 grpo.val_at_start=false grpo.val_at_end=false "
+                "checkpointing.metric_name=null")
+    if held >= asked:
+        return None
     return (f"note: split.validation_rows={asked:,} is more than the data allows: {held:,}{of} held out for validation "
-            f"(never more than half of the rows); set split.validation_rows={held:,} or lower to say so, or give "
+            f"(never more than half of the rows); set split.validation_rows={held:,} to ask for what it holds, or give "
             "the stage more records")

@@ -1287,6 +1287,9 @@ declare("nemo-rl-opd-routing", "the OPD advantage needs NeMo Gym rollouts (env.s
         "processor) and on_policy_distillation.enabled", "nemo_rl/algorithms/advantage_estimator.py "
         "(OPD requires teacher_logprobs); async_utils/trajectory_collector.py; experience/rollouts.py",
         "NeMo RL main 7ea279a", f"{_V}.nemo_rl")
+declare("rl-validation", "NeMo RL stages that validate (grpo.val_period > 0, val_at_start or val_at_end): "
+        "data.validation.data_path, when on this machine, holds rows", "nemotron.runtime.rl.val_split.empty_validation, "
+        "called again (the local runtime's reader and the cluster job's precheck call it)", "this version", f"{_V}.nemo_rl")
 declare("rl-output", "checkpointing.enabled is true on NeMo RL stages: the stage records the Hugging Face form of "
         "the newest checkpoint", "this project's stage output (nemotron.runtime.rl.nemo_rl.finish)", "this version",
         f"{_V}.nemo_rl")
@@ -1298,8 +1301,9 @@ declare("local-refusal", "backend: local pretrain/SFT on this machine: what the 
         "the local runtime", f"{_V}.checks")
 declare("local-settings", "backend: local stages: the local runtime's settings reader accepts the config",
         "nemotron.runtime.common.settings.read, rl_settings.read, evaluate.read, called again", "the local runtime", _V)
-declare("local-convert", "backend: local convert rewrites a Hugging Face config (convert.direction hf_v5_to_v4)",
-        "nemotron.runtime.megatron.convert_local.direction_refusal, called again", "the local runtime", f"{_V}.checks")
+declare("local-convert", "backend: local convert rewrites a Hugging Face config (convert.direction hf_v5_to_v4) "
+        "of a NemotronH convert.source", "nemotron.runtime.megatron.convert_local.direction_refusal, source_refusal, "
+        "called again", "the local runtime", f"{_V}.checks")
 declare("convert-cpu", "a CPU conversion (convert.device=cpu) runs on one node", "the convert stage's CPU path "
         "(one process on one node)", "—", f"{_V}.checks")
 declare("memory", "the memory estimate fits the profile's GPU memory, or cannot be checked -- warning",

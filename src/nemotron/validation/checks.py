@@ -423,12 +423,14 @@ def validate_local(stage: Stage, cfg: dict, model: ModelSpec | None) -> list[Pro
         if not out:  # the reader applies the rules above again: its first refusal would repeat them
             out += local_settings(stage.name, cfg)
     if stage.family.converts:  # the local convert's one direction (its runtime's own refusal)
-        from nemotron.runtime.megatron.convert_local import direction_refusal
+        from nemotron.runtime.megatron.convert_local import direction_refusal, source_refusal
 
         direction = get(cfg, "convert.direction")
         refusal = direction_refusal(direction)
         if refusal is not None:
             out.append(Problem("convert.direction", direction, refusal.split(": ", 1)[1], rule="local-convert"))
+        elif (refusal := source_refusal(get(cfg, "convert") or {})) is not None:  # the run's own check, called again
+            out.append(Problem("convert.source", get(cfg, "convert.source"), refusal, rule="local-convert"))
     if stage.family.nemo_rl:  # rlvr, mopd: the cluster's panel rules, then the local RL runtime's reader
         panel = local_panel_rules(cfg) if get(cfg, "on_policy_distillation.enabled", False) else []
         out += panel or local_rl_settings(stage.name, cfg)

@@ -398,8 +398,8 @@ def training_data_problems(stage_name: str, cfg: dict) -> list[Problem]:
                 if sizes:  # the run's reader refuses it when it opens the shard
                     more = f" (and {len(sizes) - 1} more)" if len(sizes) > 1 else ""
                     out.append(Problem(key, path, f"split {split!r}: {sizes[0]}{more}",
-                                       "the shard as data prep wrote it (a truncated copy? copy it again, or run the "
-                                       "data prep again)", rule="blend-prefix"))
+                                       "the shard as data prep wrote it (a truncated copy or a corrupt index? copy it "
+                                       "again, or run the data prep again)", rule="blend-prefix"))
                     break
     manifests = []
     seen: set[str] = set()

@@ -39,7 +39,20 @@ def validate_nemo_rl(cfg: dict, keylist: dict) -> list[Problem]:
         return []  # checks.rl_translation says why
     return (schema(master, keylist) + null_values(master, keylist) + entry_reads(master, keylist, entry_relpath(master))
             + metric_name(master, keylist) + gym_only(master) + async_colocated(master) + opd_routing(master)
-            + output_checkpoint(master))
+            + output_checkpoint(master) + validation_split(cfg))
+
+
+def validation_split(cfg: dict) -> list[Problem]:
+    """Rule ``rl-validation``: :func:`nemotron.runtime.rl.val_split.empty_validation` on the stage's config, the
+    check the job's precheck makes again (:func:`nemotron.runtime.rl.nemo_rl.precheck`): an empty validation file
+    on this machine while the run validates."""
+    from nemotron.runtime.rl.val_split import empty_validation
+
+    line = empty_validation(cfg)
+    if line is None:
+        return []
+    return [Problem("data.validation.data_path", get(cfg, "data.validation.data_path"), line.split(": ", 1)[1],
+                    rule="rl-validation")]
 
 
 def output_checkpoint(master: dict) -> list[Problem]:
@@ -340,4 +353,4 @@ def async_colocated(master: dict) -> list[Problem]:
 
 
 __all__ = ["async_colocated", "entry_reads", "gym_only", "metric_name", "opd_routing", "required_keys",
-           "output_checkpoint", "reward_penalty_ids", "schema", "validate_nemo_rl"]
+           "output_checkpoint", "reward_penalty_ids", "schema", "validate_nemo_rl", "validation_split"]

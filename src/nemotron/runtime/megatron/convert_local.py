@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from nemotron.errors import did_you_mean
+from pathlib import Path
+
+from nemotron.errors import ConfigError, did_you_mean
 from nemotron.runtime.common.convert import ConfigFormError, convert_checkpoint_config
 
 
@@ -22,11 +24,70 @@ def direction_refusal(direction: object) -> str | None:
             "(hf_to_megatron, megatron_to_hf) runs in the NeMo container (-c tiny or default on a Slurm profile)")
 
 
+def _recorded_as(folder: Path) -> str | None:
+    """The artifact record(s) on this machine whose ``path`` is ``folder`` (``"sft-checkpoint v1, imported"``;
+    ``", made by sft -c local"`` for a run's output), newest first, or None: the words that tell a user which
+    record a stage took. Reads the artifact store (:mod:`nemotron.config.artifacts`); nothing when it is absent."""
+    from nemotron.config import artifacts
+
+    found = []
+    try:
+        for name in artifacts.known_names():
+            for v in reversed(artifacts.versions(name)):
+                rec = artifacts.lookup(name, v)
+                if rec and rec.get("path") and Path(str(rec["path"])).expanduser().absolute() == folder:
+                    how = "imported" if rec.get("stage") == "import" else (
+                        f"made by {rec.get('stage')}" + (f" -c {rec['config']}" if rec.get("config") else ""))
+                    found.append(f"{name} v{v}, {how}")
+    except (OSError, ValueError, ConfigError):  # an unreadable store names nothing; the refusal stands
+        return None
+    return "; ".join(found[:2]) or None
+
+
+def source_refusal(conv: dict) -> str | None:
+    """What the local convert refuses about ``convert.source`` before it writes anything, or None: the folder's
+    weights (:func:`nemotron.runtime.common.model.resolve_weights`) and its ``config.json`` read and rewritten in
+    memory to the v4 form (:func:`nemotron.runtime.common.convert.v5_to_v4`: a NemotronH config with
+    ``layers_block_type`` or ``hybrid_override_pattern``). The one check of both :func:`local_main` and the dry
+    run (:func:`nemotron.validation.checks.validate_local`, rule ``local-convert``), so the dry run never calls
+    valid a source the run refuses. A source not set, still a ``${...}`` reference, or absent on this machine is
+    None here (the run says so itself; the dry run's unresolved-value check names it).
+
+    Returns:
+        one line: ``<folder>/config.json (<artifact> v<N>, imported): <what>; <hint>``.
+    """
+    import json
+
+    from nemotron.runtime.common.convert import v5_to_v4
+    from nemotron.runtime.common.model import ModelError, resolve_weights
+
+    source = conv.get("source")
+    if not isinstance(source, str) or not source or "${" in source:
+        return None
+    path = Path(source).expanduser().absolute()
+    if not path.exists():
+        return None
+    try:
+        folder = resolve_weights(path)
+    except ModelError as exc:
+        return f"convert.source: {exc}"
+    config = folder / "config.json"
+    try:
+        v5_to_v4(json.loads(config.read_text(encoding="utf-8")))
+    except (OSError, ValueError, ConfigFormError) as exc:
+        what = f"cannot read: {exc}" if isinstance(exc, (OSError, json.JSONDecodeError)) else str(exc)
+        record = _recorded_as(path) or (_recorded_as(folder) if folder != path else None)
+        return (f"{config}" + (f" ({record})" if record else "") + f": {what}; the local convert rewrites a "
+                "NemotronH config.json (model_type nemotron_h with layers_block_type or hybrid_override_pattern): "
+                "set convert.source to such a checkpoint" + (", or import one in place of that record" if record
+                                                             else ""))
+    return None
+
+
 def local_main(cfg: dict) -> int:
     """``backend: local`` of ``ultra3 convert``: ``convert.direction: hf_v5_to_v4`` on a Hugging Face
     checkpoint folder (config.json rewritten to the v4 form, weights copied). Returns the exit code."""
     import sys
-    from pathlib import Path
 
     from nemotron.runtime.common.model import ModelError, resolve_weights
 
@@ -40,6 +101,10 @@ def local_main(cfg: dict) -> int:
     if not source or not output or "${" in str(source):
         print(f"{stage}: convert.source={source!r} / convert.output_dir={output!r}: both must be set", file=sys.stderr)
         return 1
+    refusal = source_refusal(conv)
+    if refusal is not None:  # the dry run refuses it too (exit 2): an input problem, said before anything is written
+        print(f"{stage}: {refusal}", file=sys.stderr)
+        return 2
     try:
         folder = resolve_weights(Path(source).expanduser().absolute())
         out = convert_checkpoint_config(folder, Path(output).expanduser().absolute(), "v4")

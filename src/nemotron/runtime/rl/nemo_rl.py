@@ -151,7 +151,8 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
     tests pass their own. Checks: ``nemo_rl`` and the generation backend's module importable
     (:func:`generation_modules`: ``vllm`` for ``policy.generation.backend: vllm``, ``megatron.bridge`` for
     ``megatron``, ...; the NeMo RL container, ``stages/images.toml`` ``nemo-rl``); each local checkpoint path of :func:`checkpoint_paths` exists and
-    holds a ``config.json``; the data files (``data.train/validation.data_path``) exist; ``gpus`` equals ``cluster.gpus_per_node`` (NeMo RL places
+    holds a ``config.json``; the data files (``data.train/validation.data_path``) exist, the validation file not
+    empty while the run validates (:func:`nemotron.runtime.rl.val_split.empty_validation`); ``gpus`` equals ``cluster.gpus_per_node`` (NeMo RL places
     ``cluster.num_nodes`` x that many GPUs with Ray placement groups; a node that shows fewer cannot
     hold its bundles); the base recipe in the container's NeMo RL checkout (``checkout``, default: the one
     ``nemo_rl`` is imported from) is the one the config was validated against (:func:`recipe_drift`); this node
@@ -188,6 +189,10 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
         value = _get(cfg, key)
         if isinstance(value, str) and value and "${" not in value and not Path(os.path.expanduser(value)).exists():
             problems.append(f"{key}={value}: no such file on this node")
+    from nemotron.runtime.rl.val_split import empty_validation
+
+    if (empty := empty_validation(cfg)) is not None:
+        problems.append(empty)
     # Ray, not torchrun: no WORLD_SIZE to compare, only what this node shows
     env = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}
     problems += prestart.gpu_problems(_get(cfg, "cluster.num_nodes"), _get(cfg, "cluster.gpus_per_node"), env, gpus,

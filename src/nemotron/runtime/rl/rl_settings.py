@@ -149,6 +149,11 @@ def read(cfg: dict, stage: str, *, unresolved_ok: bool = False) -> RLSettings:
     train = _path(cfg, "data.train.data_path", unresolved_ok)
     if train is None:
         raise SettingsError("data.train.data_path is not set: point it at train.jsonl of `data prep rl`")
+    from nemotron.runtime.rl.val_split import empty_validation
+
+    empty = empty_validation(cfg)
+    if empty is not None:
+        raise SettingsError(empty)
     tok = get(cfg, "policy.tokenizer.name")
     top_k = get(cfg, "policy.generation.top_k")
     opt = "policy.megatron_cfg.optimizer"
