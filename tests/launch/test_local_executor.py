@@ -126,19 +126,18 @@ def test_run_completes_with_the_slurm_package_and_records_the_artifact(cli, env_
 
 
 def test_failure_returns_the_stage_exit_code(cli, env_file, tmp_path):
-    # a shard whose index is damaged in a way only the trainer's reader sees: its pointers disagree with its lengths.
-    # The dry run's checks pass (a missing shard, a bad magic or a .bin shorter than the index's last entry are
-    # refused before the start, exit 2: the size check reads only the last pointer and length); the stage itself
-    # fails when it opens the shard (the sum of the lengths)
+    # a shard that only the stage itself finds wrong: a whole, consistent index (the dry run's checks read every
+    # entry against the .bin and pass) over token ids the model's vocabulary does not hold; the stage refuses it when
+    # it reads the data (exit 1, its own message)
     import struct
 
     from nemotron.data.indexed import DTYPE_CODES, MAGIC, VERSION
 
     (tmp_path / "damaged").mkdir()
     index = (MAGIC + struct.pack("<QBQQ", VERSION, DTYPE_CODES["int32"], 2, 3) + struct.pack("<2i", 2, 2)
-             + struct.pack("<2q", 0, 0) + struct.pack("<3q", 0, 1, 2))
+             + struct.pack("<2q", 0, 8) + struct.pack("<3q", 0, 1, 2))
     (tmp_path / "damaged" / "shard.idx").write_bytes(index)
-    (tmp_path / "damaged" / "shard.bin").write_bytes(b"\0" * 8)  # last pointer 0 + 2 ids x 4 bytes; lengths: 16
+    (tmp_path / "damaged" / "shard.bin").write_bytes(struct.pack("<4i", *[999_999_999] * 4))
     bad = tmp_path / "blend.json"
     bad.write_text(json.dumps({"train": [1.0, str(tmp_path / "damaged" / "shard")]}))
     args = ["ultra3", "pretrain", "-c", "local", f"data.per_split_data_args_path={bad}"]
@@ -146,7 +145,7 @@ def test_failure_returns_the_stage_exit_code(cli, env_file, tmp_path):
     assert direct.returncode not in (0, 2), direct.stderr[-1500:]  # 2 would mean refused before starting
     proc = cli(*args, "--run", "here", "--env-file", str(env_file))
     assert proc.returncode == direct.returncode, proc.stderr[-2000:]
-    assert "damaged/shard.bin: 8 bytes, the index describes 16" in proc.stderr  # the stage's own message, streamed
+    assert "token id 999999999 does not fit the model's vocabulary" in proc.stderr  # the stage's own message, streamed
     assert f"ended FAILED with exit code {direct.returncode}" in proc.stderr
     assert "artifact" not in proc.stderr
     status = cli("ultra3", "status")
