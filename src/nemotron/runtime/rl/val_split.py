@@ -7,7 +7,8 @@ modules (math_verify, transformers).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from nemotron.runtime.common.settings import get
 
 
 def empty_validation(cfg: dict) -> str | None:
@@ -50,14 +51,4 @@ def empty_validation(cfg: dict) -> str | None:
             "checkpointing.metric_name=null")
 
 
-def get(cfg: dict, key: str, default: Any = None) -> Any:
-    """``cfg["a"]["b"]`` for ``key="a.b"``; ``default`` when any part is missing or None."""
-    node: Any = cfg
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return default if node is None else node
-
-
-__all__ = ["empty_validation", "get"]
+__all__ = ["empty_validation"]
