@@ -76,6 +76,9 @@ dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version
 mkdir -p "$WORK/ray"
 dl "$WORK/ray" "ray==$RAY_VERSION"
 # the import closure beyond the image and the kit (bench/gpu_rl_closure.py), at the contract interpreter's versions
+# + flashinfer (NeMo RL's mcore extra pins 0.6.8.post1): its Megatron generation worker asks Megatron-Core's dynamic
+# inference context for flashinfer's fused RoPE whenever the model is BF16, and the context asserts flashinfer is
+# importable (first GPU run, 2026-12-06); it JIT-builds its kernels with nvcc + ninja (no cubin/jit-cache wheels)
 dl "$WORK/items/rl-wheels" \
   "hydra-core==1.3.2" "torchdata==0.11.0" "tensordict==0.15.3" "pyvers==0.2.3" "orjson==3.13.0" "einops==0.8.2" \
   "math-verify==0.9.0" "latex2sympy2_extended==1.11.0" "pyzmq==27.3.0" "soundfile==0.14.0" \
@@ -91,7 +94,8 @@ dl "$WORK/items/rl-wheels" \
   "pyecharts==2.1.0" "simplejson==4.3.0" "pyroaring==1.0.3" "watchdog==7.1.1" "more-itertools==10.8.0" \
   "jaraco.context==6.1.0" "jaraco.functools==4.4.0" "jaraco.text==4.0.0" "backports.tarfile==1.2.0" \
   "aiohttp-cors" "colorful" "py-spy" "opencensus" "opencensus-context" "opentelemetry-exporter-prometheus" \
-  "smart-open" "virtualenv" "distlib"
+  "smart-open" "virtualenv" "distlib" \
+  "flashinfer-python==0.6.8.post1" "apache-tvm-ffi==0.1.15.post2" "ninja" "nvidia-ml-py"
 # the image's own distributions stay behind (install-rl would skip them anyway)
 image=$(grep -v '^#' "$REPO/bench/gpu_image_packages.txt" | paste -sd'|')
 for w in "$WORK"/items/rl-wheels/*.whl; do

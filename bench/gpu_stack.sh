@@ -241,6 +241,10 @@ EOF
     # shellcheck disable=SC2086  # one wheel path per word
     [[ -z "$want" ]] || "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE_RL" $want
     say "installed $(echo $want | wc -w) of $(($(ls rl-wheels/*.whl | wc -l) + 1)) RL wheels: $(for w in $want; do basename "$w" | cut -d- -f1; done | paste -sd' ')"
+    # flashinfer's JIT runs `ninja` from PATH (the Ray workers inherit run-rl's PATH, which starts with $STASH/bin)
+    if [[ -x "$SITE_RL/bin/ninja" ]] && ! command -v ninja >/dev/null; then
+      mkdir -p "$STASH/bin" && ln -sf "$SITE_RL/bin/ninja" "$STASH/bin/ninja"
+    fi
     say "NeMo RL at $RL_SRC/RL, its Megatron ($(paste -sd' ' "$RL_MEGATRON/COMMITS")) at $RL_MEGATRON, the base's tokenizer at $RL_SRC/tokenizer ($((SECONDS - t0)) s)"
     ;;
   probe-rl)
@@ -253,7 +257,7 @@ EOF
       ray transformer_engine.pytorch mamba_ssm causal_conv1d megatron.core megatron.bridge nemo_rl.algorithms.grpo \
       nemo_rl.utils.logger nemo_rl.environments.math_environment nemo_rl.models.policy.lm_policy \
       nemo_rl.models.policy.workers.megatron_policy_worker nemo_rl.models.generation.megatron.megatron_generation \
-      nemo_rl.models.generation.megatron.megatron_worker nemotron.runtime.rl.nemo_rl \
+      nemo_rl.models.generation.megatron.megatron_worker flashinfer nemotron.runtime.rl.nemo_rl \
       "$rl/examples/run_grpo.py" "$rl/examples/converters/convert_megatron_to_hf.py"
     ;;
   run-rl)

@@ -99,7 +99,6 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
     import modelopt.torch.quantization as mtq
     import torch
     from megatron.bridge import AutoBridge
-    from megatron.bridge.models.mamba.mamba_provider import modelopt_mamba_stack_spec
     from megatron.core.utils import unwrap_model
     from modelopt.torch.export import export_mcore_gpt_to_hf
     from modelopt.torch.utils.plugins.megatron_generate import megatron_generate
@@ -115,7 +114,7 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
     # fused_weight_gradient_mlp_cuda) is never used; Model Optimizer's spec builds Megatron-Core's own
     # ColumnParallelLinear, which refuses the fusion where APEX is absent (found on the first GPU run, docs/gpu_run.md)
     provider.gradient_accumulation_fusion = False
-    provider.mamba_stack_spec = modelopt_mamba_stack_spec
+    provider.mamba_stack_spec = modelopt_stack_spec
     provider.finalize()
     provider.initialize_model_parallel(seed=0)
     model = provider.provide_distributed_model(wrap_with_ddp=False)
@@ -155,6 +154,45 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
     return 0
 
 
+def modelopt_stack_spec(config: Any) -> Any:
+    """Model Optimizer's Mamba stack spec (Megatron-Bridge's ``modelopt_mamba_stack_spec``: Megatron-Core's local
+    layers, where Model Optimizer can insert its quantizers) with a multi-token-prediction block of the same local
+    kind when the model has one.
+
+    ``config``: the Megatron-Bridge provider (``mtp_num_layers`` > 0 means MTP). Returns a ``ModuleSpec`` of
+    ``HybridStack``. Why: Megatron-Core's local hybrid spec (``post_training/modelopt/hybrid/model_specs.py``)
+    has no ``mtp_block_spec``, and ``HybridModel`` asserts one whenever the layer pattern has an MTP part
+    ("MTP pattern specified but mtp_block_spec is None", the first GPU run of ``quantize -c tiny``, 2026-12-06:
+    the tiny model and Ultra both carry MTP). The block mirrors Megatron-Core's TE one
+    (``hybrid_layer_specs._hybrid_mtp_block_spec``: two input norms, the ``eh_proj`` projection, a final norm;
+    its inner layers come from the stack's own layer specs) with ``Norm`` and ``ColumnParallelLinear`` in place
+    of the TE classes, so the MTP weights load, are calibrated like the rest and reach the export.
+    """
+    import dataclasses
+
+    from megatron.bridge.models.mamba.mamba_provider import modelopt_mamba_stack_spec
+    from megatron.core.post_training.modelopt.layers import Norm
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+    from megatron.core.transformer.multi_token_prediction import (
+        MultiTokenPredictionBlock,
+        MultiTokenPredictionBlockSubmodules,
+        MultiTokenPredictionLayer,
+        MultiTokenPredictionLayerSubmodules,
+    )
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    spec = modelopt_mamba_stack_spec(config)
+    if not getattr(config, "mtp_num_layers", None) or spec.submodules.mtp_block_spec is not None:
+        return spec
+    layer = ModuleSpec(module=MultiTokenPredictionLayer,
+                       submodules=MultiTokenPredictionLayerSubmodules(
+                           enorm=Norm, hnorm=Norm, eh_proj=ColumnParallelLinear, mtp_model_layer=None,
+                           layer_norm=Norm))
+    mtp = ModuleSpec(module=MultiTokenPredictionBlock,
+                     submodules=MultiTokenPredictionBlockSubmodules(layer_specs=[layer]))
+    return dataclasses.replace(spec, submodules=dataclasses.replace(spec.submodules, mtp_block_spec=mtp))
+
+
 def export_options(plan: dict[str, Any], model: Any) -> dict[str, Any]:
     """Keyword arguments of Model Optimizer's ``export_mcore_gpt_to_hf`` (``modelopt.torch.export``) after
     ``model`` (the unwrapped, quantized Megatron-Core model) and the HF source: the export dtype
@@ -191,4 +229,4 @@ def calibration_texts(plan: dict[str, Any], text_field: str = "text") -> list[st
     return texts
 
 
-__all__ = ["calibration_texts", "export_options", "main", "precheck", "run"]
+__all__ = ["calibration_texts", "export_options", "main", "modelopt_stack_spec", "precheck", "run"]
