@@ -99,6 +99,7 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
     import modelopt.torch.quantization as mtq
     import torch
     from megatron.bridge import AutoBridge
+    from megatron.core.transformer.enums import AttnBackend
     from megatron.core.utils import unwrap_model
     from modelopt.torch.export import export_mcore_gpt_to_hf
     from modelopt.torch.utils.plugins.megatron_generate import megatron_generate
@@ -114,6 +115,13 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
     # fused_weight_gradient_mlp_cuda) is never used; Model Optimizer's spec builds Megatron-Core's own
     # ColumnParallelLinear, which refuses the fusion where APEX is absent (found on the first GPU run, docs/gpu_run.md)
     provider.gradient_accumulation_fusion = False
+    # Megatron-Core's inference path (megatron_generate) refuses shared-expert overlap with MoE latent projections
+    # unless the NVLS dispatcher is used (second GPU run); the overlap only hides communication, so it is turned off
+    provider.moe_shared_expert_overlap = False
+    # the Mamba provider defaults to AttnBackend.flash, which needs the flash-attn package (TE then turns its fused
+    # and unfused backends off: "No dot product attention backend is available", third GPU run); the training
+    # recipe trains with cuDNN's fused attention, so calibration runs with the same
+    provider.attention_backend = AttnBackend.fused
     provider.mamba_stack_spec = modelopt_stack_spec
     provider.finalize()
     provider.initialize_model_parallel(seed=0)
