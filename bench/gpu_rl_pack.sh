@@ -79,6 +79,9 @@ dl "$WORK/ray" "ray==$RAY_VERSION"
 # + flashinfer (NeMo RL's mcore extra pins 0.6.8.post1): its Megatron generation worker asks Megatron-Core's dynamic
 # inference context for flashinfer's fused RoPE whenever the model is BF16, and the context asserts flashinfer is
 # importable (first GPU run, 2026-12-06); it JIT-builds its kernels with nvcc + ninja (no cubin/jit-cache wheels)
+# + FlashAttention 4 (CuTe DSL, wheels only): Megatron-Core's attention asserts FA2 >= 2.7.3, FA3 or FA4 for the
+# dynamic batching NeMo RL's Megatron generation uses (second GPU run). FA2 and FA3 are CUDA builds of an hour and
+# more; FA4 is Python over NVIDIA's CUTLASS DSL (its CUDA 13 libraries: one wheel of 92 MB, split below)
 dl "$WORK/items/rl-wheels" \
   "hydra-core==1.3.2" "torchdata==0.11.0" "tensordict==0.15.3" "pyvers==0.2.3" "orjson==3.13.0" "einops==0.8.2" \
   "math-verify==0.9.0" "latex2sympy2_extended==1.11.0" "pyzmq==27.3.0" "soundfile==0.14.0" \
@@ -95,7 +98,9 @@ dl "$WORK/items/rl-wheels" \
   "jaraco.context==6.1.0" "jaraco.functools==4.4.0" "jaraco.text==4.0.0" "backports.tarfile==1.2.0" \
   "aiohttp-cors" "colorful" "py-spy" "opencensus" "opencensus-context" "opentelemetry-exporter-prometheus" \
   "smart-open" "virtualenv" "distlib" \
-  "flashinfer-python==0.6.8.post1" "apache-tvm-ffi==0.1.15.post2" "ninja" "nvidia-ml-py"
+  "flashinfer-python==0.6.8.post1" "apache-tvm-ffi==0.1.15.post2" "ninja" "nvidia-ml-py" \
+  "flash-attn-4==4.0.0b36" "quack-kernels==0.6.5" "torch-c-dlpack-ext==0.1.5" "nvidia-cutlass-dsl==4.8.1" \
+  "nvidia-cutlass-dsl-libs-base==4.8.1" "nvidia-cutlass-dsl-libs-cu13==4.8.1"
 # the image's own distributions stay behind (install-rl would skip them anyway)
 image=$(grep -v '^#' "$REPO/bench/gpu_image_packages.txt" | paste -sd'|')
 for w in "$WORK"/items/rl-wheels/*.whl; do
@@ -125,6 +130,15 @@ rl=output/ultra3/rl-data/tiny
 split -b "$PART" -d -a 2 "$WORK"/ray/ray-*.whl "$WORK/items/rl-ray.part"
 sha256sum "$WORK"/ray/ray-*.whl | cut -c1-64 > "$WORK/items/rl-ray.sha256"
 basename "$WORK"/ray/ray-*.whl > "$WORK/items/rl-ray.name"
+
+# a wheel larger than one transfer: NAME.whl.partNN + NAME.whl.sha256 (install-rl joins and checks them)
+for w in "$WORK"/items/rl-wheels/*.whl; do
+  if (( $(stat -c %s "$w") > PART )); then
+    split -b "$PART" -d -a 2 "$w" "$w.part"
+    sha256sum "$w" | cut -c1-64 > "$w.sha256"
+    rm "$w"
+  fi
+done
 
 # folders of one transfer each: the items, largest first, each into the first folder it fits (wheels keep their
 # folder name inside the transfer folder)

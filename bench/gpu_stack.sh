@@ -37,7 +37,9 @@ RL_SRC=$STASH/rl
 SITE_RL=$STASH/site-rl
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
-RL_PATH=$RL_MEGATRON:$RL_SRC/RL:$SITE:$EXTRA:$SITE_RL:$REPO/src
+# (nvidia-cutlass-dsl puts its packages on sys.path with a .pth file, which a --target folder on PYTHONPATH does not
+# run: its folder is named here)
+RL_PATH=$RL_MEGATRON:$RL_SRC/RL:$SITE:$EXTRA:$SITE_RL:$SITE_RL/nvidia_cutlass_dsl/dsl_packages:$REPO/src
 mkdir -p "$STASH/in" "$SITE"
 
 say() { echo "[gpu-stack] $*"; }
@@ -227,6 +229,14 @@ PY
     ext=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
     g++ -O3 -Wall -shared -std=c++17 -fPIC $(PYTHONPATH="$SITE" "$PY" -m pybind11 --includes) "$ds/helpers.cpp" \
       -o "$ds/helpers_cpp$ext" || { say "Megatron-Core's dataset helpers (NeMo RL's copy) did not build"; exit 1; }
+    # the wheels split for transfer (gpu_rl_pack.sh): join, check the SHA-256
+    for sum in rl-wheels/*.whl.sha256; do
+      [[ -e "$sum" ]] || continue
+      whl=${sum%.sha256}
+      cat $(ls "$whl".part* | sort -V) > "$whl"
+      got=$(sha256sum "$whl" | cut -c1-64)
+      [[ "$(cat "$sum")" == "$got" ]] || { say "$(basename "$whl"): sha256 $got, expected $(cat "$sum") (a part is missing: each r folder received?)"; exit 1; }
+    done
     # the wheels this Python lacks, with the RL path: the image's and the kit's distributions stay
     want=$(PYTHONPATH="$RL_PATH" "$PY" - "$ray_whl" rl-wheels/*.whl <<'EOF'
 import importlib.metadata as md, re, sys
@@ -257,8 +267,12 @@ EOF
       ray transformer_engine.pytorch mamba_ssm causal_conv1d megatron.core megatron.bridge nemo_rl.algorithms.grpo \
       nemo_rl.utils.logger nemo_rl.environments.math_environment nemo_rl.models.policy.lm_policy \
       nemo_rl.models.policy.workers.megatron_policy_worker nemo_rl.models.generation.megatron.megatron_generation \
-      nemo_rl.models.generation.megatron.megatron_worker flashinfer nemotron.runtime.rl.nemo_rl \
+      nemo_rl.models.generation.megatron.megatron_worker flashinfer flash_attn.cute megatron.core.transformer.attention \
+      nemotron.runtime.rl.nemo_rl \
       "$rl/examples/run_grpo.py" "$rl/examples/converters/convert_megatron_to_hf.py"
+    # which FlashAttention Megatron-Core's dynamic batching will find (it needs one of them)
+    PYTHONPATH="$RL_PATH" "$PY" -c 'from megatron.core.transformer import attention as a
+print("[gpu-stack] Megatron-Core sees FA4", a.HAVE_FA4, "FA3", a.HAVE_FA3)' 2>&1 | grep -v -i warn || true
     ;;
   run-rl)
     shift
