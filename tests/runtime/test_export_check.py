@@ -470,3 +470,23 @@ def test_the_pipeline_layout_comes_from_the_same_save_as_the_exports_model_confi
     (tmp_path / "iter_0000020" / "run_config.yaml").write_text(yaml.safe_dump({"model": {"num_layers": 2}}))
     assert mb.saved_pipeline_layout(tmp_path) is None   # the newest save has none: no layout from an older one
     assert mb.saved_pipeline_layout(tmp_path / "absent") is None
+
+
+def test_compare_logits_cosine_is_exact_at_the_gpu_self_checks_size():
+    """The GPU self-check (2 x 64 positions x 131,072 vocabulary) read cosine 1.00085 when the sums ran in FP32; a
+    tensor against itself read 1.0011 there. In FP64 the cosine of a tensor with itself is 1 to 1e-9 and a cosine
+    just under the threshold stays under it."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(2, 64, 131072, generator=g) * 3).to(torch.bfloat16)
+    assert abs(ec.compare_logits(x, x)["cosine"] - 1.0) < 1e-9
+    # y = x + noise with |noise| chosen so that the true cosine is about 0.979 (< COSINE_MIN = 0.98)
+    xf = x.double()
+    noise = torch.randn(xf.shape, generator=g, dtype=torch.float64)
+    noise *= xf.norm() / noise.norm() * 0.2085
+    y = (xf + noise).to(torch.bfloat16)
+    true = torch.nn.functional.cosine_similarity(x.double().reshape(1, -1), y.double().reshape(1, -1)).item()
+    got = ec.compare_logits(x, y)
+    assert abs(got["cosine"] - true) < 1e-9
+    assert true < ec.COSINE_MIN and not got["passed"]
