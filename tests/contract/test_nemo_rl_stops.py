@@ -127,3 +127,53 @@ def test_the_early_stop_line_is_read_as_a_validation_stop(nemo_rl_root):
         assert nemo_rl.EARLY_STOP.search(line)["metric"] == metric
     assert render({"accuracy": 0.1}, 0.9, "accuracy") is None
     assert render({"accuracy": 0.1}, 0.9, None) is None
+
+
+#: Megatron-Core's own ``trace_async_exceptions`` (megatron/core/utils.py at the pinned Megatron-LM) around an engine
+#: loop named as the dynamic engine's, failing as it did on one H100 (2026-12-06); the log records it makes.
+_ENGINE_DEATH = r"""
+import asyncio, logging
+from upstream import write_result
+from megatron.core import utils
+
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append(self.format(record))
+logging.getLogger(utils.__name__).addHandler(Keep())
+
+out = {}
+for name in ("run_engine_with_coordinator", "run_engine"):
+    async def loop():
+        raise ModuleNotFoundError("No module named 'flash_attn'")
+    loop.__name__ = loop.__qualname__ = name
+    try:
+        asyncio.run(utils.trace_async_exceptions(loop)())
+        out[name] = "returned"
+    except SystemExit as exc:
+        out[name] = f"SystemExit({exc.code})"
+    except Exception as exc:
+        out[name] = f"raised {type(exc).__name__}"
+write_result({"records": records, "outcome": out})
+"""
+
+
+def test_the_engine_death_line_is_megatron_cores_own(upstream):
+    """NeMo RL's Megatron generation (7ea279a) runs Megatron-Core's dynamic inference engine, whose loop
+    (``DynamicInferenceEngine.run_engine_with_coordinator``, and ``run_engine``) is wrapped in
+    ``trace_async_exceptions``; when it fails, the decorator logs "Exception in async function NAME: ERROR" and
+    raises SystemExit in the loop. On one H100 the worker process lived on and NeMo RL waited on the engine's
+    requests until the job's timeout. :func:`nemo_rl.engine_death` must read the line that decorator writes, and both engine loops must
+    still be wrapped in it (the pinned Megatron-LM's source, ``ast``)."""
+    import ast
+
+    got = upstream.run(_ENGINE_DEATH)
+    assert len(got["records"]) == 2, got
+    for rec in got["records"]:
+        assert nemo_rl.engine_death(rec) == "No module named 'flash_attn'", rec
+    assert set(got["outcome"].values()) == {"SystemExit(1)"}, got["outcome"]  # the task ends; nothing re-raised
+    engine = upstream.megatron_lm / "megatron/core/inference/engines/dynamic_engine.py"
+    tree = ast.parse(engine.read_text(encoding="utf-8"))
+    wrapped = {n.name for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef)
+               and any(ast.unparse(d) == "trace_async_exceptions" for d in n.decorator_list)}
+    assert {"run_engine_with_coordinator", "run_engine"} <= wrapped, wrapped

@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import tomllib
+import time
 from pathlib import Path
 
 import pytest
@@ -565,6 +566,55 @@ def test_run_entry_passes_the_output_through_and_reads_how_nemo_rl_stopped(tmp_p
     failing = tmp_path / "fail.py"
     failing.write_text("import sys; print('boom'); sys.exit(3)")
     assert nemo_rl.run_entry([sys.executable, str(failing)], str(tmp_path), out=io.BytesIO()) == (3, None)
+
+
+#: A stand-in for NeMo RL's entry whose Megatron generation engine dies (a real child process): it logs Megatron-Core's
+#: engine-death line on standard error, as Ray forwards a worker's log (the line tests/contract/test_nemo_rl_stops.py
+#: renders with Megatron-Core's own decorator), then waits as NeMo RL did on one H100 (2026-12-06), or exits 1.
+_DYING_ENTRY = r"""
+import sys, time
+print("Generating responses for batch of size 8...", flush=True)
+print("(MegatronPolicyWorker[rank=0] pid=4080) ERROR:megatron.core.utils:utils.py:2960: Exception in async function "
+      "run_engine_with_coordinator: No module named 'flash_attn'", file=sys.stderr, flush=True)
+if sys.argv[1] == "hang":
+    time.sleep(600)
+sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("behaviour", ["hang", "exit"])
+def test_run_entry_stops_a_run_that_waits_on_a_dead_inference_engine(tmp_path, behaviour, capsys):
+    """NeMo RL's Megatron generation waits forever on an engine that died (no FlashAttention, on one H100): the
+    entry is stopped ``grace`` seconds after the line, with exit 1 and one line naming the cause; an entry that ends
+    by itself within the grace keeps its own exit code. Standard error is passed through as it is."""
+    import io
+
+    script = tmp_path / "entry.py"
+    script.write_text(_DYING_ENTRY)
+    out, err = io.BytesIO(), io.BytesIO()
+    t0 = time.monotonic()
+    code, seen = nemo_rl.run_entry([sys.executable, str(script), behaviour], str(tmp_path), out=out, err=err,
+                                   grace=1.0)
+    took = time.monotonic() - t0
+    assert (code, seen) == (nemo_rl.ENGINE_DEATH_EXIT if behaviour == "hang" else 1, None)
+    assert b"Exception in async function run_engine_with_coordinator" in err.getvalue()
+    assert out.getvalue().startswith(b"Generating responses")
+    said = capsys.readouterr().out
+    if behaviour == "hang":
+        assert took < 60  # not the entry's 600 s
+        assert "Megatron-Core's inference engine died (No module named 'flash_attn')" in said
+    else:
+        assert "inference engine died" not in said
+
+
+def test_engine_death_reads_only_megatron_cores_engine_loop_line():
+    line = ("(MegatronPolicyWorker[rank=0] pid=4080) ERROR:megatron.core.utils:utils.py:2960: Exception in async "
+            "function run_engine_with_coordinator: No module named 'flash_attn'\n")
+    assert nemo_rl.engine_death(line) == "No module named 'flash_attn'"
+    assert nemo_rl.engine_death("Exception in async function run_engine: CUDA out of memory") == "CUDA out of memory"
+    # another coroutine's error is not the engine loop's death; an ordinary line is nothing
+    assert nemo_rl.engine_death("Exception in async function _notify_cond_for_new_request: x") is None
+    assert nemo_rl.engine_death("step 1/4") is None
 
 
 def test_a_validation_metric_stop_below_max_num_steps_is_recorded_not_requeued(tmp_path, monkeypatch, capsys):

@@ -591,20 +591,88 @@ def stop_reason(line: str) -> str | None:
     return VALIDATION_STOP if EARLY_STOP.search(text) else None
 
 
-def run_entry(cmd: list[str], cwd: str, out=None) -> tuple[int, str | None]:
-    """Run NeMo RL's entry ``cmd`` in ``cwd``: its standard output is copied byte for byte to ``out`` (a binary
-    stream; default this process's standard output) as it comes, and each line is read with :func:`stop_reason`;
-    its standard error is left as it is. Returns ``(exit code, the last stop reason seen or None)``."""
+#: What Megatron-Core logs when the loop of its dynamic inference engine dies (``trace_async_exceptions`` in
+#: megatron/core/utils.py around ``DynamicInferenceEngine.run_engine_with_coordinator`` / ``run_engine``: "Exception
+#: in async function {name}: {error}"; tests/contract/test_nemo_rl_stops.py reads it there). NeMo RL's Megatron
+#: generation waits on that engine's requests with no timeout, so after this line the run hangs until the job's
+#: time limit: on one H100 (2026-12-06) a missing FlashAttention killed the engine at step 1 and NeMo RL waited on.
+ENGINE_DEATH = re.compile(r"Exception in async function (?P<fn>run_engine_with_coordinator|run_engine): "
+                          r"(?P<error>.*?)\s*$")
+#: Seconds :func:`run_entry` gives NeMo RL to end by itself after :data:`ENGINE_DEATH` before it stops the entry
+#: (ours: long enough for a worker's own clean-up and Ray's error to reach the driver, short against a job's hours).
+ENGINE_DEATH_GRACE_S = 120.0
+#: The entry's exit code after such a stop (a failure: requeueing would die the same way).
+ENGINE_DEATH_EXIT = 1
+
+
+def engine_death(line: str) -> str | None:
+    """The error of a :data:`ENGINE_DEATH` line (any prefix, such as Ray's ``(MegatronPolicyWorker pid=...)`` or a
+    logger's, allowed), None for any other line."""
+    m = ENGINE_DEATH.search(line)
+    return m.group("error") if m else None
+
+
+def run_entry(cmd: list[str], cwd: str, out=None, err=None,
+              grace: float = ENGINE_DEATH_GRACE_S) -> tuple[int, str | None]:
+    """Run NeMo RL's entry ``cmd`` in ``cwd``: its standard output and standard error are copied byte for byte to
+    ``out`` and ``err`` (binary streams; default this process's) as they come. Each line of standard output is read
+    with :func:`stop_reason`; each line of both with :func:`engine_death`: when Megatron-Core's inference engine has
+    died and the entry is still running ``grace`` seconds later, the entry is stopped (SIGTERM, SIGKILL 30 s later)
+    and one line says why. Returns ``(exit code, the last stop reason seen or None)``; after such a stop
+    ``(ENGINE_DEATH_EXIT, None)``."""
+    import threading
+
     out = out if out is not None else sys.stdout.buffer
+    err = err if err is not None else sys.stderr.buffer
     sys.stdout.flush()
+    sys.stderr.flush()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # the lines come as NeMo RL prints them, not at exit
     reason = None
-    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, env=env) as proc:
+    death: dict = {}
+    lock = threading.Lock()
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
+
+        def stop() -> None:
+            if proc.poll() is None:
+                death["stopped"] = True
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+        def scan(raw: bytes) -> None:
+            error = engine_death(raw.decode("utf-8", errors="replace"))
+            with lock:
+                if error is not None and "error" not in death:
+                    death["error"] = error
+                    death["timer"] = threading.Timer(grace, stop)
+                    death["timer"].daemon = True
+                    death["timer"].start()
+
+        def pump_err() -> None:
+            for raw in proc.stderr:
+                err.write(raw)
+                err.flush()
+                scan(raw)
+
+        reader = threading.Thread(target=pump_err, daemon=True)
+        reader.start()
         for raw in proc.stdout:
             out.write(raw)
             out.flush()
             reason = stop_reason(raw.decode("utf-8", errors="replace")) or reason
+            scan(raw)
         code = proc.wait()
+        reader.join(timeout=10)
+        with lock:
+            if "timer" in death:
+                death["timer"].cancel()
+    if death.get("stopped"):
+        print(f"NeMo RL stopped by nemotron: Megatron-Core's inference engine died ({death['error']}) and the run was "
+              f"still waiting on it {grace:.0f} s later (it would wait until the job's time limit); fix the cause in "
+              "the log above and submit again (saved steps are kept)", flush=True)
+        return ENGINE_DEATH_EXIT, None
     return code, reason
 
 
@@ -883,6 +951,7 @@ __all__ = [
     "PrecheckError",
     "converter_command",
     "deadline_stop",
+    "engine_death",
     "run_entry",
     "stop_reason",
     "entry_relpath",
