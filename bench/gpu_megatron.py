@@ -308,9 +308,14 @@ def convert_main(args: argparse.Namespace, out: Path, work: Path, summary: dict)
     return 0 if run["rc"] == 0 and isinstance(check, dict) and check.get("passed") and check["logits"].get("ran") else 1
 
 
-def overrides(blend: Path, ckpt: Path, iters: int, save_interval: int | None = None) -> list[str]:
+def overrides(blend: Path, ckpt: Path, iters: int, save_interval: int | None = None,
+              fused_mamba: bool = False) -> list[str]:
+    """The pretrain job's overrides: :data:`ONE_GPU` with the blend, checkpoint folder and length; ``fused_mamba``
+    keeps Megatron-Core's fused Mamba path (the recipe's default; it needs causal-conv1d's extension,
+    ``gpu_stack.sh install-conv1d``) instead of the unfused one :data:`ONE_GPU` picks."""
     extra = [f"checkpoint.save_interval={save_interval}"] if save_interval else []
-    return [*ONE_GPU, f"data.per_split_data_args_path={blend}", f"checkpoint.save={ckpt}",
+    base = [o for o in ONE_GPU if not (fused_mamba and o.startswith("+model.use_mamba_mem_eff_path="))]
+    return [*base, f"data.per_split_data_args_path={blend}", f"checkpoint.save={ckpt}",
             f"train.train_iters={iters}", f"scheduler.lr_decay_iters={iters}",
             f"scheduler.lr_wsd_decay_iters={max(1, iters // 5)}", *extra]
 
@@ -431,6 +436,8 @@ def main() -> int:
                          "reloaded and compared with WORK/hf")
     ap.add_argument("--packed", type=Path, default=None, help="sft: the folder of `nemotron ultra3 data prep sft -c tiny`")
     ap.add_argument("--pretrain-iters", type=int, default=10, help="sft: steps of the pretrain run it starts from")
+    ap.add_argument("--fused-mamba", action="store_true",
+                    help="pretrain: Megatron-Core's fused Mamba path (needs gpu_stack.sh install-conv1d first)")
     ap.add_argument("--pretrain-if-none", action="store_true",
                     help="convert: when WORK holds no checkpoint, make the pretrain one first (--pretrain-iters steps) "
                          "and convert that")
@@ -479,7 +486,8 @@ def main() -> int:
         job_args = lambda ckpt: sft_overrides(packed, pre, ckpt, args.iters)  # noqa: E731
     else:
         tokens_per_step, micro, gbs, seq = 16 * 1024, 4, 16, 1024
-        job_args = lambda ckpt: overrides(blend, ckpt, args.iters)  # noqa: E731
+        job_args = lambda ckpt: overrides(blend, ckpt, args.iters, fused_mamba=args.fused_mamba)  # noqa: E731
+        summary["mamba_path"] = "fused (causal-conv1d)" if args.fused_mamba else "unfused (use_mamba_mem_eff_path=false)"
     summary["stage"] = stage_name
     summary["estimate_gb"] = estimate(blend, work / "ref", args.iters, out, stage_name, job_args(work / "ref"))
     if "reference" not in skip:
