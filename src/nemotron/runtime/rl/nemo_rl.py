@@ -5,7 +5,8 @@ the NeMo RL container, on the Ray head of the job's Ray cluster:
 
 1. :func:`precheck` — before anything heavy, one line per problem: NeMo RL and the generation backend
    (``policy.generation.backend``: vLLM, SGLang, or Megatron-Bridge for Megatron generation) importable (Megatron
-   generation also needs ``flashinfer`` and a FlashAttention that Megatron-Core's dynamic batching accepts), every
+   generation also needs a FlashAttention that Megatron-Core's dynamic batching accepts, and ``flashinfer`` for a
+   16-bit policy), every
    checkpoint path (policy, tokenizer, each teacher) present, the GPUs visible on this node equal to
    ``cluster.gpus_per_node``. Any problem: the lines are printed and the stage exits 1.
 2. :func:`v4_views` — a policy or teacher checkpoint whose ``config.json`` is in the transformers-v5
@@ -153,7 +154,7 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
     (:func:`generation_modules`: ``vllm`` for ``policy.generation.backend: vllm``, ``megatron.bridge`` for
     ``megatron``, ...; the NeMo RL container, ``stages/images.toml`` ``nemo-rl``); for ``megatron``, what
     Megatron-Core's dynamic inference engine needs at generation time (:func:`megatron_generation_problems`:
-    ``flashinfer``, a FlashAttention its dynamic batching accepts; ``installed``: ``{distribution: version or
+    ``flashinfer`` for a 16-bit policy, a FlashAttention its dynamic batching accepts; ``installed``: ``{distribution: version or
     None}`` for :data:`FA_DISTS`, default read with importlib.metadata); each local checkpoint path of :func:`checkpoint_paths` exists and
     holds a ``config.json``; the data files (``data.train/validation.data_path``) exist, the validation file not
     empty while the run validates (:func:`nemotron.runtime.rl.val_split.empty_validation`); ``gpus`` equals ``cluster.gpus_per_node`` (NeMo RL places
@@ -223,29 +224,34 @@ def generation_modules(cfg: dict) -> tuple[str, ...]:
 
 
 #: What Megatron generation (``policy.generation.backend: megatron``) needs beyond its module, found on the GPU
-#: (2026-12-06) and read in the pinned sources. It is always Megatron-Core's dynamic engine: NeMo RL's
+#: (2026-12-06) and read in the sources. It is always Megatron-Core's dynamic engine: NeMo RL's
 #: ``nemo_rl/models/generation/megatron/megatron_worker.py`` (7ea279a) builds a ``DynamicInferenceContext`` and a
 #: ``DynamicInferenceEngine`` and sets ``flash_decode = False`` (the static engine's path); no key selects another.
-#: That worker passes ``sampling_backend="flashinfer"`` (every precision) and ``use_flashinfer_fused_rope`` for a
-#: float16/bfloat16 model (``policy.precision``); Megatron-Core (c8288b6) imports ``flashinfer`` for the first
-#: (``inference/config.py`` ``InferenceConfig.__post_init__``) and asserts it for the second
-#: (``inference/contexts/dynamic_context.py``: "flashinfer is not installed").
+#: That worker sets ``use_flashinfer_fused_rope`` for a float16/bfloat16 model (``policy.precision``), and
+#: Megatron-Core's ``DynamicInferenceContext.__init__`` then asserts flashinfer ("flashinfer is not installed";
+#: inference/contexts/dynamic_context.py, in c8288b6 and in 14346b6). It also asks for ``sampling_backend="flashinfer"``
+#: at every precision: Megatron-Core 14346b6 (NeMo RL 7ea279a's own Megatron-LM, megatron-core 0.20.0, the nemo-rl
+#: image) falls back to torch sampling with a warning without it (c8288b6 raises instead), so a float32 policy is
+#: not refused here.
 FLASHINFER_MODULE = "flashinfer"
+#: The ``policy.precision`` values that turn the fused RoPE on (NeMo RL's ``_apply_precision_config``: params_dtype).
+FUSED_ROPE_PRECISIONS = ("bfloat16", "float16")
 
-#: The FlashAttention Megatron-Core's ``Attention.forward`` asserts for dynamic batching (transformer/attention.py,
-#: c8288b6: ``HAVE_FA4 or HAVE_FA3 or is_fa_min_version("2.7.3")``; every NemotronH has attention layers):
-#: FlashAttention 2 (distribution ``flash-attn``) at :data:`FA2_MIN_VERSION` or later, or FA3 (a module of
+#: The FlashAttention Megatron-Core's ``Attention.forward`` asserts for dynamic batching (transformer/attention.py:
+#: ``HAVE_FA4 or HAVE_FA3 or is_fa_min_version("2.7.3")``, in c8288b6 and 14346b6; every NemotronH has attention
+#: layers): FlashAttention 2 (distribution ``flash-attn``) at :data:`FA2_MIN_VERSION` or later, or FA3 (a module of
 #: :data:`FA3_MODULES`), or FA4 (``flash_attn.cute`` of the ``flash-attn-4`` distribution, at
 #: :data:`FA4_MIN_VERSION` or later).
 FA2_DIST, FA4_DIST = "flash-attn", "flash-attn-4"
 FA_DISTS = (FA2_DIST, FA4_DIST)
-#: ``is_fa_min_version("2.7.3")`` in Megatron-Core's ``Attention.forward`` (c8288b6; tests/contract/test_nemo_rl_generation.py).
+#: ``is_fa_min_version("2.7.3")`` in Megatron-Core's ``Attention.forward`` (tests/contract/test_nemo_rl_generation.py).
 FA2_MIN_VERSION = "2.7.3"
-#: The FA3 modules Megatron-Core tries, in its order (transformer/attention.py, c8288b6).
+#: The FA3 modules Megatron-Core tries, in its order (transformer/attention.py).
 FA3_MODULES = ("flash_attn_3.flash_attn_interface", "flashattn_hopper.flash_attn_interface")
-#: The lowest ``flash-attn-4`` we accept as FA4. Source: the 2026-12-06 GPU finding (docs/gpu_run.md); Megatron-Core
-#: c8288b6 itself only imports ``flash_attn.cute.flash_attn_varlen_func`` and states no version (the contract test
-#: fails when it starts to name one that is not this).
+#: The lowest ``flash-attn-4`` that counts as FA4: ``_MIN_FA4_VERSION`` of Megatron-Core 14346b6's
+#: transformer/attention.py (NeMo RL 7ea279a's Megatron-LM; read from the distribution's metadata, as here).
+#: The pinned archive's c8288b6 states none (any ``flash_attn.cute`` import counts); the contract test fails when
+#: it names one that is not this.
 FA4_MIN_VERSION = "4.0.0b20"
 #: The versions NeMo RL's ``mcore`` extra pins (pyproject.toml, 7ea279a), named in the fixes (contract-tested).
 MCORE_EXTRA_PINS = {"flash-attn": "2.8.1", "flashinfer-python": "0.6.8.post1"}
@@ -253,8 +259,8 @@ MCORE_EXTRA_PINS = {"flash-attn": "2.8.1", "flashinfer-python": "0.6.8.post1"}
 
 def megatron_generation_problems(cfg: dict, importable=None, installed=None) -> list[str]:
     """For ``policy.generation.backend: megatron`` (case-insensitive), one line per runtime need of
-    Megatron-Core's dynamic engine that this Python lacks (:data:`FLASHINFER_MODULE`, then a FlashAttention of
-    :func:`flash_attention_problem`); other backends: ``[]``.
+    Megatron-Core's dynamic engine that this Python lacks (:data:`FLASHINFER_MODULE` for a ``policy.precision`` of
+    :data:`FUSED_ROPE_PRECISIONS`, then a FlashAttention of :func:`flash_attention_problem`); other backends: ``[]``.
 
     ``importable(module) -> bool`` (default :func:`nemotron.runtime.dispatch._importable`: ``find_spec``, no
     import of a top-level module); ``installed``: ``{distribution: version or None}`` for :data:`FA_DISTS`
@@ -265,15 +271,14 @@ def megatron_generation_problems(cfg: dict, importable=None, installed=None) -> 
     if importable is None:
         from nemotron.runtime.dispatch import _importable as importable
     problems = []
-    if not importable(FLASHINFER_MODULE):
-        precision = _get(cfg, "policy.precision")
-        rope = (f" and its fused RoPE for policy.precision={precision} (Megatron-Core's DynamicInferenceContext "
-                "asserts \"flashinfer is not installed\")") if str(precision) in ("bfloat16", "float16") else ""
+    precision = _get(cfg, "policy.precision")
+    if str(precision) in FUSED_ROPE_PRECISIONS and not importable(FLASHINFER_MODULE):
         problems.append(
-            f"policy.generation.backend=megatron: {FLASHINFER_MODULE} is not importable here; NeMo RL's Megatron "
-            f"generation asks Megatron-Core's dynamic engine for flashinfer sampling (sampling_backend='flashinfer'){rope}; "
-            f"install flashinfer-python in the image (NeMo RL's mcore extra pins "
-            f"{MCORE_EXTRA_PINS['flashinfer-python']}), or generate with vLLM (policy.generation.backend=vllm)")
+            f"policy.generation.backend=megatron with policy.precision={precision}: {FLASHINFER_MODULE} is not "
+            "importable here; NeMo RL's Megatron generation turns on flashinfer's fused RoPE for a 16-bit model and "
+            "Megatron-Core's DynamicInferenceContext asserts \"flashinfer is not installed\" in step 1's generation; "
+            f"install flashinfer-python in the image (NeMo RL's mcore extra pins {MCORE_EXTRA_PINS['flashinfer-python']}), "
+            "or generate with vLLM (policy.generation.backend=vllm)")
     if installed is None:
         installed = prestart.installed_versions({d: d for d in FA_DISTS})
     if (fa := flash_attention_problem(importable, installed)) is not None:
