@@ -11,7 +11,8 @@ What runs is the job the Ray head of a cluster job runs for ``nemotron ultra3 rl
   vLLM —, 2 prompts x 4 generations a step, 4 steps, a checkpoint every 2) and the inputs as paths
   (:func:`rl_overrides`: this machine has no artifact store); extra ``KEY=VALUE`` arguments go last;
 * the entry: ``stages/ultra3/rlvr/run.py --config train.yaml`` (``backend: nemo-rl``), i.e.
-  :func:`nemotron.runtime.rl.nemo_rl.rlvr_main`: our precheck (NeMo RL and Megatron-Bridge importable, the policy
+  :func:`nemotron.runtime.rl.nemo_rl.rlvr_main`: our precheck (NeMo RL and Megatron-Bridge importable, flashinfer
+  and a FlashAttention Megatron-Core's dynamic batching accepts — the two stops of 2026-12-06 —, the policy
   folder, the data files, the GPU count, the host RAM of the export), the v4 view of the policy's ``config.json``,
   the translation, NeMo RL's own ``examples/run_grpo.py`` as a child process, then :func:`~nemotron.runtime.rl.
   nemo_rl.finish` (NeMo RL's converter turns the newest ``step_N`` into ``hf/step_N``, linked from ``hf/latest``);

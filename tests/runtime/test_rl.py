@@ -780,6 +780,76 @@ def test_precheck_requires_the_generation_backend_the_config_names(tmp_path):
     assert nemo_rl.generation_modules({"policy": {"generation": {}}}) == ("vllm",)  # NeMo RL's default backend
 
 
+#: A FlashAttention 2 that Megatron-Core's dynamic batching accepts (NeMo RL's mcore extra pins 2.8.1), no FA4.
+FA_OK = {"flash-attn": "2.8.1", "flash-attn-4": None}
+
+
+def test_megatron_generation_requires_flashinfer_and_a_flash_attention(tmp_path):
+    """``policy.generation.backend: megatron`` runs Megatron-Core's dynamic engine, which needs ``flashinfer``
+    (fused RoPE for a 16-bit policy) and FlashAttention 2 >= 2.7.3, FA3 or FA4 (the two stops of the
+    2026-12-06 GPU run): each missing one is one line with its fix; vLLM and SGLang runs are not asked for either."""
+    ckpt = _checkpoint(tmp_path / "ckpt", "v4")
+    ram = lambda: (10**12, "a 1 TB node")  # noqa: E731
+    cfg, _, _ = checked("rlvr", "tiny", {"policy.model_name": str(ckpt), "policy.generation.backend": "megatron"})
+    assert cfg["policy"]["precision"] == "bfloat16"
+    no_fa3 = lambda m: m.split(".")[0] not in ("flash_attn_3", "flashattn_hopper")  # noqa: E731
+
+    def run(importable=no_fa3, installed=FA_OK, c=cfg):
+        return nemo_rl.precheck(c, importable=importable, gpus=8, host_memory=ram, installed=installed)
+
+    assert run() == []
+    [line] = run(importable=lambda m: no_fa3(m) and m != "flashinfer")
+    assert line.startswith("policy.generation.backend=megatron with policy.precision=bfloat16: flashinfer is not "
+                           "importable here")
+    assert "fused RoPE" in line and "install flashinfer-python" in line and "0.6.8.post1" in line
+    assert "\n" not in line
+    fp16 = {**cfg, "policy": {**cfg["policy"], "precision": "float16"}}
+    assert len(run(importable=lambda m: m != "flashinfer", c=fp16)) == 1
+    # float32: no fused RoPE; NeMo RL's Megatron-Core (14346b6) then samples with torch when flashinfer is absent
+    fp32 = {**cfg, "policy": {**cfg["policy"], "precision": "float32"}}
+    assert run(importable=lambda m: m != "flashinfer", c=fp32) == []
+    # FlashAttention: FA2 below 2.7.3 is refused naming its version; none at all names what was looked for
+    [line] = run(installed={"flash-attn": "2.7.2", "flash-attn-4": None})
+    assert line.startswith("policy.generation.backend=megatron: Megatron-Core's dynamic batching")
+    assert "flash-attn 2.7.2 is installed, below 2.7.3" in line and "install flash-attn>=2.7.3" in line
+    [line] = run(installed={"flash-attn": None, "flash-attn-4": None})
+    assert "none is installed here (neither flash-attn nor flash-attn-4, nor flash_attn_3 / flashattn_hopper)" in line
+    # FA4: a beta at or past the minimum is enough, an older one is refused by name; FA3 is enough alone
+    assert run(installed={"flash-attn": None, "flash-attn-4": nemo_rl.FA4_MIN_VERSION}) == []
+    assert run(installed={"flash-attn": None, "flash-attn-4": "4.0.0b36"}) == []
+    [line] = run(installed={"flash-attn": None, "flash-attn-4": "4.0.0b5"})
+    assert f"flash-attn-4 4.0.0b5 is installed, below {nemo_rl.FA4_MIN_VERSION}" in line
+    assert run(importable=lambda m: m != "flashattn_hopper.flash_attn_interface",
+               installed={"flash-attn": "2.6.3", "flash-attn-4": None}) == []  # flash_attn_3 present
+    assert run(importable=lambda m: m != "flash_attn_3.flash_attn_interface",
+               installed={"flash-attn": None, "flash-attn-4": None}) == []  # flashattn_hopper present
+    # 2.7.3 itself passes (Megatron-Core's is_fa_min_version compares with >=); a version that does not parse fails
+    assert run(installed={"flash-attn": "2.7.3", "flash-attn-4": None}) == []
+    assert len(run(installed={"flash-attn": "two", "flash-attn-4": None})) == 1
+    # both missing: two lines; vLLM and SGLang are not asked for either (their own engines)
+    assert len(run(importable=lambda m: no_fa3(m) and m != "flashinfer", installed={})) == 2
+    for backend in ("vllm", "sglang"):
+        other, _, _ = checked("rlvr", "tiny", {"policy.model_name": str(ckpt), "policy.generation.backend": backend})
+        assert run(importable=lambda m: no_fa3(m) and m != "flashinfer", installed={}, c=other) == []
+
+
+def test_megatron_generation_reads_installed_versions_without_importing(tmp_path, monkeypatch):
+    """Without ``installed`` the precheck reads the FlashAttention versions from the distributions' metadata
+    (importlib.metadata): a real ``flash-attn`` 2.5.0 dist-info folder on ``sys.path`` is refused by its
+    version, without any ``flash_attn`` module to import."""
+    import sys
+
+    site = tmp_path / "site"
+    dist = site / "flash_attn-2.5.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.5.0\n")
+    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
+    cfg = {"policy": {"generation": {"backend": "megatron"}, "precision": "bfloat16"}}
+    [line] = nemo_rl.megatron_generation_problems(cfg, importable=lambda m: m == "flashinfer")
+    assert "flash-attn 2.5.0 is installed, below 2.7.3" in line
+    assert "flash_attn" not in sys.modules
+
+
 def nemotron_src() -> str:
     """The folder this test imports ``nemotron`` from, so that a child Python runs the same source."""
     import nemotron

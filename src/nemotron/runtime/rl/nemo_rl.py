@@ -4,7 +4,9 @@ What the entry script (``stages/ultra3/{rlvr,mopd}/run.py``, through :mod:`nemot
 the NeMo RL container, on the Ray head of the job's Ray cluster:
 
 1. :func:`precheck` — before anything heavy, one line per problem: NeMo RL and the generation backend
-   (``policy.generation.backend``: vLLM, SGLang, or Megatron-Bridge for Megatron generation) importable, every
+   (``policy.generation.backend``: vLLM, SGLang, or Megatron-Bridge for Megatron generation) importable (Megatron
+   generation also needs a FlashAttention that Megatron-Core's dynamic batching accepts, and ``flashinfer`` for a
+   16-bit policy), every
    checkpoint path (policy, tokenizer, each teacher) present, the GPUs visible on this node equal to
    ``cluster.gpus_per_node``. Any problem: the lines are printed and the stage exits 1.
 2. :func:`v4_views` — a policy or teacher checkpoint whose ``config.json`` is in the transformers-v5
@@ -144,13 +146,16 @@ def is_local_path(value: str) -> bool:
 
 # ------------------------------------------------------------------------------------ checks
 def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path | None = None,
-             host_memory=None) -> list[str]:
+             host_memory=None, installed=None) -> list[str]:
     """Every reason the cluster run cannot start here, one line each (empty: ready).
 
     ``importable(module) -> bool`` and ``gpus`` (GPUs visible on this node) default to the real ones;
     tests pass their own. Checks: ``nemo_rl`` and the generation backend's module importable
     (:func:`generation_modules`: ``vllm`` for ``policy.generation.backend: vllm``, ``megatron.bridge`` for
-    ``megatron``, ...; the NeMo RL container, ``stages/images.toml`` ``nemo-rl``); each local checkpoint path of :func:`checkpoint_paths` exists and
+    ``megatron``, ...; the NeMo RL container, ``stages/images.toml`` ``nemo-rl``); for ``megatron``, what
+    Megatron-Core's dynamic inference engine needs at generation time (:func:`megatron_generation_problems`:
+    ``flashinfer`` for a 16-bit policy, a FlashAttention its dynamic batching accepts; ``installed``: ``{distribution: version or
+    None}`` for :data:`FA_DISTS`, default read with importlib.metadata); each local checkpoint path of :func:`checkpoint_paths` exists and
     holds a ``config.json``; the data files (``data.train/validation.data_path``) exist, the validation file not
     empty while the run validates (:func:`nemotron.runtime.rl.val_split.empty_validation`); ``gpus`` equals ``cluster.gpus_per_node`` (NeMo RL places
     ``cluster.num_nodes`` x that many GPUs with Ray placement groups; a node that shows fewer cannot
@@ -167,6 +172,7 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
     for module in ("nemo_rl", *generation_modules(cfg)):
         if not importable(module):
             problems.append(_not_available(module, image))
+    problems += megatron_generation_problems(cfg, importable, installed)
     if checkout is None and importable("nemo_rl"):
         checkout = _checkout_root()
     if checkout is not None:
@@ -215,6 +221,107 @@ def generation_modules(cfg: dict) -> tuple[str, ...]:
     (``grpo.py``: ``assert backend in (...)``)."""
     backend = str(_get(cfg, "policy.generation.backend") or "vllm").lower()
     return GENERATION_MODULES.get(backend, ())
+
+
+#: What Megatron generation (``policy.generation.backend: megatron``) needs beyond its module, found on the GPU
+#: (2026-12-06) and read in the sources. It is always Megatron-Core's dynamic engine: NeMo RL's
+#: ``nemo_rl/models/generation/megatron/megatron_worker.py`` (7ea279a) builds a ``DynamicInferenceContext`` and a
+#: ``DynamicInferenceEngine`` and sets ``flash_decode = False`` (the static engine's path); no key selects another.
+#: That worker sets ``use_flashinfer_fused_rope`` for a float16/bfloat16 model (``policy.precision``), and
+#: Megatron-Core's ``DynamicInferenceContext.__init__`` then asserts flashinfer ("flashinfer is not installed";
+#: inference/contexts/dynamic_context.py, in c8288b6 and in 14346b6). It also asks for ``sampling_backend="flashinfer"``
+#: at every precision: Megatron-Core 14346b6 (NeMo RL 7ea279a's own Megatron-LM, megatron-core 0.20.0, the nemo-rl
+#: image) falls back to torch sampling with a warning without it (c8288b6 raises instead), so a float32 policy is
+#: not refused here.
+FLASHINFER_MODULE = "flashinfer"
+#: The ``policy.precision`` values that turn the fused RoPE on (NeMo RL's ``_apply_precision_config``: params_dtype).
+FUSED_ROPE_PRECISIONS = ("bfloat16", "float16")
+
+#: The FlashAttention Megatron-Core's ``Attention.forward`` asserts for dynamic batching (transformer/attention.py:
+#: ``HAVE_FA4 or HAVE_FA3 or is_fa_min_version("2.7.3")``, in c8288b6 and 14346b6; every NemotronH has attention
+#: layers): FlashAttention 2 (distribution ``flash-attn``) at :data:`FA2_MIN_VERSION` or later, or FA3 (a module of
+#: :data:`FA3_MODULES`), or FA4 (``flash_attn.cute`` of the ``flash-attn-4`` distribution, at
+#: :data:`FA4_MIN_VERSION` or later).
+FA2_DIST, FA4_DIST = "flash-attn", "flash-attn-4"
+FA_DISTS = (FA2_DIST, FA4_DIST)
+#: ``is_fa_min_version("2.7.3")`` in Megatron-Core's ``Attention.forward`` (tests/contract/test_nemo_rl_generation.py).
+FA2_MIN_VERSION = "2.7.3"
+#: The FA3 modules Megatron-Core tries, in its order (transformer/attention.py).
+FA3_MODULES = ("flash_attn_3.flash_attn_interface", "flashattn_hopper.flash_attn_interface")
+#: The lowest ``flash-attn-4`` that counts as FA4: ``_MIN_FA4_VERSION`` of Megatron-Core 14346b6's
+#: transformer/attention.py (NeMo RL 7ea279a's Megatron-LM; read from the distribution's metadata, as here).
+#: The pinned archive's c8288b6 states none (any ``flash_attn.cute`` import counts); the contract test fails when
+#: it names one that is not this.
+FA4_MIN_VERSION = "4.0.0b20"
+#: The versions NeMo RL's ``mcore`` extra pins (pyproject.toml, 7ea279a), named in the fixes (contract-tested).
+MCORE_EXTRA_PINS = {"flash-attn": "2.8.1", "flashinfer-python": "0.6.8.post1"}
+
+
+def megatron_generation_problems(cfg: dict, importable=None, installed=None) -> list[str]:
+    """For ``policy.generation.backend: megatron`` (case-insensitive), one line per runtime need of
+    Megatron-Core's dynamic engine that this Python lacks (:data:`FLASHINFER_MODULE` for a ``policy.precision`` of
+    :data:`FUSED_ROPE_PRECISIONS`, then a FlashAttention of :func:`flash_attention_problem`); other backends: ``[]``.
+
+    ``importable(module) -> bool`` (default :func:`nemotron.runtime.dispatch._importable`: ``find_spec``, no
+    import of a top-level module); ``installed``: ``{distribution: version or None}`` for :data:`FA_DISTS`
+    (default: importlib.metadata, no import). Cheap: the FA3 modules are looked up only when no FlashAttention
+    distribution is new enough."""
+    if str(_get(cfg, "policy.generation.backend") or "vllm").lower() != "megatron":
+        return []
+    if importable is None:
+        from nemotron.runtime.dispatch import _importable as importable
+    problems = []
+    precision = _get(cfg, "policy.precision")
+    if str(precision) in FUSED_ROPE_PRECISIONS and not importable(FLASHINFER_MODULE):
+        problems.append(
+            f"policy.generation.backend=megatron with policy.precision={precision}: {FLASHINFER_MODULE} is not "
+            "importable here; NeMo RL's Megatron generation turns on flashinfer's fused RoPE for a 16-bit model and "
+            "Megatron-Core's DynamicInferenceContext asserts \"flashinfer is not installed\" in step 1's generation; "
+            f"install flashinfer-python in the image (NeMo RL's mcore extra pins {MCORE_EXTRA_PINS['flashinfer-python']}), "
+            "or generate with vLLM (policy.generation.backend=vllm)")
+    if installed is None:
+        installed = prestart.installed_versions({d: d for d in FA_DISTS})
+    if (fa := flash_attention_problem(importable, installed)) is not None:
+        problems.append(fa)
+    return problems
+
+
+def flash_attention_problem(importable, installed) -> str | None:
+    """``None`` when Megatron-Core's dynamic batching has a FlashAttention here (its own three-way test,
+    transformer/attention.py: FA4, FA3 or FA2 >= 2.7.3), else one line naming what was found and the fix.
+
+    ``installed``: ``{distribution: version or None}`` (:data:`FA_DISTS`); ``importable(module) -> bool`` for
+    :data:`FA3_MODULES`. Versions compare by PEP 440 (``packaging``, as Megatron-Core's ``is_fa_min_version``;
+    a version that does not parse counts as too old)."""
+    fa4, fa2 = installed.get(FA4_DIST), installed.get(FA2_DIST)
+    if fa4 is not None and _at_least(fa4, FA4_MIN_VERSION):
+        return None
+    if fa2 is not None and _at_least(fa2, FA2_MIN_VERSION):
+        return None
+    if any(importable(m) for m in FA3_MODULES):
+        return None
+    found = []
+    if fa2 is not None:
+        found.append(f"{FA2_DIST} {fa2} is installed, below {FA2_MIN_VERSION}")
+    if fa4 is not None:
+        found.append(f"{FA4_DIST} {fa4} is installed, below {FA4_MIN_VERSION}")
+    have = "; ".join(found) if found else (f"none is installed here (neither {FA2_DIST} nor {FA4_DIST}, nor "
+                                           f"{' / '.join(m.split('.')[0] for m in FA3_MODULES)})")
+    return (f"policy.generation.backend=megatron: Megatron-Core's dynamic batching (NeMo RL's Megatron generation) "
+            f"asserts FlashAttention 2 >= {FA2_MIN_VERSION}, FA3 or FA4 for the model's attention layers; {have}; "
+            f"install {FA2_DIST}>={FA2_MIN_VERSION} in the image (NeMo RL's mcore extra pins "
+            f"{MCORE_EXTRA_PINS['flash-attn']}), or FA3 ({FA3_MODULES[0].split('.')[0]}), or {FA4_DIST}>={FA4_MIN_VERSION}")
+
+
+def _at_least(have: str, minimum: str) -> bool:
+    """``have >= minimum`` by PEP 440 (``packaging.version``, which Megatron-Core needs for the same test); a
+    version that does not parse: False."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(have) >= Version(minimum)
+    except InvalidVersion:
+        return False
 
 
 def export_memory_problems(cfg: dict, host_memory=None) -> list[str]:
@@ -956,6 +1063,7 @@ __all__ = [
     "stop_reason",
     "entry_relpath",
     "finish",
+    "flash_attention_problem",
     "generation_modules",
     "gym_agent",
     "gym_data",
@@ -971,6 +1079,7 @@ __all__ = [
     "eval_data",
     "eval_main",
     "launch",
+    "megatron_generation_problems",
     "mopd_main",
     "precheck",
     "rlvr_main",
