@@ -29,7 +29,10 @@ What runs (in the contract interpreter, a fresh process: see the stand-ins):
 7. Model Optimizer 0.47's ``mtq.quantize`` with the ``ultra`` recipe's ``quant_cfg`` and calibration off
    (``algorithm: None``): the quantizers it inserts and which the recipe enables; then the recipe's own calibration
    algorithm (``mtq.calibrate``, MSE, no forward loop: weights only), which stops on a CPU: its NVFP4 static-block
-   fake quantization is a Triton kernel ("static_blockwise_fp4_fake_quant requires triton").
+   fake quantization is a Triton kernel ("static_blockwise_fp4_fake_quant requires triton");
+8. ``mtq.quantize`` of a fresh model with the recipe less its NVFP4 entries (its FP8 part: Mamba projections and
+   shared experts), MSE algorithm kept, no forward loop: it runs on the CPU, and a fake-quantized weight is compared
+   with torch's own E4M3 round trip.
 
 Stand-ins, each only for code with no CPU build:
 
@@ -297,6 +300,25 @@ if __name__ == "__main__":
                 res["recipe_calibration"] = "ran"
             except BaseException as exc:
                 res["recipe_calibration"] = f"{type(exc).__name__}: {exc}"[:400]
+            stop = "mtq.quantize (the recipe's FP8 part)"
+            # the recipe without its NVFP4 entries (num_bits (2, 1): Triton only), its MSE algorithm kept, on a fresh
+            # model: the calibration of the weights runs on a CPU (no forward loop)
+            recipe = plan["modelopt_config"]
+            fp8_only = {**recipe, "quant_cfg": [e for e in recipe["quant_cfg"]
+                                                if list((e.get("cfg") or {}).get("num_bits", [])) != [2, 1]]}
+            initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+            torch.manual_seed(0)
+            fresh = qc.calibration_model(provider, use_cpu_initialization=True)[0]
+            mtq.quantize(fresh, fp8_only, None)
+            lin = fresh.decoder.layers[1].mlp.shared_experts.linear_fc1
+            w, wq = lin.weight.detach().float(), lin.weight_quantizer
+            amax = float(wq.amax)
+            out = wq(lin.weight.detach()).float()
+            e4m3 = (w * (448.0 / amax)).to(torch.float8_e4m3fn).float() * (amax / 448.0)   # E4M3's largest: 448
+            res["fp8"] = {"enabled": sorted(n for n, mod in fresh.named_modules()
+                                            if type(mod).__name__ == "TensorQuantizer" and mod.is_enabled),
+                          "amax": amax, "weight_absmax": float(w.abs().max()),
+                          "changed": float((out - w).abs().max()), "vs_e4m3": float((out - e4m3).abs().max())}
         stop = None
     except BaseException as exc:
         res["error"] = f"{stop}: {type(exc).__name__}: {exc}"[:1500]
@@ -410,3 +432,19 @@ def test_model_optimizer_inserts_the_recipes_quantizers_and_stops_at_calibration
     assert not any(".output_quantizer" in n for n in on)
     assert not any("bmm_quantizer" in n for n in q)   # Model Optimizer puts them on TE's attention (not built here)
     assert "requires triton" in built["recipe_calibration"], built["recipe_calibration"]
+
+
+def test_the_recipes_fp8_part_calibrates_and_fake_quantizes_on_a_cpu(built):
+    """The ``ultra`` recipe without its NVFP4 entries (the experts'), its MSE algorithm kept, through ``mtq.quantize``
+    on a fresh model with no forward loop (weights only): the FP8 quantizers of the Mamba projections and shared
+    experts are on (and nothing else), the MSE search picks an amax among the recipe's multipliers of the weight's
+    absolute maximum (``start_multiplier`` 1.0 to ``stop_multiplier`` 1.5 by ``step_size`` 0.5), and the fake-quantized
+    weight is exactly torch's own E4M3 round trip at that scale (448: E4M3's largest finite value)."""
+    assert "error" not in built, built.get("traceback")
+    fp8 = built["fp8"]
+    kinds = {n.split(".", 3)[3] for n in fp8["enabled"]}
+    assert kinds == {f"{m}.{q}_quantizer" for m in ("mixer.in_proj", "mixer.out_proj", "mlp.shared_experts.linear_fc1",
+                                                     "mlp.shared_experts.linear_fc2") for q in ("input", "weight")}
+    assert all(n.startswith("decoder.") for n in fp8["enabled"])
+    assert any(abs(fp8["amax"] - m * fp8["weight_absmax"]) < 1e-6 for m in (1.0, 1.5)), fp8
+    assert fp8["changed"] > 0 and fp8["vs_e4m3"] == 0.0, fp8
