@@ -165,11 +165,11 @@ def calibration_provider(bridge: Any, plan: dict[str, Any]) -> Any:
 
     ``bridge``: ``AutoBridge.from_hf_pretrained(plan["source"])``; ``plan``: :func:`cluster_plan`'s (its
     ``calibration_layout``, ``model.*`` parallel sizes, is set on the provider). Returns the
-    ``MambaModelProvider`` after ``finalize()``; the caller initializes model parallelism and calls
-    ``provide_distributed_model``. Besides the layout (each setting found on the GPU, docs/gpu_run.md):
-    BF16 pipeline dtype; MoE permute fusion off (as Megatron-Bridge's PTQ example); the Model Optimizer spec with a
-    local MTP block (:func:`modelopt_stack_spec`); and the three switches below. Tested on the CPU by
-    tests/contract/test_quantize_model.py.
+    ``MambaModelProvider`` after ``finalize()`` (which raises ``ValueError`` / ``AssertionError`` from Megatron-Core's
+    config checks); the caller initializes model parallelism and builds the model with :func:`calibration_model`.
+    Besides the layout: BF16 pipeline dtype and MoE permute fusion off (as Megatron-Bridge's PTQ example), the Model
+    Optimizer spec with a local MTP block (:func:`modelopt_stack_spec`), and three switches each found by a GPU run
+    (docs/gpu_run.md; said below). Tested on the CPU by tests/contract/test_quantize_model.py.
     """
     import torch
     from megatron.core.transformer.enums import AttnBackend
