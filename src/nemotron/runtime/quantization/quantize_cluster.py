@@ -1,7 +1,20 @@
 """``backend: megatron-bridge`` of ``nemotron ultra3 quantize``: Model Optimizer PTQ of the Megatron-Core
-model under torchrun, inside the NeMo container. NOT RUN ANYWHERE YET (it needs GPUs, Megatron-Bridge
-and Transformer Engine); the checks before it and the config translation it uses
-(:func:`nemotron.runtime.quantization.quant_config.cluster_plan`) are tested here.
+model under torchrun, inside the NeMo container.
+
+Where it stands: ``quantize -c tiny`` ran on one H100 (2026-12-06, docs/gpu_run.md) three times, each stopping at
+a new place, each fixed here: Model Optimizer's spec without an MTP block, on the SFT export (:func:`modelopt_stack_spec`
+adds a local one; not rerun with MTP on a GPU), then, on a fresh ``small`` without MTP (the model built, its 201
+weights loaded, Model Optimizer inserted 489 quantizers), calibration's ``megatron_generate`` on shared-expert overlap with latent MoE (turned off), then
+calibration's attention: Transformer Engine found no backend under the Mamba provider's default ``flash`` (now
+``fused``). That last fix has NOT run on a GPU yet, so calibration, the save, the generation and the export have
+not either. On the CPU (tests/contract/test_quantize_model.py, upstream's code at our pins): the provider as
+:func:`calibration_provider` builds it, the model as :func:`calibration_model` builds it from an HF folder (every
+weight, MTP included, equal to the file's), the three fixes, and Model Optimizer's quantizer insertion. That test
+also found that Megatron-Bridge 4588417's NemotronH mappings lack the local names of the MTP block's inner layers,
+so its HF load stops there (:func:`modelopt_mtp_mappings` adds them) — although the GPU run reported every weight
+loaded: the next GPU run should show which holds (the added mappings change nothing where upstream has them).
+The checks before the job and the config translation it uses
+(:func:`nemotron.runtime.quantization.quant_config.cluster_plan`) are tested in tests/runtime/test_quantize.py.
 
 Order: :func:`precheck` first — the config translates (layout fills the world, recipe exists, source
 set), the torchrun world and this node's GPUs match ``run.env``, the frameworks import, megatron-bridge /
@@ -11,8 +24,9 @@ exists — every problem one line, exit 1, before anything heavy (the checks it 
 Megatron-Bridge entry are :mod:`nemotron.runtime.common.prestart`). Then :func:`run`, following Megatron-Bridge's
 published PTQ example (examples/quantization/quantize.py): ``AutoBridge.from_hf_pretrained`` → provider
 with the calibration layout (``model.*``), Model Optimizer's Mamba layer spec, ``moe_permute_fusion`` off
-→ ``mtq.quantize`` with the recipe's config, calibrating on ``quantization.calib_size`` texts
-(``megatron_generate(osl=1)`` per text, as the example does) → the quantized Megatron checkpoint in
+(:func:`calibration_provider`) → the model with the HF weights (:func:`calibration_model`) → ``mtq.quantize``
+with the recipe's config, calibrating on ``quantization.calib_size`` texts (``megatron_generate(osl=1)`` per text,
+as the example does) → the quantized Megatron checkpoint in
 ``quantization.output_dir`` → a short fake-quantized generation (logged) → ``export_mcore_gpt_to_hf``
 (dtype and the model's FP32 ``moe_router_dtype`` passed, :func:`export_options`, as Megatron-Bridge's
 examples/quantization/export.py does) into ``export.output_dir``, then the 0.47 layer-name repair. This
@@ -24,7 +38,9 @@ vLLM on Blackwell, the launcher's task_2) is not run by this job: it prints the 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,38 +110,20 @@ def main(cfg: dict[str, Any]) -> int:
     return run(cluster_plan(cfg, int(os.environ["WORLD_SIZE"])))
 
 
-def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the NeMo container; not run yet
-    """Calibrate, save, generate, export (see the module docstring). Not run anywhere yet."""
+def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the NeMo container
+    """Calibrate, save, generate, export (see the module docstring: on a GPU it has reached calibration's
+    attention, fixed and not yet rerun)."""
     import modelopt.torch.quantization as mtq
     import torch
     from megatron.bridge import AutoBridge
-    from megatron.core.transformer.enums import AttnBackend
     from megatron.core.utils import unwrap_model
     from modelopt.torch.export import export_mcore_gpt_to_hf
     from modelopt.torch.utils.plugins.megatron_generate import megatron_generate
 
-    lay = plan["calibration_layout"]
     bridge = AutoBridge.from_hf_pretrained(plan["source"])
-    provider = bridge.to_megatron_provider(load_weights=True)
-    for key, value in lay.items():
-        setattr(provider, key, value)
-    provider.pipeline_dtype = torch.bfloat16
-    provider.moe_permute_fusion = False
-    # calibration only runs forward passes, so the fused weight-gradient accumulation (APEX's
-    # fused_weight_gradient_mlp_cuda) is never used; Model Optimizer's spec builds Megatron-Core's own
-    # ColumnParallelLinear, which refuses the fusion where APEX is absent (found on the first GPU run, docs/gpu_run.md)
-    provider.gradient_accumulation_fusion = False
-    # Megatron-Core's inference path (megatron_generate) refuses shared-expert overlap with MoE latent projections
-    # unless the NVLS dispatcher is used (second GPU run); the overlap only hides communication, so it is turned off
-    provider.moe_shared_expert_overlap = False
-    # the Mamba provider defaults to AttnBackend.flash, which needs the flash-attn package (TE then turns its fused
-    # and unfused backends off: "No dot product attention backend is available", third GPU run); the training
-    # recipe trains with cuDNN's fused attention, so calibration runs with the same
-    provider.attention_backend = AttnBackend.fused
-    provider.mamba_stack_spec = modelopt_stack_spec
-    provider.finalize()
+    provider = calibration_provider(bridge, plan)
     provider.initialize_model_parallel(seed=0)
-    model = provider.provide_distributed_model(wrap_with_ddp=False)
+    model = calibration_model(provider)
     inner = unwrap_model(model)[0]
     rank0 = torch.distributed.get_rank() == 0
     tok = bridge.hf_pretrained.tokenizer
@@ -160,6 +158,51 @@ def run(plan: dict[str, Any]) -> int:  # pragma: no cover - needs GPUs and the N
 
         write_outputs({"quantized-checkpoint": {"path": plan["export_dir"], "recipe": plan["recipe"]}})
     return 0
+
+
+def calibration_provider(bridge: Any, plan: dict[str, Any]) -> Any:
+    """The Megatron-Bridge provider :func:`run` calibrates, finalized, weights to be loaded from the HF source.
+
+    ``bridge``: ``AutoBridge.from_hf_pretrained(plan["source"])``; ``plan``: :func:`cluster_plan`'s (its
+    ``calibration_layout``, ``model.*`` parallel sizes, is set on the provider). Returns the
+    ``MambaModelProvider`` after ``finalize()`` (which raises ``ValueError`` / ``AssertionError`` from Megatron-Core's
+    config checks); the caller initializes model parallelism and builds the model with :func:`calibration_model`.
+    Besides the layout: BF16 pipeline dtype and MoE permute fusion off (as Megatron-Bridge's PTQ example), the Model
+    Optimizer spec with a local MTP block (:func:`modelopt_stack_spec`), and three switches each found by a GPU run
+    (docs/gpu_run.md; said below). Tested on the CPU by tests/contract/test_quantize_model.py.
+    """
+    import torch
+    from megatron.core.transformer.enums import AttnBackend
+
+    provider = bridge.to_megatron_provider(load_weights=True)
+    lay = plan["calibration_layout"]
+    for key, value in lay.items():
+        setattr(provider, key, value)
+    provider.pipeline_dtype = torch.bfloat16
+    provider.moe_permute_fusion = False
+    # calibration only runs forward passes, so the fused weight-gradient accumulation (APEX's
+    # fused_weight_gradient_mlp_cuda) is never used; Model Optimizer's spec builds Megatron-Core's own
+    # ColumnParallelLinear, which refuses the fusion where APEX is absent (found on the first GPU run, docs/gpu_run.md)
+    provider.gradient_accumulation_fusion = False
+    # Megatron-Core's inference path (megatron_generate) refuses shared-expert overlap with MoE latent projections
+    # unless the NVLS dispatcher is used (second GPU run); the overlap only hides communication, so it is turned off
+    provider.moe_shared_expert_overlap = False
+    # the Mamba provider defaults to AttnBackend.flash, which needs the flash-attn package (TE then turns its fused
+    # and unfused backends off: "No dot product attention backend is available", third GPU run); the training
+    # recipe trains with cuDNN's fused attention, so calibration runs with the same
+    provider.attention_backend = AttnBackend.fused
+    provider.mamba_stack_spec = modelopt_stack_spec
+    provider.finalize()
+    return provider
+
+
+def calibration_model(provider: Any, **kwargs: Any) -> list[Any]:
+    """The Megatron model of :func:`calibration_provider`'s ``provider`` with the HF weights loaded: Megatron-Bridge's
+    ``provide_distributed_model(wrap_with_ddp=False, **kwargs)`` (the weights load in its pre-wrap hook) inside
+    :func:`modelopt_mtp_mappings`. Model parallelism must be initialized. Returns the list of model chunks (one per
+    virtual pipeline stage). ``kwargs``: e.g. ``use_cpu_initialization=True`` (the CPU contract test)."""
+    with modelopt_mtp_mappings():
+        return provider.provide_distributed_model(wrap_with_ddp=False, **kwargs)
 
 
 def modelopt_stack_spec(config: Any) -> Any:
@@ -201,6 +244,52 @@ def modelopt_stack_spec(config: Any) -> Any:
     return dataclasses.replace(spec, submodules=dataclasses.replace(spec.submodules, mtp_block_spec=mtp))
 
 
+#: The MTP block's parameter names under Model Optimizer's local spec that Megatron-Bridge 4588417's NemotronH
+#: mapping registry lacks, and the flattened HF names of their counterparts (``mtp.layers.<block * depth + inner>``):
+#: upstream maps these local names in the main decoder (``decoder.layers.*.input_layernorm.weight``,
+#: ``...mlp.experts.local_experts.*.linear_fc*.weight``) but inside the MTP block only the TE spec's fused names
+#: (``self_attention.linear_qkv.layer_norm_weight``, TEGroupedMLP's ``experts.linear_fc*.weight<i>``).
+MODELOPT_MTP_MAPPINGS = {
+    "mtp.layers.*.mtp_model_layer.layers.*.input_layernorm.weight": "mtp.layers.*.norm.weight",
+    "mtp.layers.*.mtp_model_layer.layers.*.mlp.experts.local_experts.*.linear_fc1.weight":
+        "mtp.layers.*.mixer.experts.*.up_proj.weight",
+    "mtp.layers.*.mtp_model_layer.layers.*.mlp.experts.local_experts.*.linear_fc2.weight":
+        "mtp.layers.*.mixer.experts.*.down_proj.weight",
+}
+
+
+@contextlib.contextmanager
+def modelopt_mtp_mappings() -> Iterator[None]:
+    """Inside the block, Megatron-Bridge's NemotronH bridge also maps :data:`MODELOPT_MTP_MAPPINGS`, so the HF weights
+    load into the MTP block that :func:`modelopt_stack_spec` builds.
+
+    Why: the block's inner layers are the stack's own local layers (a separate ``input_layernorm`` of the attention
+    layer, ``SequentialMLP`` experts), whose names upstream maps only outside the MTP block. Without them
+    ``build_conversion_tasks`` warns "No mapping found for megatron_param: mtp.layers.0.mtp_model_layer.layers.0.
+    input_layernorm.weight", leaves that task ``None``, and ``load_weights_hf_to_megatron`` stops on it with
+    ``AttributeError: 'NoneType' object has no attribute 'megatron_module'`` (tests/contract/test_quantize_model.py,
+    upstream's code on the CPU). The added mappings are upstream's own ``_MTPFlatteningMapping`` at the depth the
+    registry is built with; everything else is upstream's registry."""
+    from megatron.bridge.models.conversion.mapping_registry import MegatronMappingRegistry
+    from megatron.bridge.models.nemotronh import nemotron_h_bridge as nhb
+
+    upstream = nhb.NemotronHBridge.__dict__["mapping_registry"]
+
+    def mapping_registry(self: Any) -> Any:
+        reg = upstream(self)
+        depth = int(getattr(self, "_mtp_layers_per_block", None) or 0)
+        if depth <= 0:
+            return reg
+        return MegatronMappingRegistry(*reg.mappings, *(nhb._MTPFlatteningMapping(
+            megatron_param=m, hf_param=h, mtp_layers_per_block=depth) for m, h in MODELOPT_MTP_MAPPINGS.items()))
+
+    nhb.NemotronHBridge.mapping_registry = mapping_registry
+    try:
+        yield
+    finally:
+        nhb.NemotronHBridge.mapping_registry = upstream
+
+
 def export_options(plan: dict[str, Any], model: Any) -> dict[str, Any]:
     """Keyword arguments of Model Optimizer's ``export_mcore_gpt_to_hf`` (``modelopt.torch.export``) after
     ``model`` (the unwrapped, quantized Megatron-Core model) and the HF source: the export dtype
@@ -237,4 +326,5 @@ def calibration_texts(plan: dict[str, Any], text_field: str = "text") -> list[st
     return texts
 
 
-__all__ = ["calibration_texts", "export_options", "main", "modelopt_stack_spec", "precheck", "run"]
+__all__ = ["MODELOPT_MTP_MAPPINGS", "calibration_model", "calibration_provider", "calibration_texts", "export_options",
+           "main", "modelopt_mtp_mappings", "modelopt_stack_spec", "precheck", "run"]
