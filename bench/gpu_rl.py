@@ -101,6 +101,33 @@ ONE_GPU_RL = [
     "env.math.num_workers=2", "logger.tensorboard_enabled=false", "logger.monitor_gpus=false",
 ]
 
+#: ``mopd -c tiny`` made to fit one GPU, as far as NeMo RL 7ea279a's configuration lets it (checked on the CPU only;
+#: no runner uses it yet: docs/gpu_run.md "MOPD on one GPU: what it needs" says what a run still lacks). It is
+#: :data:`ONE_GPU_RL` with these changes:
+#:
+#: * ``run.env.nodes=2`` (``cluster.num_nodes: 2`` of one GPU each): NeMo RL reserves whole Ray nodes for its
+#:   non-colocated OPD teachers — the only teachers it has — and asserts a node left for the policy
+#:   (nemo_rl/algorithms/grpo.py ``setup``, ``policy_nodes must be > 0 after reserving OPD teacher nodes``; our rule
+#:   ``rl-node-total``), so one node of one GPU is refused. Two Ray nodes of ``--num-gpus 1`` on the one host (a
+#:   second raylet joined to the head, both seeing GPU 0) is the layout this config describes; untried on a GPU;
+#: * ``policy.generation.colocated.enabled=true``: the student trains and generates on its node (tiny has a
+#:   generation node of its own); NeMo RL's async GRPO — the only loop with teachers — allows colocation with the
+#:   Megatron backend only;
+#: * ``mcore_generation_config.expose_http_server=true``: NeMo Gym needs the generation backend's OpenAI-compatible
+#:   server (nemo_rl/environments/nemo_gym.py ``should_use_nemo_gym`` asserts it); Megatron-Core's is Quart +
+#:   Hypercorn on the policy's rank 0;
+#: * the teacher at EP 1 (tiny's teacher runs EP 8 on its 8-GPU node) on its one GPU, ``num_nodes: 1``,
+#:   ``gpus_per_node: 1`` (the layout rule sets the latter from the profile);
+#: * ``grpo.max_val_samples=null``: NeMo RL's Gym entry refuses a number (it validates on the whole set).
+ONE_GPU_MOPD = [
+    *(o for o in ONE_GPU_RL if not o.startswith(
+        ("run.env.nodes=", "grpo.max_val_samples=", "+policy.generation.mcore_generation_config.expose_http_server="))),
+    "run.env.nodes=2", "policy.generation.colocated.enabled=true",
+    "+policy.generation.mcore_generation_config.expose_http_server=true",
+    "on_policy_distillation.non_colocated_teachers.default_teacher_cfg.expert_model_parallel_size=1",
+    "grpo.max_val_samples=null",
+]
+
 #: NeMo RL's per-step lines (nemo_rl/algorithms/grpo.py ``grpo_train``: the step banner, then the results block).
 _STEP = re.compile(r"=+\s*Step\s+(\d+)\s*/\s*(\d+)\s*=+")
 _FIGURE = re.compile(r"^\s*(?:[^\w\s]\s*)?(Loss|Avg Reward|Mean Generation Length|Average Reward|Reward)\s*:\s*"

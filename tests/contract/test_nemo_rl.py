@@ -69,7 +69,7 @@ from nemotron.runtime.rl import nemo_rl
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
-from gpu_rl import ONE_GPU_RL, mtp_overrides  # noqa: E402  (the config of the one-GPU RLVR run, checked here in CI)
+from gpu_rl import ONE_GPU_MOPD, ONE_GPU_RL, mtp_overrides  # noqa: E402  (the one-GPU RLVR / MOPD configs, checked here)
 
 GOLDEN = REPO / "tests" / "golden" / "nemo-rl"
 B200 = from_table("b200", {"executor": "slurm", "gpus_per_node": 8, "gpu_arch": "blackwell", "gpu_memory": 180.0})
@@ -114,6 +114,10 @@ CASES = [
                                               "policy.generation.colocated.resources.num_nodes=null",
                                               "run.env.nodes=2"], "trainer start", "nemo-rl-async"),
     ("async-sglang", "rlvr", "default", ["policy.generation.backend=sglang"], "trainer start", "nemo-rl-async"),
+    # the one-GPU MOPD config on ONE Ray node: NeMo RL reserves whole nodes for its OPD teachers and asserts a node
+    # left for the policy (grpo.py setup: "policy_nodes must be > 0 after reserving OPD teacher nodes")
+    ("mopd-1gpu-one-ray-node", "mopd", "tiny", [*ONE_GPU_MOPD, *mtp_overrides(0), "run.env.nodes=1"],
+     "setup() checks", "rl-node-total"),
     # VllmGeneration's layout asserts (vllm_generation.py): PP > 1 only with the async engine; the generation GPUs a
     # multiple of TP x PP (688 = 86 x 8 is not a multiple of 24)
     ("vllm-pp-sync-engine", "rlvr", "default", ["policy.generation.vllm_cfg.pipeline_parallel_size=2",
@@ -144,12 +148,16 @@ GOOD = [
 #: Variants of shipped configs that runs outside CI use, checked like the shipped ones: (name, stage, config,
 #: overrides, profile). ``rlvr-tiny-1gpu``: bench/gpu_rl.py's one-GPU run (NeMo RL's Megatron generation colocated
 #: with training on one GPU; the policy folder, data and checkpoint paths are the harness's own).
+#: ``mopd-tiny-1gpu``: bench/gpu_rl.py's ONE_GPU_MOPD (two Ray nodes of one GPU: the student's, colocated with its
+#: Megatron generation and its HTTP server for NeMo Gym, and the teacher's), which no runner uses yet.
 VARIANTS = [
     ("rlvr-tiny-1gpu", "rlvr", "tiny", [*ONE_GPU_RL, *mtp_overrides(0)], H100X1),  # the fresh `small`: no MTP
+    ("mopd-tiny-1gpu", "mopd", "tiny", [*ONE_GPU_MOPD, *mtp_overrides(0)], H100X1),
 ]
 H100 = from_table("h100", {"executor": "slurm", "gpus_per_node": 8, "gpu_arch": "hopper", "gpu_memory": 80.0})
 #: The profile a GOOD case's dry-run runs on, where it is not the goldens' (:func:`_compile`).
-GOOD_ON = {"h200-generation-pp2": H200, "h100-generation-pp3": H100, "h200-mopd-generation-pp2": H200}
+GOOD_ON = {"h200-generation-pp2": H200, "h100-generation-pp3": H100, "h200-mopd-generation-pp2": H200,
+           "mopd-1gpu-one-ray-node": H100X1}
 #: Job configs swept key by key for the required-key parity.
 SWEEP = ["rlvr-default", "rlvr-tiny", "rlvr-teacher-rlhf", "mopd-default"]
 
@@ -639,8 +647,10 @@ def test_every_shipped_config_passes_nemo_rls_entry_checks(contract, name):
 
 @pytest.mark.parametrize("name", [v[0] for v in VARIANTS])
 def test_every_variant_passes_nemo_rls_entry_checks(contract, name):
-    """The one-GPU RLVR config of bench/gpu_rl.py: NeMo RL's entry, setup() and trainer-start checks accept it (with
-    the Megatron generation class setup() builds for it), and our dry-run on one H100 reports no error."""
+    """The one-GPU configs of bench/gpu_rl.py: NeMo RL's entry (for MOPD the Gym entry, whose ``should_use_nemo_gym``
+    asserts the Megatron generation's HTTP server), setup() (for MOPD its OPD teacher-node reservation) and
+    trainer-start checks (for MOPD async GRPO's colocation assert) accept them, with the Megatron generation class
+    setup() builds, and our dry-run on one H100 reports no error."""
     steps = contract["results"][name]
     assert _refusal(steps) is None, f"{name}: NeMo RL refuses at {_refusal(steps)[0]}: {_refusal(steps)[2]}"
     ran = [s[0] for s in steps if s[1] == "ok"]
@@ -648,11 +658,29 @@ def test_every_variant_passes_nemo_rls_entry_checks(contract, name):
                        "trainer start"], steps
     assert not _errors(contract["dry"][name]), [p.render() for p in _errors(contract["dry"][name])]
     job = yaml.safe_load(contract["jobs"][name]["yaml"])
+    mopd = name.startswith("mopd-")
     assert job["policy"]["generation"]["backend"] == "megatron" and job["cluster"] == {
-        "gpus_per_node": 1, "num_nodes": 1, "segment_size": None}
+        "gpus_per_node": 1, "num_nodes": 2 if mopd else 1, "segment_size": None}
+    if mopd:  # the Gym entry, async GRPO colocated, the teacher on the second Ray node
+        assert contract["jobs"][name]["entry"] == "examples/nemo_gym/run_grpo_nemo_gym.py"
+        assert job["policy"]["generation"]["mcore_generation_config"]["expose_http_server"] is True
+        assert job["grpo"]["async_grpo"]["enabled"] and job["policy"]["generation"]["colocated"]["enabled"]
+        teacher = job["on_policy_distillation"]["non_colocated_teachers"]
+        assert teacher["enabled"] and (teacher["default_teacher_cfg"]["num_nodes"],
+                                       teacher["default_teacher_cfg"]["gpus_per_node"]) == (1, 1)
     assert job["policy"]["generation"]["mcore_generation_config"]["cuda_graph_impl"] == "none"
     assert job["grpo"]["num_prompts_per_step"] * job["grpo"]["num_generations_per_prompt"] == \
         job["policy"]["train_global_batch_size"] == 8
+
+
+def test_one_gpu_mopd_on_one_ray_node_stops_at_nemo_rls_teacher_node_assert(contract):
+    """MOPD on one Ray node of one GPU: NeMo RL's setup() refuses it at the OPD teacher-node reservation (its
+    teachers take whole Ray nodes), not at an earlier check; the entry's Gym and generation checks pass."""
+    steps = contract["results"]["case:mopd-1gpu-one-ray-node"]
+    assert [s[:2] for s in steps[:2]] == [["entry: load_config + MasterConfig", "ok"],
+                                          ["entry: tokenizer + generation config", "ok"]], steps
+    assert steps[2][:2] == ["setup() checks", "failed"], steps
+    assert "policy_nodes must be > 0 after reserving OPD teacher nodes" in steps[2][2], steps[2]
 
 
 @pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.yaml")), ids=lambda p: p.stem)

@@ -1,7 +1,7 @@
 """bench/gpu_rl.py (the cluster RLVR route on one GPU: NeMo RL's GRPO with Megatron generation), the parts that run
 without a GPU: the one-GPU config through our compiler and dry-run rules, the MTP override, the parsing of NeMo RL's
 per-step log lines, and the summary of what a run left. NeMo RL's own checks of the same config:
-tests/contract/test_nemo_rl.py (variant ``rlvr-tiny-1gpu``)."""
+tests/contract/test_nemo_rl.py (variants ``rlvr-tiny-1gpu`` and ``mopd-tiny-1gpu``)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,35 @@ def test_the_one_gpu_config_validates_with_megatron_generation_and_no_vllm_rules
     assert cfg["data"]["train"]["data_path"] == str(tmp_path / "data" / "train.jsonl")
     _, vllm = _validate([*args, "policy.generation.backend=vllm"])
     assert {p.key for p in vllm} >= {"policy.generation.vllm_cfg.tensor_parallel_size"}, [p.render() for p in vllm]
+
+
+def _validate_mopd(overrides: list[str]):
+    """``mopd -c tiny`` compiled with ``overrides`` (the teacher and the policy: one path) and validated on one H100."""
+    stage = get_stage("mopd")
+    args = ["policy.model_name=/ckpt/small", "_teachers.general=/ckpt/small", "data.train.data_path=/d/train.jsonl",
+            "data.validation.data_path=/d/validation.jsonl", *overrides]
+    c = compile_config(stage, "tiny", args, check_paths=False)
+    validation.prepare(stage, c.config, c.user_keys, H100X1)
+    return c.config, [p for p in validation.validate(stage, c.config, H100X1) if p.severity == "error"]
+
+
+def test_the_one_gpu_mopd_config_validates_on_two_ray_nodes_and_not_on_one():
+    """ONE_GPU_MOPD: no dry-run error on one H100 (two Ray nodes of one GPU: the student's, the teacher's), with the
+    Megatron generation server NeMo Gym needs; the same config on one Ray node is refused by the node rule (NeMo RL
+    reserves whole nodes for its OPD teachers), and without ``grpo.max_val_samples=null`` by the Gym entry's rule."""
+    cfg, errors = _validate_mopd([*gpu_rl.ONE_GPU_MOPD, *gpu_rl.mtp_overrides(0)])
+    assert errors == [], [p.render() for p in errors]
+    assert cfg["cluster"] == {"num_nodes": 2, "gpus_per_node": 1, "segment_size": None}
+    gen = cfg["policy"]["generation"]
+    assert gen["backend"] == "megatron" and gen["colocated"]["enabled"] is True
+    assert gen["mcore_generation_config"]["expose_http_server"] is True
+    teacher = cfg["on_policy_distillation"]["non_colocated_teachers"]["default_teacher_cfg"]
+    assert (teacher["num_nodes"], teacher["gpus_per_node"], teacher["expert_model_parallel_size"]) == (1, 1, 1)
+    assert cfg["grpo"]["max_val_samples"] is None and cfg["env"]["should_use_nemo_gym"] is True
+    _, one_node = _validate_mopd([*gpu_rl.ONE_GPU_MOPD, *gpu_rl.mtp_overrides(0), "run.env.nodes=1"])
+    assert {p.rule for p in one_node} == {"rl-node-total"}, [p.render() for p in one_node]
+    _, max_val = _validate_mopd([*gpu_rl.ONE_GPU_MOPD, *gpu_rl.mtp_overrides(0), "grpo.max_val_samples=8"])
+    assert [p.key for p in max_val] == ["grpo.max_val_samples"], [p.render() for p in max_val]
 
 
 def test_mtp_depth_of_the_policy_sets_or_removes_mtp_num_layers(tmp_path):
