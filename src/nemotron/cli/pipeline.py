@@ -124,10 +124,11 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     remote = profile is not None and profile.settings.over_ssh
     # "latest" of an ${art:...} input: among the records this run can read (its machine or cluster, its default
     # output folders: nemotron.config.artifacts.Scope)
-    with artifacts.scoped(consumer_scope(profile)):
-        compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
-                                  env={**profile.storage_env(), **profile.tracking_env}
-                                  if profile is not None else None)
+    scope = consumer_scope(profile)
+    env = {**profile.storage_env(), **profile.tracking_env} if profile is not None else None
+    with artifacts.scoped(scope):
+        compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote, env=env)
+    compiled.artifact_scope, compiled.compile_env = scope, env
     validation.refuse_deleted_required(req.stage, compiled.config, list(req.overrides))  # ~train.global_batch_size
     if req.profile:
         import shlex

@@ -833,6 +833,10 @@ class Compiled:
     inputs: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
     #: where the command sends the job, as options to repeat in a hint (`` --run P --env-file F``; empty: here)
     launch_args: str = ""
+    #: the artifact scope and storage environment the config was compiled in (``prepare_stage``: the profile's),
+    #: so that a hint compiles the runs that would make a missing input in the same place (None: this machine's)
+    artifact_scope: Any = None
+    compile_env: dict[str, str] | None = None
 
     def warnings(self) -> list[Problem]:
         """One warning per unresolved value."""
