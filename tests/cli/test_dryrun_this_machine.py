@@ -283,3 +283,16 @@ def test_the_chain_for_a_profile_counts_this_machines_records_as_missing(capsys,
                          "--env-file", FIXTURE_ENV, "--dry-run", "--quiet")
     assert "refuse to start" not in out + err and "unresolved" not in out + err, (out + err)[-3000:]
     assert code == 0, (out + err)[-3000:]
+
+
+def test_a_pipe_headline_with_errors_names_the_first_stage_that_lacks_inputs_too(capsys):
+    """`pipe rlvr mopd-warmup mopd mopd mtp-boost -c tiny` on a profile: mtp-boost's error (only -c local) was the
+    headline's whole story, though stages 1-4 would refuse to start for inputs no run has made; the headline names
+    the first of them and what it lacks."""
+    code, out, _ = cli(capsys, "ultra3", "pipe", "rlvr", "mopd-warmup", "mopd", "mopd", "mtp-boost", "-c", "tiny",
+                       "--batch", "sample", "--env-file", FIXTURE_ENV, "--dry-run", "--quiet")
+    assert code == 2, out[-3000:]
+    assert out.splitlines()[0] == (
+        "dry run: 1 error found in the chain's stages (5/5 (ultra3 mtp-boost): 1), and stage 1/5 (ultra3 rlvr) "
+        "would refuse to start too: no hf-checkpoint, rl-data (see that stage's verdict): the run would refuse to "
+        "start; nothing was submitted"), out[:2000]

@@ -69,6 +69,20 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
 _ARTIFACT = r"artifact (?:[^\s:,|]+\|)*([^\s:,|]+)"  # A|B: B, the input the stage falls back to
 
 
+def missing_inputs(compiled: Any) -> list[str]:
+    """What ``compiled`` lacks to start, in key order, each once: the artifact an unresolved value names
+    (``rl-data``), else the key itself (an unset environment variable's). ``[]`` when nothing is unresolved."""
+    import re
+
+    out: list[str] = []
+    for key, why in compiled.unresolved.items():
+        m = re.search(_ARTIFACT, str(why))
+        name = m.group(1) if m else key
+        if name not in out:
+            out.append(name)
+    return out
+
+
 def missing_chain(compiled: Any, config: str | None) -> list[str]:
     """The stages (registry names, in pipeline order: the registry's) whose runs make every artifact ``compiled``
     is missing (its unresolved ``artifact NAME`` values), and, in turn, the artifacts those runs would miss: each
