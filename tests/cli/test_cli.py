@@ -146,6 +146,38 @@ def test_integral_float_for_an_int_key_compiles_to_int(tmp_path):
         compile_config(get_stage("pretrain"), "tiny", ["train.train_iters=16.5"])
 
 
+def test_a_float_beyond_exact_integers_is_refused_for_an_int_key(tmp_path):
+    """``train.train_iters=1e30`` compiled to 1000000000000000019884624838656 (the float's binary value, not the
+    number written): a float for an int key beyond 2**53 is refused, from an override and a config file, saying
+    why; 2**53 itself (exact) still compiles to the int."""
+    stage = get_stage("pretrain")
+    with pytest.raises(ConfigError, match=r"got float: beyond 2\*\*53, a float is no exact integer \(it reads as "
+                                          r"1000000000000000019884624838656\)") as exc:
+        compile_config(stage, "tiny", ["train.train_iters=1e30"])
+    assert exc.value.message.startswith("override 'train.train_iters=1e30': 'train.train_iters' expects int"), exc.value
+    with pytest.raises(ConfigError, match=r"got float: not a finite number"):
+        compile_config(stage, "tiny", ["train.train_iters=.inf"])
+    f = tmp_path / "f.yaml"
+    f.write_text("defaults: tiny\ntrain:\n  train_iters: 1.0e+30\n")
+    with pytest.raises(ConfigError, match=r"'train.train_iters' expects int, got float 1\.0e\+30: beyond 2\*\*53"):
+        compile_config(stage, str(f), [])
+    c = compile_config(stage, "tiny", ["train.train_iters=9007199254740992.0"])
+    assert c.config["train"]["train_iters"] == 2 ** 53 and type(c.config["train"]["train_iters"]) is int
+
+
+def test_a_null_int_setting_is_named_null_not_none():
+    """The runtime's integer check said ``train.train_iters=None`` (Python's word) for a YAML ``null``."""
+    from nemotron.runtime.common.settings import SettingsError, _int
+
+    with pytest.raises(SettingsError, match=r"^train\.train_iters=null: expected an integer$"):
+        _int({"train": {"train_iters": None}}, "train.train_iters")
+    with pytest.raises(SettingsError, match=r"^train\.train_iters=true: expected an integer$"):
+        _int({"train": {"train_iters": True}}, "train.train_iters")
+    with pytest.raises(SettingsError, match=r"^train\.train_iters=1e\+30: expected an integer$"):
+        _int({"train": {"train_iters": 1e30}}, "train.train_iters")
+    assert _int({"train": {"train_iters": 2048.0}}, "train.train_iters") == 2048
+
+
 def test_malformed_override():
     with pytest.raises(UsageError):
         parse_override("just-a-word")

@@ -332,8 +332,10 @@ def _recipe_of(stage) -> dict:
 
 
 def _key_lines(text: str) -> dict[str, list[str]]:
-    """``{key: [type, source, value...]}`` of the ``keys`` table (the first line is its header)."""
-    return {ln.split()[0]: ln.split()[1:] for ln in text.splitlines()[1:] if ln.startswith("  ")}
+    """``{key: [type, source, value...]}`` of the ``keys`` table (the first line is its header; a line indented
+    further is the wrapped rest of a key's comment)."""
+    return {ln.split()[0]: ln.split()[1:] for ln in text.splitlines()[1:]
+            if ln.startswith("  ") and not ln.startswith("   ")}
 
 
 def test_keys_lists_the_nemo_rl_recipe_keys_with_their_source(capsys, monkeypatch):
@@ -498,3 +500,54 @@ def test_completion_of_values_and_pipe_forms_as_bash_splits_them(capsys, monkeyp
     assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr mopd mopd mopd#2:grpo.max_num_st") \
         == ["grpo.max_num_steps="]
     assert _complete_bash_split(capsys, monkeypatch, "nemotron ultra3 pipe sft rlvr r") == ["rlvr", "rlvr:"]
+
+
+def _unwrapped(lines: list[str], key: str) -> str:
+    """The line of ``key`` in a key table and the wrapped lines below it (indented further), joined by spaces."""
+    at = next(i for i, ln in enumerate(lines) if ln.split()[:1] == [key])
+    rest = [lines[at]]
+    for ln in lines[at + 1:]:
+        if not ln.startswith("   ") or not ln.strip():
+            break
+        rest.append(ln)
+    return " ".join(" ".join(rest).split())
+
+
+@pytest.mark.parametrize("columns", ["80", "140", "400"])
+def test_help_and_keys_show_a_keys_whole_comment(capsys, monkeypatch, columns):
+    """The help and `keys` cut each key's comment to its first sentence (and `...` at the width): the allowed
+    values of policies.control_token_text (the comment's second sentence, `text: ... | skip | fail`) were shown
+    nowhere. The whole comment is shown, wrapped, at any width; no line is wider than the terminal."""
+    monkeypatch.setenv("COLUMNS", columns)
+    whole = ("A control-token string (<|im_end|>, </s>, <tool_call>, any added token of the tokenizer) written inside "
+             "a message's text. text: encoded as plain text, never as the control token (counted per dataset) | "
+             "skip | fail")
+    keys = _section(_help(capsys, "ultra3", "data", "prep", "sft"), "Config keys").splitlines()
+    assert whole in _unwrapped(keys, "policies.control_token_text"), keys
+    assert "natural = every dataset once, weights not applied. The summary shows passes and shares either way." in \
+        _unwrapped(keys, "mixing")
+    assert max(len(ln) for ln in keys) <= int(columns)
+    assert main(["ultra3", "keys", "data-prep-sft", "policies.control"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert _unwrapped(lines[1:], "policies.control_token_text").endswith(f"text # {whole}"), lines
+    assert max(len(ln) for ln in lines[1:]) <= int(columns)
+
+
+def test_completion_offers_the_values_a_data_prep_runtime_accepts(capsys, monkeypatch):
+    """`chat.reasoning=<TAB>` offered only `auto` (the configs' value), `policies.control_token_text=<TAB>` only
+    `text`: the completion offers the set the runtime validates (`valid: text, skip, fail`), the same set for
+    each stage's own policy."""
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 data prep sft chat.reasoning=") == [
+        "chat.reasoning=auto", "chat.reasoning=off"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 data prep sft policies.control_token_text=") == [
+        f"policies.control_token_text={v}" for v in ("text", "skip", "fail")]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 data prep rl policies.control_token_text=k") == [
+        "policies.control_token_text=keep"]
+    assert _complete(capsys, monkeypatch, "nemotron ultra3 data prep pretrain output.dtype=") == [
+        f"output.dtype={v}" for v in ("auto", "uint16", "int32")]
+    # each offered value is one the runtime takes; a value outside the set is refused naming the same set
+    monkeypatch.delenv("_NEMOTRON_COMPLETE")
+    code = main(["ultra3", "data", "prep", "sft", "-c", "tiny", "policies.control_token_text=bogus", "--dry-run",
+                 "--quiet"])
+    out = capsys.readouterr()
+    assert code == 2 and "valid: text, skip, fail" in out.out + out.err, out

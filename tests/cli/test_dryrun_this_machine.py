@@ -249,3 +249,50 @@ def test_a_local_profile_whose_job_dir_cannot_be_created_is_refused_up_front(tmp
         assert code == 2, out + err
         assert f"profile.c.job_dir='{blocker}/jobs': cannot create" in out + err, out + err
         assert "internal error" not in out + err
+
+
+# ------------------------------------- 2b. the chain a profile's run needs: this machine's records are not its inputs
+def _local_data_records(tmp_path: Path) -> None:
+    """Records of pretrain-data, sft-data and rl-data made on this machine (a local data prep of each)."""
+    for name, stage in (("pretrain-data", "data-prep-pretrain"), ("sft-data", "data-prep-sft"),
+                        ("rl-data", "data-prep-rl")):
+        out = tmp_path / "output" / name / "v1"
+        out.mkdir(parents=True)
+        (out / "blend.json").write_text(json.dumps({"train": [1.0, str(out / "shard_0")]}))
+        artifacts.record(name, {"path": str(out), "blend_path": str(out / "blend.json"), "stage": stage,
+                                "config": "tiny", "job_id": "local"})
+
+
+@pytest.mark.parametrize("stage, chain", [
+    ("convert", "data-prep-pretrain data-prep-sft pretrain sft convert"),
+    ("rlvr", "data-prep-pretrain data-prep-sft data-prep-rl pretrain sft convert rlvr"),
+    ("quantize", "data-prep-pretrain data-prep-sft data-prep-rl pretrain sft convert rlvr mopd quantize"),
+])
+def test_the_chain_for_a_profile_counts_this_machines_records_as_missing(capsys, tmp_path, stage, chain):
+    """With data prep records made on this machine, `STAGE -c tiny --batch sample` (a cluster profile, which cannot
+    read them) used to suggest a chain without the data prep stages (`pipe sft convert`, `pipe rlvr mopd
+    quantize`), whose dry run was refused again at its first stage: the suggested chain is the whole one, and its
+    dry run gets past the missing-artifact refusal."""
+    _local_data_records(tmp_path)
+    code, out, _ = cli(capsys, "ultra3", stage, "-c", "tiny", "--batch", "sample", "--env-file", FIXTURE_ENV,
+                       "--dry-run", "--quiet")
+    assert code == 2, out
+    launch = f" -c tiny --batch sample --env-file {FIXTURE_ENV}"
+    assert f"; or chain every run it needs: nemotron ultra3 pipe {chain}{launch}; or set " in out, out
+    code, out, err = cli(capsys, "ultra3", "pipe", *chain.split(), "-c", "tiny", "--batch", "sample",
+                         "--env-file", FIXTURE_ENV, "--dry-run", "--quiet")
+    assert "refuse to start" not in out + err and "unresolved" not in out + err, (out + err)[-3000:]
+    assert code == 0, (out + err)[-3000:]
+
+
+def test_a_pipe_headline_with_errors_names_the_first_stage_that_lacks_inputs_too(capsys):
+    """`pipe rlvr mopd-warmup mopd mopd mtp-boost -c tiny` on a profile: mtp-boost's error (only -c local) was the
+    headline's whole story, though stages 1-4 would refuse to start for inputs no run has made; the headline names
+    the first of them and what it lacks."""
+    code, out, _ = cli(capsys, "ultra3", "pipe", "rlvr", "mopd-warmup", "mopd", "mopd", "mtp-boost", "-c", "tiny",
+                       "--batch", "sample", "--env-file", FIXTURE_ENV, "--dry-run", "--quiet")
+    assert code == 2, out[-3000:]
+    assert out.splitlines()[0] == (
+        "dry run: 1 error found in the chain's stages (5/5 (ultra3 mtp-boost): 1), and stage 1/5 (ultra3 rlvr) "
+        "would refuse to start too: no hf-checkpoint, rl-data (see that stage's verdict): the run would refuse to "
+        "start; nothing was submitted"), out[:2000]

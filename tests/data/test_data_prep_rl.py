@@ -46,6 +46,14 @@ def test_record_forms():
             rl.extract(bad, None)
     with pytest.raises(rl.BadRecord):
         rl.extract({"text": "nothing"}, None)
+    for bad, reason in (({"question": "q", "answer": 5}, "wrong_type"), ({"question": "q", "answer": "5"},
+                        "no_answer_marker"), ({"question": "q", "answer": "x ####  "}, "missing_answer"),
+                        ({"prompt": "q", "reward_model": {"ground_truth": ["1", "2"]}}, "wrong_type"),
+                        ({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": None}]},
+                         "missing_answer")):
+        with pytest.raises(rl.MissingAnswer) as exc:
+            rl.extract(bad, None)
+        assert exc.value.reason == reason, (bad, exc.value)
 
 
 def test_tiny_writes_train_and_validation_for_nemo_rl(ray_instance, tmp_path):
@@ -85,12 +93,12 @@ def test_dedupe_missing_answers_and_bad_lines(ray_instance, tmp_path):
     m = run(tmp_path / "o", blend_path=str(blend), split__validation_rows=3, split__method="last")
     d = m["datasets"][0]
     assert d["records"] == 15 and d["duplicates"] == 2
-    assert d["skipped"] == {"bad_record": 1, "malformed_json": 1, "missing_answer": 1}
-    assert any(f"{data}:13: missing_answer" in e for e in d["examples"])
+    assert d["skipped"] == {"bad_record": 1, "malformed_json": 1, "no_answer_marker": 1}
+    assert any(f"{data}:13: no_answer_marker: no '####' in 'answer'" in e for e in d["examples"])
     valid = lines(m["files"]["validation"]["path"])
     assert [r["messages"][1]["content"] for r in valid] == ["14", "16", "18"]  # the last 3 unique rows
     assert len(lines(m["files"]["train"]["path"])) == 7
-    with pytest.raises(RuntimeFailure, match=rf"{data}:13: missing_answer"):
+    with pytest.raises(RuntimeFailure, match=rf"{data}:13: no_answer_marker"):
         run(tmp_path / "o2", blend_path=str(blend), policies__missing_answer="fail")
 
 
@@ -148,12 +156,34 @@ def test_summary_lines_say_what_they_mean(ray_instance, tmp_path, capsys):
 
 
 def test_no_usable_prompt_says_why(ray_instance, tmp_path):
-    blend = _one_file_blend(tmp_path, [json.dumps({"question": f"q{i}", "answer": "no marker"}) for i in range(4)])
+    """A gsm8k answer without ``####``, or of the wrong type (an int), was counted as ``missing_answer`` with a hint
+    to change answer_field, though the field is in every row: each is its own reason, and the hint names the
+    first row and the field."""
+    blend = _one_file_blend(tmp_path, [json.dumps({"question": f"q{i}", "answer": str(i)}) for i in range(4)])
+    data = Path(blend).with_name("p.jsonl")
     with pytest.raises(RuntimeFailure) as err:
         run(tmp_path / "o", blend_path=blend)
-    assert err.value.message == "no usable prompt was found, so no training rows (4 records read; skipped: missing_answer 4)"
-    assert err.value.hint == ("no record has an expected answer at answer_field=the form default: set answer_field "
-                              "to the field that holds it")
+    assert err.value.message == ("no usable prompt was found, so no training rows (4 records read; skipped: "
+                                 "no_answer_marker 4)")
+    assert err.value.hint == (f"the gsm8k form takes the answer after the last '####' of 'answer' (first: {data}:1: "
+                              "no_answer_marker: no '####' in 'answer' (gsm8k form: the answer follows the last "
+                              "'####')): add the marker, or give the dataset the form of its rows (\"format\": "
+                              "\"messages\" or \"dapo\" with answer_field=answer)")
+    blend = _one_file_blend(tmp_path, [json.dumps({"question": f"q{i}", "answer": i}) for i in range(4)])
+    with pytest.raises(RuntimeFailure) as err:
+        run(tmp_path / "o2", blend_path=blend)
+    assert err.value.message == ("no usable prompt was found, so no training rows (4 records read; skipped: "
+                                 "wrong_type 4)")
+    assert err.value.hint == (f"the answer field holds no text (first: {data}:1: wrong_type: 'answer' is int, not "
+                              "text (gsm8k form: the text after its last '####')): give the answers as text, or set "
+                              "answer_field to a field that holds them")
+    blend = _one_file_blend(tmp_path, [json.dumps({"question": f"q{i}", "answer": "x ####  "}) for i in range(4)])
+    with pytest.raises(RuntimeFailure) as err:
+        run(tmp_path / "o3", blend_path=blend)
+    assert err.value.message.endswith("skipped: missing_answer 4)")
+    assert err.value.hint.startswith("no record has an expected answer at answer_field=the form's own: 'answer' "
+                                     f"(gsm8k), 'reward_model.ground_truth' (dapo), the last assistant message "
+                                     f"(messages) (first: {data}:1: missing_answer: "), err.value.hint
 
 
 def test_control_token_text_is_skipped_kept_with_a_note_or_fails(ray_instance, tmp_path, capsys):

@@ -202,3 +202,27 @@ def test_data_prep_summaries_print_brackets_as_written(capsys):
     out = capsys.readouterr().out
     for text in ("'[INST] hi [/INST]'", "'nemotron-cli[local]'", "t [x]", "[bold]y[/bold]", "[/INST]"):
         assert text in out, (text, out)
+
+
+@pytest.mark.parametrize("width", [250, 120, 70])
+def test_a_skipped_reasons_cell_loses_no_reason_at_any_width(capsys, monkeypatch, width):
+    """The data prep summary's "skipped (reason)" cell at 120 columns read `bad_record 1,` on the row's line (the
+    rest wrapped to a line of its own, or cut at narrower widths), which reads as the whole story: a table wider
+    than the console shows the first reason and `+N more` and names every reason on a line after the table."""
+    from nemotron.data import progress
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    cols = ["dataset", "records", "samples", "skipped (reason)", "truncated", "tokens lost", "tokens", "learned",
+            "passes", "share"]
+    progress.print_table("sft data: /x", cols, [["sft_odd", "16", "14", "bad_record 1, empty_content 1", "-", "1.2k",
+                                                 "12.3k", "45.0%", "1", "100%"],
+                                                ["plain", "2", "2", "-", "-", "0", "1k", "50.0%", "1", "0%"]],
+                         footer=["total", "18", "16", "2", "0", "1.2k", "13.3k", "", "", "100%"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "sft_" in line)
+    if width >= 250:  # room for the whole cell: one line, no note
+        assert "bad_record 1, empty_content 1" in row and "more" not in out, out
+    else:
+        if width == 120:  # the shortened cell fits on the row's line
+            assert "bad_record 1 +1 more" in row, out
+        assert out.splitlines()[-1] == "skipped (reason) of sft_odd: bad_record 1, empty_content 1", out

@@ -164,7 +164,8 @@ def _recipe_leaves(stage: Stage) -> dict[str, Any]:
 
 def values(stage: Stage, key: str, incomplete: str = "") -> list[tuple[str, str]]:
     """Values of ``stage``'s ``key`` worth offering after ``key=``, ``[(value, help), ...]`` starting with
-    ``incomplete``: a known set (:data:`VALUE_SETS`); else ``true``/``false`` for a bool key (one of
+    ``incomplete``: for a data prep stage, the set its runtime validates the key against (:func:`_choice_sets`:
+    ``chat.reasoning``: ``auto``, ``off``); else a known set (:data:`VALUE_SETS`); else ``true``/``false`` for a bool key (one of
     ``default.yaml`` or of the NeMo RL recipe below it); else, for a string key, the values the stage's own config
     files give it (``backend``: ``megatron-bridge``, ``local``), interpolations and paths left out. Nothing for a
     key with no such set (a number, a path) or an unknown key; never raises (a shell is waiting)."""
@@ -174,7 +175,10 @@ def values(stage: Stage, key: str, incomplete: str = "") -> list[tuple[str, str]
         docs = {d.key: d for d in _key_docs(stage)}
         doc = docs.get(key)
         known = _value_set(key)
-        if known is not None:  # a key the stage has (a * segment: under a section it has)
+        checked = _choice_sets(stage).get(key) if doc is not None and stage.family.prepares_data else None
+        if checked:  # the set a data prep runtime validates the key against: exactly the accepted values
+            out = [(v, f"default {doc.default}" if v == doc.default else "valid") for v in checked]
+        elif known is not None:  # a key the stage has (a * segment: under a section it has)
             pattern, make = known
             parent = key.rsplit(".", 1)[0] + "."
             present = doc is not None or ("*" in pattern and any(k.startswith(parent) for k in docs))
@@ -200,6 +204,19 @@ def values(stage: Stage, key: str, incomplete: str = "") -> list[tuple[str, str]
     except Exception:  # a shell completing must not fail
         return []
     return [(v, h) for v, h in out if v.startswith(incomplete)]
+
+
+def _choice_sets(stage: Stage) -> dict[str, tuple[str, ...]]:
+    """The value sets a data prep stage's runtime checks its keys against, read on its default config
+    (:func:`nemotron.validation.data.choice_sets`); ``{}`` when it does not compile."""
+    from nemotron.config.compile import compile_config
+    from nemotron.validation.data import choice_sets
+
+    try:
+        cfg = compile_config(stage, None, [], check_paths=False).config
+    except Exception:  # a shell completing must not fail
+        return {}
+    return choice_sets(stage, cfg)
 
 
 def _key_docs(stage: Stage) -> list[Any]:

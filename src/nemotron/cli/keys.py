@@ -96,7 +96,7 @@ def key_rows(stage: Stage, config: str | None = None, prefix: str | None = None)
 
 def show_keys(recipe: str, stage_name: str, config: str | None, prefix: str | None, as_json: bool) -> int:
     """Print the keys of :func:`key_rows` (a header naming the layers, then ``KEY TYPE SOURCE VALUE  # DESCRIPTION``,
-    the last column cut with ``...`` to the terminal's width; ``as_json``: one JSON document,
+    the last column wrapped to the terminal's width, never cut; ``as_json``: one JSON document,
     ``docs/schema/keys.schema.json``: stage, config, prefix, layers, ``keys: [{key, type, value, source,
     description}]``). Returns 0.
 
@@ -124,7 +124,7 @@ def show_keys(recipe: str, stage_name: str, config: str | None, prefix: str | No
     typer.echo(f"{stage.title} -c {config or 'default'}: {what}; layers, lowest first: "
                f"{' < '.join(named.get(label, label) for label in layers)}")
     table = [(r.key, r.type, r.source, r.value + (f"  # {r.description}" if r.description else "")) for r in rows]
-    for line in _table(table, width, cap=48, alone=False):  # one line a key, for grep
+    for line in _table(table, width, cap=48, alone=False):  # a key's line starts with it (grep); a long comment wraps
         typer.echo(line)
     return 0
 

@@ -33,7 +33,7 @@ from nemotron.profiles.profile import ExecutorProfile, storage_site
 from nemotron.profiles.schema import SlurmSettings, queues_dependent_jobs
 from nemotron.profiles.sections import tracking_provenance
 from nemotron.validation.cluster import check as cluster_checks
-from nemotron.validation.refusal import also_refused, unresolved_refusal
+from nemotron.validation.refusal import also_refused, missing_inputs, unresolved_refusal
 
 
 @dataclass(frozen=True)
@@ -124,10 +124,11 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     remote = profile is not None and profile.settings.over_ssh
     # "latest" of an ${art:...} input: among the records this run can read (its machine or cluster, its default
     # output folders: nemotron.config.artifacts.Scope)
-    with artifacts.scoped(consumer_scope(profile)):
-        compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote,
-                                  env={**profile.storage_env(), **profile.tracking_env}
-                                  if profile is not None else None)
+    scope = consumer_scope(profile)
+    env = {**profile.storage_env(), **profile.tracking_env} if profile is not None else None
+    with artifacts.scoped(scope):
+        compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote, env=env)
+    compiled.artifact_scope, compiled.compile_env = scope, env
     validation.refuse_deleted_required(req.stage, compiled.config, list(req.overrides))  # ~train.global_batch_size
     if req.profile:
         import shlex
@@ -562,15 +563,21 @@ def _override_hint(recipe: str, names: list[str], arg: str, config: str | None) 
 
 
 def _chain_verdict(prepared: list[Prepared]) -> str:
-    """A pipe dry run's verdict, one line: the stages with errors and their count; else valid, or the first stage
-    the run would refuse to start (its own check, :func:`_check_startable`); nothing was submitted."""
+    """A pipe dry run's verdict, one line: the stages with errors and their count, and the first stage the run
+    would refuse to start for unresolved inputs (its own check, :func:`_check_startable`) with the artifacts (or
+    keys) it lacks; else valid, or that first refused stage; nothing was submitted."""
     bad = [(i, p) for i, p in enumerate(prepared, 1) if p.errors]
+    refused = next((i for i, p in enumerate(prepared, 1) if unresolved_refusal(p.compiled) is not None), None)
     if bad:
         where = ", ".join(f"{i}/{len(prepared)} ({p.req.stage.title}): {len(p.errors)}" for i, p in bad)
         count = plural(sum(len(p.errors) for _, p in bad), "error")
-        return (f"dry run: {count} found in the chain's stages ({where}): "
+        also = ""
+        if refused is not None:  # the errors are not the whole story: an earlier (or the same) stage lacks inputs
+            lacks = missing_inputs(prepared[refused - 1].compiled)
+            also = (f", and stage {refused}/{len(prepared)} ({prepared[refused - 1].req.stage.title}) would refuse "
+                    f"to start too: no {', '.join(lacks)} (see that stage's verdict)")
+        return (f"dry run: {count} found in the chain's stages ({where}){also}: "
                 "the run would refuse to start; nothing was submitted")
-    refused = next((i for i, p in enumerate(prepared, 1) if unresolved_refusal(p.compiled) is not None), None)
     if refused is None:
         return f"dry run: the chain of {len(prepared)} stages is valid; nothing was submitted"
     return (f"dry run: the chain's configs are valid, but the run would refuse to start at stage "

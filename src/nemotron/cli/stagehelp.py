@@ -7,8 +7,8 @@ Sections, in order (:func:`stage_sections`):
 * **Config keys**: every key of the stage's ``default.yaml`` (the keys any config or ``key=value`` may set; a
   key absent from it is unknown: docs/configs.md) and the schema keys every stage has (``run.env.*``), grouped by
   top-level section, each with its type, its default (``REQUIRED`` where the default is an input nothing in the
-  config supplies: an artifact ``${art:...}`` or an environment variable without a default) and a one-line
-  description: the key's own comment in ``default.yaml`` (the one after its value, else the block just above
+  config supplies: an artifact ``${art:...}`` or an environment variable without a default) and its whole
+  description, wrapped: the key's own comment in ``default.yaml`` (the one after its value, else the block just above
   it). A key whose default is ``null`` takes its type from the stage's other configs (``int|null``).
 * **Artifact inputs**: the keys set from the artifact store, and the two ways to override them (a path, or a
   pinned version ``${art:NAME:N,FIELD}``).
@@ -16,7 +16,8 @@ Sections, in order (:func:`stage_sections`):
   upward, ``~/.config/nemotron/env.toml``), read without validating them.
 * **Examples**.
 
-Values longer than their column are cut with ``...``; no key name is ever cut. Nothing here imports the
+Values longer than their column are cut with ``...``; no key name and no description is ever cut (a description
+wraps onto the lines below). Nothing here imports the
 frameworks; YAML and the config compiler's schema are imported when a stage's help is asked for.
 """
 
@@ -67,6 +68,16 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 3, 0)].rstrip() + "..."
 
 
+def _wrap(text: str, width: int, indent: int) -> str:
+    """``text`` broken at spaces into lines of at most ``width`` characters (a longer word stands alone), each line
+    after the first indented by ``indent`` spaces, joined by newlines: a description is shown whole, never cut (a
+    word longer than a line, a long path, is broken across lines)."""
+    import textwrap
+
+    lines = textwrap.wrap(text, max(width, 12), break_on_hyphens=False) or [""]
+    return ("\n" + " " * indent).join(lines)
+
+
 def _type(value: Any) -> str:
     return {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "map"}.get(type(value), "null")
 
@@ -104,8 +115,9 @@ def _comment_above(lines: list[str], index: int, column: int = 0) -> str:
 
 def file_keys(path: Path) -> list[tuple[str, Any, str]]:
     """``[(dotted key, value, description), ...]`` for every leaf of the YAML file ``path`` (a leaf: a scalar, a
-    list, or an empty mapping), in file order, each with its comment (:func:`_comment_after`, else
-    :func:`_comment_above`; the first sentence of it).
+    list, or an empty mapping), in file order, each with its whole comment (:func:`_comment_after`, else
+    :func:`_comment_above`), whitespace collapsed: its later sentences often hold the allowed values
+    (``text: encoded as plain text ... | skip | fail``).
 
     Raises:
         ConfigError: the file cannot be read or parsed (:func:`nemotron.config.yamlio.loads`).
@@ -132,7 +144,7 @@ def file_keys(path: Path) -> list[tuple[str, Any, str]]:
             after = (_comment_after(lines[row], value_node.end_mark.column)
                      if value_node.end_mark.line == row and row < len(lines) else "")
             about = after or _comment_above(lines, row, key_node.start_mark.column)
-            out.append((".".join((*prefix, name)), sub, _first_sentence(about)))
+            out.append((".".join((*prefix, name)), sub, " ".join(about.split())))
 
     root = compose(text)
     if isinstance(root, yaml.MappingNode):
@@ -267,8 +279,8 @@ def examples(stage: Stage, docs: list[KeyDoc], profiles: list[tuple[str, str]],
 
 
 def _table(rows: list[tuple[str, ...]], width: int, indent: int = 2, cap: int = 36, alone: bool = True) -> list[str]:
-    """Rows as aligned columns, one string per row; the last column takes what is left of ``width`` and is cut
-    with ``...``. The first column (a name) is never cut: it is as wide as the longest name, up to ``cap``
+    """Rows as aligned columns, one string per row; the last column takes what is left of ``width`` and wraps
+    onto lines of its own below (indented to its column; the string holds newlines), never cut. The first column (a name) is never cut: it is as wide as the longest name, up to ``cap``
     characters (so that the description keeps its room); a longer name is a line of its own, the rest of its row
     on the next line (the string holds a newline), so every row keeps the columns aligned; with ``alone`` False
     it pushes its row instead (one line per row, for a listing read by grep)."""
@@ -283,7 +295,7 @@ def _table(rows: list[tuple[str, ...]], width: int, indent: int = 2, cap: int = 
             text = row[i] if i == 0 else _cut(row[i], widths[i])
             cells.append(text.ljust(widths[i]))
             used += (widths[i] if alone else max(len(text), widths[i])) + 2
-        last = _cut(row[-1], max(width - used, 12))
+        last = _wrap(row[-1], max(width - used, 12), used)
         if alone and len(row[0]) > widths[0]:  # too long for its column: alone, the row below it
             rest = (" " * (indent + widths[0] + 2) + "  ".join([*cells[1:], last])).rstrip()
             out.append(" " * indent + row[0] + ("\n" + rest if rest.strip() else ""))
@@ -299,7 +311,7 @@ WIDE = 98
 def key_lines(docs: list[KeyDoc], width: int) -> list[str]:
     """The key table, a blank line between top-level sections. At ``width`` >= :data:`WIDE` (a terminal of 100
     columns or more) one line per key (key, type, default, description); narrower, the description goes on a line
-    of its own below its key."""
+    of its own below its key. A description is whole, wrapped (:func:`_wrap`)."""
     rows = [(d.key, d.type, d.default, d.description) for d in docs]
     wide = width >= WIDE
     lines = _table(rows if wide else [r[:3] for r in rows], width)
@@ -310,7 +322,7 @@ def key_lines(docs: list[KeyDoc], width: int) -> list[str]:
             out.append("")
         out.append(line)
         if not wide and d.description:
-            out.append(_cut("      " + d.description, width))
+            out.append("      " + _wrap(d.description, width - 6, 6))
     return out
 
 

@@ -31,6 +31,7 @@ import difflib
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import re
 import sysconfig
@@ -328,8 +329,26 @@ def _compatible(old: Any, new: Any) -> bool:
     if isinstance(old, bool) or isinstance(new, bool):
         return isinstance(old, bool) and isinstance(new, bool)
     if isinstance(old, (int, float)) and isinstance(new, (int, float)):
-        return not (isinstance(old, int) and isinstance(new, float) and not new.is_integer())
+        return not (isinstance(old, int) and isinstance(new, float) and _inexact(new) is not None)
     return type(old) is type(new)
+
+
+#: The largest magnitude below which every integer is a float exactly (IEEE 754 binary64: a 53-bit significand).
+_EXACT_FLOAT_INT = 2 ** 53
+
+
+def _inexact(value: float) -> str | None:
+    """Why the float ``value`` (``1e3``, ``2048.0``, ``1e30``) is no exact integer for an int key, or None when it
+    is one: a fraction (``1.5``), not finite (``.inf``), or beyond 2**53 (``1e30``), where the float is the nearest
+    binary value, not the number written (``1e30`` reads as 1000000000000000019884624838656)."""
+    if not math.isfinite(value):
+        return "not a finite number"
+    if not value.is_integer():
+        return "not a whole number"
+    if abs(value) > _EXACT_FLOAT_INT:
+        return (f"beyond 2**53, a float is no exact integer (it reads as {int(value)}); write the integer in "
+                "digits if that many is meant")
+    return None
 
 
 def _short(value: Any, width: int = 60) -> str:
@@ -397,7 +416,10 @@ def _merge(base: dict, over: dict, label: str, prov: dict[str, str], errors: lis
                    open_paths=open_paths, lines=lines)
             continue
         if not _compatible(old, value) or (isinstance(old, dict) and old and value is not None):
-            errors.append(f"{where}: '{name}' expects {_type_name(old)}, got {_type_name(value)} {yamlio.flow(value)}")
+            why = (f": {_inexact(value)}" if isinstance(old, int) and not isinstance(old, bool)
+                   and isinstance(value, float) else "")
+            errors.append(f"{where}: '{name}' expects {_type_name(old)}, got {_type_name(value)} {yamlio.flow(value)}"
+                          f"{why}")
             continue
         for stale in [k for k in prov if k == name or k.startswith((name + ".", name + "["))]:
             del prov[stale]
@@ -475,8 +497,11 @@ def _apply_override(tree: dict, ov: Override, prov: dict[str, str], open_paths: 
                               "(its keys would fall back to values you never set)",
                               f"set its keys instead ({name}.KEY=VALUE), or delete one key (~{name}.KEY)")
         if not _compatible(old, ov.value) or (isinstance(old, dict) and old and ov.value is not None and not isinstance(ov.value, dict)):
+            why = (f": {_inexact(ov.value)}" if isinstance(old, int) and not isinstance(old, bool)
+                   and isinstance(ov.value, float) else "")
             raise ConfigError(
-                f"override {ov.text!r}: '{name}' expects {_type_name(old)} (now {_short(old)}), got {_type_name(ov.value)}",
+                f"override {ov.text!r}: '{name}' expects {_type_name(old)} (now {_short(old)}), got "
+                f"{_type_name(ov.value)}{why}",
                 f"give a value of type {_type_name(old)}"
                 + (" (quote it for a string: key='\"...\"')" if isinstance(old, str) else "")
                 + (f" ({yamlio.INT_FORMS})" if isinstance(old, int) and not isinstance(old, bool) else ""),
@@ -833,6 +858,10 @@ class Compiled:
     inputs: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
     #: where the command sends the job, as options to repeat in a hint (`` --run P --env-file F``; empty: here)
     launch_args: str = ""
+    #: the artifact scope and storage environment the config was compiled in (``prepare_stage``: the profile's),
+    #: so that a hint compiles the runs that would make a missing input in the same place (None: this machine's)
+    artifact_scope: Any = None
+    compile_env: dict[str, str] | None = None
 
     def warnings(self) -> list[Problem]:
         """One warning per unresolved value."""

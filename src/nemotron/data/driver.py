@@ -18,6 +18,7 @@ only those.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import difflib
 import json
 import math
@@ -65,6 +66,23 @@ def _at_least(key: str, value: Any, minimum: Any) -> Any:
     if minimum is not None and value < minimum:
         raise ConfigError(f"{key}={value} must be at least {minimum}")
     return value
+
+
+#: The choices a :class:`Reader` was asked for within :func:`recorded_choices` (None: not recording).
+_CHOICES: contextvars.ContextVar[dict[str, tuple[str, ...]] | None] = contextvars.ContextVar("choices", default=None)
+
+
+@contextlib.contextmanager
+def recorded_choices() -> Iterator[dict[str, tuple[str, ...]]]:
+    """Within the ``with``, every :meth:`Reader.choice` records its key and its valid values into the mapping
+    yielded (``{"policies.control_token_text": ("text", "skip", "fail"), ...}``): the sets the stage's settings
+    validate against, for shell completion (:func:`nemotron.validation.data.choice_sets`)."""
+    seen: dict[str, tuple[str, ...]] = {}
+    token = _CHOICES.set(seen)
+    try:
+        yield seen
+    finally:
+        _CHOICES.reset(token)
 
 
 class Reader:
@@ -171,8 +189,13 @@ class Reader:
         return float(_at_least(key, v, minimum))
 
     def choice(self, key: str, valid: tuple[str, ...], default: str) -> str:
-        """One of ``valid``."""
+        """One of ``valid``. Within :func:`recorded_choices`, ``key`` and ``valid`` are recorded, and a value not
+        in ``valid`` reads as ``default`` (the reading goes on, so that every set is recorded)."""
         v = self.get(key, default)
+        seen = _CHOICES.get()
+        if seen is not None:
+            seen[key] = tuple(valid)
+            return v if v in valid else default
         if v not in valid:
             raise ConfigError(f"{key}={v!r} is not allowed; valid: {', '.join(valid)}")
         return v

@@ -133,16 +133,44 @@ class Progress:
 
 
 def print_table(title: str, columns: list[str], rows: list[list[Any]], *, footer: list[Any] | None = None,
-                justify_right_from: int = 1) -> None:
-    """Print a table with rich (plain box characters when not on a terminal)."""
+                justify_right_from: int = 1, lists: tuple[str, ...] = ("skipped (reason)",)) -> None:
+    """Print a table with rich (plain box characters when not on a terminal).
+
+    ``lists``: the columns whose cells are comma lists (``bad_record 1, empty_content 1``). When the table is wider
+    than the console, rich would wrap or cut such a cell, and its first line reads as the whole list; each one of
+    more than one item then shows its first and ``+N more``, and the lists in full follow the table, one line per
+    row (``skipped (reason) of sft_odd: bad_record 1, empty_content 1``), so no item is lost at any width."""
     from rich import box
+    from rich.measure import Measurement
     from rich.table import Table
 
     con = console()
-    table = Table(title=title, box=box.SIMPLE_HEAD if con.is_terminal else box.ASCII2, show_footer=footer is not None)
-    for i, col in enumerate(columns):
-        table.add_column(col, justify="right" if i >= justify_right_from else "left",
-                         footer=str(footer[i]) if footer is not None else "")
-    for row in rows:
-        table.add_row(*[str(c) for c in row])
+
+    def build(cells: list[list[str]]) -> Table:
+        table = Table(title=title, box=box.SIMPLE_HEAD if con.is_terminal else box.ASCII2,
+                      show_footer=footer is not None)
+        for i, col in enumerate(columns):
+            table.add_column(col, justify="right" if i >= justify_right_from else "left",
+                             footer=str(footer[i]) if footer is not None else "")
+        for row in cells:
+            table.add_row(*row)
+        return table
+
+    cells = [[str(c) for c in row] for row in rows]
+    table = build(cells)
+    at = [i for i, col in enumerate(columns) if col in lists]
+    full: list[str] = []
+    if at and Measurement.get(con, con.options.update_width(1 << 20), table).maximum > con.width:
+        short = []
+        for row in cells:
+            row = list(row)
+            for i in at:
+                items = row[i].split(", ")
+                if len(items) > 1:
+                    full.append(f"{columns[i]} of {row[0]}: {row[i]}")
+                    row[i] = f"{items[0]} +{len(items) - 1} more"
+            short.append(row)
+        table = build(short)
     con.print(table)
+    for line in full:
+        con.print(line)

@@ -27,8 +27,9 @@ file path), and Hugging Face ``datasets`` refuses a second column of that name.
 * ``messages`` — a ``messages`` list with one user turn, the answer in ``answer_field`` or, when that is
   not set, in a final assistant turn. System turns are dropped (NeMo RL adds its own) and counted.
 
-An answer that is missing, empty or without the ``####`` marker is skipped and counted
-(``missing_answer``), never written as an empty ground truth.
+An answer that is missing or empty (``missing_answer``), of the wrong type (``wrong_type``: a list, a mapping; for
+gsm8k a number too) or, for gsm8k, without the ``####`` marker (``no_answer_marker``) is skipped and counted under
+that reason (all three follow ``policies.missing_answer``), never written as an empty ground truth.
 
 **Held-out rows**: after de-duplication, the last ``split.validation_rows`` rows of the stream (in
 blend order, files sorted, records in file order) or a seeded sample of that many (``split.method``)
@@ -136,7 +137,19 @@ def main(cfg: dict[str, Any]) -> int:
 
 
 class MissingAnswer(Exception):
-    """The record has no usable expected answer."""
+    """The record has no usable expected answer. ``reason``: the skip reason it is counted as (all under the one
+    policy ``policies.missing_answer``): ``missing_answer`` (no answer, or an empty one), ``wrong_type`` (the answer
+    field holds no text: a list, a mapping, a bool; gsm8k: a number too), ``no_answer_marker`` (gsm8k: no ``####``)."""
+
+    def __init__(self, message: str, reason: str = "missing_answer") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _answer_type(value: Any, field: str) -> None:
+    """Raise :class:`MissingAnswer` (``wrong_type``) when ``value`` of ``field`` is there but no text or number."""
+    if value is not None and (isinstance(value, (bool, list, dict)) or not isinstance(value, (str, int, float))):
+        raise MissingAnswer(f"{field!r} is {type(value).__name__}, not text", "wrong_type")
 
 
 class BadRecord(Exception):
@@ -167,7 +180,8 @@ def extract(obj: dict[str, Any], schema: str | None, answer_field: str | None = 
     """``(problem, expected_answer, system_turns_dropped)`` of one record.
 
     Raises:
-        MissingAnswer: no answer, an empty one, or (GSM8K) no ``####`` marker.
+        MissingAnswer: no answer, an empty one, one of the wrong type, or (GSM8K) no ``####`` marker (its
+            ``reason``).
         BadRecord: the record does not have the fields of its form.
     """
     form = schema or detect_schema(obj)
@@ -176,8 +190,14 @@ def extract(obj: dict[str, Any], schema: str | None, answer_field: str | None = 
         problem, answer = obj.get("question"), obj.get("answer")
         if not isinstance(problem, str):
             raise BadRecord("'question' is missing or not text")
-        if not isinstance(answer, str) or "####" not in answer:
-            raise MissingAnswer("the answer has no '#### <answer>' marker")
+        if answer is None:
+            raise MissingAnswer("no 'answer' field")
+        if not isinstance(answer, str):
+            raise MissingAnswer(f"'answer' is {type(answer).__name__}, not text (gsm8k form: the text after its last "
+                                "'####')", "wrong_type")
+        if "####" not in answer:
+            raise MissingAnswer("no '####' in 'answer' (gsm8k form: the answer follows the last '####')",
+                                "no_answer_marker")
         answer = answer.rsplit("####", 1)[1].strip()
     elif form == "dapo":
         prompt = obj.get("prompt")
@@ -192,6 +212,7 @@ def extract(obj: dict[str, Any], schema: str | None, answer_field: str | None = 
         else:
             raise BadRecord("'prompt' is missing or not a message list")
         answer = _field(obj, answer_field or "reward_model.ground_truth")
+        _answer_type(answer, answer_field or "reward_model.ground_truth")
         if isinstance(answer, (int, float)) and not isinstance(answer, bool):
             answer = str(answer)
     elif form == "messages":
@@ -202,6 +223,7 @@ def extract(obj: dict[str, Any], schema: str | None, answer_field: str | None = 
         if answer_field is None and msgs and msgs[-1].get("role") == "assistant":
             answer = msgs[-1].get("content")
             msgs = msgs[:-1]
+        _answer_type(answer, answer_field or "the last assistant message's content")
         dropped = sum(1 for m in msgs if m.get("role") == "system")
         users = [m for m in msgs if m.get("role") != "system"]
         if len(users) != 1 or users[0].get("role") != "user" or not isinstance(users[0].get("content"), str):
@@ -299,7 +321,7 @@ def normalise_shard(shard: dict[str, Any], opts: dict[str, Any]):
                 try:
                     text, answer, dropped = extract(obj, shard["schema"], opts["answer_field"])
                 except MissingAnswer as exc:
-                    problems.report("missing_answer", at, str(exc))
+                    problems.report(exc.reason, at, str(exc), policy_key="missing_answer")
                     continue
                 except BadRecord as exc:
                     problems.report("bad_record", at, str(exc))
@@ -497,9 +519,19 @@ def _no_rows(s: Settings, recs: list[dict[str, Any]]) -> tuple[str, str]:
     message = (f"no usable prompt was found, so no training rows ({driver.count(sum(r['records'] for r in recs), 'records')} read; "
                f"skipped: {fmt_counts(skipped) or 'none'})")
     top = max(skipped, key=lambda k: skipped[k]) if skipped else None
+    first = next((e for e in driver.problems_of(recs, 10 ** 6)[1] if f": {top}: " in e), None)
+    at = f" (first: {first})" if first else ""
     if top == "missing_answer":
-        hint = (f"no record has an expected answer at answer_field={s.answer_field or 'the form default'}: "
-                "set answer_field to the field that holds it")
+        field = s.answer_field or ("the form's own: 'answer' (gsm8k), 'reward_model.ground_truth' (dapo), the last "
+                                   "assistant message (messages)")
+        hint = (f"no record has an expected answer at answer_field={field}{at}: set answer_field to the field that "
+                "holds it")
+    elif top == "wrong_type":
+        hint = (f"the answer field holds no text{at}: give the answers as text, or set answer_field to a field that "
+                "holds them")
+    elif top == "no_answer_marker":
+        hint = (f"the gsm8k form takes the answer after the last '####' of 'answer'{at}: add the marker, or give "
+                "the dataset the form of its rows (\"format\": \"messages\" or \"dapo\" with answer_field=answer)")
     elif top is not None:
         hint = f"most records were skipped as {top}: check the datasets' paths and format (the record form)"
     else:

@@ -61,6 +61,30 @@ def runtime_module(stage: Any, cfg: dict) -> str | None:
     return entry.runtime.partition(":")[0] if entry is not None and entry.runtime else None
 
 
+def choice_sets(stage: Any, cfg: dict) -> dict[str, tuple[str, ...]]:
+    """The keys of a data prep stage whose values the runtime checks against a set, and each set
+    (``{"chat.reasoning": ("auto", "off"), "policies.control_token_text": ("text", "skip", "fail"), ...}``), read
+    by the runtime's own ``Settings.from_config`` on ``cfg`` (:func:`nemotron.data.driver.recorded_choices`): the
+    values a ``key=VALUE`` completion offers are the ones validation accepts. ``{}`` for a stage without such a
+    runtime; never raises for a config the settings refuse (the sets read before the refusal are returned)."""
+    from nemotron.config.registry import get_stage
+    from nemotron.data.driver import recorded_choices
+
+    try:
+        module = runtime_module(get_stage(stage.name), cfg)
+        settings_cls = getattr(importlib.import_module(module), "Settings", None) if module else None
+    except Exception:  # an unknown backend, a module that cannot load: no sets
+        return {}
+    if settings_cls is None:
+        return {}
+    with recorded_choices() as seen:
+        try:
+            settings_cls.from_config(cfg)
+        except Exception:  # an unrelated key the settings refuse: the sets read so far still hold
+            pass
+    return dict(seen)
+
+
 def validate_data(stage: Any, cfg: dict, profile: ExecutorProfile | None = None) -> list[Problem]:
     """Problems of a data prep config (errors), each the runtime's own message; ``profile`` (None: a run here)
     decides whether an unreachable hub is an error (:func:`hub_problems`). ``stage``: a registry row (or an object

@@ -69,13 +69,31 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
 _ARTIFACT = r"artifact (?:[^\s:,|]+\|)*([^\s:,|]+)"  # A|B: B, the input the stage falls back to
 
 
+def missing_inputs(compiled: Any) -> list[str]:
+    """What ``compiled`` lacks to start, in key order, each once: the artifact an unresolved value names
+    (``rl-data``), else the key itself (an unset environment variable's). ``[]`` when nothing is unresolved."""
+    import re
+
+    out: list[str] = []
+    for key, why in compiled.unresolved.items():
+        m = re.search(_ARTIFACT, str(why))
+        name = m.group(1) if m else key
+        if name not in out:
+            out.append(name)
+    return out
+
+
 def missing_chain(compiled: Any, config: str | None) -> list[str]:
     """The stages (registry names, in pipeline order: the registry's) whose runs make every artifact ``compiled``
     is missing (its unresolved ``artifact NAME`` values), and, in turn, the artifacts those runs would miss: each
     producer is compiled with ``-c config`` and its own unresolved artifacts followed. A producer that has no such
-    config, fails to compile, or is the stage itself ends the walk there. ``[]`` when no artifact is missing."""
+    config, fails to compile, or is the stage itself ends the walk there. Each producer is compiled in the
+    consumer's artifact scope and storage environment (``compiled.artifact_scope``, ``compiled.compile_env``): for
+    ``--run PROFILE`` the records this machine holds are not the cluster's, so their runs belong in the chain.
+    ``[]`` when no artifact is missing."""
     import re
 
+    from nemotron.config import artifacts
     from nemotron.config.compile import compile_config
     from nemotron.config.registry import STAGES
 
@@ -97,7 +115,12 @@ def missing_chain(compiled: Any, config: str | None) -> list[str]:
         if not config or not _takes_config(producer, config):
             continue
         try:
-            todo += wanted(compile_config(producer, config, [], check_paths=False))
+            # compiled where the consumer was (its profile's artifact scope and storage variables): a record made
+            # on this machine is no input of a cluster run, so its producer's run is needed there too
+            with artifacts.scoped(getattr(compiled, "artifact_scope", None)):
+                made = compile_config(producer, config, [], check_paths=False,
+                                      env=getattr(compiled, "compile_env", None))
+            todo += wanted(made)
         except ConfigError:
             continue
     order = {s.name: i for i, s in enumerate(STAGES)}

@@ -49,14 +49,26 @@ def get(cfg: dict, key: str, default: Any = None) -> Any:
     return default if node is None else node
 
 
+def shown(value: Any) -> str:
+    """``value`` as the config writes it, for a message: ``null``, ``true``/``false``, a quoted string, else as is
+    (Python's ``None`` or ``True`` is no word of the YAML the user wrote)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
 def _int(cfg: dict, key: str, default: Any = None, minimum: int | None = None) -> int:
     value = get(cfg, key, default)
+    if isinstance(value, bool):
+        raise SettingsError(f"{key}={shown(value)}: expected an integer")
     try:
         out = int(value)
-    except (TypeError, ValueError):
-        raise SettingsError(f"{key}={value!r}: expected an integer") from None
-    if isinstance(value, float) and value != out:
-        raise SettingsError(f"{key}={value!r}: expected an integer")
+    except (TypeError, ValueError, OverflowError):
+        raise SettingsError(f"{key}={shown(value)}: expected an integer") from None
+    if isinstance(value, float) and (value != out or abs(value) > 2 ** 53):  # 2**53: floats beyond are no exact ints
+        raise SettingsError(f"{key}={shown(value)}: expected an integer")
     if minimum is not None and out < minimum:
         raise SettingsError(f"{key}={out}: must be at least {minimum}")
     return out
@@ -67,7 +79,7 @@ def _float(cfg: dict, key: str, default: Any = None) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise SettingsError(f"{key}={value!r}: expected a number") from None
+        raise SettingsError(f"{key}={shown(value)}: expected a number") from None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemotron.runtime.common.settings import SettingsError, config_path, get
+from nemotron.runtime.common.settings import SettingsError, config_path, get, shown
 
 #: Summary rows, in order: kind → what it is. Source of the grouping: the Ultra recipe's own comments
 #: (nvfp4-4o6.yaml) and the issue's map (routed experts, shared experts, Mamba in/out, KV cache; BF16 rest).
@@ -279,7 +279,7 @@ def _int(cfg: dict, key: str, default: Any, minimum: int) -> int:
     try:
         out = int(value)
     except (TypeError, ValueError):
-        raise QuantConfigError(f"{key}={value!r}: expected an integer") from None
+        raise QuantConfigError(f"{key}={shown(value)}: expected an integer") from None
     if out < minimum:
         raise QuantConfigError(f"{key}={out}: must be at least {minimum}")
     return out
@@ -489,7 +489,7 @@ def cluster_plan(cfg: dict, world_size: int) -> dict[str, Any]:
         try:
             n = int(value)
         except (TypeError, ValueError):
-            raise QuantConfigError(f"{key}={value!r}: expected a positive integer") from None
+            raise QuantConfigError(f"{key}={shown(value)}: expected a positive integer") from None
         if n < 1:
             raise QuantConfigError(f"{key}={n}: expected a positive integer")
         return n
