@@ -342,25 +342,30 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
 
     from nemotron.errors import StopRequested, request_stop, stop_signal
 
+    from nemotron.errors import hold_point
+
     s = settings_cls.from_config(cfg)
-    blend = stage_blend(s)
-    for problem in check_inputs(s, blend) + unreadable_inputs(blend):
-        raise problem  # before the lock file is written: an input is never touched; an unreadable one before any work
-    # SIGTERM (kill, timeout, scancel) at any point of the work, planning and Ray's start included, stops it as
-    # Ctrl-C does: every file is written whole or not at all (a temporary name, then a rename), so an interrupt
-    # anywhere leaves a folder the rerun resumes. The Ray session and the in-process engine set the same handler
-    # again where Ray replaced it.
+    _WRITING.pop("vdir", None)  # no version folder chosen yet: an interrupt now has kept nothing (kept_note)
+    # SIGTERM (kill, timeout, scancel) at any point of the work, the input checks, planning and Ray's start
+    # included, stops it as Ctrl-C does: every file is written whole or not at all (a temporary name, then a
+    # rename), so an interrupt anywhere leaves a folder the rerun resumes. The Ray session and the in-process
+    # engine set the same handler again where Ray replaced it.
     ours = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, request_stop) if ours else None
     try:
-        with outputs.writer_lock(s.output_dir):  # one writing run per output folder
-            try:
+        try:
+            blend = stage_blend(s)
+            _say_planning(s, blend)  # the first line, before the seconds of reading inputs
+            hold_point("planning")  # tests: an interrupt before any work
+            for problem in check_inputs(s, blend) + unreadable_inputs(blend):
+                raise problem  # before the lock file: an input is never touched; an unreadable one before any work
+            with outputs.writer_lock(s.output_dir):  # one writing run per output folder
                 manifest = prepare(s)
-            except KeyboardInterrupt as exc:
-                write_interrupt_note(kept_note(s))
-                if isinstance(exc, StopRequested) or stop_signal() is not None:
-                    raise  # SIGTERM: the entry's own "stopped by SIGTERM ... resume" line and exit 75
-                return interrupted_resumably(s)
+        except KeyboardInterrupt as exc:
+            write_interrupt_note(kept_note(s))
+            if isinstance(exc, StopRequested) or stop_signal() is not None:
+                raise  # SIGTERM: the entry's own "stopped by SIGTERM ... resume" line and exit 75
+            return interrupted_resumably(s)
     finally:
         if ours:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
@@ -450,10 +455,23 @@ def version_state(folder: Path) -> str:
         f"an interrupted run ({count(done, 'finished shards')})"
 
 
+def _say_planning(s: Any, blend: Blend) -> None:
+    """The stage's first line (stdout), said before the seconds of checking and planning the inputs:
+    ``planning: reading 3 datasets of blend.json into OUTPUT_DIR (input checks, shard plan) ...``."""
+    from nemotron.data.progress import console
+
+    console().print(f"planning: reading {count(len(blend.datasets), 'datasets')} of {blend.path} into {s.output_dir} "
+                    "(input checks, shard plan) ...")
+
+
 def kept_note(s: Any) -> str:
     """One line saying what an interrupted run kept: the finished pieces of work (shards, SFT windows: each has its
     receipt, ``*.receipt.json``) in the version folder it was writing, or that none was finished yet, so the next
-    run starts from the beginning."""
+    run starts from the beginning; before a version folder was chosen (the input checks, the start of planning),
+    ``interrupted before any work; nothing kept ...``."""
+    if "vdir" not in _WRITING:
+        return (f"interrupted before any work; nothing kept (output_dir={s.output_dir} untouched), so the next run "
+                "starts from the beginning")
     vdir = _WRITING.get("vdir")
     done = sum(1 for _ in vdir.rglob("*" + outputs.RECEIPT_SUFFIX)) if vdir is not None and vdir.is_dir() else 0
     if not done:
