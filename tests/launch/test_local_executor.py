@@ -340,3 +340,21 @@ def test_ctrl_c_while_ray_starts_stops_the_job_cleanly_and_relays_its_line(env, 
     assert line in log, log[-2000:]
     after = out.split("stopping local job", 1)[1]
     assert line in after, out[-2000:]  # relayed by the attached command
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux `script` for a terminal")
+def test_a_run_here_in_a_terminal_keeps_its_output_and_the_stage_still_sees_a_terminal(env, tmp_path):
+    """Under a terminal (util-linux `script` gives the command one), the run here still gives the stage a terminal (a
+    pseudo-terminal: its live progress bar, drawn with ANSI erase-line codes, is there) while output.log keeps the
+    output with plain \\n line ends and exit.json the exit code."""
+    command = shlex.join([sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "rl", "-c", "tiny",
+                          f"output_dir={tmp_path / 'o'}"])
+    proc = subprocess.run(["script", "-qec", command, "/dev/null"], env=env, cwd=tmp_path, capture_output=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    (folder,) = (tmp_path / "home" / "runs").iterdir()
+    log = (folder / "output.log").read_bytes()
+    assert log.startswith(b"planning: reading ") and b"\r\n" not in log, log[:300]
+    assert b"\x1b[2K" in log, log[-500:]  # the live progress bar: the stage saw a terminal
+    assert json.loads((folder / "exit.json").read_text())["exit_code"] == 0
+    assert b"planning: reading " in proc.stdout  # and the terminal got it

@@ -292,6 +292,9 @@ class _Tee:
             ours, theirs = os.openpty()
             with contextlib.suppress(OSError):
                 fcntl.ioctl(theirs, termios.TIOCSWINSZ, fcntl.ioctl(out_fd, termios.TIOCGWINSZ, b"\0" * 8))
+                attrs = termios.tcgetattr(theirs)
+                attrs[1] &= ~termios.ONLCR  # bytes pass as written: our own terminal turns \n into \r\n once
+                termios.tcsetattr(theirs, termios.TCSANOW, attrs)
         else:
             ours, theirs = os.pipe()
         self.pairs.append((ours, theirs, out_fd))
