@@ -155,6 +155,32 @@ def stop_signal() -> int | None:
     return _STOP_SIGNAL[0] if _STOP_SIGNAL else None
 
 
+#: Environment variable naming a point where a stage holds still, for tests of an interrupt at that exact moment:
+#: ``POINT=MARKER`` (e.g. ``ray-started=/tmp/held``). At ``POINT`` the stage writes the file ``MARKER`` and waits
+#: (at most :data:`HOLD_MAX_S` seconds) for a signal, so a test signals it at that moment instead of racing the
+#: machine's load with sleeps. Points: ``planning`` (data prep, after its first line, before reading any input) and
+#: ``ray-started`` (data prep, right after Ray started, while Ray's own crash handler would still hold SIGTERM).
+HOLD_ENV = "NEMOTRON_TEST_HOLD"
+#: Seconds :func:`hold_point` waits at most.
+HOLD_MAX_S = 120.0
+
+
+def hold_point(point: str) -> None:
+    """Hold at ``point`` when :data:`HOLD_ENV` names it: write its marker file, then sleep until a signal handler
+    raises (or :data:`HOLD_MAX_S` seconds pass). Does nothing otherwise."""
+    import os
+    import time
+
+    name, _, marker = os.environ.get(HOLD_ENV, "").partition("=")
+    if name != point or not marker:
+        return
+    with open(marker, "w", encoding="utf-8") as f:
+        f.write(f"{os.getpid()}\n")
+    deadline = time.monotonic() + HOLD_MAX_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 #: Set by the CLI for a stage it runs as its child (same process group, so both get the Ctrl-C): the CLI
 #: then prints the one ``interrupted`` line, the child stays quiet.
 INTERRUPT_REPORTED_BY_PARENT = "NEMOTRON_INTERRUPT_REPORTED_BY_PARENT"

@@ -429,3 +429,34 @@ def test_stop_child_escalates_when_the_stage_does_not_stop(tmp_path):
     code = stop_child(proc, grace_s=0.5)
     assert code == 128 + signal.SIGTERM and proc.poll() is not None
     assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_data_prep_says_planning_first_and_an_interrupt_before_any_work_keeps_nothing(tmp_path, shared_data,
+                                                                                       monkeypatch, sig):
+    """The first line comes at once (``planning: reading N datasets ...``), before the seconds of input checks and
+    planning; a Ctrl-C (SIGINT to the group: exit 130) or SIGTERM (exit 75) there, before any work, says so in one
+    line (``interrupted before any work; nothing kept``; it said only ``interrupted``) and the output folder is never
+    created. The moment is exact: the stage holds at its ``planning`` point (nemotron.errors.HOLD_ENV) for the test."""
+    from nemotron.errors import HOLD_ENV
+
+    marker = tmp_path / "held"
+    monkeypatch.setenv(HOLD_ENV, f"planning={marker}")
+    proc, _cmd, env_marker, out_dir = _start_data_prep(tmp_path, shared_data)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    assert first.startswith("planning: reading ") and f"into {out_dir} " in first, first
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its planning point"
+        time.sleep(0.05)
+    err, left = _stop(proc, env_marker, sig, group=sig == signal.SIGINT)
+    lines = [line for line in err.splitlines() if line.strip()]
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and len(lines) == 1, err[-2000:]
+        assert lines[0].startswith("interrupted: ultra3 data prep pretrain was interrupted before any work; nothing "
+                                   f"kept (output_dir={out_dir} untouched), so the next run starts from the beginning"), err
+    else:
+        assert proc.returncode == 75, err[-2000:]
+        assert f"stopped by SIGTERM before any work; nothing kept (output_dir={out_dir} untouched)" in err, err
+    assert not left and not out_dir.exists()

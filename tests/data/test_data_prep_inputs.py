@@ -329,3 +329,39 @@ def test_an_empty_input_file_is_refused_by_the_dry_run_as_by_the_run(tmp_path, s
                          timeout=120, env={**os.environ, "NEMOTRON_HOME": str(tmp_path / "home")})
     assert run.returncode == 2 and "is empty (0 bytes)" in run.stdout + run.stderr, run.stdout + run.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_rerun_names_the_changed_key_or_input_and_the_interrupted_run(ray_instance, tmp_path):
+    """A rerun into an output_dir that holds an interrupted run of other settings is refused (nothing reused), and
+    the refusal names what differs (``split.validation_rows: 4 -> 6``, ``input p.jsonl changed``) and calls the
+    unfinished run what it is (``an interrupted run (K of N shards)``), not just "v1" and two plan hashes."""
+    data, other = tmp_path / "p.jsonl", tmp_path / "q.jsonl"
+    for path in (data, other):
+        path.write_text("".join(json.dumps(r) + "\n" for r in gsm8k_rows(40)))
+    blend = write_blend(tmp_path / "b" / "blend.json", [{"name": "a", "path": str(data), "weight": 1},
+                                                         {"name": "b", "path": str(other), "weight": 1}])
+    out = tmp_path / "out"
+
+    def run(**overrides):
+        return rl.prepare(settings("data-prep-rl", blend_path=str(blend), output_dir=str(out), **overrides), quiet=True)
+
+    run(split__validation_rows=4)
+    # as a run stopped half way leaves it: no manifest, one shard's receipt gone
+    (out / outputs.MANIFEST).unlink()
+    receipts = sorted(out.rglob("*" + outputs.RECEIPT_SUFFIX))
+    total = len(json.loads((out / outputs.PLAN).read_text())["shards"])
+    assert total == len(receipts) > 1, receipts
+    receipts[0].unlink()
+    with pytest.raises(driver.PlanMismatch) as info:
+        run(split__validation_rows=6)
+    message = info.value.message
+    assert f"holds an interrupted run ({total - 1} of {total} shards) prepared from other inputs or settings: " \
+           "split.validation_rows: 4 -> 6" in message, message
+    assert f"(versions: v1 (an interrupted run ({total - 1} of {total} shards)))" in message, message
+    assert "plan " not in message, message  # the hashes only when nothing nameable differs
+    with data.open("a") as f:
+        f.write(json.dumps(gsm8k_rows(41)[-1]) + "\n")
+    with pytest.raises(driver.PlanMismatch) as info:
+        run(split__validation_rows=4)
+    assert "input p.jsonl changed (size " in info.value.message and "validation_rows" not in info.value.message, \
+        info.value.message

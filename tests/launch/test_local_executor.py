@@ -307,3 +307,54 @@ def test_the_interrupted_line_says_what_the_data_prep_kept(tmp_path, monkeypatch
     from nemotron.runtime.dispatch import _interrupt_note
 
     assert _interrupt_note() == driver.kept_note(S())  # the job's own SIGTERM line (and requeue marker) says it too
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_ray_starts_stops_the_job_cleanly_and_relays_its_line(env, env_file, tmp_path):
+    """Ctrl-C of the attached command while the job's Ray has just started (where Ray's native failure-signal handler
+    used to take the job's SIGTERM: a `*** SIGTERM received ... __recv` stack dump and exit 134): the job stops as
+    later ones do (exit 75, one `stopped by SIGTERM before any shard was finished` line, no dump), and the attached
+    command relays that line. The moment is made exact with the stage's hold point (nemotron.errors.HOLD_ENV)."""
+    from nemotron.errors import HOLD_ENV
+
+    marker = tmp_path / "held"
+    env = {**env, HOLD_ENV: f"ray-started={marker}"}
+    cmd = [sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "rl", "-c", "tiny", "--run", "here",
+           "--env-file", str(env_file), f"output_dir={tmp_path / 'out'}", "workers.engine=ray", "run.env.cpus=1"]
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait(lambda: marker.exists() or proc.poll() is not None, 240, "the job to hold right after Ray started")
+        assert proc.poll() is None, proc.communicate()[0][-2000:]
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out[-2000:]
+    state = json.loads((_run_folder(tmp_path) / "local-job.json").read_text())
+    log = Path(state["stdout"]).read_text() + Path(state["stderr"]).read_text()
+    assert state["state"] == "CANCELLED" and state["exit_code"] == 75, (state, log[-2000:])
+    assert "SIGTERM received" not in log and "logging.cc" not in log, log[-2000:]
+    line = "ultra3 data prep rl: stopped by SIGTERM before any shard was finished; nothing of it is kept"
+    assert line in log, log[-2000:]
+    after = out.split("stopping local job", 1)[1]
+    assert line in after, out[-2000:]  # relayed by the attached command
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux `script` for a terminal")
+def test_a_run_here_in_a_terminal_keeps_its_output_and_the_stage_still_sees_a_terminal(env, tmp_path):
+    """Under a terminal (util-linux `script` gives the command one), the run here still gives the stage a terminal (a
+    pseudo-terminal: its live progress bar, drawn with ANSI erase-line codes, is there) while output.log keeps the
+    output with plain \\n line ends and exit.json the exit code."""
+    command = shlex.join([sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "rl", "-c", "tiny",
+                          f"output_dir={tmp_path / 'o'}"])
+    proc = subprocess.run(["script", "-qec", command, "/dev/null"], env=env, cwd=tmp_path, capture_output=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    (folder,) = (tmp_path / "home" / "runs").iterdir()
+    log = (folder / "output.log").read_bytes()
+    assert log.startswith(b"planning: reading ") and b"\r\n" not in log, log[:300]
+    assert b"\x1b[2K" in log, log[-500:]  # the live progress bar: the stage saw a terminal
+    assert json.loads((folder / "exit.json").read_text())["exit_code"] == 0
+    assert b"planning: reading " in proc.stdout  # and the terminal got it

@@ -136,10 +136,11 @@ def test_a_not_parquet_input_fails_with_a_hint_that_why_shows(tmp_path, monkeypa
     assert "path and format" in got["hint"], got
 
 
-def test_a_run_in_the_shell_is_not_taken_for_a_job_by_why_status_logs(tmp_path, monkeypatch, capfd):
-    """A run without a profile names its run folder; ``why``/``status``/``logs`` given its id (or the folder) say it
-    is no submitted job and how to classify its end, instead of "no submitted job"; without an id, a note says the
-    latest run here was such a run when a submitted job is shown."""
+def test_a_run_in_the_shell_keeps_its_output_for_why_and_is_no_job_for_status_logs(tmp_path, monkeypatch, capfd):
+    """A run without a profile names its run folder, which keeps its output (output.log) and exit code (exit.json):
+    ``why`` given its id or folder, or without an id when it is the latest run, explains it from there;
+    ``status``/``logs``/``cancel`` say it is no submitted job and that ``why`` explains it; ``status`` without an id
+    notes that the latest run here was such a run when a submitted job is shown."""
     import gzip
 
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
@@ -163,17 +164,31 @@ def test_a_run_in_the_shell_is_not_taken_for_a_job_by_why_status_logs(tmp_path, 
     err = capfd.readouterr().err
     assert code == 1, err
     folder = Path(re.search(r"\(run folder: (\S+)\)", err).group(1))
-    for argv in (["why", folder.name], ["status", str(folder)], ["logs", folder.name], ["cancel", folder.name]):
+    # the run folder keeps the run's output and exit code: why (by id, by folder, or the latest) explains it
+    assert json.loads((folder / "exit.json").read_text())["exit_code"] == 1
+    assert "error: " in (folder / "output.log").read_text()
+    for argv in (["why", folder.name, "--json"], ["why", str(folder), "--json"], ["why", "--json"]):
+        assert main(["ultra3", *argv]) == 0, argv
+        verdict = json.loads(capfd.readouterr().out)
+        assert verdict["job"] == folder.name and verdict["state"] == "FAILED" and verdict["exit_code"] == "1", verdict
+        assert verdict["cause"] == "stage-error" and verdict["evidence"].startswith("error: "), verdict
+        assert verdict["sources"] == [str(folder / "output.log")], verdict
+    for argv in (["status", str(folder)], ["logs", folder.name], ["cancel", folder.name]):
         assert main(["ultra3", *argv]) == 2, argv
         err = capfd.readouterr().err
         assert f"error: '{folder.name}' is a run in this shell on this machine, not a submitted job" in err, err
-        assert f"run folder: {folder}" in err and "why --log run.log" in err, err
+        assert f"run folder ({folder}: output.log" in err and f"nemotron ultra3 why {folder.name}" in err, err
     jobs.save(old)
-    main(["ultra3", "why"])
+    main(["ultra3", "status"])
     err = capfd.readouterr().err
     assert f"note: the latest run here, {folder.name}, ran in the shell" in err and "job, 77 " in err, err
-    main(["ultra3", "why", "77"])  # an id given: no note
+    main(["ultra3", "why", "--json"])  # the run here is newer than job 77: why explains it
+    assert json.loads(capfd.readouterr().out)["job"] == folder.name
+    main(["ultra3", "why", "77"])  # an id given: that job (whose folders are gone here), no note
     assert "note:" not in capfd.readouterr().err
+    (folder / "output.log").unlink()  # a run folder of a version before the output was kept: said, with the way out
+    assert main(["ultra3", "why", folder.name]) == 2
+    assert "kept no output in its run folder" in capfd.readouterr().err
 
 
 def test_why_is_linear_in_a_long_line_and_shows_at_most_a_line_of_evidence(tmp_path, capsys):

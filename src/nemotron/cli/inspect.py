@@ -96,9 +96,10 @@ def why_command(ident: str | None, logs: list[str], as_json: bool) -> int:
     with jsonout.quiet_stdout() if as_json else _Nothing():
         if not logs and ident is None:
             from nemotron.cli.pipeline import note_newer_shell_run
-            from nemotron.launch import jobs
+            from nemotron.launch import jobs, records
 
-            note_newer_shell_run(jobs.load(None))
+            if records.latest_shell_run() is None:  # else why explains that run, from its run folder
+                note_newer_shell_run(jobs.load(None))
         verdict = why.explain_files(logs) if logs else why.explain_job(ident)
         if as_json:
             jsonout.emit("why", verdict)

@@ -283,6 +283,7 @@ class StageSettings:
         s.read_workers(c)
         c.check_unknown()
         s.check()
+        s.flat = flat_settings(cfg)  # what plan_basis keeps in plan.json, for naming a changed key later
         return s
 
     @classmethod
@@ -364,25 +365,30 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
 
     from nemotron.errors import StopRequested, request_stop, stop_signal
 
+    from nemotron.errors import hold_point
+
     s = settings_cls.from_config(cfg)
-    blend = stage_blend(s)
-    for problem in check_inputs(s, blend) + unreadable_inputs(blend):
-        raise problem  # before the lock file is written: an input is never touched; an unreadable one before any work
-    # SIGTERM (kill, timeout, scancel) at any point of the work, planning and Ray's start included, stops it as
-    # Ctrl-C does: every file is written whole or not at all (a temporary name, then a rename), so an interrupt
-    # anywhere leaves a folder the rerun resumes. The Ray session and the in-process engine set the same handler
-    # again where Ray replaced it.
+    _WRITING.pop("vdir", None)  # no version folder chosen yet: an interrupt now has kept nothing (kept_note)
+    # SIGTERM (kill, timeout, scancel) at any point of the work, the input checks, planning and Ray's start
+    # included, stops it as Ctrl-C does: every file is written whole or not at all (a temporary name, then a
+    # rename), so an interrupt anywhere leaves a folder the rerun resumes. The Ray session and the in-process
+    # engine set the same handler again where Ray replaced it.
     ours = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, request_stop) if ours else None
     try:
-        with outputs.writer_lock(s.output_dir):  # one writing run per output folder
-            try:
+        try:
+            blend = stage_blend(s)
+            _say_planning(s, blend)  # the first line, before the seconds of reading inputs
+            hold_point("planning")  # tests: an interrupt before any work
+            for problem in check_inputs(s, blend) + unreadable_inputs(blend):
+                raise problem  # before the lock file: an input is never touched; an unreadable one before any work
+            with outputs.writer_lock(s.output_dir):  # one writing run per output folder
                 manifest = prepare(s)
-            except KeyboardInterrupt as exc:
-                write_interrupt_note(kept_note(s))
-                if isinstance(exc, StopRequested) or stop_signal() is not None:
-                    raise  # SIGTERM: the entry's own "stopped by SIGTERM ... resume" line and exit 75
-                return interrupted_resumably(s)
+        except KeyboardInterrupt as exc:
+            write_interrupt_note(kept_note(s))
+            if isinstance(exc, StopRequested) or stop_signal() is not None:
+                raise  # SIGTERM: the entry's own "stopped by SIGTERM ... resume" line and exit 75
+            return interrupted_resumably(s)
     finally:
         if ours:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
@@ -396,11 +402,99 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
 #: :func:`kept_note` counts after an interrupt.
 _WRITING: dict[str, Path] = {}
 
+#: Config sections and keys that say where and how fast a run works, not what it makes: left out of
+#: :func:`flat_settings` (a difference there never changes the data, so a refusal never names one); so are
+#: cache folders (``*cache_dir``).
+_NOT_DATA = ("output_dir", "force", "run", "workers", "backend", "shards")
+
+
+def flat_settings(cfg: dict[str, Any]) -> dict[str, str]:
+    """The stage config as ``{"dotted.key": "value as text"}`` (``chat.reasoning: auto``), without the keys of
+    :data:`_NOT_DATA` and private keys (``_...``): what :func:`plan_changes` compares."""
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if not str(k).startswith("_") and "cache_dir" not in str(k) and not (not prefix and k in _NOT_DATA):
+                    walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (list, dict)) \
+                else str(value)
+
+    walk("", cfg)
+    return out
+
+
+def plan_basis(s: Any, shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a plan was made from, kept in ``plan.json`` as ``"basis"``: ``{"config": flat_settings of the
+    stage's config (``s.flat``, set by ``from_config``), "inputs": [[file, size in bytes, mtime in ns], ...]}`` (the files the shards' pieces read,
+    :func:`input_stamps`); :func:`plan_changes` names the differences when a rerun's plan key differs."""
+    files = sorted({p["file"] for sh in shards for p in sh.get("pieces", ()) if isinstance(p, dict) and p.get("file")})
+    return {"config": dict(getattr(s, "flat", None) or {}), "inputs": input_stamps(files)}
+
+
+def plan_changes(old: dict[str, Any] | None, new: dict[str, Any] | None, limit: int = 4) -> str:
+    """The differences between two :func:`plan_basis` records, as one phrase (``chat.reasoning: auto -> off;
+    input part0.jsonl changed (size 100 -> 120 bytes)``; at most ``limit`` named, then ``and N more``), or ``""``
+    when either is missing or none is found (a change the config and input stamps do not show: the tokenizer
+    file's or the chat template's contents)."""
+    if not old or not new:
+        return ""
+    said: list[str] = []
+    before, now = old.get("config") or {}, new.get("config") or {}
+    for key in sorted(set(before) | set(now)):
+        if before.get(key) != now.get(key):
+            said.append(f"{key}: {before.get(key, '(unset)')} -> {now.get(key, '(unset)')}")
+    stamps_old = {f[0]: f[1:] for f in old.get("inputs") or [] if f}
+    stamps_new = {f[0]: f[1:] for f in new.get("inputs") or [] if f}
+    for f in sorted(set(stamps_old) | set(stamps_new)):
+        name = os.path.basename(f) or f
+        if f not in stamps_new:
+            said.append(f"input {name} no longer read ({f})")
+        elif f not in stamps_old:
+            said.append(f"input {name} new ({f})")
+        elif stamps_old[f] != stamps_new[f]:
+            (size0, _), (size1, _) = stamps_old[f], stamps_new[f]
+            what = f"size {size0} -> {size1} bytes" if size0 != size1 else "modified since"
+            said.append(f"input {name} changed ({what})")
+    if len(said) > limit:
+        said = said[:limit] + [f"and {len(said) - limit} more"]
+    return "; ".join(said)
+
+
+def version_state(folder: Path) -> str:
+    """A version folder in words: ``finished`` (complete manifest), ``an interrupted run (5 of 22 shards)`` (a
+    plan and receipts but no complete manifest), ``an interrupted run (no shard finished)``."""
+    manifest = read_json(folder / outputs.MANIFEST)
+    if manifest and manifest.get("complete"):
+        return "finished"
+    plan = read_json(folder / outputs.PLAN) or {}
+    total = len(plan.get("shards") or [])
+    done = sum(1 for _ in folder.rglob("*" + outputs.RECEIPT_SUFFIX)) if folder.is_dir() else 0
+    if not done:
+        return "an interrupted run (no shard finished)"
+    return f"an interrupted run ({done} of {count(total, 'shards')})" if total else \
+        f"an interrupted run ({count(done, 'finished shards')})"
+
+
+def _say_planning(s: Any, blend: Blend) -> None:
+    """The stage's first line (stdout), said before the seconds of checking and planning the inputs:
+    ``planning: reading 3 datasets of blend.json into OUTPUT_DIR (input checks, shard plan) ...``."""
+    from nemotron.data.progress import console
+
+    console().print(f"planning: reading {count(len(blend.datasets), 'datasets')} of {blend.path} into {s.output_dir} "
+                    "(input checks, shard plan) ...")
+
 
 def kept_note(s: Any) -> str:
     """One line saying what an interrupted run kept: the finished pieces of work (shards, SFT windows: each has its
     receipt, ``*.receipt.json``) in the version folder it was writing, or that none was finished yet, so the next
-    run starts from the beginning."""
+    run starts from the beginning; before a version folder was chosen (the input checks, the start of planning),
+    ``interrupted before any work; nothing kept ...``."""
+    if "vdir" not in _WRITING:
+        return (f"interrupted before any work; nothing kept (output_dir={s.output_dir} untouched), so the next run "
+                "starts from the beginning")
     vdir = _WRITING.get("vdir")
     done = sum(1 for _ in vdir.rglob("*" + outputs.RECEIPT_SUFFIX)) if vdir is not None and vdir.is_dir() else 0
     if not done:
@@ -725,7 +819,8 @@ def _older_version(run: Run, blend: Blend, plan: Callable[[Any, Blend, Path], P]
         run.say(f"note: the latest version v{run.version} ({run.vdir}) holds other inputs or settings; "
                 f"v{n} matches this run")
         return manifest
-    present = ", ".join(f"v{n}" + (" (consumed)" if outputs.consumers(f) else "") for n, f in found)
+    present = ", ".join(f"v{n}" + (f" ({version_state(f)})" if version_state(f) != "finished" else "")
+                        + (" (consumed)" if outputs.consumers(f) else "") for n, f in found)
     raise PlanMismatch(f"{mismatch.message}; no version matches this run (versions: {present})", mismatch.hint)
 
 
@@ -738,7 +833,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
-                   summary: Callable[[dict[str, Any]], None], *, hint: str = MISMATCH_HINT) -> dict[str, Any] | None:
+                   summary: Callable[[dict[str, Any]], None], *, hint: str = MISMATCH_HINT,
+                   basis: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Check the version folder against this plan before any work; ``None`` means: go on and build.
 
     A ``rebuild`` run clears the folder's owned files (:func:`nemotron.data.outputs.clear_version`, with
@@ -762,8 +858,13 @@ def reuse_or_reset(run: Run, plan_key: str, not_found: Iterable[str],
     old_plan = read_json(vdir / outputs.PLAN)
     old_manifest = read_json(vdir / outputs.MANIFEST)
     if old_plan is not None and old_plan.get("plan_key") != plan_key and not s.force:
-        raise PlanMismatch(f"output_dir={vdir} holds data prepared from other inputs or settings "
-                           f"(plan {old_plan.get('plan_key')}, now {plan_key})", hint)
+        changes = plan_changes(old_plan.get("basis"), basis)
+        held = version_state(vdir)
+        held = "a finished run" if held == "finished" else held
+        raise PlanMismatch(f"output_dir={vdir} holds {held} prepared from other inputs or settings: "
+                           + (f"{changes}" if changes else
+                              f"plan {old_plan.get('plan_key')}, now {plan_key} (the config and the inputs' sizes "
+                              "and times are the same: a tokenizer or template file's contents changed)"), hint)
     current = bool(old_manifest and old_manifest.get("complete") and old_manifest.get("plan_key") == plan_key)
     damaged = outputs.damaged_files(vdir, old_manifest) if current else []
     if damaged and run.reuse_only:  # an older version with a damaged file is no match

@@ -579,7 +579,8 @@ def _plan_all(s: Settings, blend: Blend, vdir: Path) -> tuple[Any, ...]:
 def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[str, Any]:
     info, dtype, plans, not_found, opts, shards, plan_key, plan_doc = planned
     vdir = run.vdir
-    done = driver.reuse_or_reset(run, plan_key, not_found, _print_summary)
+    plan_doc = {**plan_doc, "basis": driver.plan_basis(run.s, shards)}
+    done = driver.reuse_or_reset(run, plan_key, not_found, _print_summary, basis=plan_doc["basis"])
     if done is not None:
         return done
     from nemotron.data import tokenizer as tk

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from nemotron.errors import NemotronError, RuntimeFailure, StopRequested, request_stop
+from nemotron.errors import NemotronError, RuntimeFailure, StopRequested, hold_point, request_stop
 
 
 #: Seconds :func:`probe_address` keeps trying to connect to a ``RAY_ADDRESS`` (a head still starting gets
@@ -114,6 +114,24 @@ def probe_address(address: str, timeout_s: float = PROBE_SECONDS) -> str | None:
         time.sleep(0.5)
 
 
+def _no_native_sigterm_dump(ray: Any) -> None:
+    """Keep Ray's core worker from installing its native failure-signal handler (Abseil's, through Ray's
+    ``logging.cc``) in this driver process.
+
+    That handler also takes SIGTERM: a ``kill``, ``timeout``, ``scancel`` or an attached run's Ctrl-C during or
+    right after ``ray.init`` then printed ``*** SIGTERM received ... PC: @ ... __recv`` stack dumps and ended the
+    job with 15 or 134 (SIGABRT), never with our clean stop (exit 75). Ray reads the switch
+    ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER`` from ``ray._private.ray_constants`` when it builds the driver's core
+    worker; setting the module's value (not the environment variable) keeps the handler in Ray's worker processes,
+    whose crash dumps stay. A Ray without that constant is left as it is.
+    """
+    with contextlib.suppress(Exception):
+        from ray._private import ray_constants
+
+        if hasattr(ray_constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"):
+            ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+
+
 @contextlib.contextmanager
 def ray_session(num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
     """Yield ``{"started": bool, "address": str, "cpus": int}`` with Ray initialised.
@@ -143,6 +161,7 @@ def ray_session(num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
                 raise RuntimeFailure(f"cannot join the Ray cluster at RAY_ADDRESS={address}: {problem}",
                                      "unset RAY_ADDRESS (`unset RAY_ADDRESS`) to start a local Ray on this machine, "
                                      "or set it to the address of a running Ray head (ray start --head prints it)")
+        _no_native_sigterm_dump(ray)
         try:
             if address:
                 ray.init(address=address, **kwargs)
@@ -150,6 +169,7 @@ def ray_session(num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
                 # address="local": always a fresh instance of our own, even when a `ray start` cluster of
                 # someone else runs on this machine (plain ray.init() would join that one)
                 ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, **kwargs)
+            hold_point("ray-started")  # tests: a SIGTERM while Ray's init handler (sys.exit) is still the one set
         except SystemExit as exc:  # SIGTERM while Ray starts: its init's own handler exits with the signal number
             if exc.code != signal.SIGTERM:
                 raise
@@ -160,8 +180,7 @@ def ray_session(num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
             where = f"the Ray cluster at RAY_ADDRESS={address}" if address else "a local Ray instance"
             raise RuntimeFailure(f"cannot start or join {where}: {type(exc).__name__}: {exc}") from None
         started = True
-    # Ray's core worker installs a C++ SIGTERM handler in the driver that dumps a stack and exits 1; ours
-    # replaces it (main thread only) so `kill`, `timeout`, scancel and Slurm's warning stop the run cleanly:
+    # Ray's init sets a SIGTERM handler (sys.exit) in the driver; ours replaces it (main thread only) so `kill`, `timeout`, scancel and Slurm's warning stop the run cleanly:
     # StopRequested (an interrupt) unwinds through the pipelines' cleanup and the entry exits 75 (resumable)
     ours = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, request_stop) if ours else None

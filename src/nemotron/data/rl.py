@@ -366,11 +366,12 @@ def prepare(s: Settings, *, live_progress: bool | None = None, quiet: bool = Fal
 def _execute(run: driver.Run, blend: Blend, planned: tuple[Any, ...]) -> dict[str, Any]:
     s, vdir = run.s, run.vdir
     datasets, shards, not_found, key = planned
-    done = driver.reuse_or_reset(run, key, not_found, _print_summary,
+    basis = driver.plan_basis(run.s, shards)
+    done = driver.reuse_or_reset(run, key, not_found, _print_summary, basis=basis,
                                  hint="rerun with force=true to rebuild, or choose another output_dir")
     if done is not None:
         return done
-    atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": key, "shards": shards})
+    atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": key, "shards": shards, "basis": basis})
     opts = {"policies": dict(s.policies), "max_examples": s.max_examples, "answer_field": s.answer_field,
             "task_name": s.task_name, "remote_cache_dir": os.path.expanduser(s.remote_cache_dir)}
     try:

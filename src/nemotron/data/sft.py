@@ -570,11 +570,12 @@ def _plan(s: Settings, blend: Blend, vdir: Path) -> _Plan:
 
 def _execute(run: driver.Run, blend: Blend, plan: _Plan) -> dict[str, Any]:
     s, vdir = run.s, run.vdir
-    done = driver.reuse_or_reset(run, plan.key, plan.not_found, _print_summary)
+    basis = driver.plan_basis(s, plan.shards)
+    done = driver.reuse_or_reset(run, plan.key, plan.not_found, _print_summary, basis=basis)
     if done is not None:
         return done
     _write_tokenizer(vdir / "tokenizer", plan.tok, s.template)
-    atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": plan.key, "shards": plan.shards})
+    atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": plan.key, "shards": plan.shards, "basis": basis})
 
     run_info: dict[str, Any] = {}
     built: list[dict[str, Any]] = []  # the shards and windows this run made (the rest were reused)
@@ -592,7 +593,7 @@ def _execute(run: driver.Run, blend: Blend, plan: _Plan) -> dict[str, Any]:
         passes = _passes(plan, receipts, s.mixing)
         windows = _windows(s, vdir, plan, receipts, passes)
         atomic_write_json(vdir / outputs.PLAN, {"stage": STAGE, "plan_key": plan.key, "shards": plan.shards,
-                                                "windows": windows})
+                                                "windows": windows, "basis": basis})
         t2 = time.monotonic()
         parts: dict[str, dict[str, Any]] = {}
         for split in SPLITS:  # a split already joined keeps its windows' receipts in the joined file's receipt

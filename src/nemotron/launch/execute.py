@@ -24,6 +24,7 @@ from nemotron.config.compile import write_yaml
 from nemotron.config.paths import repo_root
 from nemotron.errors import INTERRUPT_NOTE, INTERRUPT_REPORTED_BY_PARENT, RESUMABLE, ConfigError, RuntimeFailure
 from nemotron.launch.plan import recorded_outputs
+from nemotron.launch.records import SHELL_EXIT, SHELL_LOG
 from nemotron.profiles.schema import redact_text
 
 if TYPE_CHECKING:
@@ -248,6 +249,102 @@ def stopped_line(title: str, folder: str | Path, saved: str, where: str | None =
     return f"{title} {saved}; run the same command again to resume ({where})"
 
 
+def write_shell_exit(folder: Path, code: int | None) -> None:
+    """Leave the stage's exit code in ``folder``/:data:`SHELL_EXIT` (nothing when the folder cannot be written)."""
+    import json
+
+    with contextlib.suppress(OSError):
+        (folder / SHELL_EXIT).write_text(json.dumps({"exit_code": code, "ended": time.time()}) + "\n", encoding="utf-8")
+
+
+class _Tee:
+    """Copies a child's stdout and stderr to this process's (as they come) and, both together, to a log file.
+
+    A stream of ours that is a terminal is given to the child as a pseudo-terminal of the same size, so the
+    stage still sees a terminal (live progress lines); any other stream as a pipe. The log keeps ``\n`` line ends.
+    Writing the log is best effort: a full disk never stops the run or its output.
+    """
+
+    def __init__(self, path: Path) -> None:
+        import threading
+
+        self.path = path
+        self.lock = threading.Lock()
+        try:
+            self.log: Any = open(path, "wb")
+        except OSError:
+            self.log = None
+        self.pairs: list[tuple[int, int, int]] = []  # (our read end, the child's end, our stream's fd)
+        self.threads: list[Any] = []
+
+    def child_fd(self, stream: Any) -> int | None:
+        """The fd the child writes to instead of ``stream`` (``None``: a stream without a file descriptor, which the
+        child inherits as before; its output then misses the log)."""
+        try:
+            stream.flush()
+            out_fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            return None
+        if os.isatty(out_fd):
+            import fcntl
+            import termios
+
+            ours, theirs = os.openpty()
+            with contextlib.suppress(OSError):
+                fcntl.ioctl(theirs, termios.TIOCSWINSZ, fcntl.ioctl(out_fd, termios.TIOCGWINSZ, b"\0" * 8))
+                attrs = termios.tcgetattr(theirs)
+                attrs[1] &= ~termios.ONLCR  # bytes pass as written: our own terminal turns \n into \r\n once
+                termios.tcsetattr(theirs, termios.TCSANOW, attrs)
+        else:
+            ours, theirs = os.pipe()
+        self.pairs.append((ours, theirs, out_fd))
+        return theirs
+
+    def start(self) -> None:
+        """Close the child's ends here and start copying."""
+        import threading
+
+        for ours, theirs, out_fd in self.pairs:
+            os.close(theirs)
+            t = threading.Thread(target=self._copy, args=(ours, out_fd), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _copy(self, ours: int, out_fd: int) -> None:
+        while True:
+            try:
+                chunk = os.read(ours, 65536)
+            except OSError:  # a pseudo-terminal whose child side is closed: EIO
+                break
+            if not chunk:
+                break
+            with contextlib.suppress(OSError):
+                os.write(out_fd, chunk)
+            if self.log is not None:
+                with self.lock, contextlib.suppress(OSError, ValueError):
+                    if self.log is not None:
+                        self.log.write(chunk.replace(b"\r\n", b"\n"))
+                        self.log.flush()
+        with contextlib.suppress(OSError):
+            os.close(ours)
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """Wait (at most ``wait_s`` seconds in all) for the copies to reach the end of the child's output."""
+        deadline = time.monotonic() + wait_s
+        for t in self.threads:
+            t.join(max(deadline - time.monotonic(), 0.0))
+        if not self.threads:
+            for ours, theirs, _ in self.pairs:
+                for fd in (ours, theirs):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+        with self.lock:
+            if self.log is not None:
+                with contextlib.suppress(OSError):
+                    self.log.close()
+                self.log = None
+
+
 def run_here(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any) -> int:
     """Run the entry script as a child process on this machine, streaming its output.
 
@@ -280,12 +377,28 @@ def run_here(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any
     env.setdefault("PYTHONUNBUFFERED", "1")
     env[INTERRUPT_REPORTED_BY_PARENT] = "1"  # on Ctrl-C the CLI prints the one line, not the child too
     cmd = plan.command(config_path)
+    tee = _Tee(folder / SHELL_LOG)
     try:
         # its own session: everything the stage starts (Ray's GCS, raylet, agents and workers, torchrun's
         # ranks) stays in it, so whatever outlives the stage can be found and stopped (reap_session)
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+                                stdout=tee.child_fd(sys.stdout), stderr=tee.child_fd(sys.stderr))
     except OSError as exc:
+        tee.close()
         raise RuntimeFailure(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    tee.start()
+    try:
+        return _wait_here(proc, plan, folder, compiled, profile, req, tee)
+    finally:
+        tee.close()
+        code = proc.poll()
+        write_shell_exit(folder, 128 - code if code is not None and code < 0 else code)
+
+
+def _wait_here(proc: subprocess.Popen, plan: Any, folder: Path, compiled: Any, profile: Any, req: Any,
+               tee: _Tee) -> int:
+    """:func:`run_here` after the start: wait for the stage, pass signals on, report and record its outputs (the
+    stage's own output is all copied, ``tee`` closed, before a line of ours)."""
 
     def forward(signum: int, _frame: Any) -> None:  # `kill`/`timeout` on the CLI stop the stage too
         proc.send_signal(signum)
@@ -298,12 +411,14 @@ def run_here(req: Any, compiled: Any, profile: ExecutorProfile | None, plan: Any
             os.killpg(proc.pid, signal.SIGINT)
         code = stop_child(proc)
         reap_session(proc.pid)
+        tee.close()
         if code == RESUMABLE:
             raise KeyboardInterrupt(stopped_line(plan.stage.title, folder, "saved its state")) from None
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     reap_session(proc.pid)
+    tee.close()
     if code < 0:
         code = 128 - code
     if code == RESUMABLE:

@@ -156,6 +156,45 @@ def newer_shell_run(rec: JobRecord) -> str | None:
     return newest[1] if newest else None
 
 
+#: The file in a run-here run folder (``$NEMOTRON_HOME/runs/<experiment id>``) that keeps the stage's output as
+#: printed (stdout and stderr in order of arrival, a terminal's ``\r\n`` made ``\n``): ``why RUN_ID`` reads it.
+SHELL_LOG = "output.log"
+#: The file in a run-here run folder with the stage's end: ``{"exit_code": int | null, "ended": epoch seconds}``
+#: (``null``: the command was stopped before the stage ended).
+SHELL_EXIT = "exit.json"
+
+
+def shell_run_folder(ident: str) -> Path | None:
+    """The run folder of a run in this shell that ``ident`` names (its experiment id or its path: a folder with
+    ``job.yaml`` and no submission record), or ``None``."""
+    name = Path(ident.rstrip("/")).name
+    if any(name == r.experiment_id for r in records_all()):
+        return None
+    for folder in (home() / "runs" / name, Path(ident)):
+        with contextlib.suppress(OSError):
+            if (folder / "job.yaml").is_file():
+                return folder
+    return None
+
+
+def latest_shell_run() -> Path | None:
+    """The run folder of the newest run in this shell when it started after the last submitted job (or nothing was
+    submitted), else ``None``: what ``why`` without an id explains."""
+    records = records_all()
+    ids = {r.experiment_id for r in records}
+    since = records[-1].submitted or 0 if records else 0
+    newest: tuple[float, Path] | None = None
+    with contextlib.suppress(OSError):
+        for folder in (home() / "runs").iterdir():
+            spec = folder / "job.yaml"
+            if folder.name in ids or not spec.is_file():
+                continue
+            when = spec.stat().st_mtime
+            if when > since and (newest is None or when > newest[0]):
+                newest = (when, folder)
+    return newest[1] if newest else None
+
+
 def _refuse_run_here(ident: str) -> None:
     """Refuse the id (or path) of the run folder of a run in this shell (:func:`nemotron.launch.execute.run_dir`,
     ``$NEMOTRON_HOME/runs/<experiment id>``, holding ``job.yaml`` but no submission record): such a run is no job
@@ -171,12 +210,12 @@ def _refuse_run_here(ident: str) -> None:
                 break
     else:
         return
-    raise ConfigError(f"{name!r} is a run in this shell on this machine, not a submitted job: why, status, logs and "
+    raise ConfigError(f"{name!r} is a run in this shell on this machine, not a submitted job: status, logs and "
                       "cancel know the jobs a profile's scheduler ran (--batch PROFILE, or --run on a Slurm or Ray "
                       "profile)",
-                      f"its messages were printed where it ran (run folder: {folder}: its config train.yaml and "
-                      "job.yaml); to classify a run's end, save its output (2>&1 | tee run.log) and give "
-                      "nemotron ultra3 why --log run.log")
+                      f"its messages were printed where it ran and kept in its run folder ({folder}: "
+                      f"{SHELL_LOG}, {SHELL_EXIT}, train.yaml, job.yaml); `nemotron ultra3 why {name}` explains "
+                      "how it ended")
 
 
 class SchedulerUnreachable(RuntimeFailure):

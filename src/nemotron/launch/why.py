@@ -19,6 +19,7 @@ reports, each naming its source) and the local Slurm cluster's own failed jobs (
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -330,6 +331,45 @@ def explain_files(paths: list[str]) -> dict[str, Any]:
     return {"job": None, "experiment": None, "stage": None, "sources": list(paths), **classify("\n".join(texts))}
 
 
+def explain_shell_run(folder: Path) -> dict[str, Any]:
+    """:func:`classify` of a run in this shell (no profile): the end of the output its run folder keeps
+    (:data:`nemotron.launch.records.SHELL_LOG`) and its exit code (:data:`~nemotron.launch.records.SHELL_EXIT`).
+    The state is ``COMPLETED`` for exit 0, ``STOPPED`` for 75 (a resumable stop) and 130 (Ctrl-C), ``FAILED``
+    otherwise, ``RUNNING`` while no exit code is kept.
+
+    Raises:
+        ConfigError: the folder keeps no output (a run of a version before it did, or its run folder was not
+            writable): the hint says how to save a log.
+    """
+    import json
+
+    from nemotron.errors import ConfigError
+
+    log = folder / records.SHELL_LOG
+    try:
+        text = records.read_tail(str(log), TAIL_BYTES)
+    except OSError:
+        raise ConfigError(f"the run in this shell {folder.name} kept no output in its run folder ({log} is missing)",
+                          "rerun it (this version keeps the output), or save its output (2>&1 | tee run.log) and give "
+                          "nemotron ultra3 why --log run.log") from None
+    try:
+        code = json.loads((folder / records.SHELL_EXIT).read_text(encoding="utf-8")).get("exit_code")
+    except (OSError, ValueError, AttributeError):
+        code = None
+    state = ("RUNNING" if code is None else "COMPLETED" if code == 0 else "STOPPED" if code in (75, 130)
+             else "FAILED")
+    out = classify(text, state, None if code is None else str(code), "this shell's run")
+    if code is None and out["cause"] == "unknown":
+        out["title"] = "no exit code kept (still running, or its command was killed); so far: " + out["title"]
+    stage = None
+    with contextlib.suppress(OSError, ValueError):
+        from nemotron.config import yamlio
+
+        spec = yamlio.loads((folder / "job.yaml").read_text(encoding="utf-8"))
+        stage = spec.get("stage") if isinstance(spec, dict) else None
+    return {"job": folder.name, "experiment": folder.name, "stage": stage, "sources": [str(log)], **out}
+
+
 def explain_job(ident: str | None) -> dict[str, Any]:
     """:func:`classify` of a submitted job: its logs (the last :data:`TAIL_BYTES` of each, read where they are:
     ``read_log_tail`` of its backend), its Slurm (or local supervisor) state and our record.
@@ -344,6 +384,9 @@ def explain_job(ident: str | None) -> dict[str, Any]:
     from nemotron.launch import jobs
     from nemotron.launch.backends import backend_for
 
+    shell = records.shell_run_folder(ident) if ident else records.latest_shell_run()
+    if shell is not None:  # a run in this shell: from the output its run folder keeps
+        return explain_shell_run(shell)
     try:
         rec = jobs.load(ident)
     except ConfigError as exc:
@@ -370,4 +413,4 @@ def explain_job(ident: str | None) -> dict[str, Any]:
     return {"job": rec.job_id, "experiment": rec.experiment_id, "stage": rec.title, "sources": files, **out}
 
 
-__all__ = ["CAUSES", "Cause", "classify", "explain_files", "explain_job", "traceback_summary"]
+__all__ = ["CAUSES", "Cause", "classify", "explain_files", "explain_job", "explain_shell_run", "traceback_summary"]

@@ -184,6 +184,19 @@ class LocalJob(Backend):
         except OSError:
             return ""
 
+    def last_line(self, rec: JobRecord, limit: int = 8192) -> str:
+        """The job's last non-empty line of output (its stderr log, else its stdout log; ``""`` when it said
+        nothing): after a Ctrl-C the attached command relays it, since it stopped following the logs."""
+        state = local_job.read_state(rec.run_dir)
+        for key in ("stderr", "stdout"):
+            path = state.get(key)
+            if not path:
+                continue
+            lines = [ln.strip() for ln in self.read_log_tail(rec, path, limit).splitlines() if ln.strip()]
+            if lines:
+                return lines[-1]
+        return ""
+
     def stream_for(self, path: str, stream: Any) -> Any:
         return sys.stderr if path.endswith("/stderr.log") else stream
 
@@ -236,6 +249,9 @@ class LocalJob(Backend):
                         time.sleep(0.2)
                     except KeyboardInterrupt:
                         local_job.cancel(rec.run_dir)
+                last = self.last_line(rec)
+                if last:  # what the job itself said as it stopped (what it kept, how to resume)
+                    print(last, file=sys.stderr)
                 return 130
         finally:
             if owner:
