@@ -509,6 +509,38 @@ def rl_export_host_memory(params: int, available_bytes: int | None, key: str, va
                              "would fail after the whole training run", fix, "rl-export-host-memory")]
 
 
+#: Bytes a parameter takes in the Hugging Face safetensors a conversion writes, by ``convert.dtype`` (torch's element
+#: sizes: bfloat16 and float16 2, float32 4).
+CONVERT_DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "float32": 4, "fp32": 4}
+
+
+@rule("convert-cpu-host-memory", "a CPU conversion (convert.device=cpu) holds the whole model in the host RAM of its "
+      "one process: params x the bytes of convert.dtype must fit the node's memory",
+      "Megatron-Bridge examples/conversion/convert_checkpoints.py (AutoBridge.export_ckpt / import_ckpt on CPU: the "
+      "whole state dict in one process) and its Ultra README (CPU conversion when one node's host RAM holds the "
+      "1.1 TB model); parameters: nemotron.config.catalogue.param_count (Ultra 560.5 B)", "Megatron-Bridge 4588417")
+def convert_cpu_host_memory(params: int, dtype: str, available_bytes: int | None, key: str, value: Any, where: str,
+                            fix: str) -> list[Problem]:
+    """A CPU conversion's node against the host RAM the conversion holds: ``params`` (elements, total incl. MTP when
+    the conversion keeps it) x :data:`CONVERT_DTYPE_BYTES` of ``dtype`` (``convert.dtype``; a dtype not in the table
+    is counted as 2 bytes, the smallest, and left to its own check), a lower bound (no margin added).
+
+    ``available_bytes``: the RAM a process may use on the node (None: unknown); ``where`` says where that figure comes
+    from; ``key`` / ``value`` the key that sets it; ``fix`` the hint. Returns an error when the figure is known and
+    below the need, a warning when it is unknown, nothing when it fits. All figures in GB = 10^9 bytes."""
+    per = CONVERT_DTYPE_BYTES.get(str(dtype).lower(), 2)
+    need = int(params) * per
+    what = (f"a CPU conversion (convert.device=cpu) holds the whole model in one process's host RAM: "
+            f"{params / 1e9:.1f} B parameters x {per} bytes ({dtype}, convert.dtype) = {need / 1e9:.0f} GB at least")
+    if available_bytes is None:
+        return [_warn(key, value, f"{what}; the node's memory is unknown ({where}), so it is not checked before the "
+                                  "run", fix, "convert-cpu-host-memory")]
+    if available_bytes >= need:
+        return []
+    return [_err(key, value, f"{what}, more than the {available_bytes / 1e9:.0f} GB of {where}: the conversion would "
+                             "run out of host memory", fix, "convert-cpu-host-memory")]
+
+
 @rule("gb200-tuned", "settings the Ultra RL recipes tuned for GB200 NVL72 on other GPUs: HybridEP's multi-node NVLink "
       "(refused), HybridEP itself and vLLM's flashinfer_cutlass MoE backend (warnings: no source states their hardware)",
       "NeMo RL nemo_rl/models/megatron/setup.py (hybridep: NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN defaults to "

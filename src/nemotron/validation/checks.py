@@ -181,7 +181,33 @@ def validate_training(stage: Stage, cfg: dict, profile: ExecutorProfile | None) 
     if backend(cfg) == LOCAL:
         return out + validate_local(stage, cfg, model) + local_refusals(stage, cfg, profile)
     cluster = _rl_cluster if stage.family.nemo_rl else _megatron_cluster
-    return cluster(stage, cfg, shape, model, out)
+    out = cluster(stage, cfg, shape, model, out)
+    if _cpu_conversion(stage, cfg) and model is not None:
+        out += convert_cpu_rules(model, cfg, profile)
+    return out
+
+
+def convert_cpu_rules(model: ModelSpec, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
+    """Rule convert-cpu-host-memory on a cluster conversion with ``convert.device: cpu``: the host memory of a node of
+    ``profile`` (:func:`nemotron.layout.views.host_memory`, as rule rl-export-host-memory reads it) against the
+    model's parameters (MTP counted unless ``model.mtp_num_layers`` is 0) x the bytes of ``convert.dtype``. Nothing
+    for ``convert.direction: hf_v5_to_v4`` (it rewrites a config; the weights are not loaded)."""
+    if get(cfg, "convert.direction") == "hf_v5_to_v4":
+        return []
+    params = catalogue.param_count(model, include_mtp=get(cfg, "model.mtp_num_layers") != 0)["total"]
+    dtype = str(get(cfg, "convert.dtype", "bfloat16"))
+    need_gb = -(-params * rules.CONVERT_DTYPE_BYTES.get(dtype.lower(), 2) // 10**9)
+    mem = host_memory(profile)
+    if mem.bytes is None:
+        fix = (f"set host_memory = <the RAM of a node, GB> in the profile (or a Slurm mem size) so the dry run checks "
+               f"it; the node needs at least {need_gb} GB, else convert on GPUs (convert.device=gpu)")
+    elif mem.key.endswith(".mem"):
+        need_gib = -(-need_gb * 10**9 // 2**30)  # Slurm's G is 2^30 bytes
+        fix = (f"profile.mem={need_gib}G or more on nodes that have that RAM, or convert on GPUs "
+               "(convert.device=gpu)")
+    else:
+        fix = f"nodes with at least {need_gb} GB of RAM, or convert on GPUs (convert.device=gpu)"
+    return rules.convert_cpu_host_memory(params, dtype, mem.bytes, mem.key, mem.value, mem.source, fix)
 
 
 def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | None,
