@@ -821,13 +821,25 @@ def rl_environments(envs: dict[str, Any], env_names: dict[str, Any], use_gym: bo
       "NVIDIA-NeMo/RL examples/nemo_gym/nemotron-3-ultra/ultra_launch.sh (NUM_RAY_NODES % SEGMENT_SIZE, default "
       "16, 'one NVLink domain group')",
       "NeMo RL main 7ea279a")
-def segment_multiple(total_nodes: int, segment: int, key: str) -> list[Problem]:
-    if segment and total_nodes % segment:
-        lo = (total_nodes // segment) * segment
-        return [_err(key, total_nodes, f"training + generation + gym + teacher nodes must be a multiple of the "
-                                       f"NVLink segment size {segment} (GB200 NVL72: 4 GPUs a node)",
-                     f"{lo or segment}, {lo + segment}", "segment-multiple")]
-    return []
+def segment_multiple(total_nodes: int, segment: int, key: str, segment_key: str = "cluster.segment_size",
+                     segment_value: Any = None) -> list[Problem]:
+    """Ray nodes (``total_nodes``, set by ``key``) against the NVLink segment ``segment`` (0: none), which comes from
+    ``segment_key`` = ``segment_value`` (None: the GB200 NVL72 default of 16 for 4-GPU nodes). The error's valid
+    values are the nearest multiples (each once), then the segment key itself with the divisors of ``total_nodes``
+    below ``segment`` (a smaller segment: the way out for a small run)."""
+    if not segment or total_nodes % segment == 0:
+        return []
+    lo = (total_nodes // segment) * segment
+    near = list(dict.fromkeys(n for n in (lo, lo + segment) if n > 0))
+    where = (f"{segment_key}={segment_value}" if segment_value is not None
+             else f"{segment_key}=null: the GB200 NVL72 default for 4-GPU nodes")
+    smaller = [d for d in divisors(total_nodes) if d < segment]
+    valid = f"{key}=" + " or ".join(str(n) for n in near)
+    if smaller:
+        valid += (f"; or a smaller segment for a small run: {segment_key}="
+                  + " or ".join(str(d) for d in smaller) + f" (a divisor of {total_nodes})")
+    return [_err(key, total_nodes, f"training + generation + gym + teacher nodes must be a multiple of the NVLink "
+                                   f"segment size {segment} ({where})", valid, "segment-multiple")]
 
 
 # ------------------------------------------------------------------------------------ rule 11: precision

@@ -720,7 +720,8 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
     out += rules.rl_node_total(plan.run_nodes, plan.cluster_nodes, plan.gen_nodes, plan.gym_nodes, plan.teacher_nodes,
                                plan.colocated)
     segment = as_int(get(cfg, "cluster.segment_size")) or (16 if plan.gpn == 4 else 0)
-    out += rules.segment_multiple(plan.total, segment, "run.env.nodes")
+    out += rules.segment_multiple(plan.total, segment, "run.env.nodes", "cluster.segment_size",
+                                  get(cfg, "cluster.segment_size"))
     # rules 1-7 on the training layout
     if plan.train_nodes >= 1:
         others = plan.teacher_nodes + (0 if plan.colocated else plan.gen_nodes)
