@@ -1346,7 +1346,7 @@ declare("local-refusal", "backend: local pretrain/SFT on this machine: what the 
 declare("local-settings", "backend: local stages: the local runtime's settings reader accepts the config",
         "nemotron.runtime.common.settings.read, rl_settings.read, evaluate.read, called again", "the local runtime", _V)
 declare("local-convert", "backend: local convert rewrites a Hugging Face config (convert.direction hf_v5_to_v4) "
-        "of a NemotronH convert.source", "nemotron.runtime.megatron.convert_local.direction_refusal, source_refusal, "
+        "of a NemotronH convert.source, in the v4 form only (hf_config_form), on no GPU (device: gpu is ignored)", "nemotron.runtime.megatron.convert_local.direction_refusal, source_refusal, option_problems, "
         "called again", "the local runtime", f"{_V}.checks")
 declare("convert-cpu", "a CPU conversion (convert.device=cpu) runs on one node", "the convert stage's CPU path "
         "(one process on one node)", "—", f"{_V}.checks")

@@ -457,6 +457,9 @@ def validate_local(stage: Stage, cfg: dict, model: ModelSpec | None) -> list[Pro
             out.append(Problem("convert.direction", direction, refusal.split(": ", 1)[1], rule="local-convert"))
         elif (refusal := source_refusal(get(cfg, "convert") or {})) is not None:  # the run's own check, called again
             out.append(Problem("convert.source", get(cfg, "convert.source"), refusal, rule="local-convert"))
+        from nemotron.runtime.megatron.convert_local import option_problems
+
+        out += option_problems(get(cfg, "convert") or {})  # keys the local convert does not act on
     if stage.family.nemo_rl:  # rlvr, mopd: the cluster's panel rules, then the local RL runtime's reader
         panel = local_panel_rules(cfg) if get(cfg, "on_policy_distillation.enabled", False) else []
         out += panel or local_rl_settings(stage.name, cfg)
