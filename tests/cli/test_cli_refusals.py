@@ -309,3 +309,25 @@ def test_a_path_argument_that_is_not_utf8_is_refused_from_a_real_command_line(tm
     err = proc.stderr.decode("utf-8")
     assert proc.returncode == 2, err
     assert "error: argument '/tmp/\\xff.yaml': not UTF-8 (byte 0xff at byte offset 5)" in err, err
+
+
+@pytest.mark.parametrize("args", [
+    ("ultra3", "rlvr", "-c", "tiny", "--dry-run", "policy.megatron_cfg.optimizer.lrr=1"),
+    ("ultra3", "pipe", "rlvr", "mopd-warmup", "mopd", "mopd", "-c", "tiny-cycle2", "--dry-run"),
+])
+def test_a_refusal_is_written_once_when_stderr_is_a_real_file(tmp_path, args):
+    """A saved log (stderr a regular file: not a terminal, not a pipe) holds the error and its hint once each, both
+    with stdout elsewhere and with stdout into the same file (``>log 2>&1``). A new user reported error, hint, error."""
+    env = {**os.environ, "NEMOTRON_HOME": str(tmp_path / "home")}
+    for same in (False, True):
+        log = tmp_path / f"log-{same}.txt"
+        with open(log, "wb") as fh:
+            proc = subprocess.run([sys.executable, "-m", "nemotron.console", *args], stdout=fh if same else
+                                  subprocess.DEVNULL, stderr=fh, env=env, timeout=300, cwd=tmp_path)
+        text = log.read_text()
+        assert proc.returncode == 2, text
+        lines = text.splitlines()
+        errors = [line for line in lines if line.startswith("error: ")]
+        hints = [line for line in lines if line.startswith("hint: ")]
+        assert len(errors) == 1 and len(hints) == 1, text
+        assert lines.index(errors[0]) < lines.index(hints[0]), text

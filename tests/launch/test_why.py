@@ -304,3 +304,34 @@ def test_local_slurm_failed_jobs_are_named(slurm_env, tmp_path, capsys):
     assert main(["ultra3", "why", failing.job_id, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["job"] == failing.job_id and doc["cause"] == "python-exception"
+
+
+def test_our_own_interrupted_run_log_is_interrupted_with_the_same_command_as_the_fix(tmp_path, capsys):
+    """A run stopped with Ctrl-C in the shell, its output kept with `tee`: the lines our trainer and CLI print on the
+    way out (the trainer's format, :func:`nemotron.launch.execute.stopped_line`) are the cause "interrupted", with
+    "run the same command again" as the fix, not "unknown" with a `logs JOB` for a job that does not exist."""
+    from nemotron.launch import execute
+
+    folder = tmp_path / "runs" / "ultra3-pretrain-local-20261206-060623-1124fc"
+    log = tmp_path / "run.log"
+    log.write_text(
+        "[local] step 1/100 loss 11.93\n"
+        "[local] SIGINT received: saving a checkpoint at the end of this step, then stopping\n"
+        "[local] saved checkpoint-1\n"
+        f"[local] stopped by SIGINT at step 1/100; checkpoint saved in {tmp_path}/ckpt. Run the same command again to "
+        "resume.\n"
+        f"interrupted: {execute.stopped_line('ultra3 pretrain', str(folder), 'saved its state')}\n", encoding="utf-8")
+    assert main(["ultra3", "why", "--log", str(log), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cause"] == "interrupted", doc
+    assert "stopped by SIGINT at step 1/100" in doc["evidence"], doc
+    assert doc["hint"].startswith("run the same command again"), doc
+    # the CLI's line alone (a stage that printed nothing else on the way out), and a data prep's
+    alone = f"interrupted: {execute.stopped_line('ultra3 sft', str(folder), 'saved its state')}\n"
+    assert why.classify(alone)["cause"] == "interrupted"
+    prep = ("ultra3 data prep sft: stopped by SIGINT; what was finished is kept, run the same command again to "
+            "resume\n")
+    assert why.classify(prep)["cause"] == "interrupted"
+    # a cancel stays a cancel (the stop listed as also)
+    got = why.classify(alone, "CANCELLED by 0", "0:15")
+    assert got["cause"] == "cancelled" and "interrupted" in [a["cause"] for a in got["also"]], got

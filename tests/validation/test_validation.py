@@ -711,3 +711,17 @@ def test_nvfp4_blocks_rule_counts_the_shards_k():
     assert rules.nvfp4_tp_blocks(ultra, 8, "k") == []
     [p] = rules.nvfp4_tp_blocks(ultra, 128, "k")
     assert "expert down projection K = 5120 / TP 128 = 40" in p.message and p.valid.startswith("1, 2, 4, 8")
+
+
+def test_the_segment_error_lists_each_total_once_and_names_cluster_segment_size():
+    """A small run on 4-GPU GB200 nodes (2 nodes): the nearest multiple of 16 once (not "16, 16"), and the way out
+    for a small run, a smaller cluster.segment_size that divides the total (null is 16 there, not none)."""
+    [p] = rules.segment_multiple(2, 16, "run.env.nodes", "cluster.segment_size", None)
+    assert p.key == "run.env.nodes" and p.value == 2 and p.rule == "segment-multiple"
+    assert "(cluster.segment_size=null: the GB200 NVL72 default for 4-GPU nodes)" in p.message, p.message
+    assert p.valid == ("run.env.nodes=16; or a smaller segment for a small run: cluster.segment_size=1 or 2 "
+                       "(a divisor of 2)"), p.valid
+    [p] = rules.segment_multiple(20, 16, "run.env.nodes", "cluster.segment_size", 16)
+    assert "(cluster.segment_size=16)" in p.message and p.valid.startswith("run.env.nodes=16 or 32; "), p.valid
+    assert "cluster.segment_size=1 or 2 or 4 or 5 or 10 (a divisor of 20)" in p.valid, p.valid
+    assert rules.segment_multiple(32, 16, "run.env.nodes") == [] and rules.segment_multiple(3, 0, "run.env.nodes") == []

@@ -509,6 +509,38 @@ def rl_export_host_memory(params: int, available_bytes: int | None, key: str, va
                              "would fail after the whole training run", fix, "rl-export-host-memory")]
 
 
+#: Bytes a parameter takes in the Hugging Face safetensors a conversion writes, by ``convert.dtype`` (torch's element
+#: sizes: bfloat16 and float16 2, float32 4).
+CONVERT_DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "float32": 4, "fp32": 4}
+
+
+@rule("convert-cpu-host-memory", "a CPU conversion (convert.device=cpu) holds the whole model in the host RAM of its "
+      "one process: params x the bytes of convert.dtype must fit the node's memory",
+      "Megatron-Bridge examples/conversion/convert_checkpoints.py (AutoBridge.export_ckpt / import_ckpt on CPU: the "
+      "whole state dict in one process) and its Ultra README (CPU conversion when one node's host RAM holds the "
+      "1.1 TB model); parameters: nemotron.config.catalogue.param_count (Ultra 560.5 B)", "Megatron-Bridge 4588417")
+def convert_cpu_host_memory(params: int, dtype: str, available_bytes: int | None, key: str, value: Any, where: str,
+                            fix: str) -> list[Problem]:
+    """A CPU conversion's node against the host RAM the conversion holds: ``params`` (elements, total incl. MTP when
+    the conversion keeps it) x :data:`CONVERT_DTYPE_BYTES` of ``dtype`` (``convert.dtype``; a dtype not in the table
+    is counted as 2 bytes, the smallest, and left to its own check), a lower bound (no margin added).
+
+    ``available_bytes``: the RAM a process may use on the node (None: unknown); ``where`` says where that figure comes
+    from; ``key`` / ``value`` the key that sets it; ``fix`` the hint. Returns an error when the figure is known and
+    below the need, a warning when it is unknown, nothing when it fits. All figures in GB = 10^9 bytes."""
+    per = CONVERT_DTYPE_BYTES.get(str(dtype).lower(), 2)
+    need = int(params) * per
+    what = (f"a CPU conversion (convert.device=cpu) holds the whole model in one process's host RAM: "
+            f"{params / 1e9:.1f} B parameters x {per} bytes ({dtype}, convert.dtype) = {need / 1e9:.0f} GB at least")
+    if available_bytes is None:
+        return [_warn(key, value, f"{what}; the node's memory is unknown ({where}), so it is not checked before the "
+                                  "run", fix, "convert-cpu-host-memory")]
+    if available_bytes >= need:
+        return []
+    return [_err(key, value, f"{what}, more than the {available_bytes / 1e9:.0f} GB of {where}: the conversion would "
+                             "run out of host memory", fix, "convert-cpu-host-memory")]
+
+
 @rule("gb200-tuned", "settings the Ultra RL recipes tuned for GB200 NVL72 on other GPUs: HybridEP's multi-node NVLink "
       "(refused), HybridEP itself and vLLM's flashinfer_cutlass MoE backend (warnings: no source states their hardware)",
       "NeMo RL nemo_rl/models/megatron/setup.py (hybridep: NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN defaults to "
@@ -789,13 +821,25 @@ def rl_environments(envs: dict[str, Any], env_names: dict[str, Any], use_gym: bo
       "NVIDIA-NeMo/RL examples/nemo_gym/nemotron-3-ultra/ultra_launch.sh (NUM_RAY_NODES % SEGMENT_SIZE, default "
       "16, 'one NVLink domain group')",
       "NeMo RL main 7ea279a")
-def segment_multiple(total_nodes: int, segment: int, key: str) -> list[Problem]:
-    if segment and total_nodes % segment:
-        lo = (total_nodes // segment) * segment
-        return [_err(key, total_nodes, f"training + generation + gym + teacher nodes must be a multiple of the "
-                                       f"NVLink segment size {segment} (GB200 NVL72: 4 GPUs a node)",
-                     f"{lo or segment}, {lo + segment}", "segment-multiple")]
-    return []
+def segment_multiple(total_nodes: int, segment: int, key: str, segment_key: str = "cluster.segment_size",
+                     segment_value: Any = None) -> list[Problem]:
+    """Ray nodes (``total_nodes``, set by ``key``) against the NVLink segment ``segment`` (0: none), which comes from
+    ``segment_key`` = ``segment_value`` (None: the GB200 NVL72 default of 16 for 4-GPU nodes). The error's valid
+    values are the nearest multiples (each once), then the segment key itself with the divisors of ``total_nodes``
+    below ``segment`` (a smaller segment: the way out for a small run)."""
+    if not segment or total_nodes % segment == 0:
+        return []
+    lo = (total_nodes // segment) * segment
+    near = list(dict.fromkeys(n for n in (lo, lo + segment) if n > 0))
+    where = (f"{segment_key}={segment_value}" if segment_value is not None
+             else f"{segment_key}=null: the GB200 NVL72 default for 4-GPU nodes")
+    smaller = [d for d in divisors(total_nodes) if d < segment]
+    valid = f"{key}=" + " or ".join(str(n) for n in near)
+    if smaller:
+        valid += (f"; or a smaller segment for a small run: {segment_key}="
+                  + " or ".join(str(d) for d in smaller) + f" (a divisor of {total_nodes})")
+    return [_err(key, total_nodes, f"training + generation + gym + teacher nodes must be a multiple of the NVLink "
+                                   f"segment size {segment} ({where})", valid, "segment-multiple")]
 
 
 # ------------------------------------------------------------------------------------ rule 11: precision
@@ -1302,7 +1346,7 @@ declare("local-refusal", "backend: local pretrain/SFT on this machine: what the 
 declare("local-settings", "backend: local stages: the local runtime's settings reader accepts the config",
         "nemotron.runtime.common.settings.read, rl_settings.read, evaluate.read, called again", "the local runtime", _V)
 declare("local-convert", "backend: local convert rewrites a Hugging Face config (convert.direction hf_v5_to_v4) "
-        "of a NemotronH convert.source", "nemotron.runtime.megatron.convert_local.direction_refusal, source_refusal, "
+        "of a NemotronH convert.source, in the v4 form only (hf_config_form), on no GPU (device: gpu is ignored)", "nemotron.runtime.megatron.convert_local.direction_refusal, source_refusal, option_problems, "
         "called again", "the local runtime", f"{_V}.checks")
 declare("convert-cpu", "a CPU conversion (convert.device=cpu) runs on one node", "the convert stage's CPU path "
         "(one process on one node)", "—", f"{_V}.checks")

@@ -181,7 +181,33 @@ def validate_training(stage: Stage, cfg: dict, profile: ExecutorProfile | None) 
     if backend(cfg) == LOCAL:
         return out + validate_local(stage, cfg, model) + local_refusals(stage, cfg, profile)
     cluster = _rl_cluster if stage.family.nemo_rl else _megatron_cluster
-    return cluster(stage, cfg, shape, model, out)
+    out = cluster(stage, cfg, shape, model, out)
+    if _cpu_conversion(stage, cfg) and model is not None:
+        out += convert_cpu_rules(model, cfg, profile)
+    return out
+
+
+def convert_cpu_rules(model: ModelSpec, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
+    """Rule convert-cpu-host-memory on a cluster conversion with ``convert.device: cpu``: the host memory of a node of
+    ``profile`` (:func:`nemotron.layout.views.host_memory`, as rule rl-export-host-memory reads it) against the
+    model's parameters (MTP counted unless ``model.mtp_num_layers`` is 0) x the bytes of ``convert.dtype``. Nothing
+    for ``convert.direction: hf_v5_to_v4`` (it rewrites a config; the weights are not loaded)."""
+    if get(cfg, "convert.direction") == "hf_v5_to_v4":
+        return []
+    params = catalogue.param_count(model, include_mtp=get(cfg, "model.mtp_num_layers") != 0)["total"]
+    dtype = str(get(cfg, "convert.dtype", "bfloat16"))
+    need_gb = -(-params * rules.CONVERT_DTYPE_BYTES.get(dtype.lower(), 2) // 10**9)
+    mem = host_memory(profile)
+    if mem.bytes is None:
+        fix = (f"set host_memory = <the RAM of a node, GB> in the profile (or a Slurm mem size) so the dry run checks "
+               f"it; the node needs at least {need_gb} GB, else convert on GPUs (convert.device=gpu)")
+    elif mem.key.endswith(".mem"):
+        need_gib = -(-need_gb * 10**9 // 2**30)  # Slurm's G is 2^30 bytes
+        fix = (f"profile.mem={need_gib}G or more on nodes that have that RAM, or convert on GPUs "
+               "(convert.device=gpu)")
+    else:
+        fix = f"nodes with at least {need_gb} GB of RAM, or convert on GPUs (convert.device=gpu)"
+    return rules.convert_cpu_host_memory(params, dtype, mem.bytes, mem.key, mem.value, mem.source, fix)
 
 
 def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | None,
@@ -431,6 +457,9 @@ def validate_local(stage: Stage, cfg: dict, model: ModelSpec | None) -> list[Pro
             out.append(Problem("convert.direction", direction, refusal.split(": ", 1)[1], rule="local-convert"))
         elif (refusal := source_refusal(get(cfg, "convert") or {})) is not None:  # the run's own check, called again
             out.append(Problem("convert.source", get(cfg, "convert.source"), refusal, rule="local-convert"))
+        from nemotron.runtime.megatron.convert_local import option_problems
+
+        out += option_problems(get(cfg, "convert") or {})  # keys the local convert does not act on
     if stage.family.nemo_rl:  # rlvr, mopd: the cluster's panel rules, then the local RL runtime's reader
         panel = local_panel_rules(cfg) if get(cfg, "on_policy_distillation.enabled", False) else []
         out += panel or local_rl_settings(stage.name, cfg)
@@ -694,7 +723,8 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
     out += rules.rl_node_total(plan.run_nodes, plan.cluster_nodes, plan.gen_nodes, plan.gym_nodes, plan.teacher_nodes,
                                plan.colocated)
     segment = as_int(get(cfg, "cluster.segment_size")) or (16 if plan.gpn == 4 else 0)
-    out += rules.segment_multiple(plan.total, segment, "run.env.nodes")
+    out += rules.segment_multiple(plan.total, segment, "run.env.nodes", "cluster.segment_size",
+                                  get(cfg, "cluster.segment_size"))
     # rules 1-7 on the training layout
     if plan.train_nodes >= 1:
         others = plan.teacher_nodes + (0 if plan.colocated else plan.gen_nodes)

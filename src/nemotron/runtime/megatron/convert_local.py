@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nemotron.errors import ConfigError, did_you_mean
+from nemotron.errors import ConfigError, Problem, did_you_mean
 from nemotron.runtime.common.convert import ConfigFormError, convert_checkpoint_config
 
 
@@ -22,6 +22,31 @@ def direction_refusal(direction: object) -> str | None:
     return (f"convert.direction={direction!r}: " + (f"{maybe} " if maybe else "")
             + f"the local backend only rewrites HF configs ({LOCAL_DIRECTION}); Megatron <-> HF conversion "
             "(hf_to_megatron, megatron_to_hf) runs in the NeMo container (-c tiny or default on a Slurm profile)")
+
+
+def option_problems(conv: dict) -> list[Problem]:
+    """The local backend's word on the ``convert`` keys it does not act on (rule ``local-convert``), said by
+    :func:`local_main` and, before anything runs, by the dry run (:func:`nemotron.validation.checks.validate_local`):
+
+    * ``convert.hf_config_form`` other than ``v4`` (or null): an **error**; the one local direction,
+      :data:`LOCAL_DIRECTION`, writes the v4 form (``hybrid_override_pattern``, what NeMo RL reads), so a ``v5``
+      asked for would be written as v4 without a word;
+    * ``convert.device: gpu``: a **warning**; rewriting a config and copying files uses no GPU, whatever the key says.
+
+    Returns: the problems, each naming its key and value (empty when there is nothing to say).
+    """
+    out: list[Problem] = []
+    form = conv.get("hf_config_form")
+    if form is not None and form != "v4":
+        out.append(Problem("convert.hf_config_form", form, f"the local backend's one direction ({LOCAL_DIRECTION}) "
+                           "writes config.json in the v4 form (hybrid_override_pattern), never another",
+                           "v4 (or null); a v5 config (layers_block_type) comes from megatron_to_hf on a Slurm profile "
+                           "(-c tiny or default)", rule="local-convert"))
+    device = conv.get("device")
+    if isinstance(device, str) and device.lower() == "gpu":
+        out.append(Problem("convert.device", device, "ignored by the local backend: it rewrites config.json and copies "
+                           "the weights in one process, on no GPU", "cpu", rule="local-convert", severity="warning"))
+    return out
 
 
 def _recorded_as(folder: Path) -> str | None:
@@ -96,6 +121,11 @@ def local_main(cfg: dict) -> int:
     refusal = direction_refusal(conv.get("direction"))
     if refusal is not None:  # the dry run refuses it too (exit 2): a config problem
         print(f"{stage}: {refusal}", file=sys.stderr)
+        return 2
+    options = option_problems(conv)
+    for p in options:  # the dry run says the same (an error: exit 2, a config problem; a warning: said, then run)
+        print(f"{stage}: {p.severity}: {p.render()}", file=sys.stderr)
+    if any(p.severity == "error" for p in options):
         return 2
     source, output = conv.get("source"), conv.get("output_dir")
     if not source or not output or "${" in str(source):
