@@ -170,6 +170,24 @@ def test_local_convert_of_a_config_without_a_hybrid_pattern_is_refused_by_the_dr
     assert not (tmp_path / "out").exists()
 
 
+def test_local_convert_of_a_missing_source_is_refused_by_the_dry_run_as_by_its_runtime(capsys, tmp_path):
+    """``convert -c local --dry-run convert.source=<no such path>`` said valid (exit 0) and the run then stopped with
+    exit 1; an existing empty folder was refused already. Now the missing path takes the same check
+    (``convert_local.source_refusal``): exit 2 naming convert.source, in the dry run and in the runtime, before
+    anything is written."""
+    from nemotron.runtime.megatron.convert_local import local_main
+
+    missing = tmp_path / "nonexistent"
+    code, out, err = run_cli(capsys, "ultra3", "convert", "-c", "local", "--dry-run", "--quiet",
+                             f"convert.source={missing}")
+    words = f"{missing}: no such folder (the checkpoint to convert); set convert.source to a Hugging Face checkpoint"
+    assert code == 2 and f"error: convert.source={str(missing)!r}: {words}" in out, (out, err)
+    conv = {"direction": "hf_v5_to_v4", "source": str(missing), "output_dir": str(tmp_path / "out")}
+    assert local_main({"convert": conv}) == 2
+    assert capsys.readouterr().err.startswith(f"ultra3 convert: convert.source: {words}")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("stage", ["rlvr", "mopd"])
 def test_an_empty_validation_split_is_refused_while_the_run_validates(capsys, tmp_path, stage):
     """``data prep rl`` of too few distinct rows writes an empty validation.jsonl; ``rlvr -c local --dry-run`` took

@@ -430,7 +430,8 @@ def validate_local(stage: Stage, cfg: dict, model: ModelSpec | None) -> list[Pro
         if refusal is not None:
             out.append(Problem("convert.direction", direction, refusal.split(": ", 1)[1], rule="local-convert"))
         elif (refusal := source_refusal(get(cfg, "convert") or {})) is not None:  # the run's own check, called again
-            out.append(Problem("convert.source", get(cfg, "convert.source"), refusal, rule="local-convert"))
+            out.append(Problem("convert.source", get(cfg, "convert.source"), refusal.removeprefix("convert.source: "),
+                               rule="local-convert"))
     if stage.family.nemo_rl:  # rlvr, mopd: the cluster's panel rules, then the local RL runtime's reader
         panel = local_panel_rules(cfg) if get(cfg, "on_policy_distillation.enabled", False) else []
         out += panel or local_rl_settings(stage.name, cfg)
