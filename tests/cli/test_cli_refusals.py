@@ -229,12 +229,30 @@ def test_an_empty_validation_split_is_refused_while_the_run_validates(capsys, tm
 
 
 @pytest.mark.parametrize(("key", "value", "close"), [("direction", "megatron2hf", "megatron_to_hf"),
-                                                      ("device", "gpus", "gpu")])
+                                                      ("device", "gpus", "gpu"), ("dtype", "bfloat", "bfloat16")])
 def test_cluster_convert_values_say_did_you_mean(capsys, key, value, close):
     code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "tiny", f"convert.{key}={value}", "--dry-run", "--quiet",
                            *ON_SAMPLE)
     assert code == 2
     assert any(ln.startswith(f"error: convert.{key}='{value}': did you mean '{close}'?") for ln in out.splitlines()), out
+
+
+@pytest.mark.parametrize("value", ["banana", "float8"])
+def test_cluster_convert_dtype_outside_the_runtimes_table_is_refused(capsys, value):
+    """``convert.dtype=banana`` (or ``float8``) was "valid" in the dry run; the job's ``{...}[dtype]`` lookup then
+    stopped with a KeyError. Now the translation the dry run and the job share refuses it naming the valid values
+    (the runtime's own table, ``megatron_bridge.CONVERT_DTYPES``)."""
+    from nemotron.runtime.megatron.megatron_bridge import CONVERT_DTYPES
+
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "tiny", f"convert.dtype={value}", "--dry-run", "--quiet",
+                           *ON_SAMPLE)
+    assert CONVERT_DTYPES == ("bfloat16", "float16", "float32")
+    assert code == 2
+    assert any(ln.startswith(f"error: convert.dtype='{value}': ") and ln.endswith("valid: bfloat16, float16, float32")
+               for ln in out.splitlines()), out
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "tiny", "convert.dtype=float32", "--dry-run", "--quiet",
+                           *ON_SAMPLE)
+    assert "convert.dtype" not in out, out
 
 
 def test_a_value_far_from_every_choice_gets_no_guess():
