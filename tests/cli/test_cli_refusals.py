@@ -345,3 +345,44 @@ def test_a_path_argument_that_is_not_utf8_is_refused_from_a_real_command_line(tm
     err = proc.stderr.decode("utf-8")
     assert proc.returncode == 2, err
     assert "error: argument '/tmp/\\xff.yaml': not UTF-8 (byte 0xff at byte offset 5)" in err, err
+
+
+# ------------------------------------------------------------------ counts < 1: the key the user set, named first
+@pytest.mark.parametrize(("args", "key", "value"), [
+    (("rlvr", "-c", "tiny", *ON_SAMPLE), "grpo.num_prompts_per_step", 0),
+    (("rlvr", "-c", "tiny", *ON_SAMPLE), "grpo.num_generations_per_prompt", -1),
+    (("mopd", "-c", "tiny", *ON_SAMPLE), "grpo.max_num_steps", 0),
+    (("quantize", "-c", "local"), "quantization.calib_size", 0),
+    (("quantize", "-c", "local"), "quantization.calib_size", -5),
+    (("eval", "-c", "local"), "eval.gsm8k.samples", 0),
+    (("mtp-boost", "-c", "local"), "mtp_boost.draft_length", 0),
+])
+def test_a_count_below_one_is_refused_naming_the_key_the_user_set(capsys, args, key, value):
+    """``grpo.num_prompts_per_step=0`` and ``quantization.calib_size=0/-5`` were "valid" in the dry run (the local
+    readers that refuse them were not reached while an input was unresolved); ``num_generations_per_prompt=-1`` gave
+    "a divisor of -8" on policy.train_global_batch_size. Now rule ``positive-count`` (one table, COUNT_KEYS, every
+    stage) names the key, and no rule computing with the bad count (grpo-batch) restates it."""
+    stage, *rest = args
+    code, out, err = run_cli(capsys, "ultra3", stage, *rest, f"{key}={value}", "--dry-run", "--quiet")
+    errors = [ln for ln in out.splitlines() if ln.startswith("error: ") and "found before" not in ln]
+    assert code == 2, (out, err)
+    assert f"error: {key}={value}: must be a whole number >= 1 (" in out and out.count(f"{key}=") == 1, out
+    assert not any("divisor" in ln or "train_global_batch_size" in ln for ln in errors), errors
+    # the shipped value passes the same rule
+    code, out, _ = run_cli(capsys, "ultra3", stage, *rest, "--dry-run", "--quiet")
+    assert "positive" not in out and f"error: {key}=" not in out, out
+
+
+def test_the_count_table_names_keys_the_stages_read():
+    """Every COUNT_KEYS key is read by a stage's runtime or set by a shipped config (a typo would check nothing)."""
+    from nemotron.layout.rules import COUNT_KEYS, positive_counts
+
+    repo = Path(__file__).resolve().parents[2]
+    text = "\n".join(p.read_text() for p in (repo / "src" / "nemotron" / "runtime").rglob("*.py"))
+    shipped = "\n".join(p.read_text() for p in (repo / "stages").rglob("*.yaml"))
+    for key in COUNT_KEYS:
+        leaf = key.rsplit(".", 1)[1]
+        assert f'"{key}"' in text or f"{leaf}:" in shipped, key
+    assert positive_counts({"grpo.max_num_steps": 1}) == []
+    assert [p.rule for p in positive_counts({"grpo.max_num_steps": True, "quantization.calib_size": "8"})] == \
+        ["positive-count", "positive-count"]

@@ -749,7 +749,7 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
             out += engine_memory(model, cfg, eng, plan, shape)
     # rule 9: GRPO batch
     prompts, gens = as_int(get(cfg, "grpo.num_prompts_per_step")), as_int(get(cfg, "grpo.num_generations_per_prompt"))
-    if prompts and gens and isinstance(v.gbs, int) and v.gbs > 0:
+    if prompts and gens and prompts >= 1 and gens >= 1 and isinstance(v.gbs, int) and v.gbs > 0:  # else positive-count
         step = v.mbs * max(1, v.world // (v.tp * v.pp * v.cp)) if v.ok and v.world else 1
         out += rules.grpo_batch(prompts, gens, v.gbs, v.keys["gbs"], step)
     div = as_int(get(cfg, "policy.make_sequence_length_divisible_by"))
