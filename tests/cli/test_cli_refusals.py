@@ -386,3 +386,43 @@ def test_the_count_table_names_keys_the_stages_read():
     assert positive_counts({"grpo.max_num_steps": 1}) == []
     assert [p.rule for p in positive_counts({"grpo.max_num_steps": True, "quantization.calib_size": "8"})] == \
         ["positive-count", "positive-count"]
+
+
+# ------------------------------------------------------------------ every stage's input paths: one rule, input-exists
+@pytest.mark.parametrize(("stage", "key"), [("convert", "convert.source"), ("quantize", "quantization.source"),
+                                            ("eval", "eval.gsm8k.data"), ("eval", "generation.model_name"),
+                                            ("rlvr", "policy.model_name"), ("mopd", "_teachers.general"),
+                                            ("sft", "checkpoint.pretrained_checkpoint")])
+def test_a_missing_input_path_is_refused_alike_by_every_stage_where_this_machine_sees_the_jobs_files(capsys, tmp_path,
+                                                                                                    stage, key):
+    """On a Slurm profile with a local tunnel (the login node sees the cluster's storage) quantize refused a missing
+    quantization.source while convert and eval called theirs valid. Now one rule (``input-exists``,
+    ``validation.inputs.missing_inputs``) checks every stage's input keys (those its configs wire to an artifact,
+    plus generation.model_name); the existing folder passes, and over an SSH tunnel nothing is claimed."""
+    missing = tmp_path / "nosuch"
+    code, out, err = run_cli(capsys, "ultra3", stage, "-c", "tiny", f"{key}={missing}", "--dry-run", "--quiet",
+                             *ON_SAMPLE)
+    line = f"error: {key}={str(missing)!r}: no such file or folder ("
+    assert code == 2 and line in out, (out, err)
+    assert "this machine sees the job's files, so the job would not find it either" in out
+    missing.mkdir()
+    code, out, err = run_cli(capsys, "ultra3", stage, "-c", "tiny", f"{key}={missing}", "--dry-run", "--quiet",
+                             *ON_SAMPLE)
+    assert "no such file or folder" not in out, out
+
+
+def test_input_exists_is_not_claimed_over_ssh_nor_for_a_hub_id(tmp_path):
+    from nemotron.config.registry import get_stage
+    from nemotron.validation.inputs import input_keys, missing_input, missing_inputs
+
+    class Over:  # a profile's settings as missing_inputs reads them: only over_ssh
+        class settings:  # noqa: N801
+            over_ssh = True
+
+    rlvr = get_stage("rlvr")
+    assert "policy.model_name" in input_keys(rlvr) and "data.train.data_path" in input_keys(rlvr)
+    cfg = {"policy": {"model_name": str(tmp_path / "nosuch")}}
+    assert [p.key for p in missing_inputs(rlvr, cfg, None)] == ["policy.model_name"]
+    assert missing_inputs(rlvr, cfg, Over()) == []
+    assert missing_input("policy.model_name", "nvidia/NVIDIA-Nemotron-3-Ultra") is None
+    assert missing_input("policy.model_name", "${art:rl-checkpoint,path}") is None

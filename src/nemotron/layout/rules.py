@@ -1369,6 +1369,10 @@ declare("quantize-settings", "the quantize runtime's settings reader accepts the
 declare("quantize-inputs", "the checkpoint to quantize (and, local, the calibration blend) exists and is not "
         "already quantized", "nemotron.runtime.quantization.quant_config.check_inputs, called again (docs/quantize.md)", "—",
         f"{_V}.quantize")
+declare("input-exists", "every stage's input paths (the keys its configs wire to an artifact, convert.source, "
+        "quantization.source, generation.model_name, ...) exist when this machine sees the job's files (no profile, a "
+        "local one, a Slurm one with tunnel = local)", "nemotron.validation.inputs.missing_inputs (the job's own "
+        "existence checks, said before submission)", "—", "nemotron.validation.inputs")
 # data prep
 declare("data-settings", "data prep: the stage's runtime settings reader accepts the config",
         "the data runtime's Settings.from_config (nemotron.data), called again", "this version", f"{_V}.data")

@@ -186,7 +186,9 @@ def validate(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[P
     too_long = _long_names(cfg)
     if too_long:  # the checks below would ask the file system about these paths: it refuses them (ENAMETOOLONG)
         return _dedupe(_missing_runtime(stage, cfg) + too_long)
-    missing = _missing_runtime(stage, cfg) + _output_folders(cfg, profile)
+    from nemotron.validation.inputs import missing_inputs
+
+    missing = _missing_runtime(stage, cfg) + _output_folders(cfg, profile) + missing_inputs(stage, cfg, profile)
     counts = _count_keys(cfg)
     problems: list[Problem] = []
     for name in stage.checks:  # the stage's registry row lists its check sets, in order
