@@ -1357,8 +1357,12 @@ declare("local-convert", "backend: local convert rewrites a Hugging Face config 
         "called again", "the local runtime", f"{_V}.checks")
 declare("convert-cpu", "a CPU conversion (convert.device=cpu) runs on one node", "the convert stage's CPU path "
         "(one process on one node)", "—", f"{_V}.checks")
-declare("memory", "the memory estimate fits the profile's GPU memory, or cannot be checked -- warning",
-        "nemotron.layout.memory (docs/validation.md, The memory estimate)", "—", f"{_V}.checks")
+declare("memory", "the memory estimate is above the profile's GPU memory by at most the estimate's calibration "
+        "margin (15 %), or cannot be checked -- warning", "nemotron.layout.memory (docs/validation.md, The memory "
+        "estimate)", "—", f"{_V}.checks")
+declare("memory-fit", "the memory estimate is not above the profile's GPU memory by more than the estimate's "
+        "calibration margin (memory.CALIBRATION_MARGIN, 15 %)", "nemotron.layout.memory; the margin: "
+        "bench/estimate_calibration.py --memory (docs/estimate.md, Per-GPU memory)", "—", f"{_V}.checks")
 declare("checkpoint-space", "one checkpoint fits the free space of checkpoint.save's file system",
         "layout/estimate.py, cli/costs.py (docs/estimate.md)", "—", "nemotron.cli.costs")
 # quantize
