@@ -426,3 +426,24 @@ def test_input_exists_is_not_claimed_over_ssh_nor_for_a_hub_id(tmp_path):
     assert missing_inputs(rlvr, cfg, Over()) == []
     assert missing_input("policy.model_name", "nvidia/NVIDIA-Nemotron-3-Ultra") is None
     assert missing_input("policy.model_name", "${art:rl-checkpoint,path}") is None
+
+
+# ------------------------------------------------------------------ NVFP4 on a profile that declares no GPU
+def test_nvfp4_warning_on_a_profile_without_a_gpu_says_to_declare_it_there(capsys, tmp_path):
+    """``quantize -c default --run YOUR-CLUSTER`` (the seed's profile, no gpu): the NVFP4 warning said to pass
+    --run/--batch PROFILE, which the user had done. Now it names the profile and the key to set in it (as the memory
+    warning of the same run does), and ``profile.gpu=B200`` clears it."""
+    env = tmp_path / "env.toml"
+    env.write_text('[nogpu]\nexecutor = "slurm"\naccount = "a"\npartition = "batch"\ngpus_per_node = 8\n'
+                   'job_dir = "/shared/jobs"\n')
+    args = ("ultra3", "quantize", "-c", "default", "--batch", "nogpu", "--env-file", str(env), "--dry-run")
+    code, out, err = run_cli(capsys, *args)
+    line = next((ln for ln in out.splitlines() if ln.startswith("warning: generate.kernels='nvfp4'")), "")
+    assert "profile nogpu declares no GPU (gpu / gpu_arch), so this is not checked" in line, out
+    assert line.endswith('valid: set gpu = "B200" (or gpu_arch = "blackwell"; GB200, B300, GB300) in [nogpu] of '
+                         'env.toml, or profile.gpu=B200 for one command') and "--run/--batch" not in line, line
+    code, out, err = run_cli(capsys, *args, "profile.gpu=B200")
+    assert "generate.kernels='nvfp4'" not in out, out
+    # without any profile the old advice stands: pass one
+    code, out, err = run_cli(capsys, "ultra3", "quantize", "-c", "default", "--dry-run")
+    assert "no profile declares the GPU architecture, so this is checked when you pass --run/--batch PROFILE" in out

@@ -855,9 +855,16 @@ def segment_multiple(total_nodes: int, segment: int, key: str) -> list[Problem]:
       "(Hopper runs the NVFP4 checkpoint as W4A16 only); Model Optimizer fake quantization runs anywhere",
       "Transformer Engine 2.x")
 def nvfp4_needs_blackwell(uses_nvfp4: bool, arch: str | None, declared: bool, key: str, value: Any,
-                          what: str) -> list[Problem]:
+                          what: str, profile: str | None = None) -> list[Problem]:
+    """``profile``: the name of the profile the run uses (None: no profile). Undeclared architecture: a warning
+    saying, without a profile, to pass one; with a profile that declares no GPU, to declare it there."""
     if not uses_nvfp4 or arch == "blackwell":
         return []
+    if not declared and profile:
+        return [_warn(key, value, f"{what} needs Blackwell GPUs; profile {profile} declares no GPU (gpu / gpu_arch), "
+                                  "so this is not checked",
+                      f"set gpu = \"B200\" (or gpu_arch = \"blackwell\"; GB200, B300, GB300) in [{profile}] of "
+                      "env.toml, or profile.gpu=B200 for one command", "nvfp4-blackwell")]
     if not declared:
         return [_warn(key, value, f"{what} needs Blackwell GPUs; no profile declares the GPU architecture, so this "
                                   "is checked when you pass --run/--batch PROFILE",

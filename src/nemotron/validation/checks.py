@@ -258,7 +258,8 @@ def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpe
     # rule 11: NVFP4 precision
     if family.optimizer:
         out += rules.nvfp4_needs_blackwell(v.precision == "nvfp4", shape.gpu_arch, shape.declared_arch,
-                                           "mixed_precision", get(cfg, "mixed_precision"), "NVFP4 training precision")
+                                           "mixed_precision", get(cfg, "mixed_precision"), "NVFP4 training precision",
+                                           shape.profile_name)
     if family.quantizes:
         out += quantize_rules(model, cfg, v, shape)
     if family.optimizer:
@@ -593,7 +594,7 @@ def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) 
         "ultra", "super-max-calib")
     out += rules.nvfp4_needs_blackwell(enabled and recipe_fp4 and kernels == "nvfp4", shape.gpu_arch,
                                        shape.declared_arch, "generate.kernels", get(cfg, "generate.kernels"),
-                                       "a generation with real NVFP4 GEMMs")
+                                       "a generation with real NVFP4 GEMMs", shape.profile_name)
     # the serving layout of the generation check (vLLM --tensor-parallel-size): a TP the model cannot be split by
     gen_key = "generate.tensor_parallel_size"
     gen_tp = get(cfg, gen_key)
