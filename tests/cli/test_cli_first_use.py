@@ -61,7 +61,8 @@ def test_pipe_quantize_after_mopd_takes_the_planned_checkpoint(capsys):
     assert source and source.group(1).endswith("ultra3-mopd-tiny/hf/latest"), quantize[:3000]  # its HF form
     code, out, err = run_cli(capsys, "ultra3", "quantize", "-c", "tiny", f"quantization.source={source.group(1)}",
                              "--dry-run")
-    assert code == 2 and f"error: quantization.source='{source.group(1)}': no such folder" in out + err
+    assert code == 2 and f"error: quantization.source='{source.group(1)}': no such file or folder (the checkpoint to " \
+        "quantize)" in out + err
 
 
 def test_pipe_mopd_quantize_without_dry_run_stops_at_mopds_missing_inputs(capsys, tmp_path):

@@ -170,6 +170,24 @@ def test_local_convert_of_a_config_without_a_hybrid_pattern_is_refused_by_the_dr
     assert not (tmp_path / "out").exists()
 
 
+def test_local_convert_of_a_missing_source_is_refused_by_the_dry_run_as_by_its_runtime(capsys, tmp_path):
+    """``convert -c local --dry-run convert.source=<no such path>`` said valid (exit 0) and the run then stopped with
+    exit 1; an existing empty folder was refused already. Now the missing path takes the same check
+    (``convert_local.source_refusal``): exit 2 naming convert.source, in the dry run and in the runtime, before
+    anything is written."""
+    from nemotron.runtime.megatron.convert_local import local_main
+
+    missing = tmp_path / "nonexistent"
+    code, out, err = run_cli(capsys, "ultra3", "convert", "-c", "local", "--dry-run", "--quiet",
+                             f"convert.source={missing}")
+    words = f"{missing}: no such folder (the checkpoint to convert); set convert.source to a Hugging Face checkpoint"
+    assert code == 2 and f"error: convert.source={str(missing)!r}: {words}" in out, (out, err)
+    conv = {"direction": "hf_v5_to_v4", "source": str(missing), "output_dir": str(tmp_path / "out")}
+    assert local_main({"convert": conv}) == 2
+    assert capsys.readouterr().err.startswith(f"ultra3 convert: convert.source: {words}")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("stage", ["rlvr", "mopd"])
 def test_an_empty_validation_split_is_refused_while_the_run_validates(capsys, tmp_path, stage):
     """``data prep rl`` of too few distinct rows writes an empty validation.jsonl; ``rlvr -c local --dry-run`` took
@@ -211,12 +229,30 @@ def test_an_empty_validation_split_is_refused_while_the_run_validates(capsys, tm
 
 
 @pytest.mark.parametrize(("key", "value", "close"), [("direction", "megatron2hf", "megatron_to_hf"),
-                                                      ("device", "gpus", "gpu")])
+                                                      ("device", "gpus", "gpu"), ("dtype", "bfloat", "bfloat16")])
 def test_cluster_convert_values_say_did_you_mean(capsys, key, value, close):
     code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "tiny", f"convert.{key}={value}", "--dry-run", "--quiet",
                            *ON_SAMPLE)
     assert code == 2
     assert any(ln.startswith(f"error: convert.{key}='{value}': did you mean '{close}'?") for ln in out.splitlines()), out
+
+
+@pytest.mark.parametrize("value", ["banana", "float8"])
+def test_cluster_convert_dtype_outside_the_runtimes_table_is_refused(capsys, value):
+    """``convert.dtype=banana`` (or ``float8``) was "valid" in the dry run; the job's ``{...}[dtype]`` lookup then
+    stopped with a KeyError. Now the translation the dry run and the job share refuses it naming the valid values
+    (the runtime's own table, ``megatron_bridge.CONVERT_DTYPES``)."""
+    from nemotron.runtime.megatron.megatron_bridge import CONVERT_DTYPES
+
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "tiny", f"convert.dtype={value}", "--dry-run", "--quiet",
+                           *ON_SAMPLE)
+    assert CONVERT_DTYPES == ("bfloat16", "float16", "float32")
+    assert code == 2
+    assert any(ln.startswith(f"error: convert.dtype='{value}': ") and ln.endswith("valid: bfloat16, float16, float32")
+               for ln in out.splitlines()), out
+    code, out, _ = run_cli(capsys, "ultra3", "convert", "-c", "tiny", "convert.dtype=float32", "--dry-run", "--quiet",
+                           *ON_SAMPLE)
+    assert "convert.dtype" not in out, out
 
 
 def test_a_value_far_from_every_choice_gets_no_guess():
@@ -331,3 +367,105 @@ def test_a_refusal_is_written_once_when_stderr_is_a_real_file(tmp_path, args):
         hints = [line for line in lines if line.startswith("hint: ")]
         assert len(errors) == 1 and len(hints) == 1, text
         assert lines.index(errors[0]) < lines.index(hints[0]), text
+
+
+# ------------------------------------------------------------------ counts < 1: the key the user set, named first
+@pytest.mark.parametrize(("args", "key", "value"), [
+    (("rlvr", "-c", "tiny", *ON_SAMPLE), "grpo.num_prompts_per_step", 0),
+    (("rlvr", "-c", "tiny", *ON_SAMPLE), "grpo.num_generations_per_prompt", -1),
+    (("mopd", "-c", "tiny", *ON_SAMPLE), "grpo.max_num_steps", 0),
+    (("quantize", "-c", "local"), "quantization.calib_size", 0),
+    (("quantize", "-c", "local"), "quantization.calib_size", -5),
+    (("eval", "-c", "local"), "eval.gsm8k.samples", 0),
+    (("mtp-boost", "-c", "local"), "mtp_boost.draft_length", 0),
+])
+def test_a_count_below_one_is_refused_naming_the_key_the_user_set(capsys, args, key, value):
+    """``grpo.num_prompts_per_step=0`` and ``quantization.calib_size=0/-5`` were "valid" in the dry run (the local
+    readers that refuse them were not reached while an input was unresolved); ``num_generations_per_prompt=-1`` gave
+    "a divisor of -8" on policy.train_global_batch_size. Now rule ``positive-count`` (one table, COUNT_KEYS, every
+    stage) names the key, and no rule computing with the bad count (grpo-batch) restates it."""
+    stage, *rest = args
+    code, out, err = run_cli(capsys, "ultra3", stage, *rest, f"{key}={value}", "--dry-run", "--quiet")
+    errors = [ln for ln in out.splitlines() if ln.startswith("error: ") and "found before" not in ln]
+    assert code == 2, (out, err)
+    assert f"error: {key}={value}: must be a whole number >= 1 (" in out and out.count(f"{key}=") == 1, out
+    assert not any("divisor" in ln or "train_global_batch_size" in ln for ln in errors), errors
+    # the shipped value passes the same rule
+    code, out, _ = run_cli(capsys, "ultra3", stage, *rest, "--dry-run", "--quiet")
+    assert "positive" not in out and f"error: {key}=" not in out, out
+
+
+def test_the_count_table_names_keys_the_stages_read():
+    """Every COUNT_KEYS key is read by a stage's runtime or set by a shipped config (a typo would check nothing)."""
+    from nemotron.layout.rules import COUNT_KEYS, positive_counts
+
+    repo = Path(__file__).resolve().parents[2]
+    text = "\n".join(p.read_text() for p in (repo / "src" / "nemotron" / "runtime").rglob("*.py"))
+    shipped = "\n".join(p.read_text() for p in (repo / "stages").rglob("*.yaml"))
+    for key in COUNT_KEYS:
+        leaf = key.rsplit(".", 1)[1]
+        assert f'"{key}"' in text or f"{leaf}:" in shipped, key
+    assert positive_counts({"grpo.max_num_steps": 1}) == []
+    assert [p.rule for p in positive_counts({"grpo.max_num_steps": True, "quantization.calib_size": "8"})] == \
+        ["positive-count", "positive-count"]
+
+
+# ------------------------------------------------------------------ every stage's input paths: one rule, input-exists
+@pytest.mark.parametrize(("stage", "key"), [("convert", "convert.source"), ("quantize", "quantization.source"),
+                                            ("eval", "eval.gsm8k.data"), ("eval", "generation.model_name"),
+                                            ("rlvr", "policy.model_name"), ("mopd", "_teachers.general"),
+                                            ("sft", "checkpoint.pretrained_checkpoint")])
+def test_a_missing_input_path_is_refused_alike_by_every_stage_where_this_machine_sees_the_jobs_files(capsys, tmp_path,
+                                                                                                    stage, key):
+    """On a Slurm profile with a local tunnel (the login node sees the cluster's storage) quantize refused a missing
+    quantization.source while convert and eval called theirs valid. Now one rule (``input-exists``,
+    ``validation.inputs.missing_inputs``) checks every stage's input keys (those its configs wire to an artifact,
+    plus generation.model_name); the existing folder passes, and over an SSH tunnel nothing is claimed."""
+    missing = tmp_path / "nosuch"
+    code, out, err = run_cli(capsys, "ultra3", stage, "-c", "tiny", f"{key}={missing}", "--dry-run", "--quiet",
+                             *ON_SAMPLE)
+    line = f"error: {key}={str(missing)!r}: no such file or folder ("
+    assert code == 2 and line in out, (out, err)
+    assert "this machine sees the job's files, so the job would not find it either" in out
+    missing.mkdir()
+    code, out, err = run_cli(capsys, "ultra3", stage, "-c", "tiny", f"{key}={missing}", "--dry-run", "--quiet",
+                             *ON_SAMPLE)
+    assert "no such file or folder" not in out, out
+
+
+def test_input_exists_is_not_claimed_over_ssh_nor_for_a_hub_id(tmp_path):
+    from nemotron.config.registry import get_stage
+    from nemotron.validation.inputs import input_keys, missing_input, missing_inputs
+
+    class Over:  # a profile's settings as missing_inputs reads them: only over_ssh
+        class settings:  # noqa: N801
+            over_ssh = True
+
+    rlvr = get_stage("rlvr")
+    assert "policy.model_name" in input_keys(rlvr) and "data.train.data_path" in input_keys(rlvr)
+    cfg = {"policy": {"model_name": str(tmp_path / "nosuch")}}
+    assert [p.key for p in missing_inputs(rlvr, cfg, None)] == ["policy.model_name"]
+    assert missing_inputs(rlvr, cfg, Over()) == []
+    assert missing_input("policy.model_name", "nvidia/NVIDIA-Nemotron-3-Ultra") is None
+    assert missing_input("policy.model_name", "${art:rl-checkpoint,path}") is None
+
+
+# ------------------------------------------------------------------ NVFP4 on a profile that declares no GPU
+def test_nvfp4_warning_on_a_profile_without_a_gpu_says_to_declare_it_there(capsys, tmp_path):
+    """``quantize -c default --run YOUR-CLUSTER`` (the seed's profile, no gpu): the NVFP4 warning said to pass
+    --run/--batch PROFILE, which the user had done. Now it names the profile and the key to set in it (as the memory
+    warning of the same run does), and ``profile.gpu=B200`` clears it."""
+    env = tmp_path / "env.toml"
+    env.write_text('[nogpu]\nexecutor = "slurm"\naccount = "a"\npartition = "batch"\ngpus_per_node = 8\n'
+                   'job_dir = "/shared/jobs"\n')
+    args = ("ultra3", "quantize", "-c", "default", "--batch", "nogpu", "--env-file", str(env), "--dry-run")
+    code, out, err = run_cli(capsys, *args)
+    line = next((ln for ln in out.splitlines() if ln.startswith("warning: generate.kernels='nvfp4'")), "")
+    assert "profile nogpu declares no GPU (gpu / gpu_arch), so this is not checked" in line, out
+    assert line.endswith('valid: set gpu = "B200" (or gpu_arch = "blackwell"; GB200, B300, GB300) in [nogpu] of '
+                         'env.toml, or profile.gpu=B200 for one command') and "--run/--batch" not in line, line
+    code, out, err = run_cli(capsys, *args, "profile.gpu=B200")
+    assert "generate.kernels='nvfp4'" not in out, out
+    # without any profile the old advice stands: pass one
+    code, out, err = run_cli(capsys, "ultra3", "quantize", "-c", "default", "--dry-run")
+    assert "no profile declares the GPU architecture, so this is checked when you pass --run/--batch PROFILE" in out

@@ -59,7 +59,8 @@ def test_dry_run_rules_refuse_what_the_run_refuses():
     assert [p for p in validation.validate(stage, ok, None) if p.severity == "error" and p.rule != "local-modules"] == []
     for extra, rule, key in ((["sft.seed=null"], "nemo-rl-sft", "sft.seed"),
                              (["_teachers.general=null"], "mopd-general-teacher", "_teachers.general"),
-                             (["warmup.num_prompts=0"], "local-settings", "warmup.num_prompts")):
+                             # a count below 1: rule positive-count names it, the reader's restatement is left out
+                             (["warmup.num_prompts=0"], "positive-count", "warmup.num_prompts")):
         cfg = compile_stage("mopd-warmup", [*PANEL, *extra], check_paths=False)
         errs = [p for p in validation.validate(stage, cfg, None) if p.severity == "error" and p.rule != "local-modules"]
         assert [(p.rule, p.key) for p in errs] == [(rule, key)], [p.render() for p in errs]

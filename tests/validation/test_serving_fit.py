@@ -97,12 +97,14 @@ def _gen(problems):
 
 @pytest.mark.parametrize("stage", ["rlvr", "mopd"])
 @pytest.mark.parametrize("profile,budget,pp", [(H200, 120, 2), (H100, 68, 3)], ids=["h200", "h100"])
-def test_rl_generation_engines_that_cannot_hold_their_weights_are_refused(stage, profile, budget, pp):
+def test_rl_generation_engines_that_cannot_hold_their_weights_are_refused(stage, profile, budget, pp, tmp_path):
     """The shipped rlvr/mopd defaults generate with TP8 EP8 vLLM engines: 140 GB of BF16 weights per GPU, over
     0.85 x the GPU memory of an H100 or H200 profile. An error (was a `memory` warning) naming the weights, the
     budget and the smallest PP that fits, with the generation nodes that make the engines divide; the named fix
-    clears it and every engine-layout assert NeMo RL's vLLM generation makes (PP > 1 with the async engine)."""
-    over = {"_teachers.general": "/ckpt/student"} if stage == "mopd" else {}
+    clears it and every engine-layout assert NeMo RL's vLLM generation makes (PP > 1 with the async engine). On H100
+    the policy training (100 GB of 80 GB) is refused too (rule memory-fit), and its own fix clears it.
+    The teacher is a real folder: the fake profiles see this machine's files (rule input-exists)."""
+    over = {"_teachers.general": str(tmp_path)} if stage == "mopd" else {}
     problems, _, _, _ = check(stage, "default", over, profile=profile)
     bad = _gen(problems)
     assert [(p.severity, p.key) for p in bad] == [("error", "policy.generation.vllm_cfg.pipeline_parallel_size")], \
@@ -114,6 +116,18 @@ def test_rl_generation_engines_that_cannot_hold_their_weights_are_refused(stage,
     # the fix, with the GB200 dispatcher replaced (rule gb200-tuned): the dry-run accepts the job
     fixed, _, _, cfg = check(stage, "default", {**over, **fix, "policy.megatron_cfg.moe_token_dispatcher_type": "alltoall"},
                              profile=profile)
+    if profile is H100:  # the training's memory-fit error names its own fix: PP2 (rlvr: on the same GPUs)
+        [fit] = errors(fixed)
+        assert fit.rule == "memory-fit" and fit.valid.startswith(
+            "policy.megatron_cfg.pipeline_model_parallel_size=2 "), fit.render()
+        fix["policy.megatron_cfg.pipeline_model_parallel_size"] = 2
+        fixed, _, _, cfg = check(stage, "default", {**over, **fix,
+                                                    "policy.megatron_cfg.moe_token_dispatcher_type": "alltoall"},
+                                 profile=profile)
+        if stage == "mopd":  # TP8 x CP32 fills its 256 training GPUs: PP2 needs twice the nodes, which it names
+            assert [(p.rule, p.key) for p in errors(fixed)] == [("world-layout", "cluster.num_nodes")] and \
+                errors(fixed)[0].valid, [p.render() for p in errors(fixed)]
+            return
     assert errors(fixed) == [], [p.render() for p in errors(fixed)]
     vc = cfg["policy"]["generation"]["vllm_cfg"]
     assert vc["async_engine"] is True and vc["expert_parallel_size"] == vc["tensor_parallel_size"] == 8

@@ -121,6 +121,57 @@ def positive_ints(values: dict[str, Any]) -> list[Problem]:
     return out
 
 
+#: The count keys of every stage (what each counts), each a whole number >= 1 where a config sets it: the keys the
+#: stages' own readers take with ``minimum=1`` (``nemotron.runtime.common.settings._int`` and its twins in
+#: ``rl_settings``, ``warmup``, ``mtp_local``, ``evaluate``, ``quant_config``), which NeMo RL's GRPO / SFT loops and
+#: the eval runner use as counts too. Parallel and batch sizes are rule ``positive-int``'s; the training length
+#: rule ``train-length``'s. A key a config does not set, null, or still a ``${...}`` reference is not checked here.
+COUNT_KEYS: dict[str, str] = {
+    "grpo.num_prompts_per_step": "prompts per GRPO step",
+    "grpo.num_generations_per_prompt": "responses generated per prompt",
+    "grpo.max_num_steps": "GRPO steps",
+    "grpo.max_num_epochs": "passes over the prompts",
+    "grpo.val_batch_size": "prompts per validation batch",
+    "checkpointing.save_period": "steps between checkpoints",
+    "policy.generation.max_new_tokens": "tokens generated per response",
+    "sft.max_num_steps": "warm-up SFT steps",
+    "sft.max_num_epochs": "warm-up SFT passes over the data",
+    "warmup.num_prompts": "prompts the teachers answer",
+    "warmup.responses_per_prompt": "teacher responses per prompt",
+    "warmup.max_new_tokens": "tokens generated per teacher response",
+    "warmup.kl_new_tokens": "tokens of each held-out KL completion",
+    "quantization.calib_size": "calibration sequences",
+    "quantization.eval_size": "held-out sequences of the accuracy check",
+    "eval.perplexity.samples": "held-out perplexity sequences",
+    "eval.gsm8k.samples": "GSM8K rows scored",
+    "eval.gsm8k.max_new_tokens": "tokens generated per GSM8K answer",
+    "eval.chat.max_new_tokens": "tokens generated per chat answer",
+    "eval.num_tests_per_prompt": "generations scored per prompt",
+    "generation.max_new_tokens": "tokens generated per response",
+    "mtp_boost.num_steps": "MTP head training steps",
+    "mtp_boost.draft_length": "draft tokens per verification",
+    "mtp_boost.new_tokens": "tokens generated per held-out prompt",
+    "data.train_prompts": "training prompts",
+    "data.held_out_prompts": "held-out prompts",
+}
+
+
+@rule("positive-count", "counts (prompts, generations, steps, samples, new tokens: COUNT_KEYS) are whole numbers >= 1",
+      "the stages' readers (minimum=1: runtime/common/settings.py, rl/rl_settings.py, rl/warmup.py, "
+      "megatron/mtp_local.py, eval/evaluate.py, quantization/quant_config.py); NeMo RL's GRPO/SFT loops count with them",
+      "all versions")
+def positive_counts(values: dict[str, Any]) -> list[Problem]:
+    """``key -> value`` of :data:`COUNT_KEYS` keys (set, not null, resolved): each must be an int >= 1. Checked
+    before the rules that compute with them (``grpo-batch``'s prompts x generations), so the key the user set is named
+    rather than a product of it."""
+    out: list[Problem] = []
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            what = COUNT_KEYS.get(key, "a count")
+            out.append(_err(key, value, f"must be a whole number >= 1 ({what})", "1, 2, 3, ...", "positive-count"))
+    return out
+
+
 # ------------------------------------------------------------------------------------ rule 1: TP
 @rule("tp-model", "TP divides the Mamba groups, the Mamba heads and the attention heads",
       "megatron/core/ssm/mamba_mixer.py (MambaMixer.__init__ asserts nheads % tp == 0 and ngroups % tp == 0); "
@@ -848,9 +899,16 @@ def segment_multiple(total_nodes: int, segment: int, key: str, segment_key: str 
       "(Hopper runs the NVFP4 checkpoint as W4A16 only); Model Optimizer fake quantization runs anywhere",
       "Transformer Engine 2.x")
 def nvfp4_needs_blackwell(uses_nvfp4: bool, arch: str | None, declared: bool, key: str, value: Any,
-                          what: str) -> list[Problem]:
+                          what: str, profile: str | None = None) -> list[Problem]:
+    """``profile``: the name of the profile the run uses (None: no profile). Undeclared architecture: a warning
+    saying, without a profile, to pass one; with a profile that declares no GPU, to declare it there."""
     if not uses_nvfp4 or arch == "blackwell":
         return []
+    if not declared and profile:
+        return [_warn(key, value, f"{what} needs Blackwell GPUs; profile {profile} declares no GPU (gpu / gpu_arch), "
+                                  "so this is not checked",
+                      f"set gpu = \"B200\" (or gpu_arch = \"blackwell\"; GB200, B300, GB300) in [{profile}] of "
+                      "env.toml, or profile.gpu=B200 for one command", "nvfp4-blackwell")]
     if not declared:
         return [_warn(key, value, f"{what} needs Blackwell GPUs; no profile declares the GPU architecture, so this "
                                   "is checked when you pass --run/--batch PROFILE",
@@ -1350,8 +1408,12 @@ declare("local-convert", "backend: local convert rewrites a Hugging Face config 
         "called again", "the local runtime", f"{_V}.checks")
 declare("convert-cpu", "a CPU conversion (convert.device=cpu) runs on one node", "the convert stage's CPU path "
         "(one process on one node)", "—", f"{_V}.checks")
-declare("memory", "the memory estimate fits the profile's GPU memory, or cannot be checked -- warning",
-        "nemotron.layout.memory (docs/validation.md, The memory estimate)", "—", f"{_V}.checks")
+declare("memory", "the memory estimate is above the profile's GPU memory by at most the estimate's calibration "
+        "margin (15 %), or cannot be checked -- warning", "nemotron.layout.memory (docs/validation.md, The memory "
+        "estimate)", "—", f"{_V}.checks")
+declare("memory-fit", "the memory estimate is not above the profile's GPU memory by more than the estimate's "
+        "calibration margin (memory.CALIBRATION_MARGIN, 15 %)", "nemotron.layout.memory; the margin: "
+        "bench/estimate_calibration.py --memory (docs/estimate.md, Per-GPU memory)", "—", f"{_V}.checks")
 declare("checkpoint-space", "one checkpoint fits the free space of checkpoint.save's file system",
         "layout/estimate.py, cli/costs.py (docs/estimate.md)", "—", "nemotron.cli.costs")
 # quantize
@@ -1362,6 +1424,10 @@ declare("quantize-settings", "the quantize runtime's settings reader accepts the
 declare("quantize-inputs", "the checkpoint to quantize (and, local, the calibration blend) exists and is not "
         "already quantized", "nemotron.runtime.quantization.quant_config.check_inputs, called again (docs/quantize.md)", "—",
         f"{_V}.quantize")
+declare("input-exists", "every stage's input paths (the keys its configs wire to an artifact, convert.source, "
+        "quantization.source, generation.model_name, ...) exist when this machine sees the job's files (no profile, a "
+        "local one, a Slurm one with tunnel = local)", "nemotron.validation.inputs.missing_inputs (the job's own "
+        "existence checks, said before submission)", "—", "nemotron.validation.inputs")
 # data prep
 declare("data-settings", "data prep: the stage's runtime settings reader accepts the config",
         "the data runtime's Settings.from_config (nemotron.data), called again", "this version", f"{_V}.data")

@@ -186,11 +186,30 @@ def validate(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[P
     too_long = _long_names(cfg)
     if too_long:  # the checks below would ask the file system about these paths: it refuses them (ENAMETOOLONG)
         return _dedupe(_missing_runtime(stage, cfg) + too_long)
-    missing = _missing_runtime(stage, cfg) + _output_folders(cfg, profile)
+    from nemotron.validation.inputs import missing_inputs
+
+    missing = _missing_runtime(stage, cfg) + _output_folders(cfg, profile) + missing_inputs(stage, cfg, profile)
+    counts = _count_keys(cfg)
     problems: list[Problem] = []
     for name in stage.checks:  # the stage's registry row lists its check sets, in order
         problems += CHECK_SETS[name](stage, cfg, profile)
-    return _dedupe(missing + problems + _run_keys(cfg, profile))
+    if counts:  # a rule computing with a bad count (grpo-batch's prompts x generations) or a reader's refusal of it
+        bad = {p.key for p in counts}  # restates it: the count's own line says it once, naming the key
+        problems = [p for p in problems if not any(k == p.key or k in p.render() for k in bad)]
+    return _dedupe(missing + counts + problems + _run_keys(cfg, profile))
+
+
+def _count_keys(cfg: dict) -> list[Problem]:
+    """Rule ``positive-count`` on every :data:`~nemotron.layout.rules.COUNT_KEYS` key ``cfg`` sets (not null, not a
+    ``${...}`` reference), whatever the stage and backend."""
+    from nemotron.config.tree import unresolved
+
+    values = {}
+    for key in rules.COUNT_KEYS:
+        value = get(cfg, key)
+        if value is not None and not unresolved(value):
+            values[key] = value
+    return rules.positive_counts(values)
 
 
 def _data_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:

@@ -113,20 +113,74 @@ def setup_of(v: TrainView, inference: bool = False) -> memory.TrainSetup:
     )
 
 
-def memory_problem(est: memory.Estimate, key: str, value: Any, what: str = "") -> list[Problem]:
-    """Rule ``memory`` (a warning: the estimate is a first version): the peak stage's estimate above the GPU memory,
-    or not checkable because no GPU memory is declared (said with where it would come from)."""
+def memory_problem(est: memory.Estimate, key: str, value: Any, what: str = "", model: ModelSpec | None = None,
+                   setup: memory.TrainSetup | None = None, keys: dict[str, str] | None = None) -> list[Problem]:
+    """Rules ``memory`` and ``memory-fit`` on the peak stage's estimate against the GPU memory.
+
+    Above the GPU memory by more than :data:`nemotron.layout.memory.CALIBRATION_MARGIN` (15 %, the estimate's
+    calibration against measured peaks): an error, ``memory-fit``, naming ``key`` (the layout's PP size) and a fix
+    that fits by the same estimate (:func:`memory_fix`: a larger PP, full recompute) when ``model``, ``setup`` and
+    ``keys`` (the layout's :attr:`TrainView.keys`) are given. Above it by at most the margin, or against a GPU
+    assumed for want of a profile (:attr:`Estimate.memory_source` ``assumed: ...``): a warning, ``memory``. Not checkable because no GPU memory is declared: a warning, ``memory``, saying where it would come
+    from."""
     if est.fits is None:
         return [Problem(key=key, value=value, rule="memory", severity="warning",
                         message=f"memory estimate{what}: {est.peak.total_gb:.0f} GB per GPU, not checked: "
                                 f"{est.memory_source or 'no GPU memory declared'}",
                         valid="declare the GPU in the profile: gpu = \"H100\" (or gpu_memory = GB)")]
     if est.fits is False:
-        return [Problem(key=key, value=value, message=f"memory estimate{what}: {est.verdict()} — see the memory "
-                                                      "table in --dry-run", valid="more PP/EP/TP, recompute, optimizer "
-                                                      "CPU offload, or GPUs with more memory",
+        generic = "more PP/EP/TP, recompute, optimizer CPU offload, or GPUs with more memory"
+        assert est.gpu_memory_gb  # fits is False only against a declared memory
+        assumed = est.memory_source.startswith("assumed")  # no profile: the GPU is a guess, the verdict too
+        if est.peak.total_gb > est.gpu_memory_gb * (1 + memory.CALIBRATION_MARGIN) and not assumed:
+            fix = memory_fix(model, setup, keys, est.gpu_memory_gb) if model and setup and keys else None
+            return [Problem(key=key, value=value, rule="memory-fit",
+                            message=f"memory estimate{what}: {est.verdict()}; more than the estimate's "
+                                    f"{memory.CALIBRATION_MARGIN:.0%} calibration margin over the GPU memory: the job "
+                                    "would run out of memory — see the memory table in --dry-run",
+                            valid=(f"{fix}; or {generic}" if fix else generic))]
+        why = (f"the GPU is {est.memory_source}; on a profile declaring it this would be refused"
+               if assumed and est.peak.total_gb > est.gpu_memory_gb * (1 + memory.CALIBRATION_MARGIN) else
+               f"within the estimate's {memory.CALIBRATION_MARGIN:.0%} calibration margin")
+        return [Problem(key=key, value=value, message=f"memory estimate{what}: {est.verdict()}, {why} — see the "
+                                                      "memory table in --dry-run", valid=generic,
                         rule="memory", severity="warning")]
     return []
+
+
+def memory_fix(model: ModelSpec, setup: memory.TrainSetup, keys: dict[str, str], gpu_memory_gb: float) -> str | None:
+    """The first change of the layout ``setup`` (keys ``keys``, a :class:`TrainView`'s) that the same estimate
+    fits in ``gpu_memory_gb`` per GPU, as ``key=value`` words, or None: full activation recompute (when not on),
+    then the smallest PP multiple that splits the layers evenly (with as many more GPUs, DP unchanged)."""
+    from dataclasses import replace
+
+    pp_key = keys["pp"]
+    prefix = pp_key.rsplit(".", 1)[0]
+    if setup.recompute_granularity != "full" and not setup.inference:
+        full = replace(setup, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+        est = memory.estimate(model, full, gpu_memory_gb)
+        if est.fits:
+            words = (f"{prefix}.activation_checkpointing=true" if prefix.startswith("policy.") else
+                     f"{prefix}.recompute_granularity=full {prefix}.recompute_method=uniform "
+                     f"{prefix}.recompute_num_layers=1")
+            return f"{words} (full activation recompute: estimate {est.peak.total_gb:.0f} GB per GPU)"
+    for k in range(2, model.num_layers // max(setup.pp, 1) + 1):
+        pp = setup.pp * k
+        if model.num_layers % pp:
+            continue
+        same = replace(setup, pp=pp, first_stage_layers=None, last_stage_layers=None)
+        dp = setup.world // (setup.tp * pp * setup.cp) if setup.world % (setup.tp * pp * setup.cp) == 0 else 0
+        if dp and setup.world % (pp * setup.ep * setup.etp) == 0 and setup.global_batch % (setup.micro_batch * dp) == 0:
+            est = memory.estimate(model, same, gpu_memory_gb)
+            if est.fits:
+                return (f"{pp_key}={pp} on the same {setup.world} GPUs (DP {dp}; estimate {est.peak.total_gb:.0f} GB "
+                        "per GPU)")
+        wider = replace(same, world=setup.world * k)
+        est = memory.estimate(model, wider, gpu_memory_gb)
+        if est.fits:
+            return (f"{pp_key}={pp} with {k}x the GPUs of this layout (world {wider.world}, DP unchanged; estimate "
+                    f"{est.peak.total_gb:.0f} GB per GPU)")
+    return None
 
 
 def resource_rules(stage: Stage, cfg: dict, shape: NodeShape, world_needed: int | None) -> list[Problem]:
@@ -230,7 +284,8 @@ def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpe
     # rule 11: NVFP4 precision
     if family.optimizer:
         out += rules.nvfp4_needs_blackwell(v.precision == "nvfp4", shape.gpu_arch, shape.declared_arch,
-                                           "mixed_precision", get(cfg, "mixed_precision"), "NVFP4 training precision")
+                                           "mixed_precision", get(cfg, "mixed_precision"), "NVFP4 training precision",
+                                           shape.profile_name)
     if family.quantizes:
         out += quantize_rules(model, cfg, v, shape)
     if family.optimizer:
@@ -249,7 +304,7 @@ def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpe
         est = memory.estimate(model, setup_of(v, inference=inference), shape.gpu_memory_gb,
                               label="inference" if inference else "training")
         est.memory_source = shape.memory_source
-        out += memory_problem(est, v.keys["pp"], v.pp)
+        out += memory_problem(est, v.keys["pp"], v.pp, model=model, setup=setup_of(v, inference=inference), keys=v.keys)
     return out
 
 
@@ -456,7 +511,8 @@ def validate_local(stage: Stage, cfg: dict, model: ModelSpec | None) -> list[Pro
         if refusal is not None:
             out.append(Problem("convert.direction", direction, refusal.split(": ", 1)[1], rule="local-convert"))
         elif (refusal := source_refusal(get(cfg, "convert") or {})) is not None:  # the run's own check, called again
-            out.append(Problem("convert.source", get(cfg, "convert.source"), refusal, rule="local-convert"))
+            out.append(Problem("convert.source", get(cfg, "convert.source"), refusal.removeprefix("convert.source: "),
+                               rule="local-convert"))
         from nemotron.runtime.megatron.convert_local import option_problems
 
         out += option_problems(get(cfg, "convert") or {})  # keys the local convert does not act on
@@ -567,7 +623,7 @@ def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) 
         "ultra", "super-max-calib")
     out += rules.nvfp4_needs_blackwell(enabled and recipe_fp4 and kernels == "nvfp4", shape.gpu_arch,
                                        shape.declared_arch, "generate.kernels", get(cfg, "generate.kernels"),
-                                       "a generation with real NVFP4 GEMMs")
+                                       "a generation with real NVFP4 GEMMs", shape.profile_name)
     # the serving layout of the generation check (vLLM --tensor-parallel-size): a TP the model cannot be split by
     gen_key = "generate.tensor_parallel_size"
     gen_tp = get(cfg, gen_key)
@@ -778,7 +834,7 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
             out += engine_memory(model, cfg, eng, plan, shape)
     # rule 9: GRPO batch
     prompts, gens = as_int(get(cfg, "grpo.num_prompts_per_step")), as_int(get(cfg, "grpo.num_generations_per_prompt"))
-    if prompts and gens and isinstance(v.gbs, int) and v.gbs > 0:
+    if prompts and gens and prompts >= 1 and gens >= 1 and isinstance(v.gbs, int) and v.gbs > 0:  # else positive-count
         step = v.mbs * max(1, v.world // (v.tp * v.pp * v.cp)) if v.ok and v.world else 1
         out += rules.grpo_batch(prompts, gens, v.gbs, v.keys["gbs"], step)
     div = as_int(get(cfg, "policy.make_sequence_length_divisible_by"))
@@ -788,9 +844,11 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
             out.append(Problem("policy.make_sequence_length_divisible_by", div, f"sequences are padded to this multiple; "
                                                                                 f"the layout needs a multiple of {need} "
                                                                                 "(2 x CP x TP)", str(need), rule="cp-seq"))
-    if v.ok and plan.train_nodes >= 1 and not any(p.severity == "error" for p in out):
+    # the training layout's memory, whatever the generation engine's rules said (its GPUs are not the training's)
+    if v.ok and plan.train_nodes >= 1 and not any(p.severity == "error" for p in out[:engine_from]):
         est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb, memory_source=shape.memory_source)
-        out += memory_problem(est, v.keys["pp"], v.pp, " (policy training)")
+        out += memory_problem(est, v.keys["pp"], v.pp, " (policy training)", model=model, setup=setup_of(v),
+                              keys=v.keys)
     return out
 
 

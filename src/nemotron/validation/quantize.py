@@ -3,9 +3,10 @@ the recipe exists and is well formed, and the inputs exist — the checkpoint to
 ``local`` backend, the calibration blend — using the runtime's own readers
 (:mod:`nemotron.runtime.quantization.quant_config`, stdlib + yaml).
 
-A checkpoint path of the ``megatron-bridge`` backend lives on the cluster: it is checked here when this
-machine sees the cluster's files (no profile, a ``local`` executor, or a Slurm profile with ``tunnel =
-"local"``); through an SSH tunnel it cannot be, and the job's own check (before loading anything) says so.
+A checkpoint path of the ``megatron-bridge`` backend lives on the cluster: it is checked by rule ``input-exists``
+(:mod:`nemotron.validation.inputs`, every stage's inputs) when this machine sees the cluster's files (no profile, a
+``local`` executor, or a Slurm profile with ``tunnel = "local"``); through an SSH tunnel it cannot be, and the job's
+own check (before loading anything) says so.
 Values the compiler could not resolve yet (``${art:...}``) are left to its warning and to the refusal at
 submission; values an earlier stage of a ``pipe`` will write (:func:`nemotron.config.artifacts.is_planned`:
 ``quantize -c local`` after ``sft`` and ``data prep pretrain``) are not required to exist yet.
@@ -13,8 +14,6 @@ submission; values an earlier stage of a ``pipe`` will write (:func:`nemotron.co
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nemotron.config.artifacts import is_planned
@@ -23,12 +22,6 @@ from nemotron.errors import Problem
 
 if TYPE_CHECKING:
     from nemotron.profiles.profile import ExecutorProfile
-
-
-def _same_files(profile: ExecutorProfile | None) -> bool:
-    """Whether this machine sees the job's files: no profile, or one whose files are not reached over SSH (a local
-    one, a Ray cluster's address is checked by its own rule, a Slurm one through a local tunnel)."""
-    return profile is None or not profile.settings.over_ssh
 
 
 def validate_quantize(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
@@ -49,14 +42,7 @@ def validate_quantize(cfg: dict, profile: ExecutorProfile | None) -> list[Proble
                            rule="quantize-recipe"))
     local = str(get(cfg, "backend", "") or "").lower() == "local"
     source = get(cfg, "quantization.source")
-    if not local:
-        if isinstance(source, str) and source and not unresolved(source) and not is_planned(source) \
-                and _same_files(profile):
-            p = Path(os.path.expanduser(source))
-            if not p.exists():
-                out.append(Problem("quantization.source", source, "no such folder (the checkpoint to quantize)",
-                                   "an existing Hugging Face checkpoint folder, or ${art:mopd-checkpoint,path}",
-                                   rule="quantize-inputs"))
+    if not local:  # its checkpoint: rule input-exists, every stage's inputs (nemotron.validation.inputs)
         return out
     if any(unresolved(get(cfg, k)) for k in ("quantization.source", "quantization.calib_dataset", "export.output_dir")):
         return out

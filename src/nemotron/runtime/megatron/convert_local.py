@@ -75,8 +75,9 @@ def source_refusal(conv: dict) -> str | None:
     memory to the v4 form (:func:`nemotron.runtime.common.convert.v5_to_v4`: a NemotronH config with
     ``layers_block_type`` or ``hybrid_override_pattern``). The one check of both :func:`local_main` and the dry
     run (:func:`nemotron.validation.checks.validate_local`, rule ``local-convert``), so the dry run never calls
-    valid a source the run refuses. A source not set, still a ``${...}`` reference, or absent on this machine is
-    None here (the run says so itself; the dry run's unresolved-value check names it).
+    valid a source the run refuses. A source not set or still a ``${...}`` reference is None here (the run says so
+    itself; the dry run's unresolved-value check names it); so is one an earlier stage of the same ``pipe`` will
+    write (:func:`nemotron.config.artifacts.is_planned`). A source absent on this machine is refused.
 
     Returns:
         one line: ``<folder>/config.json (<artifact> v<N>, imported): <what>; <hint>``.
@@ -91,7 +92,13 @@ def source_refusal(conv: dict) -> str | None:
         return None
     path = Path(source).expanduser().absolute()
     if not path.exists():
-        return None
+        from nemotron.config.artifacts import is_planned
+
+        if is_planned(source):  # an earlier stage of this pipe writes it
+            return None
+        return (f"convert.source: {path}: no such folder (the checkpoint to convert); set convert.source to a Hugging "
+                "Face checkpoint folder (config.json + model.safetensors) or a run folder with checkpoint-<step> "
+                "folders, or ${art:sft-checkpoint,path}")
     try:
         folder = resolve_weights(path)
     except ModelError as exc:

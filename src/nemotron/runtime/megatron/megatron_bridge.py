@@ -232,6 +232,12 @@ def translate(cfg: dict[str, Any], stage: str, blend: dict[str, list[Any]] | Non
             raise TranslateError(f"convert.device={device!r}: " + (f"{maybe} " if maybe else "")
                                  + "valid: gpu (torchrun at the config's layout) or cpu (one process; host RAM holds "
                                  "the model)")
+        dtype = conv.get("dtype") or "bfloat16"
+        if dtype not in CONVERT_DTYPES:
+            maybe = did_you_mean(dtype, CONVERT_DTYPES)
+            raise TranslateError(f"convert.dtype={dtype!r}: " + (f"{maybe} " if maybe else "")
+                                 + "the dtype AutoBridge loads and writes the weights in; valid: "
+                                 + ", ".join(CONVERT_DTYPES))
         for key in ("source", "output_dir"):
             value = conv.get(key)
             if not value or "${" in str(value):
@@ -385,6 +391,11 @@ def framework_problems(installed: dict[str, str | None] | None = None,
                                       fix)
             + prestart.commit_problems(commits, prestart.pinned_commits("nemo", tuple(FRAMEWORKS)), "nemo", checked,
                                        "run in the image stages/docker/nemo.Dockerfile builds"))
+
+
+#: ``convert.dtype`` values the convert runtime maps to a torch dtype (:func:`_convert`'s ``torch_dtype`` /
+#: ``params_dtype`` for AutoBridge); another value is refused by :func:`translate` (the dry run and the job).
+CONVERT_DTYPES = ("bfloat16", "float16", "float32")
 
 
 def _exists(key: str, value: Any, problems: list[str], kind: str = "file") -> Path | None:
@@ -1021,8 +1032,7 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
     import torch
     from megatron.bridge import AutoBridge
 
-    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
-        str(conv.get("dtype") or "bfloat16")]
+    dtype = {name: getattr(torch, name) for name in CONVERT_DTYPES}[str(conv.get("dtype") or "bfloat16")]
     exported = None  # the Megatron model of a single-rank GPU export: the self-check's reference
     no_model = None  # why the self-check compares no logits
     if pg_options is None:
