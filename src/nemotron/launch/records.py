@@ -143,16 +143,22 @@ def newer_shell_run(rec: JobRecord) -> str | None:
     """The experiment id of the newest run in this shell (a run folder ``$NEMOTRON_HOME/runs/<id>`` with
     ``job.yaml`` and no submission record) when it started after ``rec`` was submitted, else None: ``why``/``status``
     without an id then say that the job they show is not the last thing run here."""
-    ids = {r.experiment_id for r in records_all()}
-    newest: tuple[float, str] | None = None
+    folder = _newest_shell_run(rec.submitted or 0, {r.experiment_id for r in records_all()})
+    return folder.name if folder else None
+
+
+def _newest_shell_run(since: float, submitted: set[str]) -> Path | None:
+    """The newest run folder under ``$NEMOTRON_HOME/runs`` with ``job.yaml`` (by its mtime, after ``since``, epoch
+    seconds) whose name is not a submitted experiment id, or ``None``."""
+    newest: tuple[float, Path] | None = None
     with contextlib.suppress(OSError):
         for folder in (home() / "runs").iterdir():
             spec = folder / "job.yaml"
-            if folder.name in ids or not spec.is_file():
+            if folder.name in submitted or not spec.is_file():
                 continue
             when = spec.stat().st_mtime
-            if when > (rec.submitted or 0) and (newest is None or when > newest[0]):
-                newest = (when, folder.name)
+            if when > since and (newest is None or when > newest[0]):
+                newest = (when, folder)
     return newest[1] if newest else None
 
 
@@ -181,18 +187,8 @@ def latest_shell_run() -> Path | None:
     """The run folder of the newest run in this shell when it started after the last submitted job (or nothing was
     submitted), else ``None``: what ``why`` without an id explains."""
     records = records_all()
-    ids = {r.experiment_id for r in records}
     since = records[-1].submitted or 0 if records else 0
-    newest: tuple[float, Path] | None = None
-    with contextlib.suppress(OSError):
-        for folder in (home() / "runs").iterdir():
-            spec = folder / "job.yaml"
-            if folder.name in ids or not spec.is_file():
-                continue
-            when = spec.stat().st_mtime
-            if when > since and (newest is None or when > newest[0]):
-                newest = (when, folder)
-    return newest[1] if newest else None
+    return _newest_shell_run(since, {r.experiment_id for r in records})
 
 
 def _refuse_run_here(ident: str) -> None:
