@@ -83,6 +83,15 @@ if ((workers > 0)) && ! printf '%s\n' "$@" | grep -Eq -- '^(-n|--numprocesses|--
   parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 fi
 
+# The suite writes checkpoints of the local RL, MTP and quantize tests to the temporary folder (each module's removed
+# when its tests pass; about 3 GB at once): on a disk with less free space than that, say so before tests fail one by
+# one with "No space left on device"
+tmp_dir=${TMPDIR:-/tmp}
+free_gib=$(df -Pk "$tmp_dir" | awk 'NR == 2 { print int($4 / 1048576) }')
+if [[ -n $free_gib ]] && ((free_gib < 6)); then
+  echo "[test] only $free_gib GiB free in $tmp_dir: the suite writes up to about 3 GB there at once; keep 6 GiB free (or set TMPDIR)" >&2
+fi
+
 rc=0
 .venv/bin/python -m pytest "${parallel[@]}" "$@" 9>&- || rc=$?
 if ((rc == 5)); then echo "[test] pytest collected no tests: treated as a failure" >&2; fi

@@ -88,6 +88,25 @@ def _own_nemotron_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path_factory.mktemp("home")))
 
 
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator:
+    """``module_tmp(name)``: a new folder (``tmp_path_factory.mktemp``) for a module-scoped fixture, removed once the
+    module's tests are done, unless one of them failed. The local RL, MTP and quantize fixtures write checkpoints of
+    0.3-1.2 GB each (model weights plus AdamW state); kept to the session's end they took the whole suite's temporary
+    folder past 5 GB, and a run on a nearly full disk failed with ENOSPC."""
+    made: list[Path] = []
+    failed_before = request.session.testsfailed
+
+    def make(name: str) -> Path:
+        made.append(tmp_path_factory.mktemp(name))
+        return made[-1]
+
+    yield make
+    if request.session.testsfailed == failed_before:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _unavailable(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"{reason} (required under CI=true)", pytrace=False)

@@ -431,8 +431,8 @@ def _payload(tmp_path: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def export(upstream, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cpuexport")
+def export(upstream, module_tmp):
+    tmp = module_tmp("cpuexport")
     mp = pytest.MonkeyPatch()
     mp.setattr(upstream_mod, "_FORK", False)   # a fresh interpreter: the mamba_ssm stand-in precedes Megatron-Core
     try:
@@ -496,8 +496,8 @@ def test_where_the_logits_comparison_stops_on_a_cpu(export):
 
 
 @pytest.fixture(scope="module")
-def job(upstream, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cpuconvert")
+def job(upstream, module_tmp):
+    tmp = module_tmp("cpuconvert")
     mp = pytest.MonkeyPatch()
     mp.setattr(upstream_mod, "_FORK", False)
     try:

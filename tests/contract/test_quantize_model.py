@@ -339,8 +339,8 @@ def _quantize_cfg(source: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def built(upstream, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("quantize-model")
+def built(upstream, module_tmp):
+    tmp = module_tmp("quantize-model")
     mp = pytest.MonkeyPatch()
     mp.setattr(upstream_mod, "_FORK", False)   # a fresh interpreter: the mamba_ssm stand-in precedes Megatron-Core
     try:

@@ -89,8 +89,8 @@ def test_sft_steps_count_as_nemo_rl_does():
 
 
 @pytest.fixture(scope="module")
-def warm_inputs(tmp_path_factory, shared_data):
-    root = tmp_path_factory.mktemp("warmup")
+def warm_inputs(module_tmp, shared_data):
+    root = module_tmp("warmup")
     tok = tokenizer_folder(root / "tokenizer")
     train, valid = rl_jsonl(root / "data", shared_data, train=16, valid=4)
     return {"student": checkpoint(root / "student", tok, seed=3), "sft": checkpoint(root / "sft", tok, seed=7),

@@ -18,10 +18,10 @@ SHARED = ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
+def inputs(module_tmp):
     if not (SHARED / "rl" / "gsm8k-train.jsonl").is_file():
         pytest.skip(f"{SHARED} is absent (the real GSM8K prompts)")
-    root = tmp_path_factory.mktemp("mtp")
+    root = module_tmp("mtp")
     tok = tokenizer_folder(root / "tokenizer")
     train, held_out = rl_jsonl(root / "rl", SHARED, train=4, valid=2)
     return {"root": root, "tok": tok, "ckpt": checkpoint(root / "mopd", tok, seed=11), "train": train,

@@ -181,11 +181,11 @@ def test_super_max_calib_format_map_on_the_small_model():
 
 # ---------------------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
-def e2e(tmp_path_factory, shared_data):
+def e2e(module_tmp, shared_data):
     """One real run of the local backend through its entry (``main(cfg)``) on real text."""
     from nemotron.runtime.quantization import quantize
 
-    root = tmp_path_factory.mktemp("quantize")
+    root = module_tmp("quantize")
     blend = real_text_blend(root / "data", shared_data)
     ckpt = small_checkpoint(root / "ckpt")
     out = root / "export"

@@ -109,8 +109,8 @@ def test_rl_lines_that_cannot_be_read_are_named_by_file_and_line(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def rl_inputs(tmp_path_factory, shared_data):
-    root = tmp_path_factory.mktemp("rl")
+def rl_inputs(module_tmp, shared_data):
+    root = module_tmp("rl")
     tok = tokenizer_folder(root / "tokenizer")
     sft = checkpoint(root / "sft", tok, seed=7)
     other = checkpoint(root / "teacher", tok, seed=8)
@@ -158,14 +158,14 @@ def _steps(ckdir: Path) -> dict[int, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def reference(rl_inputs, tmp_path_factory):
+def reference(rl_inputs, module_tmp):
     """``reference(stage)``: the checkpoint folder of one uninterrupted 3-step run of the stage (run once per module:
     the SIGTERM test compares its prompts with it, the seed test resumes from it). Each user copies it first."""
     done: dict[str, Path] = {}
 
     def get(stage: str) -> Path:
         if stage not in done:
-            root = tmp_path_factory.mktemp(f"reference-{stage}")
+            root = module_tmp(f"reference-{stage}")
             ref_dir = root / "reference"
             env = {**os.environ, "NEMOTRON_HOME": str(root / "home"), "PYTHONUNBUFFERED": "1", "_CKDIR": str(ref_dir)}
             code, out = _run(stage, write_yaml(root / "ref.yaml", compile_stage(stage, _overrides(stage, rl_inputs,
