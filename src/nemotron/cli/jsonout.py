@@ -26,6 +26,7 @@ SCHEMAS = {
     "data-inspect": "nemotron RECIPE data inspect PATH --json",
     "why": "nemotron RECIPE why [JOB] --json",
     "keys": "nemotron RECIPE keys STAGE [PREFIX] --json",
+    "artifacts": "nemotron RECIPE artifacts [KIND[:vN]] [-c NAME] [--lineage] --json",
 }
 #: ``"schema"`` value of every document: ``nemotron/<name>/v1``.
 VERSION = 1

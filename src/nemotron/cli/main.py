@@ -417,6 +417,32 @@ def _recipe_tree(tree: Tree, recipe: str) -> None:
 
         return job_list(recipe, as_json)
 
+    @tree.command("artifacts")
+    def artifacts_list(
+        target: Annotated[Optional[str], typer.Argument(
+            metavar="[KIND[:vN]]", show_default=False,
+            help="An artifact kind (pretrain-data, pretrain-checkpoint, ...), or one version of it (KIND:vN).")] = None,
+        config: Annotated[Optional[list[str]], typer.Option(
+            "-c", "--config", metavar="NAME",
+            help="With KIND: the versions a run with -c NAME takes (local takes tiny's data too).")] = None,
+        lineage: Annotated[bool, typer.Option(
+            "--lineage", help="With KIND[:vN]: the chain upstream of that version (default: the latest), each "
+                              "input and its inputs, down to the data.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout "
+                                                             "(docs/schema/artifacts.schema.json).")] = False,
+        env_file: Annotated[Optional[str], typer.Option(
+            "--env-file", metavar="PATH", help="env.toml whose [artifacts] root holds the records.")] = None,
+        debug: DebugOpt = False,
+    ) -> int:
+        """The artifact store: each kind's versions, where and by what each was made, its inputs and consumers.
+
+        Without KIND: one row per kind and config (latest version, count, made when/by what, path). With KIND:
+        every version (path, exists here, made by, inputs, consumers). KIND[:vN] --lineage: the chain upstream.
+        """
+        from nemotron.cli.lineage import show
+
+        return show(recipe, target, one_config(config), lineage, as_json, env_file)
+
     from nemotron.cli.tools import add_recipe_tools
 
     add_recipe_tools(tree, _CONTEXT)
