@@ -476,7 +476,7 @@ def _summary(recipe: str, store: dict[str, list[Version]], scope: artifacts.Scop
         report.out(_empty_line(recipe), plain=True)
         return 0
     report.table(f"nemotron {recipe} artifacts (store {artifacts.store()}; latest = recorded last)",
-                 ["kind", "config", "latest", "versions", "made", "run / job", "path"], rows, whole=(0, 1, 2, 5))
+                 ["kind", "config", "latest", "versions", "made", "run / job", "path"], rows, whole=(0, 1, 2, 5, 6))
     if notes:
         report.out("* left out of the inputs of a run in this working folder, as its dry run says:", plain=True)
         for line in notes:
