@@ -68,6 +68,7 @@ QUICK_FILES: tuple[str, ...] = (
     "tests/cli/test_dryrun_golden.py",
     "tests/cli/test_cli_help_completion.py",
     "tests/cli/test_json_schemas.py",
+    "tests/cli/test_artifacts_command.py",
     # the dry run refuses what the run refuses; did-you-mean; list/--help marks (in process, about 10 s)
     "tests/cli/test_cli_refusals.py",
 )

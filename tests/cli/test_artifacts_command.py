@@ -172,7 +172,7 @@ def test_every_version_of_a_kind_with_its_consumers_and_the_run_that_recorded_no
     code, out, err = run(capsys, "pretrain-data")
     assert code == 0, err
     v2, v1 = out.split("\nv2 ")[1].split("\nv1 ")
-    assert v2.startswith(f"(latest)  {chain['d2']}  exists here"), out
+    assert v2.startswith(f"(latest of -c tiny)  {chain['d2']}  exists here"), out
     assert "consumers: run pt-2 (pretrain, checkpoint " + str(chain["stopped"]) in v2
     assert "no artifact recorded from it)" in v2
     assert v1.startswith(f" {chain['d1']}  exists here") or v1.startswith(f"{chain['d1']}  exists here"), out

@@ -336,6 +336,15 @@ def _newest(versions: list[Version]) -> Version:
     return max(versions, key=lambda v: (v.when, v.version))
 
 
+def _latest_per_config(versions: list[Version]) -> set[int]:
+    """``id()`` of the latest version of each config among ``versions`` (what ``${art:KIND,FIELD}`` of a run with
+    that config reads, before its scope)."""
+    by_config: dict[str | None, list[Version]] = {}
+    for v in versions:
+        by_config.setdefault(v.config, []).append(v)
+    return {id(_newest(group)) for group in by_config.values()}
+
+
 def _takes(config: str, v: Version) -> bool:
     """Whether a run with ``-c config`` takes ``v`` (as :func:`nemotron.config.artifacts.lookup` matches)."""
     return (v.rec.get("config") in artifacts.accepted_configs(config) or v.rec.get("config") == v.kind
@@ -436,7 +445,7 @@ def show(recipe: str, target: str | None, config: str | None, lineage: bool, as_
         chosen = picked
     else:
         chosen = [v for v in versions if config is None or _takes(config, v)]
-    newest = _newest(versions) if versions else None
+    newest = _latest_per_config(versions)
     if lineage:
         if not chosen:
             raise ConfigError(f"no version of {kind} for -c {config}: recorded for "
@@ -487,12 +496,12 @@ def _summary(recipe: str, store: dict[str, list[Version]], scope: artifacts.Scop
 
 
 def _versions(recipe: str, kind: str, config: str | None, chosen: list[Version], versions: list[Version],
-              newest: Version | None, scope: artifacts.Scope, as_json: bool) -> int:
+              newest: set[int], scope: artifacts.Scope, as_json: bool) -> int:
     if as_json:
         from nemotron.cli import jsonout
 
         jsonout.emit("artifacts", {"store": str(artifacts.store()), "kind": kind, "config": config,
-                                   "versions": [version_doc(v, scope, v is newest) for v in chosen]})
+                                   "versions": [version_doc(v, scope, id(v) in newest) for v in chosen]})
         return 0
     if not chosen:
         report.out(f"no version of {kind} is taken by -c {config}: recorded for "
@@ -502,7 +511,8 @@ def _versions(recipe: str, kind: str, config: str | None, chosen: list[Version],
                + f" (records in {artifacts.store() / kind})", plain=True)
     for v in reversed(chosen):
         why = left_out(v, scope)
-        head = f"v{v.version}" + (" (latest)" if v is newest else "") + f"  {v.rec.get('path')}  " + (
+        head = f"v{v.version}" + (f" (latest of -c {v.config})" if id(v) in newest and v.config else
+                                  " (latest)" if id(v) in newest else "") + f"  {v.rec.get('path')}  " + (
             "exists here" if v.exists() else "not on this machine")
         report.out(head, plain=True)
         report.out(f"    made: {made_by(v)}" + (f", on {v.rec['site']}" if v.rec.get("site") else ""), plain=True)
