@@ -192,7 +192,32 @@ def test_inputs_come_from_consumed_by_and_lineage_json(capsys, chain):
     assert "inputs: sft-data v1 (consumed_by, lineage.json); pretrain-checkpoint v1 (lineage.json)" in out, out
     code, out, err = run(capsys, "pretrain-checkpoint")
     assert "inputs: pretrain-data v1 (consumed_by, lineage.json)" in out, out
+    assert f"checkpoint folder {chain['stopped']} trained on pretrain-data v2" in out, out  # run pt-2, stopped
     assert "consumers: sft-checkpoint v1 (sft -c local)" in out, out
+
+
+def test_a_stopped_run_shows_which_data_its_checkpoint_folder_trained_on(capsys, tmp_path):
+    """Finding P's shape: data prep recorded pretrain-data, then ``pretrain -c local`` was stopped (exit 75): it
+    wrote its consumed_by record and a checkpoint folder, and recorded no pretrain-checkpoint."""
+    d = data_version(tmp_path / "output" / "ultra3" / "pretrain-data" / "tiny", "v1")
+    artifacts.record("pretrain-data", here_fields(d, "data-prep-pretrain", "tiny", "dp-1"))
+    ckpt = tmp_path / "checkpoints" / "ultra3-pretrain-local"
+    outputs.record_consumer(d, stage="pretrain", run_id="ultra3-pretrain-local-1", artifact="pretrain-data",
+                            checkpoint=str(ckpt))
+    code, out, err = run(capsys, "pretrain-checkpoint")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("no version of pretrain-checkpoint has been recorded in ") and \
+        lines[0].endswith("yet; it is made by: nemotron ultra3 pretrain"), out
+    assert lines[1] == ("runs that made no pretrain-checkpoint record (stopped, failed or still running), and the "
+                        "data each read:"), out
+    assert lines[2].startswith("    run ultra3-pretrain-local-1 (pretrain, ") and lines[2].endswith(
+        f"checkpoint folder {ckpt} trained on pretrain-data v1 ({d})"), out
+    doc = run_json(capsys, "pretrain-checkpoint")
+    assert doc["versions"] == [] and [(r["run_id"], r["read"]) for r in doc["unrecorded_runs"]] == [
+        ("ultra3-pretrain-local-1", {"kind": "pretrain-data", "version": 1})]
+    code, out, err = run(capsys, "pretrain-data")
+    assert "consumers: run ultra3-pretrain-local-1 (pretrain, checkpoint " in out, out
 
 
 def test_a_config_picks_the_versions_its_runs_take(capsys, chain):
@@ -332,7 +357,7 @@ def test_the_readmes_local_chain_is_listed_with_its_lineage(tmp_path):
     assert "./output/ultra3/pretrain-data/tiny" in table and "./checkpoints/ultra3-pretrain-local" in table, table
     doc = json.loads(cmd("pretrain-data", "--json"))
     (v1,) = doc["versions"]
-    assert v1["exists"] and v1["stage"] == "data-prep-pretrain" and v1["config"] == "tiny"
+    assert v1["exists"] and v1["stage"] == "data-prep-pretrain" and v1["config"] == "local"  # a pipe: -c local
     assert v1["consumers"] == [{"kind": "pretrain-checkpoint", "version": 1, "via": "consumed_by, lineage.json"}]
     node = json.loads(cmd("pretrain-checkpoint", "--lineage", "--json"))["lineage"]
     assert (node["stage"], node["config"], node["job_id"]) == ("pretrain", "local", "local")

@@ -336,6 +336,31 @@ def _newest(versions: list[Version]) -> Version:
     return max(versions, key=lambda v: (v.when, v.version))
 
 
+def unrecorded_runs(kind: str, store: dict[str, list[Version]]) -> list[tuple[Version, dict[str, Any]]]:
+    """``(data version, consumed_by record)`` of each run of the stage that makes ``kind`` (the registry's producer)
+    that read a recorded data version and recorded no artifact (stopped, failed or still running): the checkpoint
+    folder a stopped ``pretrain`` left and the data version it trained on."""
+    stage = artifacts.producer_stage(kind)
+    if stage is None:
+        return []
+    return [(v, r) for versions in store.values() for v in versions for r in v.runs if r.get("stage") == stage.name]
+
+
+def _run_doc(run: dict[str, Any], read: Version) -> dict[str, Any]:
+    return {"run_id": run.get("run_id"), "stage": run.get("stage"), "checkpoint": run.get("checkpoint"),
+            "time": run.get("time"), "read": {"kind": read.kind, "version": read.version}}
+
+
+def _say_unrecorded(kind: str, pending: list[tuple[Version, dict[str, Any]]]) -> None:
+    if not pending:
+        return
+    report.out(f"runs that made no {kind} record (stopped, failed or still running), and the data each read:",
+               plain=True)
+    for v, r in pending:
+        report.out(f"    run {r.get('run_id')} ({r.get('stage')}, {r.get('time')}): checkpoint folder "
+                   f"{r.get('checkpoint') or '?'} trained on {v.key} ({v.rec.get('path')})", plain=True)
+
+
 def _latest_per_config(versions: list[Version]) -> set[int]:
     """``id()`` of the latest version of each config among ``versions`` (what ``${art:KIND,FIELD}`` of a run with
     that config reads, before its scope)."""
@@ -426,14 +451,16 @@ def show(recipe: str, target: str | None, config: str | None, lineage: bool, as_
                               (f"did you mean {close[0]!r}? " if close else "") + f"nemotron {recipe} artifacts "
                               "lists what is recorded")
         command = artifacts.producer_command(kind, config)
+        pending = unrecorded_runs(kind, store)
         if as_json:
             from nemotron.cli import jsonout
 
             jsonout.emit("artifacts", {"store": str(artifacts.store()), "kind": kind, "config": config,
-                                       "versions": []})
+                                       "versions": [], "unrecorded_runs": [_run_doc(r, v) for v, r in pending]})
             return 0
         report.out(f"no version of {kind} has been recorded in {artifacts.store()} yet"
                    + (f"; it is made by: {command}" if command else ""), plain=True)
+        _say_unrecorded(kind, pending)
         return 0
     versions = store[kind]
     if version is not None:
@@ -452,7 +479,7 @@ def show(recipe: str, target: str | None, config: str | None, lineage: bool, as_
                               f"{', '.join(sorted({v.config or '-' for v in versions}))}",
                               f"nemotron {recipe} artifacts {kind} lists them")
         return _lineage(_newest(chosen), as_json)
-    return _versions(recipe, kind, config, chosen, versions, newest, scope, as_json)
+    return _versions(recipe, kind, config, chosen, versions, newest, scope, as_json, unrecorded_runs(kind, store))
 
 
 def _summary(recipe: str, store: dict[str, list[Version]], scope: artifacts.Scope, as_json: bool) -> int:
@@ -496,12 +523,14 @@ def _summary(recipe: str, store: dict[str, list[Version]], scope: artifacts.Scop
 
 
 def _versions(recipe: str, kind: str, config: str | None, chosen: list[Version], versions: list[Version],
-              newest: set[int], scope: artifacts.Scope, as_json: bool) -> int:
+              newest: set[int], scope: artifacts.Scope, as_json: bool,
+              pending: list[tuple[Version, dict[str, Any]]]) -> int:
     if as_json:
         from nemotron.cli import jsonout
 
         jsonout.emit("artifacts", {"store": str(artifacts.store()), "kind": kind, "config": config,
-                                   "versions": [version_doc(v, scope, id(v) in newest) for v in chosen]})
+                                   "versions": [version_doc(v, scope, id(v) in newest) for v in chosen],
+                                   "unrecorded_runs": [_run_doc(r, v) for v, r in pending]})
         return 0
     if not chosen:
         report.out(f"no version of {kind} is taken by -c {config}: recorded for "
@@ -523,6 +552,7 @@ def _versions(recipe: str, kind: str, config: str | None, chosen: list[Version],
         used = [f"{c.key}" + (f" ({c.rec['stage']} -c {c.config})" if c.rec.get("stage") else "")
                 for c, _ in v.consumers] + [run_line(r) for r in v.runs]
         report.out(f"    consumers: {'; '.join(used) if used else 'none recorded'}", plain=True)
+    _say_unrecorded(kind, pending)
     report.out(f"the chain upstream of one: nemotron {recipe} artifacts {kind}:vN --lineage", plain=True)
     return 0
 
