@@ -420,7 +420,7 @@ def _recipe_tree(tree: Tree, recipe: str) -> None:
     @tree.command("artifacts")
     def artifacts_list(
         target: Annotated[Optional[str], typer.Argument(
-            metavar="[KIND[:vN]]", show_default=False,
+            metavar="KIND[:vN]", show_default=False,
             help="An artifact kind (pretrain-data, pretrain-checkpoint, ...), or one version of it (KIND:vN).")] = None,
         config: Annotated[Optional[list[str]], typer.Option(
             "-c", "--config", metavar="NAME",
@@ -434,7 +434,7 @@ def _recipe_tree(tree: Tree, recipe: str) -> None:
             "--env-file", metavar="PATH", help="env.toml whose [artifacts] root holds the records.")] = None,
         debug: DebugOpt = False,
     ) -> int:
-        """The artifact store: each kind's versions, where and by what each was made, its inputs and consumers.
+        """What the runs recorded: versions, what made them, inputs, consumers, lineage.
 
         Without KIND: one row per kind and config (latest version, count, made when/by what, path). With KIND:
         every version (path, exists here, made by, inputs, consumers). KIND[:vN] --lineage: the chain upstream.
