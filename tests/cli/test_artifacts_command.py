@@ -265,6 +265,21 @@ def test_a_version_rebuilt_in_place_is_told_apart_by_time(capsys, tmp_path):
     assert [(i["kind"], i["version"]) for i in doc["lineage"]["inputs"]] == [("pretrain-data", 2)]
 
 
+def test_a_consumer_without_the_records_run_id_is_matched_by_its_checkpoint_folder(capsys, tmp_path):
+    """A trainer started without the CLI names its run ``local-<checkpoint folder>`` (no experiment id): the record
+    of its checkpoint folder made after it started is its product, not one an earlier run of that folder made."""
+    now = time.time()
+    d = data_version(tmp_path / "output" / "ultra3" / "pretrain-data" / "tiny", "v1")
+    artifacts.record("pretrain-data", here_fields(d, "data-prep-pretrain", "tiny", "dp-1"), at=now - 2000)
+    pt = checkpoint(tmp_path / "checkpoints" / "ultra3-pretrain-local")
+    artifacts.record("pretrain-checkpoint", {**here_fields(pt, "pretrain", "local", "earlier"), "config_hash": "aaaa"}, at=now - 1000)
+    outputs.record_consumer(d, stage="pretrain", run_id="local-ultra3-pretrain-local", artifact="pretrain-data",
+                            checkpoint=str(pt))
+    artifacts.record("pretrain-checkpoint", {**here_fields(pt, "pretrain", "local", "later"), "config_hash": "bbbb"}, at=now + 5)
+    doc = run_json(capsys, "pretrain-data")
+    assert doc["versions"][0]["consumers"] == [{"kind": "pretrain-checkpoint", "version": 2, "via": "consumed_by"}]
+
+
 def test_a_checkpoint_whose_folder_is_elsewhere_says_its_inputs_are_not_recorded_here(capsys, tmp_path):
     """A cluster job's record: its folder is on the cluster, so neither consumed_by nor lineage.json can be read."""
     artifacts.record("pretrain-checkpoint", {"path": "/lustre/ckpt/ultra3-pretrain-tiny", "stage": "pretrain",

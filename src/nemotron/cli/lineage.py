@@ -191,11 +191,16 @@ def _link_consumers(everything: list[Version]) -> None:
         if not os.path.isdir(folder):
             continue
         for c in consumers(folder):
-            src = _at_time(versions, _iso(c.get("time")))
+            at = _iso(c.get("time"))
+            src = _at_time(versions, at)
             run_id, ckpt = c.get("run_id"), c.get("checkpoint")
-            made = [v for v in everything if v is not src and (
-                (run_id and v.rec.get("experiment_id") == run_id)
-                or (isinstance(ckpt, str) and ckpt and any(f == _real(ckpt) for f in v.folders())))]
+            made = [v for v in everything if v is not src and run_id and v.rec.get("experiment_id") == run_id]
+            if not made and isinstance(ckpt, str) and ckpt:
+                # a record without the run's experiment id: the first one of its checkpoint folder recorded after
+                # the run started (the record of an earlier run of that folder is not this run's)
+                later = sorted((v for v in everything if v is not src and _real(ckpt) in v.folders()
+                                and (at is None or v.created >= at - 1)), key=lambda v: (v.created, v.version))
+                made = later[:1]
             for dst in made:
                 _link(src, dst, "consumed_by")
             if not made:
