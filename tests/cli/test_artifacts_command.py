@@ -59,7 +59,7 @@ def run_json(capsys, *args: str) -> dict:
 
 
 def here_fields(path: Path, stage: str, config: str, run_id: str) -> dict:
-    """What a run on this machine adds to its record (``launch.execute.run_here`` and ``launch.plan.recorded_outputs``)."""
+    """What a run on this machine adds to its record (``launch.execute.run_here``, ``launch.plan.recorded_outputs``)."""
     return {"path": str(path), "stage": stage, "config": config, "experiment_id": run_id, "job_id": "local",
             **artifacts.scope_fields(None, None, os.environ, str(path))}
 
@@ -140,7 +140,8 @@ def test_the_table_has_one_row_per_kind_and_config_with_the_latest(capsys, chain
     assert set(rows) == {"pretrain-data", "pretrain-checkpoint", "sft-data", "sft-checkpoint"}, out
     assert rows["pretrain-data"][1:5] == ["tiny", "v2", "2", "(v1-2)"], out
     assert rows["pretrain-checkpoint"][1:5] == ["local", "v1", "1", "(v1)"], out
-    assert "pt-1" in rows["pretrain-checkpoint"] and "./checkpoints/ultra3-pretrain-local" in rows["pretrain-checkpoint"]
+    assert "pt-1" in rows["pretrain-checkpoint"], out
+    assert "./checkpoints/ultra3-pretrain-local" in rows["pretrain-checkpoint"], out
     assert "./output/ultra3/pretrain-data/tiny/v2" in rows["pretrain-data"], out
     assert "*" not in out.split("each version")[0], out  # this working folder's own outputs: none left out
 
@@ -272,10 +273,12 @@ def test_a_consumer_without_the_records_run_id_is_matched_by_its_checkpoint_fold
     d = data_version(tmp_path / "output" / "ultra3" / "pretrain-data" / "tiny", "v1")
     artifacts.record("pretrain-data", here_fields(d, "data-prep-pretrain", "tiny", "dp-1"), at=now - 2000)
     pt = checkpoint(tmp_path / "checkpoints" / "ultra3-pretrain-local")
-    artifacts.record("pretrain-checkpoint", {**here_fields(pt, "pretrain", "local", "earlier"), "config_hash": "aaaa"}, at=now - 1000)
+    artifacts.record("pretrain-checkpoint", {**here_fields(pt, "pretrain", "local", "earlier"), "config_hash": "aaaa"},
+                     at=now - 1000)
     outputs.record_consumer(d, stage="pretrain", run_id="local-ultra3-pretrain-local", artifact="pretrain-data",
                             checkpoint=str(pt))
-    artifacts.record("pretrain-checkpoint", {**here_fields(pt, "pretrain", "local", "later"), "config_hash": "bbbb"}, at=now + 5)
+    artifacts.record("pretrain-checkpoint", {**here_fields(pt, "pretrain", "local", "later"), "config_hash": "bbbb"},
+                     at=now + 5)
     doc = run_json(capsys, "pretrain-data")
     assert doc["versions"][0]["consumers"] == [{"kind": "pretrain-checkpoint", "version": 2, "via": "consumed_by"}]
 
