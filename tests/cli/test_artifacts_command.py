@@ -180,6 +180,8 @@ def test_every_version_of_a_kind_with_its_consumers_and_the_run_that_recorded_no
     assert "consumers: pretrain-checkpoint v1 (pretrain -c local)" in v1
     assert "inputs: made by data prep from its raw sources (no artifact input)" in v1
 
+    code, out, err = run(capsys, "pretrain-data:1")  # one version alone
+    assert code == 0 and out.startswith("pretrain-data: 1 version(s)") and "\nv1 " in out and "\nv2 " not in out, out
     doc = run_json(capsys, "pretrain-data")
     by = {v["version"]: v for v in doc["versions"]}
     assert by[1]["consumers"] == [{"kind": "pretrain-checkpoint", "version": 1, "via": "consumed_by, lineage.json"}]

@@ -26,6 +26,7 @@ Three forms (``--json``: one document, ``docs/schema/artifacts.schema.json``):
 * ``artifacts KIND [-c CONFIG]``: every version of KIND (those a run with ``-c CONFIG`` takes: its own config's and
   those it accepts, :func:`nemotron.config.artifacts.accepted_configs`): path, whether it exists on this machine,
   what made it, its inputs and its consumers;
+* ``artifacts KIND:vN``: that version alone, as above;
 * ``artifacts KIND[:vN] --lineage``: the chain upstream of one version (default: the latest), each input and its
   inputs, down to the data.
 
