@@ -29,7 +29,7 @@ from nemotron.layout.views import (
     megatron_view,
     node_shape,
     read_manifest,
-    rl_export_params,
+    rl_export_size,
     rl_view,
 )
 
@@ -1170,11 +1170,20 @@ __all__ = ["RLPlan", "backend", "describe_megatron", "describe_rl", "model_of", 
 def rl_export_rules(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Rule rl-export-host-memory on a NeMo RL stage: the host memory of a node of ``profile``
     (:func:`nemotron.layout.views.host_memory`: Slurm ``mem`` when a concrete size, else ``host_memory``) against
-    what the Hugging Face export after training holds (:func:`nemotron.layout.views.rl_export_params` x 2 bytes).
-    The run checks the Ray head's real memory at job start with the same rule (:func:`nemotron.runtime.rl.nemo_rl.precheck`)."""
-    params = rl_export_params(cfg)
-    if params is None:
+    what the Hugging Face export after training holds (:func:`nemotron.layout.views.rl_export_size` x 2 bytes).
+    The run checks the Ray head's real memory at job start with the same rule (:func:`nemotron.runtime.rl.nemo_rl.precheck`).
+    A policy whose parameters cannot be counted (:func:`nemotron.layout.views.rl_export_size`: a model outside the
+    catalogue whose ``policy.model_name`` has no readable NemotronH ``config.json`` here) is a warning that the check did
+    not run, on ``policy.model_name``."""
+    size = rl_export_size(cfg)
+    if size is None:
         return []
+    if size.params is None:
+        return rules.rl_export_host_memory(None, None, "policy.model_name", get(cfg, "policy.model_name"), "",
+                                           "a catalogue model.name, or policy.model_name = the Hugging Face folder "
+                                           "(its NemotronH config.json) where this machine sees it",
+                                           counted=size.source)
+    params = size.params
     need_gb = -(-params * rules.EXPORT_BYTES_PER_PARAM // 10**9)
     mem = host_memory(profile)
     if mem.bytes is None:
@@ -1186,4 +1195,5 @@ def rl_export_rules(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]
                "in GB")
     else:
         fix = f"nodes with at least {need_gb} GB of RAM (a partition of them), and host_memory = their RAM in GB"
-    return rules.rl_export_host_memory(params, mem.bytes, mem.key, mem.value, mem.source, fix)
+    return rules.rl_export_host_memory(params, mem.bytes, mem.key, mem.value, mem.source, fix,
+                                       counted="" if size.source.startswith("catalogue ") else size.source)
