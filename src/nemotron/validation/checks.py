@@ -860,19 +860,28 @@ def engine_memory(model: ModelSpec, cfg: dict, eng: dict[str, Any], plan: RLPlan
     ``mem_fraction_static`` (SGLang) x the GPU memory. An **error** when a profile declares the GPU memory
     (``gpu`` or ``gpu_memory``) and the weights alone exceed that budget: the engine cannot start. A **warning**
     when only the state and the allowance (an estimate) tip it over, and without a profile, where the H200 is
-    assumed (the message says which). Nothing when no GPU memory is known. The hint names the smallest PP that fits
+    assumed (the message says which). A profile that declares no GPU memory: a **warning** naming the weights per GPU
+    and that they were not checked (as the training's memory estimate says). The hint names the smallest PP that fits
     (:func:`_fits_pp`) with what NeMo RL's vLLM asserts need beside it (``async_engine``, EP = TP) and, when the
     generation GPUs do not divide into the larger engines, the generation nodes (and ``run.env.nodes``) that do."""
-    if not eng["per"] or not shape.gpu_memory_gb or eng["attn_tp"] < 1:
-        return []
-    try:
-        frac = float(eng["mem"]) if eng["mem"] is not None else 0.9
-    except (TypeError, ValueError):
+    if not eng["per"] or eng["attn_tp"] < 1:
         return []
     tp, pp, ep = eng["attn_tp"], eng.get("pp", 1), eng["ep"]
     shard = eng.get("expert_shard", max(ep, 1))
     vllm = eng["backend"] == "vllm"
     pre = "policy.generation.vllm_cfg" if vllm else "policy.generation.sglang_cfg"
+    if not shape.gpu_memory_gb:
+        if not shape.has_profile:
+            return []
+        return [Problem(f"{pre}.pipeline_parallel_size" if vllm else f"{pre}.pp_size", pp,
+                        f"a generation engine at TP{tp} PP{pp} EP{ep} holds "
+                        f"{memory.inference_weights_gb(model, tp, shard, pp):.0f} GB of BF16 weights per GPU, not "
+                        f"checked: {shape.memory_source}", 'declare the GPU in the profile: gpu = "H100" (or '
+                        "gpu_memory = GB)", rule="serving-memory", severity="warning")]
+    try:
+        frac = float(eng["mem"]) if eng["mem"] is not None else 0.9
+    except (TypeError, ValueError):
+        return []
     max_len = as_int(get(cfg, f"{pre}.max_model_len" if vllm else f"{pre}.context_length")) \
         or as_int(get(cfg, "policy.max_total_sequence_length")) or 4096
     # the fix: PP > 1 needs vLLM's async engine, which NeMo RL runs only with EP = TP (vllm_generation.py asserts)
