@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nemotron.config.catalogue import ModelSpec
@@ -623,6 +623,8 @@ def gb200_tuned(arch: str | None, gpus_per_node: int, ep: int, dispatcher: Any, 
 
     ``arch`` None (a profile, ``profile_name``, that declares neither ``gpu`` nor ``gpu_arch``): one warning when the
     config keeps either setting, saying the check could not run and how to enable it (declare the profile's GPU).
+    ``declared`` false (no profile: ``arch`` is the assumed Hopper): the same findings, all warnings, each saying
+    the GPUs were assumed and not checked against real ones, so that both unknown-GPU cases say the same.
     """
     if arch == "blackwell":
         return []
@@ -661,6 +663,9 @@ def gb200_tuned(arch: str | None, gpus_per_node: int, ep: int, dispatcher: Any, 
                          f"vLLM's flashinfer_cutlass MoE backend comes from the GB200 recipes; vLLM is not in the "
                          f"pinned sources, so whether it runs on {arch} GPUs is not stated there",
                          f"{gen_prefix}.moe_backend=triton (NeMo RL's 8-GPU-node recipes)", "gb200-tuned"))
+    if not declared:  # no profile: the GPUs are a guess, so is the verdict; say so, as for a profile without a GPU
+        out = [replace(p, message=f"{p.message} (assumed: no profile, so {arch} GPUs; not checked against real ones: "
+                                  "a profile that declares its gpu checks it)") for p in out]
     return out
 
 
