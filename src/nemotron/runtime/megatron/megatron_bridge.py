@@ -1069,9 +1069,6 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
     rank0 = (os.environ.get("RANK") or "0") == "0"
     if conv.get("device") == "cpu" and not rank0:  # one conversion writes the output folder, not one per process
         return 0
-    layout = {k: int(v) for k, v in bc.sections["model"].items() if k in (
-        "tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
-        "expert_tensor_parallel_size")}
     saved_layout = None
     try:
         pg_options = None if conv.get("device") == "cpu" else process_group_options(timeout_minutes)
@@ -1079,7 +1076,8 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
         if direction == "megatron_to_hf":
             export_run_config(src)  # an MTP pattern the export would misread is refused before any process group
             if pg_options is not None:  # a layout saved at another PP is refused before finalize() (and any group)
-                saved_layout = export_pipeline_layout(src, layout.get("pipeline_model_parallel_size", 1))
+                saved_layout = export_pipeline_layout(
+                    src, int(bc.sections["model"].get("pipeline_model_parallel_size") or 1))
             if rank0:  # the export's tokenizer, loaded before the weights: one that does not load stops here
                 tokenizer, tok_name, tok_origin = load_export_tokenizer(src, conv.get("tokenizer_fallback"),
                                                                         bc.trust_remote_code)
@@ -1103,6 +1101,9 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
         if not torch.distributed.is_initialized():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             torch.distributed.init_process_group(**pg_options)
+        layout = {k: int(v) for k, v in bc.sections["model"].items() if k in (
+            "tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
+            "expert_tensor_parallel_size")}
         bridge = (AutoBridge.from_hf_pretrained(src, torch_dtype=dtype) if direction == "hf_to_megatron"
                   else export_bridge(bc, src))
         provider = bridge.to_megatron_provider(load_weights=direction == "hf_to_megatron")
