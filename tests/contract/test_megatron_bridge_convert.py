@@ -213,3 +213,45 @@ def test_the_one_gpu_convert_of_small_exports_smalls_config(upstream, tmp_path):
     assert "error" not in tok, tok
     assert tok["name"] == tok["saved"]["tokenizer_model"] and tok["origin"].startswith("the tokenizer the checkpoint")
     assert 0 < tok["size"] <= out["config"]["vocab_size"]
+
+
+#: Megatron-Core's own reading of a saved ``pipeline_model_parallel_layout`` at a given PP (what ``finalize()`` of the
+#: export's provider builds from it).
+_LAYOUT_AT_PP = r'''
+from upstream import read_payload, write_result
+from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+p = read_payload()
+out = {}
+for pp in p["pps"]:
+    try:
+        got = PipelineParallelLayerLayout(p["layout"], pp)
+        out[str(pp)] = {"vpp": got.virtual_pipeline_model_parallel_size,
+                        "rank0": [[t.name for t in chunk] for chunk in got.layout[0]]}
+    except AssertionError as exc:
+        out[str(pp)] = {"refused": str(exc)}
+write_result(out)
+'''
+
+
+def test_a_layout_saved_at_another_pp_is_another_split_to_megatron_core_so_the_export_refuses_it(upstream, tmp_path):
+    """Why :func:`export_pipeline_layout` refuses a layout saved for another PP: Megatron-Core (c8288b6) takes a PP-4
+    layout at PP 2 without a word, as VPP 2 (rank 0 then builds stages 0 and 2, not stage 0), and at PP 3 stops on
+    an assertion deep in ``finalize()``; at PP 4 it is the saved split. The export refuses both before that."""
+    import yaml
+
+    from nemotron.runtime.megatron import megatron_bridge as mb
+
+    pp4 = [["embedding", "decoder"], ["decoder", "decoder"], ["decoder"], ["decoder", "mtp", "loss"]]
+    got = upstream.run(_LAYOUT_AT_PP, {"layout": pp4, "pps": [4, 2, 3]})
+    assert got["4"] == {"vpp": 1, "rank0": [["embedding", "decoder"]]}
+    assert got["2"] == {"vpp": 2, "rank0": [["embedding", "decoder"], ["decoder"]]}   # another split, silently
+    assert "divisible by pipeline_model_parallel_size" in got["3"]["refused"]
+    (tmp_path / "iter_0000010").mkdir()
+    (tmp_path / "iter_0000010" / "run_config.yaml").write_text(yaml.safe_dump(
+        {"model": {"pipeline_model_parallel_size": 4, "pipeline_model_parallel_layout": pp4}}))
+    assert mb.export_pipeline_layout(tmp_path, 4) == pp4
+    for pp in (2, 3):
+        with pytest.raises(mb.TranslateError, match=f"saved for model.pipeline_model_parallel_size=4, but this export "
+                                                    f"runs at model.pipeline_model_parallel_size={pp}"):
+            mb.export_pipeline_layout(tmp_path, pp)

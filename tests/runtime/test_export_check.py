@@ -472,6 +472,66 @@ def test_the_pipeline_layout_comes_from_the_same_save_as_the_exports_model_confi
     assert mb.saved_pipeline_layout(tmp_path / "absent") is None
 
 
+def test_every_reader_of_the_export_takes_the_newest_iteration_even_beside_a_top_level_run_config(tmp_path):
+    """The export converts the newest iter_*'s weights (AutoBridge.load_megatron_model); a run_config.yaml at the
+    folder's top (which upstream's from_auto_config would read first) must not give the layout or the model config of
+    another save."""
+    from nemotron.runtime.megatron import megatron_bridge as mb
+
+    top, new = [["embedding", "mamba"], ["moe", "loss"]], [["embedding", "mamba", "moe"], ["loss"]]
+    (tmp_path / "run_config.yaml").write_text(yaml.safe_dump(
+        {"model": {"hybrid_layer_pattern": "ME", "pipeline_model_parallel_layout": top}}))
+    for it in (5, 30):
+        (tmp_path / f"iter_{it:07d}").mkdir()
+    (tmp_path / "iter_0000030" / "run_config.yaml").write_text(yaml.safe_dump(
+        {"model": {"hybrid_layer_pattern": "ME", "pipeline_model_parallel_layout": new}}))
+    assert mb.saved_pipeline_layout(tmp_path) == new
+    assert mb.export_run_config_file(tmp_path) == tmp_path / "iter_0000030" / "run_config.yaml"
+    assert mb.export_iteration(tmp_path).name == "iter_0000030"
+    (tmp_path / "iter_0000030" / "run_config.yaml").unlink()   # the newest save has none: the folder's own
+    assert mb.export_run_config_file(tmp_path) == tmp_path / "run_config.yaml"
+    assert mb.export_iteration(tmp_path / "iter_0000005") == tmp_path / "iter_0000005"   # an iteration folder itself
+
+
+def _pp_save(root, layout, saved_pp):
+    (root / "iter_0000010").mkdir(parents=True)
+    model = {"hybrid_layer_pattern": "MEME", "pipeline_model_parallel_layout": layout}
+    if saved_pp is not None:
+        model["pipeline_model_parallel_size"] = saved_pp
+    (root / "iter_0000010" / "run_config.yaml").write_text(yaml.safe_dump({"model": model}))
+    return root
+
+
+def test_a_layout_saved_for_another_pp_is_refused_naming_both_sizes(tmp_path):
+    """A PP > 1 export gets the saved layout only at the PP it was saved with: Megatron-Core reads S stages at PP p
+    as VPP S / p, so a PP-4 layout at PP 2 would be another split of the layers (and at PP 3 an assertion)."""
+    from nemotron.runtime.megatron import megatron_bridge as mb
+
+    pp4 = [["embedding", "decoder"], ["decoder", "decoder"], ["decoder"], ["decoder", "mtp", "loss"]]
+    src = _pp_save(tmp_path / "a", pp4, 4)
+    assert mb.export_pipeline_layout(src, 4) == pp4
+    assert mb.export_pipeline_layout(src, 1) is None   # one stage: no layout is given
+    for pp in (2, 3, 8):
+        with pytest.raises(mb.TranslateError) as exc:
+            mb.export_pipeline_layout(src, pp)
+        line = str(exc.value)
+        assert "\n" not in line and "iter_0000010/run_config.yaml" in line
+        assert "(4 stages) was saved for model.pipeline_model_parallel_size=4" in line
+        assert f"this export runs at model.pipeline_model_parallel_size={pp}" in line
+        assert line.endswith("valid: model.pipeline_model_parallel_size=4 (the checkpoint's own)")
+    # no saved PP in the file: a PP that divides the stages is taken (as Megatron-Core would), another refused
+    src = _pp_save(tmp_path / "b", pp4, None)
+    assert mb.export_pipeline_layout(src, 2) == pp4
+    with pytest.raises(mb.TranslateError, match=r"saved for a PP that divides its 4 stages, but this export runs at "
+                                                 r"model.pipeline_model_parallel_size=3.*valid: model.pipeline_model_"
+                                                 r"parallel_size=a divisor of 4"):
+        mb.export_pipeline_layout(src, 3)
+    # no layout saved: nothing to refuse
+    (tmp_path / "c" / "iter_0000010").mkdir(parents=True)
+    (tmp_path / "c" / "iter_0000010" / "run_config.yaml").write_text(yaml.safe_dump({"model": {"num_layers": 4}}))
+    assert mb.export_pipeline_layout(tmp_path / "c", 2) is None
+
+
 def test_compare_logits_cosine_is_exact_at_the_gpu_self_checks_size():
     """The GPU self-check (2 x 64 positions x 131,072 vocabulary) read cosine 1.00085 when the sums ran in FP32; a
     tensor against itself read 1.0011 there. In FP64 the cosine of a tensor with itself is 1 to 1e-9 and a cosine

@@ -71,3 +71,20 @@ def test_a_profile_without_a_gpu_is_told_the_check_did_not_run(stage):
     # declaring the GPU turns the check on (its error for the multi-node NVLink HybridEP)
     declared = from_table("bare", {"executor": "slurm", "gpus_per_node": 8, "gpu": "H100"})
     assert "error" in {p.severity for p in _problems(stage, declared)}
+
+
+@pytest.mark.parametrize("stage", ["rlvr", "mopd"])
+def test_no_profile_and_a_profile_without_a_gpu_agree_that_nothing_was_checked_against_real_gpus(stage):
+    """Both unknown-GPU cases warn, name the GB200-tuned keys and say the check did not run against real GPUs: without
+    a profile Hopper is assumed (each finding is a warning that says so), with a profile that declares no GPU one
+    warning names both settings."""
+    none = _problems(stage, None)
+    assert {p.severity for p in none} == {"warning"}, [p.render() for p in none]
+    assert [p.key for p in none] == ["policy.megatron_cfg.moe_flex_dispatcher_backend",
+                                     "policy.generation.vllm_kwargs.moe_backend"]
+    assert all("assumed: no profile, so hopper GPUs; not checked against real ones" in p.message for p in none)
+    [bare] = _problems(stage, from_table("bare", {"executor": "slurm", "gpus_per_node": 8}))
+    assert bare.severity == "warning" and "not checked" in bare.message
+    assert all(k.split(".")[-1] in bare.message for k in (p.key for p in none))   # the same keys named
+    # a declared Hopper profile: checked, no "assumed" (and the multi-node HybridEP is an error there)
+    assert not any("assumed" in p.message for p in _problems(stage, H200))

@@ -133,3 +133,77 @@ def test_job_start_refuses_before_training_with_the_rules_message(tmp_path, caps
     # memory that cannot be read is said, not refused
     assert nemo_rl.export_memory_problems(cfg, lambda: (None, "nothing to read")) == []
     assert "note: " in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------ a model outside the catalogue
+@pytest.mark.parametrize("name", ["ultra", "small", "ultra4layer"])
+@pytest.mark.parametrize("form", ["v4", "v5"])
+def test_an_hf_config_counts_as_the_catalogue_counts(name, form):
+    """catalogue.spec_from_hf_config is the inverse of hf_config: the same total in either config form."""
+    from nemotron.runtime.common.convert import v4_to_v5
+
+    spec = catalogue.get(name)
+    config = catalogue.hf_config(spec)
+    config = v4_to_v5(config) if form == "v5" else config
+    assert catalogue.param_count(catalogue.spec_from_hf_config(config, "x"))["total"] == \
+        catalogue.param_count(spec)["total"]
+
+
+def test_an_hf_config_that_cannot_be_counted_names_the_field():
+    config = catalogue.hf_config(catalogue.get("small"))
+    with pytest.raises(catalogue.CatalogueError, match=r"model_type='llama' is not a NemotronH config"):
+        catalogue.spec_from_hf_config({**config, "model_type": "llama"}, "x")
+    with pytest.raises(catalogue.CatalogueError, match=r"x: n_routed_experts=None: a positive whole number"):
+        catalogue.spec_from_hf_config({k: v for k, v in config.items() if k != "n_routed_experts"}, "x")
+    with pytest.raises(catalogue.CatalogueError, match=r"neither hybrid_override_pattern \(v4\) nor layers_block_type"):
+        catalogue.spec_from_hf_config({k: v for k, v in config.items() if k != "hybrid_override_pattern"}, "x")
+
+
+def _outside(tmp_path, config: dict | None) -> dict:
+    """An RLVR config whose model.name is outside the catalogue and whose policy.model_name is a folder here (with
+    ``config`` as its config.json, or none)."""
+    folder = tmp_path / "my-model"
+    folder.mkdir(exist_ok=True)
+    if config is not None:
+        (folder / "config.json").write_text(json.dumps(config))
+    return {"model": {"name": "my-model"}, "checkpointing": {"enabled": True, "checkpoint_dir": str(tmp_path / "ck")},
+            "policy": {"model_name": str(folder)}}
+
+
+def test_a_model_outside_the_catalogue_is_counted_from_its_config_json(tmp_path):
+    """Was: rl_export_params None, nothing checked. Now the config.json of policy.model_name (the folder NeMo RL's
+    converter builds its bridge from) gives the count; the dry-run and the job start check it."""
+    ultra_like = catalogue.hf_config(catalogue.get("ultra"))
+    cfg = _outside(tmp_path, ultra_like)
+    size = views.rl_export_size(cfg)
+    assert size.params == ULTRA and size.source == str(tmp_path / "my-model" / "config.json")
+    assert views.rl_export_params(cfg) == ULTRA
+    # the dry-run's rule on a profile of 512 GB nodes: an error naming where the count comes from
+    from nemotron.validation import checks
+
+    [err] = checks.rl_export_rules(cfg, _profile(tmp_path, 'mem = "512G"\n'))
+    assert err.severity == "error" and err.key == "profile.c.mem"
+    assert "560.5 B parameters x 2 bytes (BF16) = 1121 GB" in err.message
+    assert f"parameters counted from {tmp_path / 'my-model' / 'config.json'}" in err.message
+    # the job start, on a node of 512 GiB: refused with the same figures
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal: {512 * 2**20} kB\n")
+    [line] = nemo_rl.export_memory_problems(cfg, lambda: prestart.host_memory(meminfo, ()))
+    assert "1121 GB of host RAM" in line and "config.json" in line and "more than the 550 GB" in line
+
+
+def test_a_model_whose_parameters_cannot_be_counted_is_said_not_checked(tmp_path, capsys):
+    from nemotron.validation import checks
+
+    for config, why in ((None, "has no config.json on this machine"),
+                        ({"model_type": "llama", "hidden_size": 8}, "is not a NemotronH config")):
+        cfg = _outside(tmp_path, config)
+        size = views.rl_export_size(cfg)
+        assert size.params is None and why in size.source
+        [warn] = checks.rl_export_rules(cfg, _profile(tmp_path, 'mem = "512G"\n'))
+        assert warn.severity == "warning" and warn.key == "policy.model_name"
+        assert "its host RAM is not checked: model.name='my-model' is not a catalogue model" in warn.message
+        assert why in warn.message and "config.json" in warn.valid
+        assert nemo_rl.export_memory_problems(cfg, lambda: (10**9, "a tiny node")) == []   # not a refusal...
+        assert "note: " in capsys.readouterr().out   # ...but said
+        (tmp_path / "my-model" / "config.json").unlink(missing_ok=True)

@@ -145,6 +145,18 @@ def test_rl_generation_memory_without_a_profile_is_a_warning_that_says_the_gpu_w
     assert _gen(check("rlvr", "default", profile=b200)[0]) == []
 
 
+@pytest.mark.parametrize("stage", ["rlvr", "mopd"])
+def test_rl_generation_memory_on_a_profile_without_a_gpu_is_said_not_checked(stage):
+    """A Slurm profile that declares no GPU memory (no gpu, no gpu_memory): the engine's weights per GPU are named
+    and the check is said not to have run, as the training's memory estimate says it (was: silence)."""
+    bare = from_table("bare", {"executor": "slurm", "gpus_per_node": 8})  # a real profile, no GPU declared
+    [warn] = _gen(check(stage, "default", profile=bare)[0])
+    assert warn.severity == "warning" and warn.key == "policy.generation.vllm_cfg.pipeline_parallel_size"
+    assert "a generation engine at TP8 PP1 EP8 holds 140 GB of BF16 weights per GPU, not checked: profile bare " \
+           "declares no GPU memory" in warn.message
+    assert 'gpu = "H100"' in warn.valid
+
+
 def test_rl_generation_whose_weights_fit_but_not_the_estimated_state_is_a_warning():
     """rlvr -c phase2 (the recipe's gpu_memory_utilization 0.8, 65,536-token context) on a B200 profile: 140 GB of
     weights fit 0.8 x 180 = 144 GB, the state and the 5 GB allowance (estimates) do not: a warning that says so."""

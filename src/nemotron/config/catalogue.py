@@ -428,6 +428,87 @@ def hf_config(spec: ModelSpec) -> dict:
     }
 
 
+#: Hugging Face NemotronH block types (v5 ``layers_block_type``, legacy names included) -> pattern symbols.
+HF_BLOCK_SYMBOLS = {"linear_attention": MAMBA, "mamba": MAMBA, "moe": MOE, "full_attention": ATTENTION,
+                    "attention": ATTENTION, "mlp": MLP}
+
+
+def _hf_pattern(config: dict, v4: str, v5: str) -> str | None:
+    """The pattern of ``config`` in v4 (``v4``: a string of ``M E * -``) or v5 (``v5``: a list of block types) form;
+    None when neither field is set. Raises :class:`CatalogueError` for a symbol or block type outside those."""
+    value = config.get(v4)
+    if isinstance(value, str) and value:
+        bad = sorted({c for c in value if c not in SYMBOL_NAMES})
+        if bad:
+            raise CatalogueError(f"{v4}={value!r}: unknown symbol(s) {' '.join(bad)}; valid: M E * -")
+        return value
+    blocks = config.get(v5)
+    if isinstance(blocks, list) and blocks:
+        bad = sorted({str(b) for b in blocks if b not in HF_BLOCK_SYMBOLS})
+        if bad:
+            raise CatalogueError(f"{v5}: unknown block type(s) {', '.join(bad)}; valid: {', '.join(HF_BLOCK_SYMBOLS)}")
+        return "".join(HF_BLOCK_SYMBOLS[b] for b in blocks)
+    return None
+
+
+def spec_from_hf_config(config: dict, name: str) -> ModelSpec:
+    """The :class:`ModelSpec` of a Hugging Face NemotronH ``config.json`` (the parsed dict, v4
+    ``hybrid_override_pattern`` or v5 ``layers_block_type`` form): the inverse of :func:`hf_config`, so that
+    :func:`param_count` counts a model outside the catalogue. Field names are transformers' ``NemotronHConfig``
+    ones; the MTP block is ``num_nextn_predict_layers`` sets of ``mtp_hybrid_override_pattern`` /
+    ``mtp_layers_block_type`` (the sets of weights the checkpoint carries: :func:`hf_config` writes 1 for Ultra's two
+    shared-weight depths). ``head_dim`` defaults to ``hidden_size / num_attention_heads`` (transformers' default).
+
+    Raises:
+        CatalogueError: not a NemotronH config (``model_type``), no layer pattern, a field the pattern's layers need
+            is missing or not a positive whole number (named), or dense MLP layers wider or narrower than the
+            experts' ``moe_intermediate_size`` (which :func:`layer_params` takes for both).
+    """
+    where = f"{name}: "
+    if config.get("model_type") not in (None, "nemotron_h"):
+        raise CatalogueError(f"{where}model_type={config.get('model_type')!r} is not a NemotronH config (nemotron_h)")
+    pattern = _hf_pattern(config, "hybrid_override_pattern", "layers_block_type")
+    if not pattern:
+        raise CatalogueError(f"{where}neither hybrid_override_pattern (v4) nor layers_block_type (v5) is set")
+    mtp_sets = config.get("num_nextn_predict_layers") or 0
+    mtp = (_hf_pattern(config, "mtp_hybrid_override_pattern", "mtp_layers_block_type") or "") if mtp_sets else ""
+    used = set(pattern + mtp)
+
+    def whole(key: str, needed: bool = True, default: int = 0) -> int:
+        value = config.get(key)
+        if value is None and not needed:
+            return default
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise CatalogueError(f"{where}{key}={value!r}: a positive whole number is needed to count the parameters")
+        return value
+
+    hidden, vocab = whole("hidden_size"), whole("vocab_size")
+    attention, mamba, moe = ATTENTION in used, MAMBA in used, MOE in used or MLP in used
+    heads = whole("num_attention_heads", attention)
+    if MLP in used and config.get("intermediate_size") not in (None, config.get("moe_intermediate_size")):
+        raise CatalogueError(f"{where}intermediate_size={config.get('intermediate_size')!r} differs from "
+                             f"moe_intermediate_size={config.get('moe_intermediate_size')!r}: dense MLP layers of "
+                             "another width are not counted")
+    latent = config.get("moe_latent_size")
+    return ModelSpec(
+        name=name, source=f"Hugging Face config.json of {name}", pattern=pattern, hidden_size=hidden,
+        num_attention_heads=heads, num_query_groups=whole("num_key_value_heads", attention),
+        head_dim=whole("head_dim", False, hidden // heads if heads else 0),
+        mamba_num_heads=whole("mamba_num_heads", mamba), mamba_head_dim=whole("mamba_head_dim", mamba),
+        mamba_state_dim=whole("ssm_state_size", mamba), mamba_num_groups=whole("n_groups", mamba),
+        mamba_conv_kernel=whole("conv_kernel", mamba),
+        num_experts=whole("n_routed_experts", MOE in used), moe_topk=whole("num_experts_per_tok", MOE in used),
+        moe_ffn_hidden_size=whole("moe_intermediate_size", moe),
+        moe_shared_expert_intermediate_size=whole("moe_shared_expert_intermediate_size", MOE in used),
+        moe_latent_size=latent if isinstance(latent, int) and latent > 0 else None,
+        moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
+        moe_routed_scaling_factor=float(config.get("routed_scaling_factor") or 1.0),
+        moe_n_group=int(config.get("n_group") or 1), moe_topk_group=int(config.get("topk_group") or 1),
+        vocab_size=vocab, tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+        mtp_pattern=mtp, mtp_depths=int(mtp_sets) if mtp else 0, mtp_shared_weights=False,
+    )
+
+
 __all__ = [
     "ATTENTION",
     "BASE_MODELS",
@@ -438,6 +519,7 @@ __all__ = [
     "SMALL",
     "SYMBOL_NAMES",
     "ULTRA",
+    "HF_BLOCK_SYMBOLS",
     "CatalogueError",
     "ModelSpec",
     "get",
@@ -449,4 +531,5 @@ __all__ = [
     "param_count",
     "slice_layers",
     "slice_size",
+    "spec_from_hf_config",
 ]

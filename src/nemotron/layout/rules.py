@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nemotron.config.catalogue import ModelSpec
@@ -531,9 +531,10 @@ EXPORT_BYTES_PER_PARAM = 2
       "export_model_from_megatron (one process: gloo temporary_distributed_context on CPU, "
       "bridge.load_megatron_model, then save_hf_pretrained); convert_dcp_to_hf.py -> nemo_rl/utils/native_checkpoint.py "
       "convert_dcp_to_hf (dcp_to_torch_save, then torch.load of the whole state dict); parameters: "
-      "nemotron.config.catalogue.param_count (Ultra 560.5 B)", "NeMo RL main 7ea279a")
-def rl_export_host_memory(params: int, available_bytes: int | None, key: str, value: Any, where: str,
-                          fix: str, severity_unknown: str = "warning") -> list[Problem]:
+      "nemotron.config.catalogue.param_count (Ultra 560.5 B), or for a model outside the catalogue "
+      "catalogue.spec_from_hf_config of policy.model_name's config.json", "NeMo RL main 7ea279a")
+def rl_export_host_memory(params: int | None, available_bytes: int | None, key: str, value: Any, where: str,
+                          fix: str, severity_unknown: str = "warning", counted: str = "") -> list[Problem]:
     """The Ray head's node against the host RAM NeMo RL's export needs (what :func:`nemotron.runtime.rl.nemo_rl.finish`
     runs after training): ``params`` (elements, total incl. MTP) x :data:`EXPORT_BYTES_PER_PARAM` bytes, a lower
     bound (no margin is added: no pinned source states the converter's peak above the weights it holds). The one
@@ -542,14 +543,20 @@ def rl_export_host_memory(params: int, available_bytes: int | None, key: str, va
 
     ``available_bytes``: the RAM a process may use there (None: unknown); ``where`` says where that figure comes
     from (``Slurm mem = '512G' of profile cluster``, ``this node (/proc/meminfo MemTotal)``); ``key`` /
-    ``value`` the key that sets it (or would); ``fix`` the hint. Returns an error when the figure is known and
-    below the need, a ``severity_unknown`` problem (default a warning) when it is unknown, nothing when it fits.
-    All figures in GB = 10^9 bytes."""
+    ``value`` the key that sets it (or would); ``fix`` the hint; ``counted``: where ``params`` comes from, said in
+    the message when not empty (a model outside the catalogue: its ``config.json``), or, with ``params`` None, why
+    the parameters could not be counted. Returns an error when both figures are known and the memory is below the
+    need, a ``severity_unknown`` problem (default a warning) when the memory or the parameters are unknown (the
+    check did not run), nothing when it fits. All figures in GB = 10^9 bytes."""
+    if params is None:
+        return [Problem(key=key, value=value, rule="rl-export-host-memory", severity=severity_unknown, valid=fix,
+                        message=f"NeMo RL's Hugging Face export after training loads the whole policy into one CPU "
+                                f"process on the Ray head's node, and its host RAM is not checked: {counted}")]
     need = int(params) * EXPORT_BYTES_PER_PARAM
     what = (f"NeMo RL's Hugging Face export after training loads the whole policy into one CPU process on the Ray "
             f"head's node: {params / 1e9:.1f} B parameters x {EXPORT_BYTES_PER_PARAM} bytes (BF16) = "
             f"{need / 1e9:.0f} GB of host RAM at least (it reads {need / 1e9:.0f} GB of Megatron weights and writes "
-            f"{need / 1e9:.0f} GB of safetensors)")
+            f"{need / 1e9:.0f} GB of safetensors{'; parameters counted from ' + counted if counted else ''})")
     if available_bytes is None:
         return [Problem(key=key, value=value, rule="rl-export-host-memory", severity=severity_unknown, valid=fix,
                         message=f"{what}; the node's memory is unknown ({where}), so it is not checked before the "
@@ -616,6 +623,8 @@ def gb200_tuned(arch: str | None, gpus_per_node: int, ep: int, dispatcher: Any, 
 
     ``arch`` None (a profile, ``profile_name``, that declares neither ``gpu`` nor ``gpu_arch``): one warning when the
     config keeps either setting, saying the check could not run and how to enable it (declare the profile's GPU).
+    ``declared`` false (no profile: ``arch`` is the assumed Hopper): the same findings, all warnings, each saying
+    the GPUs were assumed and not checked against real ones, so that both unknown-GPU cases say the same.
     """
     if arch == "blackwell":
         return []
@@ -654,6 +663,9 @@ def gb200_tuned(arch: str | None, gpus_per_node: int, ep: int, dispatcher: Any, 
                          f"vLLM's flashinfer_cutlass MoE backend comes from the GB200 recipes; vLLM is not in the "
                          f"pinned sources, so whether it runs on {arch} GPUs is not stated there",
                          f"{gen_prefix}.moe_backend=triton (NeMo RL's 8-GPU-node recipes)", "gb200-tuned"))
+    if not declared:  # no profile: the GPUs are a guess, so is the verdict; say so, as for a profile without a GPU
+        out = [replace(p, message=f"{p.message} (assumed: no profile, so {arch} GPUs; not checked against real ones: "
+                                  "a profile that declares its gpu checks it)") for p in out]
     return out
 
 

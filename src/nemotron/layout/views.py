@@ -312,19 +312,54 @@ def manifest_field(manifest: dict[str, Any] | None, *names: str) -> Any:
     return None
 
 
-def rl_export_params(cfg: dict) -> int | None:
-    """Parameters (elements, total incl. MTP: :func:`nemotron.config.catalogue.param_count`) of the policy that an
-    RLVR/MOPD run's Hugging Face export (:func:`nemotron.runtime.rl.nemo_rl.finish`) holds, from ``model.name``;
-    None when nothing is exported (``checkpointing.enabled`` false or no ``checkpointing.checkpoint_dir``: the
-    run records no checkpoint) or the model is not in the catalogue (reported by the model-name rule)."""
+@dataclass(frozen=True)
+class ExportSize:
+    """What an RLVR/MOPD run's Hugging Face export (:func:`nemotron.runtime.rl.nemo_rl.finish`) holds: ``params``
+    (elements, total incl. MTP) or None when they could not be counted; ``source`` says where the count comes from
+    (``catalogue model ultra``, ``/path/config.json``) or why there is none."""
+
+    params: int | None
+    source: str
+
+
+def rl_export_size(cfg: dict) -> ExportSize | None:
+    """The policy's parameters that NeMo RL's export after training holds; None when nothing is exported
+    (``checkpointing.enabled`` false or no ``checkpointing.checkpoint_dir``: the run records no checkpoint).
+
+    From ``model.name`` when it is a catalogue model (:func:`nemotron.config.catalogue.param_count`); else from the
+    ``config.json`` of ``policy.model_name`` (the Hugging Face folder the converter builds its bridge from:
+    ``export_model_from_megatron(hf_model_name=policy.model_name)``, NeMo RL 7ea279a) when that is a folder this
+    machine sees, counted by :func:`nemotron.config.catalogue.spec_from_hf_config`; else ``params`` None with the
+    reason (a hub id, a path not here, not a NemotronH config: the caller says the check did not run)."""
     from nemotron.config import catalogue
 
     if get(cfg, "checkpointing.enabled", True) is False or not get(cfg, "checkpointing.checkpoint_dir"):
         return None
     name = get(cfg, "model.name")
-    if not isinstance(name, str):
-        return None
+    if isinstance(name, str):
+        try:
+            return ExportSize(catalogue.param_count(catalogue.get(name))["total"], f"catalogue model {name}")
+        except catalogue.CatalogueError:
+            pass
+    outside = f"model.name={name!r} is not a catalogue model"
+    folder = get(cfg, "policy.model_name")
+    if not isinstance(folder, str) or not folder or unresolved(folder):
+        return ExportSize(None, f"{outside} and policy.model_name={folder!r} is not a folder yet")
+    path = Path(os.path.expanduser(folder)) / "config.json"
+    if not path.is_file():
+        return ExportSize(None, f"{outside} and policy.model_name={folder!r} has no config.json on this machine")
     try:
-        return catalogue.param_count(catalogue.get(name))["total"]
-    except catalogue.CatalogueError:
-        return None
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return ExportSize(None, f"{outside} and {path} is not readable JSON ({type(exc).__name__})")
+    try:
+        spec = catalogue.spec_from_hf_config(config if isinstance(config, dict) else {}, str(path))
+    except catalogue.CatalogueError as exc:
+        return ExportSize(None, f"{outside} and its parameters cannot be counted from {exc}")
+    return ExportSize(catalogue.param_count(spec)["total"], str(path))
+
+
+def rl_export_params(cfg: dict) -> int | None:
+    """``params`` of :func:`rl_export_size` (None: nothing exported, or not counted)."""
+    size = rl_export_size(cfg)
+    return size.params if size else None

@@ -29,7 +29,7 @@ from nemotron.layout.views import (
     megatron_view,
     node_shape,
     read_manifest,
-    rl_export_params,
+    rl_export_size,
     rl_view,
 )
 
@@ -860,19 +860,28 @@ def engine_memory(model: ModelSpec, cfg: dict, eng: dict[str, Any], plan: RLPlan
     ``mem_fraction_static`` (SGLang) x the GPU memory. An **error** when a profile declares the GPU memory
     (``gpu`` or ``gpu_memory``) and the weights alone exceed that budget: the engine cannot start. A **warning**
     when only the state and the allowance (an estimate) tip it over, and without a profile, where the H200 is
-    assumed (the message says which). Nothing when no GPU memory is known. The hint names the smallest PP that fits
+    assumed (the message says which). A profile that declares no GPU memory: a **warning** naming the weights per GPU
+    and that they were not checked (as the training's memory estimate says). The hint names the smallest PP that fits
     (:func:`_fits_pp`) with what NeMo RL's vLLM asserts need beside it (``async_engine``, EP = TP) and, when the
     generation GPUs do not divide into the larger engines, the generation nodes (and ``run.env.nodes``) that do."""
-    if not eng["per"] or not shape.gpu_memory_gb or eng["attn_tp"] < 1:
-        return []
-    try:
-        frac = float(eng["mem"]) if eng["mem"] is not None else 0.9
-    except (TypeError, ValueError):
+    if not eng["per"] or eng["attn_tp"] < 1:
         return []
     tp, pp, ep = eng["attn_tp"], eng.get("pp", 1), eng["ep"]
     shard = eng.get("expert_shard", max(ep, 1))
     vllm = eng["backend"] == "vllm"
     pre = "policy.generation.vllm_cfg" if vllm else "policy.generation.sglang_cfg"
+    if not shape.gpu_memory_gb:
+        if not shape.has_profile:
+            return []
+        return [Problem(f"{pre}.pipeline_parallel_size" if vllm else f"{pre}.pp_size", pp,
+                        f"a generation engine at TP{tp} PP{pp} EP{ep} holds "
+                        f"{memory.inference_weights_gb(model, tp, shard, pp):.0f} GB of BF16 weights per GPU, not "
+                        f"checked: {shape.memory_source}", 'declare the GPU in the profile: gpu = "H100" (or '
+                        "gpu_memory = GB)", rule="serving-memory", severity="warning")]
+    try:
+        frac = float(eng["mem"]) if eng["mem"] is not None else 0.9
+    except (TypeError, ValueError):
+        return []
     max_len = as_int(get(cfg, f"{pre}.max_model_len" if vllm else f"{pre}.context_length")) \
         or as_int(get(cfg, "policy.max_total_sequence_length")) or 4096
     # the fix: PP > 1 needs vLLM's async engine, which NeMo RL runs only with EP = TP (vllm_generation.py asserts)
@@ -1170,11 +1179,20 @@ __all__ = ["RLPlan", "backend", "describe_megatron", "describe_rl", "model_of", 
 def rl_export_rules(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Rule rl-export-host-memory on a NeMo RL stage: the host memory of a node of ``profile``
     (:func:`nemotron.layout.views.host_memory`: Slurm ``mem`` when a concrete size, else ``host_memory``) against
-    what the Hugging Face export after training holds (:func:`nemotron.layout.views.rl_export_params` x 2 bytes).
-    The run checks the Ray head's real memory at job start with the same rule (:func:`nemotron.runtime.rl.nemo_rl.precheck`)."""
-    params = rl_export_params(cfg)
-    if params is None:
+    what the Hugging Face export after training holds (:func:`nemotron.layout.views.rl_export_size` x 2 bytes).
+    The run checks the Ray head's real memory at job start with the same rule (:func:`nemotron.runtime.rl.nemo_rl.precheck`).
+    A policy whose parameters cannot be counted (:func:`nemotron.layout.views.rl_export_size`: a model outside the
+    catalogue whose ``policy.model_name`` has no readable NemotronH ``config.json`` here) is a warning that the check did
+    not run, on ``policy.model_name``."""
+    size = rl_export_size(cfg)
+    if size is None:
         return []
+    if size.params is None:
+        return rules.rl_export_host_memory(None, None, "policy.model_name", get(cfg, "policy.model_name"), "",
+                                           "a catalogue model.name, or policy.model_name = the Hugging Face folder "
+                                           "(its NemotronH config.json) where this machine sees it",
+                                           counted=size.source)
+    params = size.params
     need_gb = -(-params * rules.EXPORT_BYTES_PER_PARAM // 10**9)
     mem = host_memory(profile)
     if mem.bytes is None:
@@ -1186,4 +1204,5 @@ def rl_export_rules(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]
                "in GB")
     else:
         fix = f"nodes with at least {need_gb} GB of RAM (a partition of them), and host_memory = their RAM in GB"
-    return rules.rl_export_host_memory(params, mem.bytes, mem.key, mem.value, mem.source, fix)
+    return rules.rl_export_host_memory(params, mem.bytes, mem.key, mem.value, mem.source, fix,
+                                       counted="" if size.source.startswith("catalogue ") else size.source)

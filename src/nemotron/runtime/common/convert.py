@@ -20,9 +20,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-#: v5 block type → v4 pattern symbol (legacy v5 names included).
-BLOCK_TO_SYMBOL = {"linear_attention": "M", "mamba": "M", "moe": "E", "full_attention": "*", "attention": "*",
-                   "mlp": "-"}
+from nemotron.config.catalogue import HF_BLOCK_SYMBOLS
+
+#: v5 block type → v4 pattern symbol (legacy v5 names included): the catalogue's table.
+BLOCK_TO_SYMBOL = HF_BLOCK_SYMBOLS
 SYMBOL_TO_BLOCK = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
 
 

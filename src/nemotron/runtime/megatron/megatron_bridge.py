@@ -809,6 +809,8 @@ def export_bridge(bc: BridgeConfig, source: str | os.PathLike[str], folder: str 
     view of the file — the main pattern, and the MTP block as ``mtp_hybrid_override_pattern`` — in a temporary
     folder; the weights are still loaded from ``source`` itself, with the pattern it was trained with.
 
+    The file read is :func:`export_run_config_file`'s (the newest iteration's: the weights the export converts).
+
     Raises:
         FileNotFoundError: ``source`` has no ``run_config.yaml`` (at its top or in its newest ``iter_*``).
     """
@@ -818,8 +820,10 @@ def export_bridge(bc: BridgeConfig, source: str | os.PathLike[str], folder: str 
 
     view = export_run_config(source)
     reference = hf_source(bc, folder)
-    if view is None:  # nothing to rewrite: upstream reads the file itself (and names a missing one)
-        return AutoBridge.from_auto_config(str(source), reference, trust_remote_code=bc.trust_remote_code)
+    if view is None:  # nothing to rewrite: upstream reads the newest iteration's file itself (and names a missing one)
+        rc = export_run_config_file(source)
+        return AutoBridge.from_auto_config(str(rc.parent if rc else source), reference,
+                                           trust_remote_code=bc.trust_remote_code)
     import yaml
 
     with tempfile.TemporaryDirectory(prefix="nemotron-export-config-") as tmp:
@@ -870,16 +874,25 @@ def mtp_export_mappings() -> Iterator[None]:
             NemotronHBridge.build_conversion_tasks = upstream
 
 
-def export_run_config_file(source: str | os.PathLike[str]) -> Path | None:
-    """The ``run_config.yaml`` that ``AutoBridge.from_auto_config`` reads for the checkpoint folder ``source``:
-    ``source/run_config.yaml``, else the one in its ``iter_*`` folder of the highest iteration number (Megatron-Bridge
-    4588417 ``models/conversion/auto_bridge.py``); None when neither exists."""
+def export_iteration(source: str | os.PathLike[str]) -> Path:
+    """The folder whose weights a ``megatron_to_hf`` export of the checkpoint folder ``source`` converts: its
+    ``iter_<N>`` folder of the highest iteration number N, as ``AutoBridge.load_megatron_model`` picks it
+    (Megatron-Bridge 4588417 ``models/conversion/auto_bridge.py``), else ``source`` itself (an iteration folder, or a
+    save without ``iter_*`` folders)."""
     root = Path(source)
-    if (root / "run_config.yaml").is_file():
-        return root / "run_config.yaml"
     iters = [d for d in root.glob("iter_*") if d.is_dir() and d.name[5:].isdigit()]
-    if iters:
-        rc = max(iters, key=lambda d: int(d.name[5:])) / "run_config.yaml"
+    return max(iters, key=lambda d: int(d.name[5:])) if iters else root
+
+
+def export_run_config_file(source: str | os.PathLike[str]) -> Path | None:
+    """The ``run_config.yaml`` every reader of a ``megatron_to_hf`` export takes for the checkpoint folder
+    ``source`` (the model config the export's bridge is built from, the saved pipeline layout, the trained-with
+    tokenizer): the one of :func:`export_iteration`, the iteration whose weights the export converts; else
+    ``source/run_config.yaml`` (a save whose newest ``iter_*`` has none); None when neither exists.
+    ``AutoBridge.from_auto_config`` itself would take ``source/run_config.yaml`` before any ``iter_*``'s
+    (Megatron-Bridge 4588417), so :func:`export_bridge` hands it this file's folder."""
+    root = Path(source)
+    for rc in (export_iteration(root) / "run_config.yaml", root / "run_config.yaml"):
         if rc.is_file():
             return rc
     return None
@@ -993,14 +1006,51 @@ def saved_pipeline_layout(source: str | os.PathLike[str]) -> list | None:
     """``model.pipeline_model_parallel_layout`` of the checkpoint's ``run_config.yaml`` when it is a list, else None:
     what Megatron-Bridge's ``examples/conversion/convert_checkpoints_multi_gpu.py`` gives the provider before a PP > 1
     export (the stages the checkpoint was saved with; the default split would not match its shards). The file is the
-    one the export's bridge reads (:func:`export_run_config_file`: the folder's own, else the newest ``iter_*``'s), so
-    that the layout and the model config come from the same save."""
+    one the export's bridge reads (:func:`export_run_config_file`: the newest ``iter_*``'s, whose weights the export
+    converts, else the folder's own), so that the layout and the model config come from the same save.
+    (Upstream's example takes the first match of the folder and an unordered ``iter_*`` glob.)"""
     found = read_export_run_config(source)
     if found is None:
         return None
     data = found[1]
     layout = ((data.get("model") or {}) if isinstance(data, dict) else {}).get("pipeline_model_parallel_layout")
     return layout if isinstance(layout, list) else None
+
+
+def export_pipeline_layout(source: str | os.PathLike[str], pp: int) -> list | None:
+    """The :func:`saved_pipeline_layout` a PP ``pp`` > 1 export gives the provider before ``finalize()``, or None
+    (no saved layout, or ``pp`` <= 1: one stage holds every layer and no layout is set).
+
+    Megatron-Core (``PipelineParallelLayerLayout``, c8288b6) reads a layout of S stages at PP ``pp`` as
+    VPP = S / ``pp`` chunks, stage ``vpp x pp + rank`` on rank ``rank``: a layout saved at another PP is either
+    refused there with an assertion (``pp`` does not divide S) or, worse, taken as a different split (a PP-4 layout
+    at PP 2 becomes VPP 2), so the export's ranks would build other layers than the ones whose shards they load.
+
+    Raises:
+        TranslateError: the layout was saved for another PP than ``pp`` (the saved
+            ``model.pipeline_model_parallel_size`` of the same file differs, or, without it, ``pp`` does not divide
+            its stage count): one line naming both sizes, the file, and the fix.
+    """
+    if pp <= 1:
+        return None
+    layout = saved_pipeline_layout(source)
+    if layout is None:
+        return None
+    rc, data = read_export_run_config(source)  # type: ignore[misc]  (a layout implies the file)
+    saved_pp = (data.get("model") or {}).get("pipeline_model_parallel_size")
+    saved_pp = saved_pp if isinstance(saved_pp, int) and not isinstance(saved_pp, bool) and saved_pp > 0 else None
+    stages = len(layout)
+    if saved_pp is not None and saved_pp != pp:
+        made_for = f"model.pipeline_model_parallel_size={saved_pp}"
+    elif saved_pp is None and stages % pp:
+        made_for = f"a PP that divides its {stages} stages"
+    else:
+        return layout
+    raise TranslateError(
+        f"convert: {rc}: model.pipeline_model_parallel_layout ({stages} stages) was saved for {made_for}, but this "
+        f"export runs at model.pipeline_model_parallel_size={pp}: its ranks would build other layers than the saved "
+        f"shards hold; valid: model.pipeline_model_parallel_size={saved_pp or 'a divisor of ' + str(stages)} "
+        "(the checkpoint's own)")
 
 
 def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: no cover - needs Megatron-Bridge
@@ -1019,11 +1069,15 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
     rank0 = (os.environ.get("RANK") or "0") == "0"
     if conv.get("device") == "cpu" and not rank0:  # one conversion writes the output folder, not one per process
         return 0
+    saved_layout = None
     try:
         pg_options = None if conv.get("device") == "cpu" else process_group_options(timeout_minutes)
         tokenizer = None
         if direction == "megatron_to_hf":
             export_run_config(src)  # an MTP pattern the export would misread is refused before any process group
+            if pg_options is not None:  # a layout saved at another PP is refused before finalize() (and any group)
+                saved_layout = export_pipeline_layout(
+                    src, int(bc.sections["model"].get("pipeline_model_parallel_size") or 1))
             if rank0:  # the export's tokenizer, loaded before the weights: one that does not load stops here
                 tokenizer, tok_name, tok_origin = load_export_tokenizer(src, conv.get("tokenizer_fallback"),
                                                                         bc.trust_remote_code)
@@ -1055,10 +1109,8 @@ def _convert(bc: BridgeConfig, timeout_minutes: Any = None) -> int:  # pragma: n
         provider = bridge.to_megatron_provider(load_weights=direction == "hf_to_megatron")
         for key, value in {**layout, "pipeline_dtype": dtype, "params_dtype": dtype}.items():
             setattr(provider, key, value)
-        if direction == "megatron_to_hf" and layout.get("pipeline_model_parallel_size", 1) > 1:
-            saved = saved_pipeline_layout(src)
-            if saved is not None:
-                provider.pipeline_model_parallel_layout = saved
+        if saved_layout is not None:  # megatron_to_hf at PP > 1, the checkpoint's own PP (export_pipeline_layout)
+            provider.pipeline_model_parallel_layout = saved_layout
         provider.finalize()
         provider.initialize_model_parallel(seed=0)
         if direction == "hf_to_megatron":

@@ -329,19 +329,29 @@ def export_memory_problems(cfg: dict, host_memory=None) -> list[str]:
     node's real memory (``host_memory() -> (bytes or None, where)``, default
     :func:`nemotron.runtime.common.prestart.host_memory`: ``/proc/meminfo`` ``MemTotal`` and the cgroup limit): one line
     when it is below the policy's parameters x 2 bytes, which NeMo RL's export after training holds in one process
-    here. Memory that cannot be read is not a refusal (a line on stdout says so); nothing is exported (checkpointing
-    off, a model outside the catalogue): no line."""
+    here. The parameters: the catalogue's, or for a model outside it the ``config.json`` of ``policy.model_name``
+    (:func:`nemotron.layout.views.rl_export_size`). Memory that cannot be read, or parameters that cannot be counted,
+    is not a refusal (a ``note:`` line on stdout says the check did not run); nothing is exported (checkpointing off):
+    no line."""
     from nemotron.layout.rules import EXPORT_BYTES_PER_PARAM, rl_export_host_memory
-    from nemotron.layout.views import rl_export_params
+    from nemotron.layout.views import rl_export_size
 
-    params = rl_export_params(cfg)
-    if params is None:
+    size = rl_export_size(cfg)
+    if size is None:
         return []
+    if size.params is None:
+        for p in rl_export_host_memory(None, None, "policy.model_name", _get(cfg, "policy.model_name"), "",
+                                       "a catalogue model.name, or policy.model_name = a folder with the model's "
+                                       "NemotronH config.json", counted=size.source):
+            print(f"note: {p.render()}", flush=True)
+        return []
+    params = size.params
     have, where = (host_memory or prestart.host_memory)()
     need_gb = -(-params * EXPORT_BYTES_PER_PARAM // 10**9)
     fix = (f"run the job where the Ray head's node has at least {need_gb} GB of RAM for it (a partition of such nodes; "
            "Slurm mem = 0 or a size that large), and declare host_memory in the profile so the dry-run checks it")
-    found = rl_export_host_memory(params, have, "", None, where, fix)
+    found = rl_export_host_memory(params, have, "", None, where, fix,
+                                  counted="" if size.source.startswith("catalogue ") else size.source)
     if have is None:
         for p in found:
             print(f"note: {p.render()}", flush=True)
