@@ -118,13 +118,16 @@ def test_every_layout_is_one_megatron_builds():
 
 
 def test_the_cpu_converter_and_why_when_the_gpus_cannot_decide():
-    ultra = catalogue.get("ultra4layer")
-    assert "policy.megatron_cfg.enabled is false" in hf_export.choose(ultra, False, 8, 80.0).reason
+    tiny = catalogue.get("ultra4layer")
+    assert "policy.megatron_cfg.enabled is false" in hf_export.choose(tiny, False, 8, 80.0).reason
     assert "not in the catalogue" in hf_export.choose(None, True, 8, 80.0).reason
-    assert hf_export.choose(ultra, True, 0, 80.0, source="no GPU visible").reason == "no GPUs on the node (no GPU visible)"
-    assert "the GPU memory is unknown (profile x declares none)" in hf_export.choose(ultra, True, 8, None, source="profile x declares none").reason
-    # one 80 GB GPU cannot hold the slice's 72 GB + 5 GB allowance
-    one = hf_export.choose(ultra, True, 1, 75.0, source="s")
+    assert hf_export.choose(tiny, True, 0, 80.0, source="no GPU visible").reason == "no GPUs on the node (no GPU visible)"
+    assert hf_export.choose(tiny, True, None, None, source="torch.cuda could not be read").reason == \
+        "the node's GPUs are unknown (torch.cuda could not be read)"
+    unknown = hf_export.choose(tiny, True, 8, None, source="profile x declares none")
+    assert unknown.reason == "the GPU memory is unknown (profile x declares none)"
+    # one 75 GB GPU cannot hold the slice's 72 GB + the 5 GB allowance
+    one = hf_export.choose(tiny, True, 1, 75.0, source="s")
     assert not one.on_gpu and "TP1 PP1 EP1 on 1, needs 77 GB a GPU" in one.reason
 
 

@@ -154,8 +154,10 @@ def choose(spec: ModelSpec | None, megatron: bool, gpus: int | None, gpu_memory_
                    f"({DCP_CONVERTER.rsplit('/', 1)[-1]})")
     if spec is None:
         return cpu("the model is not in the catalogue, so its size on the GPUs is unknown")
-    if not gpus or gpus < 1:
-        return cpu(f"no GPUs on the node ({source or 'unknown'})")
+    if gpus is None:
+        return cpu(f"the node's GPUs are unknown ({source or 'not read'})")
+    if gpus < 1:
+        return cpu(f"no GPUs on the node ({source or 'none declared'})")
     if not gpu_memory_gb:
         return cpu(f"the GPU memory is unknown ({source or 'not declared'})")
     total = catalogue.param_count(spec)["total"] * EXPORT_BYTES_PER_PARAM / GB

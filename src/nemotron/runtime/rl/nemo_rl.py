@@ -25,15 +25,18 @@ the NeMo RL container, on the Ray head of the job's Ray cluster:
    with ``--config`` (:func:`run_entry`: its standard output is passed through line by line and read for the line
    NeMo RL prints at a stop below ``grpo.max_num_steps``); a non-zero exit code is the stage's.
 5. :func:`finish` — NeMo RL's own converter turns the newest ``step_N`` into a Hugging Face folder
-   (``<checkpoint_dir>/hf/step_N``, linked from ``hf/latest``), which is what the run records as its artifact.
+   (``<checkpoint_dir>/hf/step_N``, linked from ``hf/latest``), which is what the run records as its artifact:
+   its GPU converter under torchrun when a layout of this node's GPUs holds the BF16 weights, else its CPU
+   converter (:func:`export_plan`, the dry run's choice: :mod:`nemotron.layout.hf_export`).
 
 The config is layered on NeMo RL's own Ultra recipe (``nemo_rl.base``: :func:`base_recipe`, the lowest layer of
 :func:`nemotron.config.compile.compile_config`), and what step 4 hands NeMo RL (:func:`job_yaml`) is what
 tests/contract/test_nemo_rl.py runs NeMo RL's own entry code on at the pinned commit (loading, ``MasterConfig``,
 the entry's and ``setup()``'s checks that need no GPU). Steps 1-3 and 5 (with a stand-in for the converter's
-run) are tested here (tests/runtime/test_rl.py); the converter's command line against its real argument parser and the
-``step_N`` layout of NeMo RL's real ``CheckpointManager`` in the contract tests. Steps 4 and 5's conversion
-need NeMo RL, vLLM, Megatron-Bridge and GPUs: they have not been run by this project.
+run) are tested here (tests/runtime/test_rl.py); the converters' command lines against their real argument parsers
+(tests/contract/test_nemo_rl.py, tests/contract/test_nemo_rl_gpu_converter.py: torchrun's and the GPU converter's) and
+the ``step_N`` layout of NeMo RL's real ``CheckpointManager`` in the contract tests. Steps 4 and 5's conversion
+need NeMo RL, vLLM, Megatron-Bridge and GPUs: they have not been run by this project (the GPU converter neither).
 
 Stdlib only at import time.
 """
