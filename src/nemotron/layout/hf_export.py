@@ -37,8 +37,12 @@ the step's ``config.yaml`` and Megatron-Core refuses sequence parallelism at TP 
 the model allows is used.
 
 **Not proven here**: NeMo RL's GPU converter has not run on a GPU in this project; the proof stops at its argument
-contract (tests/contract/test_nemo_rl_gpu_converter.py runs its own ``parse_args`` on our command line). Pure
-arithmetic, stdlib and the catalogue only.
+contract (tests/contract/test_nemo_rl_gpu_converter.py runs its own ``parse_args`` on our command line), and
+whether Megatron-Bridge 8c46dc4 (NeMo RL's pin) builds the loaded model in the requested layout is not checked (at
+4588417, ``load_megatron_model`` without ``mp_overrides`` resets the loaded config's parallel sizes to 1). The job
+reads the GPU memory from ``torch.cuda`` (an H100 shows 85 GB, the profile's table says 80), so near the limit the
+job may choose otherwise than the dry run; its line says what it chose. Pure arithmetic on the catalogue and the
+memory estimate; no framework is imported.
 """
 
 from __future__ import annotations
