@@ -42,7 +42,6 @@ QUICK_FILES: tuple[str, ...] = (
     "tests/validation/test_cluster_storage.py",
     "tests/validation/test_estimate.py",
     "tests/validation/test_output_folders.py",
-    "tests/validation/test_rl_hf_export.py",
     "tests/validation/test_validation.py",
     "tests/data/test_data_prep_pretrain_units.py",
     "tests/data/test_data_prep_sft_chat.py",

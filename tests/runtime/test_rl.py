@@ -483,7 +483,7 @@ def test_finish_converts_the_newest_step_and_records_the_hf_folder(tmp_path, mon
         return 0
 
     root = tmp_path / "RL"
-    assert nemo_rl.finish(cfg, "ultra3 rlvr", root, run=converter, node=NO_GPU) == 0
+    assert nemo_rl.finish(cfg, "ultra3 rlvr", root, run=converter) == 0
     assert len(calls) == 1 and calls[0][1] == str(root / "examples" / "converters" / "convert_megatron_to_hf.py")
     assert calls[0][calls[0].index("--megatron-ckpt-path") + 1] == str(ck / "step_10" / "policy" / "weights" / "iter_0000000")
     hf = ck / "hf" / "step_10"
@@ -493,104 +493,6 @@ def test_finish_converts_the_newest_step_and_records_the_hf_folder(tmp_path, mon
     assert outputs == {"rl-checkpoint": {"path": str(hf), "step": 10, "checkpoint_dir": str(ck),
                                          "source": str(ck / "step_10")}}
     assert nemo_rl.finish(cfg, "ultra3 rlvr", root, run=converter) == 0 and len(calls) == 1  # already converted
-
-
-#: What :func:`nemo_rl.node_gpus` reports on a node without GPUs, and on an 8 x H100 node (torch.cuda's total_memory of
-#: an H100 80 GB: 85,029,158,912 bytes).
-NO_GPU = lambda: (0, None, "no GPU visible on this node")  # noqa: E731
-H100_NODE = lambda: (8, 85.029158912, "this node, torch.cuda: 8 x 85 GB")  # noqa: E731
-
-
-def _converter_stand_in(calls: list, codes: dict | None = None):
-    """Stands in for the converters' run (they need Megatron-Bridge and, for the GPU one, GPUs): records the command,
-    writes a config.json into --hf-ckpt-path and returns ``codes[launcher]`` (default 0), where launcher is
-    ``torch.distributed.run`` for the GPU converter and the script's name otherwise."""
-    def run(cmd, cwd):
-        calls.append(cmd)
-        out = Path(cmd[cmd.index("--hf-ckpt-path") + 1])
-        out.mkdir(parents=True)
-        (out / "config.json").write_text(json.dumps({"model_type": "nemotron_h"}))
-        return (codes or {}).get(cmd[2] if cmd[1] == "-m" else Path(cmd[1]).name, 0)
-    return run
-
-
-def test_finish_runs_the_gpu_converter_when_the_nodes_gpus_hold_the_weights(tmp_path, monkeypatch, capsys):
-    """The tiny config (the 4-layer slice, 72 GB of BF16 weights) on a node that shows 8 H100s: NeMo RL's GPU
-    converter under torchrun with the layout of :func:`nemotron.layout.hf_export.choose` (TP1 PP1 EP8), one line
-    saying so; the command's run is a stand-in (tests/contract/test_nemo_rl_gpu_converter.py parses the command with
-    the converter's own parser)."""
-    monkeypatch.setenv("NEMOTRON_RUN_DIR", str(tmp_path / "run"))
-    (tmp_path / "run").mkdir()
-    ck = tmp_path / "ckpt"
-    _nemo_rl_steps(ck, [4])
-    cfg, _, _ = checked("rlvr", "tiny", {"checkpointing.checkpoint_dir": str(ck)})
-    calls: list = []
-    root = tmp_path / "RL"
-    assert nemo_rl.finish(cfg, "ultra3 rlvr", root, run=_converter_stand_in(calls), node=H100_NODE) == 0
-    step = ck / "step_4"
-    assert calls == [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                      "--nproc-per-node", "8", str(root / "examples" / "converters" / "convert_megatron_to_hf_gpu.py"),
-                      "--config", str(step / "config.yaml"),
-                      "--megatron-ckpt-path", str(step / "policy" / "weights" / "iter_0000000"),
-                      "--hf-ckpt-path", str(ck / "hf" / ".step_4.tmp"), "--tp", "1", "--pp", "1", "--ep", "8",
-                      "--etp", "1"]]
-    out = capsys.readouterr().out
-    assert ("ultra3 rlvr: Hugging Face export: NeMo RL's GPU converter (convert_megatron_to_hf_gpu.py) on 8 of 8 "
-            "GPUs, TP1 PP1 EP8 ETP1: 20 GB a GPU (the most loaded stage's BF16 weights + 5 GB allowance) of 85 GB "
-            "(this node, torch.cuda: 8 x 85 GB)") in out
-    assert (ck / "hf" / "step_4" / "config.json").is_file() and (ck / "hf" / "latest").resolve() == ck / "hf" / "step_4"
-    # a node whose GPUs cannot hold it (one 80 GB GPU: 72 GB + 5 GB allowance fits; 8 x 8 GB do not): the CPU one
-    _nemo_rl_steps(ck, [5])
-    assert nemo_rl.finish(cfg, "ultra3 rlvr", root, run=_converter_stand_in(calls), node=lambda: (8, 8.0, "small")) == 0
-    assert calls[-1][1] == str(root / "examples" / "converters" / "convert_megatron_to_hf.py")
-    assert "Hugging Face export: NeMo RL's CPU converter (convert_megatron_to_hf.py): ultra4layer's 72 GB of BF16 " \
-           "weights do not fit 8 x 8 GB GPUs (small)" in capsys.readouterr().out
-
-
-def test_a_failed_gpu_converter_falls_back_to_the_cpu_one_where_the_ram_holds_the_model(tmp_path, monkeypatch, capsys):
-    """The GPU converter has not run on a GPU here: when it exits non-zero, its partial output goes and the CPU
-    converter runs once, if this node's RAM holds the model (rule rl-export-host-memory); else the GPU converter's
-    exit code and the rule's line."""
-    monkeypatch.setenv("NEMOTRON_RUN_DIR", str(tmp_path / "run"))
-    (tmp_path / "run").mkdir()
-    ck = tmp_path / "ckpt"
-    _nemo_rl_steps(ck, [4])
-    cfg, _, _ = checked("rlvr", "tiny", {"checkpointing.checkpoint_dir": str(ck)})
-    calls: list = []
-    fails = _converter_stand_in(calls, {"torch.distributed.run": 1})
-    root = tmp_path / "RL"
-    assert nemo_rl.finish(cfg, "ultra3 rlvr", root, run=fails, node=H100_NODE,
-                          host_memory=lambda: (10**12, "a 1 TB node")) == 0
-    assert [c[2] if c[1] == "-m" else Path(c[1]).name for c in calls] == ["torch.distributed.run",
-                                                                          "convert_megatron_to_hf.py"]
-    assert "NeMo RL's GPU converter exited 1; trying its CPU converter" in capsys.readouterr().out
-    assert (ck / "hf" / "step_4" / "config.json").is_file()
-    _nemo_rl_steps(ck, [6])
-    calls.clear()
-    assert nemo_rl.finish(cfg, "ultra3 rlvr", root, run=fails, node=H100_NODE,
-                          host_memory=lambda: (64 * 10**9, "a 64 GB node")) == 1
-    assert len(calls) == 1 and not (ck / "hf" / "step_6").exists()
-    err = capsys.readouterr().err
-    assert "NeMo RL's GPU converter exited 1, and its CPU converter cannot run here: " in err
-    assert "= 72 GB of host RAM" in err and "more than the 64 GB of a 64 GB node" in err
-
-
-def test_node_gpus_reads_torch_cuda_in_a_child_only_when_gpus_are_visible():
-    """No GPU visible: no child Python. Visible: ``torch.cuda``'s sizes (here the real probe on this machine's CPU
-    build of torch, which sees none), or why they could not be read."""
-    def never():
-        raise AssertionError("probed without a visible GPU")
-
-    assert nemo_rl.node_gpus(visible=lambda: 0, probe=never) == (0, None, "no GPU visible on this node")
-    assert nemo_rl.node_gpus(visible=lambda: 2, probe=lambda: [85029158912, 85029158912]) == \
-        (2, 85.029158912, "this node, torch.cuda: 2 x 85 GB")
-    assert nemo_rl.node_gpus(visible=lambda: 8)[:2] == (0, None)  # the real child: torch.cuda sees no GPU here
-
-    def broken():
-        raise ValueError("the torch probe exited 1: ImportError: no torch")
-
-    assert nemo_rl.node_gpus(visible=lambda: 8, probe=broken) == \
-        (None, None, "torch.cuda could not be read on this node: the torch probe exited 1: ImportError: no torch")
 
 
 def test_finish_after_a_deadline_stop_records_nothing_and_exits_75(tmp_path, monkeypatch, capsys):
@@ -856,14 +758,9 @@ def test_precheck_says_each_problem_in_one_line(tmp_path):
     ckpt = _checkpoint(tmp_path / "ckpt", "v4")
     cfg, _, _ = checked("rlvr", "tiny", {"policy.model_name": str(ckpt)})
     assert nemo_rl.precheck(cfg, importable=lambda m: True, gpus=8, host_memory=lambda: (10**12, "a 1 TB node")) == []
-    # the 4-layer slice's export holds 35.8 B x 2 bytes = 72 GB in NeMo RL's CPU converter: a 64 GB node without GPUs
-    # for the GPU converter is refused before NeMo RL trains
-    [line] = nemo_rl.precheck(cfg, importable=lambda m: True, gpus=8, host_memory=lambda: (64 * 10**9, "a 64 GB node"),
-                              node=NO_GPU)
+    # the 4-layer slice's export holds 35.8 B x 2 bytes = 72 GB: a 64 GB node is refused before NeMo RL trains
+    [line] = nemo_rl.precheck(cfg, importable=lambda m: True, gpus=8, host_memory=lambda: (64 * 10**9, "a 64 GB node"))
     assert "= 72 GB of host RAM" in line and "more than the 64 GB of a 64 GB node" in line
-    # with 8 x 80 GB GPUs the export runs on them (the GPU converter): the host RAM is not what it needs
-    assert nemo_rl.precheck(cfg, importable=lambda m: True, gpus=8, host_memory=lambda: (64 * 10**9, "a 64 GB node"),
-                            node=H100_NODE) == []
 
 
 def test_precheck_requires_the_generation_backend_the_config_names(tmp_path):

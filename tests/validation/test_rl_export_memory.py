@@ -24,11 +24,9 @@ ULTRA = catalogue.param_count(catalogue.get("ultra"))["total"]  # 560.5 B
 NEED = ULTRA * 2  # bytes, BF16
 
 
-def _profile(tmp_path, body: str, overrides: dict | None = None, gpu: str = "H200"):
-    """A Slurm profile of 8-GPU nodes; on H200 (141 GB) Ultra's export takes the CPU converter (the rule applies), on
-    B200 (180 GB) the GPU converter (tests/layout/test_hf_export.py)."""
+def _profile(tmp_path, body: str, overrides: dict | None = None):
     env = tmp_path / "env.toml"
-    env.write_text(f'[c]\nexecutor = "slurm"\ngpus_per_node = 8\ngpu = "{gpu}"\n' + body, encoding="utf-8")
+    env.write_text('[c]\nexecutor = "slurm"\ngpus_per_node = 8\ngpu = "B200"\n' + body, encoding="utf-8")
     return load_profile("c", str(env), overrides or {})
 
 
@@ -91,19 +89,14 @@ def test_dry_run_refuses_a_node_without_the_ram_for_the_export(tmp_path, stage):
     assert err.key == "profile.c.host_memory" and "1024 GB of host_memory = 1024 of profile c" in err.message
     assert _validate(stage, "default", _profile(tmp_path, "host_memory = 2048\n"))[1] == []
     assert _validate(stage, "default", _profile(tmp_path, 'mem = "2T"\n'))[1] == []
-    # on 8 x B200 the export runs NeMo RL's GPU converter (TP2 PP1 EP8: 173 GB a GPU of 180): the host RAM is not
-    # what it holds, so the rule does not apply
-    assert _validate(stage, "default", _profile(tmp_path, 'mem = "512G"\n', gpu="B200"))[1] == []
 
 
 def test_dry_run_warns_when_the_node_memory_is_unknown_and_skips_when_nothing_is_exported(tmp_path):
     _, [warn] = _validate("rlvr", "default", _profile(tmp_path, ""))
     assert warn.severity == "warning" and warn.key == "profile.c.host_memory"
     assert "at least 1122 GB" in warn.valid and "host_memory" in warn.valid
-    _, [warn] = _validate("rlvr", "default", None)  # no profile: unknown too (and the assumed H200 node's GPUs
-    assert "560.5 B parameters x 2 bytes (BF16) = 1121 GB" in warn.message and "(no profile)" in warn.message  # are short)
-    # the 4-layer slice's 72 GB take the GPU converter on that assumed 8-GPU H200 node: the rule does not apply
-    assert _validate("rlvr", "tiny", None)[1] == []
+    _, [warn] = _validate("rlvr", "tiny", None)  # no profile: unknown too; the 4-layer slice needs 72 GB
+    assert "35.8 B parameters x 2 bytes (BF16) = 72 GB" in warn.message and "(no profile)" in warn.message
     cfg, found = _validate("rlvr", "default", _profile(tmp_path, 'mem = "512G"\n'), {"checkpointing.enabled": False})
     assert found == [] and views.rl_export_params(cfg) is None  # checkpointing off: the run exports nothing
 

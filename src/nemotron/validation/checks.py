@@ -17,9 +17,8 @@ from nemotron.config.images import framework_version, keylist_version
 from nemotron.config.registry import Stage
 from nemotron.config.tree import as_int, get, has, unresolved
 from nemotron.errors import Problem, plural
-from nemotron.layout import hf_export, memory, rules
+from nemotron.layout import memory, rules
 from nemotron.layout.estimate import MTP_LEFT_OUT
-from nemotron.layout.hf_export import ExportPlan
 from nemotron.layout.views import (
     EXPORT_KEYS,
     NodeShape,
@@ -1155,9 +1154,6 @@ def describe_rl(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> lis
                 ["GPUs per teacher", f"{plural(plan.t_nodes, 'node')} x {plan.t_gpn} = {plan.t_nodes * plan.t_gpn}"],
                 ["weights per GPU (BF16, inference)", f"{w:.0f} GB" + (f" of {shape.gpu_memory_gb:.0f} GB" if shape.gpu_memory_gb else "")],
             ]))
-    export = export_plan(cfg, profile)
-    if export is not None:
-        tables.append(("Hugging Face export after training", ["", "value"], [["converter", export.line()]]))
     if v.ok and plan.train_nodes >= 1 and (model.num_layers % v.pp == 0 or v.first is not None):
         tables.append(pipeline_table(model, v.pp, v.first, v.last, v.mtp_depths,
                                      f"policy pipeline stages of {model.name}"))
@@ -1180,23 +1176,14 @@ def on_this_machine(executor: str | None) -> bool:
 __all__ = ["RLPlan", "backend", "describe_megatron", "describe_rl", "model_of", "validate_training"]
 
 
-def export_plan(cfg: dict, profile: ExecutorProfile | None) -> ExportPlan | None:
-    """The converter the RLVR/MOPD run's Hugging Face export will use (:func:`nemotron.layout.hf_export.plan_of`) on a
-    node of ``profile`` (:func:`nemotron.layout.views.node_shape`: ``run.env.gpus_per_node`` or the profile's, and the
-    profile's ``gpu`` / ``gpu_memory``); None when the run exports nothing."""
-    shape = node_shape(cfg, profile)
-    return hf_export.plan_of(cfg, lambda: (shape.gpus_per_node, shape.gpu_memory_gb, shape.memory_source))
-
-
 def rl_export_rules(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """Rule rl-export-host-memory on a NeMo RL stage: the host memory of a node of ``profile``
     (:func:`nemotron.layout.views.host_memory`: Slurm ``mem`` when a concrete size, else ``host_memory``) against
     what the Hugging Face export after training holds (:func:`nemotron.layout.views.rl_export_size` x 2 bytes).
     The run checks the Ray head's real memory at job start with the same rule (:func:`nemotron.runtime.rl.nemo_rl.precheck`).
-    Only when the export uses NeMo RL's CPU converter (:func:`export_plan`: the run makes the same choice with the
-    same function, :func:`nemotron.layout.hf_export.plan_of`). A policy whose parameters cannot be counted
-    (:func:`nemotron.layout.views.rl_export_size`: a model outside the catalogue whose ``policy.model_name`` has no
-    readable NemotronH ``config.json`` here) is a warning that the check did not run, on ``policy.model_name``."""
+    A policy whose parameters cannot be counted (:func:`nemotron.layout.views.rl_export_size`: a model outside the
+    catalogue whose ``policy.model_name`` has no readable NemotronH ``config.json`` here) is a warning that the check did
+    not run, on ``policy.model_name``."""
     size = rl_export_size(cfg)
     if size is None:
         return []
@@ -1205,9 +1192,6 @@ def rl_export_rules(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]
                                            "a catalogue model.name, or policy.model_name = the Hugging Face folder "
                                            "(its NemotronH config.json) where this machine sees it",
                                            counted=size.source)
-    plan = export_plan(cfg, profile)
-    if plan is not None and plan.on_gpu:
-        return []
     params = size.params
     need_gb = -(-params * rules.EXPORT_BYTES_PER_PARAM // 10**9)
     mem = host_memory(profile)

@@ -25,18 +25,15 @@ the NeMo RL container, on the Ray head of the job's Ray cluster:
    with ``--config`` (:func:`run_entry`: its standard output is passed through line by line and read for the line
    NeMo RL prints at a stop below ``grpo.max_num_steps``); a non-zero exit code is the stage's.
 5. :func:`finish` — NeMo RL's own converter turns the newest ``step_N`` into a Hugging Face folder
-   (``<checkpoint_dir>/hf/step_N``, linked from ``hf/latest``), which is what the run records as its artifact:
-   its GPU converter under torchrun when a layout of this node's GPUs holds the BF16 weights, else its CPU
-   converter (:func:`export_plan`, the dry run's choice: :mod:`nemotron.layout.hf_export`).
+   (``<checkpoint_dir>/hf/step_N``, linked from ``hf/latest``), which is what the run records as its artifact.
 
 The config is layered on NeMo RL's own Ultra recipe (``nemo_rl.base``: :func:`base_recipe`, the lowest layer of
 :func:`nemotron.config.compile.compile_config`), and what step 4 hands NeMo RL (:func:`job_yaml`) is what
 tests/contract/test_nemo_rl.py runs NeMo RL's own entry code on at the pinned commit (loading, ``MasterConfig``,
 the entry's and ``setup()``'s checks that need no GPU). Steps 1-3 and 5 (with a stand-in for the converter's
-run) are tested here (tests/runtime/test_rl.py); the converters' command lines against their real argument parsers
-(tests/contract/test_nemo_rl.py, tests/contract/test_nemo_rl_gpu_converter.py: torchrun's and the GPU converter's) and
-the ``step_N`` layout of NeMo RL's real ``CheckpointManager`` in the contract tests. Steps 4 and 5's conversion
-need NeMo RL, vLLM, Megatron-Bridge and GPUs: they have not been run by this project (the GPU converter neither).
+run) are tested here (tests/runtime/test_rl.py); the converter's command line against its real argument parser and the
+``step_N`` layout of NeMo RL's real ``CheckpointManager`` in the contract tests. Steps 4 and 5's conversion
+need NeMo RL, vLLM, Megatron-Bridge and GPUs: they have not been run by this project.
 
 Stdlib only at import time.
 """
@@ -149,7 +146,7 @@ def is_local_path(value: str) -> bool:
 
 # ------------------------------------------------------------------------------------ checks
 def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path | None = None,
-             host_memory=None, installed=None, node=None) -> list[str]:
+             host_memory=None, installed=None) -> list[str]:
     """Every reason the cluster run cannot start here, one line each (empty: ready).
 
     ``importable(module) -> bool`` and ``gpus`` (GPUs visible on this node) default to the real ones;
@@ -166,9 +163,7 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
     ``nemo_rl`` is imported from) is the one the config was validated against (:func:`recipe_drift`); this node
     (the Ray head, where :func:`finish` runs NeMo RL's Hugging Face export after training) has the host RAM the
     export holds (:func:`export_memory_problems`; ``host_memory() -> (bytes or None, where)``, default
-    :func:`nemotron.runtime.common.prestart.host_memory`), checked before NeMo RL trains when the export will use the
-    CPU converter (:func:`export_plan` on this node's GPUs, ``node() -> (GPUs, GB each, where)``, default
-    :func:`node_gpus`; the choice is printed in one line).
+    :func:`nemotron.runtime.common.prestart.host_memory`), checked before NeMo RL trains.
     """
     if importable is None:
         from nemotron.runtime.dispatch import _importable as importable
@@ -208,10 +203,7 @@ def precheck(cfg: dict, importable=None, gpus: int | None = None, checkout: Path
     env = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in os.environ}
     problems += prestart.gpu_problems(_get(cfg, "cluster.num_nodes"), _get(cfg, "cluster.gpus_per_node"), env, gpus,
                                       "cluster.num_nodes", "cluster.gpus_per_node")
-    plan = export_plan(cfg, node)
-    if plan is not None:
-        print(f"Hugging Face export after training: {plan.line()}", flush=True)
-    problems += export_memory_problems(cfg, host_memory, plan)
+    problems += export_memory_problems(cfg, host_memory)
     return problems
 
 
@@ -332,16 +324,15 @@ def _at_least(have: str, minimum: str) -> bool:
         return False
 
 
-def export_memory_problems(cfg: dict, host_memory=None, plan=None) -> list[str]:
+def export_memory_problems(cfg: dict, host_memory=None) -> list[str]:
     """Rule rl-export-host-memory (:func:`nemotron.layout.rules.rl_export_host_memory`, the dry-run's rule) on this
     node's real memory (``host_memory() -> (bytes or None, where)``, default
     :func:`nemotron.runtime.common.prestart.host_memory`: ``/proc/meminfo`` ``MemTotal`` and the cgroup limit): one line
-    when it is below the policy's parameters x 2 bytes, which NeMo RL's CPU converter holds in one process here.
-    Only when the export uses the CPU converter (``plan``, default :func:`export_plan` on this node's GPUs: the GPU
-    converter holds the weights on the GPUs, not in one process's RAM). The parameters: the catalogue's, or for a
-    model outside it the ``config.json`` of ``policy.model_name`` (:func:`nemotron.layout.views.rl_export_size`).
-    Memory that cannot be read, or parameters that cannot be counted, is not a refusal (a ``note:`` line on stdout
-    says the check did not run); nothing is exported (checkpointing off): no line."""
+    when it is below the policy's parameters x 2 bytes, which NeMo RL's export after training holds in one process
+    here. The parameters: the catalogue's, or for a model outside it the ``config.json`` of ``policy.model_name``
+    (:func:`nemotron.layout.views.rl_export_size`). Memory that cannot be read, or parameters that cannot be counted,
+    is not a refusal (a ``note:`` line on stdout says the check did not run); nothing is exported (checkpointing off):
+    no line."""
     from nemotron.layout.rules import EXPORT_BYTES_PER_PARAM, rl_export_host_memory
     from nemotron.layout.views import rl_export_size
 
@@ -353,9 +344,6 @@ def export_memory_problems(cfg: dict, host_memory=None, plan=None) -> list[str]:
                                        "a catalogue model.name, or policy.model_name = a folder with the model's "
                                        "NemotronH config.json", counted=size.source):
             print(f"note: {p.render()}", flush=True)
-        return []
-    plan = plan if plan is not None else export_plan(cfg)
-    if plan is not None and plan.on_gpu:
         return []
     params = size.params
     have, where = (host_memory or prestart.host_memory)()
@@ -834,82 +822,22 @@ def hf_output(checkpoint_dir: str | Path, step: int | None = None) -> Path:
     return base / (HF_LATEST if step is None else f"step_{step}")
 
 
-#: What :func:`node_gpus` runs in a child Python (the job's interpreter): the GPUs torch.cuda sees and the memory of
-#: each, in bytes. A child, so that this process (which later waits on the converter) holds no CUDA context.
-_GPU_PROBE = ("import json, torch\n"
-              "n = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
-              "print(json.dumps([torch.cuda.get_device_properties(i).total_memory for i in range(n)]))\n")
-
-
-def node_gpus(visible=None, probe=None) -> tuple[int | None, float | None, str]:
-    """``(GPUs, GB of the smallest, where)`` of this node, for :func:`export_plan`: no GPU visible
-    (``visible() -> int``, default :func:`nemotron.runtime.common.prestart.visible_gpus`: ``CUDA_VISIBLE_DEVICES``
-    or the ``/dev/nvidiaN`` files) is ``(0, None, ...)`` without starting torch; else ``probe() -> [bytes, ...]``
-    (default: ``torch.cuda.get_device_properties(i).total_memory`` of every device, in a child Python of this
-    interpreter, 300 s at most). GB = 10^9 bytes. A probe that fails gives ``(None, None, why)``: the CPU converter."""
-    count = (visible or prestart.visible_gpus)()
-    if count == 0:
-        return 0, None, "no GPU visible on this node"
-    try:
-        sizes = (probe or _probe_gpus)()
-    except (OSError, ValueError, subprocess.SubprocessError) as exc:
-        return None, None, f"torch.cuda could not be read on this node: {exc}"
-    if not sizes:
-        return 0, None, "torch.cuda sees no GPU on this node"
-    return len(sizes), min(sizes) / 1e9, f"this node, torch.cuda: {len(sizes)} x {min(sizes) / 1e9:.0f} GB"
-
-
-def _probe_gpus() -> list[int]:
-    proc = subprocess.run([sys.executable, "-c", _GPU_PROBE], capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ValueError(f"the torch probe exited {proc.returncode}: {tail}")
-    sizes = json.loads((proc.stdout.strip().splitlines() or ["[]"])[-1])
-    if not isinstance(sizes, list) or not all(isinstance(b, int) for b in sizes):
-        raise ValueError(f"the torch probe printed {proc.stdout.strip()[-200:]!r}")
-    return sizes
-
-
-def export_plan(cfg: dict, node=None):
-    """The converter this run's Hugging Face export uses (:func:`nemotron.layout.hf_export.plan_of`, the function the
-    dry run calls with the profile's node shape) on this node: ``node() -> (GPUs, GB each, where)``, default
-    :func:`node_gpus`, read only when the choice depends on it. None when nothing is exported."""
-    from nemotron.layout.hf_export import plan_of
-
-    return plan_of(cfg, node or node_gpus)
-
-
-def converter_command(cfg: dict, step_dir: Path, out: Path, root: Path, plan=None) -> list[str]:
+def converter_command(cfg: dict, step_dir: Path, out: Path, root: Path) -> list[str]:
     """NeMo RL's own converter of a step's policy weights to a Hugging Face folder (examples/converters of its
-    checkout), as its usage lines give it. For the Megatron backend (``policy.megatron_cfg.enabled``; the iteration
-    folder Megatron-Bridge wrote, the highest ``iter_*``):
-
-    * ``plan`` (:func:`export_plan`, an :class:`nemotron.layout.hf_export.ExportPlan`) on the GPU:
-      ``python -m torch.distributed.run --standalone --nnodes 1 --nproc-per-node N convert_megatron_to_hf_gpu.py
-      --config step_N/config.yaml --megatron-ckpt-path step_N/policy/weights/iter_XXXXXXX --hf-ckpt-path OUT --tp T
-      --pp P --ep E --etp 1`` (``torch.distributed.run`` is the module behind the ``torchrun`` command, run with this
-      interpreter; ``--standalone``: a rendezvous on this node with a free port). Not run on a GPU by this project:
-      its argument contract is tested (tests/contract/test_nemo_rl_gpu_converter.py), not its run.
-    * else (``plan`` None or the CPU): ``convert_megatron_to_hf.py --config ... --megatron-ckpt-path ...
-      --hf-ckpt-path OUT``, one process with the whole model in host RAM.
-
-    Else ``convert_dcp_to_hf.py --config ... --dcp-ckpt-path step_N/policy/weights --hf-ckpt-path OUT``. The
-    converters read the model's architecture from ``policy.model_name`` of the step's ``config.yaml`` (what
-    ``CheckpointManager`` saved: the run's own config); the GPU one also ``policy.megatron_cfg.sequence_parallel``."""
-    from nemotron.layout.hf_export import CPU_CONVERTER, DCP_CONVERTER, GPU_CONVERTER
-
+    checkout), as its usage line gives it: ``convert_megatron_to_hf.py --config step_N/config.yaml
+    --megatron-ckpt-path step_N/policy/weights/iter_XXXXXXX --hf-ckpt-path OUT`` for the Megatron backend
+    (``policy.megatron_cfg.enabled``; the iteration folder Megatron-Bridge wrote, the highest ``iter_*``), else
+    ``convert_dcp_to_hf.py --config ... --dcp-ckpt-path step_N/policy/weights --hf-ckpt-path OUT``. The
+    converter reads the model's architecture from ``policy.model_name`` of the step's ``config.yaml`` (what
+    ``CheckpointManager`` saved: the run's own config)."""
     weights = step_dir / "policy" / "weights"
     config = step_dir / "config.yaml"
     if _get(cfg, "policy.megatron_cfg.enabled", False):
         iters = sorted(p.name for p in weights.glob("iter_*") if p.is_dir()) if weights.is_dir() else []
         megatron = weights / (iters[-1] if iters else "iter_0000000")
-        args = ["--config", str(config), "--megatron-ckpt-path", str(megatron), "--hf-ckpt-path", str(out)]
-        if plan is not None and plan.on_gpu:
-            return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                    "--nproc-per-node", str(plan.nproc), str(root / GPU_CONVERTER), *args,
-                    "--tp", str(plan.tp), "--pp", str(plan.pp), "--ep", str(plan.ep), "--etp", str(plan.etp)]
-        return [sys.executable, str(root / CPU_CONVERTER), *args]
-    return [sys.executable, str(root / DCP_CONVERTER), "--config", str(config),
+        return [sys.executable, str(root / "examples" / "converters" / "convert_megatron_to_hf.py"), "--config",
+                str(config), "--megatron-ckpt-path", str(megatron), "--hf-ckpt-path", str(out)]
+    return [sys.executable, str(root / "examples" / "converters" / "convert_dcp_to_hf.py"), "--config", str(config),
             "--dcp-ckpt-path", str(weights), "--hf-ckpt-path", str(out)]
 
 
@@ -953,30 +881,7 @@ def deadline_stop(cfg: dict, stage: str, checkpoint_dir: str | Path, step: int, 
     return True
 
 
-def _cpu_fallback(cfg: dict, stage: str, step_dir: Path, tmp: Path, root: Path, run, code: int,
-                  host_memory=None) -> int:
-    """After NeMo RL's GPU converter exited ``code`` (non-zero): its CPU converter into a clean ``tmp`` when this node's
-    RAM holds the model (rule rl-export-host-memory, :func:`export_memory_problems` with the CPU converter; unknown
-    memory is tried), else ``code`` and the rule's line. Returns the exit code of the converter that ran last."""
-    import shutil
-
-    from nemotron.layout.hf_export import CPU, ExportPlan
-
-    cpu = ExportPlan(CPU, f"the GPU converter exited {code}")
-    problems = export_memory_problems(cfg, host_memory, cpu)
-    if problems:
-        print(f"{stage}: NeMo RL's GPU converter exited {code}, and its CPU converter cannot run here: {problems[0]}",
-              file=sys.stderr)
-        return code
-    if tmp.exists():
-        shutil.rmtree(tmp)  # the GPU converter's partial output: both converters refuse an existing folder
-    cmd = converter_command(cfg, step_dir, tmp, root, cpu)
-    print(f"{stage}: NeMo RL's GPU converter exited {code}; trying its CPU converter: {' '.join(cmd[1:])}", flush=True)
-    return run(cmd, str(root))
-
-
-def finish(cfg: dict, stage: str, root: Path, run=None, stopped: str | None = None, node=None,
-           host_memory=None) -> int:
+def finish(cfg: dict, stage: str, root: Path, run=None, stopped: str | None = None) -> int:
     """After NeMo RL's entry exited 0: the newest step (:func:`latest_step`) in Hugging Face form, the artifact
     the later stages read (teachers, MOPD and quantize load Hugging Face folders with a ``config.json``, not
     NeMo RL's ``step_N``).
@@ -984,12 +889,7 @@ def finish(cfg: dict, stage: str, root: Path, run=None, stopped: str | None = No
     1. ``<checkpoint_dir>/hf/step_N`` is made with NeMo RL's converter (:func:`converter_command`; ``run(cmd,
        cwd)`` runs it, default ``subprocess.call``) into a temporary folder, the tokenizer files NeMo RL saved
        with the step (``step_N/policy/tokenizer``) are copied in, and the folder is renamed into place; a step
-       already converted (a ``config.json`` there: a resubmitted job) is kept. The converter is the one
-       :func:`export_plan` chooses on this node (``node() -> (GPUs, GB each, where)``, default :func:`node_gpus`),
-       said in one line: NeMo RL's GPU converter under torchrun when a layout of the node's GPUs holds the BF16
-       weights, else its CPU converter. The GPU converter has not run on a GPU in this project: when it exits
-       non-zero, the CPU converter is tried once if this node's RAM holds the model (:func:`_cpu_fallback`;
-       ``host_memory`` as for :func:`export_memory_problems`).
+       already converted (a ``config.json`` there: a resubmitted job) is kept.
     2. ``<checkpoint_dir>/hf/latest`` points at it (replaced atomically).
     3. ``outputs.json`` in the run folder (:func:`nemotron.config.artifacts.write_outputs`) records each artifact of
        :func:`output_artifacts` with ``path`` = ``hf/step_N``, ``step``, ``checkpoint_dir`` and ``source`` (the
@@ -1033,14 +933,9 @@ def finish(cfg: dict, stage: str, root: Path, run=None, stopped: str | None = No
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        plan = export_plan(cfg, node)
-        if plan is not None:
-            print(f"{stage}: Hugging Face export: {plan.line()}", flush=True)
-        cmd = converter_command(cfg, step_dir, tmp, root, plan)
+        cmd = converter_command(cfg, step_dir, tmp, root)
         print(f"{stage}: converting {step_dir} to Hugging Face form: {' '.join(cmd[1:])}", flush=True)
         code = run(cmd, str(root))
-        if code != 0 and plan is not None and plan.on_gpu:
-            code = _cpu_fallback(cfg, stage, step_dir, tmp, root, run, code, host_memory)
         if code != 0:
             print(f"{stage}: NeMo RL's converter exited {code}; {step_dir} is kept as NeMo RL wrote it", file=sys.stderr)
             return code
@@ -1174,8 +1069,6 @@ __all__ = [
     "converter_command",
     "deadline_stop",
     "engine_death",
-    "export_memory_problems",
-    "export_plan",
     "run_entry",
     "stop_reason",
     "entry_relpath",
@@ -1198,7 +1091,6 @@ __all__ = [
     "launch",
     "megatron_generation_problems",
     "mopd_main",
-    "node_gpus",
     "precheck",
     "rlvr_main",
     "teacher_map",
