@@ -159,8 +159,9 @@ def validate_data(stage: Any, cfg: dict, profile: ExecutorProfile | None = None)
     try:
         blend = stage_blend(s)
     except ConfigError as exc:  # a blend's problems come all at once (BlendProblems), one Problem each
-        return [*problems, *(_problem(ConfigError(m, exc.hint), "data-blend")
-                             for m in getattr(exc, "problems", None) or [exc.message]),
+        each = getattr(exc, "problems", None) or [exc.message]
+        hints = getattr(exc, "hints", None) or [exc.hint] * len(each)  # each problem's own ways out
+        return [*problems, *(_problem(ConfigError(m, h), "data-blend") for m, h in zip(each, hints)),
                 *hub_problems(s, None, profile, stage=stage)]
     problems += [_problem(exc, "data-inputs") for exc in check_inputs(s, blend) + unreadable_inputs(blend)]
     problems += [Problem("", None, message, rule="data-blend", severity="warning") for message in blend.warnings]
