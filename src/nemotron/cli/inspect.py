@@ -78,6 +78,12 @@ def _print_inspect(doc: dict[str, Any]) -> None:
                                                     "wrong value rejected"],
                      [[doc["records"], doc["checker"] or "none (pip install 'nemotron-cli[inspect]')",
                        *(["-"] * 4 if c is None else [c["parsed"], c["numeric"], c["rewarded"], c["wrong_rejected"]])]])
+        if doc.get("form") == "chat-messages":
+            out(f"note: {doc['untasked']:,} of {doc['records']:,} lines have no 'task' field: chat messages, not a "
+                "data prep rl output; read as RL prompts (the user turn as the prompt, the assistant turn as the "
+                "reference answer)")
+        else:
+            out("form: data prep rl output (messages [user, assistant] and task)")
         if c and c["failed_lines"]:
             out(f"{c['failed']} reference answers fail the check (cannot reward a policy right); lines "
                 f"{', '.join(map(str, c['failed_lines']))}")

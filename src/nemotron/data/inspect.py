@@ -391,12 +391,18 @@ def rl(path: Path, count: int) -> dict[str, Any]:
     whether the checker parses it, as a number, rewards a response that states it and rejects one that states
     another value. An answer that fails any of these is listed (``failed_lines``): it cannot reward a policy right.
 
+    ``form`` says what the lines are: ``data-prep-rl`` (every line as data prep rl writes it: ``messages`` =
+    [user, assistant] and its ``task``), or ``chat-messages`` (some line without ``task``: a chat file of single
+    user/assistant exchanges, read the same way, the user turn as the prompt and the assistant turn as the
+    reference answer; not a data prep rl output).
+
     Raises:
         ConfigError: a line that is not UTF-8, not JSON or has no user prompt and assistant answer (file and line
-            named), or a file without any line.
+            named); a line whose messages are not exactly [user, assistant] (a system turn, several turns: a chat
+            record, not an RL prompt); a file without any line.
     """
     check = _checker()
-    shown, total = [], 0
+    shown, total, untasked = [], 0, 0
     counts = {"parsed": 0, "numeric": 0, "rewarded": 0, "wrong_rejected": 0}
     failed: list[int] = []
     with open(path, "rb") as fh:
@@ -413,9 +419,17 @@ def rl(path: Path, count: int) -> dict[str, Any]:
                 msgs = obj["messages"]
                 prompt = next(m["content"] for m in msgs if m.get("role") == "user")
                 answer = next(m["content"] for m in msgs if m.get("role") == "assistant")
-            except (ValueError, KeyError, TypeError, StopIteration):
+            except (ValueError, KeyError, TypeError, StopIteration, AttributeError):
                 raise ConfigError(f"{path}:{line_no}: not an RL line {{\"messages\": [user, assistant]}}",
                                   "data prep rl writes them") from None
+            roles = [m.get("role") if isinstance(m, dict) else None for m in msgs]
+            if roles != ["user", "assistant"]:
+                raise ConfigError(f"{path}:{line_no}: a chat record of {len(roles)} messages ({', '.join(map(str, roles))}), "
+                                  "not a data prep rl line (one user prompt and its reference answer: "
+                                  "{\"messages\": [user, assistant], \"task\": ...})",
+                                  "data inspect reads data prep outputs: chat data after `nemotron ultra3 data prep "
+                                  "sft` (give its output folder), RL prompts after `nemotron ultra3 data prep rl`") from None
+            untasked += not isinstance(obj.get("task"), str)
             total += 1
             outcome = check(str(answer)) if check is not None else None
             if outcome is not None:
@@ -427,7 +441,8 @@ def rl(path: Path, count: int) -> dict[str, Any]:
                 shown.append({"line": line_no, "prompt": prompt, "answer": answer, "check": outcome})
     if total == 0:
         raise ConfigError(f"{path}: no RL lines (the file is empty or blank)", "data prep rl writes them")
-    return {"kind": "rl", "path": str(path), "records": total, "checker": "math-verify" if check else None,
+    return {"kind": "rl", "path": str(path), "form": "chat-messages" if untasked else "data-prep-rl",
+            "untasked": untasked, "records": total, "checker": "math-verify" if check else None,
             "check": None if check is None else {**counts, "failed_lines": failed[:20], "failed": len(failed)},
             "shown": shown}
 
