@@ -237,7 +237,7 @@ def blend_repo_problems(stage: Any, cfg: dict, profile: ExecutorProfile | None =
         problems.append(Problem(
             "blends.placeholders", ", ".join(src.name for src in unused),
             f"no placeholder row of the stage files needs {names}: not fetched nor read, so neither the hub nor the "
-            "path is checked for it", "drop the entry to silence this (~blends.placeholders.<name>, or "
+            f"path is checked for {'it' if len(unused) == 1 else 'them'}", "drop the entry to silence this (~blends.placeholders.<name>, or "
             "'blends.placeholders={}' for all)", rule="data-inputs", severity="warning"))
     out = Path(s.output_dir)
     if out.exists() and not out.is_dir():
