@@ -139,3 +139,24 @@ def test_every_stage_command_in_the_docs_parses(doc, line):
 def test_the_parse_check_refuses_what_the_cli_refuses(argv):
     with pytest.raises(typer.TyperException):
         parse(argv)
+
+
+def test_the_readme_says_where_runs_are_recorded(tmp_path, monkeypatch):
+    """The README never named $NEMOTRON_HOME, where every clone's runs record their artifacts (a clone's dry run
+    listed another's versions as left out, unexplained). It names the variable, its default and folders as the code
+    has them, and the per-clone setting, whose folder git ignores."""
+    import subprocess
+
+    from nemotron.config import artifacts
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "**`$NEMOTRON_HOME`** (default `~/.nemotron`: `artifacts/`, `runs/`, `jobs/`)" in readme
+    assert "`export NEMOTRON_HOME=$PWD/.nemotron` (ignored by git)" in readme
+    monkeypatch.delenv("NEMOTRON_HOME", raising=False)
+    monkeypatch.setattr(artifacts, "_ROOT", None)  # no env.toml [artifacts] root of an earlier command
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert artifacts.store() == tmp_path / ".nemotron" / "artifacts"
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "clone" / ".nemotron"))
+    assert artifacts.store() == tmp_path / "clone" / ".nemotron" / "artifacts"
+    ignored = subprocess.run(["git", "check-ignore", "-q", ".nemotron/artifacts/x.json"], cwd=ROOT)
+    assert ignored.returncode == 0, "git does not ignore a per-clone .nemotron"

@@ -431,6 +431,43 @@ def test_stop_child_escalates_when_the_stage_does_not_stop(tmp_path):
     assert time.monotonic() - t0 < 10
 
 
+def test_ctrl_c_after_a_data_preps_output_is_complete_says_so_and_the_rerun_records_it(tmp_path, shared_data,
+                                                                                       monkeypatch):
+    """A Ctrl-C after the output is complete (the version's manifest.json written, the summary printed) but before
+    the artifact is recorded: one line saying the output is complete and not recorded, and what to do (it said
+    only ``interrupted``); no record. The rerun finds the output up to date and records it. The moment is exact:
+    the stage holds at its ``output-complete`` point (nemotron.errors.HOLD_ENV)."""
+    import json
+
+    from nemotron.errors import HOLD_ENV
+
+    marker = tmp_path / "held"
+    monkeypatch.setenv(HOLD_ENV, f"output-complete={marker}")
+    proc, cmd, env_marker, out_dir = _start_data_prep(tmp_path, shared_data, kind="rl")
+    deadline = time.monotonic() + 240
+    while not marker.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    err, left = _stop(proc, env_marker, signal.SIGINT, group=True)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 130 and not left, err[-2000:]
+    manifest = next(out_dir.rglob("manifest.json"))
+    vdir = manifest.parent
+    assert json.loads(manifest.read_text())["complete"] is True
+    assert lines[-1] == (f"interrupted: ultra3 data prep rl was interrupted after its output was complete ({vdir}), "
+                         "before it was recorded as an artifact: run the same command again to record it (the output "
+                         "is up to date, nothing is redone) (run folder: " + lines[-1].split("(run folder: ")[1]), err
+    home = tmp_path / "home"
+    assert not list((home / "artifacts").glob("rl-data/v*.json"))
+    monkeypatch.delenv(HOLD_ENV)
+    env = {**os.environ, "NEMOTRON_HOME": str(home), "NEMOTRON_SHARED_DATA": str(shared_data)}
+    again = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "up to date" in again.stdout + again.stderr
+    rec = json.loads((home / "artifacts" / "rl-data" / "v1.json").read_text())
+    assert rec["path"] == str(vdir)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_data_prep_says_planning_first_and_an_interrupt_before_any_work_keeps_nothing(tmp_path, shared_data,
                                                                                        monkeypatch, sig):

@@ -93,6 +93,29 @@ def test_hf_import_refuses_a_missing_shard_a_truncated_one_and_a_too_large_token
     _fails(capsys, "model", "import", str(bad), match="no tokenizer")
 
 
+def test_hf_import_says_what_a_weights_entry_is_when_it_is_no_file(capsys, hf_model, tmp_path):
+    """model.safetensors that loops (a link to itself), a broken link, a directory; a shard the index names that is
+    a directory: one line saying what the entry is, never "no model.safetensors ... (found model.safetensors)"."""
+    bad = tmp_path / "bad"
+    shutil.copytree(hf_model, bad)
+    weights = bad / "model.safetensors"
+    weights.unlink()
+    weights.symlink_to("model.safetensors")
+    _fails(capsys, "model", "import", str(bad),
+           match=f"{weights} is a link that loops (-> model.safetensors), not a file")
+    weights.unlink()
+    weights.symlink_to(tmp_path / "gone.safetensors")
+    _fails(capsys, "model", "import", str(bad), match=f"{weights} is a broken link (-> {tmp_path / 'gone.safetensors'})")
+    weights.unlink()
+    weights.mkdir()
+    _fails(capsys, "model", "import", str(bad), match=f"{weights} is a directory, not a file")
+    weights.rmdir()
+    shard = bad / "model-00001-of-00001.safetensors"
+    shard.mkdir()
+    (bad / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": shard.name}}))
+    _fails(capsys, "model", "import", str(bad), match=f"{shard} is a directory, not a file")
+
+
 def test_hf_folder_as_a_megatron_artifact_is_refused(capsys, hf_model):
     _fails(capsys, "model", "import", str(hf_model), "--as", "pretrain-checkpoint",
            match="a hf checkpoint; the consumers of pretrain-checkpoint load a megatron checkpoint")

@@ -141,6 +141,35 @@ def test_data_inspect_json(capsys, data):
     assert abs(sum(d["sample_share"] for d in doc["datasets"]["train"]) - 1) < 1e-9
     doc = run_json(capsys, "data-inspect", ["ultra3", "data", "inspect", str(data["rl"]), "--json"])
     assert doc["kind"] == "rl" and doc["records"] > 0
+    assert doc["form"] == "data-prep-rl" and doc["untasked"] == 0
+
+
+def test_data_inspect_of_a_raw_chat_file_says_what_it_read(capsys, data, tmp_path):
+    """A raw SFT chat file (OpenAI messages) was shown as `RL prompts` with no word that it is no RL data. Now a
+    chat record that is not [user, assistant] (a system turn, several turns) is refused naming the line and what it
+    holds; single user/assistant exchanges without `task` are read, with form `chat-messages` and a note saying they
+    are not a data prep rl output; a real data prep rl output says its form."""
+    chat = tmp_path / "sft_good.jsonl"
+    chat.write_text("".join(json.dumps({"messages": [{"role": "system", "content": "be brief"},
+                                                     {"role": "user", "content": f"q{i}"},
+                                                     {"role": "assistant", "content": f"a{i}"}]}) + "\n"
+                            for i in range(3)))
+    assert main(["ultra3", "data", "inspect", str(chat)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {chat}:1: a chat record of 3 messages (system, user, assistant), not a data prep "
+                          "rl line"), err
+    assert "nemotron ultra3 data prep sft" in err
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
+                                                      {"role": "assistant", "content": f"a{i}"}]}) + "\n"
+                             for i in range(3)))
+    doc = run_json(capsys, "data-inspect", ["ultra3", "data", "inspect", str(pairs), "--json"])
+    assert doc["form"] == "chat-messages" and doc["untasked"] == 3 and doc["records"] == 3
+    assert main(["ultra3", "data", "inspect", str(pairs)]) == 0
+    out = capsys.readouterr().out
+    assert "note: 3 of 3 lines have no 'task' field: chat messages, not a data prep rl output" in out, out
+    assert main(["ultra3", "data", "inspect", str(data["rl"])]) == 0
+    assert "form: data prep rl output (messages [user, assistant] and task)" in capsys.readouterr().out
 
 
 def test_why_json(capsys):

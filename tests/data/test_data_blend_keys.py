@@ -253,3 +253,33 @@ def test_the_same_file_under_two_names_is_a_warning_of_dry_run_and_run(tmp_path,
     pretrain.prepare(pretrain.Settings.from_config(cfg), live_progress=False)
     out = capsys.readouterr().out
     assert f"warning: {warn.message}" in " ".join(out.split()), out  # the run says the dry run's line
+
+
+def test_each_blend_problem_gets_only_the_advice_that_applies(tmp_path, tok_cache):
+    """A path placeholder missing from path_vars was advised `optional: true ... or policies.empty_glob=skip` (which
+    leave out a dataset whose path matches nothing: no help for a placeholder). Each problem now gets its own ways
+    out, in the dry run's lines and in the run's error: a placeholder its value, a path that matches nothing the
+    optional/empty_glob way out, a bad weight (pretrain) on_bad.bad_weight=skip."""
+    blend = _blend(tmp_path, [{"name": "ph", "path": "{stage_dir}/a.jsonl", "weight": 1},
+                              {"name": "none", "path": str(tmp_path / "nothing-*.jsonl"), "weight": 1},
+                              {"name": "ok", "path": str(_need(WIKI)), "weight": 1}])
+    cfg = compile_stage("data-prep-rl", "tiny", blend_path=str(blend), output_dir=str(tmp_path / "out"))
+    cfg["path_vars"] = {}
+    errors = {p.message.split(": ", 2)[1]: p.valid for p in validate_data(_Stage("data-prep-rl"), cfg)
+              if p.severity == "error"}
+    ph, none = errors["datasets[0] (ph)"], next(v for k, v in errors.items() if "(none)" in k)
+    assert ph == "fix each line named; give each placeholder named a value (path_vars.NAME=VALUE) or write the path out"
+    assert "empty_glob" not in ph and "optional" not in ph
+    assert none.endswith("optional: true (on the dataset) or policies.empty_glob=skip leaves a dataset whose path "
+                         "matches nothing out") and "path_vars" not in none
+    with pytest.raises(BlendProblems) as err:  # the run: one error, its hint names both ways out, each once
+        from nemotron.data.driver import stage_blend
+        from nemotron.data import rl
+
+        stage_blend(rl.Settings.from_config(cfg))
+    assert err.value.hints == [ph, none] and "path_vars.NAME=VALUE" in err.value.hint and "empty_glob" in err.value.hint
+    bad = _blend(tmp_path, [{"name": "w", "path": str(WIKI), "weight": -1}])
+    cfg = compile_stage("data-prep-pretrain", "tiny", blend_path=str(bad), output_dir=str(tmp_path / "o2"),
+                        tokenizer__cache_dir=tok_cache)
+    (weight,) = [p.valid for p in validate_data(_Stage("data-prep-pretrain"), cfg) if p.severity == "error"]
+    assert weight == "fix each line named; on_bad.bad_weight=skip leaves a dataset with a bad weight out"

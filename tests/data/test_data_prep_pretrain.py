@@ -367,6 +367,31 @@ def test_a_text_field_of_the_wrong_type_is_named_as_such(ray_instance, tok_cache
     assert ": wrong_type: " in err.value.hint and "is int, not text" in err.value.hint
 
 
+def test_a_jsonl_line_that_is_no_object_is_not_object_not_missing_field(ray_instance, tok_cache, tmp_path):
+    """JSONL lines that are a list, a string or null were counted as ``missing_field: record is not an object``
+    (and the hint said to set text_field): now reason ``not_object``, saying what the line is, with a hint about the
+    records' form; mixed with good documents they are skipped and counted as such."""
+    from nemotron.errors import RuntimeFailure
+
+    path = tmp_path / "lists.jsonl"
+    path.write_text("[1, 2, 3]\n\"just a string\"\nnull\n" * 10)
+    blend = blend_file(tmp_path, [{"name": "lists", "path": str(path), "weight": 1}])
+    with pytest.raises(RuntimeFailure) as err:
+        run(tiny(tmp_path / "out", tok_cache, blend_path=blend, split={"valid_docs": 1, "test_docs": 1}))
+    assert "(not_object 30)" in err.value.message and "missing_field" not in err.value.message, err.value.message
+    assert err.value.hint.startswith("the records are not JSON objects (each line a list, a string or null): give one "
+                                     "object per line with the text in 'text'"), err.value.hint
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps({"text": f"good document {i}"}) + "\n" for i in range(20))
+                     + "[1, 2, 3]\n\"just a string\"\nnull\n")
+    blend = blend_file(tmp_path, [{"name": "mixed", "path": str(mixed), "weight": 1}])
+    d = run(tiny(tmp_path / "out2", tok_cache, blend_path=blend, split={"valid_docs": 1, "test_docs": 1}))["datasets"][0]
+    assert d["skipped"] == {"not_object": 3}
+    text = "\n".join(d["examples"])
+    assert f"{mixed}:21: not_object: the record is a list, not a JSON object with field 'text'" in text, text
+    assert f"{mixed}:22: not_object: the record is a string" in text and f"{mixed}:23: not_object: the record is null" in text
+
+
 def test_a_truncated_shard_of_a_finished_output_is_rebuilt(ray_instance, tok_cache, tmp_path, capsys):
     """A finished output with a truncated .bin is not up to date: the rerun names the shard and rebuilds it."""
     from nemotron.data import outputs

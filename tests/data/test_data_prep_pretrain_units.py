@@ -308,7 +308,7 @@ def test_readers_report_problems_with_lines(tmp_path):
     jl.write_bytes(b'{"text": "one"}\n\n{"text": "two"}\n{"x": 1}\n\xff\xfe\n{bad json\n[1, 2]\n{"text": "last"}')
     got = [(pos, text, reason) for pos, text, reason, _ in iter_records(Piece(str(jl), "jsonl"), "text")]
     assert got == [(1, "one", None), (3, "two", None), (4, None, "missing_field"), (5, None, "invalid_utf8"),
-                   (6, None, "malformed_json"), (7, None, "missing_field"), (8, "last", None)]
+                   (6, None, "malformed_json"), (7, None, "not_object"), (8, "last", None)]
 
     gz = tmp_path / "a.jsonl.gz"
     with gzip.open(gz, "wb") as fh:

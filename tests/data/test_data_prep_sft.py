@@ -236,6 +236,34 @@ def test_cli_dry_run(tmp_path, monkeypatch, capsys):
     assert code == 0 and "pad_to_multiple: 8" in out and "data_prep_sft/run.py" in out
 
 
+def test_duplicate_conversations_are_counted_as_rl_counts_them(ray_instance, tok_cache, tmp_path, capsys):
+    """10 records with one id and one content, and the same conversation again in a second dataset, were written
+    with no word (data prep rl has a `duplicates` column). The summary's `duplicates` column, the manifest and a
+    note count every repeat of an earlier conversation (the same messages and tools, whatever the id), across
+    datasets as RL counts them; they are kept (each copy trained on), as the note says."""
+    same = {"id": "same", "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    other = [{"id": "same", "messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}
+             for i in range(5)]
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("".join(json.dumps(x) + "\n" for x in [same] * 10 + other))
+    b.write_text(json.dumps({**same, "id": "other"}) + "\n" + json.dumps(other[0]) + "\n"
+                 + json.dumps({"messages": [{"role": "user", "content": "new"}, {"role": "assistant", "content": "x"}]}))
+    blend = tmp_path / "blend.json"
+    blend.write_text(json.dumps({"datasets": [{"name": "a", "path": str(a), "weight": 1.0},
+                                              {"name": "b", "path": str(b), "weight": 1.0}]}))
+    from nemotron.data.sft import Settings, prepare
+
+    m = prepare(Settings.from_config(config(tmp_path / "out", tok_cache, blend_path=str(blend),
+                                            split__validation_fraction=0.0)), live_progress=False)
+    text = capsys.readouterr().out
+    by = {d["name"]: d for d in m["datasets"]}
+    assert by["a"]["duplicates"] == 9 and by["b"]["duplicates"] == 2 and m["totals"]["duplicates"] == 11
+    assert by["a"]["conversations"] == 15 and by["a"]["samples"] == 15  # kept: reported, not dropped
+    assert _row(text, "a")[4] == "9" and _row(text, "b")[4] == "2" and _row(text, "total")[4] == "11", text
+    assert ("note: 11 conversation(s) repeat an earlier one (the same messages and tools; a 9, b 2): kept, each copy "
+            "is trained on") in text, text
+
+
 def _row(out: str, first: str) -> list[str]:
     """The cells of the printed table row whose first cell is ``first``."""
     line = next(ln for ln in out.splitlines() if ln.startswith(f"| {first} "))
@@ -261,7 +289,7 @@ def test_summary_tells_this_runs_work_and_warns_without_validation(ray_instance,
     lines = text.splitlines()
     t, r = m["totals"], m["run"]
     # the total row: counts only; no seconds under "passes", no rate under "share"
-    assert _row(text, "total") == ["total", f"{t['records']:,}", f"{t['samples']:,}", "0", "0", "0",
+    assert _row(text, "total") == ["total", f"{t['records']:,}", f"{t['samples']:,}", "0", "0", "0", "0",
                                    human(t["tokens"]), "", "", "100%"]
     counts = _final_progress_counts(text)
     assert {"sft sequences", "sft packs"} <= set(counts) and set(counts.values()) == {1}, counts

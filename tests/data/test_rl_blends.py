@@ -233,7 +233,9 @@ def test_control_token_text_policy_is_the_default_backends(tmp_path, capsys):
     one = {"blends__stages": ["rlvr1"]}
     st = stage(rl_blends.prepare(rl_blends.settings(config(fx, tmp_path / "skip", **one))))
     assert st["skipped"] == {"control_token_text": 2} and st["control_token_text"] == 0
-    assert [x.split(": control_token_text: ")[0] for x in st["left_out"]] == [f"{path}:2", f"{path}:3"]
+    # the restored row is named by its blend line and by the source row it was restored from (row 3 of dapo.parquet)
+    assert [x.split(": control_token_text: ")[0] for x in st["left_out"]] == [
+        f"{path}:2 (restored from source dapo: {fx['dapo']} row 3, 0-based)", f"{path}:3"]
     written = Path(st["train_path"]).read_text() + Path(st["validation_path"]).read_text()
     assert "<|im_start|>" not in written and "<|im_end|>" not in written
     assert st["train_rows"] + st["validation_rows"] == len(rows) - 2
@@ -243,7 +245,61 @@ def test_control_token_text_policy_is_the_default_backends(tmp_path, capsys):
                                                            **one))))
     assert st["control_token_text"] == 2 and st["skipped"] == {}
     assert "note: stage file rlvr1: 2 record(s) hold control-token text" in capsys.readouterr().out
-    with pytest.raises(RuntimeFailure, match=rf"{path}:2: control_token_text: holds the control-token string"):
+    with pytest.raises(RuntimeFailure, match=rf"{path}:2 \(restored from source dapo: {fx['dapo']} row 3, 0-based\): "
+                                             "control_token_text: holds the control-token string"):
         rl_blends.prepare(rl_blends.settings(config(fx, tmp_path / "fail", policies__control_token_text="fail", **one)))
     with pytest.raises(ConfigError, match=r"policies.control_token_text='text' is not allowed; valid: skip, keep, fail"):
         rl_blends.settings(config(fx, tmp_path / "o", policies__control_token_text="text"))
+
+
+def test_placeholder_sources_no_row_needs_are_neither_probed_nor_read(tmp_path):
+    """A local blends.source whose rows need no placeholder: the unused hf:// (hub unreachable here) and missing
+    local sources refuse nothing (the run never reads them; one warning names them), and the run records every
+    stage. A source some row does need is still checked: the hub refusal names it, and it only."""
+    from nemotron.config.registry import get_stage
+    from nemotron.data import hub
+    from nemotron.validation.data import validate_data
+
+    fx = ultra_blends_repo(tmp_path, rows=6)
+    for path in fx["repo"].glob("*.jsonl"):  # the same repository, no placeholder row left
+        rows = [json.loads(x) for x in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows if "_hf_placeholder" not in r))
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing answers there: the hub is unreachable
+    assert hub.probe(env=env) is not None
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        cfg = config(fx, tmp_path / "out", blends__placeholders__dapo__path="hf://BytedTsinghua-SIA/DAPO-Math-17k",
+                     blends__placeholders__skywork__path=str(tmp_path / "nope.jsonl"))
+        found = validate_data(get_stage("data-prep-rl"), cfg)
+        assert [p for p in found if p.severity == "error"] == []
+        (warn,) = [p for p in found if p.key == "blends.placeholders"]
+        assert warn.severity == "warning" and "dapo (hf://BytedTsinghua-SIA/DAPO-Math-17k)" in warn.message
+        assert f"skywork ({tmp_path / 'nope.jsonl'})" in warn.message and "not fetched nor read" in warn.message
+        # one row needs dapo again: the hub is checked for it (an error, the run would fail), not for skywork
+        path = fx["repo"] / "rlhf.jsonl"
+        rows = path.read_text().splitlines()
+        row = json.loads(rows[0])
+        row.update(dataset="ultra_v3_sft_profiled_dapo17k", _hf_placeholder={"row": 0, "question_template": None})
+        path.write_text("\n".join([json.dumps(row)] + rows[1:]) + "\n")
+        found = validate_data(get_stage("data-prep-rl"), cfg)
+        (err,) = [p for p in found if p.severity == "error"]
+        assert err.rule == "data-hub" and err.key == "blends.placeholders.dapo.path"
+        assert "hf://BytedTsinghua-SIA/DAPO-Math-17k is fetched from the Hugging Face hub" in err.message
+        (warn,) = [p for p in found if p.key == "blends.placeholders"]
+        assert warn.value == "skywork"
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    path.write_text("\n".join(rows) + "\n")  # no placeholder row again: the whole command runs and records
+    home, out = tmp_path / "home", tmp_path / "cli"
+    r = subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "data", "prep", "rl", "-c", "ultra-blends",
+                        f"output_dir={out}", f"blends.source={fx['repo']}"],  # the config's hf:// sources
+                       capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                       env={**os.environ, **env, "NEMOTRON_HOME": str(home), "PYTHONPATH": str(ROOT / "src")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no placeholder row of the stage files needs dapo (hf://BytedTsinghua-SIA/DAPO-Math-17k)" in r.stdout + r.stderr
+    assert sorted(p.name for p in (home / "artifacts").iterdir()) == sorted(f"rl-blend-{s}" for s in rl_blends.ULTRA_STAGES)

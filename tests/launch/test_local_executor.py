@@ -175,6 +175,10 @@ def test_batch_status_logs_secret_and_cancel(cli, env_file, tmp_path, env):
         assert shutil.which("bash", path=path) and shutil.which("git", path=path), path
         cancel = cli("ultra3", "cancel", job_id)
         assert cancel.returncode == 0, cancel.stderr
+        # cancel waits for the job's end: status right after says CANCELLED (it said RUNNING for ~20 s)
+        assert f"cancelled job {job_id} ({experiment}): CANCELLED (exit code 75)" in cancel.stderr, cancel.stderr
+        now = cli("ultra3", "status", job_id)
+        assert "CANCELLED" in now.stdout and "RUNNING" not in now.stdout, now.stdout
         follow = cli("ultra3", "logs", job_id, "-f", timeout=120)
         assert follow.returncode == 75, follow.stderr[-2000:]  # saved and stopped: resumable
         assert "CANCELLED" in follow.stderr and "run the same command again to resume" in follow.stderr

@@ -335,3 +335,23 @@ def test_our_own_interrupted_run_log_is_interrupted_with_the_same_command_as_the
     # a cancel stays a cancel (the stop listed as also)
     got = why.classify(alone, "CANCELLED by 0", "0:15")
     assert got["cause"] == "cancelled" and "interrupted" in [a["cause"] for a in got["also"]], got
+
+
+def test_why_log_of_an_empty_file_says_it_is_empty(tmp_path, capsys):
+    """An empty log (or one of blank lines) was `cause unknown` with evidence `-`: now the title and evidence say the
+    file is empty, and the hint where a log with something in it comes from."""
+    empty, blank = tmp_path / "empty.log", tmp_path / "blank.log"
+    empty.write_text("")
+    blank.write_text("\n  \n\n")
+    assert main(["ultra3", "why", "--log", str(empty), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cause"] == "unknown" and doc["title"] == "the log is empty", doc
+    assert doc["evidence"] == f"{empty}: empty (0 bytes)" and "tee run.log" in doc["hint"], doc
+    assert main(["ultra3", "why", "--log", str(blank)]) == 0
+    out = capsys.readouterr().out
+    assert f"{blank}: only blank lines (5 bytes)" in out and "tee run.log" in out, out
+    log = tmp_path / "some.log"
+    log.write_text("step 1 | loss 2.3\n")  # a log with something in it stays unknown, its last line the evidence
+    assert main(["ultra3", "why", "--log", str(log), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["title"] == "none of the known causes" and doc["evidence"] == "step 1 | loss 2.3", doc

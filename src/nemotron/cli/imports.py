@@ -75,6 +75,47 @@ def _json_object(path: Path) -> dict[str, Any]:
     return data
 
 
+def not_a_file(path: Path) -> str | None:
+    """What ``path`` is when something of that name exists but is no readable regular file: ``"a directory"``, ``"a
+    link that loops (-> TARGET)"``, ``"a broken link (-> TARGET)"``, ``"not a regular file (a FIFO, socket or
+    device)"``; ``None`` when it is a file (through links) or when nothing of that name exists. Never raises."""
+    import errno
+    import stat
+
+    if not os.path.lexists(path):
+        return None
+    target = ""
+    if path.is_symlink():
+        try:
+            target = f" (-> {os.readlink(path)})"
+        except OSError:
+            target = ""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"a link that loops{target}"
+        if exc.errno == errno.ENOENT:
+            return f"a broken link{target}"
+        return f"unreadable ({exc.strerror or exc})"
+    if stat.S_ISDIR(st.st_mode):
+        return f"a directory{' through a link' + target if target else ''}"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a FIFO, socket or device)"
+    return None
+
+
+def _file_entry(path: Path, hint: str) -> None:
+    """Refuse ``path`` when an entry of that name is there but is no regular file (:func:`not_a_file`).
+
+    Raises:
+        ConfigError: ``<path> is a directory, not a file`` and the like.
+    """
+    what = not_a_file(path)
+    if what is not None:
+        raise _fail(f"{path} is {what}, not a file", hint)
+
+
 # ------------------------------------------------------------------------------------------------ checkpoints
 def checkpoint_form(path: Path) -> str | None:
     """``"hf"``, ``"megatron"`` or ``"nemo-rl"`` by the files ``path`` holds (``config.json``;
@@ -151,12 +192,16 @@ def check_hf(path: Path) -> dict[str, Any]:
         raise _fail(f"{path / 'config.json'}: vocab_size={vocab!r} is not a positive integer",
                     "the config.json saved with the model")
     index = path / "model.safetensors.index.json"
+    _file_entry(index, "the index file saved with the shards (or no entry of that name, for one model.safetensors)")
+    _file_entry(path / "model.safetensors", "the weights file saved with the model (copy it, not a link to itself)")
     if index.is_file():
         weight_map = _json_object(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise _fail(f"{index}: no weight_map", "the index saved with the shards")
         shards = sorted(set(map(str, weight_map.values())))
         missing = [s for s in shards if not (path / s).is_file()]
+        for s in missing:
+            _file_entry(path / s, "copy the shard the index names (a file)")
         if missing:
             more = f" (and {len(missing) - 1} more of {len(shards)})" if len(missing) > 1 else ""
             raise _fail(f"{path / missing[0]}: shard named by {index.name} does not exist{more}",
@@ -164,7 +209,7 @@ def check_hf(path: Path) -> dict[str, Any]:
     elif (path / "model.safetensors").is_file():
         shards = ["model.safetensors"]
     else:
-        others = sorted(p.name for p in path.glob("*.safetensors"))
+        others = sorted(p.name for p in path.glob("*.safetensors") if p.is_file())
         raise _fail(f"{path}: no model.safetensors and no model.safetensors.index.json"
                     + (f" (found {', '.join(others[:3])} without their index)" if others else ""),
                     "a Hugging Face folder saved with save_pretrained (safetensors weights)")

@@ -33,12 +33,15 @@ def _print_inspect(doc: dict[str, Any]) -> None:
                      [[doc["packs"], doc["pack_size"], doc["tokens"], doc["learned_tokens"], f"{doc['fill']:.1%}",
                        doc["flags"]["no_learned_token"], doc["flags"]["pad_run"], doc["flags"]["document_cut"]]])
         out("learned tokens are in [[...]] (green on a terminal); the rest is masked" +
-            ("" if doc["decoded"] else "; token ids shown: no tokenizer folder next to the file"))
+            ("; {text:<|im_end|>} is a control-token string a message holds as text (ordinary tokens, not the "
+             "control token)" if doc["decoded"] else "; token ids shown: no tokenizer folder next to the file"))
         for p in doc["shown"]:
             report.heading(f"pack {p['index']}: {p['tokens']} tokens, {len(p['documents'])} documents, "
                            f"{p['learned']} learned, fill {p['fill']:.1%}" + (f", flags: {', '.join(p['flags'])}" if p['flags'] else ""))
             for n, d in enumerate(p["documents"]):
-                out(f"── document {n}: tokens [{d['start']}, {d['end']}), {d['learned']} learned")
+                held = d.get("control_text") or 0
+                out(f"── document {n}: tokens [{d['start']}, {d['end']}), {d['learned']} learned"
+                    + (f", {held} control-token string(s) as text" if held else ""))
                 out(d["text"])
     elif doc["kind"] == "pretrain":
         run = doc.get("run")
@@ -78,6 +81,12 @@ def _print_inspect(doc: dict[str, Any]) -> None:
                                                     "wrong value rejected"],
                      [[doc["records"], doc["checker"] or "none (pip install 'nemotron-cli[inspect]')",
                        *(["-"] * 4 if c is None else [c["parsed"], c["numeric"], c["rewarded"], c["wrong_rejected"]])]])
+        if doc.get("form") == "chat-messages":
+            out(f"note: {doc['untasked']:,} of {doc['records']:,} lines have no 'task' field: chat messages, not a "
+                "data prep rl output; read as RL prompts (the user turn as the prompt, the assistant turn as the "
+                "reference answer)")
+        else:
+            out("form: data prep rl output (messages [user, assistant] and task)")
         if c and c["failed_lines"]:
             out(f"{c['failed']} reference answers fail the check (cannot reward a policy right); lines "
                 f"{', '.join(map(str, c['failed_lines']))}")

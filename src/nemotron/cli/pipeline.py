@@ -23,7 +23,7 @@ from nemotron.config.compile import compile_config, config_artifacts, profile_ov
 from nemotron.config.paths import config_names
 from nemotron.config.registry import STAGES, Stage, get_stage
 from nemotron.config.tree import get, leaves
-from nemotron.errors import ConfigError, Problem, RuntimeFailure, UsageError, ValidationError, plural
+from nemotron.errors import ConfigError, NemotronError, Problem, RuntimeFailure, UsageError, ValidationError, plural
 from nemotron.launch import backends, jobs, submit
 from nemotron.launch.plan import plan_job, planned_outputs
 from nemotron.profiles import load as profiles
@@ -424,7 +424,12 @@ def job_cancel(ident: str) -> int:
         print(f"job {rec.job_id} ({rec.experiment_id}) had already ended ({st}); nothing to cancel", file=sys.stderr)
         return 0
     owner.cancel(rec)
-    print(f"cancelled job {rec.job_id} ({rec.experiment_id})", file=sys.stderr)
+    try:  # a backend whose cancel waits for the end (local) has the final state by now
+        st, code = owner.state(rec)
+    except NemotronError:
+        st, code = "", None
+    ended = f": {st}" + (f" (exit code {code})" if code not in (None, "") else "") if st in jobs.TERMINAL else ""
+    print(f"cancelled job {rec.job_id} ({rec.experiment_id}){ended}", file=sys.stderr)
     return 0
 
 

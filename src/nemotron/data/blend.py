@@ -107,8 +107,10 @@ class BlendProblems(ConfigError):
     """Every problem of one blend file, found in one pass; ``problems`` holds one message per problem
     (each ``<file>:<line>: datasets[i] (<name>): <problem>``), ``message`` all of them."""
 
-    def __init__(self, problems: list[str], hint: str | None = None) -> None:
+    def __init__(self, problems: list[str], hint: str | None = None, hints: list[str] | None = None) -> None:
         self.problems = list(problems)
+        #: one hint per problem (the ways out that apply to it); ``hint`` covers them all
+        self.hints = list(hints) if hints is not None and len(hints) == len(self.problems) else [hint or ""] * len(self.problems)
         text = problems[0] if len(problems) == 1 else f"{len(problems)} problems: " + "; ".join(problems)
         super().__init__(text, hint)
 
@@ -174,6 +176,7 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
     out: list[DatasetSpec] = []
     dropped: list[tuple[str, str]] = []
     seen: set[str] = set()
+    kind_of: dict[str, str] = {}  # problem message -> what it is about, for its hint: placeholder, weight, match
     for i, d in enumerate(items):
         line = getattr(d, "line", 0)
         where = f"{p}:{line}: datasets[{i}]"
@@ -203,14 +206,17 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
             found.append(f"{where}: 'path' is required (file, folder, glob or hf://org/name)")
         else:
             unknown = [v for v in _VAR_RE.findall(raw_path) if v not in variables]
-            found += [f"{where}: path placeholder {{{v}}} is not in path_vars (known: "
-                      f"{', '.join(sorted(variables)) or 'none'})" for v in unknown]
+            for v in unknown:
+                found.append(f"{where}: path placeholder {{{v}}} is not in path_vars (known: "
+                             f"{', '.join(sorted(variables)) or 'none'})")
+                kind_of[found[-1]] = "placeholder"
             resolved = _VAR_RE.sub(lambda m: variables.get(m.group(1), m.group(0)), raw_path)
         problem = _weight_problem(d.get("weight"))
         if problem and bad_weight == "skip":
             dropped.append((name, f"{where}: {problem}; dataset skipped (on_bad.bad_weight=skip)"))
         elif problem:
             found.append(f"{where}: {problem}")
+            kind_of[found[-1]] = "weight"
         exclude = d.get("exclude") or []
         if not isinstance(exclude, list) or not all(isinstance(x, str) for x in exclude):
             found.append(f"{where}: 'exclude' must be a list of glob patterns")
@@ -238,16 +244,12 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
         trouble = check(spec) if check is not None else None
         if trouble:
             problems.append(trouble)
+            kind_of[trouble] = "match"
             continue
         out.append(spec)
     if problems:
-        if policy_section == "on_bad":
-            hint = ("fix each line named; on_bad.bad_weight=skip leaves a dataset with a bad weight out, optional: "
-                    "true or on_bad.empty_glob=skip one whose path matches nothing")
-        else:
-            hint = (f"fix each line named; optional: true (on the dataset) or {policy_section}.empty_glob=skip "
-                    "leaves a dataset whose path matches nothing out")
-        raise BlendProblems(problems, hint)
+        raise BlendProblems(problems, _problems_hint({kind_of.get(m, "") for m in problems}, policy_section),
+                            [_problems_hint({kind_of.get(m, "")}, policy_section) for m in problems])
     if not out:
         raise ConfigError(f"{p}: no dataset left after dropping those with bad weights")
     total = sum(d.weight for d in out)
@@ -264,6 +266,22 @@ def load_blend(path: str | os.PathLike[str], *, path_vars: dict[str, Any] | None
     return Blend(path=str(p), name=str(data.get("name") or p.stem), datasets=out,
                  missing=[dict(m) for m in missing], dropped=dropped, description=str(data.get("description") or ""),
                  warnings=_same_path_warnings(p, items, out))
+
+
+def _problems_hint(kinds: set[str], policy_section: str) -> str:
+    """The hint of a blend's problems: ``fix each line named``, then only the ways out that apply to the kinds of
+    problem found (``placeholder``: an unknown ``{name}`` in a path; ``weight``: a bad weight, which
+    ``on_bad.bad_weight=skip`` can leave out where the stage has it; ``match``: a path that matches nothing, which
+    ``optional: true`` or ``<section>.empty_glob=skip`` leaves out)."""
+    parts = ["fix each line named"]
+    if "placeholder" in kinds:
+        parts.append("give each placeholder named a value (path_vars.NAME=VALUE) or write the path out")
+    if "weight" in kinds and policy_section == "on_bad":
+        parts.append("on_bad.bad_weight=skip leaves a dataset with a bad weight out")
+    if "match" in kinds:
+        parts.append(f"optional: true (on the dataset) or {policy_section}.empty_glob=skip leaves a dataset whose "
+                     "path matches nothing out")
+    return "; ".join(parts)
 
 
 #: The largest finite float (IEEE 754 double), the bound a blend's summed weights must stay under.

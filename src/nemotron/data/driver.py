@@ -384,6 +384,11 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
                 raise problem  # before the lock file: an input is never touched; an unreadable one before any work
             with outputs.writer_lock(s.output_dir):  # one writing run per output folder
                 manifest = prepare(s)
+            _WRITING.setdefault("vdir", Path(manifest["path"]))  # complete: an interrupt from here on kept all of it
+            hold_point("output-complete")  # tests: an interrupt after the output is complete, before it is recorded
+            from nemotron.config.artifacts import write_outputs
+
+            write_outputs(artifacts(manifest))
         except KeyboardInterrupt as exc:
             write_interrupt_note(kept_note(s))
             if isinstance(exc, StopRequested) or stop_signal() is not None:
@@ -392,9 +397,6 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
     finally:
         if ours:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-    from nemotron.config.artifacts import write_outputs
-
-    write_outputs(artifacts(manifest))
     return 0
 
 
@@ -491,11 +493,16 @@ def kept_note(s: Any) -> str:
     """One line saying what an interrupted run kept: the finished pieces of work (shards, SFT windows: each has its
     receipt, ``*.receipt.json``) in the version folder it was writing, or that none was finished yet, so the next
     run starts from the beginning; before a version folder was chosen (the input checks, the start of planning),
-    ``interrupted before any work; nothing kept ...``."""
+    ``interrupted before any work; nothing kept ...``; after the version folder's ``manifest.json`` (written last)
+    says it is complete, ``interrupted after its output was complete (VDIR), before it was recorded ...``: the rerun
+    finds it up to date and records it."""
     if "vdir" not in _WRITING:
         return (f"interrupted before any work; nothing kept (output_dir={s.output_dir} untouched), so the next run "
                 "starts from the beginning")
     vdir = _WRITING.get("vdir")
+    if vdir is not None and version_state(vdir) == "finished":  # its manifest.json, written last, says complete
+        return (f"interrupted after its output was complete ({vdir}), before it was recorded as an artifact: run the "
+                "same command again to record it (the output is up to date, nothing is redone)")
     done = sum(1 for _ in vdir.rglob("*" + outputs.RECEIPT_SUFFIX)) if vdir is not None and vdir.is_dir() else 0
     if not done:
         return (f"interrupted before any shard was finished; nothing of it is kept in {s.output_dir}, so the next run "

@@ -148,6 +148,11 @@ def _manifest_near(path: Path) -> dict[str, Any]:
 def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
     """Summary and ``count`` packs of a packed SFT Parquet file.
 
+    Each shown document's ``text`` shows a control-token string that a message holds as text (encoded as ordinary
+    tokens, not the control token: data prep sft's ``policies.control_token_text: text``) as :data:`TEXT_CONTROL`,
+    ``{text:<|im_end|>}``, and counts them (``control_text``); the template's own control tokens (one id each)
+    stay as they are.
+
     Flags: ``no_learned_token`` (a pack that trains on nothing), ``pad_run`` (a document ending in pad tokens: the
     manifest's ``pad_id``, masked; data prep pads a sub-sequence to ``pad_to_multiple``), ``document_cut`` (a document
     whose last token is learned and is not the token the file's documents end with: an answer cut off).
@@ -195,6 +200,7 @@ def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
             out.append((a, e, b))
         return out
 
+    controls = _controls(tok)
     last_tokens = Counter(ids[e - 1] for ids, starts in zip(ids_col, start_col, strict=True)
                           for _, e, _ in docs_of(ids, starts) if e > 0)
     end_token = last_tokens.most_common(1)[0][0] if last_tokens else None
@@ -215,8 +221,10 @@ def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
             for a, _, b in docs:
                 # position t is learned when mask[t - 1] = 1 (the stored mask is label-aligned)
                 marks = [bool(mask[t - 1]) if t > a else False for t in range(a, b)]
-                shown.append({"start": a, "end": b, "tokens": b - a, "learned": sum(marks),
-                              "text": _marked(ids[a:b], marks, tok, colour)})
+                counted = [0]
+                text = _marked(ids[a:b], marks, tok, colour, controls, counted)
+                shown.append({"start": a, "end": b, "tokens": b - a, "learned": sum(marks), "text": text,
+                              "control_text": counted[0]})
             packs.append({"index": n, "tokens": len(ids), "fill": len(ids) / size if size else 0.0,
                           "learned": learned, "documents": shown, "pad_run": pad, "flags": flags})
     return {"kind": "sft", "path": str(path), "packs": len(ids_col), "pack_size": size, "tokens": tokens_total,
@@ -224,14 +232,74 @@ def sft(path: Path, count: int, colour: bool = False) -> dict[str, Any]:
             "flags": flags_total, "pad_id": pad_id, "decoded": tok is not None, "shown": packs}
 
 
-def _marked(ids: list[int], learned: list[bool], tok: Any, colour: bool) -> str:
-    """The tokens as text, learned runs in ``[[...]]`` (green on a terminal), masked ones plain."""
+#: How a control-token string that a message holds as text (encoded as ordinary tokens, never the control token:
+#: data prep sft's ``policies.control_token_text: text``) is shown, so it cannot be taken for the template's own
+#: control token (one id, shown as it is): ``{text:<|im_end|>}``.
+TEXT_CONTROL = "{{text:{}}}"
+
+
+def _controls(tok: Any) -> tuple[set[int], Any]:
+    """The ids of ``tok``'s added tokens (each the control token itself) and a :class:`nemotron.data.chat.ControlText`
+    of their strings (to find them written as text); ``(set(), None)`` without a tokenizer."""
+    if tok is None:
+        return set(), None
+    from nemotron.data import chat
+    from nemotron.data import tokenizer as tk
+
+    added = tk.added_tokens(tok)
+    return set(added.values()), chat.ControlText(added)
+
+
+def _decoded(run: list[int], tok: Any, special: set[int], control: Any, colour: bool) -> tuple[str, int]:
+    """``run`` decoded, each control-token string found in text decoded from ordinary tokens shown as
+    :data:`TEXT_CONTROL` (yellow on a terminal), the added tokens themselves as they are; and how many were marked.
+    The text between two added tokens is decoded as one piece (an added token is where the encoder cut it)."""
+    parts: list[str] = []
+    marked = 0
+    chunk: list[int] = []
+
+    def text_of(ids: list[int]) -> None:
+        nonlocal marked
+        if not ids:
+            return
+        text = tok.decode(ids, skip_special_tokens=False)
+        pieces = control.split(text) if control is not None else [text]
+        for i, piece in enumerate(pieces):
+            if i % 2:  # a control-token string inside text: ordinary tokens, not the control token
+                marked += 1
+                shown = TEXT_CONTROL.format(piece)
+                parts.append(f"\x1b[33m{shown}\x1b[39m" if colour else shown)
+            else:
+                parts.append(piece)
+        ids.clear()
+
+    for t in run:
+        if t in special:
+            text_of(chunk)
+            parts.append(tok.decode([t], skip_special_tokens=False))
+        else:
+            chunk.append(t)
+    text_of(chunk)
+    return "".join(parts), marked
+
+
+def _marked(ids: list[int], learned: list[bool], tok: Any, colour: bool,
+            controls: tuple[set[int], Any] | None = None, counted: list[int] | None = None) -> str:
+    """The tokens as text, learned runs in ``[[...]]`` (green on a terminal), masked ones plain; a control-token
+    string written as text (not the control token's own id) as :data:`TEXT_CONTROL` (``controls``: from
+    :func:`_controls`, computed when not given; ``counted``: a one-item list the number marked is added to)."""
     out, run, state = [], [], None
+    special, control = controls if controls is not None else _controls(tok)
 
     def flush() -> None:
         if not run:
             return
-        text = tok.decode(run, skip_special_tokens=False) if tok is not None else " ".join(map(str, run))
+        if tok is not None:
+            text, n = _decoded(run, tok, special, control, colour)
+            if counted is not None:
+                counted[0] += n
+        else:
+            text = " ".join(map(str, run))
         if state:
             out.append(f"\x1b[32m{text}\x1b[0m" if colour else f"[[{text}]]")
         else:
@@ -391,12 +459,18 @@ def rl(path: Path, count: int) -> dict[str, Any]:
     whether the checker parses it, as a number, rewards a response that states it and rejects one that states
     another value. An answer that fails any of these is listed (``failed_lines``): it cannot reward a policy right.
 
+    ``form`` says what the lines are: ``data-prep-rl`` (every line as data prep rl writes it: ``messages`` =
+    [user, assistant] and its ``task``), or ``chat-messages`` (some line without ``task``: a chat file of single
+    user/assistant exchanges, read the same way, the user turn as the prompt and the assistant turn as the
+    reference answer; not a data prep rl output).
+
     Raises:
         ConfigError: a line that is not UTF-8, not JSON or has no user prompt and assistant answer (file and line
-            named), or a file without any line.
+            named); a line whose messages are not exactly [user, assistant] (a system turn, several turns: a chat
+            record, not an RL prompt); a file without any line.
     """
     check = _checker()
-    shown, total = [], 0
+    shown, total, untasked = [], 0, 0
     counts = {"parsed": 0, "numeric": 0, "rewarded": 0, "wrong_rejected": 0}
     failed: list[int] = []
     with open(path, "rb") as fh:
@@ -413,9 +487,17 @@ def rl(path: Path, count: int) -> dict[str, Any]:
                 msgs = obj["messages"]
                 prompt = next(m["content"] for m in msgs if m.get("role") == "user")
                 answer = next(m["content"] for m in msgs if m.get("role") == "assistant")
-            except (ValueError, KeyError, TypeError, StopIteration):
+            except (ValueError, KeyError, TypeError, StopIteration, AttributeError):
                 raise ConfigError(f"{path}:{line_no}: not an RL line {{\"messages\": [user, assistant]}}",
                                   "data prep rl writes them") from None
+            roles = [m.get("role") if isinstance(m, dict) else None for m in msgs]
+            if roles != ["user", "assistant"]:
+                raise ConfigError(f"{path}:{line_no}: a chat record of {len(roles)} messages ({', '.join(map(str, roles))}), "
+                                  "not a data prep rl line (one user prompt and its reference answer: "
+                                  "{\"messages\": [user, assistant], \"task\": ...})",
+                                  "data inspect reads data prep outputs: chat data after `nemotron ultra3 data prep "
+                                  "sft` (give its output folder), RL prompts after `nemotron ultra3 data prep rl`") from None
+            untasked += not isinstance(obj.get("task"), str)
             total += 1
             outcome = check(str(answer)) if check is not None else None
             if outcome is not None:
@@ -427,7 +509,8 @@ def rl(path: Path, count: int) -> dict[str, Any]:
                 shown.append({"line": line_no, "prompt": prompt, "answer": answer, "check": outcome})
     if total == 0:
         raise ConfigError(f"{path}: no RL lines (the file is empty or blank)", "data prep rl writes them")
-    return {"kind": "rl", "path": str(path), "records": total, "checker": "math-verify" if check else None,
+    return {"kind": "rl", "path": str(path), "form": "chat-messages" if untasked else "data-prep-rl",
+            "untasked": untasked, "records": total, "checker": "math-verify" if check else None,
             "check": None if check is None else {**counts, "failed_lines": failed[:20], "failed": len(failed)},
             "shown": shown}
 

@@ -67,6 +67,7 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "bad_weight": ("fail", "skip"),
 }
 _REASON_POLICY = {"empty": "empty_document", "missing_field": "missing_field", "wrong_type": "missing_field",
+                  "not_object": "missing_field",
                   "invalid_utf8": "invalid_utf8",
                   "malformed_json": "malformed_json", "too_long": "too_long"}
 SPLITS = ("train", "valid", "test")
@@ -691,6 +692,9 @@ def _no_train_tokens(s: Settings, dp: DatasetPlan, docs: dict[str, int], skipped
         hint = f"min_doc_chars={s.min_doc_chars} is above every document's length: lower it"
     elif top == "missing_field":
         hint = f"no record has the field {dp.spec.text_field!r}: set the dataset's text_field in the blend"
+    elif top == "not_object":
+        hint = ("the records are not JSON objects (each line a list, a string or null): give one object per line "
+                f"with the text in {dp.spec.text_field!r}")
     elif top == "wrong_type":
         hint = (f"the field {dp.spec.text_field!r} holds no text (numbers, lists or objects): point the dataset's "
                 "text_field at a string field, or convert that column to text")

@@ -328,11 +328,51 @@ def _iter_rows(path: str):
 # the checks the dry-run and the run share
 
 
-def problems(s: Settings) -> list[ConfigError]:
+def needed_sources(s: Settings) -> set[str] | None:
+    """The names of the ``blends.placeholders`` sources some placeholder row of the stage files needs (the source
+    :func:`source_for` picks for it), or ``None`` when that cannot be known before the run: an ``hf://``
+    ``blends.source`` (its stage files are fetched by the run) or a stage file missing or unreadable here.
+
+    The run reads a source only for the rows that need it (:class:`_SourceRows` loads on first use), so a source
+    outside this set is never fetched nor read. Reads each local stage file once; only the lines that hold
+    ``_hf_placeholder`` are parsed. ``sample`` is ignored (a superset of what a sampled run reads).
+    """
+    if _remote_repo(s.source) is not None:
+        return None
+    needed: set[str] = set()
+    key = PLACEHOLDER.encode()
+    for stage in s.stages:
+        try:
+            with open(stage_file(s, stage), "rb") as fh:
+                for raw in fh:
+                    if key not in raw:
+                        continue
+                    try:
+                        obj = json.loads(raw)
+                    except (json.JSONDecodeError, UnicodeDecodeError):
+                        continue
+                    if isinstance(obj, dict) and obj.get(PLACEHOLDER) is not None:
+                        src = source_for(obj, s.sources)
+                        if src is not None:
+                            needed.add(src.name)
+        except OSError:
+            return None
+    return needed
+
+
+def unused_sources(s: Settings) -> list[Source]:
+    """The configured placeholder sources that no row of the (local) stage files needs (:func:`needed_sources`),
+    in config order; ``[]`` when that cannot be known before the run."""
+    needed = needed_sources(s)
+    return [] if needed is None else [src for src in s.sources if src.name not in needed]
+
+
+def problems(s: Settings, unused: list[Source] | None = None) -> list[ConfigError]:
     """Everything the run would refuse before it writes: a missing stage file of a local ``blends.source``, a
     row of a bad schema (``<file>:<line>`` and what is wrong, the first 5 of each file and a count), a local
-    placeholder source that matches no file. An ``hf://`` source is read by the run only (the dry-run's hub
-    probe, rule ``data-hub``, covers reaching it)."""
+    placeholder source that matches no file and that some row needs (``unused``: the sources no row needs, as
+    :func:`unused_sources` gives them; ``None``: computed here). An ``hf://`` source is read by the run only (the
+    dry-run's hub probe, rule ``data-hub``, covers reaching it)."""
     from nemotron.data.sources import expand, is_remote
 
     out: list[ConfigError] = []
@@ -350,8 +390,9 @@ def problems(s: Settings) -> list[ConfigError]:
                                        "blends.stages or download the repository whole"))
                 continue
             out += file_problems(path, s)
+    skip = {src.name for src in (unused_sources(s) if unused is None else unused)}
     for src in s.sources:
-        if not is_remote(src.path) and not expand(src.path):
+        if src.name not in skip and not is_remote(src.path) and not expand(src.path):
             out.append(ConfigError(f"blends.placeholders.{src.name}.path={src.path}: matches no file",
                                    "the source dataset as hf://org/name, or a local file, folder or glob of it"))
     return out
@@ -390,6 +431,8 @@ class _SourceRows:
         self.s = s
         self.rows: dict[str, list[Any]] = {}
         self.files: dict[str, list[str]] = {}
+        #: per source, the row count after each of its files (to name the file a row came from)
+        self.ends: dict[str, list[int]] = {}
 
     def get(self, src: Source) -> list[Any]:
         if src.name not in self.rows:
@@ -401,8 +444,19 @@ class _SourceRows:
             for f in files:
                 for _pos, _ordinal, obj, problem, detail in iter_objects(Piece(f, detect_format(f))):
                     rows.append(obj if problem is None else None)
+                self.ends.setdefault(src.name, []).append(len(rows))
             self.rows[src.name], self.files[src.name] = rows, files
         return self.rows[src.name]
+
+    def where(self, src: Source, r: int) -> str:
+        """Row ``r`` of ``src`` (loaded by :meth:`get`) as ``<file> row <k>``: the file that holds it and its
+        0-based row there (the source's rows run through its files in sorted order)."""
+        start = 0
+        for f, end in zip(self.files.get(src.name, []), self.ends.get(src.name, [])):
+            if r < end:
+                return f"{f} row {r - start}"
+            start = end
+        return f"{src.path} row {r}"
 
     def _files(self, src: Source) -> list[str]:
         from nemotron.data.sources import expand, fetch_remote, is_remote, resolve_remote
@@ -507,6 +561,8 @@ def prepare(s: Settings) -> dict[str, Any]:
                     left_out.append(message)
                     continue
                 counts["restored"] += 1
+                # a control token in a restored row comes from the source row: name both
+                at = f"{at} (restored from source {src.name}: {src_rows.where(src, r)}, 0-based)"
             verdict = rl.control_token_policy(row_texts(obj), control, at)
             if verdict == "skip":
                 left_out.append(control.examples.pop())

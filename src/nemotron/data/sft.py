@@ -28,7 +28,8 @@ Output (``OUTPUT_DIR``, a version folder)::
     data/training_<P>.idx.parquet       Megatron-Bridge packed Parquet (the loader's default file name)
     data/validation_<P>.idx.parquet     the held-out packs, same form
     data/<P>_metadata.jsonl             Megatron-Bridge packing metadata (JSON list: training, validation)
-    data/sequences/<dataset>/NNNNN.*    tokenized sequences (tokens .bin/.idx, learned-token flags .mask, split .meta.npy)
+    data/sequences/<dataset>/NNNNN.*    tokenized sequences (tokens .bin/.idx, learned-token flags .mask, split .meta.npy,
+                                        one content key per conversation .keys.npy: the duplicates count)
 """
 
 from __future__ import annotations
@@ -226,6 +227,46 @@ def resolve_tokenizer(s: Settings) -> ChatTokenizer:
 # stage 1: tokenize a shard (runs in a Ray worker)
 
 
+#: Per shard, one 64-bit content key per conversation (:func:`conversation_key`, uint64, in record order).
+KEYS_SUFFIX = ".keys.npy"
+
+
+def conversation_key(msgs: list[Any], tools: Any) -> int:
+    """A 64-bit key (BLAKE2b) of one normalised conversation, its messages and tools: two records with the same
+    content (whatever their ids, file or dataset) have the same key; what :func:`duplicates` counts."""
+    import hashlib
+    import json
+
+    text = json.dumps([msgs, tools], sort_keys=True, ensure_ascii=False, default=str)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def duplicates(shards: list[dict[str, Any]]) -> dict[str, int | None]:
+    """Per dataset, how many conversations repeat an earlier one (same :func:`conversation_key`), counted over the
+    shards in plan order, across datasets, as data prep rl counts its ``duplicates`` (the later copy is the
+    duplicate); ``None`` for a dataset with a shard that has no keys file (made by an older version). Reported,
+    not dropped: each copy is trained on."""
+    import numpy as np
+
+    seen: set[int] = set()
+    out: dict[str, int | None] = {}
+    for sh in shards:
+        name = sh["dataset"]
+        path = Path(sh["prefix"] + KEYS_SUFFIX)
+        if not path.is_file():
+            out[name] = None
+            continue
+        n = 0
+        for k in np.load(path).tolist():
+            if k in seen:
+                n += 1
+            else:
+                seen.add(k)
+        if out.get(name, 0) is not None:
+            out[name] = out.get(name, 0) + n
+    return out
+
+
 def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
     """Normalise, render, mask and tokenize one shard's records into ``<prefix>.bin/.idx/.mask/.meta.npy``.
 
@@ -267,6 +308,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
     tokens = dict.fromkeys(SPLITS, 0)
     learned = dict.fromkeys(SPLITS, 0)
     pending: list[tuple[list[Any], int, str]] = []
+    conv_keys: list[int] = []  # one content key per conversation, in order (duplicates are counted by the driver)
     shortest_dropped: list[int] = []  # the token count of the shortest sample dropped as too long (0 or 1 item)
     units = 0.0
     reported = t0
@@ -333,6 +375,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
                     problems.report(exc.reason, at, exc.detail)
                     continue
                 counts["conversations"] += 1
+                conv_keys.append(conversation_key(msgs, tools))
                 key = f"{shard['dataset']}/{file_index}"
                 split = 1 if unit_hash_one(opts["split_seed"], key, ordinal) < opts["validation_fraction"] else 0
                 pending.append((segs, split, at))
@@ -353,6 +396,9 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
         meta_path = prefix.with_name(prefix.name + ".meta.npy")
         with atomic_open(meta_path, "wb") as fh:
             np.save(fh, np.asarray(splits, dtype=np.uint8))
+        keys_path = prefix.with_name(prefix.name + KEYS_SUFFIX)
+        with atomic_open(keys_path, "wb") as fh:
+            np.save(fh, np.asarray(conv_keys, dtype=np.uint64))
         os.replace(mask_tmp, mask_path)
     except BaseException:
         writer.abort()
@@ -368,7 +414,7 @@ def tokenize_shard(shard: dict[str, Any], opts: dict[str, Any]):
         "truncated": counts["truncated"], "truncated_tokens": counts["truncated_tokens"],
         "control_text": counts["control_text"],
         "dropped_tokens": counts["dropped_tokens"], "shortest_dropped": shortest_dropped[0] if shortest_dropped else None,
-        "files": {p.name: p.stat().st_size for p in (bin_path, idx_path, mask_path, meta_path)},
+        "files": {p.name: p.stat().st_size for p in (bin_path, idx_path, mask_path, meta_path, keys_path)},
         "bin_sha256": writer.sha256, "seconds": round(time.monotonic() - t0, 3), "worker_pid": os.getpid(),
     }
     outputs.write_receipt(prefix, receipt)
@@ -804,6 +850,7 @@ def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict
     if stats["train"].packs == 0:
         raise RuntimeFailure(*_no_training(s, list(receipts.values())))
     datasets = []
+    dups = duplicates(plan.shards)
     train_total = sum(r["tokens"]["train"] for r in receipts.values()) or 1
     effective = {ds.spec.name: passes[ds.spec.name] * sum(r["tokens"]["train"] for r in receipts.values()
                                                           if r["dataset"] == ds.spec.name) for ds in plan.datasets}
@@ -815,6 +862,7 @@ def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict
             "name": ds.spec.name, "weight": ds.spec.weight, "schema": ds.schema or "auto", "files": len(ds.files),
             "input_bytes": ds.input_bytes, "records": sum(r["records"] for r in recs),
             "conversations": sum(r["conversations"] for r in recs), "samples": sum(r["samples"] for r in recs),
+            "duplicates": dups.get(ds.spec.name, 0),
             "sequences": {k: sum(r["sequences"][k] for r in recs) for k in SPLITS},
             "tokens": {k: sum(r["tokens"][k] for r in recs) for k in SPLITS},
             "learned_tokens": {k: sum(r["learned"][k] for r in recs) for k in SPLITS},
@@ -875,7 +923,8 @@ def _finish(run: driver.Run, blend: Blend, plan: _Plan, receipts: dict[str, dict
         "totals": {"records": sum(d["records"] for d in datasets), "samples": sum(d["samples"] for d in datasets),
                    "tokens": kept, "lost_tokens": lost, "lost_fraction": round(lost / (kept + lost), 6) if kept + lost else 0.0,
                    "truncated": sum(d["truncated"] for d in datasets),
-                   "skipped": sum(sum(d["skipped"].values()) for d in datasets)},
+                   "skipped": sum(sum(d["skipped"].values()) for d in datasets),
+                   "duplicates": sum(d["duplicates"] or 0 for d in datasets)},
         "run": {**run_info, "seconds": seconds,
                 "tokens_per_second": round(run_info["tokens_built"] / run_info["work_seconds"], 1)
                 if run_info["work_seconds"] else None},
@@ -944,21 +993,36 @@ def control_text_notes(m: dict[str, Any]) -> list[str]:
             for d in m["datasets"] if d.get("control_token_text")]
 
 
+def duplicates_note(m: dict[str, Any]) -> str | None:
+    """The summary's ``note:`` line when conversations repeat (``duplicates`` of the manifest's datasets), else
+    ``None``."""
+    by = [(d["name"], d.get("duplicates") or 0) for d in m["datasets"]]
+    total = sum(n for _, n in by)
+    if not total:
+        return None
+    where = ", ".join(f"{name} {n:,}" for name, n in by if n)
+    return (f"note: {total:,} conversation(s) repeat an earlier one (the same messages and tools; {where}): kept, "
+            "each copy is trained on (data prep rl drops its duplicates, dedupe: true); remove them from the input "
+            "to train each once")
+
+
 def _print_summary(m: dict[str, Any]) -> None:
     from nemotron.data.progress import fmt_counts, human, print_table
 
     rows = []
     for d in m["datasets"]:
         tok = sum(d["tokens"].values())
+        dup = d.get("duplicates")
         rows.append([d["name"], f"{d['records']:,}", f"{d['samples']:,}", fmt_counts(d["skipped"]) or "-",
-                     f"{d['truncated']:,}" if d["truncated"] else "-", human(d["truncated_tokens"] + d["dropped_tokens"]),
+                     "?" if dup is None else f"{dup:,}", f"{d['truncated']:,}" if d["truncated"] else "-", human(d["truncated_tokens"] + d["dropped_tokens"]),
                      human(tok), f"{100 * sum(d['learned_tokens'].values()) / tok:.1f}%" if tok else "-",
                      f"{d['passes']:.3g}", f"{100 * d['effective_share']:.1f}%"])
     t = m["totals"]
-    footer = ["total", f"{t['records']:,}", f"{t['samples']:,}", f"{t['skipped']:,}", f"{t['truncated']:,}",
-              human(t["lost_tokens"]), human(t["tokens"]), "", "", "100%"]
-    print_table(f"sft data: {m['path']}", ["dataset", "records", "samples", "skipped (reason)", "truncated",
-                                           "tokens lost", "tokens", "learned", "passes", "share"], rows, footer=footer)
+    footer = ["total", f"{t['records']:,}", f"{t['samples']:,}", f"{t['skipped']:,}", f"{t.get('duplicates', 0):,}",
+              f"{t['truncated']:,}", human(t["lost_tokens"]), human(t["tokens"]), "", "", "100%"]
+    print_table(f"sft data: {m['path']}", ["dataset", "records", "samples", "skipped (reason)", "duplicates",
+                                           "truncated", "tokens lost", "tokens", "learned", "passes", "share"], rows,
+                footer=footer)
     prow = []
     for k in SPLITS:
         p = m["packing"][k]
@@ -978,6 +1042,9 @@ def _print_summary(m: dict[str, Any]) -> None:
         con.print(warning)
     for line in control_text_notes(m):
         con.print(line)
+    note = duplicates_note(m)
+    if note:
+        con.print(note)
     con.print(f"train: {m['loader']['packed_train_data_path']}  tokenizer {m['tokenizer']['name']} "
               f"(vocab {m['tokenizer']['vocab_size']:,}, sha256 {m['tokenizer']['vocab_sha256'][:12]}"
               + (f"; added {', '.join(f'{k}={v}' for k, v in added.items())}" if added else "") + ")")

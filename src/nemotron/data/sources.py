@@ -57,7 +57,7 @@ def text_format(fmt: str, sample_by: str = "document") -> str:
     into lines or paragraphs; every other format unchanged."""
     return SAMPLE_BY.get(sample_by, "text") if fmt == "text" else fmt
 #: Record problems a reader reports (the pipeline adds ``empty``, ``short`` and ``too_long``).
-READ_PROBLEMS = ("malformed_json", "missing_field", "wrong_type", "invalid_utf8")
+READ_PROBLEMS = ("malformed_json", "not_object", "missing_field", "wrong_type", "invalid_utf8")
 _SCAN_BLOCK = 1 << 24  # 16 MiB reads when scanning for line starts
 #: The UTF-8 byte order mark: every text format may start with it; it is never part of the first record.
 BOM = b"\xef\xbb\xbf"
@@ -567,11 +567,17 @@ def _get_field(obj: Any, field: str) -> Any:
     return cur
 
 
+#: JSON type names of the values a record that is not an object can be (``[1, 2]``, ``"text"``, ``null``, ``3``)
+_JSON_TYPES = {list: "a list", str: "a string", type(None): "null", bool: "a boolean", int: "a number", float: "a number"}
+
+
 def _from_obj(obj: Any, field: str, pos: int) -> tuple[int, str | None, str | None, str | None]:
+    if not isinstance(obj, dict):  # a JSON line that is [1, 2], "text" or null: no field to look for
+        what = _JSON_TYPES.get(type(obj), type(obj).__name__)
+        return pos, None, "not_object", f"the record is {what}, not a JSON object with field {field!r}"
     value = _get_field(obj, field)
     if value is None:
-        what = "record is not an object" if not isinstance(obj, dict) else f"no field {field!r}"
-        return pos, None, "missing_field", what
+        return pos, None, "missing_field", f"no field {field!r}"
     if not isinstance(value, str):
         return pos, None, "wrong_type", f"field {field!r} is {type(value).__name__}, not text"
     return pos, value, None, None

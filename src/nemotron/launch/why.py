@@ -20,6 +20,7 @@ reports, each naming its source) and the local Slurm cluster's own failed jobs (
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,7 +337,24 @@ def explain_files(paths: list[str]) -> dict[str, Any]:
         except OSError as exc:
             raise ConfigError(f"{p}: cannot read ({exc.strerror})",
                               "give a job's log file (nemotron ultra3 logs JOB names them), or a job id without --log") from None
-    return {"job": None, "experiment": None, "stage": None, "sources": list(paths), **classify("\n".join(texts))}
+    got = classify("\n".join(texts))
+    blank = [p for p, text in zip(paths, texts) if not text.strip()]
+    if got["cause"] == "unknown" and blank and len(blank) == len(paths):  # nothing to classify: say so
+        sizes = {p: _size(p) for p in blank}
+        said = "; ".join(f"{p}: " + ("empty (0 bytes)" if not n else f"only blank lines ({n:,} bytes)")
+                         for p, n in sizes.items())
+        got.update(title="the log is empty" if len(paths) == 1 else "the logs are empty", evidence=said,
+                   hint="nothing was written to it: give the log the job wrote (nemotron ultra3 logs JOB names it), "
+                        "or save a run's output as it runs (2>&1 | tee run.log)")
+    return {"job": None, "experiment": None, "stage": None, "sources": list(paths), **got}
+
+
+def _size(path: str) -> int:
+    """The size of ``path`` in bytes (0 when it cannot be read)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def explain_shell_run(folder: Path) -> dict[str, Any]:

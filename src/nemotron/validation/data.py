@@ -159,8 +159,9 @@ def validate_data(stage: Any, cfg: dict, profile: ExecutorProfile | None = None)
     try:
         blend = stage_blend(s)
     except ConfigError as exc:  # a blend's problems come all at once (BlendProblems), one Problem each
-        return [*problems, *(_problem(ConfigError(m, exc.hint), "data-blend")
-                             for m in getattr(exc, "problems", None) or [exc.message]),
+        each = getattr(exc, "problems", None) or [exc.message]
+        hints = getattr(exc, "hints", None) or [exc.hint] * len(each)  # each problem's own ways out
+        return [*problems, *(_problem(ConfigError(m, h), "data-blend") for m, h in zip(each, hints)),
                 *hub_problems(s, None, profile, stage=stage)]
     problems += [_problem(exc, "data-inputs") for exc in check_inputs(s, blend) + unreadable_inputs(blend)]
     problems += [Problem("", None, message, rule="data-blend", severity="warning") for message in blend.warnings]
@@ -220,20 +221,31 @@ def blend_repo_problems(stage: Any, cfg: dict, profile: ExecutorProfile | None =
     """``data prep rl`` with ``backend: blends`` (a released RL blend repository): the run's own checks
     (:func:`nemotron.data.rl_blends.settings` and :func:`nemotron.data.rl_blends.problems`: stage files present,
     every row's schema, placeholder sources present), plus rule ``data-hub`` for its ``hf://`` repository and
-    sources when the hub does not answer (an error for a run here, a warning for a cluster profile)."""
+    sources when the hub does not answer (an error for a run here, a warning for a cluster profile). A placeholder
+    source that no row of a local repository needs (:func:`nemotron.data.rl_blends.unused_sources`) is neither
+    probed nor looked for: the run never reads it; one warning names those sources."""
     from nemotron.data import hub, rl_blends
 
     try:
         s = rl_blends.settings(cfg)
     except ConfigError as exc:
         return [_problem(exc, "data-settings")]
-    problems = [_problem(exc, "data-inputs") for exc in rl_blends.problems(s)]
+    unused = rl_blends.unused_sources(s)
+    problems = [_problem(exc, "data-inputs") for exc in rl_blends.problems(s, unused)]
+    if unused:
+        names = ", ".join(f"{src.name} ({src.path})" for src in unused)
+        problems.append(Problem(
+            "blends.placeholders", ", ".join(src.name for src in unused),
+            f"no placeholder row of the stage files needs {names}: not fetched nor read, so neither the hub nor the "
+            f"path is checked for {'it' if len(unused) == 1 else 'them'}", "drop the entry to silence this (~blends.placeholders.<name>, or "
+            "'blends.placeholders={}' for all)", rule="data-inputs", severity="warning"))
     out = Path(s.output_dir)
     if out.exists() and not out.is_dir():
         problems.append(Problem("output_dir", s.output_dir, "is a file, not a folder", "a folder path (it is created)",
                                 rule="data-output"))
     remote = [("blends.source", s.source)] if s.source.startswith("hf://") else []
-    remote += [(f"blends.placeholders.{src.name}.path", src.path) for src in s.sources if src.path.startswith("hf://")]
+    remote += [(f"blends.placeholders.{src.name}.path", src.path) for src in s.sources
+               if src.path.startswith("hf://") and src not in unused]
     if remote:
         reason = hub.probe(env=env)
         if reason is not None:

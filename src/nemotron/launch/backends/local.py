@@ -132,6 +132,11 @@ def _missing(rec: JobRecord, logs_only: bool = False) -> list[str]:
     return missing
 
 
+#: Seconds ``cancel`` waits for a local job's end: the supervisor's grace period, NeMo-Run's 10 s before its
+#: SIGKILL, and 20 s for the supervisor to see it (it polls NeMo-Run every 0.5 s).
+CANCEL_WAIT_S = local_job.GRACE_S + 30.0
+
+
 class LocalJob(Backend):
     """A ``local`` profile: NeMo-Run's LocalExecutor on this machine, under a supervisor (:func:`submit_local`)."""
 
@@ -201,13 +206,29 @@ class LocalJob(Backend):
         return sys.stderr if path.endswith("/stderr.log") else stream
 
     def cancel(self, rec: JobRecord) -> None:
-        """Stop the job through its supervisor (:func:`nemotron.launch.local_job.cancel`).
+        """Stop the job through its supervisor (:func:`nemotron.launch.local_job.cancel`), then wait for its end
+        (the supervisor's final state), so that ``status`` right after says ``CANCELLED``, not ``RUNNING``: the job
+        gets :data:`~nemotron.launch.local_job.GRACE_S` seconds to save and stop, then NeMo-Run kills it (10 s
+        later), so the wait is at most :data:`CANCEL_WAIT_S`. A Ctrl-C ends the wait only (the cancel holds). Says
+        on stderr that it waits and, when the state is still not final, that the job is still stopping.
 
         Raises:
             RuntimeFailure: no supervisor process any more.
         """
         if not local_job.cancel(rec.run_dir):
             raise RuntimeFailure(f"local job {rec.job_id} has no supervisor process any more; nothing to cancel")
+        print(f"cancelling local job {rec.job_id}: waiting for it to stop (a training stage saves first; Ctrl-C "
+              "stops waiting, not the cancel) ...", file=sys.stderr, flush=True)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        try:
+            while time.monotonic() < deadline:
+                if local_job.status(rec.run_dir)[0] in records.TERMINAL:
+                    return
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+        print(f"local job {rec.job_id} is still stopping: nemotron ultra3 status {rec.job_id} says when it ended",
+              file=sys.stderr)
 
     def ended_at(self, rec: JobRecord) -> float | None:
         """The supervisor's record of when the job ended."""
