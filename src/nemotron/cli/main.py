@@ -465,8 +465,8 @@ def _recipe_tree(tree: Tree, recipe: str) -> None:
     ) -> int:
         """Run several stages in order, each consuming the artifacts of the one before.
 
-        STAGE names: data-prep-pretrain, pretrain, sft, ... (all stages when none given); a stage named again runs
-        its next cycle (pipe mopd mopd: -c cycle2 for the second).
+        STAGE names: data-prep-pretrain, pretrain, sft, ... (all stages when none given, but those the -c cannot run:
+        a note names each); a stage named again runs its next cycle (pipe mopd mopd: -c cycle2 for the second).
         Per-stage overrides: STAGE:key=value sets every run of STAGE (all its cycles), e.g.
         pretrain:train.global_batch_size=8; STAGE#K:key=value sets its K-th run only, e.g. mopd#2:grpo.seed=7.
         """
