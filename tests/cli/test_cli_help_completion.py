@@ -475,6 +475,13 @@ def test_completion_of_values_after_key_equals(capsys, monkeypatch):
     backends = _complete(capsys, monkeypatch, "nemotron ultra3 pretrain backend=")
     assert {"backend=megatron-bridge", "backend=local"} <= set(backends)  # default.yaml's and local.yaml's
     assert _complete(capsys, monkeypatch, "nemotron ultra3 quantize mixed_precision=") == []  # quantize has no such key
+    # every recipe the refusal of a bad name lists (the files of recipes/), not only the one the configs name
+    shipped = sorted(p.stem for p in (stages_dir() / "ultra3" / "quantize" / "recipes").glob("*.yaml"))
+    assert len(shipped) > 1 and _complete(capsys, monkeypatch, "nemotron ultra3 quantize quantization.recipe=") == [
+        f"quantization.recipe={r}" for r in shipped]
+    monkeypatch.delenv("_NEMOTRON_COMPLETE")  # a command again, not a completion
+    assert main(["ultra3", "quantize", "-c", "tiny", "quantization.recipe=nope", "--dry-run", "-q"]) == 2
+    assert f"valid: {', '.join(shipped)} (or a path" in capsys.readouterr().out
     assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain ~model.name=") == []
     # an offered value is one the dry run takes
     small = next(w for w in _complete(capsys, monkeypatch, "nemotron ultra3 sft -c local model.name=s"))
