@@ -136,6 +136,29 @@ def test_pipe_stage_without_the_pipes_config_names_it_once_and_says_to_run_stage
         + runs.format(env=FIXTURE_ENV)), err
 
 
+@pytest.mark.parametrize("defaults, base, scale", [("", "default", ", the paper-scale run"),
+                                                    ("defaults: tiny\n", "tiny", "")])
+def test_a_config_files_hint_names_the_config_it_builds_on(capsys, tmp_path, defaults, base, scale):
+    """`rlvr -c "dir with space/my rl.yaml"`: the hint named the producers without -c (the paper-scale chain, never
+    said) and "artifact hf-checkpoint does not exist yet" (of which config?). A -c FILE takes any config's run as its
+    input: the hint names the shipped config the file builds on (its `defaults:`), says so, quotes the file, and the
+    pipe it suggests makes the inputs, then this command runs again."""
+    folder = tmp_path / "dir with space"
+    folder.mkdir()
+    own = folder / "my rl.yaml"
+    own.write_text(f"{defaults}grpo:\n  seed: 7\n", encoding="utf-8")
+    code, out, _ = run_cli(capsys, "ultra3", "rlvr", "-c", str(own), *ON_SAMPLE, "--dry-run", "-q")
+    assert code == 2
+    first = out.splitlines()[0]
+    launch = f"--batch sample --env-file {FIXTURE_ENV}"
+    assert f"make it first: nemotron ultra3 convert -c {base} {launch}; or make them all: nemotron ultra3 pipe " \
+           f"data-prep-pretrain data-prep-sft data-prep-rl pretrain sft convert -c {base} {launch}, then run this " \
+           f"command again (-c '{own}' builds on rlvr's {base}.yaml{scale}; any config's run is its input)" in first, \
+        first
+    assert "  policy.model_name: artifact hf-checkpoint does not exist yet by a run of any config (the input of a " \
+           "-c FILE)" in out.splitlines(), out
+
+
 def test_pipe_dry_run_refused_at_a_stage_exits_2(capsys):
     code, out, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "local", "--dry-run", "--quiet")
     assert code == 2, err
