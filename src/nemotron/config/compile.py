@@ -890,7 +890,8 @@ def profile_overrides(overrides: list[str]) -> dict[str, Any]:
     for ov in (parse_override(o) for o in overrides):
         if ov.path[0] == "profile":
             if ov.op != "set" or len(ov.path) < 2 or any(isinstance(p, int) for p in ov.path):
-                raise UsageError(f"override {ov.text!r}: profile keys are set as profile.KEY=VALUE")
+                raise UsageError(f"override {ov.text!r}: profile keys are set as profile.KEY=VALUE",
+                                 "profile.KEY=null unsets one for this command" if ov.op != "set" else None)
             value = ov.value
             if value is not None and not isinstance(value, str):
                 # the profile's schema types its values, not YAML: account=007 stays "007", time=30 is minutes;
