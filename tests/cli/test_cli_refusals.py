@@ -159,6 +159,31 @@ def test_a_config_files_hint_names_the_config_it_builds_on(capsys, tmp_path, def
            "-c FILE)" in out.splitlines(), out
 
 
+def test_missing_input_paths_are_problems_of_the_report_not_a_bare_error(capsys, tmp_path):
+    """rlvr -c tiny with data paths that do not exist (under a cluster path this machine sees) was one bare
+    "error: input path does not exist: ..." before any report, unlike every other refusal: now the dry run's verdict
+    counts them and each is a problem line naming its key (rule input-exists), exit 2; the run refuses the same."""
+    gone = tmp_path / "lustre" / "nope"
+    paths = (f"data.train.data_path={gone}/train.jsonl", f"data.validation.data_path={gone}/val.jsonl")
+    code, out, err = run_cli(capsys, "ultra3", "rlvr", "-c", "tiny", *ON_SAMPLE, "--dry-run", "-q", *paths)
+    assert code == 2
+    assert re.fullmatch(r"dry run: \d+ errors?, \d+ warnings?: the run would refuse to start; .*nothing was submitted",
+                        out.splitlines()[0]), out
+    assert "input path does not exist:" not in err, err
+    for key in ("data.train.data_path", "data.validation.data_path"):  # the report's problem lines
+        assert f"error: {key}='{gone}/" in out and "no such file or folder" in out, out
+    # a *_path key no config wires to an artifact: the compiler's own check, now a problem line of the report too
+    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "local", "--dry-run", "-q",
+                             "data.per_split_data_args_path=nope/blend.json")
+    assert code == 2 and out.splitlines()[0].startswith("dry run: 1 error, 0 warnings: the run would refuse"), out
+    assert out.splitlines()[1] == (
+        "error: data.per_split_data_args_path='nope/blend.json': input path does not exist here (set by override): "
+        "the job would not find it; valid: an existing file or folder, or ${art:NAME,FIELD} for an upstream "
+        "stage's output"), out
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "local", "data.per_split_data_args_path=nope/blend.json")
+    assert code == 2 and "error: data.per_split_data_args_path='nope/blend.json': input path does not exist" in err
+
+
 def test_pipe_dry_run_refused_at_a_stage_exits_2(capsys):
     code, out, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "local", "--dry-run", "--quiet")
     assert code == 2, err

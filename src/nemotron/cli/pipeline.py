@@ -19,7 +19,7 @@ from typing import Any
 from nemotron import report, validation
 from nemotron.cli import dryrun
 from nemotron.config import artifacts
-from nemotron.config.compile import compile_config, config_artifacts, profile_overrides
+from nemotron.config.compile import compile_config, config_artifacts, missing_input_paths, profile_overrides
 from nemotron.config.paths import config_names
 from nemotron.config.registry import STAGES, Stage, get_stage
 from nemotron.config.tree import get, leaves
@@ -127,7 +127,8 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     scope = consumer_scope(profile)
     env = {**profile.storage_env(), **profile.tracking_env} if profile is not None else None
     with artifacts.scoped(scope):
-        compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote, env=env)
+        # input paths that do not exist are problems of the report below (rule input-exists), not one bare error
+        compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=False, env=env)
     compiled.artifact_scope, compiled.compile_env = scope, env
     validation.refuse_deleted_required(req.stage, compiled.config, list(req.overrides))  # ~train.global_batch_size
     compiled.launch_args = launch_args(req)
@@ -141,6 +142,12 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         if key not in before or before[key] != value:
             compiled.provenance[key] = "prepared by validation (see notes)"
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
+    if not remote:  # every *_path input this machine sees (the validation's own rule covers the wired keys)
+        said = {p.key for p in problems if p.rule == "input-exists"}
+        problems += [Problem(key=key, value=value, rule="input-exists",
+                             message=f"input path does not exist here (set by {layer}): the job would not find it",
+                             valid="an existing file or folder, or ${art:NAME,FIELD} for an upstream stage's output")
+                     for key, value, layer in missing_input_paths(compiled) if key not in said]
     # a rule that read a key's unresolved ${...} text (train.train_iters='${oc.env:NOPE_X}': "must be a positive
     # number") says nothing true: the key's own warning says why it is unresolved, and the run refuses it anyway
     problems = [p for p in problems if p.rule == "unresolved" or p.key not in compiled.unresolved

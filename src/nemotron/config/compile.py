@@ -1016,7 +1016,11 @@ def _absolute_paths(tree: Any) -> Any:
     return tree
 
 
-def _check_input_paths(compiled: Compiled) -> None:
+def missing_input_paths(compiled: Compiled) -> list[tuple[str, str, str]]:
+    """``(key, value, the layer that set it)`` of each ``*_path`` input of ``compiled`` whose path does not exist
+    on this machine: not an output folder (:data:`OUTPUT_FOLDER_KEYS`), not unresolved, not one an earlier stage of
+    a ``pipe`` writes. The dry run and the run list them as problems of rule ``input-exists``
+    (:func:`nemotron.cli.pipeline.prepare_stage`); ``compile_config(check_paths=True)`` raises them."""
     missing = []
     for path, value in _leaves(compiled.config):
         if not path or not isinstance(path[-1], str) or not path[-1].endswith("_path"):
@@ -1027,7 +1031,12 @@ def _check_input_paths(compiled: Compiled) -> None:
         if key in compiled.unresolved or key in compiled.planned_keys or not isinstance(value, str) or not value:
             continue
         if not Path(value).expanduser().exists():
-            missing.append(f"{key}={value} (set by {compiled.provenance.get(key, '?')})")
+            missing.append((key, value, compiled.provenance.get(key, "?")))
+    return missing
+
+
+def _check_input_paths(compiled: Compiled) -> None:
+    missing = [f"{key}={value} (set by {layer})" for key, value, layer in missing_input_paths(compiled)]
     if missing:
         raise ConfigError(f"input path does not exist: {'; '.join(missing)}",
                           "point the key at an existing file or folder, or use ${art:NAME,FIELD} for an upstream stage's output")
