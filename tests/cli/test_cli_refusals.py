@@ -111,7 +111,7 @@ def test_pipe_without_stage_names_leaves_out_what_its_config_cannot_run_and_quie
     from nemotron.cli.pipeline import _pipe_chain, _runnable_default
 
     chain = _pipe_chain("ultra3", [], "local")
-    assert _runnable_default("ultra3", chain, {}) == chain and "mtp-boost" in [s.name for s, _ in chain]
+    assert _runnable_default("ultra3", chain) == chain and "mtp-boost" in [s.name for s, _ in chain]
     assert "note:" not in capsys.readouterr().err
 
 

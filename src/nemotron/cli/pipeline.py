@@ -550,8 +550,7 @@ def _pipe_chain(recipe: str, names: list[str], config: str | None) -> list[tuple
     return chain
 
 
-def _runnable_default(recipe: str, chain: list[tuple[Stage, str | None]],
-                      kw: dict[str, Any]) -> list[tuple[Stage, str | None]]:
+def _runnable_default(recipe: str, chain: list[tuple[Stage, str | None]]) -> list[tuple[Stage, str | None]]:
     """The chain of a ``pipe`` given no stage names, less the stages its one ``-c`` cannot run whatever the profile
     (:func:`nemotron.validation.config_refusal`: ``mtp-boost -c tiny`` and ``-c default``, rule
     ``mtp-boost-framework``), each left out with one ``note:`` line on stderr: the stage, why, and how to run it
@@ -587,8 +586,8 @@ def _one_config_hint(chain: list[tuple[Stage, str | None]], stage: Stage, config
     for each, _ in chain:
         given = config if config in config_names(each) or not config else "CONFIG"
         runs.append(f"nemotron {each.recipe} {' '.join(each.command)} -c {given}{launch_args(req)}")
-    return (f"{stage.title}: {hint}; a pipe has no per-stage -c: run stages that need different configs one by one, in this order: "
-            + ", then ".join(runs))
+    return (f"{stage.title}: {hint}; a pipe has no per-stage -c: run stages that need different configs one by one, "
+            "in this order: " + ", then ".join(runs))
 
 
 def _override_hint(recipe: str, names: list[str], arg: str, config: str | None) -> str:
@@ -692,7 +691,7 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
             raise UsageError(str(exc.args[0]), "per-stage overrides are written STAGE:key=value") from None
     chain = _pipe_chain(recipe, names, kw.get("config"))
     if not names:  # every stage: but not those its -c cannot run (mtp-boost -c tiny), each said on one line
-        chain = _runnable_default(recipe, chain, kw)
+        chain = _runnable_default(recipe, chain)
     unknown = set(per_stage) - {s.name for s, _ in chain}
     if unknown:
         order = {s.name: i for i, s in enumerate(STAGES)}
@@ -756,9 +755,8 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
         report.out(report.readable(verdict), plain=True)  # first the chain's verdict, then each stage's report
         n = len(prepared)
         for i, p in enumerate(prepared, 1):
-            if not quiet:  # --quiet: the verdicts alone
+            if not quiet:  # --quiet: the verdicts alone, not the input lines
                 print_inputs(p.compiled)
-            if not quiet:
                 report.heading(f"[{i}/{n}] {p.req.stage.title}")
             dryrun.dry_run(p.req, p.compiled, p.profile, p.plan, p.problems, p.notes, part=f"stage {i}/{n}",
                            quiet=quiet)

@@ -657,8 +657,10 @@ def _register_resolvers() -> None:
                              f"{'version' if len(have) == 1 else 'versions'} {artifacts.span(have)} exist"
                              + ("s" if len(have) == 1 else ""))
         if rec is None:
-            made_by = f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config and version is None else \
-                " by a run of any config (the input of a -c FILE)" if version is None else ""
+            made_by = ""
+            if version is None:  # a -c FILE (no config name) takes any config's run
+                made_by = (f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config
+                           else " by a run of any config (the input of a -c FILE)")
             if name.startswith(artifacts.ANY_CONSUMER_PREFIXES):  # a released RL blend's stage file
                 made_by = "; nemotron ultra3 data prep rl -c ultra-blends records it"
             left = artifacts.skipped(name, config) if version is None else []

@@ -490,7 +490,8 @@ def kept_note(s: Any) -> str:
     receipt, ``*.receipt.json``) in the version folder it was writing, or that none was finished yet, so the next
     run starts from the beginning, or that every shard of its plan was finished (the output is complete: a rerun
     redoes nothing, it only writes the manifest and records the output; a cancel of a resumed run that found them
-    all done said "run the same command again to resume"); before a version folder was chosen (the input checks, the start of planning),
+    all done said "run the same command again to resume"); before a version folder was chosen (the input checks,
+    the start of planning),
     ``interrupted before any work; nothing kept ...``."""
     if "vdir" not in _WRITING:
         return (f"interrupted before any work; nothing kept (output_dir={s.output_dir} untouched), so the next run "

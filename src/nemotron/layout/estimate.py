@@ -188,11 +188,13 @@ class RunEstimate:
             ["step time", _duration(self.step_seconds), "FLOPs per step / (GPUs x peak x MFU)"],
             ["steps", f"{self.steps:,}", "train.train_iters"],
             ["wall time", _duration(self.wall_seconds), "steps x step time"],
-            ["GPU-hours / node-hours", f"{_hours(self.gpu_hours)} / {_hours(self.node_hours)}", "wall time x GPUs / nodes"],
+            ["GPU-hours / node-hours", f"{_hours(self.gpu_hours)} / {_hours(self.node_hours)}",
+             "wall time x GPUs / nodes"],
             ["jobs", ("-" if self.jobs is None else f"{self.jobs}") + (
                 f" of {_duration(self.walltime_seconds)} (saving {_duration(self.save_margin_seconds)} before the limit)"
                 if self.walltime_seconds else " (no walltime: no profile time limit)"), "wall time / (walltime - margin)"],
-            ["checkpoint per save", f"{_size(self.ckpt_bytes)} ({self._bytes_per_param()})", "parameters x bytes per parameter"],
+            ["checkpoint per save", f"{_size(self.ckpt_bytes)} ({self._bytes_per_param()})",
+             "parameters x bytes per parameter"],
             ["written per GPU (average)", _size(self.ckpt_bytes / max(1, self.gpus)),
              "one save / GPUs: each rank writes its shard (replicas once)"],
             ["saves per run", f"{self.saves}", "steps / checkpoint.save_interval (+ the last)"],
@@ -210,8 +212,10 @@ class RunEstimate:
         if self.trainable_params is None:
             return f"{CKPT_BYTES[self.ckpt_format]:g} B/param, {self.ckpt_format}"
         if self.ckpt_format == "megatron":
-            return f"{FROZEN_WEIGHT_BYTES:g} B/param + {CKPT_BYTES['megatron'] - FROZEN_WEIGHT_BYTES:g} B/param of the head's optimizer state, megatron"
-        return f"{LOCAL_FP32_BYTES:g} B/param: the backbone copied and the FP32 head, no optimizer state, {self.ckpt_format}"
+            head = CKPT_BYTES["megatron"] - FROZEN_WEIGHT_BYTES
+            return f"{FROZEN_WEIGHT_BYTES:g} B/param + {head:g} B/param of the head's optimizer state, megatron"
+        return (f"{LOCAL_FP32_BYTES:g} B/param: the backbone copied and the FP32 head, no optimizer state, "
+                f"{self.ckpt_format}")
 
     def verdict(self) -> str:
         if self.fits is None:
@@ -383,5 +387,5 @@ def estimate_run(spec: ModelSpec, *, gpus: int, nodes: int, gpu: str | None, pre
                        trainable_params=trainable)
 
 
-__all__ = ["CKPT_BYTES", "DEFAULT_MFU", "FROZEN_WEIGHT_BYTES", "LOCAL_FP32_BYTES", "MTP_LEFT_OUT", "mtp_head", "PEAK_TFLOPS", "RunEstimate", "estimate_run", "forward_flops_per_token",
-           "layer_flops", "peak_tflops"]
+__all__ = ["CKPT_BYTES", "DEFAULT_MFU", "FROZEN_WEIGHT_BYTES", "LOCAL_FP32_BYTES", "MTP_LEFT_OUT", "PEAK_TFLOPS",
+           "RunEstimate", "estimate_run", "forward_flops_per_token", "layer_flops", "mtp_head", "peak_tflops"]

@@ -61,7 +61,8 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
                  "run this command again") if len(makers) > 1 else ""
         import shlex
 
-        return Unresolved(head, lines, f"make it first: {command}{chain} (-c {shlex.quote(compiled.config_name)} builds on "
+        own = shlex.quote(compiled.config_name)
+        return Unresolved(head, lines, f"make it first: {command}{chain} (-c {own} builds on "
                                        f"{stage.name}'s {config}.yaml{PAPER_SCALE if config == 'default' else ''}; "
                                        f"any config's run is its input); or set {key} explicitly")
     if command:
