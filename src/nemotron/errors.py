@@ -158,8 +158,9 @@ def stop_signal() -> int | None:
 #: Environment variable naming a point where a stage holds still, for tests of an interrupt at that exact moment:
 #: ``POINT=MARKER`` (e.g. ``ray-started=/tmp/held``). At ``POINT`` the stage writes the file ``MARKER`` and waits
 #: (at most :data:`HOLD_MAX_S` seconds) for a signal, so a test signals it at that moment instead of racing the
-#: machine's load with sleeps. Points: ``planning`` (data prep, after its first line, before reading any input) and
-#: ``ray-started`` (data prep, right after Ray started, while Ray's own crash handler would still hold SIGTERM).
+#: machine's load with sleeps. Points: ``planning`` (data prep, after its first line, before reading any input),
+#: ``ray-started`` (data prep, right after Ray started, while Ray's own crash handler would still hold SIGTERM) and
+#: ``publishing`` (data prep, every shard finished, before its ``manifest.json`` is written).
 HOLD_ENV = "NEMOTRON_TEST_HOLD"
 #: Seconds :func:`hold_point` waits at most.
 HOLD_MAX_S = 120.0

@@ -385,6 +385,37 @@ def test_keys_bad_input_is_one_error_line(capsys, args, first):
     assert len(err) == 2 and err[1].startswith("hint: "), err
 
 
+def test_keys_takes_a_stage_by_its_command_words_and_names_the_stages_a_first_word_starts(capsys):
+    """`keys data prep pretrain` was "got unexpected extra argument(s) (pretrain)": the command's words name the
+    stage as its name does; `keys data` (a first word only) names the stages it starts."""
+    import json
+
+    assert main(["ultra3", "keys", "data", "prep", "pretrain", "tokenizer.", "--json"]) == 0
+    by_words = json.loads(capsys.readouterr().out)
+    assert main(["ultra3", "keys", "data-prep-pretrain", "tokenizer.", "--json"]) == 0
+    by_name = json.loads(capsys.readouterr().out)
+    assert by_words == by_name and by_words["stage"] == "data-prep-pretrain" and by_words["keys"], by_words
+    for words in (["data"], ["data", "prep"], ["data", "prep", "pretrian"]):
+        assert main(["ultra3", "keys", *words]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err[0] == (f"error: keys {' '.join(words)!r}: not a stage of ultra3; the stages whose command starts "
+                          "with 'data' are named data-prep-pretrain, data-prep-sft, data-prep-rl here"), err
+        assert err[1] == ("hint: the name, or the command's words in full: nemotron ultra3 keys data-prep-pretrain, "
+                          "or nemotron ultra3 keys data prep pretrain"), err
+    assert main(["ultra3", "keys", "sft", "model.seq_l", "x"]) == 2
+    assert capsys.readouterr().err.startswith("error: keys 'sft model.seq_l x': one PREFIX after the stage, got 2")
+
+
+def test_keys_of_mtp_boost_says_its_nodes_are_sfts_layout_not_sfts_config(capsys):
+    """`keys mtp-boost` showed run.env.nodes "# Nemotron ultra3 SFT config: 384 nodes", the SFT comment copied."""
+    import json
+
+    assert main(["ultra3", "keys", "mtp-boost", "run.env.nodes", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["keys"][0]
+    assert row["value"] == "384" and "Nemotron ultra3 SFT config" not in row["description"], row
+    assert "frozen backbone" in row["description"] and "SFT's published layout" in row["description"], row
+
+
 def test_nemo_rl_stage_help_counts_the_recipe_keys_and_names_the_command(capsys):
     """The help lists default.yaml's keys and counts the recipe's others (not flooding the help with them); the
     count is the number of keys ``keys`` lists that the help does not."""
@@ -444,6 +475,13 @@ def test_completion_of_values_after_key_equals(capsys, monkeypatch):
     backends = _complete(capsys, monkeypatch, "nemotron ultra3 pretrain backend=")
     assert {"backend=megatron-bridge", "backend=local"} <= set(backends)  # default.yaml's and local.yaml's
     assert _complete(capsys, monkeypatch, "nemotron ultra3 quantize mixed_precision=") == []  # quantize has no such key
+    # every recipe the refusal of a bad name lists (the files of recipes/), not only the one the configs name
+    shipped = sorted(p.stem for p in (stages_dir() / "ultra3" / "quantize" / "recipes").glob("*.yaml"))
+    assert len(shipped) > 1 and _complete(capsys, monkeypatch, "nemotron ultra3 quantize quantization.recipe=") == [
+        f"quantization.recipe={r}" for r in shipped]
+    monkeypatch.delenv("_NEMOTRON_COMPLETE")  # a command again, not a completion
+    assert main(["ultra3", "quantize", "-c", "tiny", "quantization.recipe=nope", "--dry-run", "-q"]) == 2
+    assert f"valid: {', '.join(shipped)} (or a path" in capsys.readouterr().out
     assert _complete(capsys, monkeypatch, "nemotron ultra3 pretrain ~model.name=") == []
     # an offered value is one the dry run takes
     small = next(w for w in _complete(capsys, monkeypatch, "nemotron ultra3 sft -c local model.name=s"))

@@ -89,6 +89,101 @@ def test_pipe_refused_at_a_local_only_stage_says_to_run_it_after_the_pipe(capsys
     assert code == 2 and "drop mtp-boost" not in out
 
 
+def test_pipe_without_stage_names_leaves_out_what_its_config_cannot_run_and_quiet_is_quiet(capsys):
+    """`pipe -c tiny` (no names: every stage) on a cluster profile used to include mtp-boost, which every -c but local
+    refuses, so it could never pass: the stage is left out, said in one note (which, why, how to run it), and the
+    chain of the other 11 is valid; quantize takes mopd's checkpoint. `-q` prints the verdicts alone: no
+    `[nemotron] input ... (planned: ...)` line per input. With -c local mtp-boost stays in the chain."""
+    code, out, err = run_cli(capsys, "ultra3", "pipe", "-c", "tiny", *ON_SAMPLE, "--dry-run", "-q")
+    assert code == 0, out + err
+    assert out.splitlines()[0] == "dry run: the chain of 11 stages is valid; nothing was submitted", out
+    assert "mtp-boost" not in out and "quantize" in out
+    notes = [ln for ln in err.splitlines() if ln.startswith("note: ")]
+    assert len(notes) == 1 and notes[0].startswith(
+        "note: pipe with no stage names runs every stage its -c can run: left out mtp-boost (-c tiny: "
+        "backend=megatron-bridge: refused by rule mtp-boost-framework)"), err
+    assert notes[0].endswith("run it on one machine after the pipe: nemotron ultra3 mtp-boost -c local"), notes
+    assert "[nemotron] input" not in err, err
+    # without -q the inputs are listed as before
+    code, _, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "tiny", *ON_SAMPLE, "--dry-run")
+    assert "[nemotron] input mopd-checkpoint (planned: an earlier stage of this pipe writes it)" in err, err
+    # -c local: mtp-boost runs, nothing is left out
+    from nemotron.cli.pipeline import _pipe_chain, _runnable_default
+
+    chain = _pipe_chain("ultra3", [], "local")
+    assert _runnable_default("ultra3", chain) == chain and "mtp-boost" in [s.name for s, _ in chain]
+    assert "note:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, missing, runs", [
+    (("pretrain", "sft", "-c", "long_context"), "ultra3 sft has no config 'long_context'",
+     "nemotron ultra3 pretrain -c long_context --batch sample --env-file {env}, then nemotron ultra3 sft -c CONFIG "
+     "--batch sample --env-file {env}"),
+    (("data-prep-rl", "rlvr", "-c", "teacher-swe"), "ultra3 data prep rl has no config 'teacher-swe'",
+     "nemotron ultra3 data prep rl -c CONFIG --batch sample --env-file {env}, then nemotron ultra3 rlvr -c teacher-swe "
+     "--batch sample --env-file {env}"),
+])
+def test_pipe_stage_without_the_pipes_config_names_it_once_and_says_to_run_stages_one_by_one(capsys, argv, missing,
+                                                                                             runs):
+    """The stage used to be named twice ("ultra3 sft: ultra3 sft has no config ...") with no word that the pipe's one
+    -c is every stage's (there is no per-stage -c)."""
+    code, out, err = run_cli(capsys, "ultra3", "pipe", *argv, *ON_SAMPLE, "--dry-run", "-q")
+    assert code == 2 and out == ""
+    lines = err.splitlines()
+    assert lines[0] == f"error: {missing}: pipe's one -c applies to every stage it runs", err
+    assert lines[1].startswith("hint: ") and lines[1].endswith(
+        "a pipe has no per-stage -c: run stages that need different configs one by one, in this order: "
+        + runs.format(env=FIXTURE_ENV)), err
+
+
+@pytest.mark.parametrize("defaults, base, scale", [("", "default", ", the paper-scale run"),
+                                                    ("defaults: tiny\n", "tiny", "")])
+def test_a_config_files_hint_names_the_config_it_builds_on(capsys, tmp_path, defaults, base, scale):
+    """`rlvr -c "dir with space/my rl.yaml"`: the hint named the producers without -c (the paper-scale chain, never
+    said) and "artifact hf-checkpoint does not exist yet" (of which config?). A -c FILE takes any config's run as its
+    input: the hint names the shipped config the file builds on (its `defaults:`), says so, quotes the file, and the
+    pipe it suggests makes the inputs, then this command runs again."""
+    folder = tmp_path / "dir with space"
+    folder.mkdir()
+    own = folder / "my rl.yaml"
+    own.write_text(f"{defaults}grpo:\n  seed: 7\n", encoding="utf-8")
+    code, out, _ = run_cli(capsys, "ultra3", "rlvr", "-c", str(own), *ON_SAMPLE, "--dry-run", "-q")
+    assert code == 2
+    first = out.splitlines()[0]
+    launch = f"--batch sample --env-file {FIXTURE_ENV}"
+    assert f"make it first: nemotron ultra3 convert -c {base} {launch}; or make them all: nemotron ultra3 pipe " \
+           f"data-prep-pretrain data-prep-sft data-prep-rl pretrain sft convert -c {base} {launch}, then run this " \
+           f"command again (-c '{own}' builds on rlvr's {base}.yaml{scale}; any config's run is its input)" in first, \
+        first
+    assert "  policy.model_name: artifact hf-checkpoint does not exist yet by a run of any config (the input of a " \
+           "-c FILE)" in out.splitlines(), out
+
+
+def test_missing_input_paths_are_problems_of_the_report_not_a_bare_error(capsys, tmp_path):
+    """rlvr -c tiny with data paths that do not exist (under a cluster path this machine sees) was one bare
+    "error: input path does not exist: ..." before any report, unlike every other refusal: now the dry run's verdict
+    counts them and each is a problem line naming its key (rule input-exists), exit 2; the run refuses the same."""
+    gone = tmp_path / "lustre" / "nope"
+    paths = (f"data.train.data_path={gone}/train.jsonl", f"data.validation.data_path={gone}/val.jsonl")
+    code, out, err = run_cli(capsys, "ultra3", "rlvr", "-c", "tiny", *ON_SAMPLE, "--dry-run", "-q", *paths)
+    assert code == 2
+    assert re.fullmatch(r"dry run: \d+ errors?, \d+ warnings?: the run would refuse to start; .*nothing was submitted",
+                        out.splitlines()[0]), out
+    assert "input path does not exist:" not in err, err
+    for key in ("data.train.data_path", "data.validation.data_path"):  # the report's problem lines
+        assert f"error: {key}='{gone}/" in out and "no such file or folder" in out, out
+    # a *_path key no config wires to an artifact: the compiler's own check, now a problem line of the report too
+    code, out, err = run_cli(capsys, "ultra3", "pretrain", "-c", "local", "--dry-run", "-q",
+                             "data.per_split_data_args_path=nope/blend.json")
+    assert code == 2 and out.splitlines()[0].startswith("dry run: 1 error, 0 warnings: the run would refuse"), out
+    assert out.splitlines()[1] == (
+        "error: data.per_split_data_args_path='nope/blend.json': input path does not exist here (set by override): "
+        "the job would not find it; valid: an existing file or folder, or ${art:NAME,FIELD} for an upstream "
+        "stage's output"), out
+    code, _, err = run_cli(capsys, "ultra3", "pretrain", "-c", "local", "data.per_split_data_args_path=nope/blend.json")
+    assert code == 2 and "error: data.per_split_data_args_path='nope/blend.json': input path does not exist" in err
+
+
 def test_pipe_dry_run_refused_at_a_stage_exits_2(capsys):
     code, out, err = run_cli(capsys, "ultra3", "pipe", "mopd", "quantize", "-c", "local", "--dry-run", "--quiet")
     assert code == 2, err

@@ -265,6 +265,26 @@ def test_profile_string_override_keeps_its_text(capsys, tmp_path, monkeypatch):
     assert "#SBATCH --account=007\n" in out and "#SBATCH --qos=1\n" in out
 
 
+def test_an_empty_profile_override_says_how_to_unset_the_key(capsys, tmp_path, monkeypatch):
+    """``profile.gpu=`` (meant to unset the GPU for one command) was "gpu: unknown GPU model ''" and no word on how
+    to unset; ``~profile.gpu`` had no hint either. ``profile.gpu=null`` is the way, and it is valid here."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    code, _, err = _dry_run(capsys, tmp_path, '"04:00:00"', "profile.gpu=")
+    lines = err.strip().splitlines()
+    assert code == 2 and "gpu: unknown GPU model ''" in lines[0], err
+    assert lines[1].startswith("hint: profile.gpu=null unsets it for this command (profile.gpu= sets the empty "
+                               "text); or fix gpu"), err
+    code, _, err = _dry_run(capsys, tmp_path, '"04:00:00"', "~profile.gpu")
+    assert code == 2 and err.strip().splitlines() == [
+        "error: override '~profile.gpu': profile keys are set as profile.KEY=VALUE",
+        "hint: profile.KEY=null unsets one for this command"], err
+    code, out, err = _dry_run(capsys, tmp_path, '"04:00:00"', "profile.gpu=null")
+    assert code == 0, err
+    # a wrong non-empty value keeps the plain hint
+    code, _, err = _dry_run(capsys, tmp_path, '"04:00:00"', "profile.gpu=H900")
+    assert code == 2 and "hint: fix gpu (keys and types" in err and "unsets" not in err, err
+
+
 # ---------------------------------------------------------------------------------------------- #
 # --dry-run refuses what only the runtime refused before (the rules in docs/validation.md)
 TEKKEN = "tekken_240911.json"  # 131,072 ids: mistral-common's Tekken vocabulary (the tiny data prep tokenizer)

@@ -362,3 +362,37 @@ def test_a_run_here_in_a_terminal_keeps_its_output_and_the_stage_still_sees_a_te
     assert b"\x1b[2K" in log, log[-500:]  # the live progress bar: the stage saw a terminal
     assert json.loads((folder / "exit.json").read_text())["exit_code"] == 0
     assert b"planning: reading " in proc.stdout  # and the terminal got it
+
+
+@pytest.mark.slow
+def test_cancel_after_every_shard_was_finished_says_nothing_is_left_to_resume(cli, env, env_file, tmp_path):
+    """`cancel` of a `--batch` data prep whose shards were all finished (here: held where it writes its manifest,
+    nemotron.errors.HOLD_ENV `publishing`) said "N finished shards ... run the same command again to resume" although
+    nothing was left: the log says every shard was finished and that a rerun redoes none, only writes the last files
+    and records the output; the rerun does exactly that (exit 0, no shard's receipt rewritten)."""
+    from nemotron.errors import HOLD_ENV
+
+    marker = tmp_path / "held"
+    out_dir = tmp_path / "rl out"
+    args = ("ultra3", "data", "prep", "rl", "-c", "tiny", "--env-file", str(env_file), f"output_dir={out_dir}")
+    held = nemotron_runner({**env, HOLD_ENV: f"publishing={marker}"}, tmp_path)
+    proc = held(*args[:6], "--batch", "here", *args[6:])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    job_id = proc.stdout.strip().splitlines()[-1]
+    _wait(lambda: marker.exists() or any(w in cli("ultra3", "status", job_id).stdout for w in ("COMPLETED", "FAILED")),
+          240, "the job to hold before its manifest")
+    assert marker.exists(), cli("ultra3", "logs", job_id).stdout[-2000:]
+    receipts = {p: p.stat().st_mtime_ns for p in out_dir.rglob("*.receipt.json")}
+    assert receipts and not (out_dir / "manifest.json").exists()
+    assert cli("ultra3", "cancel", job_id).returncode == 0
+    follow = cli("ultra3", "logs", job_id, "-f", timeout=120)
+    log = follow.stdout + follow.stderr
+    assert follow.returncode == 75, log[-2000:]
+    assert (f"ultra3 data prep rl: stopped by SIGTERM after every shard was finished ({len(receipts)} shards with "
+            f"their receipts in {out_dir}): nothing is left to resume; the same command run again redoes no shard, it "
+            "only writes the output's last files (manifest.json) from them and records it") in log, log[-2000:]
+    assert "again to resume" not in log, log[-2000:]
+    again = cli(*args[:6], "--run", "here", *args[6:])
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert (out_dir / "manifest.json").is_file()
+    assert {p: p.stat().st_mtime_ns for p in out_dir.rglob("*.receipt.json")} == receipts  # no shard redone

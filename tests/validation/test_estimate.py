@@ -177,3 +177,62 @@ def test_a_cluster_profiles_checkpoint_root_is_not_measured_on_this_machine(caps
     doc = json.loads(capsys.readouterr().out)
     assert doc["free_unchecked"] is None and doc["free_bytes"] is not None and doc["fits"] is False, doc
     assert [p["severity"] for p in doc["problems"] if p["rule"] == "checkpoint-space"] == ["error"]
+
+
+def test_mtp_boost_estimate_models_the_frozen_backbone(capsys, tmp_path, monkeypatch):
+    """`mtp-boost estimate` used to print sft's table verbatim (3 x forward, 14 B/param of 35.8 B parameters): MTP
+    boosting trains only the MTP head on a frozen backbone (docs/mtp_boost.md). Forward of the whole model, backward
+    of the head (2 x) and of each depth's frozen output layer's input (1 x), full recompute one more head forward;
+    the checkpoint holds every parameter in BF16 and the head's FP32 optimizer state. The route is refused (exit 2),
+    the estimate still printed."""
+    monkeypatch.chdir(tmp_path)
+    on_sample = ["--batch", "sample", "--env-file", str(FIXTURES / "env.toml")]
+    assert main(["ultra3", "sft", "-c", "tiny", "estimate", "--json", *on_sample]) in (0, 2)
+    sft = json.loads(capsys.readouterr().out)
+    assert main(["ultra3", "mtp-boost", "-c", "tiny", "estimate", "--json", *on_sample]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    spec = catalogue.get("ultra4layer")
+    head_params, head = est.mtp_head(spec, 4096)
+    assert head_params == catalogue.param_count(spec)["mtp"] > 0 and doc["trainable_params"] == head_params
+    depths, out_layer = 2, 2 * spec.hidden_size * catalogue.padded_vocab(spec, 1)  # mtp_boost.num_steps of tiny
+    fwd = est.forward_flops_per_token(spec, 4096, depths)
+    assert fwd["mtp"] == pytest.approx(depths * (head + out_layer))
+    per_token = fwd["total"] + depths * (2 * head + out_layer) + depths * head  # tiny: full recompute
+    assert doc["flops_per_step"] == pytest.approx(per_token * 16 * 4096)
+    assert doc["flops_per_step"] < 0.6 * sft["flops_per_step"]  # no backward of the backbone
+    total = catalogue.param_count(spec)["total"]
+    assert doc["ckpt_bytes"] == int(total * 2 + head_params * 12) and sft["ckpt_bytes"] == int(total * 14)
+    monkeypatch.setenv("COLUMNS", "400")  # one table row a line
+    main(["ultra3", "mtp-boost", "-c", "tiny", "estimate", *on_sample])
+    out = capsys.readouterr().out
+    assert "of them train (the MTP head; the backbone is frozen)" in out
+    assert "2 B/param + 12 B/param of the head's optimizer state, megatron" in out
+
+
+def test_local_mtp_head_count_is_the_runtimes_module():
+    """`-c local` trains the local runtime's own head (a dense stand-in of the MTP block): its parameter count is the
+    real module's (torch), and its checkpoint is the backbone's FP32 folder plus the FP32 head."""
+    pytest.importorskip("torch")
+    from nemotron.runtime.megatron import mtp_local
+
+    spec = catalogue.get("small")
+    head = mtp_local.build_head(mtp_local.head_shape(spec), seed=0)
+    assert est.mtp_head(spec, 256, local=True)[0] == sum(p.numel() for p in head.parameters())
+    e = est.estimate_run(spec, gpus=1, nodes=1, gpu="H100", precision="bf16", seq_length=256, global_batch_size=4,
+                         steps=20, mtp_depths=2, ckpt_format="hf-local", frozen_backbone=True)
+    backbone = catalogue.param_count(spec, include_mtp=False)["total"]
+    assert e.ckpt_bytes == int((backbone + e.trainable_params) * 4) and not e.mtp_left_out
+    with pytest.raises(ValueError, match="mtp_boost.num_steps must be >= 1"):
+        est.estimate_run(spec, gpus=1, nodes=1, gpu="H100", precision="bf16", seq_length=256, global_batch_size=4,
+                         steps=20, mtp_depths=0, ckpt_format="hf-local", frozen_backbone=True)
+
+
+def test_gpu_hours_of_a_short_run_keep_three_figures():
+    """A 27 s tiny run printed "GPU-hours / node-hours 0.0 / 0.0"."""
+    spec = catalogue.get("ultra4layer")
+    e = est.estimate_run(spec, gpus=8, nodes=1, gpu="H100", precision="bf16", seq_length=4096, global_batch_size=16,
+                         steps=20)
+    row = next(r for r in e.rows() if r[0] == "GPU-hours / node-hours")
+    assert row[1] == f"{e.gpu_hours:.3g} / {e.node_hours:.3g}" and e.gpu_hours < 0.5, row
+    assert not row[1].startswith("0.0 "), row
+    assert est._hours(1234.56) == "1,234.6" and est._hours(0.00001) == "1.00e-05"

@@ -116,6 +116,14 @@ def _bridge_precisions() -> list[tuple[str, str]]:
     return [(n, f"Megatron-Bridge {version} preset") for n in plain]
 
 
+def _quantize_recipes() -> list[tuple[str, str]]:
+    """The shipped quantization recipes (``stages/ultra3/quantize/recipes/*.yaml``): the names validation takes
+    (:func:`nemotron.runtime.quantization.quant_config.load_recipe`; a path to a recipe .yaml too)."""
+    from nemotron.runtime.quantization.quant_config import recipe_names
+
+    return [(n, "quantization recipe (stages/ultra3/quantize/recipes)") for n in recipe_names()]
+
+
 def _rules_set(name: str, about: str) -> Callable[[], list[tuple[str, str]]]:
     def values() -> list[tuple[str, str]]:
         from nemotron.layout import rules
@@ -133,6 +141,7 @@ VALUE_SETS: dict[str, Callable[[], list[tuple[str, str]]]] = {
     "model.name": _model_names,
     "nemo_rl.base": _nemo_rl_recipes,
     "mixed_precision": _bridge_precisions,
+    "quantization.recipe": _quantize_recipes,
     "scheduler.lr_decay_style": _rules_set("DECAY_STYLES", "Megatron-Core decay style"),
     "scheduler.lr_wsd_decay_style": _rules_set("WSD_STYLES", "Megatron-Core WSD annealing style"),
     "environments.*.kind": _rules_set("ENV_KINDS", "environment kind"),

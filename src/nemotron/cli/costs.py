@@ -116,6 +116,12 @@ def run_estimate(stage: Any, compiled: Any, profile: ExecutorProfile | None, pla
         # a -c local run on this machine's CPU: its FP32 rate, not a datasheet GPU's (the `estimate` command only:
         # the dry run and the run's checks do not import torch)
         peak = _cpu_peak()
+    # MTP boosting trains the MTP head on a frozen backbone (the config says so: mtp_boost.freeze_backbone); the local
+    # runtime's head runs mtp_boost.num_steps steps whatever model.mtp_num_layers says (0: transformers builds none)
+    frozen = bool(get(cfg, "mtp_boost.freeze_backbone"))
+    depths = view.mtp_depths
+    if frozen and local:
+        depths = as_int(get(cfg, "mtp_boost.num_steps"))
     free, where = _free_space(get(cfg, "checkpoint.save"))
     unchecked = cluster_path(profile)
     if unchecked:  # a folder at the same path here is not the storage of the machines the job runs on
@@ -126,7 +132,7 @@ def run_estimate(stage: Any, compiled: Any, profile: ExecutorProfile | None, pla
             global_batch_size=int(view.gbs), steps=iterations_of(get(cfg, "train.train_iters"), get(cfg, "train.train_samples"),
                                                                   view.gbs) or 0, mfu=mfu,
             full_recompute=view.recompute_granularity == "full", bf16_layers=bf16_layers,
-            mtp_depths=view.mtp_depths, tp=int(view.tp) if isinstance(view.tp, int) else 1,
+            mtp_depths=depths, tp=int(view.tp) if isinstance(view.tp, int) else 1, frozen_backbone=frozen,
             walltime_seconds=walltime, save_margin_seconds=margin,
             save_interval=as_int(get(cfg, "checkpoint.save_interval")),
             most_recent_k=as_int(get(cfg, KEEP_KEY)) or (2 if local else None),
@@ -139,6 +145,9 @@ def run_estimate(stage: Any, compiled: Any, profile: ExecutorProfile | None, pla
         result.notes.append(f"node {shape.memory_source}")
     if local and peak is None and not gpu:
         result.notes.append("a -c local run on a CPU is far below this GPU peak: `estimate` measures this CPU instead")
+    if frozen and local:
+        result.notes.append("not counted: the backbone's greedy continuations of the training prompts "
+                            "(data.continuation_tokens) and the acceptance measurement before and after training")
     if peak is not None:
         result.notes.append("a -c local run on this CPU: its FP32 torch.mm rate measured now stands for the peak "
                             "(bench/estimate_calibration.py measured an MFU of about 0.33 against it)")

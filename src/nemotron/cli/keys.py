@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from nemotron.config.registry import STAGES, Stage
+from nemotron.config.registry import STAGES, Stage, get_stage
 from nemotron.errors import ConfigError, UsageError
 
 
@@ -48,6 +48,44 @@ def find_stage(recipe: str, name: str) -> Stage:
     close = difflib.get_close_matches(name, [s.name for s in stages], n=1)
     raise UsageError(f"keys {name!r}: not a stage of {recipe}" + (f" (did you mean '{close[0]}'?)" if close else ""),
                      f"stages: {', '.join(s.name for s in stages)}")
+
+
+def stage_words(recipe: str, words: list[str]) -> tuple[str, str | None]:
+    """``(stage, prefix)`` of the words after ``keys``: the stage's name (``data-prep-pretrain``) or its command words
+    as typed for the stage itself (``data prep pretrain``), then at most one PREFIX.
+
+    Raises:
+        UsageError: a first word that starts the commands of stages but names none (``keys data``, ``keys data prep
+            pretrian``: those stages' names are said, ``data-prep-pretrain`` ...); an unknown stage
+            (:func:`find_stage`); more than one word after the stage.
+    """
+    stages = [s for s in STAGES if s.recipe == recipe]
+    for k in range(len(words), 1, -1):  # the longest run of command words that names a stage
+        typed = " ".join(words[:k])
+        stage = next((s for s in stages if typed == " ".join(s.command)), None)
+        if stage is not None:
+            words = [stage.name, *words[k:]]
+            break
+    if find_stage_or_none(recipe, words[0]) is None:
+        named = [s.name for s in stages if len(s.command) > 1 and s.command[0] == words[0]]
+        if named:
+            raise UsageError(f"keys {' '.join(words)!r}: not a stage of {recipe}; the stages whose command starts "
+                             f"with {words[0]!r} are named {', '.join(named)} here",
+                             f"the name, or the command's words in full: nemotron {recipe} keys {named[0]}, or "
+                             f"nemotron {recipe} keys {' '.join(get_stage(named[0]).command)}")
+        find_stage(recipe, words[0])  # raises: not a stage, with a did-you-mean
+    if len(words) > 2:
+        raise UsageError(f"keys {' '.join(words)!r}: one PREFIX after the stage, got {len(words) - 1} words",
+                         f"e.g. nemotron {recipe} keys {words[0]} {words[1]}")
+    return words[0], (words[1] if len(words) > 1 else None)
+
+
+def find_stage_or_none(recipe: str, name: str) -> Stage | None:
+    """:func:`find_stage`, or None for a name that is no stage of ``recipe``."""
+    try:
+        return find_stage(recipe, name)
+    except UsageError:
+        return None
 
 
 def _source(prov: dict[str, str], key: str, base_label: str | None) -> str:
@@ -129,4 +167,4 @@ def show_keys(recipe: str, stage_name: str, config: str | None, prefix: str | No
     return 0
 
 
-__all__ = ["KeyRow", "find_stage", "key_rows", "show_keys"]
+__all__ = ["KeyRow", "find_stage", "find_stage_or_none", "key_rows", "show_keys", "stage_words"]

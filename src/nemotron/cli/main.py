@@ -384,8 +384,8 @@ def _recipe_tree(tree: Tree, recipe: str) -> None:
     def keys(
         stage: Annotated[str, typer.Argument(metavar="STAGE", show_default=False,
                                              autocompletion=_complete_keys_stage)],
-        prefix: Annotated[Optional[str], typer.Argument(metavar="[PREFIX]", show_default=False,
-                                                        autocompletion=_complete_keys_prefix)] = None,
+        prefix: Annotated[Optional[list[str]], typer.Argument(metavar="[PREFIX]", show_default=False,
+                                                              autocompletion=_complete_keys_prefix)] = None,
         config: Annotated[Optional[list[str]], typer.Option(
             "-c", "--config", metavar="NAME|PATH", autocompletion=_complete_keys_config,
             help="Config of the stage (default: default) or a YAML file.")] = None,
@@ -397,11 +397,13 @@ def _recipe_tree(tree: Tree, recipe: str) -> None:
 
         The merged tree of STAGE -c NAME: the NeMo RL recipe nemo_rl.base names (rlvr, mopd: hundreds of keys
         the stage's --help only counts), default.yaml and the -c file; PREFIX keeps the keys that start with
-        it, e.g. nemotron ultra3 keys rlvr policy.megatron_cfg.optimizer.
+        it, e.g. nemotron ultra3 keys rlvr policy.megatron_cfg.optimizer. STAGE is the stage's name
+        (data-prep-pretrain) or its command words (data prep pretrain).
         """
-        from nemotron.cli.keys import show_keys
+        from nemotron.cli.keys import show_keys, stage_words
 
-        return show_keys(recipe, stage, one_config(config), prefix, as_json)
+        name, start = stage_words(recipe, [stage, *(prefix or [])])  # `keys data prep pretrain [PREFIX]` too
+        return show_keys(recipe, name, one_config(config), start, as_json)
 
     @tree.command("status")
     def status(ident: IdentArg = None, as_json: JsonOpt = False, debug: DebugOpt = False) -> int:
@@ -491,8 +493,8 @@ def _recipe_tree(tree: Tree, recipe: str) -> None:
     ) -> int:
         """Run several stages in order, each consuming the artifacts of the one before.
 
-        STAGE names: data-prep-pretrain, pretrain, sft, ... (all stages when none given); a stage named again runs
-        its next cycle (pipe mopd mopd: -c cycle2 for the second).
+        STAGE names: data-prep-pretrain, pretrain, sft, ... (all stages when none given, but those the -c cannot run:
+        a note names each); a stage named again runs its next cycle (pipe mopd mopd: -c cycle2 for the second).
         Per-stage overrides: STAGE:key=value sets every run of STAGE (all its cycles), e.g.
         pretrain:train.global_batch_size=8; STAGE#K:key=value sets its K-th run only, e.g. mopd#2:grpo.seed=7.
         """

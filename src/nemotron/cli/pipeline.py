@@ -19,7 +19,7 @@ from typing import Any
 from nemotron import report, validation
 from nemotron.cli import dryrun
 from nemotron.config import artifacts
-from nemotron.config.compile import compile_config, config_artifacts, profile_overrides
+from nemotron.config.compile import compile_config, config_artifacts, missing_input_paths, profile_overrides
 from nemotron.config.paths import config_names
 from nemotron.config.registry import STAGES, Stage, get_stage
 from nemotron.config.tree import get, leaves
@@ -127,14 +127,11 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     scope = consumer_scope(profile)
     env = {**profile.storage_env(), **profile.tracking_env} if profile is not None else None
     with artifacts.scoped(scope):
-        compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=not remote, env=env)
+        # input paths that do not exist are problems of the report below (rule input-exists), not one bare error
+        compiled = compile_config(req.stage, req.config, list(req.overrides), check_paths=False, env=env)
     compiled.artifact_scope, compiled.compile_env = scope, env
     validation.refuse_deleted_required(req.stage, compiled.config, list(req.overrides))  # ~train.global_batch_size
-    if req.profile:
-        import shlex
-
-        compiled.launch_args = (f" --{'batch' if req.mode == 'batch' else 'run'} {shlex.quote(req.profile)}"
-                                + (f" --env-file {shlex.quote(req.env_file)}" if req.env_file else ""))
+    compiled.launch_args = launch_args(req)
     if profile is not None:  # a default the [wandb] section filled in is labelled as env.toml's, not default.yaml's
 
         compiled.provenance.update(tracking_provenance(compiled, profile.tracking_env, profile.source))
@@ -145,6 +142,12 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         if key not in before or before[key] != value:
             compiled.provenance[key] = "prepared by validation (see notes)"
     problems: list[Problem] = compiled.warnings() + validation.validate(req.stage, compiled.config, profile)
+    if not remote:  # every *_path input this machine sees (the validation's own rule covers the wired keys)
+        said = {p.key for p in problems if p.rule == "input-exists"}
+        problems += [Problem(key=key, value=value, rule="input-exists",
+                             message=f"input path does not exist here (set by {layer}): the job would not find it",
+                             valid="an existing file or folder, or ${art:NAME,FIELD} for an upstream stage's output")
+                     for key, value, layer in missing_input_paths(compiled) if key not in said]
     # a rule that read a key's unresolved ${...} text (train.train_iters='${oc.env:NOPE_X}': "must be a positive
     # number") says nothing true: the key's own warning says why it is unresolved, and the run refuses it anyway
     problems = [p for p in problems if p.rule == "unresolved" or p.key not in compiled.unresolved
@@ -173,6 +176,17 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
         # a data prep run here prints the datasets it leaves out itself, in the same words: once is enough
         problems = [p for p in problems if p.rule != "data-left-out"]
     return Prepared(req, compiled, profile, plan, problems, notes)
+
+
+def launch_args(req: StageRequest) -> str:
+    """The command's ``--run``/``--batch`` and ``--env-file`` options (`` --run NAME``, shell-quoted; ``""`` without a
+    profile), for hints that name a command."""
+    import shlex
+
+    if not req.profile:
+        return ""
+    return (f" --{'batch' if req.mode == 'batch' else 'run'} {shlex.quote(req.profile)}"
+            + (f" --env-file {shlex.quote(req.env_file)}" if req.env_file else ""))
 
 
 def consumer_scope(profile: ExecutorProfile | None) -> artifacts.Scope:
@@ -208,7 +222,8 @@ def run_stage(req: StageRequest) -> int:
         raise UsageError("--json is for --dry-run and `estimate` of a stage command",
                          f"e.g. nemotron {req.stage.recipe} {' '.join(req.stage.command)} --dry-run --json")
     p = prepare_stage(req)
-    print_inputs(p.compiled)
+    if not (req.dry_run and req.quiet):  # --quiet: the verdict alone
+        print_inputs(p.compiled)
     # 4a. dry run: show everything, submit nothing
     if req.dry_run:
         dryrun.dry_run(req, p.compiled, p.profile, p.plan, p.problems, p.notes, quiet=req.quiet)
@@ -540,6 +555,46 @@ def _pipe_chain(recipe: str, names: list[str], config: str | None) -> list[tuple
     return chain
 
 
+def _runnable_default(recipe: str, chain: list[tuple[Stage, str | None]]) -> list[tuple[Stage, str | None]]:
+    """The chain of a ``pipe`` given no stage names, less the stages its one ``-c`` cannot run whatever the profile
+    (:func:`nemotron.validation.config_refusal`: ``mtp-boost -c tiny`` and ``-c default``, rule
+    ``mtp-boost-framework``), each left out with one ``note:`` line on stderr: the stage, why, and how to run it
+    (with ``-c local`` where that config of it is not refused). A config a stage does not have is kept: its own
+    compile says so. The stages after one left out take what it stands in for from the stage that makes it
+    (``quantize`` takes ``mopd``'s checkpoint for ``mtp-boost``'s)."""
+    kept = []
+    for stage, config in chain:
+        try:
+            reason = validation.config_refusal(stage, config or "default")
+        except ConfigError:
+            reason = None
+        if reason is None:
+            kept.append((stage, config))
+            continue
+        command = f"nemotron {recipe} {' '.join(stage.command)}"
+        local = "local" in config_names(stage) and validation.config_refusal(stage, "local") is None
+        how = (f"run it on one machine after the pipe: {command} -c local" if local
+               else f"no config of it runs in this version ({command} --help)")
+        taken = f"; the stages after it take {', '.join(stage.stands_in_for)} from the stage that makes it" \
+            if stage.stands_in_for else ""
+        report.err(f"note: pipe with no stage names runs every stage its -c can run: left out {stage.name} "
+                   f"(-c {config or 'default'}: {reason.partition('; valid: ')[0]}){taken}; {how}")
+    return kept
+
+
+def _one_config_hint(chain: list[tuple[Stage, str | None]], stage: Stage, config: str | None, hint: str | None,
+                     req: StageRequest) -> str:
+    """The hint for a stage of a pipe that has no config ``config`` (the pipe's one ``-c``): its configs (the
+    compile's own hint, with its did-you-mean), and that stages needing different configs run one by one, each with
+    its own ``-c``, in the chain's order (``CONFIG`` for those that lack ``config``)."""
+    runs = []
+    for each, _ in chain:
+        given = config if config in config_names(each) or not config else "CONFIG"
+        runs.append(f"nemotron {each.recipe} {' '.join(each.command)} -c {given}{launch_args(req)}")
+    return (f"{stage.title}: {hint}; a pipe has no per-stage -c: run stages that need different configs one by one, "
+            "in this order: " + ", then ".join(runs))
+
+
 def _override_hint(recipe: str, names: list[str], arg: str, config: str | None) -> str:
     """The hint for a pipe override given without its stage: ``STAGE:arg`` for the stages (those named so far, else
     every stage of the recipe) whose ``-c config`` has the key (``+key`` adds one: any named stage takes it), or
@@ -640,6 +695,8 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
         except KeyError as exc:
             raise UsageError(str(exc.args[0]), "per-stage overrides are written STAGE:key=value") from None
     chain = _pipe_chain(recipe, names, kw.get("config"))
+    if not names:  # every stage: but not those its -c cannot run (mtp-boost -c tiny), each said on one line
+        chain = _runnable_default(recipe, chain)
     unknown = set(per_stage) - {s.name for s, _ in chain}
     if unknown:
         order = {s.name: i for i, s in enumerate(STAGES)}
@@ -682,8 +739,12 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
                                env_file=kw.get("env_file"), argv=tuple(sys.argv), quiet=bool(kw.get("quiet")))
             try:
                 p = prepare_stage(req)
-            except (ConfigError, UsageError) as exc:  # name the stage: a pipe compiles several configs
-                raise type(exc)(f"{stage.title}: {exc.message}", exc.hint) from None
+            except (ConfigError, UsageError) as exc:  # name the stage (once): a pipe compiles several configs
+                message = exc.message if exc.message.startswith(f"{stage.title} ") else f"{stage.title}: {exc.message}"
+                if exc.message.startswith(f"{stage.title} has no config "):  # the pipe's one -c is every stage's
+                    raise type(exc)(f"{message}: pipe's one -c applies to every stage it runs",
+                                    _one_config_hint(chain, stage, stage_config, exc.hint, req)) from None
+                raise type(exc)(message, exc.hint) from None
             if i == 1 and mode != "here" and not queues_dependent_jobs(p.plan.executor):  # before anything is shown or queued
                 raise UsageError(f"pipe --{mode} needs a slurm profile (got {p.plan.executor})",
                                  "run the chain here without a profile, or use a slurm profile")
@@ -699,8 +760,8 @@ def run_pipe(recipe: str, kw: dict[str, Any]) -> int:
         report.out(report.readable(verdict), plain=True)  # first the chain's verdict, then each stage's report
         n = len(prepared)
         for i, p in enumerate(prepared, 1):
-            print_inputs(p.compiled)
-            if not quiet:
+            if not quiet:  # --quiet: the verdicts alone, not the input lines
+                print_inputs(p.compiled)
                 report.heading(f"[{i}/{n}] {p.req.stage.title}")
             dryrun.dry_run(p.req, p.compiled, p.profile, p.plan, p.problems, p.notes, part=f"stage {i}/{n}",
                            quiet=quiet)

@@ -657,7 +657,10 @@ def _register_resolvers() -> None:
                              f"{'version' if len(have) == 1 else 'versions'} {artifacts.span(have)} exist"
                              + ("s" if len(have) == 1 else ""))
         if rec is None:
-            made_by = f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config and version is None else ""
+            made_by = ""
+            if version is None:  # a -c FILE (no config name) takes any config's run
+                made_by = (f" by a {' or '.join(sorted(artifacts.accepted_configs(config)))} run" if config
+                           else " by a run of any config (the input of a -c FILE)")
             if name.startswith(artifacts.ANY_CONSUMER_PREFIXES):  # a released RL blend's stage file
                 made_by = "; nemotron ultra3 data prep rl -c ultra-blends records it"
             left = artifacts.skipped(name, config) if version is None else []
@@ -889,7 +892,8 @@ def profile_overrides(overrides: list[str]) -> dict[str, Any]:
     for ov in (parse_override(o) for o in overrides):
         if ov.path[0] == "profile":
             if ov.op != "set" or len(ov.path) < 2 or any(isinstance(p, int) for p in ov.path):
-                raise UsageError(f"override {ov.text!r}: profile keys are set as profile.KEY=VALUE")
+                raise UsageError(f"override {ov.text!r}: profile keys are set as profile.KEY=VALUE",
+                                 "profile.KEY=null unsets one for this command" if ov.op != "set" else None)
             value = ov.value
             if value is not None and not isinstance(value, str):
                 # the profile's schema types its values, not YAML: account=007 stays "007", time=30 is minutes;
@@ -1014,7 +1018,11 @@ def _absolute_paths(tree: Any) -> Any:
     return tree
 
 
-def _check_input_paths(compiled: Compiled) -> None:
+def missing_input_paths(compiled: Compiled) -> list[tuple[str, str, str]]:
+    """``(key, value, the layer that set it)`` of each ``*_path`` input of ``compiled`` whose path does not exist
+    on this machine: not an output folder (:data:`OUTPUT_FOLDER_KEYS`), not unresolved, not one an earlier stage of
+    a ``pipe`` writes. The dry run and the run list them as problems of rule ``input-exists``
+    (:func:`nemotron.cli.pipeline.prepare_stage`); ``compile_config(check_paths=True)`` raises them."""
     missing = []
     for path, value in _leaves(compiled.config):
         if not path or not isinstance(path[-1], str) or not path[-1].endswith("_path"):
@@ -1025,7 +1033,12 @@ def _check_input_paths(compiled: Compiled) -> None:
         if key in compiled.unresolved or key in compiled.planned_keys or not isinstance(value, str) or not value:
             continue
         if not Path(value).expanduser().exists():
-            missing.append(f"{key}={value} (set by {compiled.provenance.get(key, '?')})")
+            missing.append((key, value, compiled.provenance.get(key, "?")))
+    return missing
+
+
+def _check_input_paths(compiled: Compiled) -> None:
+    missing = [f"{key}={value} (set by {layer})" for key, value, layer in missing_input_paths(compiled)]
     if missing:
         raise ConfigError(f"input path does not exist: {'; '.join(missing)}",
                           "point the key at an existing file or folder, or use ${art:NAME,FIELD} for an upstream stage's output")

@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Self, TypeVar
 from nemotron.data import outputs
 from nemotron.data.blend import Blend, DatasetSpec, load_blend
 from nemotron.data.files import atomic_write_json, sha256_file
-from nemotron.errors import ConfigError
+from nemotron.errors import ConfigError, hold_point
 
 P = TypeVar("P")
 
@@ -365,8 +365,6 @@ def stage_main(cfg: dict[str, Any], settings_cls: Any, prepare: Callable[[Any], 
 
     from nemotron.errors import StopRequested, request_stop, stop_signal
 
-    from nemotron.errors import hold_point
-
     s = settings_cls.from_config(cfg)
     _WRITING.pop("vdir", None)  # no version folder chosen yet: an interrupt now has kept nothing (kept_note)
     # SIGTERM (kill, timeout, scancel) at any point of the work, the input checks, planning and Ray's start
@@ -492,7 +490,9 @@ def _say_planning(s: Any, blend: Blend) -> None:
 def kept_note(s: Any) -> str:
     """One line saying what an interrupted run kept: the finished pieces of work (shards, SFT windows: each has its
     receipt, ``*.receipt.json``) in the version folder it was writing, or that none was finished yet, so the next
-    run starts from the beginning; before a version folder was chosen (the input checks, the start of planning),
+    run starts from the beginning, or that every shard of its plan was finished (a rerun redoes nothing, it only
+    writes the manifest and records the output; a cancel of a resumed run that found them all done had said "run the
+    same command again to resume"); before a version folder was chosen (the input checks, the start of planning),
     ``interrupted before any work; nothing kept ...``; after the version folder's ``manifest.json`` (written last)
     says it is complete, ``interrupted after its output was complete (VDIR), before it was recorded ...``: the rerun
     finds it up to date and records it."""
@@ -507,6 +507,15 @@ def kept_note(s: Any) -> str:
     if not done:
         return (f"interrupted before any shard was finished; nothing of it is kept in {s.output_dir}, so the next run "
                 "starts from the beginning")
+    manifest = read_json(vdir / outputs.MANIFEST) or {}
+    total = len((read_json(vdir / outputs.PLAN) or {}).get("shards") or [])
+    if manifest.get("complete") or (total and done >= total):  # nothing was left: a rerun redoes no shard
+        if manifest.get("complete"):
+            return (f"interrupted after its output was complete ({vdir}, {count(done, 'shards')}): nothing is left "
+                    "to resume; the same command run again only records it")
+        return (f"interrupted after every shard was finished ({count(done, 'shards')} with their receipts in {vdir}): "
+                "nothing is left to resume; the same command run again redoes no shard, it only writes the output's "
+                "last files (manifest.json) from them and records it")
     return (f"interrupted; {count(done, 'finished shards')} (with their receipts) kept in {vdir}: run the same command "
             "again to resume from there")
 
@@ -1228,6 +1237,7 @@ def publish(run: Run, manifest: dict[str, Any], summary: Callable[[dict[str, Any
     """
     if consumed_by:
         manifest["consumed_by"] = CONSUMED_BY
+    hold_point("publishing")  # tests: a stop after every shard was finished, before the manifest
     atomic_write_json(run.vdir / outputs.MANIFEST, manifest)
     if not run.quiet:
         summary(manifest)

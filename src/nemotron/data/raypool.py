@@ -152,6 +152,11 @@ def ray_session(num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
                              "pip install -e .)") from None
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     started = False
+    ours = threading.current_thread() is threading.main_thread()
+    # the handler before ray.init replaces it (the stage's own: nemotron.data.driver.stage_main): put back when the
+    # session ends, so a SIGTERM while the outputs are written after it still stops the run cleanly (exit 75), not
+    # through Ray's handler (exit 15)
+    outer = signal.getsignal(signal.SIGTERM) if ours else None
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
         kwargs: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=True, configure_logging=True)
@@ -182,16 +187,16 @@ def ray_session(num_cpus: int | None = None) -> Iterator[dict[str, Any]]:
         started = True
     # Ray's init sets a SIGTERM handler (sys.exit) in the driver; ours replaces it (main thread only) so `kill`, `timeout`, scancel and Slurm's warning stop the run cleanly:
     # StopRequested (an interrupt) unwinds through the pipelines' cleanup and the entry exits 75 (resumable)
-    ours = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, request_stop) if ours else None
+    if ours:
+        signal.signal(signal.SIGTERM, request_stop)
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         yield {"started": started, "address": os.environ.get("RAY_ADDRESS") or "local", "cpus": cpus}
     finally:
-        if ours:  # a handler installed outside Python (Ray's) reads back as None: the default then
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         if started:
             ray.shutdown()
+        if ours:  # a handler installed outside Python reads back as None: the default then
+            signal.signal(signal.SIGTERM, outer if outer is not None else signal.SIG_DFL)
 
 
 

@@ -17,6 +17,12 @@ the other symbols as in :func:`nemotron.config.catalogue.layer_params`):
 * output layer 2hV; each MTP depth: ``eh_proj`` 2·2h·h, its layers, and its own output layer 2hV.
 * training = 3 x forward (backward = 2 x forward); full recompute adds one more forward (4 x), selective
   recompute is counted as free. These are the FLOPs the hardware executes; MFU here is executed FLOPs over peak.
+* MTP boosting (``frozen_backbone``: a config's ``mtp_boost.freeze_backbone``; docs/mtp_boost.md, the Ultra report's
+  MTP boosting trains only the MTP head on a frozen backbone): the whole model's forward (backbone and every MTP
+  depth: the KL's targets are the backbone's logits), the backward of the MTP head only (2 x its forward: its
+  ``eh_proj`` and layers, per depth; the shared-weight head runs once per depth) and of each depth's frozen output
+  layer's input gradient (1 x that layer's forward: no weight gradient); full recompute adds one forward of the
+  head. The backbone keeps no activations for backward and gets no gradient.
 
 **Step time** = FLOPs per step / (GPUs x peak dense throughput of the precision x MFU). Peak dense (not sparse)
 throughput per GPU in TFLOP/s, from NVIDIA's datasheets (H100/H200 SXM: BF16 989, FP8 1,979; B200: BF16 2,250,
@@ -33,6 +39,10 @@ choice, not a measurement of Ultra. ``bench/estimate_calibration.py`` prints the
 shards of every rank together (``ddp``/optimizer sharding changes which rank writes what, not the sum). The local
 runtime's Hugging Face folder holds FP32 weights (4) and AdamW's two FP32 moments (8): 12 bytes a parameter, the MTP
 block excluded (transformers builds NemotronH without it). Inference checkpoints (convert, quantize): 2 bytes.
+MTP boosting (frozen backbone): only the head has gradients and optimizer state, so Megatron saves 2 bytes a
+parameter of the whole model and 12 more a parameter of the head; the local runtime
+(:mod:`nemotron.runtime.megatron.mtp_local`) copies the backbone's FP32 folder (4 bytes a parameter, without MTP)
+and adds its FP32 head (4 bytes a parameter, no optimizer state).
 """
 
 from __future__ import annotations
@@ -156,27 +166,35 @@ class RunEstimate:
     free_unchecked: str | None = None
     #: the model has an MTP block that ``params`` leaves out (the local backend's checkpoint: it does not build MTP)
     mtp_left_out: bool = False
+    #: MTP boosting: the parameters that train (the MTP head); None: every parameter trains
+    trainable_params: int | None = None
 
     def rows(self) -> list[list[str]]:
         """Rows of the terminal table: what, value, how it was obtained."""
         rows = [
             ["model", f"{self.model}: {self.params / 1e9:.3g} B parameters"
-             + (f" ({MTP_LEFT_OUT})" if self.mtp_left_out else ""), "config/catalogue.py"],
+             + (f" ({MTP_LEFT_OUT})" if self.mtp_left_out else "")
+             + (f"; {_count(self.trainable_params)} of them train (the MTP head; the backbone is frozen)"
+                if self.trainable_params is not None else ""), "config/catalogue.py"],
             ["GPUs", f"{self.gpus} ({self.nodes} node{'s' if self.nodes != 1 else ''} x {self.gpus // max(1, self.nodes)} {self.gpu})", "run.env.nodes x the profile's node"],
             ["peak throughput", (f"{self.peak_tflops:,.0f}" if self.peak_tflops >= 10 else f"{self.peak_tflops:.3g}")
              + f" TFLOP/s per {'GPU' if self.gpu != 'CPU' else 'CPU'} "
              f"({self.precision.upper()}, dense)", "NVIDIA datasheet" if self.gpu != "CPU" else "this CPU's torch.mm rate, measured now"],
             ["estimate.mfu (assumed)", f"{self.mfu:.2f}", "an assumption: +estimate.mfu=X sets it"],
             ["tokens per step", f"{self.tokens_per_step:,} ({self.global_batch_size} x {self.seq_length})", "global batch x sequence"],
-            ["FLOPs per token (training)", f"{self.flops_per_step / self.tokens_per_step:.4g}", "3 x forward (+1 with full recompute)"],
+            ["FLOPs per token (training)", f"{self.flops_per_step / self.tokens_per_step:.4g}",
+             "forward of the whole model + backward of the MTP head (frozen backbone; +1 head forward with full "
+             "recompute)" if self.trainable_params is not None else "3 x forward (+1 with full recompute)"],
             ["step time", _duration(self.step_seconds), "FLOPs per step / (GPUs x peak x MFU)"],
             ["steps", f"{self.steps:,}", "train.train_iters"],
             ["wall time", _duration(self.wall_seconds), "steps x step time"],
-            ["GPU-hours / node-hours", f"{self.gpu_hours:,.1f} / {self.node_hours:,.1f}", ""],
+            ["GPU-hours / node-hours", f"{_hours(self.gpu_hours)} / {_hours(self.node_hours)}",
+             "wall time x GPUs / nodes"],
             ["jobs", ("-" if self.jobs is None else f"{self.jobs}") + (
                 f" of {_duration(self.walltime_seconds)} (saving {_duration(self.save_margin_seconds)} before the limit)"
                 if self.walltime_seconds else " (no walltime: no profile time limit)"), "wall time / (walltime - margin)"],
-            ["checkpoint per save", f"{_size(self.ckpt_bytes)} ({CKPT_BYTES[self.ckpt_format]:g} B/param, {self.ckpt_format})", "parameters x bytes per parameter"],
+            ["checkpoint per save", f"{_size(self.ckpt_bytes)} ({self._bytes_per_param()})",
+             "parameters x bytes per parameter"],
             ["written per GPU (average)", _size(self.ckpt_bytes / max(1, self.gpus)),
              "one save / GPUs: each rank writes its shard (replicas once)"],
             ["saves per run", f"{self.saves}", "steps / checkpoint.save_interval (+ the last)"],
@@ -187,6 +205,17 @@ class RunEstimate:
             ["verdict", self.verdict(), ""],
         ]
         return rows + [["note", n, ""] for n in self.notes]
+
+    def _bytes_per_param(self) -> str:
+        """How the checkpoint bytes were counted: ``14 B/param, megatron``; with a frozen backbone the whole model's
+        bytes and the head's optimizer state apart (module docstring)."""
+        if self.trainable_params is None:
+            return f"{CKPT_BYTES[self.ckpt_format]:g} B/param, {self.ckpt_format}"
+        if self.ckpt_format == "megatron":
+            head = CKPT_BYTES["megatron"] - FROZEN_WEIGHT_BYTES
+            return f"{FROZEN_WEIGHT_BYTES:g} B/param + {head:g} B/param of the head's optimizer state, megatron"
+        return (f"{LOCAL_FP32_BYTES:g} B/param: the backbone copied and the FP32 head, no optimizer state, "
+                f"{self.ckpt_format}")
 
     def verdict(self) -> str:
         if self.fits is None:
@@ -211,6 +240,21 @@ def _size(n: float | None) -> str:
     return f"{n / 1e9:,.2f} GB"
 
 
+def _count(n: int) -> str:
+    """A parameter count: ``35.8 B``, ``1.21 M``."""
+    return f"{n / 1e9:.3g} B" if n >= 1e9 else f"{n / 1e6:.3g} M"
+
+
+def _hours(hours: float) -> str:
+    """GPU- or node-hours with three significant figures below 100 (a 12 s tiny run: ``0.0267``, not ``0.0``), one
+    decimal above."""
+    if hours >= 100:
+        return f"{hours:,.1f}"
+    if hours == 0:
+        return "0"
+    return f"{hours:.3g}" if hours >= 0.001 else f"{hours:.2e}"
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -228,6 +272,30 @@ def _duration(seconds: float | None) -> str:
 MTP_LEFT_OUT = "without the MTP block, which the local backend does not build"
 
 
+#: Bytes of a frozen parameter in a Megatron checkpoint (BF16 weight; no main weight, no Adam moments) and of any
+#: parameter the local runtime saves (FP32).
+FROZEN_WEIGHT_BYTES = 2.0
+LOCAL_FP32_BYTES = 4.0
+
+
+def mtp_head(spec: ModelSpec, seq: int, local: bool = False) -> tuple[int, float]:
+    """(parameters, forward FLOPs per token of one depth without its output layer) of the MTP head MTP boosting
+    trains. The Megatron route: the catalogue's MTP block (:func:`nemotron.config.catalogue.param_count`'s ``mtp``,
+    shared weights counted once; ``eh_proj`` 2·2h·h and the layers of ``spec.mtp_pattern``, as
+    :func:`forward_flops_per_token`). ``local``: the local runtime's own head
+    (:func:`nemotron.runtime.megatron.mtp_local.build_head`): norms 5h, ``eh_proj`` 2h·h, multi-head attention with
+    ``num_attention_heads`` x ``head_dim`` (q, k, v and output: 4·q·h) and a squared-ReLU MLP of the shared expert's
+    width S (``moe_shared_expert_intermediate_size``, else 4h; 2·h·S)."""
+    h = spec.hidden_size
+    if not local:
+        return int(param_count(spec)["mtp"]), 2 * 2 * h * h + sum(layer_flops(spec, s, seq) for s in spec.mtp_pattern)
+    q = spec.num_attention_heads * spec.head_dim
+    ffn = spec.moe_shared_expert_intermediate_size or 4 * h
+    params = 5 * h + 2 * h * h + 4 * q * h + 2 * h * ffn
+    flops = 2 * 2 * h * h + 2 * 4 * q * h + 4 * seq * q / 2 + 2 * 2 * h * ffn
+    return params, float(flops)
+
+
 def checkpoint_params(spec: ModelSpec, ckpt_format: str) -> int:
     """Parameters one checkpoint holds: the whole model with MTP (Megatron), without it (the local HF folder)."""
     pc = param_count(spec, include_mtp=ckpt_format != "hf-local")
@@ -239,12 +307,16 @@ def estimate_run(spec: ModelSpec, *, gpus: int, nodes: int, gpu: str | None, pre
                  bf16_layers: int = 0, mtp_depths: int | None = None, tp: int = 1,
                  walltime_seconds: int | None = None, save_margin_seconds: int = 0, save_interval: int | None = None,
                  most_recent_k: int | None = None, ckpt_format: str = "megatron", free_bytes: int | None = None,
-                 free_path: str | None = None, peak: tuple[float, str, str] | None = None) -> RunEstimate:
+                 free_path: str | None = None, peak: tuple[float, str, str] | None = None,
+                 frozen_backbone: bool = False) -> RunEstimate:
     """The run's estimate (module docstring). ``bf16_layers``: layers an NVFP4/FP8 run keeps in BF16. ``peak``:
     (TFLOP/s, precision, device name) instead of a datasheet GPU (a CPU's measured rate for a local run).
+    ``frozen_backbone``: MTP boosting, ``mtp_depths`` rollout steps of the MTP head (:func:`mtp_head`; the local
+    runtime's own head with ``ckpt_format="hf-local"``) train on a frozen backbone.
 
     Raises:
-        ValueError: a non-positive GPU count, batch, sequence length or MFU outside (0, 1].
+        ValueError: a non-positive GPU count, batch, sequence length or MFU outside (0, 1]; a frozen backbone with
+            no MTP depth.
     """
     if gpus < 1 or global_batch_size < 1 or seq_length < 1:
         raise ValueError(f"GPUs {gpus}, global batch {global_batch_size} and sequence length {seq_length} must be >= 1")
@@ -260,13 +332,29 @@ def estimate_run(spec: ModelSpec, *, gpus: int, nodes: int, gpu: str | None, pre
     fwd = forward_flops_per_token(spec, seq_length, mtp_depths, tp)
     mult = 4.0 if full_recompute else 3.0
     tokens = global_batch_size * seq_length
-    flops = mult * fwd["total"] * tokens
+    trainable = None
+    if frozen_backbone:
+        depths = spec.mtp_depths if mtp_depths is None else mtp_depths
+        if depths < 1:
+            raise ValueError(f"MTP boosting with {depths} MTP steps: mtp_boost.num_steps must be >= 1")
+        trainable, head = mtp_head(spec, seq_length, local=ckpt_format == "hf-local")
+        out_layer = 2.0 * spec.hidden_size * padded_vocab(spec, tp)
+        fwd["mtp"] = depths * (head + out_layer)  # the local head is not the catalogue's MTP block
+        fwd["total"] = sum(v for k, v in fwd.items() if k != "total")
+        # forward of everything; backward: the head's 2 x and the frozen output layer's input gradient 1 x, per
+        # depth; full recompute: the head's forward once more
+        per_token = fwd["total"] + depths * (2 * head + out_layer) + (depths * head if full_recompute else 0.0)
+        flops = per_token * tokens
+        body_mult = 1.0
+    else:
+        flops = mult * fwd["total"] * tokens
+        body_mult = mult
     seconds = flops / (gpus * peak * 1e12 * mfu)
     if counted not in ("bf16", "fp32") and bf16_layers:
         share = min(1.0, bf16_layers / max(1, spec.num_layers))
         bf16_peak = peak_tflops(gpu, "bf16")[0]
         body = fwd["total"] - fwd["output"] - fwd["mtp"]
-        slow = mult * tokens * body * share
+        slow = body_mult * tokens * body * share
         seconds = (flops - slow) / (gpus * peak * 1e12 * mfu) + slow / (gpus * bf16_peak * 1e12 * mfu)
         notes.append(f"{bf16_layers} of {spec.num_layers} layers in BF16 (first_last_layers_bf16): counted at the BF16 peak")
     wall = seconds * steps
@@ -279,6 +367,11 @@ def estimate_run(spec: ModelSpec, *, gpus: int, nodes: int, gpu: str | None, pre
             jobs = max(1, math.ceil(wall / usable))
     params = checkpoint_params(spec, ckpt_format)
     per_save = int(params * CKPT_BYTES[ckpt_format])
+    if trainable is not None and ckpt_format == "megatron":  # the head's optimizer state only
+        per_save = int(params * FROZEN_WEIGHT_BYTES + trainable * (CKPT_BYTES["megatron"] - FROZEN_WEIGHT_BYTES))
+    elif trainable is not None:  # the backbone's FP32 folder copied, and the FP32 head
+        params += trainable
+        per_save = int(params * LOCAL_FP32_BYTES)
     saves = (steps // save_interval + (0 if steps % save_interval == 0 else 1)) if save_interval else 1
     kept = min(saves, most_recent_k) if most_recent_k and most_recent_k > 0 else saves
     fits = None if free_bytes is None else per_save <= free_bytes
@@ -290,8 +383,9 @@ def estimate_run(spec: ModelSpec, *, gpus: int, nodes: int, gpu: str | None, pre
                        save_margin_seconds=save_margin_seconds, jobs=jobs, params=params, ckpt_format=ckpt_format,
                        ckpt_bytes=per_save, saves=saves, retained=most_recent_k if most_recent_k else None,
                        retained_bytes=per_save * kept, free_bytes=free_bytes, free_path=free_path, fits=fits, notes=notes,
-                       mtp_left_out=ckpt_format == "hf-local" and bool(spec.mtp_depths))
+                       mtp_left_out=ckpt_format == "hf-local" and bool(spec.mtp_depths) and trainable is None,
+                       trainable_params=trainable)
 
 
-__all__ = ["CKPT_BYTES", "DEFAULT_MFU", "MTP_LEFT_OUT", "PEAK_TFLOPS", "RunEstimate", "estimate_run", "forward_flops_per_token",
-           "layer_flops", "peak_tflops"]
+__all__ = ["CKPT_BYTES", "DEFAULT_MFU", "FROZEN_WEIGHT_BYTES", "LOCAL_FP32_BYTES", "MTP_LEFT_OUT", "PEAK_TFLOPS",
+           "RunEstimate", "estimate_run", "forward_flops_per_token", "layer_flops", "mtp_head", "peak_tflops"]

@@ -297,6 +297,11 @@ def _error(source: Path, name: str, problems: list[tuple[str, str]], prov: dict[
         where += f":{line}" if line else ""
         message = f"{where}: profile {name!r}: {key}: {msg}{origin(key)}"
         hint = f"fix {key} (keys and types: {DOCS})"
+        value: Any = merged
+        for part in _base_key(key).split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if owner == _OVERRIDE and value == "":  # profile.gpu= : the empty text, not "unset"
+            hint = (f"profile.{key}=null unsets it for this command (profile.{key}= sets the empty text); or {hint}")
     else:
         body = "; ".join(f"{k}: {m}{origin(k)}" for k, m in problems)
         message = f"{where}: profile {name!r}: {len(problems)} problems: {body}"

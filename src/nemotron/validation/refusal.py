@@ -29,8 +29,10 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
     lines = [f"{k}: {w}" for k, w in compiled.unresolved.items()]
     hint = "set the key explicitly (key=value), or export the variable it reads"
     m = re.search(_ARTIFACT, str(why))
-    config = compiled.config_name if "/" not in compiled.config_name and not compiled.config_name.endswith(".yaml") \
-        else None
+    own_file = "/" in compiled.config_name or compiled.config_name.endswith((".yaml", ".yml"))
+    # a -c FILE takes any config's run as its input: the producers are named with the shipped config it builds on
+    # (its `defaults:` chain: tiny.yaml, else default.yaml, the paper-scale run), said as such
+    config = shipped_base(compiled) if own_file else compiled.config_name
     if config and cycle_base(config):  # a cycle config (local-cycle2): its inputs are made by runs of the base config
         config = cycle_base(config)
     if str(why).startswith("no artifact "):  # a misspelt name: no run makes it, making it first is no way out
@@ -53,6 +55,16 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
                           f"set {key} explicitly: {producer.title} has no config named {config}, so no run of it "
                           f"makes this artifact for -c {config} (run it with a config of yours and give its output "
                           "here)")
+    if command and own_file:  # the file is this stage's: the pipe makes the inputs, then this command runs
+        makers = missing_chain(compiled, config) if producer is not None else []
+        chain = (f"; or make them all: nemotron {stage.recipe} pipe {' '.join(makers)} -c {config}{launch}, then "
+                 "run this command again") if len(makers) > 1 else ""
+        import shlex
+
+        own = shlex.quote(compiled.config_name)
+        return Unresolved(head, lines, f"make it first: {command}{chain} (-c {own} builds on "
+                                       f"{stage.name}'s {config}.yaml{PAPER_SCALE if config == 'default' else ''}; "
+                                       f"any config's run is its input); or set {key} explicitly")
     if command:
         makers = missing_chain(compiled, config) if producer is not None else []
         chain = ""
@@ -64,6 +76,18 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
                      + (f" -c {config}" if config else "") + launch)
         hint = f"make it first: {command}{chain}; or set {key} explicitly"
     return Unresolved(head, lines, hint)
+
+
+#: What a config that builds on ``default.yaml`` is: said where a hint names ``-c default`` for a ``-c FILE``.
+PAPER_SCALE = ", the paper-scale run"
+
+
+def shipped_base(compiled: Any) -> str:
+    """The shipped config a ``-c FILE`` builds on: the last shipped config of its ``defaults:`` chain (its layer
+    label ``tiny.yaml``: a file of the stage's folder), else ``default``."""
+    shipped = [label for label in compiled.layers if label.endswith(".yaml") and "/" not in label
+               and label != "default.yaml" and not label.startswith("nemo-rl:")]
+    return shipped[-1].removesuffix(".yaml") if shipped else "default"
 
 
 _ARTIFACT = r"artifact (?:[^\s:,|]+\|)*([^\s:,|]+)"  # A|B: B, the input the stage falls back to
