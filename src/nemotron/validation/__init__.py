@@ -186,9 +186,10 @@ def validate(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[P
     too_long = _long_names(cfg)
     if too_long:  # the checks below would ask the file system about these paths: it refuses them (ENAMETOOLONG)
         return _dedupe(_missing_runtime(stage, cfg) + too_long)
-    from nemotron.validation.inputs import missing_inputs
+    from nemotron.validation.inputs import local_checkpoints, missing_inputs
 
-    missing = _missing_runtime(stage, cfg) + _output_folders(cfg, profile) + missing_inputs(stage, cfg, profile)
+    missing = (_missing_runtime(stage, cfg) + _output_folders(cfg, profile) + missing_inputs(stage, cfg, profile)
+               + local_checkpoints(cfg, profile))
     counts = _count_keys(cfg)
     problems: list[Problem] = []
     for name in stage.checks:  # the stage's registry row lists its check sets, in order

@@ -265,15 +265,28 @@ def check_compatible(spec: ModelSpec, folder: Path) -> None:
         raise ModelError(f"{folder} is not a checkpoint of model {spec.name}: " + "; ".join(diffs))
 
 
+def check_checkpoint(spec: ModelSpec, path: Path) -> Path:
+    """The weights folder at ``path`` (:func:`resolve_weights`), checked against ``spec``
+    (:func:`check_compatible`): what every local stage's load refuses, and what ``--dry-run`` asks before it
+    (rule ``local-checkpoint``, :func:`nemotron.validation.inputs.local_checkpoints`). Reads ``config.json`` only.
+
+    Raises:
+        ModelError: nothing loadable at ``path``, or a ``config.json`` of another model (which field differs).
+    """
+    folder = resolve_weights(Path(path))
+    check_compatible(spec, folder)
+    return folder
+
+
 def load(spec: ModelSpec, path: Path) -> Any:
-    """``NemotronHForCausalLM`` with the weights at ``path`` (checked against ``spec`` first), in FP32."""
+    """``NemotronHForCausalLM`` with the weights at ``path`` (checked against ``spec`` first:
+    :func:`check_checkpoint`), in FP32."""
     import torch
     from transformers import NemotronHForCausalLM
 
-    folder = resolve_weights(path)
-    check_compatible(spec, folder)
+    folder = check_checkpoint(spec, path)
     return NemotronHForCausalLM.from_pretrained(folder, dtype=torch.float32)
 
 
-__all__ = ["MARKER", "RECORD", "ModelError", "build", "check_compatible", "checkpoints", "damage", "load", "marker_step",
+__all__ = ["MARKER", "RECORD", "ModelError", "build", "check_checkpoint", "check_compatible", "checkpoints", "damage", "load", "marker_step",
            "read_record", "resolve_weights", "resumable", "set_aside", "transformers_config", "write_record"]
