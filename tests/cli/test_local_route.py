@@ -2,7 +2,11 @@
 
 * a source folder that is not a checkpoint of the config's model: ``--dry-run`` of quantize, mtp-boost, eval, mopd,
   mopd-warmup said "valid" and the run refused ("is not a checkpoint of model small: hidden_size ..."); now the dry run
-  asks the run's own check (``model.check_checkpoint``) and names the key.
+  asks the run's own check (``model.check_checkpoint``) and names the key;
+* ``convert -c local``: a hand-made folder was recorded as hf-checkpoint (now ``model import``'s checks first), the
+  output was named "sft" whatever the source, ``convert.dtype`` was ignored silently, a valid direction of the cluster
+  backend got "did you mean" the value typed;
+* the make-it-first hint of ``--batch local`` offered a ``pipe ... --batch local``, which pipe refuses.
 """
 
 from __future__ import annotations
@@ -143,3 +147,22 @@ def test_local_convert_warns_that_dtype_is_ignored_and_refuses_a_cluster_directi
                                  f"convert.direction={value}")
         assert code == 2 and any(x.startswith(start) for x in out.splitlines()), (value, out, err)
 
+
+# ------------------------------------------------------------------ F: the make-it-first hint of --batch local
+def test_the_chain_hint_of_a_local_profile_is_a_pipe_that_runs(capsys, tmp_path):
+    """``rlvr -c local --batch local`` before its inputs exist hinted ``pipe ... -c local --batch local``, which pipe
+    refuses ("pipe --batch needs a slurm profile"); now the hint's pipe runs here without the profile, and its dry
+    run is valid. The single-stage command keeps ``--batch local`` (a stage takes it)."""
+    import re
+    import shlex
+
+    env = tmp_path / "env.toml"
+    env.write_text(f'[local]\nexecutor = "local"\ngpus_per_node = 0\njob_dir = "{tmp_path / "jobs"}"\n')
+    code, out, err = run_cli(capsys, "ultra3", "rlvr", "-c", "local", "--batch", "local", "--env-file", str(env))
+    hint = next(x for x in err.splitlines() if x.startswith("hint: "))
+    assert code == 2 and f"make it first: nemotron ultra3 sft -c local --batch local --env-file {env}; " in hint, err
+    assert ", without --batch local (pipe queues a chain on a Slurm profile only): " in hint, hint
+    pipe = re.search(r"(nemotron ultra3 pipe [^;]*)", hint).group(1)
+    assert "--batch" not in pipe and pipe.endswith(" rlvr -c local"), pipe
+    code, out, err = run_cli(capsys, *shlex.split(pipe)[1:], "--dry-run", "-q")
+    assert code == 0 and "dry run: the chain of" in out and "is valid" in out, (out[-2000:], err[-2000:])

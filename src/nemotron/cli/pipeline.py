@@ -135,6 +135,8 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
 
         compiled.launch_args = (f" --{'batch' if req.mode == 'batch' else 'run'} {shlex.quote(req.profile)}"
                                 + (f" --env-file {shlex.quote(req.env_file)}" if req.env_file else ""))
+        # a pipe takes the profile only where its scheduler queues dependent jobs (run_pipe refuses it otherwise)
+        compiled.pipe_args = compiled.launch_args if profile is None or queues_dependent_jobs(profile.executor) else ""
     if profile is not None:  # a default the [wandb] section filled in is labelled as env.toml's, not default.yaml's
 
         compiled.provenance.update(tracking_provenance(compiled, profile.tracking_env, profile.source))
