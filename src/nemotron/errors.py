@@ -40,11 +40,12 @@ def closest(value: str, choices: Any) -> str | None:
 
 def did_you_mean(value: Any, choices: Any) -> str:
     """``"did you mean 'x'?"`` for the one of ``choices`` (strings) closest to ``value`` (:func:`closest`), or ``""``
-    when none is close or ``value`` is not a string."""
+    when none is close, ``value`` is not a string, or ``value`` is one of ``choices`` (a valid value refused for
+    another reason: the message says why; "did you mean 'x'?" for the ``x`` typed would say nothing)."""
     if not isinstance(value, str):
         return ""
     close = closest(value, choices)
-    return f"did you mean {close!r}?" if close else ""
+    return f"did you mean {close!r}?" if close and close != value else ""
 
 
 class NemotronError(Exception):

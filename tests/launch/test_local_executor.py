@@ -165,6 +165,13 @@ def test_batch_status_logs_secret_and_cancel(cli, env_file, tmp_path, env):
         status = cli("ultra3", "status", job_id)
         assert status.returncode == 0 and "RUNNING" in status.stdout, status.stdout + status.stderr
         _wait(lambda: "step 3/" in cli("ultra3", "logs", job_id).stdout, 240, "training steps in the log")
+        # why of the running job: still running, its last line, how to follow it (no "cause unknown", no literal JOB)
+        why = cli("ultra3", "why", job_id, "--json")
+        verdict = json.loads(why.stdout)
+        assert verdict["cause"] == "running" and verdict["state"] == "RUNNING", verdict
+        assert verdict["evidence"].startswith("its last line so far: ") and "JOB" not in verdict["hint"], verdict
+        assert verdict["hint"] == (f"follow it: nemotron ultra3 logs {job_id} -f; once it has ended: "
+                                   f"nemotron ultra3 why {job_id}"), verdict
         pids = _job_processes(experiment)
         assert pids, "no process of the job found"
         environ = Path(f"/proc/{pids[0]}/environ").read_bytes().split(b"\0")
@@ -193,6 +200,39 @@ def test_batch_status_logs_secret_and_cancel(cli, env_file, tmp_path, env):
     assert not leaks, f"secret written to {leaks}"
     again = cli("ultra3", "cancel", job_id)
     assert again.returncode == 0 and "had already ended (CANCELLED); nothing to cancel" in again.stderr
+
+
+@pytest.mark.slow
+def test_why_of_a_run_in_the_shell_that_is_still_running(env, env_file, tmp_path):
+    """`why` while a run in this shell (no profile) trains said "cause unknown" and "fix: nemotron ultra3 logs JOB",
+    which refuses a shell run's id: now cause running, its last progress line, and `tail -f` of its output.log."""
+    args = [a for a in _pretrain_args(tmp_path, env_file, "--run") if a not in ("--run", "here", "--env-file",
+                                                                                str(env_file))]
+    proc = subprocess.Popen([sys.executable, "-m", "nemotron", *args], env=env, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        runs = tmp_path / "home" / "runs"
+        def stepped() -> Path | None:
+            for log in runs.glob("*/output.log"):
+                if "step 1/" in log.read_text(errors="replace"):
+                    return log
+            return None
+
+        log = _wait(stepped, 240, "a training step in the run folder's output.log")
+        out = subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "why", log.parent.name], env=env,
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "running" in out.stdout and "cause unknown" not in out.stdout and "logs JOB" not in out.stdout
+        verdict = json.loads(subprocess.run([sys.executable, "-m", "nemotron", "ultra3", "why", log.parent.name,
+                                             "--json"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                                            timeout=120).stdout)
+        assert verdict["cause"] == "running" and verdict["state"] == "RUNNING", verdict
+        assert "[local] step " in verdict["evidence"], verdict
+        assert verdict["hint"] == (f"follow it: tail -f {shlex.quote(str(log))}; once it has ended: "
+                                   f"nemotron ultra3 why {log.parent.name}"), verdict
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
 
 
 @pytest.mark.parametrize("signum,expected", [(signal.SIGINT, 130), (signal.SIGTERM, 75)])

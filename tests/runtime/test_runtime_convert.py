@@ -65,11 +65,23 @@ def test_legacy_v5_names_and_errors():
     assert v5_to_v4(both) == {"model_type": "nemotron_h", "hybrid_override_pattern": "ME", "num_hidden_layers": 2}
 
 
+def _safetensors(tensor_bytes: bytes) -> bytes:
+    """A whole safetensors file of one U8 tensor holding ``tensor_bytes`` (the format: an 8-byte little-endian
+    header length, the JSON header, the data)."""
+    import struct
+
+    header = json.dumps({"w": {"dtype": "U8", "shape": [len(tensor_bytes)],
+                               "data_offsets": [0, len(tensor_bytes)]}}).encode()
+    return struct.pack("<Q", len(header)) + header + tensor_bytes
+
+
 def test_local_convert_entry_rewrites_config_and_copies_weights(tmp_path):
     src = tmp_path / "sft"
     src.mkdir()
     (src / "config.json").write_text(json.dumps(_v5_config("small")))
-    (src / "model.safetensors").write_bytes(b"weights")
+    weights = _safetensors(b"weights")  # the local convert checks what `model import` checks: a readable header,
+    (src / "model.safetensors").write_bytes(weights)
+    (src / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0, "b": 1}}}))  # a tokenizer that fits
     train_yaml = tmp_path / "train.yaml"
     out = tmp_path / "hf"
     train_yaml.write_text(json.dumps({"backend": "local", "convert": {
@@ -79,7 +91,7 @@ def test_local_convert_entry_rewrites_config_and_copies_weights(tmp_path):
     assert proc.returncode == 0, proc.stderr
     got = json.loads((out / "config.json").read_text())
     assert got["hybrid_override_pattern"] == "MEM*EMEM*E" and "layers_block_type" not in got
-    assert (out / "model.safetensors").read_bytes() == b"weights"
+    assert (out / "model.safetensors").read_bytes() == weights
     # a copy, not a link: rewriting the source in place later does not change the converted checkpoint
     assert os.stat(out / "model.safetensors").st_ino != os.stat(src / "model.safetensors").st_ino
     # a second run replaces the output in place

@@ -35,7 +35,6 @@ start from a base model made elsewhere: ``model import BASE --as pretrain-checkp
 import json
 import os
 import re
-import struct
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
@@ -55,7 +54,6 @@ CHECKPOINT_FORMS: dict[str, tuple[str, ...]] = {
 #: The artifact a checkpoint of each form is recorded as when ``--as`` is not given.
 DEFAULT_ARTIFACT = {"hf": "hf-checkpoint", "megatron": "pretrain-checkpoint", "nemo-rl": "rl-checkpoint"}
 DATA_ARTIFACTS = ("pretrain-data", "sft-data", "rl-data")
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
 
@@ -75,47 +73,6 @@ def _json_object(path: Path) -> dict[str, Any]:
     return data
 
 
-def not_a_file(path: Path) -> str | None:
-    """What ``path`` is when something of that name exists but is no readable regular file: ``"a directory"``, ``"a
-    link that loops (-> TARGET)"``, ``"a broken link (-> TARGET)"``, ``"not a regular file (a FIFO, socket or
-    device)"``; ``None`` when it is a file (through links) or when nothing of that name exists. Never raises."""
-    import errno
-    import stat
-
-    if not os.path.lexists(path):
-        return None
-    target = ""
-    if path.is_symlink():
-        try:
-            target = f" (-> {os.readlink(path)})"
-        except OSError:
-            target = ""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return f"a link that loops{target}"
-        if exc.errno == errno.ENOENT:
-            return f"a broken link{target}"
-        return f"unreadable ({exc.strerror or exc})"
-    if stat.S_ISDIR(st.st_mode):
-        return f"a directory{' through a link' + target if target else ''}"
-    if not stat.S_ISREG(st.st_mode):
-        return "not a regular file (a FIFO, socket or device)"
-    return None
-
-
-def _file_entry(path: Path, hint: str) -> None:
-    """Refuse ``path`` when an entry of that name is there but is no regular file (:func:`not_a_file`).
-
-    Raises:
-        ConfigError: ``<path> is a directory, not a file`` and the like.
-    """
-    what = not_a_file(path)
-    if what is not None:
-        raise _fail(f"{path} is {what}, not a file", hint)
-
-
 # ------------------------------------------------------------------------------------------------ checkpoints
 def checkpoint_form(path: Path) -> str | None:
     """``"hf"``, ``"megatron"`` or ``"nemo-rl"`` by the files ``path`` holds (``config.json``;
@@ -132,99 +89,27 @@ def checkpoint_form(path: Path) -> str | None:
 
 
 def safetensors_problem(path: Path) -> str | None:
-    """Why ``path`` is not a whole safetensors file, or None: the 8-byte little-endian header length, the JSON
-    header, and the data offsets, whose end must be the file's size in bytes (a truncated copy ends earlier)."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-            if len(head) < 8:
-                return f"{path}: {size} bytes, too short for a safetensors header"
-            (n,) = struct.unpack("<Q", head)
-            if n > size - 8:
-                return f"{path}: header length {n} runs past the file's {size} bytes (truncated?)"
-            header = json.loads(fh.read(n))
-    except OSError as exc:
-        return f"{path}: cannot read ({exc.strerror or exc})"
-    except ValueError:
-        return f"{path}: the safetensors header is not valid JSON"
-    ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)
-            and isinstance(v.get("data_offsets"), list) and len(v["data_offsets"]) == 2]
-    if size != 8 + n + max(ends, default=0):
-        return (f"{path}: {size} bytes, but its header describes {8 + n + max(ends, default=0)} (a truncated or "
-                "partial copy?)")
-    return None
+    """Why ``path`` is not a whole safetensors file, or None (:func:`nemotron.runtime.common.model.safetensors_problem`,
+    the check the local convert and a resume use too)."""
+    from nemotron.runtime.common.model import safetensors_problem as problem
 
-
-def tokenizer_size(folder: Path) -> int | None:
-    """The number of token ids of ``folder/tokenizer.json`` (one more than the largest id of its ``model.vocab``
-    and ``added_tokens``), or None when there is no ``tokenizer.json`` (a SentencePiece ``tokenizer.model``).
-
-    Raises:
-        ConfigError: ``tokenizer.json`` is not valid JSON or has no vocabulary.
-    """
-    path = folder / "tokenizer.json"
-    if not path.is_file():
-        return None
-    data = _json_object(path)
-    vocab = (data.get("model") or {}).get("vocab") if isinstance(data.get("model"), dict) else None
-    ids = list(vocab.values()) if isinstance(vocab, dict) else []
-    if isinstance(vocab, list):  # Unigram: [[piece, score], ...], the id is the position
-        ids = [len(vocab) - 1] if vocab else []
-    ids += [t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)]
-    ids = [i for i in ids if isinstance(i, int)]
-    if not ids:
-        raise _fail(f"{path}: no model.vocab or added_tokens (not a tokenizers file?)",
-                    "the tokenizer files saved with the model")
-    return max(ids) + 1
+    return problem(path)
 
 
 def check_hf(path: Path) -> dict[str, Any]:
-    """Check a Hugging Face checkpoint folder (module docstring); returns the record fields it adds:
-    ``form``, ``model_type``, ``vocab_size``, ``shards`` (the number of weight files).
+    """Check a Hugging Face checkpoint folder (module docstring) with
+    :func:`nemotron.runtime.common.model.check_hf_folder`, the check the local convert makes before it records its
+    output; returns the record fields it adds: ``form``, ``model_type``, ``vocab_size``, ``shards``.
 
     Raises:
-        ConfigError: the first missing or bad file, by name.
+        ConfigError: the first missing or bad file, by name (its hint ends "nothing was recorded").
     """
-    cfg = _json_object(path / "config.json")
-    vocab = cfg.get("vocab_size")
-    if not isinstance(vocab, int) or vocab < 1:
-        raise _fail(f"{path / 'config.json'}: vocab_size={vocab!r} is not a positive integer",
-                    "the config.json saved with the model")
-    index = path / "model.safetensors.index.json"
-    _file_entry(index, "the index file saved with the shards (or no entry of that name, for one model.safetensors)")
-    _file_entry(path / "model.safetensors", "the weights file saved with the model (copy it, not a link to itself)")
-    if index.is_file():
-        weight_map = _json_object(index).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise _fail(f"{index}: no weight_map", "the index saved with the shards")
-        shards = sorted(set(map(str, weight_map.values())))
-        missing = [s for s in shards if not (path / s).is_file()]
-        for s in missing:
-            _file_entry(path / s, "copy the shard the index names (a file)")
-        if missing:
-            more = f" (and {len(missing) - 1} more of {len(shards)})" if len(missing) > 1 else ""
-            raise _fail(f"{path / missing[0]}: shard named by {index.name} does not exist{more}",
-                        "copy every shard the index names")
-    elif (path / "model.safetensors").is_file():
-        shards = ["model.safetensors"]
-    else:
-        others = sorted(p.name for p in path.glob("*.safetensors") if p.is_file())
-        raise _fail(f"{path}: no model.safetensors and no model.safetensors.index.json"
-                    + (f" (found {', '.join(others[:3])} without their index)" if others else ""),
-                    "a Hugging Face folder saved with save_pretrained (safetensors weights)")
-    for shard in shards:
-        problem = safetensors_problem(path / shard)
-        if problem:
-            raise _fail(problem, "copy the shard again")
-    if not any((path / f).is_file() for f in _TOKENIZER_FILES):
-        raise _fail(f"{path}: no tokenizer ({' or '.join(_TOKENIZER_FILES)})",
-                    "copy the tokenizer files released with the model into the folder")
-    ids = tokenizer_size(path)
-    if ids is not None and ids > vocab:
-        raise _fail(f"{path / 'tokenizer.json'}: {ids:,} token ids, more than config.json's vocab_size={vocab:,} "
-                    "(token ids would overflow the embedding)", "the tokenizer released with these weights")
-    return {"form": "hf", "model_type": cfg.get("model_type"), "vocab_size": vocab, "shards": len(shards)}
+    from nemotron.runtime.common.model import check_hf_folder
+
+    try:
+        return check_hf_folder(path)
+    except ConfigError as exc:
+        raise _fail(exc.message, exc.hint or "") from None
 
 
 def check_megatron(path: Path) -> dict[str, Any]:

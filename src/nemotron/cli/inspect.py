@@ -114,7 +114,7 @@ def why_command(ident: str | None, logs: list[str], as_json: bool) -> int:
             jsonout.emit("why", verdict)
             return 0
     report.table(f"why: {verdict['job'] or ', '.join(verdict['sources'])}", ["", ""],
-                 [["ended", verdict["state"] or "-"], ["cause", verdict["cause"]], ["evidence", verdict["evidence"] or "-"],
+                 [["state" if verdict["cause"] == "running" else "ended", verdict["state"] or "-"], ["cause", verdict["cause"]], ["evidence", verdict["evidence"] or "-"],
                   ["fix", verdict["hint"] or "-"], *([["our frame", verdict["frame"]]] if verdict.get("frame") else [])])
     for other in verdict.get("also", []):
         report.out(f"also seen: {other['cause']}: {other['evidence']}", plain=True)

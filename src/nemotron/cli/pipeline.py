@@ -132,6 +132,9 @@ def prepare_stage(req: StageRequest, experiment_id: str | None = None) -> Prepar
     compiled.artifact_scope, compiled.compile_env = scope, env
     validation.refuse_deleted_required(req.stage, compiled.config, list(req.overrides))  # ~train.global_batch_size
     compiled.launch_args = launch_args(req)
+    if req.profile:
+        # a pipe takes the profile only where its scheduler queues dependent jobs (run_pipe refuses it otherwise)
+        compiled.pipe_args = compiled.launch_args if profile is None or queues_dependent_jobs(profile.executor) else ""
     if profile is not None:  # a default the [wandb] section filled in is labelled as env.toml's, not default.yaml's
 
         compiled.provenance.update(tracking_provenance(compiled, profile.tracking_env, profile.source))

@@ -843,6 +843,7 @@ class Compiled:
         profile_overrides: ``profile.KEY=VALUE`` overrides, KEY → value.
         overrides: the override arguments as typed.
         launch_args: the command's ``--run``/``--batch`` and ``--env-file`` options, for hints that name a command.
+        pipe_args: ``launch_args`` for a ``pipe`` in a hint (empty where ``pipe`` takes no such profile).
     """
 
     stage: Stage
@@ -861,6 +862,9 @@ class Compiled:
     inputs: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
     #: where the command sends the job, as options to repeat in a hint (`` --run P --env-file F``; empty: here)
     launch_args: str = ""
+    #: the same for a ``pipe`` in a hint: ``launch_args`` where the profile queues dependent jobs (Slurm), else empty
+    #: (``pipe`` refuses ``--run``/``--batch`` on a local profile: the chain runs here, without one)
+    pipe_args: str = ""
     #: the artifact scope and storage environment the config was compiled in (``prepare_stage``: the profile's),
     #: so that a hint compiles the runs that would make a missing input in the same place (None: this machine's)
     artifact_scope: Any = None

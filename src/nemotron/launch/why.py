@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -357,6 +358,21 @@ def _size(path: str) -> int:
         return 0
 
 
+def _for_this_run(hint: str | None, command: str) -> str | None:
+    """``hint`` with the placeholder ``nemotron ultra3 logs JOB`` of :func:`classify` made ``command``: the run's own
+    log (``logs ID``; ``tail`` of its output.log for a run in this shell, which ``logs`` refuses)."""
+    return hint.replace("nemotron ultra3 logs JOB", command) if hint else hint
+
+
+def still_running(last: str | None, follow: str, later: str, state: str) -> dict[str, Any]:
+    """The verdict on a run that has not ended and whose log shows no known cause (yet): cause ``running``, its last
+    line as the evidence (its progress so far, e.g. ``[local] step 1/100 ...``), and how to follow it, ``follow`` (a
+    command), and ask again when it ended, ``later``. ``state`` says how it is known to be running."""
+    return {"cause": "running", "title": f"{state}: nothing to explain yet",
+            "evidence": f"its last line so far: {last}" if last else "no output yet",
+            "hint": f"follow it: {follow}; once it has ended: {later}"}
+
+
 def explain_shell_run(folder: Path) -> dict[str, Any]:
     """:func:`classify` of a run in this shell (no profile): the end of the output its run folder keeps
     (:data:`nemotron.launch.records.SHELL_LOG`) and its exit code (:data:`~nemotron.launch.records.SHELL_EXIT`).
@@ -385,8 +401,12 @@ def explain_shell_run(folder: Path) -> dict[str, Any]:
     state = ("RUNNING" if code is None else "COMPLETED" if code == 0 else "STOPPED" if code in (75, 130)
              else "FAILED")
     out = classify(text, state, None if code is None else str(code), "this shell's run")
+    # `logs` refuses a run in this shell: its log is the run folder's output.log, read where it is
+    tail = f"tail -n 50 {shlex.quote(str(log))}"
+    out["hint"] = _for_this_run(out["hint"], tail)
     if code is None and out["cause"] == "unknown":
-        out["title"] = "no exit code kept (still running, or its command was killed); so far: " + out["title"]
+        out.update(still_running(out["evidence"], f"tail -f {shlex.quote(str(log))}", f"nemotron ultra3 why {folder.name}",
+                                 "no exit code kept yet: still running (or its command was killed without one)"))
     stage = None
     with contextlib.suppress(OSError, ValueError):
         from nemotron.config import yamlio
@@ -436,7 +456,12 @@ def explain_job(ident: str | None) -> dict[str, Any]:
                    hint=f"the log, if any, is in {rec.log_dir}: nemotron ultra3 why --log FILE classifies it")
     elif st not in jobs.TERMINAL and st != "UNKNOWN":
         out["title"] = f"the job has not ended ({st}); so far: " + out["title"]
+        if out["cause"] == "unknown":
+            out.update(still_running(out["evidence"], f"nemotron ultra3 logs {rec.job_id} -f",
+                                     f"nemotron ultra3 why {rec.job_id}", f"the job has not ended ({st})"))
+    out["hint"] = _for_this_run(out["hint"], f"nemotron ultra3 logs {rec.job_id}")
     return {"job": rec.job_id, "experiment": rec.experiment_id, "stage": rec.title, "sources": files, **out}
 
 
-__all__ = ["CAUSES", "Cause", "classify", "explain_files", "explain_job", "explain_shell_run", "traceback_summary"]
+__all__ = ["CAUSES", "Cause", "classify", "explain_files", "explain_job", "explain_shell_run", "still_running",
+           "traceback_summary"]

@@ -1415,6 +1415,9 @@ declare("local-refusal", "backend: local pretrain/SFT on this machine: what the 
         "the local runtime", f"{_V}.checks")
 declare("local-settings", "backend: local stages: the local runtime's settings reader accepts the config",
         "nemotron.runtime.common.settings.read, rl_settings.read, evaluate.read, called again", "the local runtime", _V)
+declare("local-checkpoint", "backend: local stages on this machine: each checkpoint folder the run loads is a "
+        "checkpoint of model.name (its config.json's fields)", "nemotron.runtime.common.model.check_checkpoint, "
+        "called again", "the local runtime", _V)
 declare("local-convert", "backend: local convert rewrites a Hugging Face config (convert.direction hf_v5_to_v4) "
         "of a NemotronH convert.source, in the v4 form only (hf_config_form), on no GPU (device: gpu is ignored)", "nemotron.runtime.megatron.convert_local.direction_refusal, source_refusal, option_problems, "
         "called again", "the local runtime", f"{_V}.checks")

@@ -64,6 +64,8 @@ def prepare(stage: Stage, cfg: dict, user_keys: set[str], profile: ExecutorProfi
       named in the note.
     * MOPD: unset teacher slots (``_teachers.<slot>`` null) are filled with the general teacher.
     * NeMo RL stages: a null ``cluster.gpus_per_node`` takes the node shape.
+    * ``backend: local`` convert: a null ``convert.output_dir`` (``-c local``) is named after ``convert.source``:
+      ``<checkpoint root>/<its folder name>-hf`` (:func:`nemotron.runtime.megatron.convert_local.output_name`).
     """
     notes: list[str] = []
     family = stage.family
@@ -140,6 +142,17 @@ def prepare(stage: Stage, cfg: dict, user_keys: set[str], profile: ExecutorProfi
                 listed = ", ".join(f"{a}->{s}" for a, s in routed.items()) if isinstance(routed, dict) else ""
             notes.append(f"teacher routing: {listed + '; ' if listed else ''}any other task goes to the "
                          f"'{default_slot}' teacher")
+    if family.converts and checks.backend(cfg) == checks.LOCAL and get(cfg, "convert.output_dir") is None:
+        source = get(cfg, "convert.source")
+        if isinstance(source, str) and source and "${" not in source:  # unresolved: the run refuses it anyway
+            from nemotron.runtime.megatron.convert_local import output_name
+
+            # the checkpoint root as the configs' ${oc.env:NEMOTRON_CKPT_ROOT,'./checkpoints'} reads it
+            env = profile.storage_env() if profile is not None else {}
+            root = env.get("NEMOTRON_CKPT_ROOT") or os.environ.get("NEMOTRON_CKPT_ROOT") or "./checkpoints"
+            root = root if root.startswith(("/", "~")) else os.path.abspath(root)  # as the compiler makes ./ paths
+            put(cfg, "convert.output_dir", f"{root}/{output_name(source)}")
+            notes.append(f"convert.output_dir=null: {get(cfg, 'convert.output_dir')} (named after convert.source)")
     if family.quantizes and checks.backend(cfg) != checks.LOCAL:
         notes.append("export.*: this version exports from the calibration layout (model.*); the export layout "
                      "is validated, not applied")
@@ -186,9 +199,10 @@ def validate(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[P
     too_long = _long_names(cfg)
     if too_long:  # the checks below would ask the file system about these paths: it refuses them (ENAMETOOLONG)
         return _dedupe(_missing_runtime(stage, cfg) + too_long)
-    from nemotron.validation.inputs import missing_inputs
+    from nemotron.validation.inputs import local_checkpoints, missing_inputs
 
-    missing = _missing_runtime(stage, cfg) + _output_folders(cfg, profile) + missing_inputs(stage, cfg, profile)
+    missing = (_missing_runtime(stage, cfg) + _output_folders(cfg, profile) + missing_inputs(stage, cfg, profile)
+               + local_checkpoints(cfg, profile))
     counts = _count_keys(cfg)
     problems: list[Problem] = []
     for name in stage.checks:  # the stage's registry row lists its check sets, in order

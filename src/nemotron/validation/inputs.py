@@ -119,4 +119,59 @@ def missing_inputs(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> 
     return out
 
 
-__all__ = ["INPUT_KEYS", "input_keys", "missing_input", "missing_inputs", "same_files"]
+#: The keys whose folder a ``backend: local`` stage loads as a checkpoint of ``model.name``
+#: (:func:`nemotron.runtime.common.model.load`): quantize, mtp-boost, the RL stages' student, SFT's start; the
+#: entries of these dicts too: eval's checkpoints, the MOPD teacher panel.
+CHECKPOINT_KEYS = ("quantization.source", "mtp_boost.source", "policy.model_name", "checkpoint.pretrained_checkpoint")
+CHECKPOINT_DICTS = ("eval.checkpoints", "_teachers")
+
+
+def local_checkpoints(cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
+    """Rule ``local-checkpoint``: on a ``backend: local`` run on this machine, each checkpoint folder the run loads
+    (:data:`CHECKPOINT_KEYS`, the entries of :data:`CHECKPOINT_DICTS`) is a checkpoint of ``model.name``: the run's
+    own check (:func:`nemotron.runtime.common.model.check_checkpoint`, which reads ``config.json`` only), so the dry
+    run refuses what the run refuses, naming the key. A path that is not there, unresolved, planned by an earlier
+    stage of the pipe, or a quantized export (``hf_quant_config.json``: eval de-quantizes it) is left to the other
+    checks; one without any model is left to the stage's own reader (e.g. rule ``quantize-inputs``)."""
+    if str(get(cfg, "backend", "") or "").lower() != "local":
+        return []
+    if profile is not None and not profile.settings.on_this_machine:
+        return []
+    from nemotron.config.catalogue import CatalogueError
+    from nemotron.config.catalogue import get as model_spec
+    from nemotron.runtime.common.model import ModelError, check_checkpoint, resolve_weights
+
+    try:
+        spec = model_spec(str(get(cfg, "model.name", "small")))
+    except CatalogueError:  # rule model-name says it
+        return []
+    pairs = [(key, get(cfg, key)) for key in CHECKPOINT_KEYS]
+    for name in CHECKPOINT_DICTS:
+        table = get(cfg, name)
+        if isinstance(table, dict):
+            pairs += [(f"{name}.{label}", value) for label, value in table.items()]
+    out, said = [], set()
+    for key, value in pairs:
+        if not isinstance(value, str) or not value or unresolved(value) or is_planned(value) or value in said:
+            continue
+        path = Path(os.path.expanduser(value))
+        if not path.exists():
+            continue
+        try:
+            folder = resolve_weights(path)
+        except ModelError:
+            continue
+        if (folder / "hf_quant_config.json").is_file():
+            continue
+        try:
+            check_checkpoint(spec, path)
+        except ModelError as exc:
+            said.add(value)
+            out.append(Problem(key, value, str(exc).replace(f"{folder} is ", "it is ", 1) if folder == path
+                               else str(exc), f"a checkpoint of model {spec.name} (config.json with its fields), or "
+                                          "model.name=<the checkpoint's model>", rule="local-checkpoint"))
+    return out
+
+
+__all__ = ["CHECKPOINT_DICTS", "CHECKPOINT_KEYS", "INPUT_KEYS", "input_keys", "local_checkpoints", "missing_input",
+           "missing_inputs", "same_files"]

@@ -68,12 +68,18 @@ def unresolved_refusal(compiled: Any) -> ConfigError | None:
     if command:
         makers = missing_chain(compiled, config) if producer is not None else []
         chain = ""
+        # a pipe goes where this job goes, where it can: pipe refuses --run/--batch on a profile that queues no
+        # dependent jobs (a local one), so the chain is offered here, without the profile, and says so
+        pipe_launch = getattr(compiled, "pipe_args", launch)
+        option = launch.partition(" --env-file ")[0].strip()
+        here = (f" here, without {option} (pipe queues a chain on a Slurm profile only)" if launch and not pipe_launch
+                else "")
         if producer is not None and len(makers) <= 1:
-            chain = (f"; or chain both: nemotron {stage.recipe} pipe {producer.name} {stage.name}"
-                     + (f" -c {config}" if config else "") + launch)
+            chain = (f"; or chain both{here}: nemotron {stage.recipe} pipe {producer.name} {stage.name}"
+                     + (f" -c {config}" if config else "") + pipe_launch)
         elif makers:  # several inputs missing, or the producer's own: one pipe makes them all, in pipeline order
-            chain = (f"; or chain every run it needs: nemotron {stage.recipe} pipe {' '.join([*makers, stage.name])}"
-                     + (f" -c {config}" if config else "") + launch)
+            chain = (f"; or chain every run it needs{here}: nemotron {stage.recipe} pipe "
+                     f"{' '.join([*makers, stage.name])}" + (f" -c {config}" if config else "") + pipe_launch)
         hint = f"make it first: {command}{chain}; or set {key} explicitly"
     return Unresolved(head, lines, hint)
 

@@ -138,9 +138,9 @@ def damage(checkpoint: Path) -> str | None:
     except (OSError, ValueError) as exc:
         return f"trainer_state.json is unreadable ({exc})"
     for p in sorted(checkpoint.glob("*.safetensors")):
-        problem = _safetensors_problem(p)
+        problem = safetensors_problem(p)
         if problem:
-            return f"{p.name}: {problem}"
+            return problem.replace(str(p), p.name, 1)
     for p in sorted([*checkpoint.glob("*.pt"), *checkpoint.glob("*.pth")]):
         try:
             with zipfile.ZipFile(p) as zf:
@@ -152,29 +152,176 @@ def damage(checkpoint: Path) -> str | None:
     return None
 
 
-def _safetensors_problem(path: Path) -> str | None:
-    """The safetensors layout check: an 8-byte header length, a JSON header, tensors' offsets that tile the data
-    exactly up to the end of the file."""
+def safetensors_problem(path: Path) -> str | None:
+    """Why ``path`` is not a whole safetensors file, or None: the 8-byte little-endian header length, the JSON
+    header, and the data offsets, whose end must be the file's size in bytes (a truncated copy ends earlier).
+    One line naming ``path``. The check of :func:`damage`, ``model import`` (:func:`check_hf_folder`) and the local
+    convert's source."""
     import json
     import struct
 
-    size = path.stat().st_size
     try:
+        size = path.stat().st_size
         with open(path, "rb") as fh:
             head = fh.read(8)
             if len(head) < 8:
-                return "shorter than a safetensors header"
+                return f"{path}: {size} bytes, too short for a safetensors header"
             (n,) = struct.unpack("<Q", head)
             if n > size - 8:
-                return f"header length {n:,} beyond the file's {size:,} bytes"
+                return f"{path}: header length {n} runs past the file's {size} bytes (truncated, or not safetensors)"
             header = json.loads(fh.read(n))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        return f"unreadable header ({exc})"
-    ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
-    data = size - 8 - n
-    if max(ends, default=0) != data:
-        return f"its tensors end at byte {max(ends, default=0):,} of {data:,} bytes of data (truncated or damaged)"
+    except OSError as exc:
+        return f"{path}: cannot read ({exc.strerror or exc})"
+    except ValueError:
+        return f"{path}: the safetensors header is not valid JSON"
+    if not isinstance(header, dict):
+        return f"{path}: the safetensors header is not a JSON object"
+    ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)
+            and isinstance(v.get("data_offsets"), list) and len(v["data_offsets"]) == 2]
+    if size != 8 + n + max(ends, default=0):
+        return (f"{path}: {size} bytes, but its header describes {8 + n + max(ends, default=0)} (a truncated or "
+                "partial copy?)")
     return None
+
+
+#: The tokenizer files a Hugging Face folder carries (either one).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    import json
+
+    from nemotron.errors import ConfigError
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})", "a readable file") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})", "the file as the checkpoint's producer wrote it") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON object", "the file as the checkpoint's producer wrote it")
+    return data
+
+
+def tokenizer_size(folder: Path) -> int | None:
+    """The number of token ids of ``folder/tokenizer.json`` (one more than the largest id of its ``model.vocab``
+    and ``added_tokens``), or None when there is no ``tokenizer.json`` (a SentencePiece ``tokenizer.model``).
+
+    Raises:
+        ConfigError: ``tokenizer.json`` is not valid JSON or has no vocabulary.
+    """
+    from nemotron.errors import ConfigError
+
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    data = _json_object(path)
+    vocab = (data.get("model") or {}).get("vocab") if isinstance(data.get("model"), dict) else None
+    ids = list(vocab.values()) if isinstance(vocab, dict) else []
+    if isinstance(vocab, list):  # Unigram: [[piece, score], ...], the id is the position
+        ids = [len(vocab) - 1] if vocab else []
+    ids += [t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)]
+    ids = [i for i in ids if isinstance(i, int)]
+    if not ids:
+        raise ConfigError(f"{path}: no model.vocab or added_tokens (not a tokenizers file?)",
+                          "the tokenizer files saved with the model")
+    return max(ids) + 1
+
+
+def not_a_file(path: Path) -> str | None:
+    """What ``path`` is when something of that name exists but is no readable regular file: ``"a directory"``, ``"a
+    link that loops (-> TARGET)"``, ``"a broken link (-> TARGET)"``, ``"not a regular file (a FIFO, socket or
+    device)"``; ``None`` when it is a file (through links) or when nothing of that name exists. Never raises."""
+    import errno
+    import os
+    import stat
+
+    if not os.path.lexists(path):
+        return None
+    target = ""
+    if path.is_symlink():
+        try:
+            target = f" (-> {os.readlink(path)})"
+        except OSError:
+            target = ""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"a link that loops{target}"
+        if exc.errno == errno.ENOENT:
+            return f"a broken link{target}"
+        return f"unreadable ({exc.strerror or exc})"
+    if stat.S_ISDIR(st.st_mode):
+        return f"a directory{' through a link' + target if target else ''}"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a FIFO, socket or device)"
+    return None
+
+
+def check_hf_folder(path: Path, tokenizer: Path | None = None) -> dict[str, Any]:
+    """Check a Hugging Face checkpoint folder as ``model import`` records it and the local convert writes it:
+    ``config.json`` a JSON object with a positive ``vocab_size``; its weights (``model.safetensors``, or
+    ``model.safetensors.index.json`` whose ``weight_map`` names shards that all exist), each shard passing
+    :func:`safetensors_problem`; a tokenizer (:data:`TOKENIZER_FILES`) in ``tokenizer`` (default ``path``) whose ids
+    fit ``vocab_size``. Reads headers and JSON only.
+
+    Returns:
+        ``form`` ("hf"), ``model_type``, ``vocab_size``, ``shards`` (the number of weight files).
+
+    Raises:
+        ConfigError: the first missing or bad file, by name, with a hint.
+    """
+    from nemotron.errors import ConfigError
+
+    cfg = _json_object(path / "config.json")
+    vocab = cfg.get("vocab_size")
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
+        raise ConfigError(f"{path / 'config.json'}: vocab_size={vocab!r} is not a positive integer",
+                          "the config.json saved with the model")
+    index = path / "model.safetensors.index.json"
+    for entry, hint in ((index, "the index file saved with the shards (or no entry of that name, for one "
+                                "model.safetensors)"),
+                        (path / "model.safetensors", "the weights file saved with the model (copy it, not a link to "
+                                                     "itself)")):
+        what = not_a_file(entry)
+        if what is not None:
+            raise ConfigError(f"{entry} is {what}, not a file", hint)
+    if index.is_file():
+        weight_map = _json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ConfigError(f"{index}: no weight_map", "the index saved with the shards")
+        shards = sorted(set(map(str, weight_map.values())))
+        missing = [s for s in shards if not (path / s).is_file()]
+        for name in missing:
+            what = not_a_file(path / name)
+            if what is not None:
+                raise ConfigError(f"{path / name} is {what}, not a file", "copy the shard the index names (a file)")
+        if missing:
+            more = f" (and {len(missing) - 1} more of {len(shards)})" if len(missing) > 1 else ""
+            raise ConfigError(f"{path / missing[0]}: shard named by {index.name} does not exist{more}",
+                              "copy every shard the index names")
+    elif (path / "model.safetensors").is_file():
+        shards = ["model.safetensors"]
+    else:
+        others = sorted(p.name for p in path.glob("*.safetensors") if p.is_file())
+        raise ConfigError(f"{path}: no model.safetensors and no model.safetensors.index.json"
+                          + (f" (found {', '.join(others[:3])} without their index)" if others else ""),
+                          "a Hugging Face folder saved with save_pretrained (safetensors weights)")
+    for shard in shards:
+        problem = safetensors_problem(path / shard)
+        if problem:
+            raise ConfigError(problem, "copy the shard again, or save the model with save_pretrained")
+    tok = path if tokenizer is None else tokenizer
+    if not any((tok / f).is_file() for f in TOKENIZER_FILES):
+        raise ConfigError(f"{tok}: no tokenizer ({' or '.join(TOKENIZER_FILES)})",
+                          "copy the tokenizer files released with the model into the folder")
+    ids = tokenizer_size(tok)
+    if ids is not None and ids > vocab:
+        raise ConfigError(f"{tok / 'tokenizer.json'}: {ids:,} token ids, more than config.json's vocab_size={vocab:,} "
+                          "(token ids would overflow the embedding)", "the tokenizer released with these weights")
+    return {"form": "hf", "model_type": cfg.get("model_type"), "vocab_size": vocab, "shards": len(shards)}
 
 
 def set_aside(checkpoint: Path, why: str) -> Path:
@@ -265,15 +412,28 @@ def check_compatible(spec: ModelSpec, folder: Path) -> None:
         raise ModelError(f"{folder} is not a checkpoint of model {spec.name}: " + "; ".join(diffs))
 
 
+def check_checkpoint(spec: ModelSpec, path: Path) -> Path:
+    """The weights folder at ``path`` (:func:`resolve_weights`), checked against ``spec``
+    (:func:`check_compatible`): what every local stage's load refuses, and what ``--dry-run`` asks before it
+    (rule ``local-checkpoint``, :func:`nemotron.validation.inputs.local_checkpoints`). Reads ``config.json`` only.
+
+    Raises:
+        ModelError: nothing loadable at ``path``, or a ``config.json`` of another model (which field differs).
+    """
+    folder = resolve_weights(Path(path))
+    check_compatible(spec, folder)
+    return folder
+
+
 def load(spec: ModelSpec, path: Path) -> Any:
-    """``NemotronHForCausalLM`` with the weights at ``path`` (checked against ``spec`` first), in FP32."""
+    """``NemotronHForCausalLM`` with the weights at ``path`` (checked against ``spec`` first:
+    :func:`check_checkpoint`), in FP32."""
     import torch
     from transformers import NemotronHForCausalLM
 
-    folder = resolve_weights(path)
-    check_compatible(spec, folder)
+    folder = check_checkpoint(spec, path)
     return NemotronHForCausalLM.from_pretrained(folder, dtype=torch.float32)
 
 
-__all__ = ["MARKER", "RECORD", "ModelError", "build", "check_compatible", "checkpoints", "damage", "load", "marker_step",
-           "read_record", "resolve_weights", "resumable", "set_aside", "transformers_config", "write_record"]
+__all__ = ["MARKER", "RECORD", "TOKENIZER_FILES", "ModelError", "build", "check_checkpoint", "check_compatible", "check_hf_folder", "checkpoints", "damage", "load", "marker_step",
+           "read_record", "resolve_weights", "safetensors_problem", "tokenizer_size", "resumable", "set_aside", "transformers_config", "write_record"]

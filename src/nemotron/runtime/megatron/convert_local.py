@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from nemotron.errors import ConfigError, Problem, did_you_mean
 from nemotron.runtime.common.convert import ConfigFormError, convert_checkpoint_config
+from nemotron.runtime.common.model import check_hf_folder
 
 
 #: The one direction the local backend converts (a Hugging Face config rewritten to the v4 form).
@@ -31,7 +33,8 @@ def option_problems(conv: dict) -> list[Problem]:
     * ``convert.hf_config_form`` other than ``v4`` (or null): an **error**; the one local direction,
       :data:`LOCAL_DIRECTION`, writes the v4 form (``hybrid_override_pattern``, what NeMo RL reads), so a ``v5``
       asked for would be written as v4 without a word;
-    * ``convert.device: gpu``: a **warning**; rewriting a config and copying files uses no GPU, whatever the key says.
+    * ``convert.device: gpu``: a **warning**; rewriting a config and copying files uses no GPU, whatever the key says;
+    * ``convert.dtype`` set (``-c local`` sets null): a **warning**; the weights are copied, never cast.
 
     Returns: the problems, each naming its key and value (empty when there is nothing to say).
     """
@@ -46,6 +49,12 @@ def option_problems(conv: dict) -> list[Problem]:
     if isinstance(device, str) and device.lower() == "gpu":
         out.append(Problem("convert.device", device, "ignored by the local backend: it rewrites config.json and copies "
                            "the weights in one process, on no GPU", "cpu", rule="local-convert", severity="warning"))
+    dtype = conv.get("dtype")
+    if dtype is not None:
+        out.append(Problem("convert.dtype", dtype, "ignored by the local backend: it copies the weights as they are "
+                           "(no cast; config.json keeps its torch_dtype)", "null (-c local's value); a cast to "
+                           "bfloat16/float16/float32 is the Megatron-Bridge conversion's (-c tiny or default)",
+                           rule="local-convert", severity="warning"))
     return out
 
 
@@ -113,7 +122,45 @@ def source_refusal(conv: dict) -> str | None:
                 "NemotronH config.json (model_type nemotron_h with layers_block_type or hybrid_override_pattern): "
                 "set convert.source to such a checkpoint" + (", or import one in place of that record" if record
                                                              else ""))
+    try:  # what `model import` checks: its output is recorded as hf-checkpoint, which later stages load
+        check_hf_folder(folder, tokenizer_folder(path, folder))
+    except ConfigError as exc:
+        return (f"convert.source: {exc.message}; the output is recorded as hf-checkpoint, which the stages after it "
+                f"load: {exc.hint}")
     return None
+
+
+def tokenizer_folder(source: Path, weights: Path) -> Path:
+    """Where the tokenizer of the checkpoint at ``source`` (weights in ``weights``) lies: ``weights``, ``source`` or
+    the run folder above a ``checkpoint-<step>`` when one holds tokenizer files, else the ``tokenizer/`` of the data
+    its ``lineage.json`` names (a local SFT run's folder: :func:`nemotron.runtime.rl.rl_data.find_tokenizer`, what
+    the RL stages load), else ``weights`` (which then has none)."""
+    from nemotron.runtime.common.model import TOKENIZER_FILES
+
+    for cand in (weights, source, weights.parent):
+        if any((cand / f).is_file() for f in TOKENIZER_FILES):
+            return cand
+    from nemotron.runtime.rl.rl_data import RLDataError, find_tokenizer
+
+    try:
+        return find_tokenizer(weights, key="convert.source")
+    except RLDataError:
+        return weights
+
+
+#: Folder names that say which save, not which model (a run's ``checkpoint-<step>``, NeMo RL's ``hf/step_N`` or
+#: ``hf/latest``, Megatron's ``iter_N``): the output is named after the folder above them.
+_GENERIC = re.compile(r"^(checkpoint-\d+|step_\d+|iter_\d+|latest|hf)$")
+
+
+def output_name(source: str) -> str:
+    """The output folder's name for ``convert.output_dir: null``: ``<the source folder's name>-hf``
+    (``/ckpt/ultra3-sft-local`` -> ``ultra3-sft-local-hf``, as ``-c local`` named it before; ``.../hf1`` ->
+    ``hf1-hf``), the names of :data:`_GENERIC` save folders skipped."""
+    path = Path(source).expanduser().absolute()
+    while _GENERIC.match(path.name) and path.parent != path:
+        path = path.parent
+    return f"{path.name or 'checkpoint'}-hf"
 
 
 def local_main(cfg: dict) -> int:
