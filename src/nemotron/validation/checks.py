@@ -199,9 +199,11 @@ def resource_rules(stage: Stage, cfg: dict, shape: NodeShape, world_needed: int 
     nodes = as_int(get(cfg, "run.env.nodes")) or 1
     if _cpu_conversion(stage, cfg):  # no GPU asked for (nemotron.launch.plan.cpu_only): any node shape will do
         return out
-    out += rules.node_shape(shape.config_gpus_per_node, shape.profile_gpus_per_node, shape.profile_name, nodes,
-                            world_needed)
-    if getattr(stage, "gpu", False) and shape.has_profile and not shape.profile_gpus_per_node:
+    no_gpus = getattr(stage, "gpu", False) and shape.has_profile and not shape.profile_gpus_per_node
+    if not no_gpus:  # a GPU stage on a profile of 0 GPUs a node: rule gpu-stage's line says it, not a node shape of 0
+        out += rules.node_shape(shape.config_gpus_per_node, shape.profile_gpus_per_node, shape.profile_name, nodes,
+                                world_needed)
+    if no_gpus:
         out += rules.gpu_stage_needs_gpus(getattr(stage, "title", getattr(stage, "name", "stage")),
                                           shape.profile_gpus_per_node, shape.profile_name)
     return out
@@ -846,6 +848,26 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
                                                                                 "(2 x CP x TP)", str(need), rule="cp-seq"))
     # the training layout's memory, whatever the generation engine's rules said (its GPUs are not the training's)
     if v.ok and plan.train_nodes >= 1 and not any(p.severity == "error" for p in out[:engine_from]):
+        est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb, memory_source=shape.memory_source)
+        out += memory_problem(est, v.keys["pp"], v.pp, " (policy training)", model=model, setup=setup_of(v),
+                              keys=v.keys)
+    return out
+
+
+def warmup_cluster_rules(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
+    """The cluster rules of ``mopd-warmup`` (NeMo RL's SFT: a policy training layout, no generation engine): the
+    node shape against the profile (:func:`resource_rules`, as every GPU stage gets), rules 1-7 on the policy's
+    training layout (``policy.megatron_cfg.*`` on ``cluster.num_nodes`` x GPUs per node) and rules ``memory`` /
+    ``memory-fit`` on its estimate, with the fix rlvr and mopd name (:func:`memory_problem`)."""
+    shape = node_shape(cfg, profile)
+    model, _ = model_of(cfg)  # a bad model.name is reported by validate_training's callers; here: nothing to check
+    v, plan = rl_layout(cfg, shape)
+    out = resource_rules(stage, cfg, shape, plan.total * (shape.config_gpus_per_node or shape.gpus_per_node))
+    if model is None or (shape.has_profile and not shape.gpus_per_node) or any(p.severity == "error" for p in out):
+        return out
+    if plan.train_nodes >= 1:
+        out += training_rules(model, v, mcore_version(stage), nodes=plan.cluster_nodes, gpn=plan.gpn)
+    if v.ok and plan.train_nodes >= 1 and not any(p.severity == "error" for p in out):
         est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb, memory_source=shape.memory_source)
         out += memory_problem(est, v.keys["pp"], v.pp, " (policy training)", model=model, setup=setup_of(v),
                               keys=v.keys)
