@@ -76,3 +76,60 @@ def test_a_profile_of_0_gpus_a_node_gets_one_line(stage_name):
     lines = [p.render() for p in errors(problems) if p.key == "run.env.gpus_per_node"]
     assert len(lines) == 1, lines
     assert "declares 0 GPUs per node" in lines[0] and "valid: 0," not in lines[0]
+
+
+# ------------------------------------------------------------------ quantize: every refusal at once, PTQ advice only
+def test_quantize_on_h100_lists_the_memory_and_export_errors_beside_the_nvfp4_one():
+    """quantize -c default on H100 said only the NVFP4 error; the calibration memory (178 %) came once that was fixed,
+    and the export layout's 98 GB of BF16 weights per 80 GB GPU was a warning with no key to set."""
+    problems, _ = check("quantize", "default", profile=H100)
+    by_rule = {}
+    for p in errors(problems):
+        by_rule.setdefault(p.rule, []).append(p)
+    assert {"nvfp4-blackwell", "memory-fit"} <= set(by_rule), [p.render() for p in problems]
+    [nvfp4] = by_rule["nvfp4-blackwell"]
+    assert nvfp4.valid.startswith("generate.kernels=fake_quant"), nvfp4.valid
+    calib = [p for p in by_rule["memory-fit"] if p.key == "model.pipeline_model_parallel_size"]
+    export = [p for p in by_rule["memory-fit"] if p.key == "export.pipeline_model_parallel_size"]
+    assert len(calib) == 1 and len(export) == 1, [p.render() for p in by_rule["memory-fit"]]
+    for p in calib + export:  # a forward-only job: no training advice
+        assert "recompute" not in p.valid and "offload" not in p.valid, p.valid
+    assert "model.pipeline_model_parallel_size=2" in calib[0].valid, calib[0].valid
+    assert "98 GB of BF16 weights" in export[0].message, export[0].message
+    assert export[0].valid.startswith("export.expert_model_parallel_size=2 with run.env.nodes=3 (24 GPUs)"), export[0].valid
+
+
+def test_the_export_fix_fits_by_the_same_estimate():
+    """Following the export error's own fix (with the calibration's, which needs 32 GPUs) leaves no export error."""
+    over = {"model.pipeline_model_parallel_size": 2, "run.env.nodes": 4, "export.expert_model_parallel_size": 2,
+            "generate.kernels": "fake_quant"}
+    problems, _ = check("quantize", "default", over, profile=H100)
+    assert not errors(problems) or all(p.rule == "input-exists" for p in errors(problems)), \
+        [p.render() for p in errors(problems)]
+
+
+def test_quantize_on_b200_keeps_its_export_layout():
+    problems, _ = check("quantize", "default", profile=_prof(8, "blackwell", 180.0, "b200"))
+    assert not [p for p in problems if p.rule in ("memory", "memory-fit")], [p.render() for p in problems]
+
+
+# ------------------------------------------------------------------ within the margin: the table and the verdict agree
+@pytest.mark.parametrize("stage_name,over,profile,key,fix", [
+    ("pretrain", {"mixed_precision": "bf16_mixed"}, H100, "model.pipeline_model_parallel_size", "model."),
+    ("quantize", {"generate.kernels": "fake_quant"}, H200, "model.pipeline_model_parallel_size",
+     "model.pipeline_model_parallel_size=2"),
+])
+def test_a_borderline_estimate_is_called_so_with_a_concrete_fix(stage_name, over, profile, key, fix):
+    problems, tables = check(stage_name, "default", over, profile=profile)
+    verdicts = [r[1] for t, _, rows in tables if t.startswith("memory") for r in rows if r[0] == "verdict"]
+    assert verdicts and verdicts[0].startswith("borderline: ") and "within the estimate's 15% margin" in verdicts[0]
+    [warn] = [p for p in problems if p.rule == "memory"]
+    assert warn.severity == "warning" and warn.key == key and "borderline" in warn.message
+    assert "does NOT fit" not in warn.message and warn.valid.startswith(fix) and "=" in warn.valid.split(";")[0]
+    assert not [p for p in errors(problems) if p.rule in ("memory", "memory-fit")]
+
+
+def test_nvfp4_training_precision_on_hopper_names_the_value_to_use():
+    problems, _ = check("pretrain", "default", profile=H200)
+    [p] = [p for p in errors(problems) if p.rule == "nvfp4-blackwell"]
+    assert p.key == "mixed_precision" and p.valid.startswith("mixed_precision=bf16_mixed"), p.valid

@@ -129,21 +129,25 @@ def memory_problem(est: memory.Estimate, key: str, value: Any, what: str = "", m
                                 f"{est.memory_source or 'no GPU memory declared'}",
                         valid="declare the GPU in the profile: gpu = \"H100\" (or gpu_memory = GB)")]
     if est.fits is False:
-        generic = "more PP/EP/TP, recompute, optimizer CPU offload, or GPUs with more memory"
+        inference = bool(setup and setup.inference) or est.label != "training"
+        # a forward-only job (calibration, conversion) keeps no gradients, optimizer state or saved activations
+        generic = ("more PP/EP/TP, or GPUs with more memory" if inference else
+                   "more PP/EP/TP, recompute, optimizer CPU offload, or GPUs with more memory")
         assert est.gpu_memory_gb  # fits is False only against a declared memory
         assumed = est.memory_source.startswith("assumed")  # no profile: the GPU is a guess, the verdict too
+        fix = memory_fix(model, setup, keys, est.gpu_memory_gb) if model and setup and keys else None
+        valid = f"{fix}; or {generic}" if fix else generic
         if est.peak.total_gb > est.gpu_memory_gb * (1 + memory.CALIBRATION_MARGIN) and not assumed:
-            fix = memory_fix(model, setup, keys, est.gpu_memory_gb) if model and setup and keys else None
             return [Problem(key=key, value=value, rule="memory-fit",
                             message=f"memory estimate{what}: {est.verdict()}; more than the estimate's "
                                     f"{memory.CALIBRATION_MARGIN:.0%} calibration margin over the GPU memory: the job "
                                     "would run out of memory — see the memory table in --dry-run",
-                            valid=(f"{fix}; or {generic}" if fix else generic))]
-        why = (f"the GPU is {est.memory_source}; on a profile declaring it this would be refused"
+                            valid=valid)]
+        why = (f", the GPU is {est.memory_source}; on a profile declaring it this would be refused"
                if assumed and est.peak.total_gb > est.gpu_memory_gb * (1 + memory.CALIBRATION_MARGIN) else
-               f"within the estimate's {memory.CALIBRATION_MARGIN:.0%} calibration margin")
-        return [Problem(key=key, value=value, message=f"memory estimate{what}: {est.verdict()}, {why} — see the "
-                                                      "memory table in --dry-run", valid=generic,
+               "; the job may run out of memory")  # borderline: the verdict names the margin
+        return [Problem(key=key, value=value, message=f"memory estimate{what}: {est.verdict()}{why} — see the "
+                                                      "memory table in --dry-run", valid=valid,
                         rule="memory", severity="warning")]
     return []
 
@@ -283,11 +287,12 @@ def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpe
     inference = family.inference
     out += training_rules(model, v, mcore_version(stage), batch_check=family.batch, nodes=v.nodes,
                           gpn=shape.gpus_per_node, training=not inference)
+    layout_ok = not any(p.severity == "error" for p in out)  # the estimate computes with this layout (and no other key)
     # rule 11: NVFP4 precision
     if family.optimizer:
         out += rules.nvfp4_needs_blackwell(v.precision == "nvfp4", shape.gpu_arch, shape.declared_arch,
                                            "mixed_precision", get(cfg, "mixed_precision"), "NVFP4 training precision",
-                                           shape.profile_name)
+                                           shape.profile_name, off="mixed_precision=bf16_mixed")
     if family.quantizes:
         out += quantize_rules(model, cfg, v, shape)
     if family.optimizer:
@@ -302,7 +307,7 @@ def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpe
         out += sft_data_rules(cfg, v, hybrid="M" in model.pattern)
     if data is not None:
         out += data_tokenizer_rules(stage, cfg, model)
-    if v.ok and not any(p.severity == "error" for p in out):
+    if v.ok and layout_ok:  # listed beside the other errors (NVFP4, data, ...): every refusal at once
         est = memory.estimate(model, setup_of(v, inference=inference), shape.gpu_memory_gb,
                               label="inference" if inference else "training")
         est.memory_source = shape.memory_source
@@ -615,17 +620,20 @@ def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) 
         elif shape.gpu_memory_gb and not any(p.severity == "error" for p in out):
             w = memory.inference_weights_gb(model, ev["tp"], ev["ep"] * ev["etp"], ev["pp"]) + memory.OVERHEAD_GB
             if w > shape.gpu_memory_gb:
-                out.append(Problem(ek["pp"], ev["pp"], f"memory estimate: the export layout holds {w:.0f} GB of BF16 "
-                                                       f"weights per GPU (with the {memory.OVERHEAD_GB:.0f} GB allowance), "
-                                                       f"more than the {shape.gpu_memory_gb:.0f} GB GPUs",
-                                   "more export PP or EP", rule="memory", severity="warning"))
+                out.append(Problem(ek["pp"], ev["pp"], f"memory estimate: the export layout (TP{ev['tp']} PP{ev['pp']} "
+                                                       f"EP{ev['ep']} ETP{ev['etp']}) holds {w:.0f} GB of BF16 weights "
+                                                       f"per GPU (with the {memory.OVERHEAD_GB:.0f} GB allowance), more "
+                                                       f"than the {shape.gpu_memory_gb:.0f} GB GPUs: the export would "
+                                                       "run out of memory",
+                                   export_fix(model, ev, v.world, shape), rule="memory-fit"))
     kernels = str(get(cfg, "generate.kernels", "") or "").lower()
     enabled = bool(get(cfg, "generate.enabled", False))
     recipe_fp4 = "fp4" in str(get(cfg, "quantization.recipe", "")).lower() or str(get(cfg, "quantization.recipe", "")) in (
         "ultra", "super-max-calib")
     out += rules.nvfp4_needs_blackwell(enabled and recipe_fp4 and kernels == "nvfp4", shape.gpu_arch,
                                        shape.declared_arch, "generate.kernels", get(cfg, "generate.kernels"),
-                                       "a generation with real NVFP4 GEMMs", shape.profile_name)
+                                       "a generation with real NVFP4 GEMMs", shape.profile_name,
+                                       off="generate.kernels=fake_quant")
     # the serving layout of the generation check (vLLM --tensor-parallel-size): a TP the model cannot be split by
     gen_key = "generate.tensor_parallel_size"
     gen_tp = get(cfg, gen_key)
@@ -637,6 +645,33 @@ def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) 
             if recipe_fp4:
                 out += rules.nvfp4_tp_blocks(model, gen_tp, gen_key)
     return out
+
+
+def export_fix(model: ModelSpec, ev: dict[str, int], world: int, shape: NodeShape) -> str:
+    """The export layout (``ev``: the export ``tp``, ``pp``, ``ep``, ``etp`` of :data:`EXPORT_KEYS`) that holds the
+    BF16 weights plus :data:`nemotron.layout.memory.OVERHEAD_GB` in ``shape.gpu_memory_gb`` per GPU, as ``key=value``
+    words: PP a divisor of the layers and EP of the experts (TP and ETP kept), on the fewest nodes (the export runs
+    in the job's allocation of ``world`` GPUs: more nodes are named as ``run.env.nodes``), then the fewest keys
+    changed, then the fewest GB; else GPUs with more memory."""
+    gpn = max(shape.gpus_per_node, 1)
+    best = None
+    for pp in rules.divisors(model.num_layers):
+        for ep in (rules.divisors(model.num_experts) if model.is_moe else [1]):
+            gpus = pp * max(ev["tp"], ep * ev["etp"])
+            gb = memory.inference_weights_gb(model, ev["tp"], ep * ev["etp"], pp) + memory.OVERHEAD_GB
+            if gb > shape.gpu_memory_gb:
+                continue
+            nodes = max(-(-gpus // gpn), -(-world // gpn))
+            rank = (nodes, (pp != ev["pp"]) + (ep != ev["ep"]), gb)
+            if best is None or rank < best[0]:
+                best = (rank, pp, ep, gpus, gb)
+    if best is None:
+        return "GPUs with more memory (the profile's gpu)"
+    (nodes, _, gb), pp, ep, gpus, _ = best
+    words = [f"{EXPORT_KEYS[k]}={n}" for k, n in (("pp", pp), ("ep", ep)) if n != ev[k]]
+    need = f"; the export uses {gpus}" if gpus != nodes * gpn else ""
+    more = f" with run.env.nodes={nodes} ({nodes * gpn} GPUs{need})" if nodes * gpn > world else ""
+    return f"{' '.join(words)}{more} (TP{ev['tp']} PP{pp} EP{ep}: {gb:.0f} GB per GPU); or GPUs with more memory"
 
 
 # ------------------------------------------------------------------------------------ NeMo RL stages
