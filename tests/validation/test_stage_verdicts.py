@@ -133,3 +133,26 @@ def test_nvfp4_training_precision_on_hopper_names_the_value_to_use():
     problems, _ = check("pretrain", "default", profile=H200)
     [p] = [p for p in errors(problems) if p.rule == "nvfp4-blackwell"]
     assert p.key == "mixed_precision" and p.valid.startswith("mixed_precision=bf16_mixed"), p.valid
+
+
+# ------------------------------------------------------------------ no plausible layout: say which GPU memory it needs
+def test_sft_default_on_h100_is_told_the_gpu_memory_it_needs_not_pp_108():
+    """sft -c default on H100 (123 GB of 80, full recompute already on) was offered PP 108 (one layer a stage) on
+    18x the GPUs (55,296). An offered layout keeps >= 3 layers a stage and <= 2x the GPUs; past that the fix is
+    the GPU memory the layout needs, and a GPU model that has it."""
+    from nemotron.validation.checks import MAX_WORLD_FACTOR, MIN_LAYERS_PER_STAGE
+
+    problems, _ = check("sft", "default", profile=H100)
+    [p] = [p for p in errors(problems) if p.rule == "memory-fit"]
+    assert "=108" not in p.valid and "18x" not in p.valid, p.valid
+    assert p.valid.startswith("GPUs of >= 123 GB, as this layout stands: H200 (141 GB) does"), p.valid
+    assert MIN_LAYERS_PER_STAGE >= 2 and MAX_WORLD_FACTOR == 2
+    problems, _ = check("sft", "default", profile=H200)  # the GPU it names: the memory rules pass
+    assert not [p for p in problems if p.rule in ("memory", "memory-fit")], [p.render() for p in problems]
+
+
+def test_a_fix_within_the_bounds_is_still_offered():
+    """mopd-warmup on H100: PP 2 (54 layers a stage) with 2x the GPUs is within the bounds and fits."""
+    problems, _ = check("mopd-warmup", "default", profile=H100)
+    [p] = [p for p in errors(problems) if p.rule == "memory-fit"]
+    assert "policy.megatron_cfg.pipeline_model_parallel_size=2 with 2x the GPUs" in p.valid, p.valid

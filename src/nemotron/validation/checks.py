@@ -136,6 +136,7 @@ def memory_problem(est: memory.Estimate, key: str, value: Any, what: str = "", m
         assert est.gpu_memory_gb  # fits is False only against a declared memory
         assumed = est.memory_source.startswith("assumed")  # no profile: the GPU is a guess, the verdict too
         fix = memory_fix(model, setup, keys, est.gpu_memory_gb) if model and setup and keys else None
+        fix = fix or larger_gpu(est.peak.total_gb)
         valid = f"{fix}; or {generic}" if fix else generic
         if est.peak.total_gb > est.gpu_memory_gb * (1 + memory.CALIBRATION_MARGIN) and not assumed:
             return [Problem(key=key, value=value, rule="memory-fit",
@@ -152,10 +153,31 @@ def memory_problem(est: memory.Estimate, key: str, value: Any, what: str = "", m
     return []
 
 
+#: The fewest layers a pipeline stage of an offered fix holds: below it the fix is not a layout anyone would run
+#: (``sft -c default`` on H100 was offered PP 108, one layer a stage, on 55,296 GPUs).
+MIN_LAYERS_PER_STAGE = 3
+#: The most GPUs an offered fix may ask for, as a multiple of the config's own.
+MAX_WORLD_FACTOR = 2
+
+
+def larger_gpu(peak_gb: float) -> str | None:
+    """The GPU memory a layout of ``peak_gb`` GB per GPU (the estimate's peak) needs, with the smallest GPU models
+    of :data:`nemotron.profiles.schema.GPU_MODELS` that hold it, as words for a fix; None when none does."""
+    from nemotron.profiles.schema import GPU_MODELS  # loaded only for a layout that does not fit
+
+    fits = sorted((gb, name) for name, (_, gb) in GPU_MODELS.items() if gb >= peak_gb)
+    if not fits:
+        return None
+    names = [name for gb, name in fits if gb == fits[0][0]]
+    return (f"GPUs of >= {math.ceil(peak_gb)} GB, as this layout stands: {' or '.join(names)} "
+            f"({fits[0][0]:.0f} GB) does (gpu = \"{names[0]}\" in the profile)")
+
+
 def memory_fix(model: ModelSpec, setup: memory.TrainSetup, keys: dict[str, str], gpu_memory_gb: float) -> str | None:
     """The first change of the layout ``setup`` (keys ``keys``, a :class:`TrainView`'s) that the same estimate
     fits in ``gpu_memory_gb`` per GPU, as ``key=value`` words, or None: full activation recompute (when not on),
-    then the smallest PP multiple that splits the layers evenly (with as many more GPUs, DP unchanged)."""
+    then the smallest PP multiple that splits the layers evenly (on the same GPUs, else with as many more GPUs, DP
+    unchanged), keeping :data:`MIN_LAYERS_PER_STAGE` layers a stage and at most :data:`MAX_WORLD_FACTOR` x the GPUs."""
     from dataclasses import replace
 
     pp_key = keys["pp"]
@@ -170,6 +192,8 @@ def memory_fix(model: ModelSpec, setup: memory.TrainSetup, keys: dict[str, str],
             return f"{words} (full activation recompute: estimate {est.peak.total_gb:.0f} GB per GPU)"
     for k in range(2, model.num_layers // max(setup.pp, 1) + 1):
         pp = setup.pp * k
+        if model.num_layers < pp * MIN_LAYERS_PER_STAGE:
+            break
         if model.num_layers % pp:
             continue
         same = replace(setup, pp=pp, first_stage_layers=None, last_stage_layers=None)
@@ -179,6 +203,8 @@ def memory_fix(model: ModelSpec, setup: memory.TrainSetup, keys: dict[str, str],
             if est.fits:
                 return (f"{pp_key}={pp} on the same {setup.world} GPUs (DP {dp}; estimate {est.peak.total_gb:.0f} GB "
                         "per GPU)")
+        if k > MAX_WORLD_FACTOR:
+            continue
         wider = replace(same, world=setup.world * k)
         est = memory.estimate(model, wider, gpu_memory_gb)
         if est.fits:
