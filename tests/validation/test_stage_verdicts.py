@@ -156,3 +156,21 @@ def test_a_fix_within_the_bounds_is_still_offered():
     problems, _ = check("mopd-warmup", "default", profile=H100)
     [p] = [p for p in errors(problems) if p.rule == "memory-fit"]
     assert "policy.megatron_cfg.pipeline_model_parallel_size=2 with 2x the GPUs" in p.valid, p.valid
+
+
+# ------------------------------------------------------------------ eval's engine: keys and values that fit
+def test_eval_engine_too_small_for_any_pp_names_a_wider_engine_that_fits():
+    """eval at TP1 PP1 EP1 on H100 (1121 GB a GPU) was told 'more GPU memory, or a smaller model' (no GPU has
+    1.1 TB): no PP fits at TP1, so the fix is a wider engine (TP, PP, EP = TP) and the nodes it needs; following it
+    validates."""
+    vc = "generation.vllm_cfg"
+    over = {f"{vc}.pipeline_parallel_size": 1, f"{vc}.tensor_parallel_size": 1, f"{vc}.expert_parallel_size": 1}
+    problems, _ = check("eval", "default", over, profile=H100)
+    [p] = [p for p in errors(problems) if p.rule == "serving-memory"]
+    assert "more GPU memory" not in p.valid and f"{vc}.tensor_parallel_size=" in p.valid, p.valid
+    words = dict(w.split("=", 1) for w in p.valid.split(" (")[0].split())
+    assert set(words) >= {f"{vc}.tensor_parallel_size", f"{vc}.pipeline_parallel_size", f"{vc}.expert_parallel_size",
+                          "run.env.nodes"}, words
+    fixed = {**over, **{k: int(v) if v.isdigit() else v == "true" for k, v in words.items()}}
+    problems, _ = check("eval", "default", fixed, profile=H100)
+    assert errors(problems) == [], [p.render() for p in errors(problems)]

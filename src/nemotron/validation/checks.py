@@ -1007,6 +1007,30 @@ def serving_fit(model: ModelSpec, tp: int, ep: int, pp: int, max_len: int, utili
                                 memory.OVERHEAD_GB, gpu_memory_gb, utilization, layout, key, value, valid, **how)
 
 
+def _fits_wider_tp(model: ModelSpec, tp: int, max_len: int, frac: float, gpu_gb: float, gpn: int) -> tuple[int, int] | None:
+    """The serving engine ``(TP, PP)`` with EP = TP on the fewest nodes of ``gpn`` GPUs (:func:`_engine_nodes`),
+    then the fewest GPUs, whose TP is larger than ``tp``, within one node, dividing the model (rule tp-model), and
+    fits by :func:`_fits_pp`; None when none does."""
+    best = None
+    for wtp in (d for d in rules.divisors(max(gpn, 1)) if d > tp):
+        if rules.tp_divides_model(model, wtp, "tp"):
+            continue
+        pp = _fits_pp(model, wtp, wtp, max_len, frac, gpu_gb)
+        if pp is None:
+            continue
+        rank = (_engine_nodes(wtp * pp, gpn), wtp * pp)
+        if best is None or rank < best[0]:
+            best = (rank, (wtp, pp))
+    return None if best is None else best[1]
+
+
+def _engine_nodes(engine_gpus: int, gpn: int) -> int:
+    """The fewest nodes of ``gpn`` GPUs whose GPUs are a multiple of an engine's ``engine_gpus`` (NeMo RL's
+    evaluator asserts it: rule engine-layout)."""
+    gpn = max(gpn, 1)
+    return engine_gpus * gpn // math.gcd(engine_gpus, gpn) // gpn
+
+
 def _fits_pp(model: ModelSpec, tp: int, ep: int, max_len: int, frac: float, gpu_gb: float) -> int | None:
     """The smallest PP (a divisor of the layers, up to 16) at which a TP ``tp`` EP ``ep`` engine fits, or None."""
     for pp in (d for d in rules.divisors(model.num_layers) if d <= 16):
@@ -1069,7 +1093,15 @@ def eval_serving_rules(model: ModelSpec, cfg: dict, shape: NodeShape) -> list[Pr
         return out
     max_len = as_int(get(cfg, f"{vc}.max_model_len")) or 4096
     fit = _fits_pp(model, tp, ep, max_len, frac, shape.gpu_memory_gb)
-    if fit is None:
+    wider = None if fit is not None else _fits_wider_tp(model, tp, max_len, frac, shape.gpu_memory_gb, gpn)
+    if wider is not None:  # no PP fits at this TP: a wider engine (EP = TP, as PP > 1 needs) that does
+        wtp, wpp = wider
+        need_nodes = _engine_nodes(wtp * wpp, gpn)
+        async_words = f" {vc}.async_engine=true" if wpp > 1 and not async_engine else ""
+        valid = (f"{vc}.tensor_parallel_size={wtp} {vc}.pipeline_parallel_size={wpp} {vc}.expert_parallel_size={wtp}"
+                 f"{async_words} run.env.nodes={need_nodes} (TP{wtp} PP{wpp} EP{wtp}: "
+                 f"{memory.inference_weights_gb(model, wtp, wtp, wpp):.0f} GB per GPU)")
+    elif fit is None:
         valid = "more GPU memory (the profile's gpu), or a smaller model"
     else:
         need_nodes = -(-tp * fit // max(gpn, 1))
