@@ -174,3 +174,8 @@ def test_eval_engine_too_small_for_any_pp_names_a_wider_engine_that_fits():
     fixed = {**over, **{k: int(v) if v.isdigit() else v == "true" for k, v in words.items()}}
     problems, _ = check("eval", "default", fixed, profile=H100)
     assert errors(problems) == [], [p.render() for p in errors(problems)]
+
+
+def test_mopd_warmup_names_a_bad_model_name():
+    problems, _ = check("mopd-warmup", "default", {"model.name": "ultra9"}, profile=H200)
+    assert [p.key for p in errors(problems) if p.rule == "model-name"] == ["model.name"], [p.render() for p in problems]

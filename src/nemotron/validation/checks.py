@@ -921,9 +921,9 @@ def warmup_cluster_rules(stage: Stage, cfg: dict, profile: ExecutorProfile | Non
     training layout (``policy.megatron_cfg.*`` on ``cluster.num_nodes`` x GPUs per node) and rules ``memory`` /
     ``memory-fit`` on its estimate, with the fix rlvr and mopd name (:func:`memory_problem`)."""
     shape = node_shape(cfg, profile)
-    model, _ = model_of(cfg)  # a bad model.name is reported by validate_training's callers; here: nothing to check
+    model, bad = model_of(cfg)  # rule model-name: this stage has no "layout" check set to say it
     v, plan = rl_layout(cfg, shape)
-    out = resource_rules(stage, cfg, shape, plan.total * (shape.config_gpus_per_node or shape.gpus_per_node))
+    out = bad + resource_rules(stage, cfg, shape, plan.total * (shape.config_gpus_per_node or shape.gpus_per_node))
     if model is None or (shape.has_profile and not shape.gpus_per_node) or any(p.severity == "error" for p in out):
         return out
     if plan.train_nodes >= 1:
