@@ -40,8 +40,12 @@ def errors(problems):
 @pytest.mark.parametrize("profile", [None, H100, H200, GB200], ids=["no-profile", "h100", "h200", "gb200"])
 def test_shipped_eval_default_fits_the_gpus(profile):
     """The default serves the 561 B model at TP8 PP4 EP8: 35 GB of BF16 weights per GPU (was TP8 PP1 EP8 on one
-    node: 140 GB, above 0.9 x 141 GB)."""
-    problems, _, _, cfg = check("eval", "default", profile=profile)
+    node: 140 GB, above 0.9 x 141 GB). On 4-GPU nodes the 8-GPU node shape is refused (rule node-shape, as for every
+    GPU stage); with the node shape set to the profile's, the same 32 GPUs validate."""
+    over = {"run.env.gpus_per_node": 4, "run.env.nodes": 8} if profile is GB200 else {}
+    if over:
+        assert [p.rule for p in errors(check("eval", "default", profile=profile)[0])] == ["node-shape"]
+    problems, _, _, cfg = check("eval", "default", over, profile=profile)
     assert [p.render() for p in errors(problems)] == []
     vc = cfg["generation"]["vllm_cfg"]
     w = memory.inference_weights_gb(catalogue.get("ultra"), vc["tensor_parallel_size"], vc["expert_parallel_size"],

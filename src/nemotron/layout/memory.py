@@ -207,12 +207,17 @@ class Estimate:
         return None if not self.gpu_memory_gb else self.peak.total_gb <= self.gpu_memory_gb
 
     def verdict(self) -> str:
+        """One line: ``fits`` (peak <= the GPU memory), ``borderline`` (above it by at most
+        :data:`CALIBRATION_MARGIN`: rule ``memory``, a warning) or ``does NOT fit``, with GB and the share."""
         p = self.peak
         if not self.gpu_memory_gb:
             return f"{p.total_gb:.0f} GB per GPU, not checked: no GPU memory declared"
         share = p.total_gb / self.gpu_memory_gb
-        word = "fits" if share <= 1 else "does NOT fit"
-        return f"{word}: {p.total_gb:.0f} GB of {self.gpu_memory_gb:.0f} GB per GPU ({share:.0%}, peak on PP stage {p.stage})"
+        # above the GPU memory by at most the estimate's margin: neither "fits" nor a refusal (rule memory, a warning)
+        word = ("fits" if share <= 1 else "borderline" if share <= 1 + CALIBRATION_MARGIN else "does NOT fit")
+        margin = f", within the estimate's {CALIBRATION_MARGIN:.0%} margin" if word == "borderline" else ""
+        return (f"{word}: {p.total_gb:.0f} GB of {self.gpu_memory_gb:.0f} GB per GPU ({share:.0%}, peak on PP stage "
+                f"{p.stage}){margin}")
 
     def rows(self) -> list[list[str]]:
         """Rows for the dry-run table (the peak stage's terms)."""

@@ -911,9 +911,11 @@ def segment_multiple(total_nodes: int, segment: int, key: str, segment_key: str 
       "(Hopper runs the NVFP4 checkpoint as W4A16 only); Model Optimizer fake quantization runs anywhere",
       "Transformer Engine 2.x")
 def nvfp4_needs_blackwell(uses_nvfp4: bool, arch: str | None, declared: bool, key: str, value: Any,
-                          what: str, profile: str | None = None) -> list[Problem]:
+                          what: str, profile: str | None = None, off: str = "a BF16/FP8 setting") -> list[Problem]:
     """``profile``: the name of the profile the run uses (None: no profile). Undeclared architecture: a warning
-    saying, without a profile, to pass one; with a profile that declares no GPU, to declare it there."""
+    saying, without a profile, to pass one; with a profile that declares no GPU, to declare it there. ``off``: the
+    ``key=value`` that runs on the declared non-Blackwell GPU (``mixed_precision=bf16_mixed``,
+    ``generate.kernels=fake_quant``), named in the error's fix."""
     if not uses_nvfp4 or arch == "blackwell":
         return []
     if not declared and profile:
@@ -927,7 +929,7 @@ def nvfp4_needs_blackwell(uses_nvfp4: bool, arch: str | None, declared: bool, ke
                       "a profile with gpu_arch = \"blackwell\" (B200, GB200, B300, GB300)", "nvfp4-blackwell")]
     return [_err(key, value, f"{what} needs Blackwell GPUs, but the profile declares {arch} "
                              "(Hopper and Ampere can only fake-quantize NVFP4)",
-                 "a Blackwell profile, or a BF16/FP8 setting", "nvfp4-blackwell")]
+                 f"{off}, or a Blackwell profile", "nvfp4-blackwell")]
 
 
 #: Values per NVFP4 scaling block: one FP8 (E4M3) scale for each 16 consecutive FP4 values along a GEMM's reduction

@@ -254,7 +254,8 @@ def _quantize_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -
 def _eval_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
     """The eval stage: ``backend: local`` is read by its runtime's own reader
     (:func:`nemotron.runtime.eval.evaluate.read`, stdlib only); the cluster backend by the translation its job runs
-    (:func:`nemotron.runtime.rl.nemo_rl.eval_config`)."""
+    (:func:`nemotron.runtime.rl.nemo_rl.eval_config`), the node shape against the profile
+    (:func:`checks.resource_rules`) and the serving engine (:func:`checks.eval_serving_rules`)."""
     from nemotron.runtime.common.settings import SettingsError
 
     if checks.backend(cfg) == checks.LOCAL:
@@ -271,10 +272,16 @@ def _eval_checks(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> li
         eval_config(cfg)
     except ConfigError as exc:
         return [Problem(key="", value=None, message=exc.message, valid=exc.hint, rule="rl-translate")]
+    shape = node_shape(cfg, profile)
+    nodes = as_int(get(cfg, "run.env.nodes")) or 1
+    # the node shape against the profile, as every GPU stage gets it (rule node-shape; gpu-stage on 0 GPUs a node)
+    out = checks.resource_rules(stage, cfg, shape, nodes * (shape.config_gpus_per_node or shape.gpus_per_node))
     model, bad = checks.model_of(cfg)
     if model is None:
-        return bad
-    return checks.eval_serving_rules(model, cfg, node_shape(cfg, profile))
+        return out + bad
+    if any(p.severity == "error" for p in out):  # the engine rules would compute with the wrong node shape
+        return out
+    return out + checks.eval_serving_rules(model, cfg, shape)
 
 
 #: The check sets a stage's registry row names (:attr:`nemotron.config.registry.Stage.checks`), each
@@ -308,7 +315,8 @@ def _warmup_checks(stage: Any, cfg: dict, profile: ExecutorProfile | None) -> li
     """``mopd-warmup``: the MOPD panel rule (``mopd-general-teacher``, as mopd's dry run applies it), what NeMo RL's
     SFT ``MasterConfig`` refuses in the keys we set (:func:`nemotron.runtime.rl.warmup.sft_problems`, rule
     ``nemo-rl-sft``; the contract test runs NeMo RL's own on the same configs), then the stage's settings reader
-    (:func:`nemotron.runtime.rl.warmup.read`: stdlib only), and on the cluster the node count against the profile."""
+    (:func:`nemotron.runtime.rl.warmup.read`: stdlib only), and on the cluster the node count against the profile,
+    the node shape, the policy's training layout and its memory (:func:`checks.warmup_cluster_rules`)."""
     from nemotron.runtime.common.settings import SettingsError
     from nemotron.runtime.rl.warmup import read, sft_problems
 
@@ -330,6 +338,7 @@ def _warmup_checks(stage: Any, cfg: dict, profile: ExecutorProfile | None) -> li
             out.append(Problem(key="cluster.num_nodes", value=cluster, rule="nemo-rl-sft",
                                message=f"NeMo RL's SFT places the policy on cluster.num_nodes; the job asks Slurm "
                                        f"for run.env.nodes={nodes}", valid=str(nodes)))
+        out += checks.warmup_cluster_rules(stage, cfg, profile)
     return out
 
 

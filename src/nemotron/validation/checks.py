@@ -129,29 +129,55 @@ def memory_problem(est: memory.Estimate, key: str, value: Any, what: str = "", m
                                 f"{est.memory_source or 'no GPU memory declared'}",
                         valid="declare the GPU in the profile: gpu = \"H100\" (or gpu_memory = GB)")]
     if est.fits is False:
-        generic = "more PP/EP/TP, recompute, optimizer CPU offload, or GPUs with more memory"
+        inference = bool(setup and setup.inference) or est.label != "training"
+        # a forward-only job (calibration, conversion) keeps no gradients, optimizer state or saved activations
+        generic = ("more PP/EP/TP, or GPUs with more memory" if inference else
+                   "more PP/EP/TP, recompute, optimizer CPU offload, or GPUs with more memory")
         assert est.gpu_memory_gb  # fits is False only against a declared memory
         assumed = est.memory_source.startswith("assumed")  # no profile: the GPU is a guess, the verdict too
+        fix = memory_fix(model, setup, keys, est.gpu_memory_gb) if model and setup and keys else None
+        fix = fix or larger_gpu(est.peak.total_gb)
+        valid = f"{fix}; or {generic}" if fix else generic
         if est.peak.total_gb > est.gpu_memory_gb * (1 + memory.CALIBRATION_MARGIN) and not assumed:
-            fix = memory_fix(model, setup, keys, est.gpu_memory_gb) if model and setup and keys else None
             return [Problem(key=key, value=value, rule="memory-fit",
                             message=f"memory estimate{what}: {est.verdict()}; more than the estimate's "
                                     f"{memory.CALIBRATION_MARGIN:.0%} calibration margin over the GPU memory: the job "
                                     "would run out of memory — see the memory table in --dry-run",
-                            valid=(f"{fix}; or {generic}" if fix else generic))]
-        why = (f"the GPU is {est.memory_source}; on a profile declaring it this would be refused"
+                            valid=valid)]
+        why = (f", the GPU is {est.memory_source}; on a profile declaring it this would be refused"
                if assumed and est.peak.total_gb > est.gpu_memory_gb * (1 + memory.CALIBRATION_MARGIN) else
-               f"within the estimate's {memory.CALIBRATION_MARGIN:.0%} calibration margin")
-        return [Problem(key=key, value=value, message=f"memory estimate{what}: {est.verdict()}, {why} — see the "
-                                                      "memory table in --dry-run", valid=generic,
+               "; the job may run out of memory")  # borderline: the verdict names the margin
+        return [Problem(key=key, value=value, message=f"memory estimate{what}: {est.verdict()}{why} — see the "
+                                                      "memory table in --dry-run", valid=valid,
                         rule="memory", severity="warning")]
     return []
+
+
+#: The fewest layers a pipeline stage of an offered fix holds: below it the fix is not a layout anyone would run
+#: (``sft -c default`` on H100 was offered PP 108, one layer a stage, on 55,296 GPUs).
+MIN_LAYERS_PER_STAGE = 3
+#: The most GPUs an offered fix may ask for, as a multiple of the config's own.
+MAX_WORLD_FACTOR = 2
+
+
+def larger_gpu(peak_gb: float) -> str | None:
+    """The GPU memory a layout of ``peak_gb`` GB per GPU (the estimate's peak) needs, with the smallest GPU models
+    of :data:`nemotron.profiles.schema.GPU_MODELS` that hold it, as words for a fix; None when none does."""
+    from nemotron.profiles.schema import GPU_MODELS  # loaded only for a layout that does not fit
+
+    fits = sorted((gb, name) for name, (_, gb) in GPU_MODELS.items() if gb >= peak_gb)
+    if not fits:
+        return None
+    names = [name for gb, name in fits if gb == fits[0][0]]
+    return (f"GPUs of >= {math.ceil(peak_gb)} GB, as this layout stands: {' or '.join(names)} "
+            f"({fits[0][0]:.0f} GB) does (gpu = \"{names[0]}\" in the profile)")
 
 
 def memory_fix(model: ModelSpec, setup: memory.TrainSetup, keys: dict[str, str], gpu_memory_gb: float) -> str | None:
     """The first change of the layout ``setup`` (keys ``keys``, a :class:`TrainView`'s) that the same estimate
     fits in ``gpu_memory_gb`` per GPU, as ``key=value`` words, or None: full activation recompute (when not on),
-    then the smallest PP multiple that splits the layers evenly (with as many more GPUs, DP unchanged)."""
+    then the smallest PP multiple that splits the layers evenly (on the same GPUs, else with as many more GPUs, DP
+    unchanged), keeping :data:`MIN_LAYERS_PER_STAGE` layers a stage and at most :data:`MAX_WORLD_FACTOR` x the GPUs."""
     from dataclasses import replace
 
     pp_key = keys["pp"]
@@ -166,6 +192,8 @@ def memory_fix(model: ModelSpec, setup: memory.TrainSetup, keys: dict[str, str],
             return f"{words} (full activation recompute: estimate {est.peak.total_gb:.0f} GB per GPU)"
     for k in range(2, model.num_layers // max(setup.pp, 1) + 1):
         pp = setup.pp * k
+        if model.num_layers < pp * MIN_LAYERS_PER_STAGE:
+            break
         if model.num_layers % pp:
             continue
         same = replace(setup, pp=pp, first_stage_layers=None, last_stage_layers=None)
@@ -175,6 +203,8 @@ def memory_fix(model: ModelSpec, setup: memory.TrainSetup, keys: dict[str, str],
             if est.fits:
                 return (f"{pp_key}={pp} on the same {setup.world} GPUs (DP {dp}; estimate {est.peak.total_gb:.0f} GB "
                         "per GPU)")
+        if k > MAX_WORLD_FACTOR:
+            continue
         wider = replace(same, world=setup.world * k)
         est = memory.estimate(model, wider, gpu_memory_gb)
         if est.fits:
@@ -199,9 +229,11 @@ def resource_rules(stage: Stage, cfg: dict, shape: NodeShape, world_needed: int 
     nodes = as_int(get(cfg, "run.env.nodes")) or 1
     if _cpu_conversion(stage, cfg):  # no GPU asked for (nemotron.launch.plan.cpu_only): any node shape will do
         return out
-    out += rules.node_shape(shape.config_gpus_per_node, shape.profile_gpus_per_node, shape.profile_name, nodes,
-                            world_needed)
-    if getattr(stage, "gpu", False) and shape.has_profile and not shape.profile_gpus_per_node:
+    no_gpus = getattr(stage, "gpu", False) and shape.has_profile and not shape.profile_gpus_per_node
+    if not no_gpus:  # a GPU stage on a profile of 0 GPUs a node: rule gpu-stage's line says it, not a node shape of 0
+        out += rules.node_shape(shape.config_gpus_per_node, shape.profile_gpus_per_node, shape.profile_name, nodes,
+                                world_needed)
+    if no_gpus:
         out += rules.gpu_stage_needs_gpus(getattr(stage, "title", getattr(stage, "name", "stage")),
                                           shape.profile_gpus_per_node, shape.profile_name)
     return out
@@ -281,11 +313,12 @@ def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpe
     inference = family.inference
     out += training_rules(model, v, mcore_version(stage), batch_check=family.batch, nodes=v.nodes,
                           gpn=shape.gpus_per_node, training=not inference)
+    layout_ok = not any(p.severity == "error" for p in out)  # the estimate computes with this layout (and no other key)
     # rule 11: NVFP4 precision
     if family.optimizer:
         out += rules.nvfp4_needs_blackwell(v.precision == "nvfp4", shape.gpu_arch, shape.declared_arch,
                                            "mixed_precision", get(cfg, "mixed_precision"), "NVFP4 training precision",
-                                           shape.profile_name)
+                                           shape.profile_name, off="mixed_precision=bf16_mixed")
     if family.quantizes:
         out += quantize_rules(model, cfg, v, shape)
     if family.optimizer:
@@ -300,7 +333,7 @@ def _megatron_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpe
         out += sft_data_rules(cfg, v, hybrid="M" in model.pattern)
     if data is not None:
         out += data_tokenizer_rules(stage, cfg, model)
-    if v.ok and not any(p.severity == "error" for p in out):
+    if v.ok and layout_ok:  # listed beside the other errors (NVFP4, data, ...): every refusal at once
         est = memory.estimate(model, setup_of(v, inference=inference), shape.gpu_memory_gb,
                               label="inference" if inference else "training")
         est.memory_source = shape.memory_source
@@ -613,17 +646,20 @@ def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) 
         elif shape.gpu_memory_gb and not any(p.severity == "error" for p in out):
             w = memory.inference_weights_gb(model, ev["tp"], ev["ep"] * ev["etp"], ev["pp"]) + memory.OVERHEAD_GB
             if w > shape.gpu_memory_gb:
-                out.append(Problem(ek["pp"], ev["pp"], f"memory estimate: the export layout holds {w:.0f} GB of BF16 "
-                                                       f"weights per GPU (with the {memory.OVERHEAD_GB:.0f} GB allowance), "
-                                                       f"more than the {shape.gpu_memory_gb:.0f} GB GPUs",
-                                   "more export PP or EP", rule="memory", severity="warning"))
+                out.append(Problem(ek["pp"], ev["pp"], f"memory estimate: the export layout (TP{ev['tp']} PP{ev['pp']} "
+                                                       f"EP{ev['ep']} ETP{ev['etp']}) holds {w:.0f} GB of BF16 weights "
+                                                       f"per GPU (with the {memory.OVERHEAD_GB:.0f} GB allowance), more "
+                                                       f"than the {shape.gpu_memory_gb:.0f} GB GPUs: the export would "
+                                                       "run out of memory",
+                                   export_fix(model, ev, v.world, shape), rule="memory-fit"))
     kernels = str(get(cfg, "generate.kernels", "") or "").lower()
     enabled = bool(get(cfg, "generate.enabled", False))
     recipe_fp4 = "fp4" in str(get(cfg, "quantization.recipe", "")).lower() or str(get(cfg, "quantization.recipe", "")) in (
         "ultra", "super-max-calib")
     out += rules.nvfp4_needs_blackwell(enabled and recipe_fp4 and kernels == "nvfp4", shape.gpu_arch,
                                        shape.declared_arch, "generate.kernels", get(cfg, "generate.kernels"),
-                                       "a generation with real NVFP4 GEMMs", shape.profile_name)
+                                       "a generation with real NVFP4 GEMMs", shape.profile_name,
+                                       off="generate.kernels=fake_quant")
     # the serving layout of the generation check (vLLM --tensor-parallel-size): a TP the model cannot be split by
     gen_key = "generate.tensor_parallel_size"
     gen_tp = get(cfg, gen_key)
@@ -635,6 +671,33 @@ def quantize_rules(model: ModelSpec, cfg: dict, v: TrainView, shape: NodeShape) 
             if recipe_fp4:
                 out += rules.nvfp4_tp_blocks(model, gen_tp, gen_key)
     return out
+
+
+def export_fix(model: ModelSpec, ev: dict[str, int], world: int, shape: NodeShape) -> str:
+    """The export layout (``ev``: the export ``tp``, ``pp``, ``ep``, ``etp`` of :data:`EXPORT_KEYS`) that holds the
+    BF16 weights plus :data:`nemotron.layout.memory.OVERHEAD_GB` in ``shape.gpu_memory_gb`` per GPU, as ``key=value``
+    words: PP a divisor of the layers and EP of the experts (TP and ETP kept), on the fewest nodes (the export runs
+    in the job's allocation of ``world`` GPUs: more nodes are named as ``run.env.nodes``), then the fewest keys
+    changed, then the fewest GB; else GPUs with more memory."""
+    gpn = max(shape.gpus_per_node, 1)
+    best = None
+    for pp in rules.divisors(model.num_layers):
+        for ep in (rules.divisors(model.num_experts) if model.is_moe else [1]):
+            gpus = pp * max(ev["tp"], ep * ev["etp"])
+            gb = memory.inference_weights_gb(model, ev["tp"], ep * ev["etp"], pp) + memory.OVERHEAD_GB
+            if gb > shape.gpu_memory_gb:
+                continue
+            nodes = max(-(-gpus // gpn), -(-world // gpn))
+            rank = (nodes, (pp != ev["pp"]) + (ep != ev["ep"]), gb)
+            if best is None or rank < best[0]:
+                best = (rank, pp, ep, gpus, gb)
+    if best is None:
+        return "GPUs with more memory (the profile's gpu)"
+    (nodes, _, gb), pp, ep, gpus, _ = best
+    words = [f"{EXPORT_KEYS[k]}={n}" for k, n in (("pp", pp), ("ep", ep)) if n != ev[k]]
+    need = f"; the export uses {gpus}" if gpus != nodes * gpn else ""
+    more = f" with run.env.nodes={nodes} ({nodes * gpn} GPUs{need})" if nodes * gpn > world else ""
+    return f"{' '.join(words)}{more} (TP{ev['tp']} PP{pp} EP{ep}: {gb:.0f} GB per GPU); or GPUs with more memory"
 
 
 # ------------------------------------------------------------------------------------ NeMo RL stages
@@ -852,6 +915,26 @@ def _rl_cluster(stage: Stage, cfg: dict, shape: NodeShape, model: ModelSpec | No
     return out
 
 
+def warmup_cluster_rules(stage: Stage, cfg: dict, profile: ExecutorProfile | None) -> list[Problem]:
+    """The cluster rules of ``mopd-warmup`` (NeMo RL's SFT: a policy training layout, no generation engine): the
+    node shape against the profile (:func:`resource_rules`, as every GPU stage gets), rules 1-7 on the policy's
+    training layout (``policy.megatron_cfg.*`` on ``cluster.num_nodes`` x GPUs per node) and rules ``memory`` /
+    ``memory-fit`` on its estimate, with the fix rlvr and mopd name (:func:`memory_problem`)."""
+    shape = node_shape(cfg, profile)
+    model, bad = model_of(cfg)  # rule model-name: this stage has no "layout" check set to say it
+    v, plan = rl_layout(cfg, shape)
+    out = bad + resource_rules(stage, cfg, shape, plan.total * (shape.config_gpus_per_node or shape.gpus_per_node))
+    if model is None or (shape.has_profile and not shape.gpus_per_node) or any(p.severity == "error" for p in out):
+        return out
+    if plan.train_nodes >= 1:
+        out += training_rules(model, v, mcore_version(stage), nodes=plan.cluster_nodes, gpn=plan.gpn)
+    if v.ok and plan.train_nodes >= 1 and not any(p.severity == "error" for p in out):
+        est = memory.estimate(model, setup_of(v), shape.gpu_memory_gb, memory_source=shape.memory_source)
+        out += memory_problem(est, v.keys["pp"], v.pp, " (policy training)", model=model, setup=setup_of(v),
+                              keys=v.keys)
+    return out
+
+
 def engine_memory(model: ModelSpec, cfg: dict, eng: dict[str, Any], plan: RLPlan, shape: NodeShape) -> list[Problem]:
     """Rule ``serving-memory`` on a NeMo RL generation engine (:meth:`RLPlan.engine`: vLLM or SGLang), the check
     the eval stage's engine gets (:func:`serving_fit`): BF16 weights per GPU at the engine's attention TP, expert
@@ -933,6 +1016,30 @@ def serving_fit(model: ModelSpec, tp: int, ep: int, pp: int, max_len: int, utili
                                 memory.OVERHEAD_GB, gpu_memory_gb, utilization, layout, key, value, valid, **how)
 
 
+def _fits_wider_tp(model: ModelSpec, tp: int, max_len: int, frac: float, gpu_gb: float, gpn: int) -> tuple[int, int] | None:
+    """The serving engine ``(TP, PP)`` with EP = TP on the fewest nodes of ``gpn`` GPUs (:func:`_engine_nodes`),
+    then the fewest GPUs, whose TP is larger than ``tp``, within one node, dividing the model (rule tp-model), and
+    fits by :func:`_fits_pp`; None when none does."""
+    best = None
+    for wtp in (d for d in rules.divisors(max(gpn, 1)) if d > tp):
+        if rules.tp_divides_model(model, wtp, "tp"):
+            continue
+        pp = _fits_pp(model, wtp, wtp, max_len, frac, gpu_gb)
+        if pp is None:
+            continue
+        rank = (_engine_nodes(wtp * pp, gpn), wtp * pp)
+        if best is None or rank < best[0]:
+            best = (rank, (wtp, pp))
+    return None if best is None else best[1]
+
+
+def _engine_nodes(engine_gpus: int, gpn: int) -> int:
+    """The fewest nodes of ``gpn`` GPUs whose GPUs are a multiple of an engine's ``engine_gpus`` (NeMo RL's
+    evaluator asserts it: rule engine-layout)."""
+    gpn = max(gpn, 1)
+    return engine_gpus * gpn // math.gcd(engine_gpus, gpn) // gpn
+
+
 def _fits_pp(model: ModelSpec, tp: int, ep: int, max_len: int, frac: float, gpu_gb: float) -> int | None:
     """The smallest PP (a divisor of the layers, up to 16) at which a TP ``tp`` EP ``ep`` engine fits, or None."""
     for pp in (d for d in rules.divisors(model.num_layers) if d <= 16):
@@ -995,7 +1102,15 @@ def eval_serving_rules(model: ModelSpec, cfg: dict, shape: NodeShape) -> list[Pr
         return out
     max_len = as_int(get(cfg, f"{vc}.max_model_len")) or 4096
     fit = _fits_pp(model, tp, ep, max_len, frac, shape.gpu_memory_gb)
-    if fit is None:
+    wider = None if fit is not None else _fits_wider_tp(model, tp, max_len, frac, shape.gpu_memory_gb, gpn)
+    if wider is not None:  # no PP fits at this TP: a wider engine (EP = TP, as PP > 1 needs) that does
+        wtp, wpp = wider
+        need_nodes = _engine_nodes(wtp * wpp, gpn)
+        async_words = f" {vc}.async_engine=true" if wpp > 1 and not async_engine else ""
+        valid = (f"{vc}.tensor_parallel_size={wtp} {vc}.pipeline_parallel_size={wpp} {vc}.expert_parallel_size={wtp}"
+                 f"{async_words} run.env.nodes={need_nodes} (TP{wtp} PP{wpp} EP{wtp}: "
+                 f"{memory.inference_weights_gb(model, wtp, wtp, wpp):.0f} GB per GPU)")
+    elif fit is None:
         valid = "more GPU memory (the profile's gpu), or a smaller model"
     else:
         need_nodes = -(-tp * fit // max(gpn, 1))
