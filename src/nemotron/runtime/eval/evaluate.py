@@ -148,27 +148,11 @@ def _say(msg: str) -> None:
 
 
 def artifact_of(path: Path) -> str | None:
-    """``"<artifact> v<N>"`` of the newest recorded artifact whose ``path`` (or ``blend_path``, ``train_path``,
-    ``validation_path``) is ``path``, from the artifact store of ``$NEMOTRON_HOME``; None when none is."""
+    """``"<artifact> v<N>"`` of the newest recorded artifact whose ``path`` (or a ``*_path`` field) is ``path``, from
+    the artifact store of ``$NEMOTRON_HOME`` (:func:`nemotron.config.artifacts.version_of`); None when none is."""
     from nemotron.config import artifacts
 
-    try:
-        root = artifacts.store()
-    except Exception:  # noqa: BLE001 - no store: the versions are simply not known
-        return None
-    want = str(Path(path).resolve())
-    found: tuple[float, str] | None = None
-    for rec_path in root.glob("*/v*.json"):
-        try:
-            rec = json.loads(rec_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        for k in ("path", "blend_path", "train_path", "validation_path"):
-            v = rec.get(k)
-            if isinstance(v, str) and str(Path(v).resolve()) == want:
-                cand = (float(rec.get("created") or 0), f"{rec.get('name')} v{rec.get('version')}")
-                found = cand if found is None or cand > found else found
-    return found[1] if found else None
+    return artifacts.version_of(path)
 
 
 def _quantized(folder: Path) -> bool:

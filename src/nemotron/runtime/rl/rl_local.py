@@ -50,6 +50,7 @@ from typing import Any, Sequence
 from nemotron.runtime.common.curves import write_curves_or_say
 from nemotron.runtime.common.settings import EXIT_REQUEUE, thread_count
 from nemotron.runtime.rl.rl_settings import RLSettings, route
+from nemotron.runtime.megatron.lineage import input_versions
 from nemotron.runtime.rl.warmup import read_tasks  # the panel's routing key of each RL line, one reader
 
 NEEDS = ("torch", "transformers", "trl", "datasets", "math_verify")
@@ -365,6 +366,8 @@ def run(s: RLSettings, spec: Any = None) -> int:
         _write_json(s.checkpoint_dir / "lineage.json", {
             "stage": s.stage, "model": spec.name, "data": str(s.train_path), "policy": str(policy),
             "tokenizer": str(tok_dir), "teachers": {k: str(v) for k, v in s.teachers.items()},
+            "input_versions": input_versions({"policy.model_name": s.policy_path, "data.train.data_path": s.train_path,
+                                              **{f"_teachers.{k}": v for k, v in s.teachers.items()}}),
             "experiment_id": os.environ.get("NEMOTRON_EXPERIMENT_ID"), "transformers": transformers.__version__,
             "torch": torch.__version__})
     log = _Log(s)
