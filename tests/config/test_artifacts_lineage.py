@@ -40,8 +40,8 @@ def test_version_of_names_the_newest_record_of_a_folder(store):
 
     assert input_versions({"data.per_split_data_args_path": str(data / "blend.json"),
                            "checkpoint.pretrained_checkpoint": str(ckpt), "dataset.dataset_root": None}) == {
-        "data.per_split_data_args_path": "pretrain-data v1", "checkpoint.pretrained_checkpoint": "pretrain-checkpoint v2",
-        "dataset.dataset_root": None}
+        "data.per_split_data_args_path": "pretrain-data v1",
+        "checkpoint.pretrained_checkpoint": "pretrain-checkpoint v2", "dataset.dataset_root": None}
 
 
 def test_data_prep_local_rerun_of_up_to_date_data_reuses_the_tiny_version(store):

@@ -49,8 +49,8 @@ from typing import Any, Sequence
 
 from nemotron.runtime.common.curves import write_curves_or_say
 from nemotron.runtime.common.settings import EXIT_REQUEUE, thread_count
-from nemotron.runtime.rl.rl_settings import RLSettings, route
 from nemotron.runtime.megatron.lineage import input_versions
+from nemotron.runtime.rl.rl_settings import RLSettings, route
 from nemotron.runtime.rl.warmup import read_tasks  # the panel's routing key of each RL line, one reader
 
 NEEDS = ("torch", "transformers", "trl", "datasets", "math_verify")
@@ -433,7 +433,8 @@ def model_card(s: RLSettings, policy: Path, out: Path, summary: dict[str, Any]) 
     lines += [f"- result (Hugging Face form): `{out}` (`hf/latest` points at it); training state: `checkpoint-<step>`",
               "- run record: `summary.json`, `metrics.jsonl`, `lineage.json`, `rollouts.jsonl` in this folder"]
     if s.objective == "reward" and summary.get("reward_first") is not None:
-        lines.append(f"- mean reward: {summary['reward_first']:.3f} (first step) -> {summary['reward_last']:.3f} (last)")
+        lines.append(f"- mean reward: {summary['reward_first']:.3f} (first step) -> {summary['reward_last']:.3f} "
+                     "(last)")
     elif summary.get("kl_first") is not None:
         lines.append(f"- reverse KL: {summary['kl_first']:.4g} (first step) -> {summary['kl_last']:.4g} (last)")
     return "\n".join(lines) + "\n"
