@@ -410,8 +410,8 @@ def test_list_shows_configs_and_artifacts(capsys):
     assert re.match(r"quantize\s+default, tiny\s+mopd-checkpoint\s+quantized-checkpoint\s", lines[first]), out
     last = next(i for i, line in enumerate(lines) if line.startswith("eval "))  # the stage after quantize
     local = " ".join(lines[first + 1:last]).split()
-    assert local[0] == "local" and "mopd-checkpoint" not in local, out
-    assert {"pretrain-data,", "sft-checkpoint", "quantized-checkpoint"} <= set(local), out
+    assert local[0] == "local", out  # the MOPD output, else (a short chain) the SFT model
+    assert {"pretrain-data,", "mopd-checkpoint,", "sft-checkpoint", "quantized-checkpoint"} <= set(local), out
     # the SWE teacher takes its NeMo Gym prompts from the released blend (data prep rl -c ultra-blends)
     assert re.search(r"^\s+teacher-swe\s+rl-checkpoint, rl-blend-swe\s+teacher-swe\s", out, re.M), out
 
@@ -432,7 +432,8 @@ def test_each_config_declares_what_it_consumes():
                     for alt in ref.split(",")[0].split("|")} \
                 <= set(consumes), (stage.name, name)  # every reference still unresolved is among them (A|B: both)
     quantize = get_stage("quantize")
-    assert config_artifacts(quantize, "local") == (("pretrain-data", "sft-checkpoint"), ("quantized-checkpoint",))
+    assert config_artifacts(quantize, "local") == (("pretrain-data", "mopd-checkpoint", "sft-checkpoint"),
+                                                   ("quantized-checkpoint",))
     assert config_artifacts(quantize, "tiny")[0] == ("mopd-checkpoint",)
     assert config_artifacts(get_stage("rlvr"), "teacher-reasoning")[1] == ("teacher-reasoning",)
 

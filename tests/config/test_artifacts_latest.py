@@ -35,8 +35,8 @@ def test_up_to_date_rerun_is_latest_again_and_runs_name_their_artifacts(cli, tmp
     ckpt = tmp_path / "ckpt" / "ultra3-pretrain-local"
     a, b = tmp_path / "a", tmp_path / "scratch b"
 
-    def prep(out: Path):
-        proc = cli("ultra3", "data", "prep", "pretrain", "-c", "tiny", "sample=300", f"output_dir={out}")
+    def prep(out: Path, config: str = "tiny"):
+        proc = cli("ultra3", "data", "prep", "pretrain", "-c", config, "sample=300", f"output_dir={out}")
         assert proc.returncode == 0, proc.stderr[-2000:]
         return proc.stdout + proc.stderr
 
@@ -49,6 +49,9 @@ def test_up_to_date_rerun_is_latest_again_and_runs_name_their_artifacts(cli, tmp
     assert code == 0, err[-2000:]
     assert err.startswith(f"[nemotron] input pretrain-data v1: {a} (made on here:"), err[:500]
     assert err.splitlines()[0].endswith(" -> data.per_split_data_args_path"), err[:500]
+    # lineage.json names the version it took, not only the folder (which a later run may overwrite)
+    assert json.loads((ckpt / "lineage.json").read_text())["input_versions"] == {
+        "data.per_split_data_args_path": "pretrain-data v1", "checkpoint.pretrained_checkpoint": None}
     assert "artifact pretrain-data v2" in prep(b)  # another output: the latest now
     code, out, err = pretrain("train.train_iters=4")
     assert code == 2, out[-2000:] + err[-2000:]
@@ -62,6 +65,10 @@ def test_up_to_date_rerun_is_latest_again_and_runs_name_their_artifacts(cli, tmp
     # the rerun of a finds it up to date: no version 3, version 1 is the latest again
     again = prep(a)
     assert "up to date" in again and "artifact pretrain-data v1:" in again
+    assert sorted(p.name for p in store.glob("v*.json")) == ["v1.json", "v2.json"]
+    # -c local of data prep runs its tiny config: up to date too, the same version (not a v3 that says "local")
+    again = prep(a, "local")
+    assert "up to date" in again and "artifact pretrain-data v1:" in again, again[-2000:]
     assert sorted(p.name for p in store.glob("v*.json")) == ["v1.json", "v2.json"]
     code, out, err = pretrain("train.train_iters=1")
     assert code == 2, out[-2000:] + err[-2000:]

@@ -219,3 +219,32 @@ def test_storage_root_that_cannot_be_mounted_is_refused_by_key(tmp_path, key, va
     with pytest.raises(ConfigError) as info:
         load_profiles(path).get("c")
     assert f"{key}: {value!r}: " in info.value.message and says in info.value.message, info.value.message
+
+
+def test_storage_root_with_a_space_is_refused_for_a_container_job_naming_the_key(tmp_path, monkeypatch):
+    """pyxis gives each container mount to enroot as a whitespace-separated 'SRC DST FLAGS' entry, so a data_root /
+    checkpoint_root with a space (mounted at its own path: only job_dir gets a space-free alias) would fail at the
+    job's start: the dry run refuses it, one error per key naming the profile, its file and a symlink to use. A root
+    that a space-free `mounts` entry covers is not mounted on its own, and is not refused."""
+    monkeypatch.setenv("NEMOTRON_HOME", str(tmp_path / "home"))
+    jobs = tmp_path / "my jobs"
+    path = tmp_path / "env dir" / "my env.toml"
+    path.parent.mkdir()
+    path.write_text(f'["my cluster"]\nexecutor = "slurm"\naccount = "a"\npartition = "p"\ngpus_per_node = 8\n'
+                    f'job_dir = "{jobs}"\ndata_root = "{jobs}/data"\ncheckpoint_root = "{jobs}/ckpt"\n',
+                    encoding="utf-8")
+    stage = next(s for s in STAGES if s.name == "pretrain")
+    req = StageRequest(stage=stage, config="tiny", overrides=(), mode="batch", profile="my cluster", dry_run=True,
+                       env_file=str(path))
+    found = [p for p in prepare_stage(req).problems if p.rule == "container-mount-space"]
+    assert [(p.key, p.value) for p in found] == [("profile.my cluster.data_root", f"{jobs}/data"),
+                                                 ("profile.my cluster.checkpoint_root", f"{jobs}/ckpt")], found
+    assert found[0].render() == (
+        f"profile.my cluster.data_root='{jobs}/data': contains whitespace ({path}); the job mounts it into its "
+        "container and pyxis gives each mount to enroot as one whitespace-separated 'SRC DST FLAGS' entry, so the "
+        "job would fail at start (job_dir gets a space-free alias; data_root cannot: the stage's paths name it as "
+        f"written); valid: a path without whitespace, e.g. a symlink to it: ln -s '{jobs}/data' "
+        f"{tmp_path}/my-jobs-data, then data_root = \"{tmp_path}/my-jobs-data\" in [my cluster]")
+    # covered by a mount without spaces (the mount's path is what the container gets): nothing to refuse
+    path.write_text(path.read_text() + f'mounts = ["{tmp_path}:{tmp_path}"]\n', encoding="utf-8")
+    assert not [p for p in prepare_stage(req).problems if p.rule == "container-mount-space"]

@@ -72,6 +72,32 @@ def test_settings_errors_name_the_key():
         rl_settings.read(compile_stage("rlvr", [*base, "loss_fn.ratio_clip_c=3"], check_paths=False), "rlvr")
 
 
+def test_start_line_says_when_it_validates_and_the_end_says_all_rewards_were_0(tmp_path):
+    """The start line's validation part follows grpo.val_period / grpo.val_at_end (val_period 0 used to read "every -
+    steps"); a GRPO run whose every logged reward was 0 says the policy did not change; the folder's README.md is
+    ours (TRL's card read "a fine-tuned version of [None]"), naming the local model it started from."""
+    from nemotron.runtime.rl import rl_local, rl_settings
+
+    assert rl_local.validation_phrase(8, 0, True) == "8 prompts at the end only (grpo.val_period 0)"
+    assert rl_local.validation_phrase(8, 0, False) == "none (grpo.val_period 0, grpo.val_at_end false)"
+    assert rl_local.validation_phrase(8, 2, True) == "8 prompts every 2 steps and at the end"
+    assert rl_local.validation_phrase(8, 2, False) == "8 prompts every 2 steps"
+    assert rl_local.zero_reward_line([0.0, 0.0], [0.0, 0.0]).startswith(
+        "all rewards were 0: the policy did not change")
+    assert rl_local.zero_reward_line([0.0], []).startswith("all rewards were 0: the policy did not change")
+    assert rl_local.zero_reward_line([0.0], [0.3]).startswith("all rewards were 0: no reward signal")
+    assert rl_local.zero_reward_line([0.0, 0.25], [0.1, 0.2]) is None and rl_local.zero_reward_line([], []) is None
+    sft = tmp_path / "sft"
+    cfg = compile_stage("rlvr", [f"policy.model_name={sft}", f"data.train.data_path={tmp_path / 't.jsonl'}",
+                                 f"data.validation.data_path={tmp_path / 'v.jsonl'}",
+                                 f"checkpointing.checkpoint_dir={tmp_path / 'ck'}"], check_paths=False)
+    s = rl_settings.read(cfg, "rlvr")
+    card = rl_local.model_card(s, sft, tmp_path / "ck" / "hf" / "step_1",
+                               {"steps": 1, "reward_first": 0.0, "reward_last": 0.0})
+    assert card.startswith("# ck\n") and f"- started from: `{sft}`" in card and "None" not in card, card
+    assert f"`{tmp_path / 'ck' / 'hf' / 'step_1'}`" in card and "mean reward: 0.000 (first step) -> 0.000" in card
+
+
 def test_entry_names_a_missing_input_in_one_line(tmp_path, capsys):
     """The local entry's precheck (before any heavy import): a missing checkpoint or JSONL is one line, exit 1."""
     from nemotron.runtime.rl import rl_entry
@@ -184,6 +210,8 @@ def test_sigterm_saves_exits_75_and_the_rerun_resumes_with_the_same_prompts(stag
     run_cfg = write_yaml(tmp_path / "run.yaml", compile_stage(stage, _overrides(stage, rl_inputs, run_dir)))
     assert (ref_dir / "hf" / "latest" / "config.json").is_file()
     assert (ref_dir / "hf" / "step_3" / "tokenizer.json").is_file()
+    card = (ref_dir / "README.md").read_text()
+    assert card.startswith("# reference\n") and "[None]" not in card and f"`{rl_inputs['sft']}`" in card, card
     # stopped by SIGTERM while step 2 runs: it finishes the step, saves checkpoint-2 (the signal's save: the period
     # saves only at step 3, the last; each save writes 0.9 GB of model and optimizer state), exits 75, exports nothing
     code, out = _run(stage, run_cfg, {**env, "_CKDIR": str(run_dir)}, stop_after_step=1)

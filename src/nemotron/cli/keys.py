@@ -99,6 +99,30 @@ def _source(prov: dict[str, str], key: str, base_label: str | None) -> str:
     return "recipe" if base_label is not None and label == base_label else label
 
 
+def _layer_about(stage: Stage, layers: list[str], prov: dict[str, str]) -> dict[str, str]:
+    """The description of each key a ``-c`` file sets (``local.yaml``), from that file: its own comment, and the
+    artifact its own ``${art:...}`` value takes (``default.yaml``'s comment may say another one: ``mopd-warmup -c
+    local`` takes the pretrain checkpoint where ``default.yaml`` takes the RLVR result). Keys the file sets without a
+    comment or an artifact keep ``default.yaml``'s description."""
+    from nemotron.cli.stagehelp import ART_RE, _stage_dir, file_keys
+
+    out: dict[str, str] = {}
+    folder = _stage_dir(stage)
+    for label in layers:
+        path = folder / label
+        if not label.endswith(".yaml") or label == "default.yaml" or not path.is_file():
+            continue
+        for key, value, comment in file_keys(path):
+            if prov.get(key) != label:
+                continue
+            art = ART_RE.search(value) if isinstance(value, str) else None
+            need = f"artifact {art.group(1)}, see Artifact inputs" if art else ""
+            text = "; ".join(t for t in (need, comment) if t)
+            if text:
+                out[key] = f"{label}: {text}"
+    return out
+
+
 def key_rows(stage: Stage, config: str | None = None, prefix: str | None = None) -> tuple[list[str], list[KeyRow]]:
     """``(layers, rows)``: the layers of ``stage -c config`` lowest first (``["schema", "nemo-rl:mopd.yaml",
     "default.yaml", "tiny.yaml"]``) and one :class:`KeyRow` per leaf of the merged tree (a leaf: a scalar, a list,
@@ -117,6 +141,7 @@ def key_rows(stage: Stage, config: str | None = None, prefix: str | None = None)
     layers = list(compiled.layers)
     base_label = next((label for label in layers if label.startswith("nemo-rl:")), None)
     about = {d.key: d.description for d in key_docs(stage, null_types=False)}
+    about.update(_layer_about(stage, layers, compiled.provenance))
     rows = [KeyRow(key, _type(value), _flow(value), _source(compiled.provenance, key, base_label), about.get(key, ""))
             for key, value in leaves(compiled.config)]
     if prefix:

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nemotron.config.paths import config_names
+from nemotron.config.paths import config_names, stages_dir
 from nemotron.config.registry import STAGES
 from nemotron.errors import ConfigError
 
@@ -186,6 +186,51 @@ def accepted_configs(config: str) -> frozenset[str]:
 #: Artifacts that one producer config makes and every consumer takes, whatever its ``-c``: the stage files of a
 #: released RL blend (``data prep rl -c ultra-blends`` records ``rl-blend-<stage>``; the teacher configs read them).
 ANY_CONSUMER_PREFIXES = ("rl-blend-",)
+
+
+def recorded_config(stage: str, config: str | None) -> str | None:
+    """The ``config`` field of a record that ``stage`` (its registry name) made with ``-c config`` (a name, or a
+    file path: its stem): a data prep stage's ``local`` is its ``tiny`` config (the config compiler reads
+    ``tiny.yaml`` for it), so a rerun of up-to-date data with ``-c local`` finds the version ``-c tiny`` recorded
+    (same manifest, same fields: :func:`record` reuses it) instead of adding one that says ``local``."""
+    if config is None:
+        return None
+    stem = Path(config).stem
+    maker = next((s for s in STAGES if s.name == stage), None)
+    if stem == "local" and maker is not None and maker.family.prepares_data \
+            and not (stages_dir() / maker.config_dir / "local.yaml").is_file():
+        return "tiny"
+    return stem
+
+
+def version_of(path: Any) -> str | None:
+    """``"<artifact> v<N>"`` of the record whose ``path`` (or any ``*_path`` field: ``blend_path``, ``train_path``,
+    ...) is ``path`` (symlinks resolved), the one recorded last when several are (a folder a rerun wrote again in
+    place: the version that rerun recorded); None when no record names it or there is no store. What a run writes
+    beside the folders it took (``lineage.json``'s ``input_versions``), so a folder overwritten later still says which
+    version it was."""
+    if path in (None, ""):
+        return None
+    try:
+        root = store()
+        want = str(Path(str(path)).resolve())
+        files = list(root.glob("*/v*.json"))
+    except Exception:  # noqa: BLE001 - no store: the versions are simply not known
+        return None
+    found: tuple[float, int, str] | None = None
+    for rec_path in files:
+        try:
+            rec = json.loads(rec_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(rec, dict):
+            continue
+        for k, v in rec.items():
+            if (k == "path" or k.endswith("_path")) and isinstance(v, str) and v and str(Path(v).resolve()) == want:
+                cand = (float(rec.get("latest_at") or rec.get("created") or 0), int(rec.get("version") or 0),
+                        f"{rec.get('name')} v{rec.get('version')}")
+                found = cand if found is None or cand[:2] > found[:2] else found
+    return found[2] if found else None
 
 
 def producer_stage(name: str) -> Any:

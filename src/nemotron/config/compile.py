@@ -1006,8 +1006,47 @@ def compile_config(stage: Stage, config: str | None, overrides: list[str], *, ch
 
 def input_lines(compiled: Compiled) -> list[str]:
     """One line per artifact ``compiled`` takes (:func:`nemotron.config.artifacts.input_line`: artifact, version,
-    path, where and when made, the keys set from it); what every run and dry run prints first."""
-    return [artifacts.input_line(rec, keys) for rec, keys in compiled.inputs]
+    path, where and when made, the keys set from it); what every run and dry run prints first. A key that a ``-c``
+    file wires to another artifact than ``default.yaml`` does (:func:`rewired`) gets a note saying so and where the
+    reason is (``keys`` shows that file's comment)."""
+    notes = rewired(compiled)
+    out = []
+    for rec, keys in compiled.inputs:
+        line = artifacts.input_line(rec, keys)
+        said = [notes[k] for k in keys if k in notes]
+        out.append(line + (f" ({'; '.join(said)})" if said else ""))
+    return out
+
+
+def rewired(compiled: Compiled) -> dict[str, str]:
+    """``{key: note}`` for each key whose artifact comes from a ``-c`` file and differs from the one
+    ``default.yaml`` (the cluster route) takes there: ``"local.yaml takes pretrain-checkpoint for policy.model_name,
+    not default.yaml's rl-checkpoint; why: nemotron ultra3 keys mopd-warmup policy.model_name -c local"``. A config
+    chain that cannot be read again gives none (the compile before reported it)."""
+    try:
+        default = _read_config(stages_dir() / compiled.stage.config_dir / "default.yaml")
+        chained = _raw_tree(compiled.stage, compiled.config_name)
+    except (ConfigError, OSError):
+        return {}
+
+    def names(tree: Any, key: str) -> set[str]:
+        for part in key.split("."):
+            tree = tree.get(part) if isinstance(tree, dict) else None
+        refs = re.findall(r"\$\{art:([^,}:]+)", tree) if isinstance(tree, str) else []
+        return {n for ref in refs for n in ref.split("|")}
+
+    notes = {}
+    for _, keys in compiled.inputs:
+        for key in keys:
+            label = compiled.provenance.get(key)
+            if label in (None, SCHEMA, OVERRIDE, "default.yaml") or not label.endswith(".yaml"):
+                continue
+            was, now = names(default, key), names(chained, key)
+            if was and now and was != now:
+                notes[key] = (f"{label} takes {' or '.join(sorted(now))} for {key}, not default.yaml's "
+                              f"{' or '.join(sorted(was))}; why: nemotron {compiled.stage.recipe} keys "
+                              f"{compiled.stage.name} {key} -c {compiled.config_name}")
+    return notes
 
 
 def _absolute_paths(tree: Any) -> Any:

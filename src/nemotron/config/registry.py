@@ -320,7 +320,8 @@ STAGES: tuple[Stage, ...] = (
            metrics="mtp-boost"),
     _stage("quantize", "quantize", "quantize", "torchrun", "nemo", "mopd-checkpoint", "quantized-checkpoint", True,
            "NVFP4 + FP8 post-training quantization with NVIDIA Model Optimizer.",
-           {"path": "{export.output_dir}"}, "layout quantize"),
+           # source: the model it quantized (eval -c local compares the export with it: the same model, before/after)
+           {"path": "{export.output_dir}", "source": "{quantization.source?}"}, "layout quantize"),
     _stage("eval", "eval", "eval", "ray", "nemo-rl", "mopd-checkpoint rl-data", "eval-results", True,
            "Evaluate checkpoints of the chain (held-out perplexity, GSM8K accuracy, a chat sample): NeMo RL's "
            "evaluator, or -c local on this machine; --compare A B prints the deltas.",

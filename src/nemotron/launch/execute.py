@@ -432,7 +432,8 @@ def _wait_here(proc: subprocess.Popen, plan: Any, folder: Path, compiled: Any, p
     report = folder / artifacts.OUTPUTS_FILE
     outputs = artifacts.merge_outputs(recorded_outputs(compiled, profile, getattr(req, "latest", False)), report.read_text() if report.is_file() else None)
     for name, fields in outputs.items():
-        art = artifacts.record(name, {**fields, "stage": plan.stage.name, "config": Path(plan.config_name).stem,
+        config = artifacts.recorded_config(plan.stage.name, plan.config_name)
+        art = artifacts.record(name, {**fields, "stage": plan.stage.name, "config": config,
                                       "experiment_id": plan.experiment_id, "job_id": "local",
                                       "config_hash": compiled.config_hash()})
         print(f"[nemotron] artifact {name} v{art['version']}: {art['path']}", file=sys.stderr)

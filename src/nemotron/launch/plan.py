@@ -176,6 +176,8 @@ def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
     records ``teacher-reasoning``, which the MOPD panel takes). A writer's path function may return several
     artifacts, ``{name: fields}`` (``data prep rl -c ultra-blends``: ``rl-blend-<stage>`` per stage file).
 
+    A template ``"{key?}"`` (the whole field) is optional: the field is left out when ``key`` is unset.
+
     Raises:
         ConfigError: when a template names a key the config does not have.
     """
@@ -187,6 +189,12 @@ def planned_outputs(compiled: Compiled) -> dict[str, dict[str, Any]]:
             return {name: dict(v) for name, v in written.items()}  # several artifacts, each its own fields
         fields.update(written)
     for name, template in compiled.stage.outputs:
+        optional = re.fullmatch(r"\{([^{}]+)\?\}", template)
+        if optional:  # "{key?}": the field is left out when the config leaves the key unset
+            if compiled.get(optional.group(1)) not in (None, ""):
+                fields[name] = str(compiled.get(optional.group(1)))
+            continue
+
         def value(m: re.Match, name: str = name) -> str:
             v = compiled.get(m.group(1))
             if v is None:

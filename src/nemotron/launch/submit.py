@@ -421,7 +421,7 @@ def stage_files(tunnel: Any, req: Any, compiled: Any, profile: ExecutorProfile, 
         files[artifacts.RECORD_FILE] = json.dumps({
             "store": str(artifacts.store()), "data": plan.stage.family.prepares_data,
             "outputs": recorded_outputs(compiled, profile, getattr(req, "latest", False)),
-            "fields": {"stage": plan.stage.name, "config": Path(plan.config_name).stem,
+            "fields": {"stage": plan.stage.name, "config": artifacts.recorded_config(plan.stage.name, plan.config_name),
                        "experiment_id": plan.experiment_id, "config_hash": compiled.config_hash()}},
             indent=2, sort_keys=True, default=str)
     secrets = profile.secret_values()

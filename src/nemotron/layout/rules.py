@@ -1340,6 +1340,9 @@ declare("profile-storage-unset", "warning: a Slurm profile without job_dir puts 
 declare("cluster-storage", "every input and output path of a cluster run is on storage the nodes see (the "
         "profile's mounts, data_root, checkpoint_root or job_dir)", "the profile's declared storage (env.toml); "
         "the Slurm nodes see only what is mounted there", "—", f"{_V}.cluster")
+declare("container-mount-space", "a container job's storage roots (data_root, checkpoint_root, index_cache_dir, "
+        "hf_home) that no mounts entry covers have no whitespace", "pyxis args.c add_mount: each mount goes to enroot "
+        "as one whitespace-separated 'SRC DST FLAGS' entry", "—", f"{_V}.cluster")
 declare("ray-address", "a ray profile's address answers (TCP connect of at most 2 s)",
         "Ray's job submission API (nemotron.data.raypool.probe_address)", "—", f"{_V}.cluster")
 declare("signal-before-limit", "on a Slurm profile run.signal_before_s is below the profile's time limit",

@@ -10,6 +10,8 @@ Standard library only (plus :mod:`nemotron.errors`): importing it costs nothing 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from nemotron.config.artifacts import producer_command
@@ -54,6 +56,7 @@ def check(compiled: Any, profile: ExecutorProfile | None, plan: Any, problems: l
         problems.extend(shape_problems(slurm, plan, notes))
         problems.extend(unset_storage_problems(slurm))
         problems.extend(storage_problems(compiled, slurm, plan))
+        problems.extend(mount_space_problems(slurm, plan))
 
 
 #: Seconds the ``ray-address`` probe tries to connect to a ``ray`` profile's ``address``.
@@ -154,6 +157,37 @@ def visible_roots(profile: Profile[SlurmSettings]) -> list[tuple[str, str]]:
         roots.append((str(job_dir), "job_dir"))
         roots.append((shell_safe_root(str(job_dir)), "job_dir"))
     return roots
+
+
+def mount_space_problems(profile: Profile[SlurmSettings], plan: Any) -> list[Problem]:
+    """Rule ``container-mount-space``: a job in a container (``plan.image``) mounts each storage root (``data_root``,
+    ``checkpoint_root``, ``index_cache_dir``, ``hf_home``) that no ``mounts`` entry covers at its own path
+    (:func:`nemotron.launch.submit.container_mounts`); pyxis hands each mount to enroot as one whitespace-separated
+    ``SRC DST FLAGS`` entry (pyxis ``args.c``, ``add_mount``), so a root with whitespace fails at the job's start.
+    ``job_dir`` is reached through a space-free alias (:func:`nemotron.profiles.schema.shell_safe_root`); a storage
+    root cannot be: the config's paths name it as written, and the container would not have that path. One error
+    per such key, naming the profile and its file."""
+    if getattr(plan, "image", None) is None:
+        return []
+    s = profile.settings
+    out = []
+    for key, value in s.storage().items():
+        text = str(value) if value else ""
+        if not text or not re.search(r"\s", text) or any(_under(text, m.split(":", 1)[0]) for m in s.mounts):
+            continue
+        parent, rest = text.rstrip("/"), []
+        while re.search(r"\s", parent):  # the nearest ancestor without whitespace, the rest joined with '-'
+            parent, name = os.path.split(parent)
+            rest.insert(0, name)
+        link = os.path.join(parent, re.sub(r"\s+", "-", "-".join(rest)))
+        out.append(Problem(f"profile.{profile.name}.{key}", text, rule="container-mount-space",
+                           message=f"contains whitespace ({profile.source}); the job mounts it into its container and "
+                                   "pyxis gives each mount to enroot as one whitespace-separated 'SRC DST FLAGS' "
+                                   "entry, so the job would fail at start (job_dir gets a space-free alias; "
+                                   f"{key} cannot: the stage's paths name it as written)",
+                           valid=f"a path without whitespace, e.g. a symlink to it: ln -s {shlex.quote(text)} {link}, "
+                                 f"then {key} = \"{link}\" in [{profile.name}]"))
+    return out
 
 
 def _under(path: str, root: str) -> bool:

@@ -325,7 +325,8 @@ class Backend:
                                      f"read its log (nemotron {rec.job_name.split('-', 1)[0]} logs {rec.job_id}); "
                                      "run the stage again to make it")
         at = self.ended_at(rec)
-        out = [artifacts.record(name, {**fields, "stage": rec.stage, "config": rec.config,
+        config = artifacts.recorded_config(rec.stage, rec.config)
+        out = [artifacts.record(name, {**fields, "stage": rec.stage, "config": config,
                                        "experiment_id": rec.experiment_id, "job_id": rec.job_id,
                                        "config_hash": rec.config_hash}, at=at)
                for name, fields in outputs.items()]

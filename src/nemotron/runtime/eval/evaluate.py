@@ -92,6 +92,9 @@ def read(cfg: dict, *, unresolved_ok: bool = False) -> EvalSettings:
         checkpoints[str(label)] = p
     if not checkpoints:
         raise SettingsError("eval.checkpoints: every entry is empty; set one to a checkpoint folder")
+    mismatch = quantized_pair_problem(checkpoints)
+    if mismatch:
+        raise SettingsError(mismatch)
     out = path("eval.output_dir")
     if out is None:
         raise SettingsError("eval.output_dir is not set: where eval.json goes")
@@ -113,32 +116,43 @@ def read(cfg: dict, *, unresolved_ok: bool = False) -> EvalSettings:
         seed=_int(cfg, "rng.seed", 1234), cpus=None if cpus is None else _int(cfg, "run.env.cpus", minimum=1), raw=cfg)
 
 
+#: The labels whose results read as one model before (``bf16``) and after (``nvfp4``) quantization.
+PAIR = ("bf16", "nvfp4")
+
+
+def quantized_pair_problem(checkpoints: dict[str, Path]) -> str | None:
+    """Why ``eval.checkpoints.bf16`` is not the model ``eval.checkpoints.nvfp4`` was quantized from (None when it is,
+    or when that cannot be told yet: either label missing, the export not written yet, as in a pipe's dry run, or a
+    ``summary.json`` without a folder as ``source``). The export's ``summary.json`` names its ``source`` (the
+    weights folder ``quantize -c local`` loaded); ``bf16`` matches it when it is that folder or holds it (a run
+    folder whose newest checkpoint was taken). Stdlib only (the dry run calls it)."""
+    bf16, nvfp4 = (checkpoints.get(label) for label in PAIR)
+    if bf16 is None or nvfp4 is None or "${" in str(bf16) or "${" in str(nvfp4):
+        return None
+    try:
+        source = json.loads((Path(nvfp4) / "summary.json").read_text(encoding="utf-8")).get("source")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(source, str) or not source.startswith("/"):
+        return None  # "built from the catalogue (...)": no folder to compare
+    src, mine = Path(source).resolve(), Path(bf16).resolve()
+    if src == mine or mine in src.parents:
+        return None
+    return (f"eval.checkpoints.bf16={str(bf16)!r} is not the model eval.checkpoints.nvfp4={str(nvfp4)!r} was "
+            f"quantized from ({source}, its summary.json): the bf16/nvfp4 deltas would compare two different models; "
+            f"set eval.checkpoints.bf16={source} (or give the other checkpoint another label)")
+
+
 def _say(msg: str) -> None:
     print(f"[local] {msg}", flush=True)
 
 
 def artifact_of(path: Path) -> str | None:
-    """``"<artifact> v<N>"`` of the newest recorded artifact whose ``path`` (or ``blend_path``, ``train_path``,
-    ``validation_path``) is ``path``, from the artifact store of ``$NEMOTRON_HOME``; None when none is."""
+    """``"<artifact> v<N>"`` of the newest recorded artifact whose ``path`` (or a ``*_path`` field) is ``path``, from
+    the artifact store of ``$NEMOTRON_HOME`` (:func:`nemotron.config.artifacts.version_of`); None when none is."""
     from nemotron.config import artifacts
 
-    try:
-        root = artifacts.store()
-    except Exception:  # noqa: BLE001 - no store: the versions are simply not known
-        return None
-    want = str(Path(path).resolve())
-    found: tuple[float, str] | None = None
-    for rec_path in root.glob("*/v*.json"):
-        try:
-            rec = json.loads(rec_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        for k in ("path", "blend_path", "train_path", "validation_path"):
-            v = rec.get(k)
-            if isinstance(v, str) and str(Path(v).resolve()) == want:
-                cand = (float(rec.get("created") or 0), f"{rec.get('name')} v{rec.get('version')}")
-                found = cand if found is None or cand > found else found
-    return found[1] if found else None
+    return artifacts.version_of(path)
 
 
 def _quantized(folder: Path) -> bool:

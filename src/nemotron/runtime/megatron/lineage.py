@@ -22,8 +22,8 @@ one line naming the keys and the folder: :func:`finished_run_problem`). An uncha
 ``lineage.json`` (written by :mod:`nemotron.runtime.megatron.trainer` when a run starts from step 0)::
 
     {"stage", "model", "data", "pretrained_checkpoint", "experiment_id", "transformers", "torch",
-     "inputs": {config key: absolute path or null}, "changes": [{"step", "key", "from", "to", "time",
-     "experiment_id"}]}
+     "inputs": {config key: absolute path or null}, "input_versions": {config key: "<artifact> v<N>" or null},
+     "changes": [{"step", "key", "from", "to", "time", "experiment_id"}]}
 
 No heavy import (stdlib and the project's light modules).
 """
@@ -68,6 +68,16 @@ def inputs(s: LocalSettings) -> dict[str, str | None]:
             out["dataset.packed_sequence_specs.packed_train_data_path"] = text(s.train_data_path)
     out["checkpoint.pretrained_checkpoint"] = text(s.pretrained_checkpoint)
     return out
+
+
+def input_versions(paths: dict[str, Any]) -> dict[str, str | None]:
+    """``{config key: "<artifact> v<N>" or None}`` for the input folders/files ``paths`` (:func:`inputs`): the artifact
+    version each was recorded as (:func:`nemotron.config.artifacts.version_of`), None for a path no record names (set
+    by hand) or an unset key. ``lineage.json``'s ``input_versions``: a folder that a later run overwrites in place
+    (``checkpoints/ultra3-pretrain-local``) still says which version this run took."""
+    from nemotron.config.artifacts import version_of
+
+    return {key: version_of(value) if value else None for key, value in paths.items()}
 
 
 def read(folder: Path) -> dict[str, Any] | None:

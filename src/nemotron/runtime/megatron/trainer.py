@@ -274,7 +274,7 @@ def run(settings: LocalSettings, spec: Any = None) -> int:
         lineage.write(s.save_dir, {
             "stage": s.stage, "model": spec.name, "data": str(data.source),
             "pretrained_checkpoint": str(s.pretrained_checkpoint) if s.pretrained_checkpoint and resume is None
-            else None, "inputs": lineage.inputs(s),
+            else None, "inputs": lineage.inputs(s), "input_versions": lineage.input_versions(lineage.inputs(s)),
             "experiment_id": os.environ.get("NEMOTRON_EXPERIMENT_ID"), "transformers": transformers.__version__,
             "torch": torch.__version__})
     elif changes:  # allowed by run.allow_new_inputs: said, and kept in lineage.json

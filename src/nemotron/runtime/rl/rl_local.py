@@ -49,6 +49,7 @@ from typing import Any, Sequence
 
 from nemotron.runtime.common.curves import write_curves_or_say
 from nemotron.runtime.common.settings import EXIT_REQUEUE, thread_count
+from nemotron.runtime.megatron.lineage import input_versions
 from nemotron.runtime.rl.rl_settings import RLSettings, route
 from nemotron.runtime.rl.warmup import read_tasks  # the panel's routing key of each RL line, one reader
 
@@ -357,7 +358,7 @@ def run(s: RLSettings, spec: Any = None) -> int:
     _say(f"prompts: {len(train)} from {s.train_path}" + (f" ({dropped} longer than the prompt budget left out)"
                                                           if dropped else "")
          + f"; {s.num_prompts} a step x {s.num_generations} generation(s) of up to {s.max_new_tokens} tokens; "
-         f"validation: {len(val_rows)} prompts every {s.val_period or '-'} steps")
+         f"validation: {validation_phrase(len(val_rows), s.val_period, s.val_at_end)}")
     rec = record_consumption(s.train_path, s.stage, s.checkpoint_dir, "rl-data")
     if rec is not None:
         _say(f"recorded this run as a consumer of {rec.parent.parent}")
@@ -365,6 +366,8 @@ def run(s: RLSettings, spec: Any = None) -> int:
         _write_json(s.checkpoint_dir / "lineage.json", {
             "stage": s.stage, "model": spec.name, "data": str(s.train_path), "policy": str(policy),
             "tokenizer": str(tok_dir), "teachers": {k: str(v) for k, v in s.teachers.items()},
+            "input_versions": input_versions({"policy.model_name": s.policy_path, "data.train.data_path": s.train_path,
+                                              **{f"_teachers.{k}": v for k, v in s.teachers.items()}}),
             "experiment_id": os.environ.get("NEMOTRON_EXPERIMENT_ID"), "transformers": transformers.__version__,
             "torch": torch.__version__})
     log = _Log(s)
@@ -379,6 +382,9 @@ def run(s: RLSettings, spec: Any = None) -> int:
 
     for cb in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(cb)
+    # TRL writes a hub model card into the checkpoint folder at every save ("a fine-tuned version of [None]" for a
+    # local base): the run writes its own README.md at the end instead (model_card)
+    trainer.create_model_card = lambda *args, **kwargs: None
     stopper.install()
     t0 = time.perf_counter()
     try:
@@ -396,6 +402,7 @@ def run(s: RLSettings, spec: Any = None) -> int:
     out = export_hf(trainer, tokenizer, s, step)
     summary = _summary(s, log, step, step0, seconds, rollouts)
     _write_json(s.checkpoint_dir / "summary.json", summary)
+    (s.checkpoint_dir / "README.md").write_text(model_card(s, policy, out, summary), encoding="utf-8")
     from nemotron.runtime.megatron.lineage import write_run_config
 
     write_run_config(s.checkpoint_dir, s.raw)  # what a rerun is compared with (lineage.finished_run_problem)
@@ -405,7 +412,56 @@ def run(s: RLSettings, spec: Any = None) -> int:
     acc = summary.get("val_accuracy_last")
     _say(f"done: {step} steps{resumed} in {seconds:.0f} s; {metric}"
          + (f"; validation accuracy {acc:.3f}" if acc is not None else "") + f"; final model in {out} (Hugging Face form)")
+    if s.objective == "reward":
+        hist = log.history()
+        zero = zero_reward_line([float(r["reward"]) for r in hist if isinstance(r.get("reward"), (int, float))],
+                                [float(r["grad_norm"]) for r in hist if isinstance(r.get("grad_norm"), (int, float))])
+        if zero:
+            _say(zero)
     return 0
+
+
+def model_card(s: RLSettings, policy: Path, out: Path, summary: dict[str, Any]) -> str:
+    """The ``README.md`` of a local RL run's checkpoint folder (Markdown): what the run was (stage, objective,
+    steps), the model it started from (``policy``: a local folder), its data and teachers, and where the result is
+    (``out``: ``hf/step_N``), with the metrics of ``summary`` (:func:`_summary`)."""
+    what = "GRPO with the maths reward" if s.objective == "reward" else "on-policy distillation (reverse KL)"
+    lines = [f"# {s.checkpoint_dir.name}", "",
+             f"`nemotron ultra3 {s.stage} -c local`: {what}, {summary.get('steps')} step(s), on this machine.", "",
+             f"- started from: `{policy}`", f"- prompts: `{s.train_path}`"]
+    lines += [f"- teacher `{name}`: `{path}`" for name, path in s.teachers.items()]
+    lines += [f"- result (Hugging Face form): `{out}` (`hf/latest` points at it); training state: `checkpoint-<step>`",
+              "- run record: `summary.json`, `metrics.jsonl`, `lineage.json`, `rollouts.jsonl` in this folder"]
+    if s.objective == "reward" and summary.get("reward_first") is not None:
+        lines.append(f"- mean reward: {summary['reward_first']:.3f} (first step) -> {summary['reward_last']:.3f} "
+                     "(last)")
+    elif summary.get("kl_first") is not None:
+        lines.append(f"- reverse KL: {summary['kl_first']:.4g} (first step) -> {summary['kl_last']:.4g} (last)")
+    return "\n".join(lines) + "\n"
+
+
+def validation_phrase(prompts: int, val_period: int, val_at_end: bool) -> str:
+    """How often the run validates, for its start line: ``"8 prompts every 2 steps and at the end"``, ``"8 prompts at
+    the end only"`` (``grpo.val_period`` 0 with ``grpo.val_at_end``), ``"none (grpo.val_period 0, grpo.val_at_end
+    false)"``."""
+    if val_period:
+        return f"{prompts} prompts every {val_period} steps" + (" and at the end" if val_at_end else "")
+    if val_at_end:
+        return f"{prompts} prompts at the end only (grpo.val_period 0)"
+    return "none (grpo.val_period 0, grpo.val_at_end false)"
+
+
+def zero_reward_line(rewards: list[float], grad_norms: list[float]) -> str | None:
+    """The line a GRPO run says when every logged mean reward (``rewards``, in [0, 1]: NeMo RL's math check) was 0:
+    every group's advantage is then 0, so with every logged gradient norm 0 (or none logged) the policy did not
+    change and the checkpoint equals its start. None when some reward was not 0 or nothing was logged."""
+    if not rewards or any(r != 0 for r in rewards):
+        return None
+    if any(g != 0 for g in grad_norms):
+        return ("all rewards were 0: no reward signal (every advantage 0); the update came from the other loss terms "
+                "only")
+    return ("all rewards were 0: the policy did not change (every advantage 0, gradient norm 0): the checkpoint "
+            "equals its start; more steps, generations or a larger model give the reward something to tell apart")
 
 
 def _summary(s: RLSettings, log: _Log, step: int, step0: int, seconds: float, rollouts: Path) -> dict[str, Any]:
