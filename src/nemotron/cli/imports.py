@@ -32,7 +32,6 @@ start from a base model made elsewhere: ``model import BASE --as pretrain-checkp
 """
 
 
-import json
 import os
 import re
 from pathlib import Path
@@ -62,15 +61,13 @@ def _fail(message: str, hint: str) -> ConfigError:
 
 
 def _json_object(path: Path) -> dict[str, Any]:
+    """:func:`nemotron.runtime.common.model.json_object`, its hint ending "nothing was recorded"."""
+    from nemotron.runtime.common.model import json_object
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise _fail(f"{path}: cannot read ({exc.strerror or exc})", "a readable file") from None
-    except ValueError as exc:
-        raise _fail(f"{path}: not valid JSON ({exc})", "the file as the checkpoint's producer wrote it") from None
-    if not isinstance(data, dict):
-        raise _fail(f"{path}: not a JSON object", "the file as the checkpoint's producer wrote it")
-    return data
+        return json_object(path)
+    except ConfigError as exc:
+        raise _fail(exc.message, exc.hint or "") from None
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints

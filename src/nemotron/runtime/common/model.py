@@ -188,7 +188,12 @@ def safetensors_problem(path: Path) -> str | None:
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 
 
-def _json_object(path: Path) -> dict[str, Any]:
+def json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``.
+
+    Raises:
+        ConfigError: the file cannot be read, is not JSON, or holds no JSON object (the message names the file).
+    """
     import json
 
     from nemotron.errors import ConfigError
@@ -216,7 +221,7 @@ def tokenizer_size(folder: Path) -> int | None:
     path = folder / "tokenizer.json"
     if not path.is_file():
         return None
-    data = _json_object(path)
+    data = json_object(path)
     vocab = (data.get("model") or {}).get("vocab") if isinstance(data.get("model"), dict) else None
     ids = list(vocab.values()) if isinstance(vocab, dict) else []
     if isinstance(vocab, list):  # Unigram: [[piece, score], ...], the id is the position
@@ -275,7 +280,7 @@ def check_hf_folder(path: Path, tokenizer: Path | None = None) -> dict[str, Any]
     """
     from nemotron.errors import ConfigError
 
-    cfg = _json_object(path / "config.json")
+    cfg = json_object(path / "config.json")
     vocab = cfg.get("vocab_size")
     if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1:
         raise ConfigError(f"{path / 'config.json'}: vocab_size={vocab!r} is not a positive integer",
@@ -289,7 +294,7 @@ def check_hf_folder(path: Path, tokenizer: Path | None = None) -> dict[str, Any]
         if what is not None:
             raise ConfigError(f"{entry} is {what}, not a file", hint)
     if index.is_file():
-        weight_map = _json_object(index).get("weight_map")
+        weight_map = json_object(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise ConfigError(f"{index}: no weight_map", "the index saved with the shards")
         shards = sorted(set(map(str, weight_map.values())))
