@@ -377,7 +377,8 @@ def test_the_readmes_local_chain_is_listed_with_its_lineage(tmp_path):
     assert "./output/ultra3/pretrain-data/tiny" in table and "./checkpoints/ultra3-pretrain-local" in table, table
     doc = json.loads(cmd("pretrain-data", "--json"))
     (v1,) = doc["versions"]
-    assert v1["exists"] and v1["stage"] == "data-prep-pretrain" and v1["config"] == "local"  # a pipe: -c local
+    # a pipe of -c local: data prep has no local config and runs its tiny one, which its record names
+    assert v1["exists"] and v1["stage"] == "data-prep-pretrain" and v1["config"] == "tiny"
     assert v1["consumers"] == [{"kind": "pretrain-checkpoint", "version": 1, "via": "consumed_by, lineage.json"}]
     node = json.loads(cmd("pretrain-checkpoint", "--lineage", "--json"))["lineage"]
     assert (node["stage"], node["config"], node["job_id"]) == ("pretrain", "local", "local")
