@@ -52,7 +52,7 @@ def test_local_chain_quantizes_the_mopd_output_and_eval_compares_it_with_its_own
 
 
 def test_input_plan_and_keys_say_where_local_wires_another_artifact(capsys):
-    code, out, err = run_cli(capsys, "ultra3", "pipe", *CHAIN[:7], "-c", "local", "--dry-run", "--quiet")
+    code, out, err = run_cli(capsys, "ultra3", "pipe", *CHAIN[:7], "-c", "local", "--dry-run")  # -q hides input lines
     assert code == 0, (out + err)[-3000:]
     line = next(ln for ln in (out + err).splitlines()
                 if ln.startswith("[nemotron] input pretrain-checkpoint") and "policy.model_name" in ln)

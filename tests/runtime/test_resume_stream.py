@@ -167,7 +167,8 @@ def test_checkpoint_without_record_is_checked_by_its_layout(tmp_path):
     assert damage(step) is None
     weights = step / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])
-    assert "truncated or damaged" in damage(step)
+    found = damage(step)  # the header check model import and the local convert share
+    assert found.startswith("model.safetensors: ") and "header describes" in found and "truncated" in found, found
     (step / "optimizer.pt").write_bytes((step / "optimizer.pt").read_bytes()[:-10])
     weights.write_bytes(b"")
     assert "model.safetensors" in damage(step)
